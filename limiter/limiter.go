@@ -1,0 +1,117 @@
+// Package limiter is the budget engine: keys and integer costs go in,
+// decisions come out. It knows nothing about GraphQL or HTTP.
+//
+// This package holds the contract every store implements (Limit, Decision,
+// Store, the sentinel errors) and the pure, clock-free arithmetic of each
+// algorithm. The stores live in sub-packages: memorystore (the embedded
+// default) and redisstore (one atomic Lua script per decision, Cluster safe).
+// limitertest holds the behaviour suite every store must pass.
+//
+// All arithmetic is integer and exact: time is counted in microseconds, and a
+// bucket level is kept in units of 1/p of a token, where p is the refill
+// period in microseconds divided by gcd(rate, period). A refill over e
+// microseconds then adds exactly rate/g × e units, so no float ever drifts and
+// Remaining is exact.
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Algorithm selects how a Limit meters cost.
+type Algorithm uint8
+
+const (
+	// TokenBucket admits bursts up to Burst, refilled at Rate per Period.
+	TokenBucket Algorithm = iota
+	// LeakyBucketPolicing is a leaky bucket of size Burst draining at Rate per
+	// Period that rejects what would overflow it.
+	LeakyBucketPolicing
+	// LeakyBucketShaping reserves a departure slot at a constant Rate per
+	// Period and reports in Decision.Delay how long the caller must wait;
+	// it rejects when the queue ahead would exceed Burst.
+	LeakyBucketShaping
+	// FixedWindow admits Rate per Period-aligned window (Burst is ignored).
+	// It admits up to 2 × Rate across a window boundary.
+	FixedWindow
+	// SlidingLog admits Rate in any trailing Period, exactly, at the price of
+	// one stored timestamp per admitted unit of cost.
+	SlidingLog
+	// SlidingCounter approximates a trailing window with two counters:
+	// prev × (1 − elapsed/Period) + cur ≤ Rate.
+	SlidingCounter
+)
+
+// String returns the algorithm's stable name, as used in configuration.
+func (a Algorithm) String() string {
+	switch a {
+	case TokenBucket:
+		return "token_bucket"
+	case LeakyBucketPolicing:
+		return "leaky_bucket_policing"
+	case LeakyBucketShaping:
+		return "leaky_bucket_shaping"
+	case FixedWindow:
+		return "fixed_window"
+	case SlidingLog:
+		return "sliding_log"
+	case SlidingCounter:
+		return "sliding_counter"
+	}
+	return "unknown"
+}
+
+// Limit describes one budget. Costs and sizes are whole tokens (points).
+type Limit struct {
+	Algorithm Algorithm
+	// Burst is the bucket capacity (token and leaky buckets).
+	Burst int64
+	// Rate tokens are restored (or leak, or are allowed per window) every Period.
+	Rate   int64
+	Period time.Duration
+}
+
+// Decision is the outcome of one Take, Refund or peek.
+type Decision struct {
+	Allowed bool
+	// Limit is the capacity the decision was made against: Burst for the
+	// buckets, Rate for the window algorithms.
+	Limit int64
+	// Remaining is the whole tokens left after this decision, exactly.
+	Remaining int64
+	// RetryAfter is, for a rejection, the exact time until the same cost
+	// would be admitted (never earlier). Zero when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the budget is whole again (bucket full,
+	// window empty).
+	ResetAfter time.Duration
+	// Delay is, for LeakyBucketShaping, how long the admitted caller must
+	// wait before it may proceed (its reserved departure slot). Zero otherwise.
+	Delay time.Duration
+}
+
+// Store debits costs from keyed budgets. Implementations are safe for
+// concurrent use; each call is atomic for its key.
+type Store interface {
+	// Take debits cost from key's budget when it fits and reports the
+	// decision. Cost 0 peeks without spending. A cost that can never fit
+	// returns ErrCostExceedsCapacity together with a Decision whose Allowed
+	// is false and RetryAfter is zero.
+	Take(ctx context.Context, key string, limit Limit, cost int64) (Decision, error)
+	// Refund gives amount back to key's budget, never above capacity.
+	Refund(ctx context.Context, key string, limit Limit, amount int64) (Decision, error)
+}
+
+var (
+	// ErrCostExceedsCapacity: the cost is larger than the limit's capacity
+	// and can never be admitted; retrying is pointless.
+	ErrCostExceedsCapacity = errors.New("limiter: cost exceeds capacity")
+	// ErrInvalidLimit: the Limit is malformed (see Limit.Validate).
+	ErrInvalidLimit = errors.New("limiter: invalid limit")
+	// ErrInvalidCost: a negative cost or refund amount.
+	ErrInvalidCost = errors.New("limiter: invalid cost")
+	// ErrRefundUnsupported: the algorithm cannot give tokens back.
+	ErrRefundUnsupported = errors.New("limiter: refund not supported by this algorithm")
+)
