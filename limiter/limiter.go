@@ -115,3 +115,16 @@ var (
 	// ErrRefundUnsupported: the algorithm cannot give tokens back.
 	ErrRefundUnsupported = errors.New("limiter: refund not supported by this algorithm")
 )
+
+// Clock tells the time. Stores take one so tests can inject time; production
+// uses SystemClock. The memory store only ever uses differences between
+// readings, so a Clock must be monotonic (time.Now's readings are).
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock with Go's monotonic reading.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
