@@ -114,6 +114,9 @@ var (
 	ErrInvalidCost = errors.New("limiter: invalid cost")
 	// ErrRefundUnsupported: the algorithm cannot give tokens back.
 	ErrRefundUnsupported = errors.New("limiter: refund not supported by this algorithm")
+	// ErrLimitExceeded: Wait's request was rejected; the wrapped message and
+	// the returned Decision say when to retry.
+	ErrLimitExceeded = errors.New("limiter: limit exceeded")
 )
 
 // Clock tells the time. Stores take one so tests can inject time; production

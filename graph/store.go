@@ -1,0 +1,272 @@
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/costguard/costguard/graph/model"
+)
+
+var (
+	// ErrInvalidArgument: an argument is out of range (a negative first or
+	// last, an empty or oversized title).
+	ErrInvalidArgument = errors.New("graph: invalid argument")
+	// ErrNotFound: a mutation names something that does not exist.
+	ErrNotFound = errors.New("graph: not found")
+	// ErrRepositoryFull: the repository already holds MaxIssuesPerRepository
+	// issues. The cap keeps the demo's memory bounded whatever clients send.
+	ErrRepositoryFull = errors.New("graph: repository is full")
+)
+
+const (
+	// MaxIssuesPerRepository caps createIssue, so memory stays bounded.
+	MaxIssuesPerRepository = 1000
+	// MaxTitleLength is the longest issue title createIssue accepts, in
+	// characters.
+	MaxTitleLength = 256
+)
+
+// Global IDs are a type prefix and the object's natural key.
+const (
+	userIDPrefix  = "U_"
+	repoIDPrefix  = "R_"
+	issueIDPrefix = "I_"
+)
+
+type userRecord struct {
+	user      model.User
+	repos     []string // repository names, oldest first
+	followers []string // logins
+}
+
+type repoRecord struct {
+	repo   model.Repository
+	issues []model.Issue // oldest first
+}
+
+// store is the in-memory data behind the resolvers. Every method copies what
+// it returns, so callers never share memory with the store and a concurrent
+// createIssue cannot change a slice a resolver is still reading.
+type store struct {
+	mu        sync.RWMutex
+	users     map[string]*userRecord // by login
+	logins    []string               // users in seeding order, for search
+	repos     map[string]*repoRecord // by name, unique across users
+	repoNames []string               // repositories in seeding order
+	issues    map[string]string      // issue ID -> repository name
+	nextIssue int
+}
+
+func newStore() *store {
+	return &store{
+		users:  make(map[string]*userRecord),
+		repos:  make(map[string]*repoRecord),
+		issues: make(map[string]string),
+	}
+}
+
+func (s *store) user(login string) (*model.User, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	u, ok := s.users[login]
+	if !ok {
+		return nil, false
+	}
+	c := u.user
+	return &c, true
+}
+
+func (s *store) repository(name string) (*model.Repository, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.repos[name]
+	if !ok {
+		return nil, false
+	}
+	return copyRepo(r.repo), true
+}
+
+func (s *store) issue(id string) (*model.Issue, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	name, ok := s.issues[id]
+	if !ok {
+		return nil, false
+	}
+	for _, is := range s.repos[name].issues {
+		if is.ID == id {
+			c := is
+			return &c, true
+		}
+	}
+	return nil, false
+}
+
+// reposOf returns login's repositories, sliced by first and last.
+func (s *store) reposOf(login string, first, last *int) ([]*model.Repository, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	u, ok := s.users[login]
+	if !ok {
+		return []*model.Repository{}, nil
+	}
+	lo, hi, err := window(len(u.repos), first, last)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.Repository, 0, hi-lo)
+	for _, name := range u.repos[lo:hi] {
+		out = append(out, copyRepo(s.repos[name].repo))
+	}
+	return out, nil
+}
+
+// issuesOf returns the repository's issues, sliced by first and last.
+func (s *store) issuesOf(repo string, first, last *int) ([]*model.Issue, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.repos[repo]
+	if !ok {
+		return []*model.Issue{}, nil
+	}
+	lo, hi, err := window(len(r.issues), first, last)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.Issue, 0, hi-lo)
+	for _, is := range r.issues[lo:hi] {
+		c := is
+		out = append(out, &c)
+	}
+	return out, nil
+}
+
+// followersOf returns the first n followers of login and how many there are.
+func (s *store) followersOf(login string, first int) ([]*model.User, int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	u, ok := s.users[login]
+	if !ok {
+		return []*model.User{}, 0, nil
+	}
+	lo, hi, err := window(len(u.followers), &first, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*model.User, 0, hi-lo)
+	for _, f := range u.followers[lo:hi] {
+		c := s.users[f].user
+		out = append(out, &c)
+	}
+	return out, len(u.followers), nil
+}
+
+// search matches query case-insensitively against user logins and names,
+// repository names and issue titles; users come first, then repositories,
+// then issues, each in seeding (then creation) order. first nil means all.
+func (s *store) search(query string, first *int) ([]model.SearchResult, error) {
+	limit := -1
+	if first != nil {
+		if *first < 0 {
+			return nil, fmt.Errorf("%w: first must not be negative, got %d", ErrInvalidArgument, *first)
+		}
+		limit = *first
+	}
+	q := strings.ToLower(query)
+	match := func(s string) bool { return strings.Contains(strings.ToLower(s), q) }
+	full := func(out []model.SearchResult) bool { return limit >= 0 && len(out) >= limit }
+
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := []model.SearchResult{}
+	for _, login := range s.logins {
+		if full(out) {
+			return out, nil
+		}
+		u := s.users[login].user
+		if match(u.Login) || (u.Name != nil && match(*u.Name)) {
+			out = append(out, &u)
+		}
+	}
+	for _, name := range s.repoNames {
+		if full(out) {
+			return out, nil
+		}
+		if r := s.repos[name]; match(r.repo.Name) {
+			out = append(out, copyRepo(r.repo))
+		}
+	}
+	for _, name := range s.repoNames {
+		for _, is := range s.repos[name].issues {
+			if full(out) {
+				return out, nil
+			}
+			if match(is.Title) {
+				c := is
+				out = append(out, &c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// createIssue appends a new issue to the named repository.
+func (s *store) createIssue(repo, title string) (*model.Issue, error) {
+	title = strings.TrimSpace(title)
+	if title == "" {
+		return nil, fmt.Errorf("%w: title must not be empty", ErrInvalidArgument)
+	}
+	if n := utf8.RuneCountInString(title); n > MaxTitleLength {
+		return nil, fmt.Errorf("%w: title is %d characters, at most %d allowed", ErrInvalidArgument, n, MaxTitleLength)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.repos[repo]
+	if !ok {
+		return nil, fmt.Errorf("%w: repository %q", ErrNotFound, repo)
+	}
+	if len(r.issues) >= MaxIssuesPerRepository {
+		return nil, fmt.Errorf("%w: %q has %d issues", ErrRepositoryFull, repo, len(r.issues))
+	}
+	is := s.appendIssue(r, title, nil)
+	return &is, nil
+}
+
+// appendIssue adds an issue to r. The caller holds s.mu for writing.
+func (s *store) appendIssue(r *repoRecord, title string, body *string) model.Issue {
+	s.nextIssue++
+	is := model.Issue{ID: issueIDPrefix + strconv.Itoa(s.nextIssue), Title: title, Body: body}
+	r.issues = append(r.issues, is)
+	s.issues[is.ID] = r.repo.Name
+	return is
+}
+
+// window turns first/last into the bounds [lo, hi) of a list of n items:
+// first keeps the first items, then last keeps the last of those, as in
+// GitHub's API. Negative values are rejected.
+func window(n int, first, last *int) (lo, hi int, err error) {
+	if first != nil && *first < 0 {
+		return 0, 0, fmt.Errorf("%w: first must not be negative, got %d", ErrInvalidArgument, *first)
+	}
+	if last != nil && *last < 0 {
+		return 0, 0, fmt.Errorf("%w: last must not be negative, got %d", ErrInvalidArgument, *last)
+	}
+	lo, hi = 0, n
+	if first != nil && *first < hi {
+		hi = *first
+	}
+	if last != nil && *last < hi-lo {
+		lo = hi - *last
+	}
+	return lo, hi, nil
+}
+
+func copyRepo(r model.Repository) *model.Repository {
+	r.Topics = slices.Clone(r.Topics)
+	return &r
+}
