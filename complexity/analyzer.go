@@ -1,0 +1,780 @@
+package complexity
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// Analyzer prices operations against one schema. It is immutable after New
+// and safe for concurrent use.
+type Analyzer struct {
+	cfg config
+	c   *compiled
+	// walkers recycles the scratch stacks of finished analyses, so pricing
+	// a typical operation allocates little beyond its Report.
+	walkers sync.Pool
+}
+
+// New compiles schema's @cost and @listSize directives and the options into
+// an Analyzer. Malformed directives fail with ErrInvalidSchema, bad options
+// with ErrInvalidOption.
+func New(schema *ast.Schema, opts ...Option) (*Analyzer, error) {
+	if schema == nil {
+		return nil, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	c, err := compile(schema, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Analyzer{cfg: cfg, c: c}, nil
+}
+
+// Schema returns the schema the Analyzer was built for.
+func (a *Analyzer) Schema() *ast.Schema { return a.c.schema }
+
+// Analyze prices the operation named operationName in doc (the only
+// operation when the name is empty). doc must be parsed and validated
+// against the Analyzer's schema; variables are the request's variables,
+// ideally already coerced (validator.VariableValues).
+//
+// A rejected operation returns a nil Report and an *Error. Other errors
+// wrap ErrInvalidDocument.
+func (a *Analyzer) Analyze(doc *ast.QueryDocument, operationName string, variables map[string]any) (*Report, error) {
+	if doc == nil {
+		return nil, fmt.Errorf("%w: nil document", ErrInvalidDocument)
+	}
+	var op *ast.OperationDefinition
+	switch {
+	case operationName != "":
+		op = doc.Operations.ForName(operationName)
+		if op == nil {
+			return nil, fmt.Errorf("%w: no operation named %q", ErrInvalidDocument, operationName)
+		}
+	case len(doc.Operations) == 1:
+		op = doc.Operations[0]
+	case len(doc.Operations) == 0:
+		return nil, fmt.Errorf("%w: the document has no operation", ErrInvalidDocument)
+	default:
+		return nil, fmt.Errorf("%w: the document has %d operations; name one", ErrInvalidDocument, len(doc.Operations))
+	}
+	return a.AnalyzeOperation(doc, op, variables)
+}
+
+// AnalyzeOperation prices op, an operation of doc. It is the form gqlgen's
+// OperationContext feeds directly: AnalyzeOperation(rc.Doc, rc.Operation,
+// rc.Variables). doc is used to find fragments that a spread does not
+// already point to; it may be nil for a validated operation.
+func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any) (*Report, error) {
+	if op == nil {
+		return nil, fmt.Errorf("%w: nil operation", ErrInvalidDocument)
+	}
+	var root *typeInfo
+	base := Cost(0)
+	switch op.Operation {
+	case ast.Mutation:
+		root, base = a.c.mutation, a.cfg.mutationBaseCost
+	case ast.Subscription:
+		root = a.c.subscription
+	default:
+		root = a.c.query
+	}
+	if root == nil {
+		return nil, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
+	}
+	w, _ := a.walkers.Get().(*walker)
+	if w == nil {
+		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
+	}
+	defer a.release(w)
+	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
+	w.maxDepth, w.explain = AbsoluteMaxDepth, a.cfg.breakdownLimit > 0
+	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
+		w.maxDepth = a.cfg.maxDepth
+	}
+	if a.cfg.maxAliases > 0 {
+		if err := w.checkAliases(); err != nil {
+			return nil, err
+		}
+	}
+	groups, _, err := w.collect(root, nil, op.SelectionSet)
+	if err != nil {
+		return nil, err
+	}
+	if a.cfg.maxRootFields > 0 {
+		n := 0
+		for _, g := range groups {
+			if !w.free(g.first.Name) {
+				n++
+			}
+		}
+		if n > a.cfg.maxRootFields {
+			return nil, &Error{
+				Code:      CodeMaxRootFieldsExceeded,
+				Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
+				Locations: locationsOf(op.Position),
+				Value:     float64(n),
+				Limit:     float64(a.cfg.maxRootFields),
+			}
+		}
+	}
+	var set pricedSet
+	if err := w.priceGroups(&set, root, groups, noSizes, 1, 0, false); err != nil {
+		return nil, err
+	}
+	r := &Report{
+		Operation:     op.Name,
+		OperationType: string(op.Operation),
+		Totals: Totals{
+			Cost:  addCost(base, set.cost),
+			Depth: set.depth,
+			Nodes: set.nodes,
+		},
+	}
+	if r.OperationType == "" {
+		r.OperationType = string(ast.Query)
+	}
+	r.Points = r.Cost.Points()
+	if a.cfg.maxNodes > 0 && r.Nodes > a.cfg.maxNodes {
+		totals := r.Totals
+		return nil, &Error{
+			Code:      CodeMaxNodesExceeded,
+			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), r.Nodes, a.cfg.maxNodes),
+			Locations: locationsOf(op.Position),
+			Value:     float64(r.Nodes),
+			Limit:     float64(a.cfg.maxNodes),
+			Totals:    &totals,
+		}
+	}
+	if a.cfg.hasMaxCost && r.Cost > a.cfg.maxCost {
+		totals := r.Totals
+		return nil, &Error{
+			Code:      CodeMaxCostExceeded,
+			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), r.Cost, a.cfg.maxCost),
+			Locations: locationsOf(op.Position),
+			Value:     r.Cost.Float64(),
+			Limit:     a.cfg.maxCost.Float64(),
+			Totals:    &totals,
+		}
+	}
+	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), &r.FieldsTruncated)
+	return r, nil
+}
+
+// release returns w to the pool, dropping references into the finished
+// analysis, and scratch space that grew unusually large.
+func (a *Analyzer) release(w *walker) {
+	w.doc, w.op, w.vars = nil, nil, nil
+	if cap(w.groups) > 256 || cap(w.path) > 256 || cap(w.visited) > 256 || len(w.memo) > 256 || len(w.ids) > 256 {
+		return // let the garbage collector have it
+	}
+	clear(w.groups[:cap(w.groups)])
+	clear(w.path[:cap(w.path)])
+	clear(w.visited[:cap(w.visited)])
+	w.groups, w.path, w.visited = w.groups[:0], w.path[:0], w.visited[:0]
+	clear(w.memo)
+	clear(w.ids)
+	a.walkers.Put(w)
+}
+
+func opName(op *ast.OperationDefinition) string {
+	if op.Name == "" {
+		return "(anonymous)"
+	}
+	return op.Name
+}
+
+// walker holds the state of one analysis.
+type walker struct {
+	a        *Analyzer
+	c        *compiled
+	doc      *ast.QueryDocument
+	op       *ast.OperationDefinition
+	vars     map[string]any
+	maxDepth int
+	explain  bool // keep every priced field for the breakdown
+	memo     map[memoKey]*pricedSet
+	ids      map[*ast.Field]uint32
+	path     []string // response path of the field being priced, for errors
+	// groups and visited are stacks shared by the nested collections: each
+	// collection appends above its callers' entries and releases them when
+	// its selection is priced, so collecting allocates nothing per level.
+	groups  []fieldGroup
+	visited []string
+}
+
+// sizes is the size a field hands down to some of its descendants: the
+// paths in spec, relative to prefix, receive size.
+type sizes struct {
+	spec   *fieldInfo // whose sized paths apply; nil for none
+	size   int64
+	prefix string // the part of a path already matched, "" or "a.b."
+}
+
+var noSizes = sizes{}
+
+// lookup returns the size handed to child field name, and the sizes its
+// own children inherit through dotted paths.
+func (s sizes) lookup(name string) (handed int64, ok bool, inherit sizes) {
+	if s.spec == nil {
+		return 0, false, noSizes
+	}
+	for _, p := range s.spec.sized {
+		rest, found := strings.CutPrefix(p, s.prefix)
+		if !found || !strings.HasPrefix(rest, name) {
+			continue
+		}
+		switch tail := rest[len(name):]; {
+		case tail == "":
+			handed, ok = s.size, true
+		case tail[0] == '.' && inherit.spec == nil:
+			inherit = sizes{spec: s.spec, size: s.size, prefix: p[:len(s.prefix)+len(name)+1]}
+		}
+	}
+	return handed, ok, inherit
+}
+
+// memoKey identifies a priced selection: which merged fields' selection
+// sets, priced for which type, with which handed-down sizes. A fragment
+// spread many times resolves to the same fields, so it is priced once per
+// key however often the document reaches it.
+type memoKey struct {
+	field  *ast.Field // the group's only field, or nil when merged
+	merged string     // ids of a merged group's fields
+	typ    *typeInfo
+	sizes  sizes
+}
+
+// pricedSet is the price of a selection set for one parent type, relative
+// to its position: cost includes the type's weight, depth counts levels
+// below the parent, nodes are per single parent object.
+type pricedSet struct {
+	cost   Cost
+	depth  int
+	nodes  int64
+	fields []pricedField // only when explaining
+	lines  int64         // explain entries below, expanded (saturating)
+	deep   pricedLink    // the field that reaches depth
+}
+
+// pricedLink names the deepest field of a set, so a depth violation found
+// on a memoised set can still point at a field.
+type pricedLink struct {
+	key   string
+	field *ast.Field
+	child *pricedSet // nil unless memoised or explaining
+}
+
+type pricedField struct {
+	key      string // response key
+	field    *ast.Field
+	info     *fieldInfo
+	n        int64
+	cost     Cost
+	depth    int
+	nodes    int64
+	children *pricedSet // nil for leaves, and unless memoised or explaining
+}
+
+// fieldGroup is the fields sharing one response key, merged as the
+// executor merges them. Almost always a single field.
+type fieldGroup struct {
+	key    string
+	first  *ast.Field
+	more   []*ast.Field
+	seen   map[*ast.Field]struct{} // built once the group grows large
+	shared bool                    // some field came through a named fragment spread
+}
+
+func (g *fieldGroup) size() int { return 1 + len(g.more) }
+
+func (g *fieldGroup) at(i int) *ast.Field {
+	if i == 0 {
+		return g.first
+	}
+	return g.more[i-1]
+}
+
+// add merges f unless the group already holds it: the same field reached
+// again through a fragment spread under another merged field.
+func (g *fieldGroup) add(f *ast.Field, viaSpread bool) {
+	g.shared = g.shared || viaSpread
+	if g.seen != nil {
+		if _, dup := g.seen[f]; dup {
+			return
+		}
+		g.seen[f] = struct{}{}
+		g.more = append(g.more, f)
+		return
+	}
+	if g.first == f || slices.Contains(g.more, f) {
+		return
+	}
+	g.more = append(g.more, f)
+	if len(g.more) > 16 {
+		g.seen = make(map[*ast.Field]struct{}, 2*len(g.more))
+		g.seen[g.first] = struct{}{}
+		for _, x := range g.more {
+			g.seen[x] = struct{}{}
+		}
+	}
+}
+
+func (w *walker) free(name string) bool {
+	return w.a.cfg.freeIntrospection && (name == "__typename" || name == "__schema" || name == "__type")
+}
+
+// collection is the state of one collect call.
+type collection struct {
+	t       *typeInfo
+	start   int            // first group in w.groups
+	index   map[string]int // response key → group, once there are many
+	visited int            // first fragment name in w.visited
+}
+
+// collect gathers the fields selected on concrete type t, by the root
+// selection (parent nil) or by the sub-selections of parent's fields, as
+// the executor's CollectFields does: @skip/@include applied, fragments
+// applied by type condition, fields grouped by response key in document
+// order. The groups live on the w.groups stack; the caller releases them
+// with w.groups = w.groups[:start].
+func (w *walker) collect(t *typeInfo, parent *fieldGroup, root ast.SelectionSet) (groups []fieldGroup, start int, err error) {
+	c := collection{t: t, start: len(w.groups), visited: len(w.visited)}
+	if parent == nil {
+		err = w.collectSet(&c, root, false)
+	} else {
+		for i := range parent.size() {
+			// Each field's selection is its own CollectFields call, with
+			// its own set of visited fragments.
+			if err = w.collectSet(&c, parent.at(i).SelectionSet, false); err != nil {
+				break
+			}
+			w.visited = w.visited[:c.visited]
+		}
+	}
+	w.visited = w.visited[:c.visited]
+	if err != nil {
+		w.groups = w.groups[:c.start]
+		return nil, c.start, err
+	}
+	return w.groups[c.start:], c.start, nil
+}
+
+func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool) error {
+	for _, s := range sel {
+		switch s := s.(type) {
+		case *ast.Field:
+			if !w.included(s.Directives) {
+				continue
+			}
+			key := s.Alias
+			if key == "" {
+				key = s.Name
+			}
+			if i := w.findGroup(c, key); i >= 0 {
+				w.groups[i].add(s, viaSpread)
+				continue
+			}
+			w.groups = append(w.groups, fieldGroup{key: key, first: s, shared: viaSpread})
+			switch n := len(w.groups) - c.start; {
+			case c.index != nil:
+				c.index[key] = len(w.groups) - 1
+			case n > 16:
+				c.index = make(map[string]int, 2*n)
+				for i := c.start; i < len(w.groups); i++ {
+					c.index[w.groups[i].key] = i
+				}
+			}
+		case *ast.FragmentSpread:
+			if !w.included(s.Directives) || slices.Contains(w.visited[c.visited:], s.Name) {
+				continue
+			}
+			w.visited = append(w.visited, s.Name)
+			def := s.Definition
+			if def == nil && w.doc != nil {
+				def = w.doc.Fragments.ForName(s.Name)
+			}
+			if def == nil {
+				return fmt.Errorf("%w: unknown fragment %q", ErrInvalidDocument, s.Name)
+			}
+			if !applies(c.t, def.TypeCondition) {
+				continue
+			}
+			if err := w.collectSet(c, def.SelectionSet, true); err != nil {
+				return err
+			}
+		case *ast.InlineFragment:
+			if !w.included(s.Directives) || (s.TypeCondition != "" && !applies(c.t, s.TypeCondition)) {
+				continue
+			}
+			if err := w.collectSet(c, s.SelectionSet, viaSpread); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (w *walker) findGroup(c *collection, key string) int {
+	if c.index != nil {
+		if i, ok := c.index[key]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := c.start; i < len(w.groups); i++ {
+		if w.groups[i].key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+func applies(t *typeInfo, cond string) bool {
+	return cond == t.name || t.within[cond]
+}
+
+// priceChildren prices the merged sub-selections of g, whose fields return
+// ret, at absolute depth depth (the children's level). shared says the
+// selection may be reached again (through a fragment spread or an abstract
+// type with several members); only then is it memoised, and memo is the
+// stored copy.
+func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz sizes, depth int, shared bool) (memo *pricedSet, err error) {
+	shared = shared || g.shared
+	var key memoKey
+	if shared {
+		key = memoKey{typ: ret, sizes: sz}
+		if g.size() == 1 {
+			key.field = g.first
+		} else {
+			key.merged = w.groupID(g)
+		}
+		if s, ok := w.memo[key]; ok {
+			if s.depth > 0 && depth+s.depth-1 > w.maxDepth {
+				return nil, w.depthErrorIn(s, depth)
+			}
+			*set = *s
+			return s, nil
+		}
+	}
+	if !ret.abstract || len(ret.possible) == 0 {
+		if err := w.priceObject(set, ret, g, sz, depth, ret.weight, shared); err != nil {
+			return nil, err
+		}
+	} else {
+		// Each member type is priced on its own; the most expensive one
+		// wins. Depth and nodes are worst cases of their own and may come
+		// from another member.
+		var maxDepth int
+		var maxNodes int64
+		var deep pricedLink
+		multi := len(ret.possible) > 1
+		for i, t := range ret.possible {
+			weight := t.weight
+			if !t.hasWeight && ret.hasWeight {
+				weight = ret.weight
+			}
+			var s pricedSet
+			if err := w.priceObject(&s, t, g, sz, depth, weight, shared || multi); err != nil {
+				return nil, err
+			}
+			if i == 0 || s.cost > set.cost {
+				*set = s
+			}
+			if i == 0 || s.depth > maxDepth {
+				maxDepth, deep = s.depth, s.deep
+			}
+			maxNodes = max(maxNodes, s.nodes)
+		}
+		set.depth, set.nodes, set.deep = maxDepth, maxNodes, deep
+	}
+	if shared {
+		if w.memo == nil {
+			w.memo = make(map[memoKey]*pricedSet)
+		}
+		memo = new(pricedSet)
+		*memo = *set
+		w.memo[key] = memo
+	}
+	return memo, nil
+}
+
+func (w *walker) groupID(g *fieldGroup) string {
+	if w.ids == nil {
+		w.ids = make(map[*ast.Field]uint32)
+	}
+	b := make([]byte, 0, 8*g.size())
+	for i := range g.size() {
+		f := g.at(i)
+		id, ok := w.ids[f]
+		if !ok {
+			id = uint32(len(w.ids) + 1)
+			w.ids[f] = id
+		}
+		b = strconv.AppendUint(b, uint64(id), 36)
+		b = append(b, ',')
+	}
+	return string(b)
+}
+
+func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
+	groups, start, err := w.collect(t, g, nil)
+	if err != nil {
+		return err
+	}
+	err = w.priceGroups(set, t, groups, sz, depth, weight, shared)
+	w.groups = w.groups[:start]
+	return err
+}
+
+// priceGroups prices collected fields of concrete type t at absolute depth
+// depth; the set's cost starts from weight (t's own, or 0 for the root).
+func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
+	*set = pricedSet{cost: weight}
+	if w.explain {
+		set.fields = make([]pricedField, 0, len(groups))
+	}
+	for i := range groups {
+		g := &groups[i]
+		if w.free(g.first.Name) {
+			continue
+		}
+		fi := t.fields[g.first.Name]
+		if fi == nil && g.first.Name == "__typename" {
+			fi = w.c.typename
+		}
+		if fi == nil {
+			return fmt.Errorf("%w: type %s has no field %q", ErrInvalidDocument, t.name, g.first.Name)
+		}
+		w.path = append(w.path, g.key)
+		var pf pricedField
+		err := w.priceField(&pf, g, fi, sz, depth, shared)
+		w.path = w.path[:len(w.path)-1]
+		if err != nil {
+			return err
+		}
+		set.cost = addCost(set.cost, pf.cost)
+		set.nodes = addCount(set.nodes, pf.nodes)
+		if pf.depth > set.depth {
+			set.depth = pf.depth
+			set.deep = pricedLink{key: g.key, field: g.first, child: pf.children}
+		}
+		if w.explain {
+			set.fields = append(set.fields, pf)
+			set.lines = addCount(set.lines, 1)
+			if pf.children != nil {
+				set.lines = addCount(set.lines, pf.children.lines)
+			}
+		}
+	}
+	return nil
+}
+
+func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz sizes, depth int, shared bool) error {
+	f := g.first
+	if depth > w.maxDepth {
+		return w.depthError(f, depth)
+	}
+	*pf = pricedField{key: g.key, field: f, info: fi, n: 1, depth: 1}
+	handed, hasHanded, inherit := sz.lookup(fi.name)
+
+	// Slicing arguments: validate every one given, keep the largest.
+	var sliced int64
+	hasSliced := false
+	given := 0
+	for _, in := range fi.slicing {
+		v, ok := w.given(f, in)
+		if !ok {
+			continue
+		}
+		given++
+		n, isList, ok := w.size(v)
+		if !ok {
+			continue
+		}
+		if n < 0 {
+			return w.breadthError(f, fmt.Sprintf("field %s: %s must not be negative", fi.name, describeSize(in.name, n, isList)), n)
+		}
+		if mb := w.a.cfg.maxBreadth; mb > 0 && n > mb {
+			return w.breadthError(f, fmt.Sprintf("field %s: %s exceeds the maximum of %d", fi.name, describeSize(in.name, n, isList), mb), n)
+		}
+		if !hasSliced || n > sliced {
+			sliced, hasSliced = n, true
+		}
+	}
+	if fi.requireOne && given != 1 {
+		names := make([]string, len(fi.slicing))
+		for i, in := range fi.slicing {
+			names[i] = in.name
+		}
+		return &Error{
+			Code:      CodeSlicingArgumentRequired,
+			Message:   fmt.Sprintf("field %s: exactly one of the slicing arguments %s is required, %d given", fi.name, strings.Join(names, ", "), given),
+			Locations: locationsOf(f.Position),
+			Path:      w.errPath(),
+			Value:     float64(given),
+			Limit:     1,
+		}
+	}
+	own, hasOwn := sliced, hasSliced
+	if !hasOwn && fi.hasAssumed {
+		own, hasOwn = fi.assumed, true
+	}
+	if fi.list {
+		switch {
+		case hasHanded:
+			pf.n = handed
+		case hasOwn && len(fi.sized) == 0:
+			pf.n = own
+		default:
+			pf.n = w.a.cfg.defaultListSize
+		}
+	}
+	childSizes := inherit
+	if len(fi.sized) > 0 && hasOwn {
+		childSizes = sizes{spec: fi, size: own}
+	}
+
+	cost := fi.weight
+	if !fi.argsFree {
+		cost = addCost(cost, w.argCost(f, fi))
+	}
+	if fi.ret.composite {
+		var children pricedSet
+		memo, err := w.priceChildren(&children, g, fi.ret, childSizes, depth+1, shared)
+		if err != nil {
+			return err
+		}
+		switch {
+		case memo != nil:
+			pf.children = memo
+		case w.explain:
+			pf.children = new(pricedSet)
+			*pf.children = children
+		}
+		pf.depth = 1 + children.depth
+		var own int64
+		if fi.list {
+			own = 1
+		}
+		pf.nodes = mulCount(pf.n, addCount(own, children.nodes))
+		cost = addCost(cost, mulCost(children.cost, pf.n))
+	} else {
+		cost = addCost(cost, mulCost(fi.ret.weight, pf.n))
+	}
+	pf.cost = clampZero(cost)
+	return nil
+}
+
+func (w *walker) errPath() []string {
+	return append([]string(nil), w.path...)
+}
+
+func (w *walker) breadthError(f *ast.Field, msg string, n int64) *Error {
+	return &Error{
+		Code:      CodeMaxBreadthExceeded,
+		Message:   msg,
+		Locations: locationsOf(f.Position),
+		Path:      w.errPath(),
+		Value:     float64(n),
+		Limit:     float64(w.a.cfg.maxBreadth),
+	}
+}
+
+func (w *walker) depthError(f *ast.Field, depth int) *Error {
+	return &Error{
+		Code:      CodeMaxDepthExceeded,
+		Message:   fmt.Sprintf("field %s is at depth %d, which exceeds the maximum depth of %d", f.Name, depth, w.maxDepth),
+		Locations: locationsOf(f.Position),
+		Path:      w.errPath(),
+		Value:     float64(depth),
+		Limit:     float64(w.maxDepth),
+	}
+}
+
+// depthErrorIn reports the first field of a memoised set, placed at
+// absolute depth depth, that lies beyond the maximum depth. Memoised sets
+// only contain memoised sets, so the chain of deepest fields is complete.
+func (w *walker) depthErrorIn(s *pricedSet, depth int) *Error {
+	saved := len(w.path)
+	defer func() { w.path = w.path[:saved] }()
+	for s != nil && s.deep.field != nil {
+		w.path = append(w.path, s.deep.key)
+		if depth > w.maxDepth {
+			return w.depthError(s.deep.field, depth)
+		}
+		s, depth = s.deep.child, depth+1
+	}
+	// Unreachable for a set deeper than the limit; kept total for safety.
+	return &Error{Code: CodeMaxDepthExceeded, Message: fmt.Sprintf("operation exceeds the maximum depth of %d", w.maxDepth), Limit: float64(w.maxDepth)}
+}
+
+// checkAliases counts aliased fields in the operation and the fragments it
+// spreads (each fragment once), stopping as soon as the limit is passed.
+func (w *walker) checkAliases() error {
+	limit := w.a.cfg.maxAliases
+	count := 0
+	seen := map[string]bool{}
+	var first *ast.Field
+	var walk func(ast.SelectionSet, int) bool
+	walk = func(sel ast.SelectionSet, depth int) bool {
+		if depth > w.maxDepth {
+			return true // the pricing walk reports the depth
+		}
+		for _, s := range sel {
+			switch s := s.(type) {
+			case *ast.Field:
+				if s.Alias != "" && s.Alias != s.Name {
+					count++
+					if count > limit {
+						first = s
+						return false
+					}
+				}
+				if !walk(s.SelectionSet, depth+1) {
+					return false
+				}
+			case *ast.FragmentSpread:
+				if seen[s.Name] {
+					continue
+				}
+				seen[s.Name] = true
+				def := s.Definition
+				if def == nil && w.doc != nil {
+					def = w.doc.Fragments.ForName(s.Name)
+				}
+				if def != nil && !walk(def.SelectionSet, depth) {
+					return false
+				}
+			case *ast.InlineFragment:
+				if !walk(s.SelectionSet, depth) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if walk(w.op.SelectionSet, 1) {
+		return nil
+	}
+	return &Error{
+		Code:      CodeMaxAliasesExceeded,
+		Message:   fmt.Sprintf("operation %s has more than the maximum of %d aliases (%s: %s is alias number %d)", opName(w.op), limit, first.Alias, first.Name, count),
+		Locations: locationsOf(first.Position),
+		Value:     float64(count),
+		Limit:     float64(limit),
+	}
+}

@@ -1,0 +1,128 @@
+package complexity_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	gqlcomplexity "github.com/99designs/gqlgen/complexity"
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/complexity"
+)
+
+// The benchmarks price the same validated operations on the same schema
+// with this package and with gqlgen's complexity.Calculate (its default
+// model, no custom complexity functions).
+//
+//	go test ./complexity -run '^$' -bench 'Analyze|GqlgenComplexity' -benchmem -benchtime 200ms
+
+const benchFanoutLevels = 20
+
+type benchCase struct {
+	name  string
+	query string
+}
+
+func benchCases(t testing.TB) []benchCase {
+	t.Helper()
+	complex, err := os.ReadFile(filepath.Join(goldenDir, "github-complex.graphql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []benchCase{
+		{"plain", `query { viewer { login followers(first: 5) { totalCount edges { node { login } } }
+			repositories(first: 10) { totalCount nodes { name issues(first: 3) { totalCount } } } } }`},
+		{"github-22060", string(complex)},
+		{"fanout-20", fanout(benchFanoutLevels)},
+	}
+}
+
+// benchSchema is the GitHub slice plus the fan-out type, so one schema
+// serves every case.
+func benchSchema(t testing.TB) *ast.Schema {
+	t.Helper()
+	github, err := os.ReadFile(filepath.Join(goldenDir, "schemas", "github.graphql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := complexity.LoadSchema(
+		&ast.Source{Name: "github.graphql", Input: string(github)},
+		&ast.Source{Name: "fanout.graphql", Input: `extend type Query { node: Node } type Node { a: Node b: Node leaf: Int }`},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return schema
+}
+
+func benchDoc(b *testing.B, schema *ast.Schema, query string) (*ast.QueryDocument, *ast.OperationDefinition) {
+	b.Helper()
+	doc, errs := gqlparser.LoadQueryWithRules(schema, query, nil)
+	if errs != nil {
+		b.Fatal(errs)
+	}
+	return doc, doc.Operations[0]
+}
+
+// BenchmarkAnalyze measures Analyze as the limiter uses it (totals only)
+// and, as <case>+explain, with the default breakdown of up to 1,000 fields.
+func BenchmarkAnalyze(b *testing.B) {
+	schema := benchSchema(b)
+	totals, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	explain, err := complexity.New(schema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range benchCases(b) {
+		doc, op := benchDoc(b, schema, c.query)
+		for _, v := range []struct {
+			suffix string
+			a      *complexity.Analyzer
+		}{{"", totals}, {"+explain", explain}} {
+			b.Run(c.name+v.suffix, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := v.a.AnalyzeOperation(doc, op, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// gqlgenSchema is the smallest graphql.ExecutableSchema gqlgen's Calculate
+// accepts: the schema, and no custom complexity for any field.
+type gqlgenSchema struct{ schema *ast.Schema }
+
+var _ graphql.ExecutableSchema = gqlgenSchema{}
+
+func (s gqlgenSchema) Schema() *ast.Schema { return s.schema }
+
+func (gqlgenSchema) Complexity(context.Context, string, string, int, map[string]any) (int, bool) {
+	return 0, false
+}
+
+func (gqlgenSchema) Exec(context.Context) graphql.ResponseHandler { return nil }
+
+func BenchmarkGqlgenComplexity(b *testing.B) {
+	schema := benchSchema(b)
+	es := gqlgenSchema{schema: schema}
+	ctx := context.Background()
+	for _, c := range benchCases(b) {
+		_, op := benchDoc(b, schema, c.query)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				gqlcomplexity.Calculate(ctx, es, op, nil)
+			}
+		})
+	}
+}

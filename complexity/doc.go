@@ -1,0 +1,88 @@
+// Package complexity prices GraphQL operations statically, before any
+// resolver runs, under the IBM GraphQL Cost Directives (@cost, @listSize),
+// and enforces the structural caps (depth, breadth, nodes, cost, aliases,
+// root fields) that reject absurd operations first.
+//
+// It only computes: a gqlparser schema and a validated operation go in, a
+// Report (or an *Error) comes out. It knows nothing about HTTP, gqlgen or
+// budgets; the limiter debits Report.Points.
+//
+// # Use
+//
+//	schema, err := complexity.LoadSchema(&ast.Source{Input: sdl}) // supplies @cost/@listSize if undeclared
+//	a, err := complexity.New(schema, complexity.WithMaxCost(5000), complexity.WithMaxDepth(10))
+//	report, err := a.AnalyzeOperation(rc.Doc, rc.Operation, rc.Variables) // gqlgen's OperationContext
+//	var ce *complexity.Error
+//	if errors.As(err, &ce) { /* ce.Code is MAX_COST_EXCEEDED, …; ce.GQLError() for the client */ }
+//
+// An Analyzer is built once per schema (New validates the directives and
+// the options) and is safe for concurrent use.
+//
+// # The cost model
+//
+//   - typeWeight(T) is @cost(weight) on T, else 1 for object, interface,
+//     union and input object types and 0 for scalars and enums.
+//   - fieldWeight(f) is @cost(weight) on the field definition (for a field
+//     selected through an interface, the concrete type's definition), else 0.
+//   - argCost(f) sums, over arguments with a non-null value (literal,
+//     variable or schema default), valueCost: for an input object, the
+//     argument's or input field's own @cost if present, else the input
+//     type's weight, plus the valueCost of each non-null field (missing
+//     fields take their schema defaults); for a list, the sum over its
+//     elements; for a scalar or enum, the own @cost if present, else the
+//     type's weight.
+//   - A composite field costs max(0, fieldWeight + argCost + n ×
+//     (typeWeight + Σ cost(children))); a leaf field costs max(0,
+//     fieldWeight + argCost + n × typeWeight).
+//   - n is 1 for a non-list field. For a list field it is (a) the size the
+//     parent hands down through @listSize(sizedFields:) (dotted paths such
+//     as "meta.tags" reach deeper), else (b) the largest non-null slicing
+//     argument (a list-valued one counts its elements), else (c)
+//     @listSize(assumedSize:), else (d) the default list size
+//     (DefaultListSize, WithDefaultListSize). A list of lists is sized once.
+//   - With slicingArguments declared, requireOneSlicingArgument defaults to
+//     true: exactly one of them must be non-null (schema defaults count).
+//   - Fields without @listSize follow two conventions (each can be turned
+//     off): first and last are slicing arguments, never required; a field
+//     returning a type named …Connection hands its size to that type's edges
+//     and nodes fields.
+//   - An interface or union costs, in place of typeWeight + Σ children, the
+//     maximum over its possible object types of that type's weight plus the
+//     fields that apply to it; depth and nodes take their own maxima.
+//   - Fields are collected as the executor collects them: @skip/@include
+//     applied (with variables), fragments applied by type condition, fields
+//     sharing a response key merged and counted once, aliases counted apart.
+//   - Only the selected operation is priced. Mutations start from 10
+//     (WithMutationBaseCost), queries and subscriptions from 0; the root
+//     type's own weight is not counted.
+//   - __typename, __schema and __type cost 0 and add no depth
+//     (WithFreeIntrospection), whatever the operation's name.
+//   - depth is the longest chain of nested fields, root fields at 1;
+//     fragments add no level. nodes is the sum over composite list fields of
+//     n × the n of every enclosing list field (GitHub's node count).
+//
+// # Numbers
+//
+// Costs are Cost values: fixed point in thousandths of a point, so
+// fractional weights ("2.5") are exact and pricing is deterministic. All
+// arithmetic saturates (costs at ±CostCeiling, counts at MaxInt64) and
+// never wraps. Report.Points is the cost rounded up to whole points.
+//
+// # Limits
+//
+// Each limit is optional (0 = none) and fails with an *Error carrying a
+// stable code: MAX_DEPTH_EXCEEDED, MAX_BREADTH_EXCEEDED (a slicing argument
+// above the cap, or negative), MAX_NODES_EXCEEDED, MAX_COST_EXCEEDED,
+// SLICING_ARGUMENT_REQUIRED, MAX_ALIASES_EXCEEDED and
+// MAX_ROOT_FIELDS_EXCEEDED. Aliases and root fields are checked before
+// pricing, depth and breadth during the walk (so a 1,000-level document stops
+// at the depth cap), nodes and cost on the totals.
+//
+// # Performance
+//
+// Pricing is linear in the size of the document: the price of a selection
+// is memoised per (merged fields, concrete type, handed-down size), so a
+// fragment reached through many spreads is priced once per context. The
+// explain view (Report.Fields) expands shared subtrees and is therefore
+// capped (WithBreakdownLimit).
+package complexity

@@ -1,0 +1,82 @@
+package complexity_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/complexity"
+)
+
+const seedSDL = `
+type Query { user: User }
+type User { repos(first: Int): [Repo] }
+type Repo { issues(first: Int): [Issue] }
+type Issue { title: String }
+`
+
+func ExampleAnalyzer_Analyze() {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "schema.graphql", Input: seedSDL})
+	if err != nil {
+		panic(err)
+	}
+	a, err := complexity.New(schema)
+	if err != nil {
+		panic(err)
+	}
+	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`, nil)
+	if errs != nil {
+		panic(errs)
+	}
+	r, err := a.Analyze(doc, "", nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("cost %s, depth %d, nodes %d\n", r.Cost, r.Depth, r.Nodes)
+	for _, f := range r.Fields {
+		fmt.Printf("%-24s ×%-3d %s\n", f.Path, f.Multiplier, f.Cost)
+	}
+	// Output:
+	// cost 5101, depth 4, nodes 5100
+	// user                     ×1   5101
+	// user.repos               ×100 5100
+	// user.repos.issues        ×50  50
+	// user.repos.issues.title  ×1   0
+}
+
+func ExampleAnalyzer_Analyze_maxCost() {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "schema.graphql", Input: seedSDL})
+	if err != nil {
+		panic(err)
+	}
+	a, err := complexity.New(schema, complexity.WithMaxCost(5000))
+	if err != nil {
+		panic(err)
+	}
+	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`, nil)
+	if errs != nil {
+		panic(errs)
+	}
+	_, err = a.Analyze(doc, "", nil)
+	var ce *complexity.Error
+	if errors.As(err, &ce) {
+		fmt.Println(ce.Code)
+		fmt.Println(ce.Message)
+		fmt.Println(errors.Is(err, complexity.ErrMaxCost), ce.Totals.Cost)
+	}
+	// Output:
+	// MAX_COST_EXCEEDED
+	// operation (anonymous) costs 5101, which exceeds the maximum of 5000
+	// true 5101
+}
+
+func ExampleCost_Points() {
+	c, err := complexity.ParseCost("12.25")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(c, c.Points())
+	// Output: 12.25 13
+}

@@ -1,0 +1,195 @@
+package complexity
+
+import (
+	"fmt"
+	"math"
+)
+
+// Defaults applied by New.
+const (
+	// DefaultListSize is the size assumed for a list field that has no
+	// slicing argument, no assumedSize and no size handed down by its
+	// parent. Ten keeps an unbounded list from looking free while staying
+	// below typical page sizes.
+	DefaultListSize = 10
+	// DefaultMutationBaseCost is the cost of running any mutation, before
+	// its fields are priced.
+	DefaultMutationBaseCost = 10
+	// DefaultBreakdownLimit caps Report.Fields so an explain view stays
+	// bounded even when a small document expands to millions of fields.
+	DefaultBreakdownLimit = 1000
+	// AbsoluteMaxDepth bounds nesting even when no maximum depth is set, so
+	// hostile documents cannot exhaust the stack. Exceeding it is reported
+	// as MAX_DEPTH_EXCEEDED.
+	AbsoluteMaxDepth = 10000
+)
+
+// Option configures an Analyzer. Options are checked by New; a bad value
+// fails construction with ErrInvalidOption.
+type Option func(*config) error
+
+type config struct {
+	defaultListSize   int64
+	mutationBaseCost  Cost
+	maxDepth          int
+	maxBreadth        int64
+	maxNodes          int64
+	maxCost           Cost
+	hasMaxCost        bool
+	maxAliases        int
+	maxRootFields     int
+	firstLast         bool
+	connections       bool
+	freeIntrospection bool
+	breakdownLimit    int
+}
+
+func defaultConfig() config {
+	return config{
+		defaultListSize:   DefaultListSize,
+		mutationBaseCost:  DefaultMutationBaseCost * CostScale,
+		firstLast:         true,
+		connections:       true,
+		freeIntrospection: true,
+		breakdownLimit:    DefaultBreakdownLimit,
+	}
+}
+
+func nonNegative(name string, n int64) error {
+	if n < 0 {
+		return fmt.Errorf("%w: %s must not be negative, got %d", ErrInvalidOption, name, n)
+	}
+	return nil
+}
+
+func finiteNonNegative(name string, f float64) error {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return fmt.Errorf("%w: %s must be a finite number ≥ 0, got %v", ErrInvalidOption, name, f)
+	}
+	return nil
+}
+
+// WithDefaultListSize sets the size assumed for list fields whose size is
+// otherwise unknown (default DefaultListSize).
+func WithDefaultListSize(n int) Option {
+	return func(c *config) error {
+		c.defaultListSize = int64(n)
+		return nonNegative("default list size", int64(n))
+	}
+}
+
+// WithMutationBaseCost sets the cost every mutation starts from (default
+// DefaultMutationBaseCost). Queries and subscriptions start from 0.
+func WithMutationBaseCost(points float64) Option {
+	return func(c *config) error {
+		if err := finiteNonNegative("mutation base cost", points); err != nil {
+			return err
+		}
+		c.mutationBaseCost = costFromFloat(points)
+		return nil
+	}
+}
+
+// WithMaxDepth rejects operations nested deeper than n fields, root fields
+// at depth 1, with MAX_DEPTH_EXCEEDED. 0 means no limit (AbsoluteMaxDepth
+// still applies).
+func WithMaxDepth(n int) Option {
+	return func(c *config) error {
+		c.maxDepth = n
+		return nonNegative("max depth", int64(n))
+	}
+}
+
+// WithMaxBreadth rejects any slicing argument (first, last, or one named by
+// @listSize) above n with MAX_BREADTH_EXCEEDED; a list-valued slicing
+// argument is measured by its length. 0 means no limit. Negative slicing
+// arguments are rejected with the same code whatever the limit.
+func WithMaxBreadth(n int) Option {
+	return func(c *config) error {
+		c.maxBreadth = int64(n)
+		return nonNegative("max breadth", int64(n))
+	}
+}
+
+// WithMaxNodes rejects operations that may return more than n objects
+// through lists (GitHub's node count) with MAX_NODES_EXCEEDED. 0 means no
+// limit.
+func WithMaxNodes(n int64) Option {
+	return func(c *config) error {
+		c.maxNodes = n
+		return nonNegative("max nodes", n)
+	}
+}
+
+// WithMaxCost rejects operations costing more than points with
+// MAX_COST_EXCEEDED. 0 means no limit.
+func WithMaxCost(points float64) Option {
+	return func(c *config) error {
+		if err := finiteNonNegative("max cost", points); err != nil {
+			return err
+		}
+		c.maxCost = costFromFloat(points)
+		c.hasMaxCost = c.maxCost > 0
+		return nil
+	}
+}
+
+// WithMaxAliases rejects operations whose document (the operation and the
+// fragments it uses, each counted once) contains more than n aliased fields
+// with MAX_ALIASES_EXCEEDED. 0 means no limit.
+func WithMaxAliases(n int) Option {
+	return func(c *config) error {
+		c.maxAliases = n
+		return nonNegative("max aliases", int64(n))
+	}
+}
+
+// WithMaxRootFields rejects operations that select more than n root fields
+// (after @skip/@include and merging, introspection excluded) with
+// MAX_ROOT_FIELDS_EXCEEDED. 0 means no limit.
+func WithMaxRootFields(n int) Option {
+	return func(c *config) error {
+		c.maxRootFields = n
+		return nonNegative("max root fields", int64(n))
+	}
+}
+
+// WithFirstLastConvention sets whether arguments named first and last are
+// slicing arguments on fields without @listSize (default on). They are never
+// required.
+func WithFirstLastConvention(on bool) Option {
+	return func(c *config) error {
+		c.firstLast = on
+		return nil
+	}
+}
+
+// WithConnectionConvention sets whether a field without @listSize that
+// returns a type named …Connection hands its size to the edges and nodes
+// fields of that type (default on).
+func WithConnectionConvention(on bool) Option {
+	return func(c *config) error {
+		c.connections = on
+		return nil
+	}
+}
+
+// WithFreeIntrospection sets whether __typename, __schema and __type cost
+// nothing and add no depth (default on). When off they are priced like any
+// other field, against the introspection types.
+func WithFreeIntrospection(on bool) Option {
+	return func(c *config) error {
+		c.freeIntrospection = on
+		return nil
+	}
+}
+
+// WithBreakdownLimit caps the number of entries in Report.Fields (default
+// DefaultBreakdownLimit). 0 disables the breakdown, which makes Analyze
+// cheaper when only the totals are needed.
+func WithBreakdownLimit(n int) Option {
+	return func(c *config) error {
+		c.breakdownLimit = n
+		return nonNegative("breakdown limit", int64(n))
+	}
+}

@@ -1,0 +1,87 @@
+package complexity
+
+// Totals are an operation's three headline numbers.
+type Totals struct {
+	// Cost is the operation's price in points (exact, possibly fractional).
+	Cost Cost `json:"cost"`
+	// Depth is the longest chain of nested fields, root fields at 1.
+	Depth int `json:"depth"`
+	// Nodes is the number of objects the operation may return through
+	// lists (GitHub's node count).
+	Nodes int64 `json:"nodes"`
+}
+
+// Report is the price of one operation.
+type Report struct {
+	// Operation is the operation's name, "" when anonymous.
+	Operation string `json:"operation,omitempty"`
+	// OperationType is "query", "mutation" or "subscription".
+	OperationType string `json:"operationType"`
+	Totals
+	// Points is Cost rounded up to whole points: what a budget debits.
+	Points int64 `json:"points"`
+	// Fields is the explain view: every priced field in document order,
+	// depth first, at most the breakdown limit of entries (see
+	// WithBreakdownLimit). A fragment reached many times appears once per
+	// place it is reached.
+	Fields []FieldCost `json:"fields"`
+	// FieldsTruncated is set when Fields stopped at the breakdown limit.
+	FieldsTruncated bool `json:"fieldsTruncated,omitempty"`
+}
+
+// FieldCost is one line of the explain view.
+type FieldCost struct {
+	// Path is the response path, response keys (aliases) joined by dots.
+	Path string `json:"path"`
+	// Field is the schema coordinate priced, "Type.field". Under an
+	// interface or union it names the concrete type that priced highest.
+	Field string `json:"field"`
+	// Depth is the field's level, root fields at 1.
+	Depth int `json:"depth"`
+	// Multiplier is n: the list size the field's value is multiplied by (1
+	// for a non-list field).
+	Multiplier int64 `json:"multiplier"`
+	// Cost is the field's cost including its sub-fields, for one instance
+	// of its parent.
+	Cost Cost `json:"cost"`
+}
+
+// breakdown expands the priced tree into at most limit FieldCost entries.
+// Shared (memoised) subtrees are expanded at each place they occur, so the
+// limit is what keeps this bounded.
+func (w *walker) breakdown(root []pricedField, limit int64, truncated *bool) []FieldCost {
+	out := make([]FieldCost, 0, limit)
+	if limit == 0 {
+		return out
+	}
+	path := make([]byte, 0, 64) // the dotted response path, grown and cut per level
+	var walk func(fields []pricedField, depth int) bool
+	walk = func(fields []pricedField, depth int) bool {
+		for i := range fields {
+			pf := &fields[i]
+			if int64(len(out)) == limit {
+				*truncated = true
+				return false
+			}
+			mark := len(path)
+			if mark > 0 {
+				path = append(path, '.')
+			}
+			path = append(path, pf.key...)
+			out = append(out, FieldCost{
+				Path:       string(path),
+				Field:      pf.info.coord,
+				Depth:      depth,
+				Multiplier: pf.n,
+				Cost:       pf.cost,
+			})
+			if pf.children != nil && !walk(pf.children.fields, depth+1) {
+				return false
+			}
+			path = path[:mark]
+		}
+		return true
+	}
+	walk(root, 1)
+	return out
+}

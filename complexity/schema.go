@@ -1,0 +1,397 @@
+package complexity
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
+)
+
+// directiveSDL declares the IBM cost directives. The weight is a String
+// (the IBM form); schemas may instead declare weight: Int! (Apollo's
+// federation form), and Analyzer reads either.
+const directiveSDL = `directive @cost(weight: String!) on ARGUMENT_DEFINITION | ENUM | FIELD_DEFINITION | INPUT_FIELD_DEFINITION | OBJECT | SCALAR
+
+directive @listSize(assumedSize: Int, slicingArguments: [String!], sizedFields: [String!], requireOneSlicingArgument: Boolean = true) on FIELD_DEFINITION
+`
+
+// DirectiveDefinitions returns the SDL declaring @cost and @listSize, for
+// schemas that use the directives without declaring them.
+func DirectiveDefinitions() string { return directiveSDL }
+
+// LoadSchema parses and validates SDL sources into a schema, first adding
+// the declarations of @cost and @listSize that the sources do not declare
+// themselves. Sources may declare them in either form (weight: String! or
+// weight: Int!).
+func LoadSchema(sources ...*ast.Source) (*ast.Schema, error) {
+	declared := map[string]bool{}
+	for _, src := range sources {
+		doc, err := parser.ParseSchema(src)
+		if err != nil {
+			return nil, fmt.Errorf("complexity: load schema: %w", err)
+		}
+		for _, d := range doc.Directives {
+			declared[d.Name] = true
+		}
+	}
+	all := slices.Clone(sources)
+	if !declared["cost"] || !declared["listSize"] {
+		sd, err := parser.ParseSchema(&ast.Source{Name: "cost-directives.graphql", Input: directiveSDL, BuiltIn: true})
+		if err != nil {
+			return nil, fmt.Errorf("complexity: load schema: %w", err)
+		}
+		var b strings.Builder
+		for _, d := range sd.Directives {
+			if !declared[d.Name] {
+				b.WriteString(directiveLine(d.Name))
+			}
+		}
+		all = append(all, &ast.Source{Name: "cost-directives.graphql", Input: b.String(), BuiltIn: true})
+	}
+	s, err := gqlparser.LoadSchema(all...)
+	if err != nil {
+		return nil, fmt.Errorf("complexity: load schema: %w", err)
+	}
+	return s, nil
+}
+
+// directiveLine returns the one-line declaration of the named directive.
+func directiveLine(name string) string {
+	for line := range strings.SplitSeq(directiveSDL, "\n") {
+		if strings.HasPrefix(line, "directive @"+name+"(") {
+			return line + "\n"
+		}
+	}
+	return ""
+}
+
+// compiled is a schema with every weight and list-size rule resolved, built
+// once by New so Analyze only looks things up.
+type compiled struct {
+	schema                        *ast.Schema
+	types                         map[string]*typeInfo
+	query, mutation, subscription *typeInfo
+	typename                      *fieldInfo // the implicit __typename field
+}
+
+type typeInfo struct {
+	def       *ast.Definition
+	name      string
+	weight    Cost
+	hasWeight bool // weight came from @cost
+	composite bool // object, interface or union
+	abstract  bool // interface or union
+	// possible lists the object types an abstract type may resolve to,
+	// sorted by name so ties between equally priced types break the same
+	// way whatever the schema's declaration order.
+	possible []*typeInfo
+	// within holds the names of the interfaces and unions an object type
+	// belongs to, for matching fragment type conditions.
+	within      map[string]bool
+	fields      map[string]*fieldInfo
+	inputFields []*inputInfo // input objects only
+}
+
+type fieldInfo struct {
+	name     string
+	coord    string // "Type.field"
+	weight   Cost
+	ret      *typeInfo
+	list     bool
+	args     []*inputInfo
+	argsFree bool // no argument can ever cost anything
+	// slicing are the arguments that size the list: the ones @listSize
+	// names, or first/last by convention.
+	slicing    []*inputInfo
+	requireOne bool
+	assumed    int64
+	hasAssumed bool
+	// sized are the paths of child fields that receive this field's size:
+	// @listSize(sizedFields:), or edges and nodes by the Connection
+	// convention.
+	sized []string
+}
+
+// inputInfo is an argument or an input object field.
+type inputInfo struct {
+	name      string
+	typ       *ast.Type
+	def       *ast.Value // schema default, nil if none
+	weight    Cost       // own @cost
+	hasWeight bool
+}
+
+func compile(s *ast.Schema, cfg *config) (*compiled, error) {
+	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types))}
+	for name, def := range s.Types {
+		ti := &typeInfo{def: def, name: name}
+		switch def.Kind {
+		case ast.Object, ast.InputObject:
+			ti.weight, ti.composite = CostScale, def.Kind == ast.Object
+		case ast.Interface, ast.Union:
+			ti.weight, ti.composite, ti.abstract = CostScale, true, true
+		}
+		w, ok, err := costDirective(def.Directives, "type "+name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ti.weight, ti.hasWeight = w, true
+		}
+		c.types[name] = ti
+	}
+	for _, ti := range c.types {
+		if ti.abstract {
+			for _, p := range s.PossibleTypes[ti.name] {
+				if pt := c.types[p.Name]; pt != nil && p.Kind == ast.Object {
+					ti.possible = append(ti.possible, pt)
+				}
+			}
+			slices.SortFunc(ti.possible, func(a, b *typeInfo) int { return strings.Compare(a.name, b.name) })
+			ti.possible = slices.CompactFunc(ti.possible, func(a, b *typeInfo) bool { return a == b })
+		}
+		if ti.def.Kind == ast.Object {
+			ti.within = map[string]bool{}
+			for _, sup := range s.Implements[ti.name] {
+				ti.within[sup.Name] = true
+			}
+			for _, iface := range ti.def.Interfaces {
+				ti.within[iface] = true
+			}
+		}
+	}
+	for _, ti := range c.types {
+		var err error
+		switch ti.def.Kind {
+		case ast.Object, ast.Interface:
+			err = c.compileFields(ti, cfg)
+		case ast.InputObject:
+			ti.inputFields, err = compileInputs(ti.def.Fields, "input "+ti.name)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if s.Query != nil {
+		c.query = c.types[s.Query.Name]
+	}
+	if s.Mutation != nil {
+		c.mutation = c.types[s.Mutation.Name]
+	}
+	if s.Subscription != nil {
+		c.subscription = c.types[s.Subscription.Name]
+	}
+	c.typename = &fieldInfo{name: "__typename", coord: "__typename", ret: c.types["String"], argsFree: true}
+	if c.typename.ret == nil {
+		c.typename.ret = &typeInfo{name: "String"}
+	}
+	return c, nil
+}
+
+func compileInputs(defs ast.FieldList, where string) ([]*inputInfo, error) {
+	out := make([]*inputInfo, 0, len(defs))
+	for _, d := range defs {
+		in := &inputInfo{name: d.Name, typ: d.Type, def: d.DefaultValue}
+		w, ok, err := costDirective(d.Directives, where+"."+d.Name)
+		if err != nil {
+			return nil, err
+		}
+		in.weight, in.hasWeight = w, ok
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+func (c *compiled) compileFields(ti *typeInfo, cfg *config) error {
+	ti.fields = make(map[string]*fieldInfo, len(ti.def.Fields))
+	for _, fd := range ti.def.Fields {
+		coord := ti.name + "." + fd.Name
+		fi := &fieldInfo{name: fd.Name, coord: coord, list: isList(fd.Type), argsFree: true}
+		fi.ret = c.types[fd.Type.Name()]
+		if fi.ret == nil {
+			return fmt.Errorf("%w: field %s: unknown type %s", ErrInvalidSchema, coord, fd.Type.Name())
+		}
+		w, ok, err := costDirective(fd.Directives, "field "+coord)
+		if err != nil {
+			return err
+		}
+		if ok {
+			fi.weight = w
+		}
+		for _, ad := range fd.Arguments {
+			in := &inputInfo{name: ad.Name, typ: ad.Type, def: ad.DefaultValue}
+			w, ok, err := costDirective(ad.Directives, "argument "+coord+"("+ad.Name+":)")
+			if err != nil {
+				return err
+			}
+			in.weight, in.hasWeight = w, ok
+			fi.args = append(fi.args, in)
+			if !c.argAlwaysFree(in) {
+				fi.argsFree = false
+			}
+		}
+		if err := c.compileListSize(fi, fd, cfg); err != nil {
+			return err
+		}
+		ti.fields[fd.Name] = fi
+	}
+	return nil
+}
+
+// argAlwaysFree reports whether an argument costs 0 whatever its value: a
+// scalar or enum (or list of them) without any weight.
+func (c *compiled) argAlwaysFree(in *inputInfo) bool {
+	if in.hasWeight && in.weight != 0 {
+		return false
+	}
+	t := c.types[in.typ.Name()]
+	return t != nil && t.def.Kind != ast.InputObject && t.weight == 0
+}
+
+func (c *compiled) compileListSize(fi *fieldInfo, fd *ast.FieldDefinition, cfg *config) error {
+	d := fd.Directives.ForName("listSize")
+	if d == nil {
+		if cfg.firstLast {
+			for _, a := range fi.args {
+				if a.name == "first" || a.name == "last" {
+					fi.slicing = append(fi.slicing, a)
+				}
+			}
+		}
+		if cfg.connections && strings.HasSuffix(fi.ret.name, "Connection") && fi.ret.composite {
+			for _, name := range []string{"edges", "nodes"} {
+				if fi.ret.def.Fields.ForName(name) != nil {
+					fi.sized = append(fi.sized, name)
+				}
+			}
+		}
+		return nil
+	}
+	where := "field " + fi.coord + ": @listSize"
+	fi.requireOne = true
+	if def := c.schema.Directives["listSize"]; def != nil {
+		if a := def.Arguments.ForName("requireOneSlicingArgument"); a != nil && a.DefaultValue != nil {
+			fi.requireOne = a.DefaultValue.Raw == "true"
+		}
+	}
+	for _, arg := range d.Arguments {
+		v := arg.Value
+		switch arg.Name {
+		case "assumedSize":
+			if v.Kind == ast.NullValue {
+				continue
+			}
+			n, err := strconv.ParseInt(v.Raw, 10, 64)
+			if v.Kind != ast.IntValue || err != nil || n < 0 {
+				return fmt.Errorf("%w: %s assumedSize %q is not a non-negative integer", ErrInvalidSchema, where, v.Raw)
+			}
+			fi.assumed, fi.hasAssumed = n, true
+		case "slicingArguments":
+			names, err := stringList(v, where+" slicingArguments")
+			if err != nil {
+				return err
+			}
+			for _, name := range names {
+				i := slices.IndexFunc(fi.args, func(a *inputInfo) bool { return a.name == name })
+				if i < 0 {
+					return fmt.Errorf("%w: %s slicingArguments names %q, which is not an argument of the field", ErrInvalidSchema, where, name)
+				}
+				fi.slicing = append(fi.slicing, fi.args[i])
+			}
+		case "sizedFields":
+			paths, err := stringList(v, where+" sizedFields")
+			if err != nil {
+				return err
+			}
+			for _, p := range paths {
+				if err := c.checkSizedPath(fi.ret, p); err != nil {
+					return fmt.Errorf("%w: %s sizedFields %q: %s", ErrInvalidSchema, where, p, err)
+				}
+			}
+			fi.sized = paths
+		case "requireOneSlicingArgument":
+			switch v.Kind {
+			case ast.BooleanValue:
+				fi.requireOne = v.Raw == "true"
+			case ast.NullValue:
+			default:
+				return fmt.Errorf("%w: %s requireOneSlicingArgument %q is not a Boolean", ErrInvalidSchema, where, v.Raw)
+			}
+		}
+	}
+	if len(fi.slicing) == 0 {
+		fi.requireOne = false
+	}
+	return nil
+}
+
+// checkSizedPath checks that a dot-separated path of field names exists
+// below t, so a typo in sizedFields fails at New rather than silently
+// pricing the list at the default size.
+func (c *compiled) checkSizedPath(t *typeInfo, path string) error {
+	for seg := range strings.SplitSeq(path, ".") {
+		if t == nil || !t.composite || t.def.Kind == ast.Union {
+			return fmt.Errorf("%q has no fields", typeName(t))
+		}
+		fd := t.def.Fields.ForName(seg)
+		if fd == nil {
+			return fmt.Errorf("type %s has no field %q", t.name, seg)
+		}
+		t = c.types[fd.Type.Name()]
+	}
+	return nil
+}
+
+func typeName(t *typeInfo) string {
+	if t == nil {
+		return "?"
+	}
+	return t.name
+}
+
+func stringList(v *ast.Value, where string) ([]string, error) {
+	switch v.Kind {
+	case ast.NullValue:
+		return nil, nil
+	case ast.StringValue, ast.BlockValue:
+		return []string{v.Raw}, nil // input coercion: a single value is a list of one
+	case ast.ListValue:
+		out := make([]string, 0, len(v.Children))
+		for _, ch := range v.Children {
+			if ch.Value.Kind != ast.StringValue && ch.Value.Kind != ast.BlockValue {
+				return nil, fmt.Errorf("%w: %s: %s is not a String", ErrInvalidSchema, where, ch.Value.String())
+			}
+			out = append(out, ch.Value.Raw)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: %s: %s is not a list of String", ErrInvalidSchema, where, v.String())
+}
+
+// costDirective reads the weight of a @cost directive in either declared
+// form: weight: "2.5" (IBM, String) or weight: 2 (Apollo, Int).
+func costDirective(dirs ast.DirectiveList, where string) (Cost, bool, error) {
+	d := dirs.ForName("cost")
+	if d == nil {
+		return 0, false, nil
+	}
+	a := d.Arguments.ForName("weight")
+	if a == nil || a.Value == nil {
+		return 0, false, fmt.Errorf("%w: %s: @cost has no weight", ErrInvalidSchema, where)
+	}
+	switch a.Value.Kind {
+	case ast.StringValue, ast.BlockValue, ast.IntValue, ast.FloatValue:
+		w, problem := parseCost(a.Value.Raw)
+		if problem != "" {
+			return 0, false, fmt.Errorf("%w: %s: @cost weight %q %s", ErrInvalidSchema, where, a.Value.Raw, problem)
+		}
+		return w, true, nil
+	}
+	return 0, false, fmt.Errorf("%w: %s: @cost weight %s is not a number", ErrInvalidSchema, where, a.Value.String())
+}
+
+func isList(t *ast.Type) bool { return t != nil && t.Elem != nil }

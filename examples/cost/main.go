@@ -1,0 +1,347 @@
+// Command cost prices a GraphQL operation against a schema and explains the
+// price: the totals (cost, depth, nodes) and a tree of every field with its
+// multiplier and cost. It is the complexity package on the command line.
+//
+//	go run ./examples/cost -schema FILE [-schema FILE ...] -query FILE|- \
+//	    [-variables FILE] [-operation NAME] [-default-list-size N] \
+//	    [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-json]
+//
+// Schemas may use @cost and @listSize without declaring them, or declare them
+// with weight: String! (IBM) or weight: Int! (Apollo federation).
+//
+// Exit status: 0 with the report on stdout; 1 when the operation is rejected
+// (a limit, a slicing-argument rule) or the schema, query or variables are
+// invalid, with the errors on stderr, or with -json as
+// {"errors": [{"code", "message", "locations"}], …totals when known} on
+// stdout; 2 for wrong usage, with the usage text on stderr.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+	"github.com/vektah/gqlparser/v2/parser"
+	"github.com/vektah/gqlparser/v2/validator"
+
+	"github.com/costguard/costguard/complexity"
+)
+
+// Exit statuses.
+const (
+	exitOK       = 0
+	exitRejected = 1
+	exitUsage    = 2
+)
+
+// Codes for input the command cannot price. Limit and slicing-argument codes
+// come from the complexity package.
+const (
+	codeUnreadable       = "INPUT_UNREADABLE"
+	codeInvalidSchema    = "INVALID_SCHEMA"
+	codeParseFailed      = "GRAPHQL_PARSE_FAILED"
+	codeValidationFailed = "GRAPHQL_VALIDATION_FAILED"
+	codeInvalidVariables = "INVALID_VARIABLES"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+type flags struct {
+	schemas         stringList
+	query           string
+	variables       string
+	operation       string
+	defaultListSize int
+	maxDepth        int
+	maxBreadth      int
+	maxNodes        int64
+	maxCost         float64
+	json            bool
+}
+
+const usageLine = "usage: cost -schema FILE [-schema FILE ...] -query FILE|- [-variables FILE] [-operation NAME]\n" +
+	"            [-default-list-size N] [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-json]\n"
+
+// parseFlags returns the flags, or a usage problem to report with exit 2.
+func parseFlags(args []string, stderr io.Writer) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("cost", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Var(&f.schemas, "schema", "schema SDL `FILE` (repeat for several files)")
+	fs.StringVar(&f.query, "query", "", "operation document `FILE`, or - for stdin")
+	fs.StringVar(&f.variables, "variables", "", "variables JSON `FILE`")
+	fs.StringVar(&f.operation, "operation", "", "`NAME` of the operation to price (needed when the document has several)")
+	fs.IntVar(&f.defaultListSize, "default-list-size", complexity.DefaultListSize, "`N` assumed for lists with no slicing argument or assumedSize")
+	fs.IntVar(&f.maxDepth, "max-depth", 0, "reject operations deeper than `N` (0: no limit)")
+	fs.IntVar(&f.maxBreadth, "max-breadth", 0, "reject slicing arguments above `N` (0: no limit)")
+	fs.Int64Var(&f.maxNodes, "max-nodes", 0, "reject operations that may return more than `N` nodes (0: no limit)")
+	fs.Float64Var(&f.maxCost, "max-cost", 0, "reject operations costing more than `N` points (0: no limit)")
+	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the text report")
+	usage := func() {
+		fmt.Fprint(stderr, usageLine+"\n")
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage()
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "cost: %v\n", err)
+		usage()
+		return nil, err
+	}
+	var problem string
+	switch {
+	case len(f.schemas) == 0:
+		problem = "-schema is required"
+	case f.query == "":
+		problem = "-query is required"
+	case fs.NArg() > 0:
+		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+	case f.defaultListSize < 0 || f.maxDepth < 0 || f.maxBreadth < 0 || f.maxNodes < 0 || f.maxCost < 0:
+		problem = "-default-list-size and the -max-* limits must not be negative"
+	}
+	if problem != "" {
+		fmt.Fprintf(stderr, "cost: %s\n", problem)
+		usage()
+		return nil, errors.New(problem)
+	}
+	return f, nil
+}
+
+// failure is one entry of the errors document for input the command could
+// not price. locations is always present, possibly empty.
+type failure struct {
+	Code      string                `json:"code"`
+	Message   string                `json:"message"`
+	Locations []complexity.Location `json:"locations"`
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	f, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	out := output{json: f.json, stdout: stdout, stderr: stderr}
+
+	var sources []*ast.Source
+	for _, path := range f.schemas {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return out.fail(nil, failure{Code: codeUnreadable, Message: err.Error()})
+		}
+		sources = append(sources, &ast.Source{Name: path, Input: string(b)})
+	}
+	schema, err := complexity.LoadSchema(sources...)
+	if err != nil {
+		return out.fail(nil, gqlFailures(codeInvalidSchema, err)...)
+	}
+	analyzer, err := complexity.New(schema,
+		complexity.WithDefaultListSize(f.defaultListSize),
+		complexity.WithMaxDepth(f.maxDepth),
+		complexity.WithMaxBreadth(f.maxBreadth),
+		complexity.WithMaxNodes(f.maxNodes),
+		complexity.WithMaxCost(f.maxCost),
+	)
+	if err != nil {
+		return out.fail(nil, failure{Code: codeInvalidSchema, Message: err.Error()})
+	}
+
+	name := f.query
+	var query []byte
+	if f.query == "-" {
+		name = "stdin"
+		query, err = io.ReadAll(stdin)
+	} else {
+		query, err = os.ReadFile(f.query)
+	}
+	if err != nil {
+		return out.fail(nil, failure{Code: codeUnreadable, Message: err.Error()})
+	}
+	doc, err := parser.ParseQuery(&ast.Source{Name: name, Input: string(query)})
+	if err != nil {
+		return out.fail(nil, gqlFailures(codeParseFailed, err)...)
+	}
+	if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+		return out.fail(nil, gqlFailures(codeValidationFailed, errs)...)
+	}
+	op, fail := selectOperation(doc, f.operation)
+	if fail != nil {
+		return out.fail(nil, *fail)
+	}
+
+	var raw map[string]any
+	if f.variables != "" {
+		b, err := os.ReadFile(f.variables)
+		if err != nil {
+			return out.fail(nil, failure{Code: codeUnreadable, Message: err.Error()})
+		}
+		d := json.NewDecoder(strings.NewReader(string(b)))
+		d.UseNumber()
+		if err := d.Decode(&raw); err != nil {
+			return out.fail(nil, failure{Code: codeInvalidVariables, Message: fmt.Sprintf("%s: not a JSON object: %v", f.variables, err)})
+		}
+	}
+	vars, err := validator.VariableValues(schema, op, raw)
+	if err != nil {
+		return out.fail(nil, gqlFailures(codeInvalidVariables, err)...)
+	}
+
+	report, err := analyzer.AnalyzeOperation(doc, op, vars)
+	var ce *complexity.Error
+	switch {
+	case errors.As(err, &ce):
+		return out.fail(ce.Totals, rejection{Error: ce, Locations: append([]complexity.Location{}, ce.Locations...)})
+	case err != nil:
+		return out.fail(nil, failure{Code: codeValidationFailed, Message: err.Error()})
+	}
+	return out.report(report)
+}
+
+func selectOperation(doc *ast.QueryDocument, name string) (*ast.OperationDefinition, *failure) {
+	if name != "" {
+		if op := doc.Operations.ForName(name); op != nil {
+			return op, nil
+		}
+		return nil, &failure{Code: codeValidationFailed, Message: fmt.Sprintf("no operation named %q", name)}
+	}
+	switch len(doc.Operations) {
+	case 1:
+		return doc.Operations[0], nil
+	case 0:
+		return nil, &failure{Code: codeValidationFailed, Message: "the document has no operation"}
+	}
+	return nil, &failure{Code: codeValidationFailed, Message: fmt.Sprintf("the document has %d operations; choose one with -operation", len(doc.Operations))}
+}
+
+// gqlFailures turns gqlparser errors (one or a list) into failures with
+// their positions.
+func gqlFailures(code string, err error) []any {
+	var list gqlerror.List
+	var one *gqlerror.Error
+	switch {
+	case errors.As(err, &list):
+	case errors.As(err, &one):
+		list = gqlerror.List{one}
+	default:
+		return []any{failure{Code: code, Message: err.Error(), Locations: []complexity.Location{}}}
+	}
+	out := make([]any, 0, len(list))
+	for _, e := range list {
+		fl := failure{Code: code, Message: e.Message, Locations: []complexity.Location{}}
+		if len(e.Path) > 0 {
+			fl.Message = e.Path.String() + ": " + fl.Message
+		}
+		for _, l := range e.Locations {
+			fl.Locations = append(fl.Locations, complexity.Location{Line: l.Line, Column: l.Column})
+		}
+		out = append(out, fl)
+	}
+	return out
+}
+
+// rejection is a *complexity.Error whose locations are always printed.
+type rejection struct {
+	*complexity.Error
+	Locations []complexity.Location `json:"locations"`
+}
+
+type output struct {
+	json           bool
+	stdout, stderr io.Writer
+}
+
+// fail prints the errors (failure or rejection values) and returns
+// exit status 1.
+func (o output) fail(totals *complexity.Totals, errs ...any) int {
+	for i, e := range errs {
+		if fl, ok := e.(failure); ok && fl.Locations == nil {
+			fl.Locations = []complexity.Location{}
+			errs[i] = fl
+		}
+	}
+	if o.json {
+		doc := struct {
+			Errors []any `json:"errors"`
+			*complexity.Totals
+		}{errs, totals}
+		o.writeJSON(doc)
+		return exitRejected
+	}
+	for _, e := range errs {
+		switch e := e.(type) {
+		case rejection:
+			fmt.Fprintf(o.stderr, "cost: %s: %s%s\n", e.Code, e.Message, at(e.Locations))
+		case failure:
+			fmt.Fprintf(o.stderr, "cost: %s: %s%s\n", e.Code, e.Message, at(e.Locations))
+		}
+	}
+	if totals != nil {
+		fmt.Fprintf(o.stderr, "cost: totals: cost %s, depth %d, nodes %d\n", totals.Cost, totals.Depth, totals.Nodes)
+	}
+	return exitRejected
+}
+
+func at(locs []complexity.Location) string {
+	if len(locs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (line %d, column %d)", locs[0].Line, locs[0].Column)
+}
+
+func (o output) writeJSON(v any) {
+	enc := json.NewEncoder(o.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(o.stderr, "cost: %v\n", err)
+	}
+}
+
+func (o output) report(r *complexity.Report) int {
+	if o.json {
+		o.writeJSON(r)
+		return exitOK
+	}
+	name := r.Operation
+	if name == "" {
+		name = "(anonymous)"
+	}
+	fmt.Fprintf(o.stdout, "operation  %s %s\n", r.OperationType, name)
+	fmt.Fprintf(o.stdout, "cost       %s (%d points)\n", r.Cost, r.Points)
+	fmt.Fprintf(o.stdout, "depth      %d\n", r.Depth)
+	fmt.Fprintf(o.stdout, "nodes      %d\n\n", r.Nodes)
+	tw := tabwriter.NewWriter(o.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIELD\tPRICED AS\t×N\tCOST")
+	for _, fc := range r.Fields {
+		key := fc.Path[strings.LastIndexByte(fc.Path, '.')+1:]
+		fmt.Fprintf(tw, "%s%s\t%s\t%d\t%s\n", strings.Repeat("  ", fc.Depth-1), key, fc.Field, fc.Multiplier, fc.Cost)
+	}
+	tw.Flush()
+	if r.FieldsTruncated {
+		fmt.Fprintf(o.stdout, "… the breakdown stops after %d fields\n", len(r.Fields))
+	}
+	return exitOK
+}

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// binary is the cost command built once for all tests: they run it the way
+// scripts do.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cost-cli-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "cost")
+	if runtime.GOOS == "windows" {
+		binary += ".exe"
+	}
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the cost command:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const casesDir = "../../testdata/cost"
+
+func schemaPath(name string) string { return filepath.Join(casesDir, "schemas", name) }
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func runCost(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{stdout: out.String(), stderr: errOut.String(), code: code}
+}
+
+func decode(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, s)
+	}
+	return v
+}
+
+// seedText is the text report of the seed example, as README.md shows it.
+const seedText = `operation  query (anonymous)
+cost       5101 (5101 points)
+depth      4
+nodes      5100
+
+FIELD        PRICED AS    ×N   COST
+user         Query.user   1    5101
+  repos      User.repos   100  5100
+    issues   Repo.issues  50   50
+      title  Issue.title  1    0
+`
+
+func TestTextReport(t *testing.T) {
+	r := runCost(t, "", "-schema", schemaPath("plain.graphql"), "-query", filepath.Join(casesDir, "seed.graphql"))
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r.stdout != seedText {
+		t.Errorf("text report:\n%s\nwant:\n%s", r.stdout, seedText)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), seedText) {
+		t.Error("README.md no longer shows the seed example's text report as the CLI prints it")
+	}
+	// Each tree line carries the coordinate, multiplier and cost.
+	if !hasLine(r.stdout, "repos", "User.repos", "100", "5100") {
+		t.Errorf("no line 'repos User.repos 100 5100' in:\n%s", r.stdout)
+	}
+}
+
+func hasLine(out string, fields ...string) bool {
+	for line := range strings.SplitSeq(out, "\n") {
+		if reflect.DeepEqual(strings.Fields(line), fields) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestGoldenCasesThroughTheCLI runs every golden case whose options the CLI
+// has flags for and compares -json output with the expected file: the CLI
+// prints exactly the library's report.
+func TestGoldenCasesThroughTheCLI(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join(casesDir, "*.graphql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(paths)
+	ran := 0
+	for _, p := range paths {
+		name := strings.TrimSuffix(filepath.Base(p), ".graphql")
+		args, ok := caseArgs(t, p)
+		if !ok {
+			continue
+		}
+		ran++
+		t.Run(name, func(t *testing.T) {
+			r := runCost(t, "", append(args, "-json")...)
+			want, err := os.ReadFile(filepath.Join(casesDir, name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, exp := decode(t, r.stdout), decode(t, string(want))
+			if !reflect.DeepEqual(got, exp) {
+				t.Errorf("CLI output differs from %s.json\n--- got\n%s\n--- want\n%s", name, r.stdout, want)
+			}
+			wantCode := 0
+			if _, rejected := exp["errors"]; rejected {
+				wantCode = 1
+			}
+			if r.code != wantCode {
+				t.Errorf("exit %d, want %d (stderr %q)", r.code, wantCode, r.stderr)
+			}
+		})
+	}
+	if ran < 40 {
+		t.Errorf("only %d golden cases ran through the CLI", ran)
+	}
+}
+
+// caseArgs turns a golden case header into CLI arguments; ok is false when
+// the case uses an option the CLI has no flag for.
+func caseArgs(t *testing.T, path string) ([]string, bool) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	args := []string{"-query", path}
+	flagFor := map[string]string{
+		"defaultListSize": "-default-list-size", "maxDepth": "-max-depth", "maxBreadth": "-max-breadth",
+		"maxNodes": "-max-nodes", "maxCost": "-max-cost",
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		key, val, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "#")), ":")
+		val = strings.TrimSpace(val)
+		switch key {
+		case "schema":
+			for _, s := range strings.Fields(val) {
+				args = append(args, "-schema", schemaPath(s))
+			}
+		case "operation":
+			args = append(args, "-operation", val)
+		case "variables":
+			vf := filepath.Join(t.TempDir(), "variables.json")
+			if err := os.WriteFile(vf, []byte(val), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "-variables", vf)
+		case "options":
+			var opts map[string]json.Number
+			d := json.NewDecoder(strings.NewReader(val))
+			d.UseNumber()
+			if err := d.Decode(&opts); err != nil {
+				return nil, false // a boolean option: no CLI flag
+			}
+			for k, v := range opts {
+				fl, ok := flagFor[k]
+				if !ok {
+					return nil, false
+				}
+				args = append(args, fl, v.String())
+			}
+		}
+	}
+	return args, true
+}
+
+func TestRejectionsExitOneWithErrorsJSON(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	plain := schemaPath("plain.graphql")
+	seed := filepath.Join(casesDir, "seed.graphql")
+	tests := []struct {
+		name string
+		args []string
+		code string
+		line int // expected first location line, 0 for none
+	}{
+		{"max cost", []string{"-schema", plain, "-query", seed, "-max-cost", "5000"}, "MAX_COST_EXCEEDED", 3},
+		{"max depth", []string{"-schema", plain, "-query", seed, "-max-depth", "3"}, "MAX_DEPTH_EXCEEDED", 3},
+		{"max nodes", []string{"-schema", plain, "-query", seed, "-max-nodes", "100"}, "MAX_NODES_EXCEEDED", 3},
+		{"max breadth", []string{"-schema", plain, "-query", seed, "-max-breadth", "99"}, "MAX_BREADTH_EXCEEDED", 3},
+		{"slicing argument", []string{"-schema", schemaPath("weights.graphql"), "-query", write("items.graphql", "{ items { name } }")}, "SLICING_ARGUMENT_REQUIRED", 1},
+		{"invalid schema", []string{"-schema", write("bad.graphql", "type Query { a: Nope }"), "-query", seed}, "INVALID_SCHEMA", 1},
+		{"invalid weight", []string{"-schema", write("weight.graphql", `type Query { a: Int @cost(weight: "x") }`), "-query", seed}, "INVALID_SCHEMA", 0},
+		{"unreadable schema", []string{"-schema", filepath.Join(dir, "missing.graphql"), "-query", seed}, "INPUT_UNREADABLE", 0},
+		{"parse error", []string{"-schema", plain, "-query", write("parse.graphql", "{ user { ")}, "GRAPHQL_PARSE_FAILED", 1},
+		{"validation error", []string{"-schema", plain, "-query", write("invalid.graphql", "\n{ nope }")}, "GRAPHQL_VALIDATION_FAILED", 2},
+		{"unknown operation", []string{"-schema", plain, "-query", seed, "-operation", "Nope"}, "GRAPHQL_VALIDATION_FAILED", 0},
+		{"two operations", []string{"-schema", plain, "-query", write("two.graphql", "query A { user { name } } query B { user { name } }")}, "GRAPHQL_VALIDATION_FAILED", 0},
+		{"variables not JSON", []string{"-schema", plain, "-query", filepath.Join(casesDir, "seed-variables.graphql"), "-variables", write("v.json", "{")}, "INVALID_VARIABLES", 0},
+		{"variables wrong type", []string{"-schema", plain, "-query", filepath.Join(casesDir, "seed-variables.graphql"), "-variables", write("w.json", `{"repos": "many"}`)}, "INVALID_VARIABLES", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runCost(t, "", append(tt.args, "-json")...)
+			if r.code != 1 {
+				t.Fatalf("exit %d, want 1; stdout %s stderr %s", r.code, r.stdout, r.stderr)
+			}
+			doc := decode(t, r.stdout)
+			errs, _ := doc["errors"].([]any)
+			if len(errs) == 0 {
+				t.Fatalf("no errors in %s", r.stdout)
+			}
+			e := errs[0].(map[string]any)
+			locs, hasLocs := e["locations"].([]any)
+			if e["code"] != tt.code || e["message"] == "" || !hasLocs {
+				t.Fatalf("error = %v, want code %s with a message and locations", e, tt.code)
+			}
+			if tt.line > 0 && (len(locs) == 0 || locs[0].(map[string]any)["line"] != float64(tt.line)) {
+				t.Errorf("locations = %v, want line %d", locs, tt.line)
+			}
+			// Text mode: same status, the error on stderr, nothing on stdout.
+			rt := runCost(t, "", tt.args...)
+			if rt.code != 1 || rt.stdout != "" || !strings.Contains(rt.stderr, tt.code) {
+				t.Errorf("text mode: exit %d, stdout %q, stderr %q", rt.code, rt.stdout, rt.stderr)
+			}
+		})
+	}
+	// Totals ride along when they are known.
+	r := runCost(t, "", "-schema", plain, "-query", seed, "-max-cost", "5000", "-json")
+	if doc := decode(t, r.stdout); doc["cost"] != float64(5101) || doc["nodes"] != float64(5100) || doc["depth"] != float64(4) {
+		t.Errorf("totals missing from %s", r.stdout)
+	}
+}
+
+func TestWrongUsageExitsTwo(t *testing.T) {
+	plain := schemaPath("plain.graphql")
+	seed := filepath.Join(casesDir, "seed.graphql")
+	tests := map[string][]string{
+		"no arguments":       nil,
+		"no query":           {"-schema", plain},
+		"no schema":          {"-query", seed},
+		"unknown flag":       {"-schema", plain, "-query", seed, "-max-widgets", "3"},
+		"positional":         {"-schema", plain, "-query", seed, "extra"},
+		"negative max depth": {"-schema", plain, "-query", seed, "-max-depth", "-1"},
+		"not a number":       {"-schema", plain, "-query", seed, "-max-cost", "lots"},
+		"negative list size": {"-schema", plain, "-query", seed, "-default-list-size", "-5"},
+	}
+	for name, args := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := runCost(t, "", args...)
+			if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "usage: cost -schema FILE") {
+				t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
+	if r := runCost(t, "", "-h"); r.code != 0 || !strings.Contains(r.stderr, "-max-cost") {
+		t.Fatalf("-h: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestQueryFromStdin(t *testing.T) {
+	r := runCost(t, "{ user { repos(first: 100) { issues(first: 50) { title } } } }",
+		"-schema", schemaPath("plain.graphql"), "-query", "-", "-json")
+	if doc := decode(t, r.stdout); r.code != 0 || doc["cost"] != float64(5101) {
+		t.Fatalf("exit %d: %s", r.code, r.stdout)
+	}
+}
+
+func TestRepeatedSchemaAndDirectiveForms(t *testing.T) {
+	books := filepath.Join(casesDir, "books-book.graphql")
+	tests := []struct {
+		name    string
+		schemas []string
+		query   string
+		cost    float64
+	}{
+		{"undeclared directives", []string{"books.graphql"}, books, 4},
+		{"a second -schema extends the first", []string{"books.graphql", "books-address5.graphql"}, books, 8},
+		{"declared weight: String!", []string{"weights.graphql"}, filepath.Join(casesDir, "weights-fractional.graphql"), 2},
+		{"declared weight: Int!", []string{"federation.graphql"}, filepath.Join(casesDir, "federation-int-weights.graphql"), 18},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"-query", tt.query, "-json"}
+			for _, s := range tt.schemas {
+				args = append(args, "-schema", schemaPath(s))
+			}
+			r := runCost(t, "", args...)
+			if doc := decode(t, r.stdout); r.code != 0 || doc["cost"] != tt.cost {
+				t.Fatalf("exit %d, cost %v, want %v; stderr %s", r.code, doc["cost"], tt.cost, r.stderr)
+			}
+		})
+	}
+}
+
+func TestJSONReportShape(t *testing.T) {
+	r := runCost(t, "", "-schema", schemaPath("plain.graphql"), "-query", filepath.Join(casesDir, "seed.graphql"),
+		"-default-list-size", "3", "-json")
+	doc := decode(t, r.stdout)
+	for _, key := range []string{"cost", "depth", "nodes", "fields"} {
+		if _, ok := doc[key]; !ok {
+			t.Errorf("report lacks %q: %s", key, r.stdout)
+		}
+	}
+	fields := doc["fields"].([]any)
+	first := fields[1].(map[string]any)
+	if first["path"] != "user.repos" || first["multiplier"] != float64(100) || first["cost"] != float64(5100) {
+		t.Errorf("fields[1] = %v", first)
+	}
+}

@@ -1,0 +1,168 @@
+package memorystore
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/limitertest"
+)
+
+var t0 = time.Unix(1_893_456_000, 0)
+
+// sweepers counts live sweeper goroutines.
+func sweepers() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "memorystore.(*Store).sweepLoop")
+}
+
+// TestCloseStopsSweeper checks New starts exactly one goroutine and Close
+// ends it before returning (give or take its final instructions).
+func TestCloseStopsSweeper(t *testing.T) {
+	before := sweepers()
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; sweepers() != before+1; i++ { // let the new goroutine get going
+		if i == 1000 {
+			t.Fatalf("%d sweepers after New, want %d", sweepers(), before+1)
+		}
+		runtime.Gosched()
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+	default:
+		t.Fatal("Close returned before the sweeper exited")
+	}
+	// The goroutine has closed done; let it finish returning.
+	for i := 0; sweepers() > before; i++ {
+		if i == 1000 {
+			t.Fatalf("%d sweepers still running after Close, want %d", sweepers(), before)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestSweeperDropsWholeBudgets drives the sweeper with a hand-made tick.
+func TestSweeperDropsWholeBudgets(t *testing.T) {
+	clock := limitertest.NewFakeClock(t0)
+	tick := make(chan time.Time)
+	s, err := newStore(Config{Clock: clock, Shards: 4}, tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Second}
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := s.Take(ctx, k, l, 5); err != nil { // whole after 500 ms
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Take(ctx, "d", l, 10); err != nil { // whole after 1 s
+		t.Fatal(err)
+	}
+	clock.Advance(600 * time.Millisecond)
+	tick <- time.Time{}
+	tick <- time.Time{} // accepted only once the first sweep is over
+	if n := s.Len(); n != 1 {
+		t.Fatalf("Len %d after the sweep, want 1 (d is still being refilled)", n)
+	}
+	clock.Advance(400 * time.Millisecond)
+	tick <- time.Time{}
+	tick <- time.Time{}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len %d, want 0", n)
+	}
+}
+
+// TestNowMatchesUnixMicro checks the store's time equals the clock's
+// UnixMicro for a clock without monotonic readings, whatever the origin's
+// sub-microsecond part and in either direction.
+func TestNowMatchesUnixMicro(t *testing.T) {
+	for _, origin := range []time.Duration{0, 1, 700, 999} {
+		clock := limitertest.NewFakeClock(t0.Add(origin))
+		s, err := New(Config{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []time.Duration{0, 1, 299, 300, 301, 1000, 123_456_789, -1, -701, -1_000_001, 90 * 24 * time.Hour} {
+			at := t0.Add(d)
+			clock.Set(at)
+			if got, want := s.now(), at.UnixMicro(); got != want {
+				t.Errorf("origin +%dns, clock +%v: now %d, want %d", origin, d, got, want)
+			}
+		}
+		s.Close()
+	}
+}
+
+// TestNowIsMonotonic checks the store takes differences of the monotonic
+// reading: a wall-clock jump of the origin reading does not show.
+func TestNowIsMonotonic(t *testing.T) {
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prev := s.now()
+	for range 1000 {
+		n := s.now()
+		if n < prev {
+			t.Fatalf("time went back: %d after %d", n, prev)
+		}
+		prev = n
+	}
+	if !strings.Contains(s.origin.String(), " m=") { // how Time prints a monotonic reading
+		t.Fatal("SystemClock's origin has no monotonic reading")
+	}
+}
+
+// TestDefaults pins the defaults New applies and the README and
+// docs/limiter.md state.
+func TestDefaults(t *testing.T) {
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := Config{Clock: limiter.SystemClock{}, MaxKeys: 100_000, Shards: 64, SweepInterval: time.Minute}
+	if s.cfg != want || len(s.shards) != 64 || s.perShard != 100_000/64 {
+		t.Fatalf("defaults %+v (%d shards of %d keys), want %+v", s.cfg, len(s.shards), s.perShard, want)
+	}
+	small, err := New(Config{MaxKeys: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	if small.cfg.Shards != 10 || small.perShard != 1 {
+		t.Fatalf("MaxKeys 10: %d shards of %d keys, want 10 of 1", small.cfg.Shards, small.perShard)
+	}
+
+	for file, phrases := range map[string][]string{
+		"../../README.md":       {"MaxKeys 100,000, 64 shards, sweep every minute"},
+		"../../docs/limiter.md": {"| `MaxKeys` | 100,000 |", "| `Shards` | 64 (or `MaxKeys` if smaller) |", "| `SweepInterval` | 1 minute |", "up to 8 keys"},
+	} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range phrases {
+			if !strings.Contains(string(b), p) {
+				t.Errorf("%s no longer says %q: update it or the defaults", file, p)
+			}
+		}
+	}
+	if evictionSample != 8 {
+		t.Errorf("evictionSample is %d; docs/limiter.md says 8", evictionSample)
+	}
+}

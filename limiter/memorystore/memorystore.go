@@ -1,0 +1,371 @@
+// Package memorystore is the embedded limiter.Store: budgets live in this
+// process, behind sharded locks, bounded in number, on a monotonic clock.
+// It is the default store; use limiter/redisstore when several processes
+// must share one budget.
+//
+// Keys are spread over Shards partitions by a seeded hash, each with its
+// own mutex, so cores rarely contend. Each key holds only its algorithm's
+// state (three integers, or a log of timestamps for SlidingLog); a key whose
+// budget is whole again holds nothing that a fresh key would not, so it is
+// deleted on the spot or by the sweeper, and evicted first when a shard is
+// full. Only when a small random sample of the shard finds no such key does
+// it forget the least recently used key of the sample, which resets that
+// key's budget.
+//
+// Time: the store reads its Clock once at construction and from then on
+// uses only differences from that reading (monotonic for time.Now), added
+// to the reading's microseconds since the Unix epoch. So buckets never jump
+// when the wall clock is stepped, and fixed and sliding windows still align
+// on Period multiples since the epoch (midnight UTC for daily windows), as
+// of the wall clock at construction: a later wall-clock step does not move
+// the window boundaries, which may then drift from the wall clock by the
+// size of the step until the store is rebuilt.
+package memorystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultMaxKeys       = 100_000
+	DefaultShards        = 64
+	DefaultSweepInterval = time.Minute
+	// evictionSample is how many keys a full shard looks at to pick a victim.
+	evictionSample = 8
+)
+
+var (
+	// ErrClosed is returned by calls on a closed Store.
+	ErrClosed = errors.New("memorystore: store closed")
+	// ErrInvalidConfig wraps every Config validation error.
+	ErrInvalidConfig = errors.New("memorystore: invalid config")
+)
+
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
+	// Clock tells the time. It must be monotonic, as time.Now is.
+	// Default: limiter.SystemClock{}.
+	Clock limiter.Clock
+	// MaxKeys bounds the number of keys held; each shard holds at most
+	// MaxKeys / Shards. Default: DefaultMaxKeys (100,000).
+	MaxKeys int
+	// Shards is the number of independently locked partitions, at most
+	// MaxKeys. Default: DefaultShards (64), or MaxKeys when smaller.
+	Shards int
+	// SweepInterval is how often a background goroutine deletes keys whose
+	// budget is whole again. Default: DefaultSweepInterval (one minute).
+	SweepInterval time.Duration
+}
+
+// Store is the in-memory limiter.Store. It is safe for concurrent use.
+// Close it to stop its sweeper.
+type Store struct {
+	cfg      Config // with the defaults filled in
+	clock    limiter.Clock
+	origin   time.Time // first Clock reading; later readings are subtracted from it
+	originUS int64     // origin in whole µs since the Unix epoch
+	originNS int64     // origin's nanoseconds beyond originUS
+	seed     maphash.Seed
+	shards   []shard
+	perShard int
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+type shard struct {
+	mu   sync.Mutex
+	keys map[string]*entry
+	_    [64]byte // keeps neighbouring shards' locks off one cache line
+}
+
+// entry is one key's state. a, b, c hold the BucketState (Level, Last) or
+// the WindowState (Window, Count, Prev); log holds a SlidingLog.
+type entry struct {
+	a, b, c int64
+	log     *[]limiter.LogEntry
+	// wholeAt is when the budget is whole again (µs): from then on the
+	// entry equals a fresh key and may be dropped at no cost.
+	wholeAt int64
+	used    int64 // last access (µs), for LRU eviction
+	alg     limiter.Algorithm
+}
+
+// New validates cfg, fills in its defaults and starts the sweeper.
+func New(cfg Config) (*Store, error) {
+	return newStore(cfg, nil)
+}
+
+// newStore is New with an optional sweep tick channel, which tests provide
+// to drive the sweeper without waiting.
+func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = limiter.SystemClock{}
+	}
+	switch {
+	case cfg.MaxKeys < 0:
+		return nil, fmt.Errorf("%w: MaxKeys must not be negative (got %d)", ErrInvalidConfig, cfg.MaxKeys)
+	case cfg.Shards < 0:
+		return nil, fmt.Errorf("%w: Shards must not be negative (got %d)", ErrInvalidConfig, cfg.Shards)
+	case cfg.SweepInterval < 0:
+		return nil, fmt.Errorf("%w: SweepInterval must not be negative (got %v)", ErrInvalidConfig, cfg.SweepInterval)
+	}
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = min(DefaultShards, cfg.MaxKeys)
+	}
+	if cfg.Shards > cfg.MaxKeys {
+		return nil, fmt.Errorf("%w: Shards (%d) exceeds MaxKeys (%d)", ErrInvalidConfig, cfg.Shards, cfg.MaxKeys)
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	origin := cfg.Clock.Now()
+	if us := origin.UnixMicro(); us < 0 || us > limiter.MaxNow {
+		return nil, fmt.Errorf("%w: the clock reads %v, outside the supported years 1970 to 2112", ErrInvalidConfig, origin)
+	}
+	s := &Store{
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		origin:   origin,
+		originUS: origin.UnixMicro(),
+		originNS: int64(origin.Nanosecond() % 1000),
+		seed:     maphash.MakeSeed(),
+		shards:   make([]shard, cfg.Shards),
+		perShard: cfg.MaxKeys / cfg.Shards,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]*entry)
+	}
+	var ticker *time.Ticker
+	if tick == nil {
+		ticker = time.NewTicker(cfg.SweepInterval)
+		tick = ticker.C
+	}
+	go s.sweepLoop(tick, ticker)
+	return s, nil
+}
+
+// Take debits cost from key's budget under limit; see limiter.Store.
+func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error) {
+	return s.apply(ctx, key, limit, cost, false)
+}
+
+// Refund gives amount back to key's budget under limit; see limiter.Store.
+func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amount int64) (limiter.Decision, error) {
+	return s.apply(ctx, key, limit, amount, true)
+}
+
+// Len reports how many keys the store holds.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.keys)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Close stops the sweeper, waits for it to exit and drops every key. Later
+// calls return ErrClosed. Close is idempotent and always returns nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.stop)
+		<-s.done
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			clear(sh.keys)
+			sh.mu.Unlock()
+		}
+	})
+	return nil
+}
+
+// now is the current time in µs since the Unix epoch: the origin's epoch
+// reading plus the (monotonic) time elapsed since it. Flooring the sum with
+// the origin's sub-µs part gives exactly Clock.Now().UnixMicro() for a clock
+// without monotonic readings, so a FakeClock means the same instant here as
+// in a store that sends UnixMicro to Redis.
+func (s *Store) now() int64 {
+	ns := int64(s.clock.Now().Sub(s.origin)) // saturates at ±292 years
+	ns = max(-(1 << 62), min(ns, 1<<62))
+	ns += s.originNS
+	us := ns / 1000
+	if ns%1000 < 0 {
+		us--
+	}
+	return s.originUS + us
+}
+
+func (s *Store) apply(ctx context.Context, key string, limit limiter.Limit, n int64, isRefund bool) (limiter.Decision, error) {
+	if s.closed.Load() {
+		return limiter.Decision{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return limiter.Decision{}, fmt.Errorf("memorystore: %w", err)
+	}
+	// Read the clock before locking to keep the critical section short. A
+	// caller that read earlier but locks later sees time stand still (the
+	// arithmetic treats a clock going back as no time passing), which can
+	// only admit less, never more.
+	now := s.now()
+	sh := &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	e := sh.keys[key]
+	var st entry
+	if e != nil && e.alg == limit.Algorithm {
+		st = *e
+	}
+	st.alg = limit.Algorithm
+	d, err := transition(&st, limit, now, n, isRefund)
+	if err != nil && !errors.Is(err, limiter.ErrCostExceedsCapacity) {
+		return d, err
+	}
+	if d.ResetAfter <= 0 {
+		// The budget is whole: a fresh key says the same, so hold nothing.
+		if e != nil {
+			delete(sh.keys, key)
+		}
+		return d, err
+	}
+	st.wholeAt = now + d.ResetAfter.Microseconds()
+	st.used = now
+	if e != nil {
+		*e = st
+		return d, err
+	}
+	if len(sh.keys) >= s.perShard {
+		sh.evict(now)
+	}
+	e = new(entry) // allocated here only, so st stays on the stack
+	*e = st
+	sh.keys[key] = e
+	return d, err
+}
+
+// transition runs the pure limiter function for st.alg on st in place.
+func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (limiter.Decision, error) {
+	var (
+		d   limiter.Decision
+		err error
+	)
+	switch limit.Algorithm {
+	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
+		b := limiter.BucketState{Level: st.a, Last: st.b}
+		if isRefund {
+			b, d, err = limiter.RefundBucket(limit, b, now, n)
+		} else {
+			b, d, err = limiter.TakeBucket(limit, b, now, n)
+		}
+		st.a, st.b = b.Level, b.Last
+	case limiter.FixedWindow, limiter.SlidingCounter:
+		w := limiter.WindowState{Window: st.a, Count: st.b, Prev: st.c}
+		switch {
+		case limit.Algorithm == limiter.FixedWindow && isRefund:
+			w, d, err = limiter.RefundFixedWindow(limit, w, now, n)
+		case limit.Algorithm == limiter.FixedWindow:
+			w, d, err = limiter.TakeFixedWindow(limit, w, now, n)
+		case isRefund:
+			w, d, err = limiter.RefundSlidingCounter(limit, w, now, n)
+		default:
+			w, d, err = limiter.TakeSlidingCounter(limit, w, now, n)
+		}
+		st.a, st.b, st.c = w.Window, w.Count, w.Prev
+	case limiter.SlidingLog:
+		var log []limiter.LogEntry
+		if st.log != nil {
+			log = *st.log
+		}
+		if isRefund {
+			log, d, err = limiter.RefundSlidingLog(limit, log, now, n)
+		} else {
+			log, d, err = limiter.TakeSlidingLog(limit, log, now, n)
+		}
+		switch {
+		case st.log != nil:
+			*st.log = log
+		case len(log) > 0:
+			st.log = &log
+		}
+	default:
+		return limiter.Decision{}, limit.Validate() // reports the unknown algorithm
+	}
+	return d, err
+}
+
+// evict makes room for one key: it drops a key whose budget is whole if
+// the sample finds one, else the least recently used key of the sample.
+// Map iteration starts at a random position, so the sample is random.
+func (sh *shard) evict(now int64) {
+	var (
+		victim string
+		oldest int64
+		seen   int
+	)
+	for k, e := range sh.keys {
+		if e.wholeAt <= now {
+			victim = k
+			break
+		}
+		if seen == 0 || e.used < oldest {
+			victim, oldest = k, e.used
+		}
+		if seen++; seen == evictionSample {
+			break
+		}
+	}
+	delete(sh.keys, victim)
+}
+
+func (s *Store) sweepLoop(tick <-chan time.Time, ticker *time.Ticker) {
+	defer close(s.done)
+	if ticker != nil {
+		defer ticker.Stop()
+	}
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick:
+			s.sweep()
+		}
+	}
+}
+
+// sweep deletes every key whose budget is whole again, one shard at a time.
+func (s *Store) sweep() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		now := s.now()
+		for k, e := range sh.keys {
+			if e.wholeAt <= now {
+				delete(sh.keys, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}

@@ -1,0 +1,79 @@
+-- common.lua is prepended to every costguard script; it is not a script on
+-- its own. Redis Lua numbers are doubles: integers are exact below 2^53, and
+-- limiter.Limit.Validate bounds every value these scripts form below that.
+-- Each helper mirrors an integer helper of package limiter.
+
+-- MAX_NOW is limiter.MaxNow (2^52 - 1 µs, early 2112).
+local MAX_NOW = 4503599627370495
+
+-- idiv is floor(a / b) for 0 <= a < 2^53 and b > 0. The double quotient can
+-- round up to the next integer when a is large; one exact correction step
+-- fixes it (q * b and (q + 1) * b are compared against a, never rounded
+-- below it).
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- cdiv is ceil(a / b) for 0 <= a < 2^53 and b > 0, without forming a + b.
+local function cdiv(a, b)
+  local q = idiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
+local function clamp(v, lo, hi)
+  if v < lo then return lo end
+  if v > hi then return hi end
+  return v
+end
+
+-- int formats an integer for a Redis argument. A bare Lua number would be
+-- sent in %.17g or shortest form, which may use an exponent.
+local function int(v)
+  return string.format('%d', v)
+end
+
+-- clock returns now in µs since the Unix epoch, clamped to [0, MAX_NOW]:
+-- Redis TIME when arg is empty (production), else arg (tests pin time).
+local function clock(arg)
+  local now
+  if arg == '' then
+    -- Redis < 5 replicates scripts verbatim unless told to replicate their
+    -- effects, and would refuse a write after TIME; later versions ignore this.
+    if redis.replicate_commands then redis.replicate_commands() end
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = tonumber(arg)
+  end
+  return clamp(now, 0, MAX_NOW)
+end
+
+-- persist ends every decision the way the memory store does: a budget
+-- that is whole again (reset_us = 0) decides exactly like an absent key, so
+-- the key is deleted; otherwise fields (a flat HSET field/value list, or nil
+-- when the key was already updated in place) are written and the key is
+-- set to vanish margin_ms after the budget will be whole.
+local function persist(key, fields, reset_us, margin_ms)
+  if reset_us <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  if fields then
+    redis.call('HSET', key, unpack(fields))
+  end
+  redis.call('PEXPIRE', key, int(cdiv(reset_us, 1000) + margin_ms))
+end
+
+-- num reads a stored integer; an absent field is 0, like a fresh state.
+local function num(v)
+  return tonumber(v) or 0
+end

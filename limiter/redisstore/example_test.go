@@ -1,0 +1,42 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/redisstore"
+)
+
+// A budget of 100 points per minute with bursts of 20, shared by every
+// gateway that talks to the same Redis (or Redis Cluster: pass a
+// *redis.ClusterClient). This example needs a running Redis, so it is
+// compiled but not run; the tests start their own servers.
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"})
+	defer rdb.Close()
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: "myapi"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 20, Rate: 100, Period: time.Minute}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	d, err := store.Take(ctx, "user:42", limit, 3)
+	switch {
+	case errors.Is(err, limiter.ErrCostExceedsCapacity):
+		fmt.Println("this request can never fit the budget")
+	case err != nil:
+		log.Print(err) // Redis unreachable: apply your failure policy
+	case !d.Allowed:
+		fmt.Printf("429, retry after %v\n", d.RetryAfter)
+	default:
+		fmt.Printf("ok, %d points left\n", d.Remaining)
+	}
+}

@@ -1,0 +1,138 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/limitertest"
+	"github.com/costguard/costguard/limiter/redisstore"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// testMargin keeps keys alive in real time while a test's fake clock stands
+// still; expiry itself is tested with real time.
+const testMargin = time.Hour
+
+// uniquePrefix returns a key prefix no other test or process uses, so tests
+// can share one Redis.
+func uniquePrefix(t testing.TB) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "cgtest-" + hex.EncodeToString(b[:])
+}
+
+func newStore(t testing.TB, rdb redis.Scripter, clock limiter.Clock) *redisstore.Store {
+	t.Helper()
+	cfg := redisstore.Config{Prefix: uniquePrefix(t), Clock: clock}
+	if clock != nil {
+		cfg.ExpiryMargin = testMargin
+	}
+	s, err := redisstore.New(rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// targets are the Redis deployments every Redis test runs against.
+var targets = []struct {
+	name   string
+	client func(t *testing.T) redis.UniversalClient
+}{
+	{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.SharedServer(t).Client(t) }},
+	{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).Client(t) }},
+}
+
+func TestSuite(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target.name, func(t *testing.T) {
+			rdb := target.client(t)
+			limitertest.Run(t, func(t *testing.T, clock limiter.Clock) limiter.Store {
+				return newStore(t, rdb, clock)
+			})
+		})
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	tests := []struct {
+		name   string
+		client redis.Scripter
+		cfg    redisstore.Config
+	}{
+		{"nil client", nil, redisstore.Config{}},
+		{"open brace in prefix", rdb, redisstore.Config{Prefix: "a{b"}},
+		{"close brace in prefix", rdb, redisstore.Config{Prefix: "a}b"}},
+		{"negative margin", rdb, redisstore.Config{ExpiryMargin: -time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := redisstore.New(tt.client, tt.cfg)
+			if !errors.Is(err, redisstore.ErrInvalidConfig) || s != nil {
+				t.Fatalf("New: %v, %v; want ErrInvalidConfig", s, err)
+			}
+			if !strings.HasPrefix(err.Error(), "redisstore: ") {
+				t.Errorf("error %q lacks the package prefix", err)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	s, err := redisstore.New(rdb, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The README documents this layout and default prefix.
+	if got, want := s.Key("user42", limiter.TokenBucket), "costguard:{user42}:token_bucket"; got != want {
+		t.Errorf("Key = %q, want %q", got, want)
+	}
+	if redisstore.DefaultExpiryMargin != time.Second {
+		t.Errorf("DefaultExpiryMargin = %v; the README says 1s", redisstore.DefaultExpiryMargin)
+	}
+}
+
+// TestValidationBeforeRedis: malformed calls fail without a round trip, so
+// they fail the same way with Redis down.
+func TestValidationBeforeRedis(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	s, err := redisstore.New(rdb, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ok := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 2, Rate: 1, Period: time.Second}
+	if _, err := s.Take(ctx, "k", limiter.Limit{}, 1); !errors.Is(err, limiter.ErrInvalidLimit) {
+		t.Errorf("Take(zero limit): %v, want ErrInvalidLimit", err)
+	}
+	if _, err := s.Take(ctx, "k", ok, -1); !errors.Is(err, limiter.ErrInvalidCost) {
+		t.Errorf("Take(-1): %v, want ErrInvalidCost", err)
+	}
+	shaping := ok
+	shaping.Algorithm = limiter.LeakyBucketShaping
+	if _, err := s.Refund(ctx, "k", shaping, 1); !errors.Is(err, limiter.ErrRefundUnsupported) {
+		t.Errorf("Refund(shaping): %v, want ErrRefundUnsupported", err)
+	}
+	// A valid call needs Redis: it fails closed with a wrapped error.
+	d, err := s.Take(ctx, "k", ok, 1)
+	if err == nil || d.Allowed || !strings.HasPrefix(err.Error(), "redisstore: token_bucket take: ") {
+		t.Errorf("Take with Redis unreachable: %+v, %v; want a redisstore error and no admission", d, err)
+	}
+}

@@ -1,0 +1,101 @@
+package middleware_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/middleware"
+)
+
+// BenchmarkGraphQL measures one POST /graphql round through gqlgen, with
+// and without the limiter (Extension + wrapper, in-memory store, a budget
+// that never runs out). The difference is the extension's overhead per
+// operation: identity, pricing, one Take, headers and extensions.cost.
+//
+//	go test -run '^$' -bench BenchmarkGraphQL -benchmem ./middleware/
+func BenchmarkGraphQL(b *testing.B) {
+	body, _ := json.Marshal(map[string]any{"query": query61})
+	run := func(b *testing.B, h http.Handler, key string) {
+		b.ReportAllocs()
+		for b.Loop() {
+			r := httptest.NewRequest("POST", "/graphql", strings.NewReader(string(body)))
+			r.Header.Set("Content-Type", "application/json")
+			if key != "" {
+				r.Header.Set("Authorization", "Bearer "+key)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				b.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+		}
+	}
+	schema := newTestSchema()
+
+	newServer := func() *handler.Server {
+		srv := handler.New(schema.executable())
+		srv.AddTransport(transport.POST{})
+		// As production servers do: parse and validate each document once.
+		srv.SetQueryCache(lru.New[*ast.QueryDocument](100))
+		return srv
+	}
+
+	b.Run("baseline", func(b *testing.B) {
+		run(b, newServer(), "")
+	})
+
+	for _, tc := range []struct{ name, key string }{{"limited/anonymous", ""}, {"limited/api-key", aliceKey}} {
+		b.Run(tc.name, func(b *testing.B) {
+			lim, err := middleware.New(middleware.Config{
+				Plans: map[string]middleware.Plan{
+					"big": {Burst: 1e9, Rate: 1e9, Per: time.Second},
+				},
+				AnonymousPlan: "big",
+				APIKeys:       middleware.NewStaticKeys(map[string]middleware.APIKey{aliceKey: {Principal: "alice", Plan: "big"}}),
+				Logger:        discardLogger(),
+				Clock:         limiter.SystemClock{},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lim.Close()
+			srv := newServer()
+			srv.Use(lim.Extension())
+			run(b, lim.GraphQL(srv), tc.key)
+		})
+	}
+}
+
+// BenchmarkREST measures the REST middleware alone around an empty handler.
+func BenchmarkREST(b *testing.B) {
+	lim, err := middleware.New(middleware.Config{
+		Plans:         map[string]middleware.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
+		AnonymousPlan: "big",
+		REST:          middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10, "GET /api/users/{login}": 1}},
+		Logger:        discardLogger(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lim.Close()
+	h := lim.REST(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("GET", "/api/users/octocat", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatal(w.Code)
+		}
+	}
+}

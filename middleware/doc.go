@@ -1,0 +1,60 @@
+// Package middleware is where HTTP requests meet the two engines: it prices
+// GraphQL operations with package complexity, debits GraphQL and REST costs
+// from one per-principal budget held in a limiter.Store, and speaks the
+// result to clients as statuses, rate-limit headers and error bodies.
+//
+// # Wiring
+//
+// Build one Limiter from a Config (validated at construction; a bad config
+// fails at start, never at the 10,000th request), then use it three ways:
+//
+//	lim, err := middleware.New(middleware.Config{Plans: plans, AnonymousPlan: "anon", ...})
+//	defer lim.Close()
+//
+//	srv := handler.New(graph.NewExecutableSchema(...))
+//	srv.AddTransport(transport.POST{})
+//	srv.Use(lim.Extension())                   // prices and debits each operation
+//	mux.Handle("/graphql", lim.GraphQL(srv))   // statuses and headers
+//	mux.Handle("/api/", lim.REST(apiMux))      // REST routes, same budgets
+//
+// The Extension runs after validation and before any resolver. It enforces
+// the static caps (depth, breadth, nodes, max cost, slicing arguments), refuses
+// an operation that costs more than the principal's whole burst with
+// MAX_COST_EXCEEDED, and otherwise takes the cost from the bucket; when the
+// tokens are not there it answers RATE_LIMITED and nothing executes. Every
+// response carries extensions.cost in Shopify's shape.
+//
+// An extension cannot choose the HTTP status, so GraphQL wraps the gqlgen
+// handler: it identifies the caller before gqlgen runs and, when gqlgen
+// writes the response, applies what the Extension decided (429, 422 or 400,
+// 503) and the rate-limit headers. The error codes are registered with
+// gqlgen's errcode as protocol errors, so an Extension used without the
+// wrapper still never turns a rejection into a 200.
+//
+// # Identity and plans
+//
+// One identity, one budget: GraphQL and REST requests of the same principal
+// draw from the same bucket. The default Identifier tries, in order: a
+// principal the application put in the request context (WithPrincipal), an
+// API key (Authorization: Bearer, or X-API-Key) resolved through a KeyLookup,
+// then the client IP on the anonymous plan. An API key is never stored or
+// logged: bucket keys and log lines carry its SHA-256. An unknown key is
+// answered 401, never 429. X-Forwarded-For (or Forwarded) is believed only
+// from a peer inside TrustedProxies, so a spoofed header never changes the
+// identity.
+//
+// # Headers
+//
+// Responses of a limited route whose principal is known carry
+// RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers), the
+// X-RateLimit-* family, and on 429 and 503 a Retry-After in whole seconds that
+// is never earlier than the true wait. The header names are the Header*
+// constants.
+//
+// # Store failures
+//
+// Every store call runs under StoreTimeout. FailOpen admits through a local
+// in-memory bucket per identity and logs a warning at most once a minute;
+// FailClosed answers 503 with RATE_LIMITER_UNAVAILABLE. Error text from a
+// store is logged, never written to a client.
+package middleware

@@ -1,0 +1,183 @@
+package middleware_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/costguard/costguard/middleware"
+)
+
+// Each failure mode, for a store that errors and one that hangs, on REST and
+// GraphQL.
+func TestStoreFailureModes(t *testing.T) {
+	stores := map[string]func() *failingStore{
+		"erroring": func() *failingStore {
+			return &failingStore{err: errors.New("dial tcp 10.0.0.1:6379: connection refused")}
+		},
+		"hanging": func() *failingStore { return &failingStore{hang: true} },
+	}
+	for storeName, newStore := range stores {
+		for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
+			t.Run(storeName+"/"+string(mode), func(t *testing.T) {
+				clock := newClock()
+				store := newStore()
+				logs := &countingHandler{}
+				cfg := testConfig(t, clock)
+				cfg.Store = store
+				cfg.FailureMode = mode
+				cfg.StoreTimeout = 5 * time.Millisecond
+				cfg.Logger = slog.New(logs)
+				lim := newLimiter(t, cfg)
+				schema := newTestSchema()
+				h := graphQLServer(lim, schema)
+
+				rest := do(t, h, request{method: "GET", path: "/api/search", header: bearer(aliceKey)})
+				gw, gresp := query(t, h, `{ user(login: "a") { login } }`, bearer(aliceKey))
+
+				if strings.Contains(rest.Body.String()+gw.Body.String(), "connection refused") ||
+					strings.Contains(rest.Body.String()+gw.Body.String(), "deadline") {
+					t.Errorf("a store error reached the client:\n%s\n%s", rest.Body, gw.Body)
+				}
+				if store.calls.Load() == 0 {
+					t.Fatal("the store was never called")
+				}
+				switch mode {
+				case middleware.FailOpen:
+					if rest.Code != http.StatusOK || gw.Code != http.StatusOK {
+						t.Fatalf("fail open: statuses REST %d GraphQL %d, want 200 (%s)", rest.Code, gw.Code, gw.Body)
+					}
+					// The local fallback bucket keeps counting: 100 − 10 − 1.
+					if got := gw.Header().Get(middleware.HeaderXRateLimitRemaining); got != "89" {
+						t.Errorf("fallback remaining %q, want 89", got)
+					}
+					if gresp.Extensions.Cost == nil || *gresp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != 89 {
+						t.Errorf("extensions.cost %+v", gresp.Extensions.Cost)
+					}
+					if schema.resolvers.Load() != 1 {
+						t.Errorf("resolvers %d, want 1", schema.resolvers.Load())
+					}
+				case middleware.FailClosed:
+					if rest.Code != http.StatusServiceUnavailable || gw.Code != http.StatusServiceUnavailable {
+						t.Fatalf("fail closed: statuses REST %d GraphQL %d, want 503", rest.Code, gw.Code)
+					}
+					var body map[string]any
+					if err := json.Unmarshal(rest.Body.Bytes(), &body); err != nil {
+						t.Fatal(err)
+					}
+					if body["error"] != "rate_limiter_unavailable" || body["retry_after_seconds"] != float64(1) {
+						t.Errorf("REST body %s", rest.Body)
+					}
+					for _, w := range []http.Header{rest.Header(), gw.Header()} {
+						if w.Get(middleware.HeaderRetryAfter) != "1" {
+							t.Errorf("Retry-After %q, want 1", w.Get(middleware.HeaderRetryAfter))
+						}
+					}
+					if gresp.code() != middleware.CodeRateLimiterUnavailable || gresp.Errors[0].Extensions["retryAfterSeconds"] != float64(1) {
+						t.Errorf("GraphQL errors %+v", gresp.Errors)
+					}
+					if gresp.Extensions.Cost == nil || gresp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != nil {
+						t.Errorf("extensions.cost %+v: want currentlyAvailable null", gresp.Extensions.Cost)
+					}
+					if schema.resolvers.Load() != 0 {
+						t.Errorf("resolvers ran: %d", schema.resolvers.Load())
+					}
+				}
+				// Two failures, one warning; a minute later, one more.
+				if n := logs.count(slog.LevelWarn); n != 1 {
+					t.Errorf("%d warnings, want 1:\n%s", n, logs.text())
+				}
+				clock.Advance(time.Minute)
+				do(t, h, request{method: "GET", path: "/api/x", header: bearer(aliceKey)})
+				if n := logs.count(slog.LevelWarn); n != 2 {
+					t.Errorf("after a minute: %d warnings, want 2", n)
+				}
+				if !strings.Contains(logs.text(), "failures_since_last_warning=1") {
+					t.Errorf("the second warning does not count the suppressed failure:\n%s", logs.text())
+				}
+			})
+		}
+	}
+}
+
+// A plan's failure mode overrides the global one.
+func TestFailureModePerPlan(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.Store = &failingStore{err: errors.New("down")}
+	cfg.FailureMode = middleware.FailOpen
+	cfg.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, FailureMode: middleware.FailClosed}
+	lim := newLimiter(t, cfg)
+	h := graphQLServer(lim, newTestSchema())
+	if w := do(t, h, request{method: "GET", path: "/api/x", header: bearer(aliceKey)}); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("closed plan: status %d, want 503", w.Code)
+	}
+	if w := do(t, h, request{method: "GET", path: "/api/x"}); w.Code != http.StatusOK {
+		t.Errorf("open (anonymous) plan: status %d, want 200", w.Code)
+	}
+}
+
+// Fail open still limits: the fallback bucket rejects once it is empty.
+func TestFailOpenFallbackLimits(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.Store = &failingStore{err: errors.New("down")}
+	lim := newLimiter(t, cfg)
+	h := graphQLServer(lim, newTestSchema())
+	anon := request{method: "GET", path: "/api/search", remoteAddr: "192.0.2.1:1"}
+	codes := []int{do(t, h, anon).Code, do(t, h, anon).Code, do(t, h, anon).Code}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+		t.Errorf("statuses %v, want [200 200 429]", codes)
+	}
+}
+
+func TestIdentifierFailure(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.Identifier = middleware.IdentifierFunc(func(r *http.Request) (middleware.Identity, error) {
+		if r.URL.Query().Get("plan") != "" {
+			return middleware.Identity{Key: "user:x", Plan: r.URL.Query().Get("plan")}, nil
+		}
+		return middleware.Identity{}, errors.New("session store timeout")
+	})
+	logs := &countingHandler{}
+	cfg.Logger = slog.New(logs)
+	lim := newLimiter(t, cfg)
+	h := graphQLServer(lim, newTestSchema())
+	for _, path := range []string{"/api/x", "/api/x?plan=gold", "/graphql", "/graphql?plan=gold"} {
+		w := do(t, h, request{path: path, body: `{"query":"{ viewer { login } }"}`})
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get(middleware.HeaderRetryAfter) == "" {
+			t.Errorf("%s: status %d Retry-After %q, want 503 with Retry-After", path, w.Code, w.Header().Get(middleware.HeaderRetryAfter))
+		}
+		if strings.Contains(w.Body.String(), "session store") || strings.Contains(w.Body.String(), "gold") {
+			t.Errorf("%s: internal error leaked: %s", path, w.Body)
+		}
+	}
+	if logs.count(slog.LevelError) != 4 {
+		t.Errorf("%d error logs, want 4", logs.count(slog.LevelError))
+	}
+}
+
+// A client that went away is not a store failure: nothing is logged.
+func TestClientGoneIsNotAStoreFailure(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.Store = &failingStore{hang: true}
+	logs := &countingHandler{}
+	cfg.Logger = slog.New(logs)
+	lim := newLimiter(t, cfg)
+	h := lim.REST(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler ran") }))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequest("GET", "/api/x", nil).WithContext(ctx)
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if n := len(logs.text()); n != 0 {
+		t.Errorf("logged:\n%s", logs.text())
+	}
+}

@@ -1,0 +1,432 @@
+package middleware_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+
+	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/middleware"
+)
+
+var errTest = errors.New("store down")
+
+// 1 + 10 × (1 + 5 × 1) = 61 points.
+const query61 = `{ user(login: "octocat") { repos(first: 10) { issues(first: 5) { title } } } }`
+
+// 10 (mutation base) + 1 (the Issue) = 11 points.
+const mutation11 = `mutation { createIssue(repo: "hello", title: "bug") { id } }`
+
+func TestGraphQLAdmitted(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	schema := newTestSchema()
+	h := graphQLServer(lim, schema)
+
+	w, resp := query(t, h, query61, bearer(aliceKey))
+	if w.Code != http.StatusOK || len(resp.Errors) != 0 {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	var raw struct {
+		Extensions struct {
+			Cost json.RawMessage `json:"cost"`
+		} `json:"extensions"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	const wantCost = `{"requestedQueryCost":61,"actualQueryCost":null,"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":39,"restoreRate":1}}`
+	if string(raw.Extensions.Cost) != wantCost {
+		t.Errorf("extensions.cost\n got %s\nwant %s", raw.Extensions.Cost, wantCost)
+	}
+	for name, v := range map[string]string{
+		middleware.HeaderRateLimitPolicy:     `"free";q=100;w=100`,
+		middleware.HeaderRateLimit:           `"free";r=39;t=61`,
+		middleware.HeaderXRateLimitLimit:     "100",
+		middleware.HeaderXRateLimitRemaining: "39",
+		middleware.HeaderXRateLimitUsed:      "61",
+		middleware.HeaderXRateLimitReset:     strconv.FormatInt(clock.Now().Unix()+61, 10),
+		middleware.HeaderRetryAfter:          "",
+	} {
+		if got := w.Header().Get(name); got != v {
+			t.Errorf("%s = %q, want %q", name, got, v)
+		}
+	}
+	if n := schema.resolvers.Load(); n != 1 {
+		t.Errorf("resolvers %d, want 1", n)
+	}
+}
+
+func TestGraphQLRateLimited(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	schema := newTestSchema()
+	h := graphQLServer(lim, schema)
+
+	if w, _ := query(t, h, query61, bearer(aliceKey)); w.Code != http.StatusOK {
+		t.Fatalf("first query: %d", w.Code)
+	}
+	clock.Advance(1500 * time.Millisecond) // 40.5 points: still short of 61
+	w, resp := query(t, h, query61, bearer(aliceKey))
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429: %s", w.Code, w.Body)
+	}
+	if resp.code() != middleware.CodeRateLimited {
+		t.Fatalf("errors %+v", resp.Errors)
+	}
+	// 20.5 points missing at 1 point/s: 20.5 s, rounded up.
+	ext := resp.Errors[0].Extensions
+	if ext["cost"] != float64(61) || ext["retryAfterSeconds"] != float64(21) {
+		t.Errorf("error extensions %v", ext)
+	}
+	if got := w.Header().Get(middleware.HeaderRetryAfter); got != "21" {
+		t.Errorf("Retry-After %q, want 21", got)
+	}
+	if got := w.Header().Get(middleware.HeaderRateLimit); got != `"free";r=40;t=60` {
+		t.Errorf("RateLimit %q", got)
+	}
+	if c := resp.Extensions.Cost; c == nil || c.RequestedQueryCost != 61 || *c.ThrottleStatus.CurrentlyAvailable != 40 {
+		t.Errorf("extensions.cost %+v", c)
+	}
+	if resp.Data != nil && string(resp.Data) != "null" {
+		t.Errorf("data %s on a rejected operation", resp.Data)
+	}
+	if n := schema.resolvers.Load(); n != 1 {
+		t.Errorf("resolvers %d, want 1 (the rejected operation ran)", n)
+	}
+	// On time, it passes.
+	clock.Advance(21 * time.Second)
+	if w, _ := query(t, h, query61, bearer(aliceKey)); w.Code != http.StatusOK {
+		t.Errorf("at Retry-After: status %d", w.Code)
+	}
+}
+
+func TestGraphQLRejectedMutationChangesNothing(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	schema := newTestSchema()
+	h := graphQLServer(lim, schema)
+	// anon: 20 points; each mutation costs 11.
+	if w, _ := query(t, h, mutation11, nil); w.Code != http.StatusOK {
+		t.Fatalf("first mutation: %d", w.Code)
+	}
+	w, resp := query(t, h, mutation11, nil)
+	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeRateLimited {
+		t.Fatalf("second mutation: %d %+v", w.Code, resp.Errors)
+	}
+	if schema.issueCount() != 1 || schema.resolvers.Load() != 1 {
+		t.Errorf("issues %d, resolvers %d: the rejected mutation ran", schema.issueCount(), schema.resolvers.Load())
+	}
+}
+
+// An operation costing more than the whole burst is refused as
+// MAX_COST_EXCEEDED (it could never pass), and nothing is debited.
+func TestGraphQLCostAboveBurst(t *testing.T) {
+	for _, accept := range []string{"", "application/json", "application/graphql-response+json"} {
+		t.Run("accept="+accept, func(t *testing.T) {
+			clock := newClock()
+			lim := newLimiter(t, testConfig(t, clock))
+			schema := newTestSchema()
+			h := graphQLServer(lim, schema)
+			header := http.Header{}
+			if accept != "" {
+				header.Set("Accept", accept)
+			}
+			w, resp := query(t, h, query61, header) // anon: burst 20
+			want := http.StatusUnprocessableEntity
+			if accept == "application/graphql-response+json" {
+				want = http.StatusBadRequest
+			}
+			if w.Code != want {
+				t.Fatalf("status %d, want %d: %s", w.Code, want, w.Body)
+			}
+			if resp.code() != complexity.CodeMaxCostExceeded || resp.Errors[0].Extensions["cost"] != float64(61) {
+				t.Errorf("errors %+v", resp.Errors)
+			}
+			if _, ok := resp.Errors[0].Extensions["retryAfterSeconds"]; ok {
+				t.Errorf("retryAfterSeconds on an operation that can never pass")
+			}
+			if w.Header().Get(middleware.HeaderRetryAfter) != "" {
+				t.Errorf("Retry-After on an operation that can never pass")
+			}
+			if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "20" {
+				t.Errorf("remaining %q, want 20 (nothing debited)", got)
+			}
+			if c := resp.Extensions.Cost; c == nil || c.RequestedQueryCost != 61 || *c.ThrottleStatus.CurrentlyAvailable != 20 {
+				t.Errorf("extensions.cost %+v", c)
+			}
+			if schema.resolvers.Load() != 0 {
+				t.Errorf("resolvers ran")
+			}
+		})
+	}
+}
+
+func deepQuery(levels int) string {
+	var b strings.Builder
+	b.WriteString(`{ user(login: "a") { `)
+	for range levels {
+		b.WriteString("repos(first: 1) { owner { ")
+	}
+	b.WriteString("login")
+	for range levels {
+		b.WriteString(" } }")
+	}
+	b.WriteString(" } }")
+	return b.String()
+}
+
+// The static caps answer 422 (400 for graphql-response+json) with their
+// code; the bucket is read for the headers, never debited.
+func TestGraphQLStaticCaps(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  middleware.GraphQLOptions
+		query string
+		code  string
+	}{
+		{"depth", middleware.GraphQLOptions{}, deepQuery(5), complexity.CodeMaxDepthExceeded},                                              // depth 12 > 10
+		{"breadth", middleware.GraphQLOptions{}, `{ user(login: "a") { repos(first: 101) { name } } }`, complexity.CodeMaxBreadthExceeded}, // > 100
+		{"negative breadth", middleware.GraphQLOptions{}, `{ user(login: "a") { repos(last: -1) { name } } }`, complexity.CodeMaxBreadthExceeded},
+		{"nodes", middleware.GraphQLOptions{MaxNodes: 50}, query61, complexity.CodeMaxNodesExceeded},  // 60 nodes
+		{"max cost", middleware.GraphQLOptions{MaxCost: 50}, query61, complexity.CodeMaxCostExceeded}, // 61 > 50
+		{"custom depth", middleware.GraphQLOptions{MaxDepth: 2}, `{ user(login: "a") { repos { name } } }`, complexity.CodeMaxDepthExceeded},
+	}
+	for _, tc := range tests {
+		for _, gqlResponse := range []bool{false, true} {
+			t.Run(tc.name+"/graphql-response="+strconv.FormatBool(gqlResponse), func(t *testing.T) {
+				clock := newClock()
+				cfg := testConfig(t, clock)
+				cfg.GraphQL = tc.opts
+				lim := newLimiter(t, cfg)
+				schema := newTestSchema()
+				h := graphQLServer(lim, schema)
+				header := bearer(aliceKey)
+				want := http.StatusUnprocessableEntity
+				if gqlResponse {
+					header.Set("Accept", "application/graphql-response+json")
+					want = http.StatusBadRequest
+				}
+				w, resp := query(t, h, tc.query, header)
+				if w.Code != want || resp.code() != tc.code {
+					t.Fatalf("status %d code %q, want %d %s: %s", w.Code, resp.code(), want, tc.code, w.Body)
+				}
+				if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "100" {
+					t.Errorf("remaining %q, want 100 (read, not debited)", got)
+				}
+				if w.Header().Get(middleware.HeaderRetryAfter) != "" {
+					t.Errorf("Retry-After on a static rejection")
+				}
+				if c := resp.Extensions.Cost; c == nil || c.ThrottleStatus.CurrentlyAvailable == nil || *c.ThrottleStatus.CurrentlyAvailable != 100 {
+					t.Errorf("extensions.cost %+v", c)
+				}
+				if schema.resolvers.Load() != 0 {
+					t.Errorf("resolvers ran")
+				}
+			})
+		}
+	}
+}
+
+// Every code has its status, whatever the client accepts.
+func TestGraphQLStatusTable(t *testing.T) {
+	type scenario struct {
+		code  string
+		setup func(*middleware.Config)
+		query string
+		auth  http.Header
+	}
+	scenarios := []scenario{
+		{code: middleware.CodeRateLimited, query: mutation11 + " ", setup: func(c *middleware.Config) {
+			c.Plans["anon"] = middleware.Plan{Burst: 20, Rate: 1, Per: time.Hour}
+		}},
+		{code: middleware.CodeRateLimiterUnavailable, query: query61, auth: bearer(aliceKey), setup: func(c *middleware.Config) {
+			c.Store = &failingStore{err: errTest}
+			c.FailureMode = middleware.FailClosed
+		}},
+		{code: middleware.CodeUnknownAPIKey, query: query61, auth: bearer("nope")},
+		{code: complexity.CodeMaxCostExceeded, query: query61},
+		{code: complexity.CodeMaxDepthExceeded, query: deepQuery(5), auth: bearer(aliceKey)},
+	}
+	want := map[string][2]int{ // [application/json, application/graphql-response+json]
+		middleware.CodeRateLimited:            {429, 429},
+		middleware.CodeRateLimiterUnavailable: {503, 503},
+		middleware.CodeUnknownAPIKey:          {401, 401},
+		complexity.CodeMaxCostExceeded:        {422, 400},
+		complexity.CodeMaxDepthExceeded:       {422, 400},
+	}
+	for _, sc := range scenarios {
+		for i, accept := range []string{"application/json", "application/graphql-response+json"} {
+			t.Run(sc.code+"/"+accept, func(t *testing.T) {
+				clock := newClock()
+				cfg := testConfig(t, clock)
+				if sc.setup != nil {
+					sc.setup(&cfg)
+				}
+				lim := newLimiter(t, cfg)
+				h := graphQLServer(lim, newTestSchema())
+				header := http.Header{"Accept": {accept}}
+				for k, v := range sc.auth {
+					header[k] = v
+				}
+				var w *httptest.ResponseRecorder
+				var resp gqlResponse
+				for range 3 { // the 429 scenario needs its budget spent first
+					w, resp = query(t, h, sc.query, header)
+				}
+				if resp.code() != sc.code || w.Code != want[sc.code][i] {
+					t.Errorf("code %q status %d, want %s %d: %s", resp.code(), w.Code, sc.code, want[sc.code][i], w.Body)
+				}
+				if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, accept) {
+					t.Errorf("Content-Type %q, want %s", ct, accept)
+				}
+			})
+		}
+	}
+}
+
+func TestGraphQLUnknownAPIKey(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	schema := newTestSchema()
+	h := graphQLServer(lim, schema)
+	w, resp := query(t, h, query61, http.Header{"X-Api-Key": {"forged"}})
+	if w.Code != http.StatusUnauthorized || resp.code() != middleware.CodeUnknownAPIKey {
+		t.Fatalf("status %d errors %+v", w.Code, resp.Errors)
+	}
+	if strings.Contains(w.Body.String(), "forged") {
+		t.Errorf("the key is echoed: %s", w.Body)
+	}
+	if schema.resolvers.Load() != 0 {
+		t.Errorf("resolvers ran")
+	}
+}
+
+// REST requests and GraphQL operations of one principal share one bucket.
+func TestOneBudgetForGraphQLAndREST(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	h := graphQLServer(lim, newTestSchema())
+
+	if w := do(t, h, request{method: "GET", path: "/api/search", header: bearer(aliceKey)}); w.Code != 200 {
+		t.Fatal(w.Code)
+	}
+	w, resp := query(t, h, query61, http.Header{"X-Api-Key": {aliceKey}})
+	if w.Code != 200 || *resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != 29 {
+		t.Fatalf("GraphQL after REST: %d %s", w.Code, w.Body)
+	}
+	w = do(t, h, request{method: "GET", path: "/api/search", header: bearer(aliceKey)})
+	if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "19" {
+		t.Errorf("REST after GraphQL: remaining %q, want 19", got)
+	}
+	// Three searches fit in 19; the fourth does not, and GraphQL is starved too.
+	do(t, h, request{method: "GET", path: "/api/search", header: bearer(aliceKey)})
+	if w := do(t, h, request{method: "GET", path: "/api/search", header: bearer(aliceKey)}); w.Code != http.StatusTooManyRequests {
+		t.Errorf("REST: %d, want 429", w.Code)
+	}
+	if w, _ := query(t, h, `{ viewer { login } }`, bearer(aliceKey)); w.Code != http.StatusOK {
+		t.Errorf("a 1-point query with 9 left: %d", w.Code)
+	}
+	if w, _ := query(t, h, query61, bearer(aliceKey)); w.Code != http.StatusTooManyRequests {
+		t.Errorf("GraphQL: %d, want 429", w.Code)
+	}
+	// Another principal is untouched.
+	if w, _ := query(t, h, query61, bearer(bobKey)); w.Code != http.StatusOK {
+		t.Errorf("bob: %d", w.Code)
+	}
+}
+
+// A principal the application authenticated (WithPrincipal) pays from its
+// own bucket, ahead of any API key.
+func TestGraphQLWithPrincipal(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	inner := graphQLServer(lim, newTestSchema())
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inner.ServeHTTP(w, r.WithContext(middleware.WithPrincipal(r.Context(), "alice", "free")))
+	})
+	// The session says alice; the unknown key is not consulted.
+	w, resp := query(t, h, query61, bearer("stale-key"))
+	if w.Code != 200 || *resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != 39 {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	// The same bucket as alice's API key.
+	if w, resp := query(t, inner, query61, bearer(aliceKey)); w.Code != http.StatusTooManyRequests {
+		t.Errorf("alice by key after alice by session: %d %+v", w.Code, resp.Extensions.Cost)
+	}
+}
+
+// Documents gqlgen refuses before pricing still carry the budget.
+func TestGraphQLInvalidDocument(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	schema := newTestSchema()
+	h := graphQLServer(lim, schema)
+	for _, q := range []string{`{ user(login: "a") { nope } }`, `{ user(`} {
+		w, resp := query(t, h, q, bearer(aliceKey))
+		if w.Code != http.StatusUnprocessableEntity {
+			t.Errorf("%s: status %d", q, w.Code)
+		}
+		if c := resp.Extensions.Cost; c == nil || c.RequestedQueryCost != 0 || *c.ThrottleStatus.CurrentlyAvailable != 100 {
+			t.Errorf("%s: extensions.cost %+v", q, c)
+		}
+		if w.Header().Get(middleware.HeaderXRateLimitRemaining) != "100" {
+			t.Errorf("%s: headers %v", q, w.Header())
+		}
+	}
+	// A body that is not JSON at all.
+	w := do(t, h, request{path: "/graphql", body: "{", header: bearer(aliceKey)})
+	if w.Code != http.StatusBadRequest || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "100" {
+		t.Errorf("bad JSON: %d %v", w.Code, w.Header())
+	}
+}
+
+func TestGraphQLGET(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	h := graphQLServer(lim, newTestSchema())
+	w := do(t, h, request{method: "GET", path: "/graphql?query=" + url.QueryEscape(query61), header: bearer(aliceKey)})
+	if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
+		t.Errorf("GET: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
+
+// Without the wrapper, a rejection is still never a 200: the codes are
+// protocol errors to gqlgen.
+func TestExtensionWithoutWrapper(t *testing.T) {
+	clock := newClock()
+	lim := newLimiter(t, testConfig(t, clock))
+	schema := newTestSchema()
+	srv := handler.New(schema.executable())
+	srv.AddTransport(transport.POST{})
+	srv.Use(lim.Extension())
+
+	w, resp := query(t, srv, mutation11, bearer(aliceKey))
+	if w.Code != http.StatusOK || *resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != 89 {
+		t.Fatalf("admitted: %d %s", w.Code, w.Body)
+	}
+	// Anonymous operations share one bucket (the address is unknown here).
+	codes := []int{}
+	for range 3 {
+		w, _ := query(t, srv, mutation11, nil)
+		codes = append(codes, w.Code)
+	}
+	if codes[0] != 200 || codes[1] != http.StatusUnprocessableEntity || codes[2] != http.StatusUnprocessableEntity {
+		t.Errorf("statuses %v, want [200 422 422]", codes)
+	}
+	if w, resp := query(t, srv, query61, bearer("forged")); w.Code != http.StatusUnprocessableEntity || resp.code() != middleware.CodeUnknownAPIKey {
+		t.Errorf("unknown key: %d %+v", w.Code, resp.Errors)
+	}
+	if schema.issueCount() != 2 {
+		t.Errorf("issues %d, want 2", schema.issueCount())
+	}
+}

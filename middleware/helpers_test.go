@@ -1,0 +1,326 @@
+package middleware_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/memorystore"
+	"github.com/costguard/costguard/middleware"
+)
+
+// fakeClock is a limiter.Clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *fakeClock {
+	return &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// failingStore fails every call: err, or, when hang is set, blocks until
+// ctx is done as a store with an unreachable server does.
+type failingStore struct {
+	err   error
+	hang  bool
+	calls atomic.Int64
+}
+
+func (s *failingStore) Take(ctx context.Context, _ string, _ limiter.Limit, _ int64) (limiter.Decision, error) {
+	s.calls.Add(1)
+	if s.hang {
+		<-ctx.Done()
+		return limiter.Decision{}, ctx.Err()
+	}
+	return limiter.Decision{}, s.err
+}
+
+// discardLogger drops everything.
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// countingHandler counts log records by level.
+type countingHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.records = append(h.records, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *countingHandler) count(level slog.Level) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.records {
+		if r.Level == level {
+			n++
+		}
+	}
+	return n
+}
+
+// text joins every record's message and attributes.
+func (h *countingHandler) text() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for _, r := range h.records {
+		b.WriteString(r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			b.WriteString(" " + a.String())
+			return true
+		})
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// Plans used across the tests: small numbers keep the arithmetic readable.
+func testPlans() map[string]middleware.Plan {
+	return map[string]middleware.Plan{
+		"free": {Burst: 100, Rate: 100, Per: 100 * time.Second}, // 1 point per second
+		"anon": {Burst: 20, Rate: 20, Per: 100 * time.Second},   // 1 point per 5 seconds
+	}
+}
+
+const (
+	aliceKey = "alice-secret-key"
+	bobKey   = "bob-secret-key"
+)
+
+// testConfig is a valid config on a memory store driven by clock.
+func testConfig(t *testing.T, clock *fakeClock) middleware.Config {
+	t.Helper()
+	store, err := memorystore.New(memorystore.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return middleware.Config{
+		Store:         store,
+		Plans:         testPlans(),
+		AnonymousPlan: "anon",
+		APIKeys: middleware.NewStaticKeys(map[string]middleware.APIKey{
+			aliceKey: {Principal: "alice", Plan: "free"},
+			bobKey:   {Principal: "", Plan: "free"},
+		}),
+		REST:   middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10, "/api/free": 0}},
+		Logger: discardLogger(),
+		Clock:  clock,
+	}
+}
+
+func newLimiter(t *testing.T, cfg middleware.Config) *middleware.Limiter {
+	t.Helper()
+	lim, err := middleware.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	return lim
+}
+
+// testSDL is a small schema in the shape of the example API. No cost
+// directives: a list without a slicing argument is DefaultListSize long.
+const testSDL = `
+type Query {
+  user(login: String!): User
+  viewer: User
+}
+type Mutation {
+  createIssue(repo: String!, title: String!): Issue!
+}
+type User {
+  login: String!
+  name: String
+  repos(first: Int, last: Int): [Repository!]!
+}
+type Repository {
+  name: String!
+  owner: User!
+  issues(first: Int, last: Int): [Issue!]!
+}
+type Issue {
+  id: ID!
+  title: String!
+}
+`
+
+// testSchema is an executable schema without generated code: "executing"
+// an operation counts one resolver call per root field and, for
+// createIssue, records the new issue. The data returned is a stand-in; the
+// tests look at statuses, headers, extensions and the counters.
+type testSchema struct {
+	schema    *ast.Schema
+	resolvers atomic.Int64
+	mu        sync.Mutex
+	issues    []string
+}
+
+func newTestSchema() *testSchema {
+	return &testSchema{schema: gqlparser.MustLoadSchema(&ast.Source{Name: "test.graphqls", Input: testSDL})}
+}
+
+func (s *testSchema) executable() graphql.ExecutableSchema {
+	return &graphql.ExecutableSchemaMock{
+		SchemaFunc: func() *ast.Schema { return s.schema },
+		ComplexityFunc: func(context.Context, string, string, int, map[string]any) (int, bool) {
+			return 0, false
+		},
+		ExecFunc: func(ctx context.Context) graphql.ResponseHandler {
+			opCtx := graphql.GetOperationContext(ctx)
+			data := map[string]any{}
+			for _, sel := range opCtx.Operation.SelectionSet {
+				f, ok := sel.(*ast.Field)
+				if !ok {
+					continue
+				}
+				s.resolvers.Add(1)
+				switch f.Name {
+				case "createIssue":
+					title, _ := f.ArgumentMap(opCtx.Variables)["title"].(string)
+					s.mu.Lock()
+					s.issues = append(s.issues, title)
+					s.mu.Unlock()
+					data[f.Alias] = map[string]any{"id": "1", "title": title}
+				default:
+					data[f.Alias] = nil
+				}
+			}
+			b, _ := json.Marshal(data)
+			return graphql.OneShot(&graphql.Response{Data: b})
+		},
+	}
+}
+
+func (s *testSchema) issueCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.issues)
+}
+
+// graphQLServer is the wiring a user writes: a gqlgen server using the
+// Extension, behind the GraphQL wrapper, and the REST middleware on /api/.
+func graphQLServer(lim *middleware.Limiter, s *testSchema) http.Handler {
+	srv := handler.New(s.executable())
+	srv.AddTransport(transport.GET{})
+	srv.AddTransport(transport.POST{})
+	srv.Use(lim.Extension())
+
+	api := http.NewServeMux()
+	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"ok":true}`)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/graphql", lim.GraphQL(srv))
+	mux.Handle("/api/", lim.REST(api))
+	return mux
+}
+
+// gqlResponse is a decoded GraphQL response.
+type gqlResponse struct {
+	Data   json.RawMessage `json:"data"`
+	Errors []struct {
+		Message    string         `json:"message"`
+		Extensions map[string]any `json:"extensions"`
+	} `json:"errors"`
+	Extensions struct {
+		Cost *middleware.Cost `json:"cost"`
+	} `json:"extensions"`
+}
+
+func (r gqlResponse) code() string {
+	if len(r.Errors) == 0 {
+		return ""
+	}
+	c, _ := r.Errors[0].Extensions["code"].(string)
+	return c
+}
+
+// request is one HTTP exchange, recorded.
+type request struct {
+	method, path, body string
+	header             http.Header
+	remoteAddr         string
+}
+
+func do(t *testing.T, h http.Handler, req request) *httptest.ResponseRecorder {
+	t.Helper()
+	if req.method == "" {
+		req.method = http.MethodPost
+	}
+	r := httptest.NewRequest(req.method, req.path, strings.NewReader(req.body))
+	if req.remoteAddr != "" {
+		r.RemoteAddr = req.remoteAddr
+	}
+	for k, v := range req.header {
+		r.Header[k] = v
+	}
+	if req.method == http.MethodPost && r.Header.Get("Content-Type") == "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// query posts a GraphQL operation.
+func query(t *testing.T, h http.Handler, q string, header http.Header) (*httptest.ResponseRecorder, gqlResponse) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": q})
+	w := do(t, h, request{path: "/graphql", body: string(body), header: header})
+	var resp gqlResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+		t.Fatalf("response is not JSON: %v\n%s", err, w.Body.String())
+	}
+	return w, resp
+}
+
+func bearer(key string) http.Header {
+	return http.Header{"Authorization": {"Bearer " + key}}
+}
+
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}

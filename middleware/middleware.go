@@ -1,0 +1,494 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/memorystore"
+)
+
+// Store is what the middleware needs from a budget store; limiter.Store
+// (memorystore, redisstore) satisfies it. Take must return once ctx is done.
+type Store interface {
+	Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error)
+}
+
+var _ Store = limiter.Store(nil)
+
+// FailureMode chooses what happens when the store fails or times out.
+type FailureMode string
+
+const (
+	// FailOpen admits through a local in-memory bucket per identity (the
+	// same limit, kept by this process only) and logs a warning at most once
+	// a minute.
+	FailOpen FailureMode = "open"
+	// FailClosed answers 503 with Retry-After (GraphQL code
+	// RATE_LIMITER_UNAVAILABLE).
+	FailClosed FailureMode = "closed"
+)
+
+// Plan is a token bucket in points: Burst points at most, Rate points
+// restored every Per.
+type Plan struct {
+	Burst int64
+	Rate  int64
+	Per   time.Duration
+	// FailureMode overrides Config.FailureMode for this plan when set.
+	FailureMode FailureMode
+}
+
+// GraphQLOptions are the static caps and pricing knobs of the Extension.
+// Zero means the default; negative values are refused. To lift a cap, set
+// it to math.MaxInt32 (MaxNodes: math.MaxInt64).
+type GraphQLOptions struct {
+	// MaxDepth caps the nesting of fields (root fields at 1). Default 10.
+	MaxDepth int
+	// MaxBreadth caps every slicing argument (first, last, …). Default 100.
+	MaxBreadth int
+	// MaxNodes caps the objects an operation may return through lists, as
+	// GitHub counts them. Default 500,000.
+	MaxNodes int64
+	// MaxCost caps the cost of one operation. 0 (the default): the
+	// principal's plan burst is the only ceiling.
+	MaxCost int64
+	// DefaultListSize is the size assumed for a list field with neither a
+	// slicing argument nor @listSize. Default 10.
+	DefaultListSize int
+	// MutationCost is the base cost of a mutation. Default 10.
+	MutationCost int64
+}
+
+// RESTOptions price REST requests.
+type RESTOptions struct {
+	// DefaultCost is the cost of a request no route matches. Default 1.
+	DefaultCost int64
+	// Routes maps a net/http ServeMux pattern ("GET /api/search",
+	// "/api/users/{login}") to its cost. Matching follows ServeMux rules:
+	// the most specific pattern wins. A cost of 0 makes a route free (its
+	// responses still carry the headers).
+	Routes map[string]int64
+}
+
+// Config configures a Limiter. Zero fields take the documented defaults.
+type Config struct {
+	// Store holds the budgets. Nil: an in-memory store owned by the Limiter
+	// (released by Close). Share a redisstore between processes.
+	Store Store
+	// Plans maps a plan name to its budget. Required. Names must be
+	// printable ASCII; they appear in the RateLimit headers.
+	Plans map[string]Plan
+	// AnonymousPlan is the plan of requests without a principal or API key,
+	// which are keyed by client address. Required.
+	AnonymousPlan string
+	// APIKeys resolves API keys. Nil: every presented key is unknown (401).
+	APIKeys KeyLookup
+	// Identifier replaces the default chain (WithPrincipal principal, then
+	// API key through APIKeys, then client address on AnonymousPlan).
+	Identifier Identifier
+	// TrustedProxies lists CIDRs (or single addresses) of reverse proxies
+	// whose forwarding header is believed. Empty: the peer address is the
+	// client, whatever the headers say.
+	TrustedProxies []string
+	// ProxyHeader names the forwarding header trusted proxies set:
+	// "X-Forwarded-For" (default) or "Forwarded". Only one is read, so a
+	// client cannot slip a spoofed value through the header a proxy passes
+	// along untouched.
+	ProxyHeader string
+
+	GraphQL GraphQLOptions
+	REST    RESTOptions
+
+	// FailureMode applies when the store fails or times out and the plan
+	// sets none. Default FailOpen.
+	FailureMode FailureMode
+	// StoreTimeout bounds every store call. Default 100ms.
+	StoreTimeout time.Duration
+	// RetryAfterJitter adds up to this fraction of Retry-After, at random,
+	// so rejected clients do not return in lockstep. It only ever adds.
+	// Between 0 (default) and 1.
+	RetryAfterJitter float64
+	// Logger receives store-failure warnings and identification errors.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Clock is the time source of the headers and of the in-memory stores
+	// the Limiter creates. Default limiter.SystemClock.
+	Clock limiter.Clock
+}
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultStoreTimeout = 100 * time.Millisecond
+	DefaultMaxDepth     = 10
+	DefaultMaxBreadth   = 100
+	DefaultMaxNodes     = 500_000
+	DefaultListSize     = 10
+	DefaultMutationCost = 10
+	DefaultRESTCost     = 1
+	DefaultProxyHeader  = "X-Forwarded-For"
+)
+
+const (
+	// unavailableRetryAfter is the Retry-After of a 503: long enough not to
+	// hammer a recovering store, short enough to notice it is back.
+	unavailableRetryAfter = time.Second
+	storeFailureLogEvery  = time.Minute
+	forwardedHeader       = "Forwarded"
+	graphQLResponseMIME   = "application/graphql-response+json"
+	jsonMIME              = "application/json"
+	jsonUTF8              = "application/json; charset=utf-8"
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalidConfig wraps every configuration error New returns.
+	ErrInvalidConfig = errors.New("middleware: invalid config")
+	// ErrUnknownAPIKey: the request presented an API key nobody issued.
+	ErrUnknownAPIKey = errors.New("middleware: unknown API key")
+)
+
+// errUnavailable: the store failed or timed out and the plan fails closed.
+var errUnavailable = errors.New("middleware: rate limiter unavailable")
+
+// plan is a validated Plan with everything the hot path needs precomputed.
+type plan struct {
+	Plan
+	name         string
+	limit        limiter.Limit
+	failOpen     bool
+	quotedName   string
+	policyHeader string
+	restoreRate  float64 // points per second
+}
+
+// Limiter prices requests and debits them from per-principal budgets. Build
+// it with New; it is safe for concurrent use. Close releases the in-memory
+// stores it owns.
+type Limiter struct {
+	store    Store
+	owned    *memorystore.Store // Config.Store was nil
+	fallback *memorystore.Store // FailOpen's local buckets
+	plans    map[string]*plan
+	ident    Identifier
+	gql      GraphQLOptions
+	routes   *http.ServeMux
+	restCost int64
+	timeout  time.Duration
+	jitter   float64
+	log      *slog.Logger
+	clock    limiter.Clock
+	start    time.Time
+
+	// lastWarn is the time of the last store-failure warning (nanoseconds
+	// since start, +1 so zero means never); suppressed counts the failures
+	// since.
+	lastWarn   atomic.Int64
+	suppressed atomic.Int64
+
+	// randFloat returns a number in [0, 1) for the jitter; tests pin it.
+	randFloat func() float64
+}
+
+// New validates cfg and builds a Limiter.
+func New(cfg Config) (*Limiter, error) {
+	l := &Limiter{
+		store:     cfg.Store,
+		timeout:   cfg.StoreTimeout,
+		jitter:    cfg.RetryAfterJitter,
+		log:       cfg.Logger,
+		clock:     cfg.Clock,
+		randFloat: rand.Float64,
+	}
+	if l.timeout < 0 {
+		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, l.timeout)
+	}
+	if l.timeout == 0 {
+		l.timeout = DefaultStoreTimeout
+	}
+	if math.IsNaN(l.jitter) || l.jitter < 0 || l.jitter > 1 {
+		return nil, fmt.Errorf("%w: RetryAfterJitter %v is not between 0 and 1", ErrInvalidConfig, l.jitter)
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	if l.clock == nil {
+		l.clock = limiter.SystemClock{}
+	}
+	l.start = l.clock.Now()
+
+	mode := cfg.FailureMode
+	if mode == "" {
+		mode = FailOpen
+	}
+	if mode != FailOpen && mode != FailClosed {
+		return nil, fmt.Errorf("%w: failure mode %q is neither %q nor %q", ErrInvalidConfig, mode, FailOpen, FailClosed)
+	}
+	if err := l.buildPlans(cfg.Plans, mode); err != nil {
+		return nil, err
+	}
+	if _, ok := l.plans[cfg.AnonymousPlan]; !ok {
+		return nil, fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, l.planList())
+	}
+	if sk, ok := cfg.APIKeys.(*StaticKeys); ok && sk != nil {
+		for _, name := range sk.plans() {
+			if _, ok := l.plans[name]; !ok {
+				return nil, fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, l.planList())
+			}
+		}
+	}
+
+	l.ident = cfg.Identifier
+	if l.ident == nil {
+		trusted, err := parseTrustedProxies(cfg.TrustedProxies)
+		if err != nil {
+			return nil, err
+		}
+		ph := cfg.ProxyHeader
+		if ph == "" {
+			ph = DefaultProxyHeader
+		}
+		if !strings.EqualFold(ph, DefaultProxyHeader) && !strings.EqualFold(ph, forwardedHeader) {
+			return nil, fmt.Errorf("%w: proxy header %q is neither %q nor %q", ErrInvalidConfig, ph, DefaultProxyHeader, forwardedHeader)
+		}
+		l.ident = &defaultIdentifier{
+			keys:          cfg.APIKeys,
+			anonymousPlan: cfg.AnonymousPlan,
+			proxies:       &proxyResolver{trusted: trusted, forwarded: strings.EqualFold(ph, forwardedHeader)},
+		}
+	}
+
+	gql, err := normalizeGraphQL(cfg.GraphQL)
+	if err != nil {
+		return nil, err
+	}
+	l.gql = gql
+	if err := l.buildRoutes(cfg.REST); err != nil {
+		return nil, err
+	}
+
+	if l.fallback, err = memorystore.New(memorystore.Config{Clock: l.clock}); err != nil {
+		return nil, fmt.Errorf("middleware: fallback store: %w", err)
+	}
+	if l.store == nil {
+		if l.owned, err = memorystore.New(memorystore.Config{Clock: l.clock}); err != nil {
+			l.fallback.Close()
+			return nil, fmt.Errorf("middleware: default store: %w", err)
+		}
+		l.store = l.owned
+	}
+	return l, nil
+}
+
+// Close releases the in-memory stores the Limiter created. It does not
+// close Config.Store.
+func (l *Limiter) Close() error {
+	err := l.fallback.Close()
+	if l.owned != nil {
+		err = errors.Join(err, l.owned.Close())
+	}
+	return err
+}
+
+func (l *Limiter) buildPlans(plans map[string]Plan, mode FailureMode) error {
+	if len(plans) == 0 {
+		return fmt.Errorf("%w: no plans", ErrInvalidConfig)
+	}
+	l.plans = make(map[string]*plan, len(plans))
+	for name, p := range plans {
+		if !validPlanName(name) {
+			return fmt.Errorf("%w: plan name %q must be non-empty printable ASCII", ErrInvalidConfig, name)
+		}
+		if p.Burst <= 0 || p.Rate <= 0 || p.Per <= 0 {
+			return fmt.Errorf("%w: plan %q: burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, name, p.Burst, p.Rate, p.Per)
+		}
+		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: p.Burst, Rate: p.Rate, Period: p.Per}
+		if err := limit.Validate(); err != nil {
+			return fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, name, err)
+		}
+		pm := p.FailureMode
+		if pm == "" {
+			pm = mode
+		}
+		if pm != FailOpen && pm != FailClosed {
+			return fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, pm, FailOpen, FailClosed)
+		}
+		q := sfString(name)
+		l.plans[name] = &plan{
+			Plan:         p,
+			name:         name,
+			limit:        limit,
+			failOpen:     pm == FailOpen,
+			quotedName:   q,
+			policyHeader: fmt.Sprintf("%s;q=%d;w=%d", q, p.Burst, fillSeconds(p.Burst, p.Rate, p.Per)),
+			restoreRate:  float64(p.Rate) / p.Per.Seconds(),
+		}
+	}
+	return nil
+}
+
+// planList names the plans, sorted, for error messages.
+func (l *Limiter) planList() string {
+	names := make([]string, 0, len(l.plans))
+	for n := range l.plans {
+		names = append(names, fmt.Sprintf("%q", n))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// smallestPlan returns the plan with the smallest burst (ties by name), the
+// one a fixed cost is checked against.
+func (l *Limiter) smallestPlan() *plan {
+	var min *plan
+	for _, p := range l.plans {
+		if min == nil || p.Burst < min.Burst || (p.Burst == min.Burst && p.name < min.name) {
+			min = p
+		}
+	}
+	return min
+}
+
+func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
+	if o.MaxDepth < 0 || o.MaxBreadth < 0 || o.MaxNodes < 0 || o.MaxCost < 0 || o.DefaultListSize < 0 || o.MutationCost < 0 {
+		return o, fmt.Errorf("%w: GraphQL options must not be negative: %+v", ErrInvalidConfig, o)
+	}
+	if o.MaxDepth == 0 {
+		o.MaxDepth = DefaultMaxDepth
+	}
+	if o.MaxBreadth == 0 {
+		o.MaxBreadth = DefaultMaxBreadth
+	}
+	if o.MaxNodes == 0 {
+		o.MaxNodes = DefaultMaxNodes
+	}
+	if o.DefaultListSize == 0 {
+		o.DefaultListSize = DefaultListSize
+	}
+	if o.MutationCost == 0 {
+		o.MutationCost = DefaultMutationCost
+	}
+	return o, nil
+}
+
+// identify resolves who pays for r and on which plan.
+func (l *Limiter) identify(r *http.Request) (Identity, *plan, error) {
+	id, err := l.ident.Identify(r)
+	if err != nil {
+		return id, nil, err
+	}
+	p, ok := l.plans[id.Plan]
+	if !ok {
+		return id, nil, fmt.Errorf("middleware: identity %s has plan %q, which is not among the plans (%s)", id.Key, id.Plan, l.planList())
+	}
+	return id, p, nil
+}
+
+// verdict is what became of a request's cost.
+type verdict uint8
+
+const (
+	admitted    verdict = iota
+	rateLimited         // not enough tokens now
+	overBudget          // costs more than the plan's burst: never admitted
+	unavailable         // store failed and the plan fails closed
+	capExceeded         // a static GraphQL cap refused it before pricing
+)
+
+// outcome is a budget decision ready to be rendered.
+type outcome struct {
+	verdict  verdict
+	decision limiter.Decision
+	// known: decision describes the bucket, so the headers can be sent.
+	known bool
+	// retryAfter in whole seconds, jitter included (rateLimited, unavailable).
+	retryAfter int64
+}
+
+// spend debits cost from id's bucket on plan p.
+func (l *Limiter) spend(ctx context.Context, id Identity, p *plan, cost int64) outcome {
+	if cost > p.Burst {
+		return l.peek(ctx, id, p, overBudget)
+	}
+	d, err := l.take(ctx, id.Key, p, cost)
+	switch {
+	case errors.Is(err, limiter.ErrCostExceedsCapacity):
+		return outcome{verdict: overBudget, decision: d, known: true}
+	case err != nil:
+		return outcome{verdict: unavailable, retryAfter: l.retryAfter(unavailableRetryAfter)}
+	case !d.Allowed:
+		return outcome{verdict: rateLimited, decision: d, known: true, retryAfter: l.retryAfter(d.RetryAfter)}
+	}
+	return outcome{verdict: admitted, decision: d, known: true}
+}
+
+// peek reads the bucket without spending, for the headers of a request
+// rejected before its cost was debited. A failed read only loses headers.
+func (l *Limiter) peek(ctx context.Context, id Identity, p *plan, v verdict) outcome {
+	d, err := l.take(ctx, id.Key, p, 0)
+	return outcome{verdict: v, decision: d, known: err == nil}
+}
+
+// take is Store.Take under the timeout and the plan's failure mode.
+func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (limiter.Decision, error) {
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	d, err := l.store.Take(tctx, key, p.limit, cost)
+	cancel()
+	if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
+		return d, err
+	}
+	if ctx.Err() != nil {
+		// The client went away: not the store's failure, and nobody is
+		// left to admit.
+		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, ctx.Err())
+	}
+	l.storeFailed(p, err)
+	if !p.failOpen {
+		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	// The local store never blocks, so the caller's ctx is bound enough.
+	return l.fallback.Take(ctx, key, p.limit, cost)
+}
+
+// storeFailed logs a store failure, at most once per storeFailureLogEvery
+// across the Limiter; the message counts the failures it stood in for.
+func (l *Limiter) storeFailed(p *plan, err error) {
+	now := int64(l.clock.Now().Sub(l.start)) + 1
+	last := l.lastWarn.Load()
+	due := last == 0 || now-last >= int64(storeFailureLogEvery)
+	if !due || !l.lastWarn.CompareAndSwap(last, now) { // another caller logs it
+		l.suppressed.Add(1)
+		return
+	}
+	mode := FailClosed
+	action := "answering 503"
+	if p.failOpen {
+		mode, action = FailOpen, "admitting through the local fallback bucket"
+	}
+	l.log.Warn("middleware: rate-limit store failed; "+action,
+		"err", err, "plan", p.name, "failure_mode", string(mode),
+		"failures_since_last_warning", l.suppressed.Swap(0))
+}
+
+// retryAfter turns a wait into whole seconds, rounded up, never below 1,
+// plus the configured jitter (which only adds).
+func (l *Limiter) retryAfter(wait time.Duration) int64 {
+	s := max(ceilSeconds(wait), 1)
+	if l.jitter == 0 {
+		return s
+	}
+	extra := l.randFloat() * l.jitter * float64(s)
+	if extra >= float64(math.MaxInt64-s) {
+		return math.MaxInt64
+	}
+	return s + int64(extra)
+}

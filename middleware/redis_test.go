@@ -1,0 +1,162 @@
+package middleware_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter/redisstore"
+	"github.com/costguard/costguard/middleware"
+)
+
+// redisLimiter builds a Limiter on a Redis store. Time is Redis's own.
+func redisLimiter(t *testing.T, store middleware.Store, mode middleware.FailureMode, timeout time.Duration) *middleware.Limiter {
+	t.Helper()
+	return newLimiter(t, middleware.Config{
+		Store: store,
+		Plans: map[string]middleware.Plan{
+			"free": {Burst: 500, Rate: 1, Per: time.Hour}, // no meaningful refill during the test
+			"anon": {Burst: 20, Rate: 20, Per: time.Hour},
+		},
+		AnonymousPlan: "anon",
+		APIKeys:       middleware.NewStaticKeys(map[string]middleware.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
+		REST:          middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}},
+		FailureMode:   mode,
+		StoreTimeout:  timeout,
+		Logger:        discardLogger(),
+	})
+}
+
+// Twelve clients through three server instances sharing one Redis spend one
+// principal's budget with GraphQL and REST requests: the admitted cost is
+// exactly the burst, never more.
+func TestSharedRedisNeverOverspends(t *testing.T) {
+	srv := redistest.StartServer(t)
+	store, err := redisstore.New(srv.Client(t), redisstore.Config{Prefix: "mw-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A generous timeout: under -race on a busy machine a round trip can be
+	// slow, and this test is about exactness, not timeouts.
+	var urls []string
+	for range 3 {
+		ts := httptest.NewServer(graphQLServer(redisLimiter(t, store, middleware.FailClosed, time.Minute), newTestSchema()))
+		t.Cleanup(ts.Close)
+		urls = append(urls, ts.URL)
+	}
+	type call struct {
+		method, path, body string
+		cost               int64
+	}
+	gql := func(q string) string { b, _ := json.Marshal(map[string]string{"query": q}); return string(b) }
+	calls := []call{
+		{"POST", "/graphql", gql(query61), 61},
+		{"GET", "/api/search?q=x", "", 10},
+		{"POST", "/graphql", gql(mutation11), 11},
+		{"GET", "/api/users/octocat", "", 1},
+	}
+	send := func(base string, c call) (int, error) {
+		req, err := http.NewRequest(c.method, base+c.path, strings.NewReader(c.body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Authorization", "Bearer "+aliceKey)
+		if c.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(resp.Body)
+		return resp.StatusCode, nil
+	}
+
+	var admitted, unavailable atomic.Int64
+	var wg sync.WaitGroup
+	for client := range 12 {
+		wg.Go(func() {
+			for i := range 25 {
+				c := calls[(client+i)%len(calls)]
+				code, err := send(urls[client%3], c)
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case code == http.StatusOK:
+					admitted.Add(c.cost)
+				case code == http.StatusServiceUnavailable:
+					unavailable.Add(1)
+				case code != http.StatusTooManyRequests:
+					t.Errorf("%s %s: status %d", c.method, c.path, code)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Drain what is left one point at a time.
+	for i := 0; ; i++ {
+		code, err := send(urls[i%3], calls[3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != http.StatusOK {
+			break
+		}
+		admitted.Add(1)
+	}
+	if unavailable.Load() != 0 {
+		t.Errorf("%d store timeouts", unavailable.Load())
+	}
+	if got := admitted.Load(); got != 500 {
+		t.Errorf("admitted %d points from a burst of 500", got)
+	}
+}
+
+// With the real Redis gone, each failure mode does what it says, promptly,
+// and limiting resumes when Redis is back.
+func TestRedisDown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	store, err := redisstore.New(srv.Client(t), redisstore.Config{Prefix: "mw-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := graphQLServer(redisLimiter(t, store, middleware.FailOpen, 100*time.Millisecond), newTestSchema())
+	closed := graphQLServer(redisLimiter(t, store, middleware.FailClosed, 100*time.Millisecond), newTestSchema())
+	search := request{method: "GET", path: "/api/search", header: bearer(aliceKey)}
+
+	if w := do(t, closed, search); w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "490" {
+		t.Fatalf("Redis up: %d %v", w.Code, w.Header())
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if w := do(t, closed, search); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("closed, Redis down: %d", w.Code)
+	}
+	if w, resp := query(t, closed, query61, bearer(aliceKey)); w.Code != http.StatusServiceUnavailable || resp.code() != middleware.CodeRateLimiterUnavailable {
+		t.Errorf("closed, Redis down, GraphQL: %d %+v", w.Code, resp.Errors)
+	}
+	// The fallback bucket is local and starts full.
+	if w := do(t, open, search); w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "490" {
+		t.Errorf("open, Redis down: %d %v", w.Code, w.Header())
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Restart empties the data set: a full bucket again, in Redis. (go-redis
+	// retries a command whose pooled connection died with the old server.)
+	last := do(t, closed, search)
+	if last.Code != http.StatusOK || last.Header().Get(middleware.HeaderXRateLimitRemaining) != "490" {
+		t.Errorf("Redis back: %d %v", last.Code, last.Header())
+	}
+}
