@@ -302,3 +302,11 @@ func TestConcurrentUse(t *testing.T) {
 	require.NoError(t, c.Post(`{ repository(name: "build-tools") { issues { id } } }`, &resp))
 	assert.Len(t, resp.Repository.Issues, 2+writers*perWriter)
 }
+
+func TestZeroResolverIsSeeded(t *testing.T) {
+	srv := handler.New(graph.NewExecutableSchema(graph.Config{Resolvers: &graph.Resolver{}}))
+	srv.AddTransport(transport.POST{})
+	data, errs := do(t, client.New(srv), `{ user(login: "octocat") { repos(first: 1) { name } } }`)
+	assert.Empty(t, errs)
+	assert.JSONEq(t, `{"user":{"repos":[{"name":"hello-world"}]}}`, data)
+}

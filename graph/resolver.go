@@ -18,14 +18,18 @@ package graph
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
 )
 
 // Resolver is the root resolver. It is safe for concurrent use; each Resolver
-// owns its own copy of the seeded data, so tests do not share state.
+// owns its own copy of the seeded data, so tests do not share state. The
+// zero value is ready to use, as in gqlgen's usual
+// NewExecutableSchema(Config{Resolvers: &Resolver{}}).
 type Resolver struct {
+	once      sync.Once
 	data      *store
 	calls     atomic.Int64
 	onResolve func(ctx context.Context, field string)
@@ -44,8 +48,7 @@ func WithOnResolve(f func(ctx context.Context, field string)) Option {
 
 // NewResolver returns a root resolver over a fresh copy of the seeded data.
 func NewResolver(opts ...Option) *Resolver {
-	r := &Resolver{data: newStore()}
-	r.data.seed()
+	r := &Resolver{}
 	for _, o := range opts {
 		o(r)
 	}
@@ -61,12 +64,18 @@ func (r *Resolver) Schema() graphql.ExecutableSchema {
 	return NewExecutableSchema(Config{Resolvers: r})
 }
 
-// enter records one resolver call.
-func (r *Resolver) enter(ctx context.Context, field string) {
+// enter records one resolver call and returns the data to serve it from,
+// seeding it on first use.
+func (r *Resolver) enter(ctx context.Context, field string) *store {
 	r.calls.Add(1)
 	if r.onResolve != nil {
 		r.onResolve(ctx, field)
 	}
+	r.once.Do(func() {
+		r.data = newStore()
+		r.data.seed()
+	})
+	return r.data
 }
 
 var _ ResolverRoot = (*Resolver)(nil)

@@ -25,38 +25,38 @@ func (r *issueResolver) BodyHTML(ctx context.Context, obj *model.Issue) (*string
 
 // CreateIssue is the resolver for the createIssue field.
 func (r *mutationResolver) CreateIssue(ctx context.Context, repo string, title string) (*model.Issue, error) {
-	r.enter(ctx, "Mutation.createIssue")
-	return r.data.createIssue(repo, title)
+	data := r.enter(ctx, "Mutation.createIssue")
+	return data.createIssue(repo, title)
 }
 
 // User is the resolver for the user field.
 func (r *queryResolver) User(ctx context.Context, login string) (*model.User, error) {
-	r.enter(ctx, "Query.user")
-	u, _ := r.data.user(login)
+	data := r.enter(ctx, "Query.user")
+	u, _ := data.user(login)
 	return u, nil
 }
 
 // Repository is the resolver for the repository field.
 func (r *queryResolver) Repository(ctx context.Context, name string) (*model.Repository, error) {
-	r.enter(ctx, "Query.repository")
-	repo, _ := r.data.repository(name)
+	data := r.enter(ctx, "Query.repository")
+	repo, _ := data.repository(name)
 	return repo, nil
 }
 
 // Node is the resolver for the node field.
 func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error) {
-	r.enter(ctx, "Query.node")
+	data := r.enter(ctx, "Query.node")
 	switch {
 	case strings.HasPrefix(id, userIDPrefix):
-		if u, ok := r.data.user(strings.TrimPrefix(id, userIDPrefix)); ok {
+		if u, ok := data.user(strings.TrimPrefix(id, userIDPrefix)); ok {
 			return u, nil
 		}
 	case strings.HasPrefix(id, repoIDPrefix):
-		if repo, ok := r.data.repository(strings.TrimPrefix(id, repoIDPrefix)); ok {
+		if repo, ok := data.repository(strings.TrimPrefix(id, repoIDPrefix)); ok {
 			return repo, nil
 		}
 	case strings.HasPrefix(id, issueIDPrefix):
-		if is, ok := r.data.issue(id); ok {
+		if is, ok := data.issue(id); ok {
 			return is, nil
 		}
 	}
@@ -65,14 +65,14 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 
 // Search is the resolver for the search field.
 func (r *queryResolver) Search(ctx context.Context, query string, first *int) ([]model.SearchResult, error) {
-	r.enter(ctx, "Query.search")
-	return r.data.search(query, first)
+	data := r.enter(ctx, "Query.search")
+	return data.search(query, first)
 }
 
 // Owner is the resolver for the owner field.
 func (r *repositoryResolver) Owner(ctx context.Context, obj *model.Repository) (*model.User, error) {
-	r.enter(ctx, "Repository.owner")
-	u, ok := r.data.user(obj.OwnerLogin)
+	data := r.enter(ctx, "Repository.owner")
+	u, ok := data.user(obj.OwnerLogin)
 	if !ok {
 		// Users are never deleted, so every repository's owner exists.
 		return nil, fmt.Errorf("graph: owner %q of repository %q not found", obj.OwnerLogin, obj.Name)
@@ -82,20 +82,20 @@ func (r *repositoryResolver) Owner(ctx context.Context, obj *model.Repository) (
 
 // Issues is the resolver for the issues field.
 func (r *repositoryResolver) Issues(ctx context.Context, obj *model.Repository, first *int, last *int) ([]*model.Issue, error) {
-	r.enter(ctx, "Repository.issues")
-	return r.data.issuesOf(obj.Name, first, last)
+	data := r.enter(ctx, "Repository.issues")
+	return data.issuesOf(obj.Name, first, last)
 }
 
 // Repos is the resolver for the repos field.
 func (r *userResolver) Repos(ctx context.Context, obj *model.User, first *int, last *int) ([]*model.Repository, error) {
-	r.enter(ctx, "User.repos")
-	return r.data.reposOf(obj.Login, first, last)
+	data := r.enter(ctx, "User.repos")
+	return data.reposOf(obj.Login, first, last)
 }
 
 // Followers is the resolver for the followers field.
 func (r *userResolver) Followers(ctx context.Context, obj *model.User, first int) (*model.UserConnection, error) {
-	r.enter(ctx, "User.followers")
-	nodes, total, err := r.data.followersOf(obj.Login, first)
+	data := r.enter(ctx, "User.followers")
+	nodes, total, err := data.followersOf(obj.Login, first)
 	if err != nil {
 		return nil, err
 	}

@@ -36,3 +36,12 @@ func (Repository) IsSearchResult() {}
 func (Issue) IsNode()              {}
 func (i Issue) GetID() string      { return i.ID }
 func (Issue) IsSearchResult()      {}
+
+var (
+	_ Node         = (*User)(nil)
+	_ Node         = (*Repository)(nil)
+	_ Node         = (*Issue)(nil)
+	_ SearchResult = (*User)(nil)
+	_ SearchResult = (*Repository)(nil)
+	_ SearchResult = (*Issue)(nil)
+)

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/costguard/costguard/middleware"
+)
+
+// errConfig wraps every configuration error, so run can tell a bad file
+// (exit status 2, like a bad flag) from a failure to serve.
+var errConfig = errors.New("invalid configuration")
+
+// config is the server's YAML configuration (docs/server.md is its
+// reference). defaultConfig holds every default; a file overrides only the
+// keys it names, except that a map it names (plans, api_keys, rest.routes)
+// replaces the default map instead of merging with it, so a production file
+// never inherits the demo API key by accident of omission: write
+// `api_keys: {}` to have none.
+type config struct {
+	// Plans maps a plan name to a token bucket in points.
+	Plans map[string]planConfig `yaml:"plans"`
+	// AnonymousPlan is the plan of requests without an API key, keyed by
+	// client IP.
+	AnonymousPlan string `yaml:"anonymous_plan"`
+	// APIKeys maps an API key to the principal and plan it grants.
+	APIKeys map[string]apiKeyConfig `yaml:"api_keys"`
+	GraphQL graphQLConfig           `yaml:"graphql"`
+	REST    restConfig              `yaml:"rest"`
+	// FailureMode is "open" or "closed": what a store failure does to plans
+	// that do not choose for themselves.
+	FailureMode string `yaml:"failure_mode"`
+	// TrustedProxies lists CIDRs whose X-Forwarded-For is believed.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// RetryAfterJitter is the largest fraction added, at random, to
+	// Retry-After.
+	RetryAfterJitter float64 `yaml:"retry_after_jitter"`
+}
+
+type planConfig struct {
+	Burst       whole         `yaml:"burst"`
+	Rate        whole         `yaml:"rate"`
+	Per         time.Duration `yaml:"per"`
+	FailureMode string        `yaml:"failure_mode,omitempty"`
+}
+
+type apiKeyConfig struct {
+	Principal string `yaml:"principal"`
+	Plan      string `yaml:"plan"`
+}
+
+type graphQLConfig struct {
+	MaxDepth        whole `yaml:"max_depth"`
+	MaxBreadth      whole `yaml:"max_breadth"`
+	MaxNodes        whole `yaml:"max_nodes"`
+	MaxCost         whole `yaml:"max_cost"`
+	DefaultListSize whole `yaml:"default_list_size"`
+	MutationCost    whole `yaml:"mutation_cost"`
+}
+
+type restConfig struct {
+	DefaultCost whole            `yaml:"default_cost"`
+	Routes      map[string]whole `yaml:"routes"`
+}
+
+// The demo API key of the default configuration, used by the README.
+const demoAPIKey = "demo-free-key"
+
+// defaultConfig returns the configuration the server runs with when no file
+// is given: the example of docs/server.md (a test holds them equal).
+func defaultConfig() config {
+	return config{
+		Plans: map[string]planConfig{
+			"free": {Burst: 5000, Rate: 5000, Per: time.Hour},
+			"anon": {Burst: 500, Rate: 500, Per: time.Hour},
+		},
+		AnonymousPlan: "anon",
+		APIKeys: map[string]apiKeyConfig{
+			demoAPIKey: {Principal: "alice", Plan: "free"},
+		},
+		GraphQL: graphQLConfig{
+			MaxDepth:        10,
+			MaxBreadth:      100,
+			MaxNodes:        500_000,
+			MaxCost:         0,
+			DefaultListSize: 10,
+			MutationCost:    10,
+		},
+		REST: restConfig{
+			DefaultCost: 1,
+			Routes:      map[string]whole{"GET /api/search": 10},
+		},
+		FailureMode:      string(middleware.FailOpen),
+		TrustedProxies:   []string{},
+		RetryAfterJitter: 0,
+	}
+}
+
+// maxConfigBytes bounds what loadConfig reads: a configuration is small.
+const maxConfigBytes = 1 << 20
+
+// loadConfig reads the file at path over the defaults; path "" means the
+// defaults alone. Every error wraps errConfig and names the file.
+func loadConfig(path string) (config, error) {
+	if path == "" {
+		cfg := defaultConfig()
+		if err := cfg.validate(); err != nil {
+			return config{}, fmt.Errorf("%w: built-in defaults: %w", errConfig, err)
+		}
+		return cfg, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return config{}, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err == nil && len(data) > maxConfigBytes {
+		err = fmt.Errorf("larger than %d bytes", maxConfigBytes)
+	}
+	if err == nil {
+		var cfg config
+		if cfg, err = parseConfig(data); err == nil {
+			return cfg, nil
+		}
+	}
+	return config{}, fmt.Errorf("%w: %s: %w", errConfig, path, err)
+}
+
+// parseConfig decodes one YAML document over the defaults and validates
+// the result. Unknown keys, a second document and non-integer counts are
+// errors.
+func parseConfig(data []byte) (config, error) {
+	cfg := defaultConfig()
+
+	// First pass: which maps does the file name? Those replace the defaults.
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return config{}, err
+	}
+	if top := mappingValue(&doc, ""); top != nil {
+		if mappingValue(top, "plans") != nil {
+			cfg.Plans = nil
+		}
+		if mappingValue(top, "api_keys") != nil {
+			cfg.APIKeys = nil
+		}
+		if rest := mappingValue(top, "rest"); rest != nil && mappingValue(rest, "routes") != nil {
+			cfg.REST.Routes = nil
+		}
+	}
+
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return config{}, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return config{}, errors.New("more than one YAML document")
+	}
+	if err := cfg.validate(); err != nil {
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+// mappingValue returns the value node of key in the mapping n (or, for key
+// "", the document's top-level mapping); nil when absent.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil
+		}
+		n = n.Content[0]
+		if key == "" {
+			if n.Kind != yaml.MappingNode {
+				return nil
+			}
+			return n
+		}
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// validate checks what the middleware cannot see: it treats 0 as "use the
+// default", while in this file 0 would be taken literally, so a count that
+// must be positive is refused rather than silently replaced. Everything
+// else (plans, routes against bursts, proxies) is checked by
+// middleware.New when the server starts, through limiterConfig.
+func (c config) validate() error {
+	for _, f := range []struct {
+		key      string
+		v        whole
+		min, max int64
+	}{
+		{"graphql.max_depth", c.GraphQL.MaxDepth, 1, math.MaxInt32},
+		{"graphql.max_breadth", c.GraphQL.MaxBreadth, 1, math.MaxInt32},
+		{"graphql.max_nodes", c.GraphQL.MaxNodes, 1, math.MaxInt64},
+		{"graphql.max_cost", c.GraphQL.MaxCost, 0, math.MaxInt64},
+		{"graphql.default_list_size", c.GraphQL.DefaultListSize, 1, math.MaxInt32},
+		{"graphql.mutation_cost", c.GraphQL.MutationCost, 1, math.MaxInt64},
+		{"rest.default_cost", c.REST.DefaultCost, 1, math.MaxInt64},
+	} {
+		if int64(f.v) < f.min || int64(f.v) > f.max {
+			return fmt.Errorf("%s is %d; it must be between %d and %d", f.key, f.v, f.min, f.max)
+		}
+	}
+	for pattern, cost := range c.REST.Routes {
+		if cost < 0 {
+			return fmt.Errorf("rest.routes[%q] is %d; a cost must not be negative", pattern, cost)
+		}
+	}
+	if err := checkFailureMode("failure_mode", c.FailureMode); err != nil {
+		return err
+	}
+	for name, p := range c.Plans {
+		if p.FailureMode != "" {
+			if err := checkFailureMode(fmt.Sprintf("plans.%s.failure_mode", name), p.FailureMode); err != nil {
+				return err
+			}
+		}
+	}
+	if j := c.RetryAfterJitter; math.IsNaN(j) || j < 0 || j > 1 {
+		return fmt.Errorf("retry_after_jitter is %v; it must be between 0 and 1", j)
+	}
+	for key, k := range c.APIKeys {
+		if key == "" {
+			return errors.New("api_keys: an API key must not be empty")
+		}
+		if k.Principal == "" {
+			// Only a hash of the key may be printed.
+			return fmt.Errorf("api_keys: the key with SHA-256 %s has no principal", middleware.HashAPIKey(key))
+		}
+	}
+	return nil
+}
+
+func checkFailureMode(key, mode string) error {
+	switch middleware.FailureMode(mode) {
+	case middleware.FailOpen, middleware.FailClosed:
+		return nil
+	}
+	return fmt.Errorf("%s is %q; it must be %q or %q", key, mode, middleware.FailOpen, middleware.FailClosed)
+}
+
+// limiterConfig maps the file onto the middleware's configuration. The
+// caller adds the store, clock and logger.
+func (c config) limiterConfig() middleware.Config {
+	plans := make(map[string]middleware.Plan, len(c.Plans))
+	for name, p := range c.Plans {
+		plans[name] = middleware.Plan{
+			Burst: int64(p.Burst), Rate: int64(p.Rate), Per: p.Per,
+			FailureMode: middleware.FailureMode(p.FailureMode),
+		}
+	}
+	keys := make(map[string]middleware.APIKey, len(c.APIKeys))
+	for key, k := range c.APIKeys {
+		keys[key] = middleware.APIKey{Principal: k.Principal, Plan: k.Plan}
+	}
+	routes := make(map[string]int64, len(c.REST.Routes))
+	for pattern, cost := range c.REST.Routes {
+		routes[pattern] = int64(cost)
+	}
+	return middleware.Config{
+		Plans:          plans,
+		AnonymousPlan:  c.AnonymousPlan,
+		APIKeys:        middleware.NewStaticKeys(keys),
+		TrustedProxies: c.TrustedProxies,
+		GraphQL: middleware.GraphQLOptions{
+			MaxDepth:        int(c.GraphQL.MaxDepth),
+			MaxBreadth:      int(c.GraphQL.MaxBreadth),
+			MaxNodes:        int64(c.GraphQL.MaxNodes),
+			MaxCost:         int64(c.GraphQL.MaxCost),
+			DefaultListSize: int(c.GraphQL.DefaultListSize),
+			MutationCost:    int64(c.GraphQL.MutationCost),
+		},
+		REST: middleware.RESTOptions{
+			DefaultCost: int64(c.REST.DefaultCost),
+			Routes:      routes,
+		},
+		FailureMode:      middleware.FailureMode(c.FailureMode),
+		RetryAfterJitter: c.RetryAfterJitter,
+	}
+}
+
+var _ yaml.Unmarshaler = (*whole)(nil)
+
+// whole is an integer count in the YAML file. It refuses floats (yaml.v3
+// would truncate 1.5 to 1) and anything that is not a plain integer.
+type whole int64
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (w *whole) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		return fmt.Errorf("line %d: %q is not a whole number", n.Line, n.Value)
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		return fmt.Errorf("line %d: %q: %w", n.Line, n.Value, err)
+	}
+	*w = whole(v)
+	return nil
+}

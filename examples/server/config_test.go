@@ -1,0 +1,258 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/costguard/costguard/middleware"
+)
+
+// issueExample is the configuration example of the issue that specified the
+// server; the built-in defaults must equal it.
+const issueExample = `
+plans:                 # name -> token bucket, in points; optional per-plan failure_mode
+  free: {burst: 5000, rate: 5000, per: 1h}
+  anon: {burst: 500, rate: 500, per: 1h}
+anonymous_plan: anon    # plan for requests without an API key (keyed by client IP)
+api_keys:              # demo principals
+  demo-free-key: {principal: alice, plan: free}
+graphql: {max_depth: 10, max_breadth: 100, max_nodes: 500000, max_cost: 0, default_list_size: 10, mutation_cost: 10}   # max_cost 0: the plan's burst is the only ceiling
+rest: {default_cost: 1, routes: {"GET /api/search": 10}}
+failure_mode: open      # or closed
+trusted_proxies: []     # CIDRs whose X-Forwarded-For is believed
+retry_after_jitter: 0   # fraction added at random to Retry-After, e.g. 0.2
+`
+
+func TestDefaultsEqualIssueExample(t *testing.T) {
+	got, err := parseConfig([]byte(issueExample))
+	require.NoError(t, err)
+	assert.Equal(t, defaultConfig(), got)
+
+	// An empty file and a comment-only file are the defaults too.
+	for _, src := range []string{"", "# nothing here\n"} {
+		got, err := parseConfig([]byte(src))
+		require.NoError(t, err)
+		assert.Equal(t, defaultConfig(), got)
+	}
+	// No file at all.
+	got, err = loadConfig("")
+	require.NoError(t, err)
+	assert.Equal(t, defaultConfig(), got)
+}
+
+// docsPath is the configuration reference, relative to this package.
+var docsPath = filepath.Join("..", "..", "docs", "server.md")
+
+func TestDocsMatchDefaults(t *testing.T) {
+	doc, err := os.ReadFile(docsPath)
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)<!-- begin defaults -->\\s*```yaml\\n(.*?)```\\s*<!-- end defaults -->").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/server.md has no defaults block")
+	got, err := parseConfig(m[1])
+	require.NoError(t, err)
+	assert.Equal(t, defaultConfig(), got, "docs/server.md's defaults drifted from defaultConfig")
+
+	// The documented defaults must start a server: no key is defaulted in
+	// the middleware behind the document's back.
+	_, cleanup, err := newServer(got, deps{})
+	require.NoError(t, err)
+	require.NoError(t, cleanup())
+
+	// Every other YAML example of the page is a configuration that starts.
+	blocks := regexp.MustCompile("(?s)```yaml\\n(.*?)```").FindAllSubmatch(doc, -1)
+	require.GreaterOrEqual(t, len(blocks), 2)
+	for _, b := range blocks {
+		cfg, err := parseConfig(b[1])
+		require.NoError(t, err, "%s", b[1])
+		_, cleanup, err := newServer(cfg, deps{})
+		require.NoError(t, err, "%s", b[1])
+		require.NoError(t, cleanup())
+	}
+}
+
+func TestDefaultsMapOntoMiddleware(t *testing.T) {
+	m := defaultConfig().limiterConfig()
+	assert.Equal(t, map[string]middleware.Plan{
+		"free": {Burst: 5000, Rate: 5000, Per: time.Hour},
+		"anon": {Burst: 500, Rate: 500, Per: time.Hour},
+	}, m.Plans)
+	assert.Equal(t, "anon", m.AnonymousPlan)
+	assert.Equal(t, middleware.GraphQLOptions{
+		MaxDepth: 10, MaxBreadth: 100, MaxNodes: 500_000, MaxCost: 0, DefaultListSize: 10, MutationCost: 10,
+	}, m.GraphQL)
+	assert.Equal(t, middleware.RESTOptions{DefaultCost: 1, Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
+	assert.Equal(t, middleware.FailOpen, m.FailureMode)
+	assert.Empty(t, m.TrustedProxies)
+	assert.Zero(t, m.RetryAfterJitter)
+	principal, plan, err := m.APIKeys.LookupAPIKey(t.Context(), demoAPIKey)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"alice", "free"}, []string{principal, plan})
+}
+
+func TestParseOverrides(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      func(c *config)
+	}{
+		{
+			"a section keeps the keys it leaves out",
+			"graphql: {max_depth: 4, max_cost: 900}",
+			func(c *config) { c.GraphQL.MaxDepth, c.GraphQL.MaxCost = 4, 900 },
+		},
+		{
+			"plans replace the default plans",
+			"plans: {anon: {burst: 50, rate: 5, per: 1m, failure_mode: closed}}\napi_keys: {}",
+			func(c *config) {
+				c.Plans = map[string]planConfig{"anon": {Burst: 50, Rate: 5, Per: time.Minute, FailureMode: "closed"}}
+				c.APIKeys = map[string]apiKeyConfig{}
+			},
+		},
+		{
+			"api_keys replace the demo key",
+			"api_keys: {k1: {principal: bob, plan: anon}}",
+			func(c *config) { c.APIKeys = map[string]apiKeyConfig{"k1": {Principal: "bob", Plan: "anon"}} },
+		},
+		{
+			"routes replace the default routes; default_cost stays",
+			`rest: {routes: {"GET /api/users/{login}": 3}}`,
+			func(c *config) { c.REST.Routes = map[string]whole{"GET /api/users/{login}": 3} },
+		},
+		{
+			"default_cost alone keeps the routes",
+			"rest: {default_cost: 2}",
+			func(c *config) { c.REST.DefaultCost = 2 },
+		},
+		{
+			"scalars",
+			"failure_mode: closed\ntrusted_proxies: [10.0.0.0/8, 192.0.2.1]\nretry_after_jitter: 0.25\nanonymous_plan: free",
+			func(c *config) {
+				c.FailureMode = "closed"
+				c.TrustedProxies = []string{"10.0.0.0/8", "192.0.2.1"}
+				c.RetryAfterJitter = 0.25
+				c.AnonymousPlan = "free"
+			},
+		},
+		{
+			"a free route",
+			`rest: {routes: {"GET /api/search": 0}}`,
+			func(c *config) { c.REST.Routes = map[string]whole{"GET /api/search": 0} },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseConfig([]byte(tt.src))
+			require.NoError(t, err)
+			want := defaultConfig()
+			tt.want(&want)
+			assert.Equal(t, want, got)
+			_, cleanup, err := newServer(got, deps{})
+			require.NoError(t, err)
+			require.NoError(t, cleanup())
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, src, want string
+	}{
+		{"unknown top-level key", "plan: {}", "field plan not found"},
+		{"unknown nested key", "graphql: {max_dept: 3}", "field max_dept not found"},
+		{"unknown plan key", "plans: {free: {burst: 1, rate: 1, per: 1h, brust: 2}}", "field brust not found"},
+		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", `"1.5" is not a whole number`},
+		{"string count", "graphql: {max_depth: ten}", `"ten" is not a whole number`},
+		{"duration without unit", "plans: {free: {burst: 1, rate: 1, per: 3600}}", "cannot unmarshal !!int `3600` into time.Duration"},
+		{"bad duration", "plans: {free: {burst: 1, rate: 1, per: soon}}", "into time.Duration"},
+		{"two documents", "failure_mode: open\n---\nfailure_mode: closed\n", "more than one YAML document"},
+		{"not a mapping", "- a\n- b\n", "cannot unmarshal !!seq into main.config"},
+		{"bad YAML", "plans: {free: [", "yaml:"},
+		{"zero max_depth", "graphql: {max_depth: 0}", "graphql.max_depth is 0; it must be between 1 and 2147483647"},
+		{"negative max_cost", "graphql: {max_cost: -1}", "graphql.max_cost is -1; it must be between 0 and"},
+		{"huge max_breadth", "graphql: {max_breadth: 3000000000}", "graphql.max_breadth is 3000000000"},
+		{"zero mutation_cost", "graphql: {mutation_cost: 0}", "graphql.mutation_cost is 0"},
+		{"zero default_list_size", "graphql: {default_list_size: 0}", "graphql.default_list_size is 0"},
+		{"zero max_nodes", "graphql: {max_nodes: 0}", "graphql.max_nodes is 0"},
+		{"zero default_cost", "rest: {default_cost: 0}", "rest.default_cost is 0"},
+		{"negative route", `rest: {routes: {"GET /x": -1}}`, `rest.routes["GET /x"] is -1; a cost must not be negative`},
+		{"failure mode", "failure_mode: maybe", `failure_mode is "maybe"; it must be "open" or "closed"`},
+		{"plan failure mode", "plans: {anon: {burst: 1, rate: 1, per: 1h, failure_mode: shut}}", `plans.anon.failure_mode is "shut"`},
+		{"jitter above 1", "retry_after_jitter: 1.5", "retry_after_jitter is 1.5; it must be between 0 and 1"},
+		{"negative jitter", "retry_after_jitter: -0.1", "retry_after_jitter is -0.1"},
+		{"key without principal", "api_keys: {s3cret-key: {plan: free}}", "api_keys: the key with SHA-256 " + middleware.HashAPIKey("s3cret-key") + " has no principal"},
+		{"empty key", `api_keys: {"": {principal: x, plan: free}}`, "an API key must not be empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig([]byte(tt.src))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.NotContains(t, err.Error(), "s3cret-key", "an API key leaked into an error")
+		})
+	}
+}
+
+// Configurations that parse but that the middleware refuses: newServer
+// fails, so the server never starts with them.
+func TestNewServerRefusesConfig(t *testing.T) {
+	tests := []struct {
+		name, src, want string
+	}{
+		{"route costs more than a burst", `rest: {routes: {"GET /api/search": 501}}`,
+			`REST route "GET /api/search" costs 501, more than the burst 500 of plan "anon"`},
+		{"default cost more than a burst", `rest: {default_cost: 600}`, `REST default cost 600 is more than the burst 500 of plan "anon"`},
+		{"anonymous plan missing", "anonymous_plan: guest", `anonymous plan "guest" is not among the plans`},
+		{"API key on a missing plan", "api_keys: {k: {principal: p, plan: gold}}", `grants plan "gold"`},
+		{"plan with zero burst", "plans: {anon: {burst: 0, rate: 1, per: 1h}}\napi_keys: {}", `plan "anon"`},
+		{"plan with zero period", "plans: {anon: {burst: 5, rate: 1, per: 0s}}\napi_keys: {}", `plan "anon"`},
+		{"no plans", "plans: {}\napi_keys: {}", "no plans"},
+		{"bad proxy", "trusted_proxies: [not-a-cidr]", "not-a-cidr"},
+		{"bad route pattern", `rest: {routes: {"GET": 1}}`, `REST route "GET"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseConfig([]byte(tt.src))
+			require.NoError(t, err)
+			_, _, err = newServer(cfg, deps{})
+			require.Error(t, err)
+			assert.ErrorIs(t, err, errConfig)
+			assert.ErrorIs(t, err, middleware.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestLoadConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+
+	good := write("good.yaml", "graphql: {max_depth: 7}\n")
+	cfg, err := loadConfig(good)
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, cfg.GraphQL.MaxDepth)
+
+	for _, tt := range []struct{ name, path, want string }{
+		{"missing file", filepath.Join(dir, "absent.yaml"), "absent.yaml"},
+		{"invalid file", write("bad.yaml", "graphql: {max_depth: 0}\n"), "bad.yaml: graphql.max_depth is 0"},
+		{"huge file", write("huge.yaml", "#"+strings.Repeat("x", maxConfigBytes)+"\n"), "huge.yaml: larger than 1048576 bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadConfig(tt.path)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, errConfig), "%v does not wrap errConfig", err)
+			assert.Contains(t, err.Error(), "invalid configuration: ")
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}

@@ -1,0 +1,150 @@
+// Command server is costguard's example API: the graph package's GitHub-like
+// schema on GraphQL and two REST routes, every request priced and debited
+// from one per-principal token bucket.
+//
+//	go run ./examples/server                       # :8080, in-memory budgets
+//	go run ./examples/server -redis redis://localhost:6379/0
+//	go run ./examples/server -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
+//	go run ./examples/server -config costguard.yaml
+//
+// Routes:
+//
+//	GET  /                     GraphiQL, to explore the schema
+//	GET  /graphql, POST /graphql
+//	GET  /api/users/{login}    costs 1 point (rest.default_cost)
+//	GET  /api/search?q=        costs 10 points (rest.routes)
+//
+// Requests with "Authorization: Bearer demo-free-key" (or X-API-Key) spend
+// alice's budget on the free plan (5000 points an hour); requests without a
+// key spend their IP address's budget on the anon plan (500 an hour).
+// docs/server.md describes the flags and every configuration key.
+//
+// The process is a thin shell around run (flags, store, listener, graceful
+// shutdown on SIGINT or SIGTERM) and newServer (the handler), which the
+// tests drive directly.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// HTTP server bounds: no client can hold a connection or a handler forever.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
+	shutdownTimeout   = 10 * time.Second
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage), errors.Is(err, errConfig):
+		fmt.Fprintln(os.Stderr, "server:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "server:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage wraps errors in the command line.
+var errUsage = errors.New("usage")
+
+// run serves until ctx is done, then shuts down gracefully. It prints the
+// address it listens on to stdout, and flag errors and logs to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", ":8080", "listen `address`")
+	redisURL := fs.String("redis", "",
+		"keep budgets in the Redis at this `URL` (default $REDIS_URL; neither: in memory)")
+	cluster := fs.String("redis-cluster", "",
+		"keep budgets in the Redis Cluster reachable at these comma-separated `host:port`s")
+	cfgPath := fs.String("config", "", "YAML configuration `file` (docs/server.md); unset: built-in defaults")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+
+	st, err := openStore(ctx, *redisURL, *cluster)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+
+	h, cleanup, err := newServer(cfg, deps{store: st.store, logger: logger})
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	fmt.Fprintf(stdout, "costguard example server on %s (budgets: %s)\n", displayURL(ln.Addr()), st.describe)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	<-served // http.ErrServerClosed
+	if err != nil {
+		return fmt.Errorf("server: shutdown: %w", err)
+	}
+	return nil
+}
+
+// displayURL turns a listener address into a URL a person can paste:
+// an unspecified host (":8080") becomes localhost.
+func displayURL(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}

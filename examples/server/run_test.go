@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/middleware"
+)
+
+// The shared Redis Cluster of redis_test.go is removed after the last test.
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// lines collects what run prints, line by line, for a test to wait on.
+type lines struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	next chan string
+}
+
+func newLines() *lines { return &lines{next: make(chan string, 16)} }
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for {
+		line, err := l.buf.ReadString('\n')
+		if err != nil {
+			// An incomplete line waits for the rest.
+			l.buf.Reset()
+			l.buf.WriteString(line)
+			return len(p), nil
+		}
+		select {
+		case l.next <- strings.TrimSuffix(line, "\n"):
+		default: // nobody is listening any more
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var startLine = regexp.MustCompile(`^costguard example server on (http://\S+) \(budgets: (.*)\)$`)
+
+// running is a run call serving in the background.
+type running struct {
+	url, budgets string
+	stderr       *syncBuffer
+	stop         func() error
+}
+
+// startRun calls run with args and waits until it listens. It fails the
+// test if run returns first.
+func startRun(t *testing.T, args ...string) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errs := newLines(), &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, out, errs) }()
+
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+
+	select {
+	case line := <-out.next:
+		m := startLine.FindStringSubmatch(line)
+		require.NotNil(t, m, "unexpected first line %q", line)
+		return &running{url: m[1], budgets: m[2], stderr: errs, stop: stop}
+	case err := <-done:
+		done <- err // for stop, run by Cleanup
+		t.Fatalf("run returned before serving: %v\nstderr: %s", err, errs.String())
+		return nil
+	}
+}
+
+func get(t *testing.T, url string) *http.Response {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	return resp
+}
+
+func TestRunServesAndShutsDown(t *testing.T) {
+	srv := startRun(t, "-addr", "127.0.0.1:0")
+	assert.Equal(t, "in memory", srv.budgets)
+
+	resp := get(t, srv.url+"/api/users/octocat")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "499", resp.Header.Get(middleware.HeaderXRateLimitRemaining))
+
+	resp, err := http.Post(srv.url+"/graphql", "application/json", strings.NewReader(`{"query":"{ user(login: \"octocat\") { login } }"}`))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(body), `"requestedQueryCost":1`)
+
+	require.NoError(t, srv.stop(), "a graceful shutdown returns nil")
+	_, err = http.Get(srv.url + "/")
+	assert.Error(t, err, "the listener is closed after shutdown")
+}
+
+func TestRunWithConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "costguard.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("plans: {anon: {burst: 10, rate: 10, per: 1m}}\napi_keys: {}\n"), 0o600))
+	srv := startRun(t, "-addr", "127.0.0.1:0", "-config", path)
+
+	resp := get(t, srv.url+"/api/users/octocat")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, `"anon";q=10;w=60`, resp.Header.Get(middleware.HeaderRateLimitPolicy))
+	// The demo key is gone with the default api_keys map.
+	req, _ := http.NewRequest(http.MethodGet, srv.url+"/api/users/octocat", nil)
+	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+// Bad command lines and configurations fail before listening, with an error
+// main maps to exit status 2.
+func TestRunRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	badRoute := filepath.Join(dir, "route.yaml")
+	require.NoError(t, os.WriteFile(badRoute, []byte(`rest: {routes: {"GET /api/search": 100000}}`), 0o600))
+	typo := filepath.Join(dir, "typo.yaml")
+	require.NoError(t, os.WriteFile(typo, []byte("failure_mod: closed\n"), 0o600))
+
+	tests := []struct {
+		name   string
+		env    string // REDIS_URL
+		args   []string
+		is     error
+		errMsg string
+	}{
+		{"unknown flag", "", []string{"-port", "1"}, errUsage, "flag provided but not defined: -port"},
+		{"stray argument", "", []string{"serve"}, errUsage, `unexpected arguments ["serve"]`},
+		{"help", "", []string{"-h"}, flag.ErrHelp, ""},
+		{"missing config", "", []string{"-config", filepath.Join(dir, "absent.yaml")}, errConfig, "absent.yaml"},
+		{"unknown key", "", []string{"-config", typo}, errConfig, "field failure_mod not found"},
+		{"route dearer than a burst", "", []string{"-config", badRoute}, errConfig, `REST route "GET /api/search" costs 100000`},
+		{"both stores", "", []string{"-redis", "redis://127.0.0.1:1", "-redis-cluster", "127.0.0.1:2"}, errUsage, "exclude each other"},
+		{"bad redis URL", "", []string{"-redis", "http://127.0.0.1:1"}, errUsage, "-redis:"},
+		{"bad REDIS_URL", "mongodb://127.0.0.1:1", nil, errUsage, "-redis:"},
+		{"bad cluster address", "", []string{"-redis-cluster", "127.0.0.1:7000,nohost"}, errUsage, `"nohost" is not host:port`},
+		{"empty cluster list", "", []string{"-redis-cluster", " , "}, errUsage, "no addresses"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("REDIS_URL", tt.env)
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), append([]string{"-addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tt.is)
+			assert.Contains(t, err.Error(), tt.errMsg)
+			assert.Empty(t, stdout.String(), "nothing may listen")
+		})
+	}
+}
+
+func TestRunListenFailure(t *testing.T) {
+	srv := startRun(t, "-addr", "127.0.0.1:0")
+	addr := strings.TrimPrefix(srv.url, "http://")
+	err := run(context.Background(), []string{"-addr", addr}, io.Discard, io.Discard)
+	require.Error(t, err)
+	assert.False(t, errors.Is(err, errUsage) || errors.Is(err, errConfig), "a busy port is not a usage error: %v", err)
+	assert.Contains(t, err.Error(), "address already in use")
+}

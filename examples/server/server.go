@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/graph/model"
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/middleware"
+)
+
+const (
+	// maxRequestBytes bounds a request body: a GraphQL document and its
+	// variables are small.
+	maxRequestBytes = 1 << 20
+	// queryCacheSize is how many parsed documents gqlgen keeps.
+	queryCacheSize = 1000
+	// searchResults is how many hits GET /api/search returns at most.
+	searchResults = 20
+)
+
+// deps are what a caller may inject into newServer; zero fields take the
+// production defaults.
+type deps struct {
+	// store holds the budgets; nil: an in-memory store owned by the server.
+	store middleware.Store
+	// clock is the limiter's time source; nil: the system clock.
+	clock limiter.Clock
+	// logger receives store-failure warnings; nil: slog.Default().
+	logger *slog.Logger
+	// resolver serves the data; nil: a freshly seeded graph.Resolver.
+	resolver *graph.Resolver
+}
+
+// newServer builds the example API: the GraphiQL page on /, GraphQL on
+// /graphql (GET and POST) and the REST demo routes under /api/, all drawing
+// on one per-principal budget. cleanup releases what the server owns (not
+// d.store); call it after the HTTP server has shut down.
+func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err error) {
+	mcfg := cfg.limiterConfig()
+	mcfg.Store, mcfg.Clock, mcfg.Logger = d.store, d.clock, d.logger
+	lim, err := middleware.New(mcfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	res := d.resolver
+	if res == nil {
+		res = graph.NewResolver()
+	}
+
+	gql := handler.New(res.Schema())
+	gql.AddTransport(transport.GET{})
+	gql.AddTransport(transport.POST{})
+	gql.SetQueryCache(lru.New[*ast.QueryDocument](queryCacheSize))
+	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
+	gql.Use(lim.Extension())
+
+	logger := d.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	rest := &restAPI{res: res, log: logger}
+	api := http.NewServeMux()
+	api.HandleFunc("GET /api/users/{login}", rest.getUser)
+	api.HandleFunc("GET /api/search", rest.search)
+	api.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "not_found"})
+	})
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
+	mux.Handle("/graphql", lim.GraphQL(gql))
+	mux.Handle("/api/", lim.REST(api))
+	return limitBody(mux), lim.Close, nil
+}
+
+// limitBody caps every request body at maxRequestBytes: a declared larger
+// body is answered 413 at once; an undeclared one (chunked) fails to read
+// past the cap.
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxRequestBytes {
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "request_too_large"})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// userBody is GET /api/users/{login}'s answer.
+type userBody struct {
+	Login string   `json:"login"`
+	Name  *string  `json:"name"`
+	Repos []string `json:"repos"`
+}
+
+// restAPI serves the REST demo routes from the data GraphQL serves, through
+// the same resolvers.
+type restAPI struct {
+	res *graph.Resolver
+	log *slog.Logger
+}
+
+// getUser serves GET /api/users/{login}.
+func (a *restAPI) getUser(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	u, err := a.res.Query().User(ctx, r.PathValue("login"))
+	if err != nil {
+		a.internalError(ctx, w, err)
+		return
+	}
+	if u == nil {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "not_found"})
+		return
+	}
+	repos, err := a.res.User().Repos(ctx, u, nil, nil)
+	if err != nil {
+		a.internalError(ctx, w, err)
+		return
+	}
+	body := userBody{Login: u.Login, Name: u.Name, Repos: make([]string, 0, len(repos))}
+	for _, repo := range repos {
+		body.Repos = append(body.Repos, repo.Name)
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// searchHit is one result of GET /api/search; Type tells which fields are
+// set.
+type searchHit struct {
+	Type  string  `json:"type"`
+	Login string  `json:"login,omitempty"`
+	Name  *string `json:"name,omitempty"`
+	Owner string  `json:"owner,omitempty"`
+	ID    string  `json:"id,omitempty"`
+	Title string  `json:"title,omitempty"`
+}
+
+// search serves GET /api/search?q=: the GraphQL search field over REST,
+// at most searchResults hits.
+func (a *restAPI) search(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.URL.Query().Get("q")
+	if q == "" {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "missing_query"})
+		return
+	}
+	first := searchResults
+	found, err := a.res.Query().Search(ctx, q, &first)
+	if err != nil {
+		a.internalError(ctx, w, err)
+		return
+	}
+	hits := make([]searchHit, 0, len(found))
+	for _, f := range found {
+		switch v := f.(type) {
+		case *model.User:
+			hits = append(hits, searchHit{Type: "User", Login: v.Login, Name: v.Name})
+		case *model.Repository:
+			name := v.Name
+			hits = append(hits, searchHit{Type: "Repository", Name: &name, Owner: v.OwnerLogin})
+		case *model.Issue:
+			hits = append(hits, searchHit{Type: "Issue", ID: v.ID, Title: v.Title})
+		}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Results []searchHit `json:"results"`
+	}{hits})
+}
+
+// internalError logs err and answers 500 without its text: error strings
+// are for operators, not clients.
+func (a *restAPI) internalError(ctx context.Context, w http.ResponseWriter, err error) {
+	a.log.ErrorContext(ctx, "server: request failed", "err", err)
+	writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal"})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Only the fixed types above are marshalled; they always encode.
+		panic(fmt.Sprintf("server: encoding %T: %v", v, err))
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costguard/costguard/limiter/redisstore"
+	"github.com/costguard/costguard/middleware"
+)
+
+// pingTimeout bounds the start-up check that Redis answers: a server
+// pointed at a Redis it cannot reach fails at start, not at the first
+// request.
+const pingTimeout = 3 * time.Second
+
+// budgetStore is where the budgets live and how to let go of it.
+type budgetStore struct {
+	store    middleware.Store // nil: the limiter's own in-memory store
+	describe string           // for the start-up line; never holds a password
+	close    func() error
+}
+
+// openStore connects to a single Redis (redisURL, else $REDIS_URL) or a
+// Cluster (clusterAddrs, comma-separated host:port seeds), or returns the
+// in-memory default when neither is given. -redis and -redis-cluster
+// exclude each other; an explicit -redis-cluster overrides $REDIS_URL.
+func openStore(ctx context.Context, redisURL, clusterAddrs string) (*budgetStore, error) {
+	if redisURL != "" && clusterAddrs != "" {
+		return nil, fmt.Errorf("%w: -redis and -redis-cluster exclude each other", errUsage)
+	}
+	if redisURL == "" && clusterAddrs == "" {
+		redisURL = os.Getenv("REDIS_URL")
+	}
+	var (
+		client   redis.UniversalClient
+		describe string
+	)
+	switch {
+	case redisURL != "":
+		opts, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: -redis: %w", errUsage, err)
+		}
+		// Honour the middleware's per-call deadline on the socket too.
+		opts.ContextTimeoutEnabled = true
+		client = redis.NewClient(opts)
+		describe = fmt.Sprintf("Redis at %s, db %d", opts.Addr, opts.DB)
+	case clusterAddrs != "":
+		addrs, err := splitAddrs(clusterAddrs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: -redis-cluster: %w", errUsage, err)
+		}
+		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		describe = "Redis Cluster via " + strings.Join(addrs, ",")
+	default:
+		return &budgetStore{describe: "in memory", close: func() error { return nil }}, nil
+	}
+
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("server: %s does not answer: %w", describe, err)
+	}
+	st, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	return &budgetStore{store: st, describe: describe, close: client.Close}, nil
+}
+
+// splitAddrs parses "host:port,host:port".
+func splitAddrs(s string) ([]string, error) {
+	var addrs []string
+	for a := range strings.SplitSeq(s, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return nil, fmt.Errorf("%q is not host:port", a)
+		}
+		addrs = append(addrs, a)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no addresses in %q", s)
+	}
+	return addrs, nil
+}
