@@ -6,10 +6,10 @@
 -- MAX_NOW is limiter.MaxNow (2^52 - 1 µs, early 2112).
 local MAX_NOW = 4503599627370495
 
--- idiv is floor(a / b) for 0 <= a < 2^53 and b > 0. The double quotient can
--- round up to the next integer when a is large; one exact correction step
--- fixes it (q * b and (q + 1) * b are compared against a, never rounded
--- below it).
+-- idiv is floor(a / b) for 0 <= a < 2^53 and b > 0. The rounded double
+-- quotient can land on the next integer when the true one lies just below
+-- it; one step corrects that. The comparisons are sound: a is exact, and a
+-- product that rounds (only above 2^53) is then larger than a either way.
 local function idiv(a, b)
   local q = math.floor(a / b)
   if q * b > a then

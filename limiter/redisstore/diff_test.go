@@ -98,6 +98,7 @@ func diffLimits() []limiter.Limit {
 		{Algorithm: limiter.SlidingCounter, Rate: maxSafe / int64(24*time.Hour/time.Microsecond), Period: 24 * time.Hour},
 		{Algorithm: limiter.SlidingLog, Rate: 5, Period: time.Second},
 		{Algorithm: limiter.SlidingLog, Rate: 40, Period: 3 * time.Millisecond},
+		{Algorithm: limiter.SlidingLog, Rate: limiter.MaxLogRate, Period: 24 * time.Hour},
 	}
 }
 
@@ -143,16 +144,56 @@ func TestSameDecisionsAsPureArithmetic(t *testing.T) {
 	}
 }
 
-func diffOne(t *testing.T, rdb redis.Scripter, l limiter.Limit, start time.Time, steps int, rng *rand.Rand) {
+// differ runs each call through the Redis store and the reference.
+type differ struct {
+	store limiter.Store
+	ref   *reference
+	clock *limitertest.FakeClock
+	limit limiter.Limit
+	calls int
+}
+
+func newDiffer(t *testing.T, rdb redis.Scripter, l limiter.Limit, start time.Time) *differ {
 	clock := limitertest.NewFakeClock(start)
-	store := newStore(t, rdb, clock)
-	ref := &reference{}
+	return &differ{store: newStore(t, rdb, clock), ref: &reference{}, clock: clock, limit: l}
+}
+
+// step makes one call on both and fails t unless they agree.
+func (df *differ) step(t *testing.T, refund bool, n int64) limiter.Decision {
+	t.Helper()
 	ctx := context.Background()
+	now := df.clock.Now()
+	want, wantErr := df.ref.call(df.limit, now, refund, n)
+	var (
+		got limiter.Decision
+		err error
+	)
+	op := "Take"
+	if refund {
+		op = "Refund"
+		got, err = df.store.Refund(ctx, "k", df.limit, n)
+	} else {
+		got, err = df.store.Take(ctx, "k", df.limit, n)
+	}
+	where := fmt.Sprintf("call %d: %s(%d) at %d µs", df.calls, op, n, now.UnixMicro())
+	df.calls++
+	if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+		t.Fatalf("%s: error %v, want %v", where, err, wantErr)
+	}
+	if got != want {
+		t.Fatalf("%s:\n redis %+v\n pure  %+v", where, got, want)
+	}
+	return got
+}
+
+func diffOne(t *testing.T, rdb redis.Scripter, l limiter.Limit, start time.Time, steps int, rng *rand.Rand) {
+	df := newDiffer(t, rdb, l, start)
+	clock := df.clock
 	capacity := capacityOf(l)
 	var lastRetry time.Duration
 	var lastRejected time.Time
 
-	for i := range steps {
+	for range steps {
 		// Move the clock.
 		switch k := rng.IntN(12); {
 		case k < 3: // stand still: many calls in one µs
@@ -186,33 +227,37 @@ func diffOne(t *testing.T, rdb redis.Scripter, l limiter.Limit, start time.Time,
 		default:
 			n = 1 + rng.Int64N(min(capacity, 8))
 		}
-		// SlidingLog writes one member per unit: keep its costs small.
-		if l.Algorithm == limiter.SlidingLog && n > capacity+1 {
-			n = capacity + 1
-		}
-
 		now := clock.Now()
-		want, wantErr := ref.call(l, now, refund, n)
-		var got limiter.Decision
-		var err error
-		if refund {
-			got, err = store.Refund(ctx, "k", l, n)
-		} else {
-			got, err = store.Take(ctx, "k", l, n)
+		if d := df.step(t, refund, n); !d.Allowed && d.RetryAfter > 0 {
+			lastRetry, lastRejected = d.RetryAfter, now
 		}
-		op := "Take"
-		if refund {
-			op = "Refund"
-		}
-		where := fmt.Sprintf("step %d: %s(%d) at %d µs", i, op, n, now.UnixMicro())
-		if fmt.Sprint(err) != fmt.Sprint(wantErr) {
-			t.Fatalf("%s: error %v, want %v", where, err, wantErr)
-		}
-		if got != want {
-			t.Fatalf("%s:\n redis %+v\n pure  %+v", where, got, want)
-		}
-		if !got.Allowed && got.RetryAfter > 0 {
-			lastRetry, lastRejected = got.RetryAfter, now
-		}
+	}
+}
+
+// TestSlidingLogLongWalks: logs of many entries, so that pruning, the walk
+// to the k-th oldest unit and refunds cross the script's read chunks.
+func TestSlidingLogLongWalks(t *testing.T) {
+	l := limiter.Limit{Algorithm: limiter.SlidingLog, Rate: 2000, Period: time.Second}
+	for _, target := range targets {
+		t.Run(target.name, func(t *testing.T) {
+			df := newDiffer(t, target.client(t), l, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+			for i := range 900 { // 900 entries, 1 or 2 units each, 1 ms apart
+				df.clock.Advance(time.Millisecond)
+				df.step(t, false, 1+int64(i%2))
+			}
+			// 1350 units: k = 550 units, about 367 entries to walk.
+			if d := df.step(t, false, 1200); d.Allowed {
+				t.Fatal("cost 1200 admitted over 1350 of 2000 units")
+			}
+			df.step(t, true, 100)                    // about 67 entries, one by one
+			df.clock.Advance(500 * time.Millisecond) // 400 entries expire in one call
+			if d := df.step(t, false, 2000); d.Allowed {
+				t.Fatal("cost 2000 admitted over a non-empty log") // walks all ~433 left
+			}
+			df.clock.Advance(time.Second) // everything expires
+			if d := df.step(t, false, 2000); !d.Allowed {
+				t.Fatal("cost 2000 rejected by an expired log")
+			}
+		})
 	}
 }

@@ -28,10 +28,13 @@
 //
 // The bucket algorithms keep a HASH {l: level, t: last update µs}, the
 // window algorithms a HASH {w: window index, c: count[, p: previous
-// count]}, SlidingLog a ZSET of one member per admitted unit. Every write
-// sets PEXPIRE to the time until the budget is whole again plus
-// Config.ExpiryMargin, so idle keys vanish; an absent key decides exactly
-// like a whole budget.
+// count]}, SlidingLog a ZSET with one member per admission instant and one
+// holding the total. Like the memory store, every decision writes back the
+// state it computed, with PEXPIRE set to the time until the budget is whole
+// again plus Config.ExpiryMargin, and a budget that is whole deletes its
+// key: an absent key decides exactly like a whole budget.
+//
+// docs/redis.md has the details: expiry, time, Cluster behaviour, failures.
 package redisstore
 
 import (

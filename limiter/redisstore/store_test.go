@@ -106,6 +106,9 @@ func TestDefaults(t *testing.T) {
 	if redisstore.DefaultExpiryMargin != time.Second {
 		t.Errorf("DefaultExpiryMargin = %v; the README says 1s", redisstore.DefaultExpiryMargin)
 	}
+	if redisstore.MaxRawIdentity != 128 {
+		t.Errorf("MaxRawIdentity = %d; docs/redis.md says 128", redisstore.MaxRawIdentity)
+	}
 }
 
 // TestValidationBeforeRedis: malformed calls fail without a round trip, so
