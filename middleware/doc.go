@@ -57,4 +57,14 @@
 // in-memory bucket per identity and logs a warning at most once a minute;
 // FailClosed answers 503 with RATE_LIMITER_UNAVAILABLE. Error text from a
 // store is logged, never written to a client.
+//
+// # Scaling a shared store
+//
+// OverLimitCache (on by default for a shared store) remembers rejections in
+// the process, so a client hammering an exhausted budget is answered
+// without a round trip until its Retry-After has passed; it never admits,
+// so budgets stay exact. Plan.SplitBudget serves a UX-grade plan from
+// local leases of each budget (tuned by Config.SplitBudget), at the price
+// of a bounded overshoot within a window; plans without it stay exact.
+// See docs/scaling.md.
 package middleware

@@ -15,6 +15,8 @@ import (
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
+	"github.com/costguard/costguard/limiter/overlimit"
+	"github.com/costguard/costguard/limiter/splitbudget"
 )
 
 // Store is what the middleware needs from a budget store; limiter.Store
@@ -46,6 +48,44 @@ type Plan struct {
 	Per   time.Duration
 	// FailureMode overrides Config.FailureMode for this plan when set.
 	FailureMode FailureMode
+	// SplitBudget serves this plan from local leases of each principal's
+	// budget (limiter/splitbudget, tuned by Config.SplitBudget): most
+	// requests skip the store's round trip, at the price of up to
+	// (gateways × lease) points of overshoot within a window. For UX-grade
+	// plans; leave it false (the default) for billing-grade plans, which
+	// the store then keeps exact. It needs a Config.Store with Refund (a
+	// limiter.Store).
+	SplitBudget bool
+}
+
+// OverLimitCache chooses whether rejections are remembered in this process
+// (limiter/overlimit), so that a client hammering an exhausted budget is
+// answered without a store round trip until its Retry-After has passed.
+// The cache never admits anything: budgets stay exact.
+type OverLimitCache string
+
+const (
+	// OverLimitCacheAuto (the default; "" means the same) turns the cache
+	// on when Config.Store is a shared store (any limiter.Store other than
+	// a *memorystore.Store), where it saves a network round trip, and off
+	// for the in-memory store, which already answers in a lock.
+	OverLimitCacheAuto OverLimitCache = "auto"
+	// OverLimitCacheOn always remembers rejections; it needs a Store with
+	// Refund (a limiter.Store).
+	OverLimitCacheOn OverLimitCache = "on"
+	// OverLimitCacheOff sends every request to the store.
+	OverLimitCacheOff OverLimitCache = "off"
+)
+
+// SplitBudgetOptions tune the leases of the plans with Plan.SplitBudget.
+// Zero fields take limiter/splitbudget's defaults.
+type SplitBudgetOptions struct {
+	// LeaseFraction is the share of a plan's burst one lease takes, in
+	// (0, 1]. Default splitbudget.DefaultLeaseFraction (5 %).
+	LeaseFraction float64
+	// SettleInterval is how often unspent leases are given back to the
+	// store. Default splitbudget.DefaultSettleInterval (100 ms).
+	SettleInterval time.Duration
 }
 
 // GraphQLOptions are the static caps and pricing knobs of the Extension.
@@ -124,6 +164,12 @@ type Config struct {
 	// Clock is the time source of the headers and of the in-memory stores
 	// the Limiter creates. Default limiter.SystemClock.
 	Clock limiter.Clock
+
+	// OverLimitCache remembers rejections locally. Default
+	// OverLimitCacheAuto: on for a shared Store, off for the in-memory one.
+	OverLimitCache OverLimitCache
+	// SplitBudget tunes the leases of plans with Plan.SplitBudget set.
+	SplitBudget SplitBudgetOptions
 }
 
 // Defaults applied by New to zero Config fields.
@@ -169,6 +215,7 @@ type plan struct {
 	quotedName   string
 	policyHeader string
 	restoreRate  float64 // points per second
+	store        Store   // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
 }
 
 // Limiter prices requests and debits them from per-principal budgets. Build
@@ -178,6 +225,7 @@ type Limiter struct {
 	store    Store
 	owned    *memorystore.Store // Config.Store was nil
 	fallback *memorystore.Store // FailOpen's local buckets
+	split    *splitbudget.Store // leases of the SplitBudget plans; nil if none
 	plans    map[string]*plan
 	ident    Identifier
 	gql      GraphQLOptions
@@ -286,17 +334,93 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.store = l.owned
 	}
+	if err := l.buildStores(cfg); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
 	return l, nil
 }
 
-// Close releases the in-memory stores the Limiter created. It does not
-// close Config.Store.
+// Close gives the leases of SplitBudget plans back to the store and
+// releases the in-memory stores the Limiter created. It does not close
+// Config.Store.
 func (l *Limiter) Close() error {
-	err := l.fallback.Close()
+	var err error
+	if l.split != nil {
+		err = l.split.Close()
+	}
+	err = errors.Join(err, l.fallback.Close())
 	if l.owned != nil {
 		err = errors.Join(err, l.owned.Close())
 	}
 	return err
+}
+
+// buildStores gives each plan its store: l.store itself, or split-budget
+// leases on it for SplitBudget plans, each behind the over-limit cache
+// when that is on.
+func (l *Limiter) buildStores(cfg Config) error {
+	full, hasRefund := l.store.(limiter.Store)
+	cache := false
+	switch mode := cfg.OverLimitCache; mode {
+	case "", OverLimitCacheAuto:
+		_, inMemory := l.store.(*memorystore.Store)
+		cache = hasRefund && !inMemory
+	case OverLimitCacheOn:
+		if !hasRefund {
+			return fmt.Errorf("%w: OverLimitCache %q needs a Store with Refund (a limiter.Store)", ErrInvalidConfig, mode)
+		}
+		cache = true
+	case OverLimitCacheOff:
+	default:
+		return fmt.Errorf("%w: OverLimitCache %q is none of %q, %q, %q", ErrInvalidConfig, mode, OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff)
+	}
+	wrap := func(s limiter.Store) (Store, error) {
+		if !cache {
+			return s, nil
+		}
+		c, err := overlimit.New(s, overlimit.Config{Clock: l.clock})
+		if err != nil {
+			return nil, fmt.Errorf("middleware: over-limit cache: %w", err)
+		}
+		return c, nil
+	}
+	exact := l.store
+	if cache {
+		var err error
+		if exact, err = wrap(full); err != nil {
+			return err
+		}
+	}
+	var leased Store
+	for _, p := range l.plans {
+		if !p.SplitBudget {
+			p.store = exact
+			continue
+		}
+		if leased == nil {
+			if !hasRefund {
+				return fmt.Errorf("%w: plan %q: SplitBudget needs a Store with Refund (a limiter.Store)", ErrInvalidConfig, p.name)
+			}
+			split, err := splitbudget.New(full, splitbudget.Config{
+				LeaseFraction:  cfg.SplitBudget.LeaseFraction,
+				SettleInterval: cfg.SplitBudget.SettleInterval,
+				Clock:          l.clock,
+				OnSettleError: func(key string, err error) {
+					l.log.Warn("middleware: giving split-budget tokens back failed; they return by refill", "err", err)
+				},
+			})
+			if err != nil {
+				return fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err)
+			}
+			l.split = split
+			if leased, err = wrap(split); err != nil {
+				return err
+			}
+		}
+		p.store = leased
+	}
+	return nil
 }
 
 func (l *Limiter) buildPlans(plans map[string]Plan, mode FailureMode) error {
@@ -441,7 +565,7 @@ func (l *Limiter) peek(ctx context.Context, id Identity, p *plan, v verdict) out
 // take is Store.Take under the timeout and the plan's failure mode.
 func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (limiter.Decision, error) {
 	tctx, cancel := context.WithTimeout(ctx, l.timeout)
-	d, err := l.store.Take(tctx, key, p.limit, cost)
+	d, err := p.store.Take(tctx, key, p.limit, cost)
 	cancel()
 	if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
 		return d, err

@@ -1,0 +1,327 @@
+// Package overlimit is a limiter.Store decorator that remembers rejections.
+// Once the store behind it has rejected a cost c for a key with RetryAfter
+// R, the bucket cannot hold c tokens again before R has passed, so every
+// further request for that key, under the same Limit, costing c or more,
+// is rejected here, without a call to the store, until R has passed. This
+// is the scrape-bot path: one identity sending thousands of requests a
+// second that are almost all rejections the gateway can already answer.
+//
+//	store, err := overlimit.New(redisStore, overlimit.Config{})
+//
+// # When it is exact
+//
+// Only TokenBucket and LeakyBucketPolicing are remembered: their level
+// only falls with time, so "no c tokens before R" stays true whatever else
+// is spent. Every other algorithm, every admission, peek, error and cost
+// below c goes to the store. A Refund goes to the store and forgets the
+// key. Against one store used by this process alone, a remembered answer
+// is the store's own answer:
+//
+//   - for cost c: rejected, RetryAfter = what is left of R, ResetAfter
+//     exact, Remaining exact whenever Rate divides Period in microseconds
+//     (otherwise possibly one token low, never high);
+//   - for c' > c: rejected, RetryAfter ≤ what is left of R plus
+//     ⌈(c' − c) × Period / Rate⌉, and never earlier than the store's;
+//   - for c' > Burst: limiter.ErrCostExceedsCapacity, as the store says.
+//
+// The store is asked again from the instant R has passed: a retry at R
+// reaches it, one a microsecond earlier does not.
+//
+// Other processes sharing the store can only spend tokens (making the true
+// wait longer, which the store will report once asked) or refund them
+// (making tokens appear sooner than remembered). The cache never admits
+// anything, so the budget stays exact; a refund elsewhere can only make it
+// reject a little longer than necessary, at most until R.
+//
+// # Cost
+//
+// A remembered key costs one small entry. MaxKeys bounds them; a full
+// shard replaces an expired entry or, failing that, the one that expires
+// soonest, among a few sampled. Keys are spread over shards with their own
+// read-write locks, so a rejection answered here takes a read lock, a map
+// lookup and one clock reading. Nothing runs in the background, so there is
+// nothing to close.
+package overlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/internal/levelbound"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultMaxKeys = 10_000
+	DefaultShards  = 32
+	// evictionSample is how many entries a full shard looks at to pick a
+	// victim.
+	evictionSample = 8
+)
+
+// ErrInvalidConfig wraps every Config validation error.
+var ErrInvalidConfig = errors.New("overlimit: invalid config")
+
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
+	// MaxKeys bounds the rejections remembered at once; each shard holds
+	// at most MaxKeys / Shards. Default DefaultMaxKeys (10,000).
+	MaxKeys int
+	// Shards is the number of independently locked partitions, at most
+	// MaxKeys. Default DefaultShards (32), or MaxKeys when smaller.
+	Shards int
+	// Clock times the remembered rejections. It must be monotonic, as
+	// time.Now is, and need not agree with the store's clock: only the
+	// time elapsed since the store answered is used. Default
+	// limiter.SystemClock{}.
+	Clock limiter.Clock
+}
+
+// Store remembers the rejections of the limiter.Store it wraps. It is safe
+// for concurrent use and owns no goroutine or connection.
+type Store struct {
+	next     limiter.Store
+	clock    limiter.Clock
+	seed     maphash.Seed
+	shards   []shard
+	perShard int
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+type shard struct {
+	mu sync.RWMutex
+	m  map[string]*entry
+	// gen counts the refunds that passed through this shard. A Take reads
+	// it before calling the store and records its rejection only if it has
+	// not moved, so a rejection decided before a refund is never
+	// remembered after it.
+	gen atomic.Uint64
+	_   [64]byte // keeps neighbouring shards' locks off one cache line
+}
+
+// entry is one remembered rejection. It is never modified once published:
+// a newer rejection replaces it.
+type entry struct {
+	limit  limiter.Limit
+	bucket levelbound.Bucket
+	cost   int64     // the rejected cost, c
+	at     time.Time // Clock reading just after the store answered
+	retry  int64     // R in µs: the entry answers while elapsed < retry
+	level  int64     // the fullest the bucket can have been at `at`, in units
+}
+
+// New wraps next. It fails with an error wrapping ErrInvalidConfig when next
+// is nil or cfg has a negative field or more shards than keys.
+func New(next limiter.Store, cfg Config) (*Store, error) {
+	switch {
+	case next == nil:
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	case cfg.MaxKeys < 0:
+		return nil, fmt.Errorf("%w: MaxKeys must not be negative (got %d)", ErrInvalidConfig, cfg.MaxKeys)
+	case cfg.Shards < 0:
+		return nil, fmt.Errorf("%w: Shards must not be negative (got %d)", ErrInvalidConfig, cfg.Shards)
+	}
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = min(DefaultShards, cfg.MaxKeys)
+	}
+	if cfg.Shards > cfg.MaxKeys {
+		return nil, fmt.Errorf("%w: Shards (%d) exceeds MaxKeys (%d)", ErrInvalidConfig, cfg.Shards, cfg.MaxKeys)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = limiter.SystemClock{}
+	}
+	s := &Store{
+		next:     next,
+		clock:    cfg.Clock,
+		seed:     maphash.MakeSeed(),
+		shards:   make([]shard, cfg.Shards),
+		perShard: cfg.MaxKeys / cfg.Shards,
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*entry)
+	}
+	return s, nil
+}
+
+// Take answers a remembered rejection locally when one applies (see the
+// package documentation) and otherwise asks the wrapped store, remembering
+// its answer if it is a rejection.
+func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error) {
+	sh := s.shard(key)
+	if cost > 0 && remembered(limit.Algorithm) {
+		sh.mu.RLock()
+		e := sh.m[key]
+		sh.mu.RUnlock()
+		if e != nil && e.limit == limit && cost >= e.cost {
+			if d, ok, err := e.answer(s.clock.Now(), cost); ok {
+				if ctxErr := ctx.Err(); ctxErr != nil {
+					return limiter.Decision{}, fmt.Errorf("overlimit: %w", ctxErr)
+				}
+				return d, err
+			}
+		}
+	}
+	gen := sh.gen.Load()
+	d, err := s.next.Take(ctx, key, limit, cost)
+	if err != nil {
+		return d, err // an error teaches nothing about the bucket
+	}
+	if !d.Allowed && cost > 0 && d.RetryAfter > 0 && remembered(limit.Algorithm) {
+		s.remember(sh, gen, key, limit, cost, d)
+		return d, nil
+	}
+	// Anything else may have changed the bucket (an admission spends; a
+	// store may reset a key used under another algorithm), except a peek
+	// under the remembered limit.
+	s.forget(sh, key, limit, cost == 0)
+	return d, nil
+}
+
+// Refund forgets key and passes the refund to the wrapped store: tokens
+// given back may make a remembered rejection wrong.
+func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amount int64) (limiter.Decision, error) {
+	sh := s.shard(key)
+	s.invalidate(sh, key)
+	d, err := s.next.Refund(ctx, key, limit, amount)
+	// Again after the store has applied it: a Take that was in flight
+	// meanwhile may have answered from the state before the refund.
+	s.invalidate(sh, key)
+	return d, err
+}
+
+// Len reports how many rejections are remembered, expired ones included
+// until they are replaced or evicted.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// remembered reports whether rejections under a are remembered: the
+// algorithms whose level only falls with time and whose rejections carry
+// no reservation.
+func remembered(a limiter.Algorithm) bool {
+	return a == limiter.TokenBucket || a == limiter.LeakyBucketPolicing
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+}
+
+// answer is e's decision for cost (≥ e.cost) at now, or ok false once R has
+// passed. elapsed is floored to the microsecond and a clock reading before
+// e.at counts as no time passed: both can only make the answer stricter.
+func (e *entry) answer(now time.Time, cost int64) (d limiter.Decision, ok bool, err error) {
+	elapsed := max(int64(now.Sub(e.at)/time.Microsecond), 0)
+	if elapsed >= e.retry {
+		return limiter.Decision{}, false, nil
+	}
+	b := e.bucket
+	// elapsed < R ≤ ResetAfter, so the drained level stays positive.
+	level := b.Drain(e.level, elapsed)
+	d = limiter.Decision{
+		Limit:      b.Burst,
+		Remaining:  b.Remaining(level),
+		ResetAfter: b.ResetAfter(level),
+	}
+	if cost > b.Burst {
+		return d, true, fmt.Errorf("overlimit: %w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, cost, b.Burst)
+	}
+	d.RetryAfter = b.RetryAfter(level, cost)
+	return d, true, nil
+}
+
+// remember records the store's rejection of cost, unless a refund passed
+// through the shard since gen was read.
+func (s *Store) remember(sh *shard, gen uint64, key string, limit limiter.Limit, cost int64, d limiter.Decision) {
+	b, err := levelbound.New(limit)
+	if err != nil || cost > b.Burst {
+		return // the store should have refused it; nothing sound to keep
+	}
+	e := &entry{
+		limit:  limit,
+		bucket: b,
+		cost:   cost,
+		// Read after the answer: the store decided no later than this,
+		// so R counted from here never ends before the true R.
+		at:    s.clock.Now(),
+		retry: d.RetryAfter.Microseconds(),
+		level: b.MaxLevel(d, cost),
+	}
+	if e.retry <= 0 {
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.gen.Load() != gen {
+		return
+	}
+	if _, ok := sh.m[key]; !ok && len(sh.m) >= s.perShard {
+		sh.evict(e.at)
+	}
+	sh.m[key] = e
+}
+
+// forget drops key's entry, if any, unless the call was a peek under the
+// entry's own limit. The read lock keeps the common case, an admission for
+// a key with nothing remembered, off the write lock.
+func (s *Store) forget(sh *shard, key string, limit limiter.Limit, peek bool) {
+	sh.mu.RLock()
+	e := sh.m[key]
+	sh.mu.RUnlock()
+	if e == nil || peek && e.limit == limit {
+		return
+	}
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
+}
+
+// invalidate drops key's entry and moves the shard's generation on, so
+// rejections decided before now are not recorded afterwards.
+func (s *Store) invalidate(sh *shard, key string) {
+	sh.mu.Lock()
+	sh.gen.Add(1)
+	delete(sh.m, key)
+	sh.mu.Unlock()
+}
+
+// evict makes room for one entry: the first expired one of a random sample
+// (Go map iteration starts at a random position), else the sampled entry
+// that expires soonest.
+func (sh *shard) evict(now time.Time) {
+	var (
+		victim  string
+		soonest time.Time
+		seen    int
+	)
+	for k, e := range sh.m {
+		end := e.at.Add(time.Duration(e.retry) * time.Microsecond)
+		if !end.After(now) {
+			victim = k
+			break
+		}
+		if seen == 0 || end.Before(soonest) {
+			victim, soonest = k, end
+		}
+		if seen++; seen == evictionSample {
+			break
+		}
+	}
+	delete(sh.m, victim)
+}
