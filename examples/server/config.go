@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -42,6 +43,16 @@ type config struct {
 	// RetryAfterJitter is the largest fraction added, at random, to
 	// Retry-After.
 	RetryAfterJitter float64 `yaml:"retry_after_jitter"`
+	// OverLimitCache is "auto", "on" or "off": whether rejections are
+	// remembered in this process until their Retry-After has passed.
+	OverLimitCache string `yaml:"over_limit_cache"`
+	// SplitBudget tunes the local leases of plans with split_budget: true.
+	SplitBudget splitBudgetConfig `yaml:"split_budget"`
+}
+
+type splitBudgetConfig struct {
+	LeaseFraction  float64       `yaml:"lease_fraction"`
+	SettleInterval time.Duration `yaml:"settle_interval"`
 }
 
 type planConfig struct {
@@ -49,6 +60,9 @@ type planConfig struct {
 	Rate        whole         `yaml:"rate"`
 	Per         time.Duration `yaml:"per"`
 	FailureMode string        `yaml:"failure_mode,omitempty"`
+	// SplitBudget trades exactness for fewer store round trips (UX-grade
+	// limits only; docs/scaling.md bounds the overshoot).
+	SplitBudget bool `yaml:"split_budget,omitempty"`
 }
 
 type apiKeyConfig struct {
@@ -100,6 +114,11 @@ func defaultConfig() config {
 		FailureMode:      string(middleware.FailOpen),
 		TrustedProxies:   []string{},
 		RetryAfterJitter: 0,
+		OverLimitCache:   string(middleware.OverLimitCacheAuto),
+		SplitBudget: splitBudgetConfig{
+			LeaseFraction:  splitbudget.DefaultLeaseFraction,
+			SettleInterval: splitbudget.DefaultSettleInterval,
+		},
 	}
 }
 
@@ -239,6 +258,20 @@ func (c config) validate() error {
 	if j := c.RetryAfterJitter; math.IsNaN(j) || j < 0 || j > 1 {
 		return fmt.Errorf("retry_after_jitter is %v; it must be between 0 and 1", j)
 	}
+	switch middleware.OverLimitCache(c.OverLimitCache) {
+	case middleware.OverLimitCacheAuto, middleware.OverLimitCacheOn, middleware.OverLimitCacheOff:
+	default:
+		return fmt.Errorf("over_limit_cache is %q; it must be %q, %q or %q", c.OverLimitCache,
+			middleware.OverLimitCacheAuto, middleware.OverLimitCacheOn, middleware.OverLimitCacheOff)
+	}
+	// Like the counts above, a 0 here would be read by the middleware as
+	// "use the default", so it is refused rather than silently replaced.
+	if f := c.SplitBudget.LeaseFraction; math.IsNaN(f) || f <= 0 || f > 1 {
+		return fmt.Errorf("split_budget.lease_fraction is %v; it must be above 0 and at most 1", f)
+	}
+	if c.SplitBudget.SettleInterval <= 0 {
+		return fmt.Errorf("split_budget.settle_interval is %v; it must be positive", c.SplitBudget.SettleInterval)
+	}
 	for key, k := range c.APIKeys {
 		if key == "" {
 			return errors.New("api_keys: an API key must not be empty")
@@ -267,6 +300,7 @@ func (c config) limiterConfig() middleware.Config {
 		plans[name] = middleware.Plan{
 			Burst: int64(p.Burst), Rate: int64(p.Rate), Per: p.Per,
 			FailureMode: middleware.FailureMode(p.FailureMode),
+			SplitBudget: p.SplitBudget,
 		}
 	}
 	keys := make(map[string]middleware.APIKey, len(c.APIKeys))
@@ -296,6 +330,11 @@ func (c config) limiterConfig() middleware.Config {
 		},
 		FailureMode:      middleware.FailureMode(c.FailureMode),
 		RetryAfterJitter: c.RetryAfterJitter,
+		OverLimitCache:   middleware.OverLimitCache(c.OverLimitCache),
+		SplitBudget: middleware.SplitBudgetOptions{
+			LeaseFraction:  c.SplitBudget.LeaseFraction,
+			SettleInterval: c.SplitBudget.SettleInterval,
+		},
 	}
 }
 

@@ -92,6 +92,8 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	assert.Equal(t, middleware.FailOpen, m.FailureMode)
 	assert.Empty(t, m.TrustedProxies)
 	assert.Zero(t, m.RetryAfterJitter)
+	assert.Equal(t, middleware.OverLimitCacheAuto, m.OverLimitCache)
+	assert.Equal(t, middleware.SplitBudgetOptions{LeaseFraction: 0.05, SettleInterval: 100 * time.Millisecond}, m.SplitBudget)
 	principal, plan, err := m.APIKeys.LookupAPIKey(t.Context(), demoAPIKey)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"alice", "free"}, []string{principal, plan})
@@ -141,6 +143,19 @@ func TestParseOverrides(t *testing.T) {
 			},
 		},
 		{
+			"scaling keys",
+			"over_limit_cache: off\nsplit_budget: {lease_fraction: 0.1, settle_interval: 250ms}\n" +
+				"plans: {free: {burst: 100, rate: 100, per: 1m, split_budget: true}, anon: {burst: 10, rate: 10, per: 1m}}",
+			func(c *config) {
+				c.OverLimitCache = "off"
+				c.SplitBudget = splitBudgetConfig{LeaseFraction: 0.1, SettleInterval: 250 * time.Millisecond}
+				c.Plans = map[string]planConfig{
+					"free": {Burst: 100, Rate: 100, Per: time.Minute, SplitBudget: true},
+					"anon": {Burst: 10, Rate: 10, Per: time.Minute},
+				}
+			},
+		},
+		{
 			"a free route",
 			`rest: {routes: {"GET /api/search": 0}}`,
 			func(c *config) { c.REST.Routes = map[string]whole{"GET /api/search": 0} },
@@ -178,6 +193,10 @@ func TestParseErrors(t *testing.T) {
 		{"negative max_cost", "graphql: {max_cost: -1}", "graphql.max_cost is -1; it must be between 0 and"},
 		{"huge max_breadth", "graphql: {max_breadth: 3000000000}", "graphql.max_breadth is 3000000000"},
 		{"zero mutation_cost", "graphql: {mutation_cost: 0}", "graphql.mutation_cost is 0"},
+		{"bad over_limit_cache", "over_limit_cache: sometimes", `over_limit_cache is "sometimes"; it must be "auto", "on" or "off"`},
+		{"zero lease_fraction", "split_budget: {lease_fraction: 0}", "split_budget.lease_fraction is 0; it must be above 0 and at most 1"},
+		{"lease_fraction above 1", "split_budget: {lease_fraction: 1.5}", "split_budget.lease_fraction is 1.5"},
+		{"zero settle_interval", "split_budget: {settle_interval: 0s}", "split_budget.settle_interval is 0s; it must be positive"},
 		{"zero default_list_size", "graphql: {default_list_size: 0}", "graphql.default_list_size is 0"},
 		{"zero max_nodes", "graphql: {max_nodes: 0}", "graphql.max_nodes is 0"},
 		{"zero default_cost", "rest: {default_cost: 0}", "rest.default_cost is 0"},
