@@ -12,6 +12,12 @@
 // it forget the least recently used key of the sample, which resets that
 // key's budget.
 //
+// The bucket algorithms, the default, run on a fast path (bucket.go): the
+// store validates each Limit value once and caches its scaled form, then
+// does limiter's exact integer arithmetic itself, with multiplications by
+// precomputed reciprocals in place of divisions. Every other call goes
+// through limiter's pure functions. Decisions are the same either way.
+//
 // Time: the store reads its Clock once at construction and from then on
 // uses only differences from that reading (monotonic for time.Now), added
 // to the reading's microseconds since the Unix epoch. So buckets never jump
@@ -27,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,12 +78,14 @@ type Config struct {
 type Store struct {
 	cfg      Config // with the defaults filled in
 	clock    limiter.Clock
+	system   bool      // clock is the SystemClock: read only its monotonic part
 	origin   time.Time // first Clock reading; later readings are subtracted from it
 	originUS int64     // origin in whole µs since the Unix epoch
 	originNS int64     // origin's nanoseconds beyond originUS
 	seed     maphash.Seed
 	shards   []shard
 	perShard int
+	params   paramCache
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -139,9 +148,11 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 	if us := origin.UnixMicro(); us < 0 || us > limiter.MaxNow {
 		return nil, fmt.Errorf("%w: the clock reads %v, outside the supported years 1970 to 2112", ErrInvalidConfig, origin)
 	}
+	_, system := cfg.Clock.(limiter.SystemClock)
 	s := &Store{
 		cfg:      cfg,
 		clock:    cfg.Clock,
+		system:   system,
 		origin:   origin,
 		originUS: origin.UnixMicro(),
 		originNS: int64(origin.Nanosecond() % 1000),
@@ -165,12 +176,16 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 
 // Take debits cost from key's budget under limit; see limiter.Store.
 func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error) {
-	return s.apply(ctx, key, limit, cost, false)
+	var d limiter.Decision
+	err := s.apply(ctx, &d, key, &limit, cost, false)
+	return d, err
 }
 
 // Refund gives amount back to key's budget under limit; see limiter.Store.
 func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amount int64) (limiter.Decision, error) {
-	return s.apply(ctx, key, limit, amount, true)
+	var d limiter.Decision
+	err := s.apply(ctx, &d, key, &limit, amount, true)
+	return d, err
 }
 
 // Len reports how many keys the store holds.
@@ -208,6 +223,14 @@ func (s *Store) Close() error {
 // without monotonic readings, so a FakeClock means the same instant here as
 // in a store that sends UnixMicro to Redis.
 func (s *Store) now() int64 {
+	if s.system {
+		// time.Since(origin) is time.Now().Sub(origin) without the
+		// wall-clock read that Sub ignores: a third of a decision's time.
+		// It is never negative, so the division needs no correction.
+		if ns := int64(time.Since(s.origin)); ns >= 0 && ns < 1<<62 {
+			return s.originUS + (ns+s.originNS)/1000
+		}
+	}
 	ns := int64(s.clock.Now().Sub(s.origin)) // saturates at ±292 years
 	ns = max(-(1 << 62), min(ns, 1<<62))
 	ns += s.originNS
@@ -218,20 +241,36 @@ func (s *Store) now() int64 {
 	return s.originUS + us
 }
 
-func (s *Store) apply(ctx context.Context, key string, limit limiter.Limit, n int64, isRefund bool) (limiter.Decision, error) {
+// apply is Take (or Refund when isRefund): it writes the decision to d,
+// which must be zero. The pointers keep the arguments in registers; neither
+// is retained.
+func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limit *limiter.Limit, n int64, isRefund bool) error {
 	if s.closed.Load() {
-		return limiter.Decision{}, ErrClosed
+		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return limiter.Decision{}, fmt.Errorf("memorystore: %w", err)
+		return fmt.Errorf("memorystore: %w", err)
+	}
+	// The bucket fast path covers every call that cannot fail; the rest
+	// (and invalid limits) go through limiter's own functions.
+	var bp *bucketParams
+	if n >= 0 && (isRefund && limit.Algorithm != limiter.LeakyBucketShaping || !isRefund && n <= limit.Burst) {
+		bp = s.params.get(*limit)
 	}
 	// Read the clock before locking to keep the critical section short. A
 	// caller that read earlier but locks later sees time stand still (the
 	// arithmetic treats a clock going back as no time passing), which can
 	// only admit less, never more.
 	now := s.now()
-	sh := &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+	// Map the hash onto the shards by multiplication, not division.
+	idx, _ := bits.Mul64(maphash.String(s.seed, key), uint64(len(s.shards)))
+	sh := &s.shards[idx]
 	sh.mu.Lock()
+	if bp != nil {
+		sh.applyBucket(d, key, bp, now, n, isRefund, s.perShard) // cannot panic
+		sh.mu.Unlock()
+		return nil
+	}
 	defer sh.mu.Unlock()
 
 	e := sh.keys[key]
@@ -240,30 +279,69 @@ func (s *Store) apply(ctx context.Context, key string, limit limiter.Limit, n in
 		st = *e
 	}
 	st.alg = limit.Algorithm
-	d, err := transition(&st, limit, now, n, isRefund)
+	var err error
+	*d, err = transition(&st, *limit, now, n, isRefund)
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsCapacity) {
-		return d, err
+		return err
 	}
 	if d.ResetAfter <= 0 {
 		// The budget is whole: a fresh key says the same, so hold nothing.
 		if e != nil {
 			delete(sh.keys, key)
 		}
-		return d, err
+		return err
 	}
 	st.wholeAt = now + d.ResetAfter.Microseconds()
 	st.used = now
 	if e != nil {
 		*e = st
-		return d, err
+		return err
 	}
-	if len(sh.keys) >= s.perShard {
+	sh.insert(key, &st, now, s.perShard)
+	return err
+}
+
+// applyBucket is apply's fast path for the bucket algorithms, run with sh
+// locked: it updates a key of the same algorithm in place and writes the
+// decision to d.
+func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, now, n int64, isRefund bool, perShard int) {
+	e := sh.keys[key]
+	if e != nil && e.alg == bp.limit.Algorithm {
+		bp.step(d, e, now, n, isRefund)
+		if d.ResetAfter <= 0 {
+			// The budget is whole: a fresh key says the same, so hold nothing.
+			delete(sh.keys, key)
+			return
+		}
+		e.wholeAt, e.used = now+d.ResetAfter.Microseconds(), now
+		return
+	}
+	// A new key, or one that held another algorithm's state.
+	fresh := entry{alg: bp.limit.Algorithm}
+	bp.step(d, &fresh, now, n, isRefund)
+	switch {
+	case d.ResetAfter <= 0:
+		if e != nil {
+			delete(sh.keys, key)
+		}
+	case e != nil:
+		fresh.wholeAt, fresh.used = now+d.ResetAfter.Microseconds(), now
+		*e = fresh
+	default:
+		fresh.wholeAt, fresh.used = now+d.ResetAfter.Microseconds(), now
+		sh.insert(key, &fresh, now, perShard)
+	}
+}
+
+// insert adds a copy of st under key, evicting a key first when the shard
+// is full.
+func (sh *shard) insert(key string, st *entry, now int64, perShard int) {
+	if len(sh.keys) >= perShard {
 		sh.evict(now)
 	}
-	e = new(entry) // allocated here only, so st stays on the stack
-	*e = st
+	e := new(entry) // allocated here only, so the caller's state stays on the stack
+	*e = *st
 	sh.keys[key] = e
-	return d, err
 }
 
 // transition runs the pure limiter function for st.alg on st in place.

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/redisstore"
 )
 
 // bytesPerKeyKeys is how many token-bucket keys BenchmarkRedisBytesPerKey
@@ -78,40 +80,216 @@ func usedMemory(tb testing.TB, ctx context.Context, rdb redis.UniversalClient) i
 	return 0
 }
 
-// BenchmarkTake is one decision's round trip through the store: one key,
-// and 10k keys, against the shared standalone server and Cluster.
-func BenchmarkTake(b *testing.B) {
+// BenchmarkCoalescing measures decisions per second at 1, 8 and 64
+// concurrent callers, coalescing on and off, against the shared standalone
+// server and Cluster: token buckets over 10,000 keys, all admitted, time
+// from Redis TIME. Besides ns/op it reports decisions/s, Redis script calls
+// per decision (INFO commandstats deltas, summed over the masters) and
+// round trips per decision (counted by a hook on every node's client: one
+// command or one pipeline sent to one node).
+func BenchmarkCoalescing(b *testing.B) {
 	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 1 << 30, Rate: 1 << 30, Period: time.Second} // never rejects
-	targets := []struct {
-		name   string
-		client func(b *testing.B) redis.UniversalClient
-	}{
-		{"standalone", func(b *testing.B) redis.UniversalClient { return redistest.SharedServer(b).Client(b) }},
-		{"cluster", func(b *testing.B) redis.UniversalClient { return redistest.SharedCluster(b).Client(b) }},
+	type target struct {
+		name    string
+		connect func(b *testing.B, hook redis.Hook) (redis.UniversalClient, []*redis.Client)
 	}
-	for _, target := range targets {
-		b.Run(target.name, func(b *testing.B) {
-			s := newStore(b, target.client(b), nil)
-			ctx := context.Background()
-			b.Run("single_key", func(b *testing.B) {
-				for b.Loop() {
-					if _, err := s.Take(ctx, "bench", l, 1); err != nil {
-						b.Fatal(err)
-					}
+	targets := []target{
+		{"standalone", func(b *testing.B, hook redis.Hook) (redis.UniversalClient, []*redis.Client) {
+			srv := redistest.SharedServer(b)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 128})
+			b.Cleanup(func() { _ = rdb.Close() })
+			rdb.AddHook(hook)
+			stats := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // not hooked
+			b.Cleanup(func() { _ = stats.Close() })
+			return rdb, []*redis.Client{stats}
+		}},
+		{"cluster", func(b *testing.B, hook redis.Hook) (redis.UniversalClient, []*redis.Client) {
+			cl := redistest.SharedCluster(b)
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 128})
+			b.Cleanup(func() { _ = rdb.Close() })
+			rdb.OnNewNode(func(node *redis.Client) { node.AddHook(hook) })
+			var masters []*redis.Client
+			for _, addr := range cl.Addrs() {
+				m := redis.NewClient(&redis.Options{Addr: addr})
+				b.Cleanup(func() { _ = m.Close() })
+				masters = append(masters, m)
+			}
+			return rdb, masters
+		}},
+	}
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			var trips roundTrips
+			rdb, masters := tg.connect(b, &trips)
+			for _, mode := range []struct {
+				name string
+				cfg  redisstore.Config
+			}{
+				{"coalesced", redisstore.Config{}},
+				{"coalesced_inflight2", redisstore.Config{MaxInFlight: 2}},
+				{"uncoalesced", redisstore.Config{DisableCoalescing: true}},
+			} {
+				cfg := mode.cfg
+				cfg.Prefix = uniquePrefix(b)
+				s, err := redisstore.New(rdb, cfg)
+				if err != nil {
+					b.Fatal(err)
 				}
-			})
-			b.Run("parallel_10k_keys", func(b *testing.B) {
-				var n atomic.Int64
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						key := "bench:" + strconv.FormatInt(n.Add(1)%10_000, 10)
-						if _, err := s.Take(ctx, key, l, 1); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			})
+				b.Cleanup(func() { _ = s.Close() })
+				for _, callers := range []int{1, 8, 64} {
+					b.Run(fmt.Sprintf("%s/callers_%d", mode.name, callers), func(b *testing.B) {
+						benchCallers(b, s, l, callers, &trips, masters)
+					})
+				}
+			}
+		})
+	}
+}
+
+// benchCallers runs b.N Takes from callers goroutines over 10,000 keys.
+func benchCallers(b *testing.B, s *redisstore.Store, l limiter.Limit, callers int, trips *roundTrips, masters []*redis.Client) {
+	ctx := context.Background()
+	// Warm up: connections for every caller, the script cached everywhere.
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			if _, err := s.Take(ctx, "warm:"+strconv.Itoa(i), l, 0); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	scripts0, usec0 := scriptStats(b, ctx, masters)
+	trips0 := trips.n.Load()
+	var next atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	for range callers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if _, err := s.Take(ctx, "bench:"+strconv.FormatInt(i%10_000, 10), l, 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(n/elapsed.Seconds(), "decisions/s")
+	scripts, usec := scriptStats(b, ctx, masters)
+	b.ReportMetric(float64(scripts-scripts0)/n, "scripts/decision")
+	b.ReportMetric(float64(usec-usec0)/n, "redis-µs/decision")
+	b.ReportMetric(float64(trips.n.Load()-trips0)/n, "roundtrips/decision")
+}
+
+// roundTrips is a go-redis hook counting commands and pipelines sent.
+type roundTrips struct{ n atomic.Int64 }
+
+var _ redis.Hook = (*roundTrips)(nil)
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// scriptCalls sums EVALSHA and EVAL calls over the given servers, from INFO
+// commandstats.
+func scriptCalls(tb testing.TB, ctx context.Context, servers []*redis.Client) int64 {
+	tb.Helper()
+	calls, _ := scriptStats(tb, ctx, servers)
+	return calls
+}
+
+// scriptStats sums EVALSHA and EVAL calls, and the µs Redis spent in them,
+// over the given servers, from INFO commandstats.
+func scriptStats(tb testing.TB, ctx context.Context, servers []*redis.Client) (calls, usec int64) {
+	tb.Helper()
+	for _, srv := range servers {
+		info, err := srv.Info(ctx, "commandstats").Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			_, stats, ok := strings.Cut(line, "cmdstat_evalsha:")
+			if !ok {
+				_, stats, ok = strings.Cut(line, "cmdstat_eval:")
+			}
+			if !ok {
+				continue
+			}
+			for _, field := range strings.Split(stats, ",") {
+				name, v, _ := strings.Cut(field, "=")
+				if name != "calls" && name != "usec" {
+					continue
+				}
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					tb.Fatalf("INFO commandstats: %q: %v", line, err)
+				}
+				if name == "calls" {
+					calls += n
+				} else {
+					usec += n
+				}
+			}
+		}
+	}
+	return calls, usec
+}
+
+// instantRedis answers every script call at once, without a network: each
+// key admitted. It isolates the client's own cost per decision.
+type instantRedis struct{ redis.Scripter }
+
+func (instantRedis) Process(_ context.Context, cmd redis.Cmder) error {
+	keys := cmd.Args()[2].(int)
+	reply := make([]any, 0, 6*keys)
+	for range keys {
+		reply = append(reply, int64(0), int64(1), int64(1), int64(0), int64(1), int64(0))
+	}
+	cmd.(interface{ SetVal(any) }).SetVal(reply)
+	return nil
+}
+
+// BenchmarkClientOverhead is one caller's Take against instantRedis,
+// coalescing on and off: what the hand-off to the sender goroutine and back
+// costs the client, besides the network.
+func BenchmarkClientOverhead(b *testing.B) {
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 1 << 30, Rate: 1 << 30, Period: time.Second}
+	for _, mode := range []struct {
+		name string
+		cfg  redisstore.Config
+	}{
+		{"coalesced", redisstore.Config{}},
+		{"uncoalesced", redisstore.Config{DisableCoalescing: true}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			s, err := redisstore.New(instantRedis{}, mode.cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Take(ctx, "user:42", l, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -59,16 +59,19 @@ end
 
 -- persist ends every decision the way the memory store does: a budget
 -- that is whole again (reset_us = 0) decides exactly like an absent key, so
--- the key is deleted; otherwise fields (a flat HSET field/value list, or nil
--- when the key was already updated in place) are written and the key is
--- set to vanish margin_ms after the budget will be whole.
-local function persist(key, fields, reset_us, margin_ms)
+-- the key is deleted; otherwise the HASH fields f1..f3 (a field name, then
+-- its integer value; f3, or all three, nil when unused, as for SlidingLog,
+-- whose ZSET is updated in place) are written and the key is set to vanish
+-- margin_ms after the budget will be whole.
+local function persist(key, reset_us, margin_ms, f1, v1, f2, v2, f3, v3)
   if reset_us <= 0 then
     redis.call('DEL', key)
     return
   end
-  if fields then
-    redis.call('HSET', key, unpack(fields))
+  if f3 then
+    redis.call('HSET', key, f1, int(v1), f2, int(v2), f3, int(v3))
+  elseif f1 then
+    redis.call('HSET', key, f1, int(v1), f2, int(v2))
   end
   redis.call('PEXPIRE', key, int(cdiv(reset_us, 1000) + margin_ms))
 end
@@ -76,4 +79,25 @@ end
 -- num reads a stored integer; an absent field is 0, like a fresh state.
 local function num(v)
   return tonumber(v) or 0
+end
+
+-- reply writes one key's decision to out[at + 1 .. at + 6], the script's
+-- flat reply (see batch.lua).
+local function reply(out, at, status, allowed, remaining, retry_us, reset_us, delay_us)
+  out[at + 1], out[at + 2], out[at + 3] = status, allowed, remaining
+  out[at + 4], out[at + 5], out[at + 6] = retry_us, reset_us, delay_us
+end
+
+-- failed writes the reply of a key that cannot be decided when r, the
+-- result of redis.pcall, is an error: status 2 and Redis's message. Each
+-- algorithm reads its key with redis.pcall before it writes anything, so a
+-- key holding another type (WRONGTYPE) fails alone and is left as it was,
+-- and the other keys of the call are decided all the same. (A Lua pcall
+-- around each decision would do the same at several times the cost.)
+local function failed(out, at, r)
+  if type(r) == 'table' and r.err then
+    reply(out, at, 2, r.err, 0, 0, 0, 0)
+    return true
+  end
+  return false
 end

@@ -28,6 +28,7 @@ var hammerLimit = limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 50, Rate:
 
 // TestExactUnderConcurrency: 12 goroutines hammer one key for 3 s of real
 // time, decisions timed by Redis TIME: admitted ≤ Burst + Rate × elapsed.
+// Coalescing is on, so most calls share script calls with others.
 func TestExactUnderConcurrency(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds of wall time")
@@ -35,7 +36,11 @@ func TestExactUnderConcurrency(t *testing.T) {
 	for _, target := range targets {
 		t.Run(target.name, func(t *testing.T) {
 			s := newStore(t, target.client(t), nil)
-			limitertest.Hammer(t, s, "hammer", hammerLimit, 12, 3*time.Second, limiter.SystemClock{})
+			masters := masterClients(t, target.addrs(t))
+			before := scriptCalls(t, context.Background(), masters)
+			r := limitertest.Hammer(t, s, "hammer", hammerLimit, 12, 3*time.Second, limiter.SystemClock{})
+			n := scriptCalls(t, context.Background(), masters) - before
+			t.Logf("%d decisions in %d script calls: %.3f per decision", r.Calls, n, float64(n)/float64(r.Calls))
 		})
 	}
 	// The other algorithms, briefly, on one server.

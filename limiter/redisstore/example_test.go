@@ -40,3 +40,24 @@ func ExampleNew() {
 		fmt.Printf("ok, %d points left\n", d.Remaining)
 	}
 }
+
+// Coalescing is on by default; these are its knobs. New checks them before
+// any round trip.
+func ExampleConfig() {
+	rdb := redis.NewClient(&redis.Options{Addr: "redis.internal:6379"}) // New does not dial
+	defer rdb.Close()
+
+	_, err := redisstore.New(rdb, redisstore.Config{MaxBatchWait: 50 * time.Millisecond})
+	fmt.Println(err)
+
+	store, err := redisstore.New(rdb, redisstore.Config{
+		MaxBatchSize: 128,                    // decisions per round trip (default 64)
+		MaxBatchWait: 200 * time.Microsecond, // under load, let a batch fill a little
+	})
+	fmt.Println(err)
+	defer store.Close() // stops the senders; the client stays open
+
+	// Output:
+	// redisstore: invalid config: max batch wait 50ms outside [0, 10ms]
+	// <nil>
+}

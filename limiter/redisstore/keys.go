@@ -41,7 +41,11 @@ func tag(identity string) string {
 // algorithm is a.String(). Redis Cluster hashes only the tag, so every key
 // of one identity lives in the same slot.
 func (s *Store) Key(identity string, a limiter.Algorithm) string {
-	t := tag(identity)
+	return s.keyFor(tag(identity), a)
+}
+
+// keyFor is Key for an identity already turned into its tag.
+func (s *Store) keyFor(t string, a limiter.Algorithm) string {
 	name := a.String()
 	var b strings.Builder
 	b.Grow(len(s.prefix) + len(t) + len(name) + 4)

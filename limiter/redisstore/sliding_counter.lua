@@ -2,61 +2,25 @@
 -- limiter.TakeSlidingCounter and limiter.RefundSlidingCounter: two adjacent
 -- fixed windows, the previous one weighted by how much of it still overlaps
 -- the trailing period, compared in exact integer products (never rounded).
+-- It defines one function, called by batch.lua.
 --
--- KEYS[1]  the counter, a HASH: w = window index floor(t / P), c = cost in
+-- key      the counter, a HASH: w = window index floor(t / P), c = cost in
 --          window w, p = cost in window w - 1.
--- ARGV[1]  now in µs since the Unix epoch, or '' to read Redis TIME.
--- ARGV[2]  'take' or 'refund'.
--- ARGV[3]  n: the cost (take) or amount (refund), 0 <= n <= 2^53.
--- ARGV[4]  rate: cost admitted per trailing period; rate × P < 2^53.
--- ARGV[5]  P: the period in µs.
--- ARGV[6]  expiry margin in ms.
+-- now      µs since the Unix epoch, already clamped (see clock).
+-- op       'take' or 'refund'.
+-- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
+-- rate     cost admitted per trailing period; rate × P < 2^53.
+-- P        the period in µs.
+-- margin   expiry margin in ms.
 --
--- Returns {status, allowed, remaining, retry_us, reset_us, 0}; status 1
--- means the cost exceeds the rate and can never be admitted.
+-- Writes {status, allowed, remaining, retry_us, reset_us, 0} at
+-- out[at + 1 ..]; status 1 means the cost exceeds the rate and can never be
+-- admitted.
 
-local key = KEYS[1]
-local now = clock(ARGV[1])
-local op = ARGV[2]
-local n = tonumber(ARGV[3])
-local rate = tonumber(ARGV[4])
-local P = tonumber(ARGV[5])
-local margin = tonumber(ARGV[6])
-
-local st = redis.call('HMGET', key, 'w', 'c', 'p')
-local stored = clamp(num(st[1]), 0, idiv(MAX_NOW, P))
-local cur = clamp(num(st[2]), 0, rate)
-local prev = clamp(num(st[3]), 0, rate)
-local w = idiv(now, P)
-local e = now - w * P
-if w < stored then
-  -- The clock went back: stand at the stored window's start.
-  w, e = stored, 0
-end
-if w == stored + 1 then
-  cur, prev = 0, cur
-elseif w > stored + 1 then
-  cur, prev = 0, 0
-end
-local rest = P - e
-
-local function resetAfter()
-  if cur > 0 then return rest + P end
-  if prev > 0 then return rest end
-  return 0
-end
-
-local function finish(status, allowed, retry)
-  local reset = resetAfter()
-  persist(key, {'w', int(w), 'c', int(cur), 'p', int(prev)}, reset, margin)
-  local remaining = math.max(0, rate - cur - cdiv(prev * rest, P))
-  return {status, allowed, remaining, retry, reset, 0}
-end
-
--- retryAfter is the first instant the cost fits if nothing else is
--- admitted: later in this window, or else in the next one, where
--- prev' = cur and cur' = 0.
-local function retryAfter()
+-- counter_retry is the first instant cost n fits if nothing else is
+-- admitted, e µs into window w with P - e = rest left: later in this
+-- window, or else in the next one, where prev' = cur and cur' = 0.
+local function counter_retry(n, rate, P, cur, prev, e, rest)
   local a = rate - cur - n
   if a >= 0 and prev > 0 then
     local t = P - idiv(a * P, prev)
@@ -69,19 +33,47 @@ local function retryAfter()
   return rest + t2
 end
 
-if op == 'refund' then
-  local fromCur = math.min(n, cur)
-  cur = cur - fromCur
-  prev = math.max(0, prev - (n - fromCur))
-  return finish(0, 1, 0)
-end
+local function sliding_counter(out, at, key, now, op, n, rate, P, margin)
+  local st = redis.pcall('HMGET', key, 'w', 'c', 'p')
+  if failed(out, at, st) then return end
+  local stored = clamp(num(st[1]), 0, idiv(MAX_NOW, P))
+  local cur = clamp(num(st[2]), 0, rate)
+  local prev = clamp(num(st[3]), 0, rate)
+  local w = idiv(now, P)
+  local e = now - w * P
+  if w < stored then
+    -- The clock went back: stand at the stored window's start.
+    w, e = stored, 0
+  end
+  if w == stored + 1 then
+    cur, prev = 0, cur
+  elseif w > stored + 1 then
+    cur, prev = 0, 0
+  end
+  local rest = P - e
 
-if n > rate then
-  return finish(1, 0, 0)
+  local status, allowed, retry = 0, 1, 0
+  if op == 'refund' then
+    local fromCur = math.min(n, cur)
+    cur = cur - fromCur
+    prev = math.max(0, prev - (n - fromCur))
+  elseif n > rate then
+    status, allowed = 1, 0
+  else
+    local a = rate - cur - n
+    if a < 0 or prev * rest > a * P then
+      allowed, retry = 0, counter_retry(n, rate, P, cur, prev, e, rest)
+    else
+      cur = cur + n
+    end
+  end
+
+  local reset = 0
+  if cur > 0 then
+    reset = rest + P
+  elseif prev > 0 then
+    reset = rest
+  end
+  persist(key, reset, margin, 'w', w, 'c', cur, 'p', prev)
+  reply(out, at, status, allowed, math.max(0, rate - cur - cdiv(prev * rest, P)), retry, reset, 0)
 end
-local a = rate - cur - n
-if a < 0 or prev * rest > a * P then
-  return finish(0, 0, retryAfter())
-end
-cur = cur + n
-return finish(0, 1, 0)

@@ -2,13 +2,38 @@
 // or Cluster, through any go-redis v9 client. Many gateway processes sharing
 // one Redis share one exact budget per key.
 //
-// Each decision is one round trip: one Lua script per algorithm family
-// (bucket.lua, fixed_window.lua, sliding_counter.lua, sliding_log.lua, each
-// with its KEYS and ARGV documented at the top) runs atomically in Redis and
-// reproduces the integer arithmetic of package limiter exactly, so the same
-// inputs give the same decisions as the memory store. Scripts go through
-// redis.Script: EVALSHA, falling back to EVAL when a server has not cached
-// the script yet.
+// Decisions run in one Lua script (common.lua, bucket.lua, fixed_window.lua,
+// sliding_counter.lua, sliding_log.lua and the entry point batch.lua,
+// concatenated), which reproduces the integer arithmetic of package limiter
+// exactly, so the same inputs give the same decisions as the memory store.
+// One script call decides for one key or for many, each atomically. Scripts
+// go through EVALSHA, falling back to EVAL when a server has not cached the
+// script yet.
+//
+// # Coalescing
+//
+// By default concurrent decisions share round trips: while one round trip
+// is in flight, new calls queue, and the next round trip carries them all.
+// Keys that may share a script call do (any keys on a standalone or
+// Sentinel server, one hash slot's on a Cluster), up to MaxScriptKeys per
+// call; several script calls go out as one pipeline (per node, on a
+// Cluster). A caller alone on an idle store is sent at once.
+// The knobs, all in Config:
+//
+//	DisableCoalescing  one round trip per call, in the caller's goroutine
+//	MaxBatchSize       most decisions per round trip (default 64)
+//	MaxBatchWait       how long a batch may wait to fill (default 0)
+//	MaxInFlight        round trips in flight at once (default 1)
+//
+// Every caller's ctx is honoured: a caller whose ctx ends returns at once;
+// its call is dropped if it was still queued, and if it was already sent
+// its decision is discarded (the debit may have happened, as with any
+// timeout). Close stops the store's goroutines; a store that is never
+// closed leaks none either, as they exit after a second without work.
+//
+// The store's script commands are never resent by go-redis's retries
+// (MaxRetries), which would run a script twice: a call that times out
+// returns an error, and its debit, if Redis ran it, happened once.
 //
 // Time comes from Redis TIME inside the script, so the clocks of the
 // gateways never matter. Config.Clock overrides it for tests only.
@@ -20,11 +45,12 @@
 //	<prefix>:{<identity>}:<algorithm>      e.g. costguard:{user42}:token_bucket
 //
 // <algorithm> is limiter.Algorithm.String(). The identity is the hash tag,
-// so all of an identity's keys share a Cluster slot and no script can meet
-// CROSSSLOT. In the identity, '%', '{' and '}' are percent-encoded (%25,
-// %7B, %7D); the empty identity is written "%"; an identity longer than
-// MaxRawIdentity bytes is replaced by "%#" and its SHA-256 in hex. No input
-// can end the tag early or share a key with another input.
+// so all of an identity's keys share a Cluster slot; as a script call
+// carries keys of one slot only, none can meet CROSSSLOT. In the
+// identity, '%', '{' and '}' are percent-encoded (%25, %7B, %7D); the empty
+// identity is written "%"; an identity longer than MaxRawIdentity bytes is
+// replaced by "%#" and its SHA-256 in hex. No input can end the tag early
+// or share a key with another input.
 //
 // The bucket algorithms keep a HASH {l: level, t: last update µs}, the
 // window algorithms a HASH {w: window index, c: count[, p: previous
@@ -34,16 +60,16 @@
 // again plus Config.ExpiryMargin, and a budget that is whole deletes its
 // key: an absent key decides exactly like a whole budget.
 //
-// docs/redis.md has the details: expiry, time, Cluster behaviour, failures.
+// docs/redis.md has the details: coalescing, expiry, time, Cluster
+// behaviour, failures and retries.
 package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,8 +84,35 @@ const DefaultPrefix = "costguard"
 // whole again, unless Config.ExpiryMargin is set.
 const DefaultExpiryMargin = time.Second
 
-// ErrInvalidConfig reports a Config that New refuses.
-var ErrInvalidConfig = errors.New("redisstore: invalid config")
+// Coalescing defaults and bounds.
+const (
+	// DefaultMaxBatchSize is Config.MaxBatchSize's default.
+	DefaultMaxBatchSize = 64
+	// MaxScriptKeys is the most decisions one script call makes. Redis runs
+	// one script at a time and nothing else meanwhile, so this bounds how
+	// long a batch holds the server: under 1 ms for token buckets even on
+	// the loaded 2-core benchmark VM (SlidingLog rejections can take longer,
+	// see docs/redis.md). Larger batches become several script calls,
+	// pipelined.
+	MaxScriptKeys = 64
+	// MaxMaxBatchSize bounds Config.MaxBatchSize.
+	MaxMaxBatchSize = 1024
+	// MaxMaxBatchWait bounds Config.MaxBatchWait: waiting adds latency to
+	// every batch under load, so only a short wait makes sense.
+	MaxMaxBatchWait = 10 * time.Millisecond
+	// DefaultMaxInFlight is Config.MaxInFlight's default.
+	DefaultMaxInFlight = 1
+	// MaxMaxInFlight bounds Config.MaxInFlight.
+	MaxMaxInFlight = 64
+)
+
+var (
+	// ErrInvalidConfig reports a Config that New refuses.
+	ErrInvalidConfig = errors.New("redisstore: invalid config")
+	// ErrClosed is returned by calls made after Close, and by calls still
+	// queued (never sent) when Close ran.
+	ErrClosed = errors.New("redisstore: store closed")
+)
 
 // Config configures a Store. The zero value is ready for production.
 type Config struct {
@@ -68,29 +121,59 @@ type Config struct {
 	Prefix string
 	// Clock, when set, supplies the time instead of Redis TIME. It exists
 	// for tests that pin or step time; production leaves it nil so that one
-	// clock, Redis's, serves every gateway.
+	// clock, Redis's, serves every gateway. Like TIME, it is read when a
+	// script call is sent.
 	Clock limiter.Clock
 	// ExpiryMargin is added to each key's expiry, the time until its budget
 	// is whole again (default DefaultExpiryMargin; it must not be negative).
 	// Tests that drive a Clock far from Redis's own may need a long margin
 	// so keys do not expire in real time while their fake time stands still.
 	ExpiryMargin time.Duration
+
+	// DisableCoalescing sends every call in its own round trip from the
+	// caller's goroutine, as one script call. Coalescing is on by default:
+	// it costs an idle store nothing (a lone call is sent at once) and
+	// multiplies throughput under concurrency.
+	DisableCoalescing bool
+	// MaxBatchSize is the most decisions one round trip carries (default
+	// DefaultMaxBatchSize, at most MaxMaxBatchSize). Each script call
+	// carries at most MaxScriptKeys of them.
+	MaxBatchSize int
+	// MaxBatchWait is how long a batch that is not full may wait for more
+	// calls before it is sent, once a previous round trip has returned
+	// (default 0: send what has queued; at most MaxMaxBatchWait). A call
+	// arriving at an idle store never waits. The main batching needs no
+	// wait: calls that arrive while a round trip is in flight go together.
+	MaxBatchWait time.Duration
+	// MaxInFlight is how many round trips may be in flight at once (default
+	// DefaultMaxInFlight, at most MaxMaxInFlight). More overlaps network
+	// time with Redis's work but makes batches smaller.
+	MaxInFlight int
 }
 
-// Store is a limiter.Store on Redis. It is safe for concurrent use and
-// holds no resources of its own: closing the client is the caller's job.
+// Store is a limiter.Store on Redis. It is safe for concurrent use. It
+// owns no connection (closing the client is the caller's job); with
+// coalescing on it owns the goroutines that send batches, which Close
+// stops.
 type Store struct {
 	client   redis.Scripter
+	route    route
 	prefix   string
 	clock    limiter.Clock
 	marginMS int64
+
+	batch  *batcher // nil when coalescing is off
+	closed atomic.Bool
 }
 
 var _ limiter.Store = (*Store)(nil)
 
 // New returns a Store that runs its scripts through client: a
-// *redis.Client, *redis.ClusterClient, *redis.Ring, a failover client or
-// anything else that implements redis.Scripter.
+// *redis.Client (standalone or Sentinel), *redis.ClusterClient,
+// *redis.Ring or anything else that implements redis.Scripter. How a
+// batch is split follows the client's type: a *redis.Client takes any
+// keys in one script call, a *redis.ClusterClient the keys of one hash
+// slot, anything else the keys of one identity.
 func New(client redis.Scripter, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
@@ -107,13 +190,40 @@ func New(client redis.Scripter, cfg Config) (*Store, error) {
 	case cfg.ExpiryMargin == 0:
 		cfg.ExpiryMargin = DefaultExpiryMargin
 	}
-	return &Store{
+	if err := cfg.coalescing(); err != nil {
+		return nil, err
+	}
+	s := &Store{
 		client: client,
+		route:  routeFor(client),
 		prefix: cfg.Prefix,
 		clock:  cfg.Clock,
 		// Whole milliseconds, rounded up: PEXPIRE's unit.
 		marginMS: int64((cfg.ExpiryMargin + time.Millisecond - 1) / time.Millisecond),
-	}, nil
+	}
+	if !cfg.DisableCoalescing {
+		s.batch = newBatcher(s, cfg.MaxBatchSize, cfg.MaxBatchWait, cfg.MaxInFlight)
+	}
+	return s, nil
+}
+
+// coalescing validates the coalescing fields and fills in their defaults.
+func (cfg *Config) coalescing() error {
+	switch {
+	case cfg.MaxBatchSize < 0 || cfg.MaxBatchSize > MaxMaxBatchSize:
+		return fmt.Errorf("%w: max batch size %d outside [0, %d]", ErrInvalidConfig, cfg.MaxBatchSize, MaxMaxBatchSize)
+	case cfg.MaxBatchWait < 0 || cfg.MaxBatchWait > MaxMaxBatchWait:
+		return fmt.Errorf("%w: max batch wait %v outside [0, %v]", ErrInvalidConfig, cfg.MaxBatchWait, MaxMaxBatchWait)
+	case cfg.MaxInFlight < 0 || cfg.MaxInFlight > MaxMaxInFlight:
+		return fmt.Errorf("%w: max in flight %d outside [0, %d]", ErrInvalidConfig, cfg.MaxInFlight, MaxMaxInFlight)
+	}
+	if cfg.MaxBatchSize == 0 {
+		cfg.MaxBatchSize = DefaultMaxBatchSize
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	return nil
 }
 
 // Take debits cost from key's budget under limit when it fits; see
@@ -129,22 +239,23 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 	return s.run(ctx, key, limit, opRefund, amount)
 }
 
+// Close stops coalescing: calls still queued fail with ErrClosed, round
+// trips in flight complete (bounded by the client's timeouts) and the
+// store's goroutines exit before Close returns. Later calls fail with
+// ErrClosed. Close does not close the client. It is safe to call more than
+// once and always returns nil.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	if s.batch != nil {
+		s.batch.close()
+	}
+	return nil
+}
+
 const (
 	opTake   = "take"
 	opRefund = "refund"
 )
-
-// maxArg caps costs sent to the scripts at 2^53, the last integer a Lua
-// number holds exactly. A larger cost exceeds every capacity, and a larger
-// refund empties every budget, so nothing is lost.
-const maxArg = 1 << 53
-
-// replyLen is the length of every script's reply:
-// {status, allowed, remaining, retry_us, reset_us, delay_us}.
-const replyLen = 6
-
-// statusExceeds is the script status of a cost that can never fit.
-const statusExceeds = 1
 
 func (s *Store) run(ctx context.Context, key string, l limiter.Limit, op string, n int64) (limiter.Decision, error) {
 	// The checks and their order mirror the pure functions of package
@@ -162,90 +273,13 @@ func (s *Store) run(ctx context.Context, key string, l limiter.Limit, op string,
 	if op == opRefund && l.Algorithm == limiter.LeakyBucketShaping {
 		return limiter.Decision{}, fmt.Errorf("%w: %s", limiter.ErrRefundUnsupported, l.Algorithm)
 	}
-
-	now := ""
-	if s.clock != nil {
-		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
+	if s.closed.Load() {
+		return limiter.Decision{}, ErrClosed
 	}
-	arg := min(n, maxArg)
-	period := int64(l.Period / time.Microsecond)
-
-	var (
-		script   *redis.Script
-		args     []any
-		capacity int64 // Decision.Limit
-	)
-	switch l.Algorithm {
-	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
-		g := gcd(l.Rate, period)
-		shaping := "0"
-		if l.Algorithm == limiter.LeakyBucketShaping {
-			shaping = "1"
-		}
-		script, capacity = bucketScript, l.Burst
-		args = []any{now, op, arg, l.Burst, period / g, l.Rate / g, shaping, s.marginMS}
-	case limiter.FixedWindow:
-		script, capacity = fixedWindowScript, l.Rate
-		args = []any{now, op, arg, l.Rate, period, s.marginMS}
-	case limiter.SlidingCounter:
-		script, capacity = slidingCounterScript, l.Rate
-		args = []any{now, op, arg, l.Rate, period, s.marginMS}
-	case limiter.SlidingLog:
-		script, capacity = slidingLogScript, l.Rate
-		args = []any{now, op, arg, l.Rate, period, s.marginMS}
-	default: // Validate rejects unknown algorithms; kept so a new one cannot slip through.
-		return limiter.Decision{}, fmt.Errorf("%w: unknown algorithm %d", limiter.ErrInvalidLimit, l.Algorithm)
+	c := s.newCall(key, l, op, n)
+	if s.batch != nil {
+		return s.batch.submit(ctx, c)
 	}
-
-	reply, err := script.Run(ctx, s.client, []string{s.Key(key, l.Algorithm)}, args...).Int64Slice()
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("redisstore: %s %s: %w", l.Algorithm, op, err)
-	}
-	if len(reply) != replyLen {
-		return limiter.Decision{}, fmt.Errorf("redisstore: %s %s: malformed script reply %v", l.Algorithm, op, reply)
-	}
-	d := limiter.Decision{
-		Allowed:    reply[1] == 1,
-		Limit:      capacity,
-		Remaining:  reply[2],
-		RetryAfter: micros(reply[3]),
-		ResetAfter: micros(reply[4]),
-		Delay:      micros(reply[5]),
-	}
-	if reply[0] == statusExceeds {
-		return d, fmt.Errorf("%w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, n, capacity)
-	}
-	return d, nil
+	s.roundTrip(ctx, []*call{c})
+	return c.d, c.err
 }
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-// micros converts the scripts' µs (always below 2^53) to a Duration.
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
-var (
-	//go:embed common.lua
-	commonLua string
-	//go:embed bucket.lua
-	bucketLua string
-	//go:embed fixed_window.lua
-	fixedWindowLua string
-	//go:embed sliding_counter.lua
-	slidingCounterLua string
-	//go:embed sliding_log.lua
-	slidingLogLua string
-)
-
-// The scripts, each prefixed with the shared helpers of common.lua. They
-// are immutable after package initialisation.
-var (
-	bucketScript         = redis.NewScript(commonLua + bucketLua)
-	fixedWindowScript    = redis.NewScript(commonLua + fixedWindowLua)
-	slidingCounterScript = redis.NewScript(commonLua + slidingCounterLua)
-	slidingLogScript     = redis.NewScript(commonLua + slidingLogLua)
-)

@@ -33,9 +33,16 @@ func uniquePrefix(t testing.TB) string {
 	return "cgtest-" + hex.EncodeToString(b[:])
 }
 
+// newStore builds a store with coalescing on (the default), closed when t
+// ends.
 func newStore(t testing.TB, rdb redis.Scripter, clock limiter.Clock) *redisstore.Store {
 	t.Helper()
-	cfg := redisstore.Config{Prefix: uniquePrefix(t), Clock: clock}
+	return newStoreWith(t, rdb, clock, redisstore.Config{})
+}
+
+func newStoreWith(t testing.TB, rdb redis.Scripter, clock limiter.Clock, cfg redisstore.Config) *redisstore.Store {
+	t.Helper()
+	cfg.Prefix, cfg.Clock = uniquePrefix(t), clock
 	if clock != nil {
 		cfg.ExpiryMargin = testMargin
 	}
@@ -43,26 +50,55 @@ func newStore(t testing.TB, rdb redis.Scripter, clock limiter.Clock) *redisstore
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// modes are the store configurations the suite runs under.
+var modes = []struct {
+	name string
+	cfg  redisstore.Config
+}{
+	{"coalesced", redisstore.Config{}},
+	{"uncoalesced", redisstore.Config{DisableCoalescing: true}},
 }
 
 // targets are the Redis deployments every Redis test runs against.
 var targets = []struct {
 	name   string
 	client func(t *testing.T) redis.UniversalClient
+	addrs  func(t *testing.T) []string // every master
 }{
-	{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.SharedServer(t).Client(t) }},
-	{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).Client(t) }},
+	{"standalone",
+		func(t *testing.T) redis.UniversalClient { return redistest.SharedServer(t).Client(t) },
+		func(t *testing.T) []string { return []string{redistest.SharedServer(t).Addr()} }},
+	{"cluster",
+		func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).Client(t) },
+		func(t *testing.T) []string { return redistest.SharedCluster(t).Addrs() }},
+}
+
+// masterClients returns a client for each address, closed when t ends.
+func masterClients(t *testing.T, addrs []string) []*redis.Client {
+	t.Helper()
+	var cs []*redis.Client
+	for _, addr := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	return cs
 }
 
 func TestSuite(t *testing.T) {
 	for _, target := range targets {
-		t.Run(target.name, func(t *testing.T) {
-			rdb := target.client(t)
-			limitertest.Run(t, func(t *testing.T, clock limiter.Clock) limiter.Store {
-				return newStore(t, rdb, clock)
+		for _, mode := range modes {
+			t.Run(target.name+"/"+mode.name, func(t *testing.T) {
+				rdb := target.client(t)
+				limitertest.Run(t, func(t *testing.T, clock limiter.Clock) limiter.Store {
+					return newStoreWith(t, rdb, clock, mode.cfg)
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -78,6 +114,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"open brace in prefix", rdb, redisstore.Config{Prefix: "a{b"}},
 		{"close brace in prefix", rdb, redisstore.Config{Prefix: "a}b"}},
 		{"negative margin", rdb, redisstore.Config{ExpiryMargin: -time.Second}},
+		{"negative batch size", rdb, redisstore.Config{MaxBatchSize: -1}},
+		{"batch size too large", rdb, redisstore.Config{MaxBatchSize: redisstore.MaxMaxBatchSize + 1}},
+		{"negative batch wait", rdb, redisstore.Config{MaxBatchWait: -time.Microsecond}},
+		{"batch wait too long", rdb, redisstore.Config{MaxBatchWait: redisstore.MaxMaxBatchWait + time.Microsecond}},
+		{"negative in flight", rdb, redisstore.Config{MaxInFlight: -1}},
+		{"too many in flight", rdb, redisstore.Config{MaxInFlight: redisstore.MaxMaxInFlight + 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,6 +150,22 @@ func TestDefaults(t *testing.T) {
 	}
 	if redisstore.MaxRawIdentity != 128 {
 		t.Errorf("MaxRawIdentity = %d; docs/redis.md says 128", redisstore.MaxRawIdentity)
+	}
+	// docs/redis.md documents the coalescing defaults and bounds.
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"DefaultMaxBatchSize", redisstore.DefaultMaxBatchSize, 64},
+		{"MaxMaxBatchSize", redisstore.MaxMaxBatchSize, 1024},
+		{"MaxScriptKeys", redisstore.MaxScriptKeys, 64},
+		{"MaxMaxBatchWait", redisstore.MaxMaxBatchWait, 10 * time.Millisecond},
+		{"DefaultMaxInFlight", redisstore.DefaultMaxInFlight, 1},
+		{"MaxMaxInFlight", redisstore.MaxMaxInFlight, 64},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v; docs/redis.md says %v", c.name, c.got, c.want)
+		}
 	}
 }
 

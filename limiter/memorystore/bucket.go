@@ -1,0 +1,151 @@
+package memorystore
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+)
+
+// The bucket algorithms are the default and the hot path, so the store runs
+// them itself on parameters validated once per Limit value, instead of
+// through limiter.TakeBucket, which validates the Limit and recomputes
+// gcd(Rate, Period) on every call. The arithmetic is limiter's, step for
+// step (see limiter.TakeBucket); TestBucketFastPathMatchesLimiter and
+// TestStoreMatchesLimiter check it against limiter's functions decision by
+// decision. Calls the fast path
+// does not cover (negative costs, costs above Burst, refunds under
+// LeakyBucketShaping, invalid limits) take the generic path, so their
+// errors are limiter's own.
+
+// paramSlots is the number of entries of a Store's cache of validated
+// bucket limits. A deployment has a handful of plans; a collision only
+// costs a revalidation.
+const paramSlots = 16
+
+// bucketParams is a valid bucket Limit and its scaled form: a bucket holds
+// capacity units, a token is unit units, and refill units drain per µs.
+type bucketParams struct {
+	limit    limiter.Limit
+	unit     int64
+	refill   int64
+	capacity int64
+	// The two divisions of every decision, by multiplication.
+	perUnit, perRefill divisor
+}
+
+// paramCache maps Limit values to their bucketParams, lock-free. Entries
+// are immutable once published.
+type paramCache [paramSlots]atomic.Pointer[bucketParams]
+
+// get returns l's parameters, or nil when l is not a valid bucket limit.
+func (c *paramCache) get(l limiter.Limit) *bucketParams {
+	switch l.Algorithm {
+	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
+	default:
+		return nil
+	}
+	if p := c[limitSlot(l)].Load(); p != nil && p.limit == l {
+		return p
+	}
+	return c.fill(l)
+}
+
+// fill validates l and caches its parameters; nil when l is invalid.
+func (c *paramCache) fill(l limiter.Limit) *bucketParams {
+	if l.Validate() != nil {
+		return nil
+	}
+	// Validate bounds Burst × unit by 2^53 − 1 and Period by MaxPeriod.
+	period := int64(l.Period / time.Microsecond)
+	g := gcd(l.Rate, period)
+	p := &bucketParams{limit: l, unit: period / g, refill: l.Rate / g}
+	p.capacity = l.Burst * p.unit
+	p.perUnit, p.perRefill = newDivisor(p.unit), newDivisor(p.refill)
+	c[limitSlot(l)].Store(p)
+	return p
+}
+
+// limitSlot spreads Limit values over the cache's slots.
+func limitSlot(l limiter.Limit) uint64 {
+	h := uint64(l.Burst)*0x9e3779b97f4a7c15 ^ uint64(l.Rate)*0xc2b2ae3d27d4eb4f ^
+		uint64(l.Period)*0x165667b19e3779f9 ^ uint64(l.Algorithm)
+	return (h ^ h>>29) % paramSlots
+}
+
+// step is limiter.TakeBucket, or limiter.RefundBucket when refund, on st's
+// (Level, Last) = (a, b), for a cost in [0, Burst] or any refund ≥ 0 (not
+// under LeakyBucketShaping). It updates st in place and fills in d, whose
+// fields must be zero. One function, not four, because this is the hot
+// path and calls are not free.
+func (p *bucketParams) step(d *limiter.Decision, st *entry, now, n int64, refund bool) {
+	// Drain to now, as limiter does: the level read is clamped to
+	// [0, capacity], times to [0, MaxNow], and a clock going back drains
+	// nothing. elapsed ≥ ⌈level / refill⌉ is tested as the equivalent
+	// elapsed × refill ≥ level, in 128 bits: a multiplication, no division.
+	level := clamp(st.a, 0, p.capacity)
+	last := clamp(st.b, 0, limiter.MaxNow)
+	if now = clamp(now, 0, limiter.MaxNow); now > last {
+		if hi, lo := bits.Mul64(uint64(now-last), uint64(p.refill)); hi != 0 || lo >= uint64(level) {
+			level = 0
+		} else {
+			level -= int64(lo)
+		}
+		last = now
+	}
+	d.Allowed = true
+	switch need := n * p.unit; { // n ≤ Burst or a refund: need < 2^53, or unused
+	case refund && n >= p.limit.Burst:
+		level = 0
+	case refund:
+		level = max(0, level-need)
+	case level+need > p.capacity:
+		d.Allowed = false
+		d.RetryAfter = micros(p.perRefill.ceil(level + need - p.capacity))
+	default:
+		if p.limit.Algorithm == limiter.LeakyBucketShaping && n > 0 {
+			d.Delay = micros(p.perRefill.ceil(level))
+		}
+		level += need
+	}
+	st.a, st.b = level, last
+	d.Limit = p.limit.Burst
+	d.Remaining = p.perUnit.floor(p.capacity - level)
+	d.ResetAfter = micros(p.perRefill.ceil(level))
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// divisor divides by a fixed d in [1, 2^53) with a multiplication by its
+// reciprocal m = ⌊(2^64 − 1) / d⌋ and one correction: for 0 ≤ x < 2^63 the
+// high word of x × m is ⌊x / d⌋ or one less (x × m / 2^64 lies within
+// 2x / 2^64 < 1 below x / d, and never above it), so a single comparison
+// makes it exact.
+type divisor struct{ d, m uint64 }
+
+func newDivisor(d int64) divisor {
+	return divisor{d: uint64(d), m: ^uint64(0) / uint64(d)}
+}
+
+// floor is ⌊x / d⌋ for 0 ≤ x < 2^63.
+func (v divisor) floor(x int64) int64 {
+	q, _ := bits.Mul64(uint64(x), v.m)
+	if uint64(x)-q*v.d >= v.d {
+		q++
+	}
+	return int64(q)
+}
+
+// ceil is ⌈x / d⌉ for 0 ≤ x < 2^62 (our values stay below 2^54).
+func (v divisor) ceil(x int64) int64 { return v.floor(x + int64(v.d) - 1) }
+
+func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
+
+// micros converts µs (below 2^53 here) to a Duration.
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -1,0 +1,66 @@
+package redisstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+)
+
+// Test hooks into the batcher, for the external tests. Set them right after
+// New, before the first call.
+
+// SetBatchHook makes the store call f with the size of each batch, in the
+// sending goroutine, before the batch is sent. f may block to hold it.
+func SetBatchHook(s *Store, f func(n int)) { s.batch.onBatch = f }
+
+// SetBatchTimer replaces the MaxBatchWait timer.
+func SetBatchTimer(s *Store, t limiter.Timer) { s.batch.timer = t }
+
+// SetLinger sets how long an idle sender waits for work before it exits.
+func SetLinger(s *Store, d time.Duration) { s.batch.linger = d }
+
+// Queued is how many calls wait in the store's queue.
+func Queued(s *Store) int {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.queued
+}
+
+// Senders is how many sender goroutines are running.
+func Senders(s *Store) int {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.senders
+}
+
+// BatchCall is one call of RoundTrip.
+type BatchCall struct {
+	Identity string
+	Limit    limiter.Limit
+	Refund   bool
+	N        int64
+}
+
+// RoundTrip decides calls in one round trip, as a sender does with a batch,
+// without the validation of Take and Refund.
+func RoundTrip(ctx context.Context, s *Store, in []BatchCall) ([]limiter.Decision, []error) {
+	calls := make([]*call, len(in))
+	for i, b := range in {
+		op := opTake
+		if b.Refund {
+			op = opRefund
+		}
+		calls[i] = s.newCall(b.Identity, b.Limit, op, b.N)
+	}
+	s.roundTrip(ctx, calls)
+	ds := make([]limiter.Decision, len(calls))
+	errs := make([]error, len(calls))
+	for i, c := range calls {
+		ds[i], errs[i] = c.d, c.err
+	}
+	return ds, errs
+}
+
+// Slot is the Cluster hash slot of identity's keys.
+func Slot(identity string) int64 { return int64(slot(tag(identity))) }

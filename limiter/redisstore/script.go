@@ -1,0 +1,363 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/costguard/costguard/limiter"
+)
+
+var (
+	//go:embed common.lua
+	commonLua string
+	//go:embed bucket.lua
+	bucketLua string
+	//go:embed fixed_window.lua
+	fixedWindowLua string
+	//go:embed sliding_counter.lua
+	slidingCounterLua string
+	//go:embed sliding_log.lua
+	slidingLogLua string
+	//go:embed batch.lua
+	batchLua string
+)
+
+// script is the one script every decision runs: the shared helpers, the
+// four algorithm functions and the batch entry point. It is immutable after
+// package initialisation.
+var (
+	scriptSource = commonLua + bucketLua + fixedWindowLua + slidingCounterLua + slidingLogLua + batchLua
+	script       = redis.NewScript(scriptSource)
+)
+
+// maxArg caps costs sent to the script at 2^53, the last integer a Lua
+// number holds exactly. A larger cost exceeds every capacity, and a larger
+// refund empties every budget, so nothing is lost.
+const maxArg = 1 << 53
+
+// The script's reply: stride values per key, the first a status.
+const (
+	stride        = 6
+	statusOK      = 0
+	statusExceeds = 1 // the cost can never fit
+	statusError   = 2 // the second value is Redis's error message
+)
+
+// argsPerKey is how many ARGV entries batch.lua reads per key, after the
+// two shared ones.
+const argsPerKey = 6
+
+// call is one Take or Refund on its way through a round trip. The round
+// trip sets d and err; with coalescing, the batcher's fields below carry it
+// through the queue.
+type call struct {
+	key   string // the Redis key
+	tag   string // its hash tag, which decides where it may be batched
+	limit limiter.Limit
+	op    string
+	n     int64
+
+	d   limiter.Decision
+	err error
+
+	// Owned by the batcher (guarded by its mutex until sent).
+	state      callState
+	prev, next *call
+	done       chan struct{} // closed once d and err are set
+	deadline   time.Time     // the caller's, zero when it has none
+}
+
+func (s *Store) newCall(identity string, l limiter.Limit, op string, n int64) *call {
+	t := tag(identity)
+	return &call{key: s.keyFor(t, l.Algorithm), tag: t, limit: l, op: op, n: n}
+}
+
+// capacity is Decision.Limit: Burst for the buckets, Rate for the windows.
+func (c *call) capacity() int64 {
+	if c.limit.Algorithm <= limiter.LeakyBucketShaping {
+		return c.limit.Burst
+	}
+	return c.limit.Rate
+}
+
+// appendArgs appends c's six ARGV entries (see batch.lua).
+func (c *call) appendArgs(args []any) []any {
+	l := c.limit
+	period := int64(l.Period / time.Microsecond)
+	var a, b, x int64
+	if l.Algorithm <= limiter.LeakyBucketShaping {
+		g := gcd(l.Rate, period)
+		a, b, x = l.Burst, period/g, l.Rate/g
+	} else {
+		a, b = l.Rate, period
+	}
+	return append(args, int64(l.Algorithm), c.op, min(c.n, maxArg), a, b, x)
+}
+
+// wrap prefixes err with the package, the algorithm and the op.
+func (c *call) wrap(err error) error {
+	return fmt.Errorf("redisstore: %s %s: %w", c.limit.Algorithm, c.op, err)
+}
+
+// fail sets c's outcome to err, wrapped, with no decision.
+func (c *call) fail(err error) {
+	c.d, c.err = limiter.Decision{}, c.wrap(err)
+}
+
+// settle sets c's outcome from its stride of the script's reply.
+func (c *call) settle(reply []any) {
+	if len(reply) != stride {
+		c.fail(fmt.Errorf("malformed script reply %v", reply))
+		return
+	}
+	var v [stride]int64
+	for i, r := range reply {
+		switch r := r.(type) {
+		case int64:
+			v[i] = r
+		case string:
+			if i == 1 && v[0] == statusError {
+				c.fail(scriptError(r))
+				return
+			}
+			c.fail(fmt.Errorf("malformed script reply %v", reply))
+			return
+		default:
+			c.fail(fmt.Errorf("malformed script reply %v", reply))
+			return
+		}
+	}
+	c.d = limiter.Decision{
+		Allowed:    v[1] == 1,
+		Limit:      c.capacity(),
+		Remaining:  v[2],
+		RetryAfter: micros(v[3]),
+		ResetAfter: micros(v[4]),
+		Delay:      micros(v[5]),
+	}
+	c.err = nil
+	switch v[0] {
+	case statusOK:
+	case statusExceeds:
+		c.err = fmt.Errorf("%w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, c.n, c.capacity())
+	default:
+		c.fail(fmt.Errorf("malformed script reply %v", reply))
+	}
+}
+
+// scriptError is an error Redis raised inside the script for one key
+// (WRONGTYPE, say). It is a redis.Error, like the errors go-redis returns.
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks scriptError as an error reported by Redis.
+func (scriptError) RedisError() {}
+
+var _ redis.Error = scriptError("")
+
+// route is how a client's keys may share a script call.
+type route uint8
+
+const (
+	// routeOne: one server holds every key (standalone, Sentinel).
+	routeOne route = iota
+	// routeSlot: keys of one Cluster hash slot share a call.
+	routeSlot
+	// routeTag: keys of one hash tag share a call. Every sharding scheme
+	// that honours hash tags (Cluster, Ring) keeps them together.
+	routeTag
+)
+
+func routeFor(c redis.Scripter) route {
+	switch c.(type) {
+	case *redis.Client:
+		return routeOne
+	case *redis.ClusterClient:
+		return routeSlot
+	}
+	return routeTag
+}
+
+// processor is the part of a go-redis client (or pipeline) that sends a
+// prepared command. The store sends its own commands, marked not to be
+// retried (see noRetryCmd), through it when the client has it.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// pipeliner is a client that can pipeline: several script calls go in one
+// round trip (per node, on a Cluster).
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// noRetryCmd is an EVALSHA or EVAL that go-redis never sends a second time.
+// go-redis retries a command after a network error or a read timeout
+// (Options.MaxRetries); if the first attempt reached Redis, the script
+// would run twice and debit twice. Redirections (MOVED, ASK) still happen:
+// they mean the script did not run.
+type noRetryCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to resend the command.
+func (noRetryCmd) NoRetry() bool { return true }
+
+// chunk is one script call: calls whose keys may share it, in order.
+type chunk struct {
+	calls []*call
+	cmd   *redis.Cmd
+}
+
+// roundTrip decides calls in as few script calls as their keys allow, sent
+// together (pipelined when there are several), and sets each call's d and
+// err. Errors of the whole round trip are set on every call it carried.
+func (s *Store) roundTrip(ctx context.Context, calls []*call) {
+	chunks := s.split(calls)
+	now := ""
+	if s.clock != nil {
+		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
+	}
+	s.send(ctx, chunks, now, false)
+	// A server without the script in its cache (new, restarted, flushed)
+	// answers NOSCRIPT without running it, so sending EVAL is safe.
+	var missing []*chunk
+	for _, ch := range chunks {
+		if err := ch.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			missing = append(missing, ch)
+		}
+	}
+	if len(missing) > 0 {
+		s.send(ctx, missing, now, true)
+	}
+	for _, ch := range chunks {
+		reply, err := ch.cmd.Slice()
+		if err == nil && len(reply) != stride*len(ch.calls) {
+			err = fmt.Errorf("malformed script reply of %d values for %d keys", len(reply), len(ch.calls))
+		}
+		for i, c := range ch.calls {
+			if err != nil {
+				c.fail(err)
+				continue
+			}
+			c.settle(reply[i*stride : (i+1)*stride])
+		}
+	}
+}
+
+// split groups calls into script calls by route, keeping their order
+// within each group, at most MaxScriptKeys per call.
+func (s *Store) split(calls []*call) []*chunk {
+	var groups [][]*call
+	switch s.route {
+	case routeOne:
+		groups = [][]*call{calls}
+	case routeSlot:
+		groups = group(calls, func(c *call) uint16 { return slot(c.tag) })
+	default:
+		groups = group(calls, func(c *call) string { return c.tag })
+	}
+	var chunks []*chunk
+	for _, g := range groups {
+		for len(g) > 0 {
+			n := min(len(g), MaxScriptKeys)
+			chunks = append(chunks, &chunk{calls: g[:n:n]})
+			g = g[n:]
+		}
+	}
+	return chunks
+}
+
+// group splits calls by key, in order of first appearance, keeping their
+// order within each group.
+func group[K comparable](calls []*call, key func(*call) K) [][]*call {
+	index := make(map[K]int, len(calls))
+	var groups [][]*call
+	for _, c := range calls {
+		k := key(c)
+		i, ok := index[k]
+		if !ok {
+			i = len(groups)
+			index[k] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], c)
+	}
+	return groups
+}
+
+// send runs one EVALSHA (or, with eval, EVAL) per chunk: one command alone,
+// several in a pipeline. Each chunk's cmd holds its outcome.
+func (s *Store) send(ctx context.Context, chunks []*chunk, now string, eval bool) {
+	for _, ch := range chunks {
+		ch.cmd = command(ctx, ch.calls, now, s.marginMS, eval)
+	}
+	proc, ok := s.client.(processor)
+	if !ok {
+		// Not a go-redis client: go through the Scripter interface, one
+		// call at a time, with whatever retries it makes.
+		for _, ch := range chunks {
+			ch.cmd = s.viaScripter(ctx, ch.cmd, eval)
+		}
+		return
+	}
+	if p, ok := s.client.(pipeliner); ok && len(chunks) > 1 {
+		pipe := p.Pipeline()
+		for _, ch := range chunks {
+			_ = pipe.Process(ctx, noRetryCmd{ch.cmd})
+		}
+		// Exec's error is also every failed command's own.
+		_, _ = pipe.Exec(ctx)
+		return
+	}
+	for _, ch := range chunks {
+		_ = proc.Process(ctx, noRetryCmd{ch.cmd})
+	}
+}
+
+// command builds the EVALSHA (or EVAL) of one chunk.
+func command(ctx context.Context, calls []*call, now string, marginMS int64, eval bool) *redis.Cmd {
+	args := make([]any, 0, 3+len(calls)*(1+argsPerKey)+2)
+	if eval {
+		args = append(args, "eval", scriptSource)
+	} else {
+		args = append(args, "evalsha", script.Hash())
+	}
+	args = append(args, len(calls))
+	for _, c := range calls {
+		args = append(args, c.key)
+	}
+	args = append(args, now, marginMS)
+	for _, c := range calls {
+		args = c.appendArgs(args)
+	}
+	return redis.NewCmd(ctx, args...)
+}
+
+// viaScripter replays cmd's arguments through the redis.Scripter methods.
+func (s *Store) viaScripter(ctx context.Context, cmd *redis.Cmd, eval bool) *redis.Cmd {
+	args := cmd.Args()
+	n := args[2].(int)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = args[3+i].(string)
+	}
+	if eval {
+		return s.client.Eval(ctx, args[1].(string), keys, args[3+n:]...)
+	}
+	return s.client.EvalSha(ctx, args[1].(string), keys, args[3+n:]...)
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// micros converts the script's µs (always below 2^53) to a Duration.
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
