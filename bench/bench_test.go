@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestMain lets the test binary serve as the split-budget workers that
+// the end-to-end test's bench starts by re-executing itself.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-child" {
+		if err := runMain(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestHistogramBuckets(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	values := []uint64{0, 1, 31, 32, 33, 63, 64, 65, 1000, 1 << 40, 1<<63 - 1, 1<<64 - 1}
+	for range 10_000 {
+		values = append(values, r.Uint64()>>r.IntN(64))
+	}
+	for _, v := range values {
+		b := bucketOf(v)
+		if b < 0 || b >= histBuckets {
+			t.Fatalf("bucketOf(%d) = %d, outside [0, %d)", v, b, histBuckets)
+		}
+		if lo := bucketLow(b); lo > v {
+			t.Fatalf("bucketOf(%d) = %d starts at %d, above the value", v, b, lo)
+		}
+		if b+1 < histBuckets {
+			if hi := bucketLow(b + 1); hi <= v {
+				t.Fatalf("bucketOf(%d) = %d, but the next bucket starts at %d", v, b, hi)
+			}
+		}
+	}
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var h histogram
+	samples := make([]time.Duration, 100_000)
+	for i := range samples {
+		// Log-normal-ish latencies from 10µs to about 50ms.
+		samples[i] = time.Duration(10_000 * (1 + r.ExpFloat64()*r.ExpFloat64()*50))
+		h.record(samples[i])
+	}
+	slices.Sort(samples)
+	for _, q := range []float64{0.01, 0.5, 0.9, 0.99, 0.999, 1} {
+		want := samples[max(0, int(q*float64(len(samples)))-1)]
+		got := h.quantile(q)
+		if diff := float64(got-want) / float64(want); diff < -0.02 || diff > 0.02 {
+			t.Errorf("q%.3f = %v, want %v ± 2%%", q, got, want)
+		}
+	}
+	var empty histogram
+	if q := empty.quantile(0.5); q != 0 {
+		t.Errorf("empty histogram: %v", q)
+	}
+	var small histogram
+	small.record(-time.Second) // clamped to 0
+	small.record(7)
+	if got := small.quantile(1); got != 7 {
+		t.Errorf("max of {0, 7ns} = %v", got)
+	}
+}
+
+func TestParseScriptCalls(t *testing.T) {
+	info := "# Commandstats\r\n" +
+		"cmdstat_evalsha:calls=1200,usec=3400,usec_per_call=2.83,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_eval:calls=3,usec=40,usec_per_call=13.33,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_hset:calls=999,usec=40,usec_per_call=0.04,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_fcall_ro:calls=5,usec=40,usec_per_call=8,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=77,usec=40,usec_per_call=0.5,rejected_calls=0,failed_calls=0\r\n"
+	n, err := parseScriptCalls(info)
+	if err != nil || n != 1208 {
+		t.Fatalf("parseScriptCalls = %d, %v; want 1208 (scripts only)", n, err)
+	}
+	for _, bad := range []string{"cmdstat_evalsha\r\n", "cmdstat_evalsha:usec=3\r\n", "cmdstat_eval:calls=x,usec=1\r\n"} {
+		if _, err := parseScriptCalls(bad); err == nil {
+			t.Errorf("parseScriptCalls(%q) accepted a malformed line", bad)
+		}
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	cases := []struct{ got, want string }{
+		{thousands(0), "0"},
+		{thousands(999.4), "999"},
+		{thousands(1000), "1,000"},
+		{thousands(1234567.8), "1,234,568"},
+		{thousands(-1234), "-1,234"},
+		{fmtRatio(0), "-"},
+		{fmtRatio(1.234), "1.23×"},
+		{fmtRatio(241.6), "242×"},
+		{fmtRatio(0.0001), "1/10,000"},
+		{fmtLatency(0), "-"},
+		{fmtLatency(1500), "1.5µs"},
+		{fmtLatency(81 * time.Microsecond), "81µs"},
+		{fmtLatency(3240 * time.Microsecond), "3.24ms"},
+		{fmtPerDecision(-1), "-"},
+		{fmtPerDecision(0), "0.0000"},
+		{fmtPerDecision(0.25), "0.2500"},
+		{fmtPerDecision(0.0000213), "2.1e-05"},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+// TestSummaryLine pins the JSON contract of the last line: key names, key
+// order, spacing, ratios as ours ÷ theirs, null for what was not measured.
+func TestSummaryLine(t *testing.T) {
+	sec := func(decisions int64) tally {
+		return tally{decisions: decisions, elapsed: time.Second, scripts: -1, trips: -1}
+	}
+	ours64 := sec(30_000)
+	ours64.scripts = 7_500
+	rep := &report{
+		env: &env{opts: options{duration: time.Second, rounds: 1, keys: 10}, addr: "127.0.0.1:1", started: true},
+		redis: []comparison{
+			{callers: 1, ours: sec(12_000), peer: sec(12_000)},
+			{callers: maxCallers, ours: ours64, peer: sec(15_000)},
+			{callers: maxCallers, bot: true, ours: sec(3_000_000), peer: sec(15_000)},
+		},
+		memory: []comparison{
+			{callers: 1, ours: sec(6_000_000), peer: sec(5_000_000)},
+			{callers: maxCallers, ours: sec(1), peer: sec(2)},
+		},
+		split: []splitResult{{kind: splitKind{exact: true}, decisions: 5, admitted: 5, span: time.Second}},
+	}
+	var out bytes.Buffer
+	if err := rep.write(&out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	want := `{"admitted_speedup_64": 2, "bot_speedup": 200, "round_trips_per_decision_64": 0.25, "memory_vs_xtime": 1.2, "split_overshoot_pct": null}`
+	if last := lines[len(lines)-1]; last != want {
+		t.Fatalf("last line\n%s\nwant\n%s", last, want)
+	}
+
+	rep.split = append(rep.split, splitResult{kind: splitKind{name: "split"}, decisions: 100, admitted: 1133, span: time.Second})
+	rep.redis = rep.redis[:1] // nothing at 64 callers, no bot
+	s := rep.summary()
+	if s.AdmittedSpeedup64 != nil || s.BotSpeedup != nil || s.RoundTrips64 != nil {
+		t.Errorf("unmeasured values not null: %+v", s)
+	}
+	if s.SplitOvershootPct == nil || *s.SplitOvershootPct != 3 { // 1133 admitted of 100 + 1000
+		t.Errorf("split overshoot %v, want 3", s.SplitOvershootPct)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		msg  string // empty: valid
+	}{
+		{nil, ""},
+		{[]string{"-redis", "127.0.0.1:6379", "-duration", "5s"}, ""},
+		{[]string{"-duration", "0s"}, "-duration must be positive"},
+		{[]string{"-rounds", "0"}, "-rounds must be at least 1"},
+		{[]string{"-duration", "50ms", "-rounds", "10"}, "under 10ms per run"},
+		{[]string{"-keys", "0"}, "-keys must be at least 1"},
+		{[]string{"extra"}, "unexpected arguments"},
+	}
+	for _, c := range cases {
+		_, err := parseFlags(c.args, new(bytes.Buffer))
+		if c.msg == "" && err != nil || c.msg != "" && (err == nil || !strings.Contains(err.Error(), c.msg)) {
+			t.Errorf("parseFlags(%q) = %v; want %q", c.args, err, c.msg)
+		}
+	}
+	o, _ := parseFlags(nil, new(bytes.Buffer))
+	if o.duration != 5*time.Second || o.rounds != 5 || o.keys != 10_000 || o.redisAddr != "" {
+		t.Errorf("defaults %+v", o)
+	}
+}
+
+// startTestRedis starts a throwaway server for the test, or skips when
+// redis-server is not installed.
+func startTestRedis(t *testing.T) *redisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server missing (CI=true: Redis tests must run)")
+		}
+		t.Skip("redis-server not installed")
+	}
+	srv, err := startRedis(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv
+}
+
+// TestDeleteKeysOnlyOwn checks the clean-up touches this run's keys and
+// nothing else, not even keys that merely share the prefix's beginning.
+func TestDeleteKeysOnlyOwn(t *testing.T) {
+	srv := startTestRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	prefix, err := randomPrefix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := []string{"other", prefix, prefix + "x:1", "rate:" + prefix, "rate:other:" + prefix + ":1", "x" + prefix + ":1"}
+	var own []string
+	for i := range 1234 {
+		own = append(own, fmt.Sprintf("%s:{user:%d}:token_bucket", prefix, i), fmt.Sprintf("rate:%s:user:%d", prefix, i))
+	}
+	for _, k := range append(slices.Clone(others), own...) {
+		if err := rdb.Set(ctx, k, "1", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := deleteKeys(ctx, rdb, prefix)
+	if err != nil || n != len(own) {
+		t.Fatalf("deleteKeys = %d, %v; want %d", n, err, len(own))
+	}
+	left, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	slices.Sort(others)
+	if !slices.Equal(left, others) {
+		t.Fatalf("keys left %q, want %q", left, others)
+	}
+}
+
+// TestEndToEnd runs the whole bench, briefly, against a Redis it is given
+// (as with -redis): it must leave that Redis as it found it and end with
+// the JSON line.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole benchmark")
+	}
+	srv := startTestRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "someone-else", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err := runMain([]string{"-redis", srv.addr, "-duration", "100ms", "-rounds", "2", "-keys", "50"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
+	var s map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
+		t.Fatalf("last line is not JSON: %v\n%s", err, stdout.String())
+	}
+	for _, k := range []string{"admitted_speedup_64", "bot_speedup", "round_trips_per_decision_64", "memory_vs_xtime", "split_overshoot_pct"} {
+		if _, ok := s[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, lines[len(lines)-1])
+		}
+	}
+	if s["memory_vs_xtime"] == nil || s["admitted_speedup_64"] == nil {
+		t.Errorf("measured values missing: %s\n%s", lines[len(lines)-1], stdout.String())
+	}
+	for _, h := range []string{"Redis", "Memory", "Shared budget", "redisstore (exact)"} {
+		if !strings.Contains(stdout.String(), h) {
+			t.Errorf("table lacks %q:\n%s", h, stdout.String())
+		}
+	}
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(keys, []string{"someone-else"}) {
+		t.Fatalf("the bench left keys behind or removed others: %q", keys)
+	}
+}
+
+func TestWorstWindow(t *testing.T) {
+	// splitLimit refills 1 token per 1 ms slot on top of a burst of 100.
+	cases := []struct {
+		name     string
+		perSlot  []int64
+		excess   float64
+		duration time.Duration
+	}{
+		{"nothing recorded", nil, 0, 0},
+		{"burst then the rate: exact", []int64{100, 1, 1, 1}, -1, time.Millisecond},
+		{"idle then the burst", []int64{0, 0, 0, 100}, -1, time.Millisecond},
+		{"28 tokens too many over 4 ms", []int64{100, 1, 1, 30}, 28, 4 * time.Millisecond},
+		{"a late burst on top of the rate (ties: the longest)", []int64{1, 1, 1, 1, 1, 110}, 9, 6 * time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := splitResult{slot: time.Millisecond, perSlot: c.perSlot}
+			excess, d := r.worstWindow()
+			if excess < c.excess-1e-9 || excess > c.excess+1e-9 || d != c.duration {
+				t.Fatalf("worstWindow = %v tokens in %v, want %v in %v", excess, d, c.excess, c.duration)
+			}
+		})
+	}
+	r := splitResult{span: 2 * time.Second, admitted: 2121}
+	if a, o := r.allowed(), r.overshootPct(); a != 2100 || o < 0.99999 || o > 1.00001 {
+		t.Fatalf("allowed %v, overshoot %v%%; want 2100 and 1%%", a, o)
+	}
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	redisStartAttempts = 5
+	redisStartTimeout  = 10 * time.Second
+	redisPollInterval  = 20 * time.Millisecond
+)
+
+// redisServer is a throwaway redis-server this process started: loopback
+// only, no persistence, a private temporary directory. Close kills it and
+// removes the directory; on Linux it also dies with this process.
+type redisServer struct {
+	addr    string
+	dir     string
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd.Wait returns
+	version string
+}
+
+// startRedis starts redis-server on a free loopback port, retrying with
+// another port when the chosen one is taken before redis-server binds it.
+func startRedis(ctx context.Context) (*redisServer, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("bench: redis-server not found on PATH (install it, or pass -redis host:port): %w", err)
+	}
+	var lastErr error
+	for range redisStartAttempts {
+		s, err := tryStartRedis(ctx, bin)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("bench: no redis-server started after %d attempts: %w", redisStartAttempts, lastErr)
+}
+
+func tryStartRedis(ctx context.Context, bin string) (*redisServer, error) {
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "costguard-bench-redis-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: temp dir: %w", err)
+	}
+	s := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, exited: make(chan struct{})}
+	s.cmd = exec.Command(bin,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--dir", dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--logfile", "",
+	)
+	s.cmd.Dir = dir
+	var out tail
+	s.cmd.Stdout, s.cmd.Stderr = &out, &out
+	s.cmd.SysProcAttr = sysProcAttr()
+	if err := s.cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("bench: start redis-server: %w", err)
+	}
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.exited)
+	}()
+	if err := s.waitReady(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("%w\n%s", err, out.String()), s.Close())
+	}
+	return s, nil
+}
+
+// waitReady polls until the server answers and proves, by its process_id,
+// that it is the process we started and not another one on that port.
+func (s *redisServer) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, redisStartTimeout)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	want := "process_id:" + strconv.Itoa(s.cmd.Process.Pid) + "\r\n"
+	tick := time.NewTicker(redisPollInterval)
+	defer tick.Stop()
+	for {
+		info, err := rdb.Info(ctx, "server").Result()
+		if err == nil {
+			if !strings.Contains(info, want) {
+				return fmt.Errorf("bench: %s is answered by another process", s.addr)
+			}
+			s.version = infoField(info, "redis_version")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: redis-server on %s not ready: %w", s.addr, err)
+		case <-s.exited:
+			return fmt.Errorf("bench: redis-server on %s exited during start-up", s.addr)
+		case <-tick.C:
+		}
+	}
+}
+
+// Close kills the server (nothing is persisted, so nothing is lost), waits
+// for it and removes its directory. It is idempotent.
+func (s *redisServer) Close() error {
+	var err error
+	if kerr := s.cmd.Process.Kill(); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
+		err = fmt.Errorf("bench: kill redis-server: %w", kerr)
+	}
+	<-s.exited
+	if rerr := os.RemoveAll(s.dir); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("bench: remove %s: %w", s.dir, rerr))
+	}
+	return err
+}
+
+// freeLoopbackPort asks the kernel for a port that is free now.
+func freeLoopbackPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("bench: find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// infoField returns the value of one "name:value" line of an INFO reply.
+func infoField(info, name string) string {
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// tail keeps the last 8 KiB written to it: the server's start-up log,
+// shown when it fails to start. os/exec writes it from its own goroutine.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if extra := len(t.buf) - 8<<10; extra > 0 {
+		t.buf = t.buf[extra:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
