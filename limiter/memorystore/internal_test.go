@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/internal/shardmap"
 	"github.com/costguard/costguard/limiter/limitertest"
 )
 
@@ -136,16 +137,16 @@ func TestDefaults(t *testing.T) {
 	}
 	defer s.Close()
 	want := Config{Clock: limiter.SystemClock{}, MaxKeys: 100_000, Shards: 64, SweepInterval: time.Minute}
-	if s.cfg != want || len(s.shards) != 64 || s.perShard != 100_000/64 {
-		t.Fatalf("defaults %+v (%d shards of %d keys), want %+v", s.cfg, len(s.shards), s.perShard, want)
+	if size := s.shards.Size(); s.cfg != want || size != (shardmap.Size{MaxKeys: 100_000, Shards: 64}) {
+		t.Fatalf("defaults %+v (map %+v), want %+v", s.cfg, size, want)
 	}
 	small, err := New(Config{MaxKeys: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer small.Close()
-	if small.cfg.Shards != 10 || small.perShard != 1 {
-		t.Fatalf("MaxKeys 10: %d shards of %d keys, want 10 of 1", small.cfg.Shards, small.perShard)
+	if size := small.shards.Size(); small.cfg.Shards != 10 || size.Shards != 10 || size.PerShard() != 1 {
+		t.Fatalf("MaxKeys 10: %d shards (map %+v), want 10 of 1 key", small.cfg.Shards, size)
 	}
 
 	for file, phrases := range map[string][]string{
@@ -162,7 +163,7 @@ func TestDefaults(t *testing.T) {
 			}
 		}
 	}
-	if evictionSample != 8 {
-		t.Errorf("evictionSample is %d; docs/limiter.md says 8", evictionSample)
+	if shardmap.Sample != 8 {
+		t.Errorf("shardmap.Sample is %d; docs/limiter.md says 8", shardmap.Sample)
 	}
 }

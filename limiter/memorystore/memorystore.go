@@ -32,13 +32,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/internal/shardmap"
 )
 
 // Defaults for the zero fields of Config.
@@ -46,8 +45,6 @@ const (
 	DefaultMaxKeys       = 100_000
 	DefaultShards        = 64
 	DefaultSweepInterval = time.Minute
-	// evictionSample is how many keys a full shard looks at to pick a victim.
-	evictionSample = 8
 )
 
 var (
@@ -82,9 +79,7 @@ type Store struct {
 	origin   time.Time // first Clock reading; later readings are subtracted from it
 	originUS int64     // origin in whole µs since the Unix epoch
 	originNS int64     // origin's nanoseconds beyond originUS
-	seed     maphash.Seed
-	shards   []shard
-	perShard int
+	shards   shardmap.Map[shard, *shard]
 	params   paramCache
 
 	closed    atomic.Bool
@@ -95,10 +90,10 @@ type Store struct {
 
 var _ limiter.Store = (*Store)(nil)
 
+// shard is one partition of the keys; its mutex guards its table.
 type shard struct {
-	mu   sync.Mutex
-	keys map[string]*entry
-	_    [64]byte // keeps neighbouring shards' locks off one cache line
+	sync.Mutex
+	shardmap.Table[*entry]
 }
 
 // entry is one key's state. a, b, c hold the BucketState (Level, Last) or
@@ -124,22 +119,14 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = limiter.SystemClock{}
 	}
-	switch {
-	case cfg.MaxKeys < 0:
-		return nil, fmt.Errorf("%w: MaxKeys must not be negative (got %d)", ErrInvalidConfig, cfg.MaxKeys)
-	case cfg.Shards < 0:
-		return nil, fmt.Errorf("%w: Shards must not be negative (got %d)", ErrInvalidConfig, cfg.Shards)
-	case cfg.SweepInterval < 0:
+	size, err := shardmap.Size{MaxKeys: cfg.MaxKeys, Shards: cfg.Shards}.
+		Resolve(ErrInvalidConfig, shardmap.Size{MaxKeys: DefaultMaxKeys, Shards: DefaultShards})
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxKeys, cfg.Shards = size.MaxKeys, size.Shards
+	if cfg.SweepInterval < 0 {
 		return nil, fmt.Errorf("%w: SweepInterval must not be negative (got %v)", ErrInvalidConfig, cfg.SweepInterval)
-	}
-	if cfg.MaxKeys == 0 {
-		cfg.MaxKeys = DefaultMaxKeys
-	}
-	if cfg.Shards == 0 {
-		cfg.Shards = min(DefaultShards, cfg.MaxKeys)
-	}
-	if cfg.Shards > cfg.MaxKeys {
-		return nil, fmt.Errorf("%w: Shards (%d) exceeds MaxKeys (%d)", ErrInvalidConfig, cfg.Shards, cfg.MaxKeys)
 	}
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = DefaultSweepInterval
@@ -156,14 +143,9 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 		origin:   origin,
 		originUS: origin.UnixMicro(),
 		originNS: int64(origin.Nanosecond() % 1000),
-		seed:     maphash.MakeSeed(),
-		shards:   make([]shard, cfg.Shards),
-		perShard: cfg.MaxKeys / cfg.Shards,
+		shards:   shardmap.New[shard](size),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
-	}
-	for i := range s.shards {
-		s.shards[i].keys = make(map[string]*entry)
 	}
 	var ticker *time.Ticker
 	if tick == nil {
@@ -189,16 +171,7 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 }
 
 // Len reports how many keys the store holds.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.keys)
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return s.shards.Len() }
 
 // Close stops the sweeper, waits for it to exit and drops every key. Later
 // calls return ErrClosed. Close is idempotent and always returns nil.
@@ -207,12 +180,7 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		close(s.stop)
 		<-s.done
-		for i := range s.shards {
-			sh := &s.shards[i]
-			sh.mu.Lock()
-			clear(sh.keys)
-			sh.mu.Unlock()
-		}
+		s.shards.Each((*shard).Clear)
 	})
 	return nil
 }
@@ -262,18 +230,16 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 	// arithmetic treats a clock going back as no time passing), which can
 	// only admit less, never more.
 	now := s.now()
-	// Map the hash onto the shards by multiplication, not division.
-	idx, _ := bits.Mul64(maphash.String(s.seed, key), uint64(len(s.shards)))
-	sh := &s.shards[idx]
-	sh.mu.Lock()
+	sh := s.shards.Shard(key)
+	sh.Lock()
 	if bp != nil {
-		sh.applyBucket(d, key, bp, now, n, isRefund, s.perShard) // cannot panic
-		sh.mu.Unlock()
+		sh.applyBucket(d, key, bp, now, n, isRefund) // cannot panic
+		sh.Unlock()
 		return nil
 	}
-	defer sh.mu.Unlock()
+	defer sh.Unlock()
 
-	e := sh.keys[key]
+	e, _ := sh.Get(key)
 	var st entry
 	if e != nil && e.alg == limit.Algorithm {
 		st = *e
@@ -287,7 +253,7 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 	if d.ResetAfter <= 0 {
 		// The budget is whole: a fresh key says the same, so hold nothing.
 		if e != nil {
-			delete(sh.keys, key)
+			sh.Delete(key)
 		}
 		return err
 	}
@@ -297,20 +263,20 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 		*e = st
 		return err
 	}
-	sh.insert(key, &st, now, s.perShard)
+	sh.insert(key, &st, now)
 	return err
 }
 
 // applyBucket is apply's fast path for the bucket algorithms, run with sh
 // locked: it updates a key of the same algorithm in place and writes the
 // decision to d.
-func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, now, n int64, isRefund bool, perShard int) {
-	e := sh.keys[key]
+func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, now, n int64, isRefund bool) {
+	e, _ := sh.Get(key)
 	if e != nil && e.alg == bp.limit.Algorithm {
 		bp.step(d, e, now, n, isRefund)
 		if d.ResetAfter <= 0 {
 			// The budget is whole: a fresh key says the same, so hold nothing.
-			delete(sh.keys, key)
+			sh.Delete(key)
 			return
 		}
 		e.wholeAt, e.used = now+d.ResetAfter.Microseconds(), now
@@ -322,26 +288,24 @@ func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, 
 	switch {
 	case d.ResetAfter <= 0:
 		if e != nil {
-			delete(sh.keys, key)
+			sh.Delete(key)
 		}
 	case e != nil:
 		fresh.wholeAt, fresh.used = now+d.ResetAfter.Microseconds(), now
 		*e = fresh
 	default:
 		fresh.wholeAt, fresh.used = now+d.ResetAfter.Microseconds(), now
-		sh.insert(key, &fresh, now, perShard)
+		sh.insert(key, &fresh, now)
 	}
 }
 
-// insert adds a copy of st under key, evicting a key first when the shard
-// is full.
-func (sh *shard) insert(key string, st *entry, now int64, perShard int) {
-	if len(sh.keys) >= perShard {
-		sh.evict(now)
-	}
+// insert adds a copy of st under the new key, evicting a key first when
+// the shard is full: one whose budget is whole if the sample finds one,
+// else the least recently used key of the sample.
+func (sh *shard) insert(key string, st *entry, now int64) {
 	e := new(entry) // allocated here only, so the caller's state stays on the stack
 	*e = *st
-	sh.keys[key] = e
+	sh.Insert(key, e, func(e *entry) (int64, bool) { return e.used, e.wholeAt <= now })
 }
 
 // transition runs the pure limiter function for st.alg on st in place.
@@ -394,30 +358,6 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 	return d, err
 }
 
-// evict makes room for one key: it drops a key whose budget is whole if
-// the sample finds one, else the least recently used key of the sample.
-// Map iteration starts at a random position, so the sample is random.
-func (sh *shard) evict(now int64) {
-	var (
-		victim string
-		oldest int64
-		seen   int
-	)
-	for k, e := range sh.keys {
-		if e.wholeAt <= now {
-			victim = k
-			break
-		}
-		if seen == 0 || e.used < oldest {
-			victim, oldest = k, e.used
-		}
-		if seen++; seen == evictionSample {
-			break
-		}
-	}
-	delete(sh.keys, victim)
-}
-
 func (s *Store) sweepLoop(tick <-chan time.Time, ticker *time.Ticker) {
 	defer close(s.done)
 	if ticker != nil {
@@ -435,15 +375,8 @@ func (s *Store) sweepLoop(tick <-chan time.Time, ticker *time.Ticker) {
 
 // sweep deletes every key whose budget is whole again, one shard at a time.
 func (s *Store) sweep() {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
+	s.shards.Each(func(sh *shard) {
 		now := s.now()
-		for k, e := range sh.keys {
-			if e.wholeAt <= now {
-				delete(sh.keys, k)
-			}
-		}
-		sh.mu.Unlock()
-	}
+		sh.DeleteFunc(func(_ string, e *entry) bool { return e.wholeAt <= now })
+	})
 }

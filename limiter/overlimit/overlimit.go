@@ -47,22 +47,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/internal/levelbound"
+	"github.com/costguard/costguard/limiter/internal/shardmap"
 )
 
 // Defaults for the zero fields of Config.
 const (
 	DefaultMaxKeys = 10_000
 	DefaultShards  = 32
-	// evictionSample is how many entries a full shard looks at to pick a
-	// victim.
-	evictionSample = 8
 )
 
 // ErrInvalidConfig wraps every Config validation error.
@@ -86,24 +83,23 @@ type Config struct {
 // Store remembers the rejections of the limiter.Store it wraps. It is safe
 // for concurrent use and owns no goroutine or connection.
 type Store struct {
-	next     limiter.Store
-	clock    limiter.Clock
-	seed     maphash.Seed
-	shards   []shard
-	perShard int
+	next   limiter.Store
+	clock  limiter.Clock
+	shards shardmap.Map[shard, *shard]
 }
 
 var _ limiter.Store = (*Store)(nil)
 
+// shard is one partition of the remembered rejections. Its lock is a
+// read-write one because most calls only look a key up.
 type shard struct {
-	mu sync.RWMutex
-	m  map[string]*entry
+	sync.RWMutex
+	shardmap.Table[*entry]
 	// gen counts the refunds that passed through this shard. A Take reads
 	// it before calling the store and records its rejection only if it has
 	// not moved, so a rejection decided before a refund is never
 	// remembered after it.
 	gen atomic.Uint64
-	_   [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 // entry is one remembered rejection. It is never modified once published:
@@ -120,48 +116,29 @@ type entry struct {
 // New wraps next. It fails with an error wrapping ErrInvalidConfig when next
 // is nil or cfg has a negative field or more shards than keys.
 func New(next limiter.Store, cfg Config) (*Store, error) {
-	switch {
-	case next == nil:
+	if next == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
-	case cfg.MaxKeys < 0:
-		return nil, fmt.Errorf("%w: MaxKeys must not be negative (got %d)", ErrInvalidConfig, cfg.MaxKeys)
-	case cfg.Shards < 0:
-		return nil, fmt.Errorf("%w: Shards must not be negative (got %d)", ErrInvalidConfig, cfg.Shards)
 	}
-	if cfg.MaxKeys == 0 {
-		cfg.MaxKeys = DefaultMaxKeys
-	}
-	if cfg.Shards == 0 {
-		cfg.Shards = min(DefaultShards, cfg.MaxKeys)
-	}
-	if cfg.Shards > cfg.MaxKeys {
-		return nil, fmt.Errorf("%w: Shards (%d) exceeds MaxKeys (%d)", ErrInvalidConfig, cfg.Shards, cfg.MaxKeys)
+	size, err := shardmap.Size{MaxKeys: cfg.MaxKeys, Shards: cfg.Shards}.
+		Resolve(ErrInvalidConfig, shardmap.Size{MaxKeys: DefaultMaxKeys, Shards: DefaultShards})
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = limiter.SystemClock{}
 	}
-	s := &Store{
-		next:     next,
-		clock:    cfg.Clock,
-		seed:     maphash.MakeSeed(),
-		shards:   make([]shard, cfg.Shards),
-		perShard: cfg.MaxKeys / cfg.Shards,
-	}
-	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
-	}
-	return s, nil
+	return &Store{next: next, clock: cfg.Clock, shards: shardmap.New[shard](size)}, nil
 }
 
 // Take answers a remembered rejection locally when one applies (see the
 // package documentation) and otherwise asks the wrapped store, remembering
 // its answer if it is a rejection.
 func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error) {
-	sh := s.shard(key)
+	sh := s.shards.Shard(key)
 	if cost > 0 && remembered(limit.Algorithm) {
-		sh.mu.RLock()
-		e := sh.m[key]
-		sh.mu.RUnlock()
+		sh.RLock()
+		e, _ := sh.Get(key)
+		sh.RUnlock()
 		if e != nil && e.limit == limit && cost >= e.cost {
 			if d, ok, err := e.answer(s.clock.Now(), cost); ok {
 				if ctxErr := ctx.Err(); ctxErr != nil {
@@ -190,7 +167,7 @@ func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost 
 // Refund forgets key and passes the refund to the wrapped store: tokens
 // given back may make a remembered rejection wrong.
 func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amount int64) (limiter.Decision, error) {
-	sh := s.shard(key)
+	sh := s.shards.Shard(key)
 	s.invalidate(sh, key)
 	d, err := s.next.Refund(ctx, key, limit, amount)
 	// Again after the store has applied it: a Take that was in flight
@@ -201,26 +178,13 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 
 // Len reports how many rejections are remembered, expired ones included
 // until they are replaced or evicted.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return s.shards.Len() }
 
 // remembered reports whether rejections under a are remembered: the
 // algorithms whose level only falls with time and whose rejections carry
 // no reservation.
 func remembered(a limiter.Algorithm) bool {
 	return a == limiter.TokenBucket || a == limiter.LeakyBucketPolicing
-}
-
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
 }
 
 // answer is e's decision for cost (≥ e.cost) at now, or ok false once R has
@@ -266,62 +230,39 @@ func (s *Store) remember(sh *shard, gen uint64, key string, limit limiter.Limit,
 	if e.retry <= 0 {
 		return
 	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.Lock()
+	defer sh.Unlock()
 	if sh.gen.Load() != gen {
 		return
 	}
-	if _, ok := sh.m[key]; !ok && len(sh.m) >= s.perShard {
-		sh.evict(e.at)
-	}
-	sh.m[key] = e
+	// A full shard replaces an expired entry of a sample, else the sampled
+	// entry that expires soonest.
+	sh.Insert(key, e, func(old *entry) (int64, bool) {
+		left := old.at.Add(time.Duration(old.retry) * time.Microsecond).Sub(e.at)
+		return int64(left), left <= 0
+	})
 }
 
 // forget drops key's entry, if any, unless the call was a peek under the
 // entry's own limit. The read lock keeps the common case, an admission for
 // a key with nothing remembered, off the write lock.
 func (s *Store) forget(sh *shard, key string, limit limiter.Limit, peek bool) {
-	sh.mu.RLock()
-	e := sh.m[key]
-	sh.mu.RUnlock()
+	sh.RLock()
+	e, _ := sh.Get(key)
+	sh.RUnlock()
 	if e == nil || peek && e.limit == limit {
 		return
 	}
-	sh.mu.Lock()
-	delete(sh.m, key)
-	sh.mu.Unlock()
+	sh.Lock()
+	sh.Delete(key)
+	sh.Unlock()
 }
 
 // invalidate drops key's entry and moves the shard's generation on, so
 // rejections decided before now are not recorded afterwards.
 func (s *Store) invalidate(sh *shard, key string) {
-	sh.mu.Lock()
+	sh.Lock()
 	sh.gen.Add(1)
-	delete(sh.m, key)
-	sh.mu.Unlock()
-}
-
-// evict makes room for one entry: the first expired one of a random sample
-// (Go map iteration starts at a random position), else the sampled entry
-// that expires soonest.
-func (sh *shard) evict(now time.Time) {
-	var (
-		victim  string
-		soonest time.Time
-		seen    int
-	)
-	for k, e := range sh.m {
-		end := e.at.Add(time.Duration(e.retry) * time.Microsecond)
-		if !end.After(now) {
-			victim = k
-			break
-		}
-		if seen == 0 || end.Before(soonest) {
-			victim, soonest = k, end
-		}
-		if seen++; seen == evictionSample {
-			break
-		}
-	}
-	delete(sh.m, victim)
+	sh.Delete(key)
+	sh.Unlock()
 }

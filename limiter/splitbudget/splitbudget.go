@@ -53,7 +53,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -61,6 +60,7 @@ import (
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/internal/levelbound"
+	"github.com/costguard/costguard/limiter/internal/shardmap"
 )
 
 // Defaults for the zero fields of Config.
@@ -125,11 +125,9 @@ type Stats struct {
 // safe for concurrent use. Close it to stop the settle loop and give the
 // leases back.
 type Store struct {
-	next     limiter.Store
-	cfg      Config
-	seed     maphash.Seed
-	shards   []shard
-	perShard int
+	next   limiter.Store
+	cfg    Config
+	shards shardmap.Map[shard, *shard]
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -142,14 +140,15 @@ type Store struct {
 
 var _ limiter.Store = (*Store)(nil)
 
+// shard is one partition of the leases; its mutex guards its table. A
+// full shard takes no new lease.
 type shard struct {
-	mu sync.Mutex
-	m  map[string]*lease
-	_  [64]byte // keeps neighbouring shards' locks off one cache line
+	sync.Mutex
+	shardmap.Table[*lease]
 }
 
-// lease is one key's local slice of tokens. Lock order: shard.mu, then
-// lease.mu; no lock is held across a call to the store.
+// lease is one key's local slice of tokens. Lock order: the shard's lock,
+// then lease.mu; no lock is held across a call to the store.
 type lease struct {
 	limit  limiter.Limit // immutable
 	bucket levelbound.Bucket
@@ -197,9 +196,13 @@ func newStore(next limiter.Store, cfg Config, tick <-chan time.Time) (*Store, er
 		return nil, fmt.Errorf("%w: SettleInterval must not be negative (got %v)", ErrInvalidConfig, cfg.SettleInterval)
 	case cfg.SettleTimeout < 0:
 		return nil, fmt.Errorf("%w: SettleTimeout must not be negative (got %v)", ErrInvalidConfig, cfg.SettleTimeout)
-	case cfg.MaxKeys < 0:
-		return nil, fmt.Errorf("%w: MaxKeys must not be negative (got %d)", ErrInvalidConfig, cfg.MaxKeys)
 	}
+	size, err := shardmap.Size{MaxKeys: cfg.MaxKeys}.
+		Resolve(ErrInvalidConfig, shardmap.Size{MaxKeys: DefaultMaxKeys, Shards: defaultShards})
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxKeys = size.MaxKeys
 	if cfg.LeaseFraction == 0 {
 		cfg.LeaseFraction = DefaultLeaseFraction
 	}
@@ -209,24 +212,15 @@ func newStore(next limiter.Store, cfg Config, tick <-chan time.Time) (*Store, er
 	if cfg.SettleTimeout == 0 {
 		cfg.SettleTimeout = DefaultSettleTimeout
 	}
-	if cfg.MaxKeys == 0 {
-		cfg.MaxKeys = DefaultMaxKeys
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = limiter.SystemClock{}
 	}
-	shards := min(defaultShards, cfg.MaxKeys)
 	s := &Store{
-		next:     next,
-		cfg:      cfg,
-		seed:     maphash.MakeSeed(),
-		shards:   make([]shard, shards),
-		perShard: cfg.MaxKeys / shards,
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-	}
-	for i := range s.shards {
-		s.shards[i].m = make(map[string]*lease)
+		next:   next,
+		cfg:    cfg,
+		shards: shardmap.New[shard](size),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	var ticker *time.Ticker
 	if tick == nil {
@@ -463,10 +457,10 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 	if amount <= 0 || !leased(limit.Algorithm) {
 		return s.passRefund(ctx, key, limit, amount)
 	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	l := sh.m[key]
-	sh.mu.Unlock()
+	sh := s.shards.Shard(key)
+	sh.Lock()
+	l, _ := sh.Get(key)
+	sh.Unlock()
 	if l == nil || l.limit != limit {
 		return s.passRefund(ctx, key, limit, amount)
 	}
@@ -506,10 +500,10 @@ func (s *Store) withHeld(key string, limit limiter.Limit, d limiter.Decision, er
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsCapacity) || !leased(limit.Algorithm) {
 		return d, err
 	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	l := sh.m[key]
-	sh.mu.Unlock()
+	sh := s.shards.Shard(key)
+	sh.Lock()
+	l, _ := sh.Get(key)
+	sh.Unlock()
 	if l != nil && l.limit == limit {
 		now := s.cfg.Clock.Now()
 		l.mu.Lock()
@@ -528,11 +522,11 @@ func (s *Store) withHeld(key string, limit limiter.Limit, d limiter.Decision, er
 // not to be served from a lease: the cost exceeds the lease size, or the
 // table is full. A lease under another limit is given back first.
 func (s *Store) acquire(key string, limit limiter.Limit, cost int64) (*lease, error) {
-	sh := s.shard(key)
-	sh.mu.Lock()
-	l := sh.m[key]
+	sh := s.shards.Shard(key)
+	sh.Lock()
+	l, _ := sh.Get(key)
 	if l != nil && l.limit == limit {
-		sh.mu.Unlock()
+		sh.Unlock()
 		if cost > l.size {
 			return nil, nil
 		}
@@ -549,15 +543,17 @@ func (s *Store) acquire(key string, limit limiter.Limit, cost int64) (*lease, er
 		old, oldToken = l, l.have
 		l.have, l.dead = 0, true
 		l.mu.Unlock()
-		delete(sh.m, key)
+		sh.Delete(key)
 	}
 	l = nil
 	b, err := levelbound.New(limit)
-	if size := leaseSize(limit.Burst, s.cfg.LeaseFraction); err == nil && cost <= size && len(sh.m) < s.perShard {
+	if size := leaseSize(limit.Burst, s.cfg.LeaseFraction); err == nil && cost <= size {
 		l = &lease{limit: limit, bucket: b, size: size}
-		sh.m[key] = l
+		if !sh.Insert(key, l, nil) {
+			l = nil // the shard is full: the store answers until a settle frees room
+		}
 	}
-	sh.mu.Unlock()
+	sh.Unlock()
 	if old != nil {
 		s.giveBack(key, old.limit, oldToken)
 	}
@@ -599,22 +595,20 @@ func (s *Store) Settle(ctx context.Context) error {
 		n     int64
 	}
 	var backs []back
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for key, l := range sh.m {
+	s.shards.Each(func(sh *shard) {
+		sh.DeleteFunc(func(key string, l *lease) bool {
 			l.mu.Lock()
-			if l.fetching == nil {
-				if l.have > 0 {
-					backs = append(backs, back{key, l.limit, l.have})
-				}
-				l.have, l.dead = 0, true
-				delete(sh.m, key)
+			defer l.mu.Unlock()
+			if l.fetching != nil {
+				return false
 			}
-			l.mu.Unlock()
-		}
-		sh.mu.Unlock()
-	}
+			if l.have > 0 {
+				backs = append(backs, back{key, l.limit, l.have})
+			}
+			l.have, l.dead = 0, true
+			return true
+		})
+	})
 	var errs []error
 	for _, b := range backs {
 		if err := s.refund(ctx, b.key, b.limit, b.n); err != nil {
@@ -628,16 +622,7 @@ func (s *Store) Settle(ctx context.Context) error {
 }
 
 // Len reports the leases held.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return s.shards.Len() }
 
 // Stats returns the counters since New.
 func (s *Store) Stats() Stats {
@@ -684,8 +669,4 @@ func (s *Store) settleLoop(tick <-chan time.Time, ticker *time.Ticker) {
 // down, and never negative: both can only make an answer stricter.
 func elapsed(then, now time.Time) time.Duration {
 	return max(now.Sub(then), 0).Truncate(time.Microsecond)
-}
-
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
 }

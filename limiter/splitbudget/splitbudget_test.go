@@ -517,13 +517,9 @@ func TestHammer(t *testing.T) {
 // outstanding (3 × lease size).
 func TestProcessesShareExactly(t *testing.T) {
 	clock := limitertest.NewFakeClock(t0)
-	mem := newMemory(t, clock)
 	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 200, Rate: 1000, Period: time.Second}
 	const procs = 3
-	var stores [procs]*splitbudget.Store
-	for i := range stores {
-		stores[i] = newSplit(t, mem, splitbudget.Config{LeaseFraction: 0.05, Clock: clock})
-	}
+	stores := processes(t, procs, clock, 0.05)
 	size := stores[0].LeaseSize(l)
 
 	// Each admission is logged at its fake time, in µs from t0.
@@ -586,13 +582,11 @@ func TestProcessesShareExactly(t *testing.T) {
 // spend at once.
 func TestIdleLeasesOvershootBound(t *testing.T) {
 	clock := limitertest.NewFakeClock(t0)
-	mem := newMemory(t, clock)
 	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 100, Rate: 100, Period: time.Second}
 	const procs = 3
-	var stores [procs]*splitbudget.Store
-	for i := range stores {
-		stores[i] = newSplit(t, mem, splitbudget.Config{LeaseFraction: 0.1, Clock: clock})
-		if _, err := stores[i].Take(ctx, "k", l, 1); err != nil { // 9 left in each lease
+	stores := processes(t, procs, clock, 0.1)
+	for _, s := range stores {
+		if _, err := s.Take(ctx, "k", l, 1); err != nil { // 9 left in each lease
 			t.Fatal(err)
 		}
 	}
@@ -617,6 +611,18 @@ func TestIdleLeasesOvershootBound(t *testing.T) {
 	if admitted != bound+procs*9 {
 		t.Fatalf("admitted %d, want %d + %d", admitted, bound, procs*9)
 	}
+}
+
+// processes returns n split stores, as n gateway processes, on one memory
+// store and clock, each taking leases of fraction of Burst.
+func processes(t *testing.T, n int, clock limiter.Clock, fraction float64) []*splitbudget.Store {
+	t.Helper()
+	shared := newMemory(t, clock)
+	stores := make([]*splitbudget.Store, n)
+	for i := range stores {
+		stores[i] = newSplit(t, shared, splitbudget.Config{LeaseFraction: fraction, Clock: clock})
+	}
+	return stores
 }
 
 type event struct{ at, cost int64 }

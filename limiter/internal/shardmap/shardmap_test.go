@@ -1,0 +1,342 @@
+package shardmap
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var errInvalid = errors.New("test: invalid config")
+
+// item is a test value: a rank and whether it is free to evict.
+type item struct {
+	rank int64
+	free bool
+}
+
+func byRank(v *item) (int64, bool) { return v.rank, v.free }
+
+// mutexShard and rwShard are the two shapes the stores use.
+type mutexShard struct {
+	sync.Mutex
+	Table[*item]
+}
+
+type rwShard struct {
+	sync.RWMutex
+	Table[*item]
+}
+
+var (
+	_ Shard = (*mutexShard)(nil)
+	_ Shard = (*rwShard)(nil)
+)
+
+func newTable(max int) *Table[*item] {
+	t := new(Table[*item])
+	t.reset(max)
+	return t
+}
+
+func TestResolve(t *testing.T) {
+	def := Size{MaxKeys: 1000, Shards: 32}
+	cases := []struct {
+		name string
+		in   Size
+		def  Size
+		want Size
+		msg  string // empty: valid
+	}{
+		{"zero takes the defaults", Size{}, def, Size{1000, 32}, ""},
+		{"explicit", Size{64, 4}, def, Size{64, 4}, ""},
+		{"one key per shard", Size{8, 8}, def, Size{8, 8}, ""},
+		{"small MaxKeys lowers the default Shards", Size{MaxKeys: 3}, def, Size{3, 3}, ""},
+		{"Shards alone", Size{Shards: 5}, def, Size{1000, 5}, ""},
+		{"negative MaxKeys", Size{MaxKeys: -1}, def, Size{}, "MaxKeys must not be negative (got -1)"},
+		{"negative Shards", Size{Shards: -2}, def, Size{}, "Shards must not be negative (got -2)"},
+		{"negative MaxKeys reported first", Size{-1, -2}, def, Size{}, "MaxKeys must not be negative (got -1)"},
+		{"more shards than keys", Size{4, 8}, def, Size{}, "Shards (8) exceeds MaxKeys (4)"},
+		{"more shards than default keys", Size{Shards: 2000}, def, Size{}, "Shards (2000) exceeds MaxKeys (1000)"},
+		{"bad default", Size{}, Size{}, Size{}, "no room for keys"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := c.in.Resolve(errInvalid, c.def)
+			if c.msg == "" {
+				if err != nil || got != c.want {
+					t.Fatalf("Resolve: %+v, %v; want %+v", got, err, c.want)
+				}
+				return
+			}
+			if !errors.Is(err, errInvalid) || !strings.HasPrefix(err.Error(), "test: invalid config: ") ||
+				!strings.Contains(err.Error(), c.msg) {
+				t.Fatalf("Resolve: %v; want the caller's error mentioning %q", err, c.msg)
+			}
+		})
+	}
+}
+
+func TestPerShard(t *testing.T) {
+	for _, c := range []struct {
+		size Size
+		want int
+	}{{Size{100_000, 64}, 1562}, {Size{10, 10}, 1}, {Size{10, 3}, 3}, {Size{1, 1}, 1}} {
+		if got := c.size.PerShard(); got != c.want {
+			t.Errorf("%+v: PerShard %d, want %d", c.size, got, c.want)
+		}
+	}
+}
+
+func TestNewPanicsOnUnresolvedSize(t *testing.T) {
+	for _, size := range []Size{{}, {MaxKeys: 4}, {MaxKeys: 4, Shards: 8}, {MaxKeys: 4, Shards: -1}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("New(%+v) did not panic", size)
+				}
+			}()
+			New[mutexShard](size)
+		}()
+	}
+}
+
+// TestInsert covers a Table of room 4 whose whole content is sampled, so
+// the victim is determined.
+func TestInsert(t *testing.T) {
+	cases := []struct {
+		name    string
+		held    map[string]item
+		key     string
+		refuse  bool // nil Rank
+		ok      bool
+		evicted string // empty: nothing evicted
+	}{
+		{"room left", map[string]item{"a": {rank: 1}}, "b", false, true, ""},
+		{"room left, refusing", map[string]item{"a": {rank: 1}}, "b", true, true, ""},
+		{"full: lowest rank goes", map[string]item{"a": {rank: 3}, "b": {rank: 1}, "c": {rank: 2}, "d": {rank: 9}}, "e", false, true, "b"},
+		{"full: a free entry goes first", map[string]item{"a": {rank: 3}, "b": {rank: 1}, "c": {rank: 7, free: true}, "d": {rank: 9}}, "e", false, true, "c"},
+		{"full: negative ranks", map[string]item{"a": {rank: -3}, "b": {rank: 1}, "c": {rank: -7}, "d": {rank: 0}}, "e", false, true, "c"},
+		{"full, refusing", map[string]item{"a": {}, "b": {}, "c": {}, "d": {}}, "e", true, false, ""},
+		{"full: a held key is replaced", map[string]item{"a": {rank: 3}, "b": {rank: 1}, "c": {}, "d": {}}, "a", false, true, ""},
+		{"full, refusing: a held key is replaced", map[string]item{"a": {}, "b": {}, "c": {}, "d": {}}, "d", true, true, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tb := newTable(4)
+			for k, v := range c.held {
+				tb.Insert(k, &v, byRank)
+			}
+			v := &item{rank: 100}
+			rank := Rank[*item](byRank)
+			if c.refuse {
+				rank = nil
+			}
+			if ok := tb.Insert(c.key, v, rank); ok != c.ok {
+				t.Fatalf("Insert: %v, want %v", ok, c.ok)
+			}
+			if got, held := tb.Get(c.key); held != c.ok || held && got != v {
+				t.Fatalf("Get(%q) after Insert: %v, %v", c.key, got, held)
+			}
+			for k := range c.held {
+				_, held := tb.Get(k)
+				if want := k != c.evicted; held != want {
+					t.Errorf("%q held: %v, want %v", k, held, want)
+				}
+			}
+			if tb.Len() > 4 {
+				t.Fatalf("Len %d > 4", tb.Len())
+			}
+		})
+	}
+}
+
+// TestEvictionBound inserts many keys into a Table much larger than the
+// sample: it stays at its bound, and only ever evicts within the sample's
+// reach of the lowest ranks.
+func TestEvictionBound(t *testing.T) {
+	for _, max := range []int{1, 2, Sample, 100} {
+		t.Run(fmt.Sprint(max), func(t *testing.T) {
+			tb := newTable(max)
+			for i := range 10 * max {
+				if !tb.Insert(fmt.Sprint("k", i), &item{rank: int64(i)}, byRank) {
+					t.Fatal("Insert with a Rank refused a key")
+				}
+				if n, want := tb.Len(), min(i+1, max); n != want {
+					t.Fatalf("after %d inserts: Len %d, want %d", i+1, n, want)
+				}
+			}
+			// The newest key always survives its own insertion.
+			if _, ok := tb.Get(fmt.Sprint("k", 10*max-1)); !ok {
+				t.Fatal("the newest key is gone")
+			}
+		})
+	}
+}
+
+func TestDeleteFuncAndClear(t *testing.T) {
+	tb := newTable(10)
+	for i := range 10 {
+		tb.Insert(fmt.Sprint(i), &item{rank: int64(i)}, nil)
+	}
+	tb.DeleteFunc(func(_ string, v *item) bool { return v.rank%2 == 0 })
+	if tb.Len() != 5 {
+		t.Fatalf("Len %d after deleting the even ranks, want 5", tb.Len())
+	}
+	for i := range 10 {
+		if _, ok := tb.Get(fmt.Sprint(i)); ok != (i%2 == 1) {
+			t.Errorf("%d held: %v", i, ok)
+		}
+	}
+	tb.Delete("1")
+	tb.Delete("absent")
+	if tb.Len() != 4 {
+		t.Fatalf("Len %d after Delete, want 4", tb.Len())
+	}
+	tb.Clear()
+	if tb.Len() != 0 {
+		t.Fatalf("Len %d after Clear", tb.Len())
+	}
+	if !tb.Insert("again", &item{}, nil) {
+		t.Fatal("a cleared Table refused a key")
+	}
+}
+
+func TestMap(t *testing.T) {
+	m := New[mutexShard](Size{MaxKeys: 40, Shards: 4})
+	if m.Size() != (Size{40, 4}) {
+		t.Fatalf("Size %+v", m.Size())
+	}
+	seen := map[*mutexShard]bool{}
+	for i := range 100 {
+		key := fmt.Sprint("key:", i)
+		sh := m.Shard(key)
+		if m.Shard(key) != sh {
+			t.Fatalf("%q moved shards", key)
+		}
+		seen[sh] = true
+		sh.Lock()
+		sh.Insert(key, &item{}, nil) // refused once the shard is full
+		sh.Unlock()
+	}
+	if len(seen) != 4 {
+		t.Errorf("100 keys used %d of 4 shards", len(seen))
+	}
+	n := 0
+	m.Each(func(sh *mutexShard) {
+		if sh.Len() > 10 {
+			t.Errorf("a shard holds %d keys, more than MaxKeys / Shards", sh.Len())
+		}
+		n += sh.Len()
+	})
+	if m.Len() != n || n > 40 || n < 10 {
+		t.Fatalf("Len %d, shards hold %d; want equal and at most 40", m.Len(), n)
+	}
+	m.Each((*mutexShard).Clear)
+	if m.Len() != 0 {
+		t.Fatalf("Len %d after clearing every shard", m.Len())
+	}
+}
+
+// TestConcurrent runs inserts, lookups, deletes and whole-map walks from
+// many goroutines on read-write locked shards, under -race; the bound
+// holds throughout.
+func TestConcurrent(t *testing.T) {
+	m := New[rwShard](Size{MaxKeys: 32, Shards: 4})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				key := fmt.Sprint("k", (g*31+i)%200)
+				sh := m.Shard(key)
+				switch i % 4 {
+				case 0, 1:
+					sh.Lock()
+					sh.Insert(key, &item{rank: int64(i)}, byRank)
+					sh.Unlock()
+				case 2:
+					sh.RLock()
+					sh.Get(key)
+					sh.RUnlock()
+				case 3:
+					sh.Lock()
+					sh.Delete(key)
+					sh.Unlock()
+				}
+				if i%100 == 0 {
+					if n := m.Len(); n > 32 {
+						t.Errorf("Len %d > MaxKeys 32", n)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	m.Each(func(sh *rwShard) {
+		if sh.Len() > 8 {
+			t.Errorf("a shard holds %d keys, more than 8", sh.Len())
+		}
+	})
+}
+
+// counterShard is what a store declares: its own lock and a Table.
+type counterShard struct {
+	sync.Mutex
+	Table[*int]
+}
+
+// Example counts calls per key in at most two keys; a new key evicts the
+// least used one.
+func Example() {
+	size, err := Size{MaxKeys: 2, Shards: 1}.Resolve(errInvalid, Size{MaxKeys: 1000, Shards: 32})
+	if err != nil {
+		panic(err)
+	}
+	m := New[counterShard](size)
+	leastUsed := func(n *int) (int64, bool) { return int64(*n), false }
+	for _, key := range []string{"a", "b", "a", "a", "c"} {
+		sh := m.Shard(key)
+		sh.Lock()
+		if n, ok := sh.Get(key); ok {
+			*n++
+		} else {
+			sh.Insert(key, new(int), leastUsed)
+		}
+		sh.Unlock()
+	}
+	m.Each(func(sh *counterShard) {
+		for _, key := range []string{"a", "b", "c"} {
+			if n, ok := sh.Get(key); ok {
+				fmt.Printf("%s: %d more calls\n", key, *n)
+			}
+		}
+	})
+	fmt.Println("keys:", m.Len())
+	// Output:
+	// a: 2 more calls
+	// c: 0 more calls
+	// keys: 2
+}
+
+// BenchmarkShardGet is the lookup every store call starts with.
+func BenchmarkShardGet(b *testing.B) {
+	m := New[mutexShard](Size{MaxKeys: 100_000, Shards: 64})
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("principal:", i)
+		sh := m.Shard(keys[i])
+		sh.Insert(keys[i], &item{}, byRank)
+	}
+	i := 0
+	for b.Loop() {
+		sh := m.Shard(keys[i%len(keys)])
+		sh.Lock()
+		if _, ok := sh.Get(keys[i%len(keys)]); !ok {
+			b.Fatal("key lost")
+		}
+		sh.Unlock()
+		i++
+	}
+}
