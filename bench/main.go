@@ -199,9 +199,11 @@ func runBench(ctx context.Context, o options, stdout, stderr io.Writer) (err err
 
 // newClient is the go-redis client every contender gets its own copy of:
 // a pool larger than the most callers, so no contender waits for a
-// connection.
+// connection. ContextTimeoutEnabled makes go-redis bound socket I/O by the
+// calls' deadline (without it only ReadTimeout does), as the example
+// server's client is configured; the same for every contender.
 func newClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2 * maxCallers})
+	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2 * maxCallers, ContextTimeoutEnabled: true})
 }
 
 // newCountedClient is newClient with a hook counting its round trips.

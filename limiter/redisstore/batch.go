@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/costguard/costguard/limiter"
 )
 
@@ -25,46 +27,54 @@ const senderLinger = time.Second
 
 // batcher coalesces concurrent calls into shared round trips.
 //
-// Calls wait in a FIFO queue. Sender goroutines take up to maxSize of them
-// at a time and run one round trip for the lot. A call that finds no idle
-// sender starts one, if fewer than maxInFlight are running; otherwise it
-// waits for a running sender to finish its round trip. So a call arriving
-// at an idle store is sent at once, and calls arriving while round trips
-// are in flight queue and leave together in the next one. A sender that
-// finds the queue empty lingers for senderLinger, then exits.
+// At most maxInFlight round trips are in flight at once. A call that finds
+// the queue empty and a round trip free, and whose ctx allows it (see
+// inlineSafe), runs its round trip itself, in its own goroutine: a lone
+// caller pays no hand-off. Any other call waits in a FIFO queue. Sender
+// goroutines take up to maxSize queued calls at a time and run one round
+// trip for the lot. A call queued while a round trip is free wakes an idle
+// sender or starts one (at most maxInFlight of them); otherwise whoever
+// ends a round trip, sender or inline caller, sees to the queue. So calls
+// arriving while round trips are in flight leave together in the next one.
+// A sender that finds nothing to send lingers for senderLinger, then exits.
 type batcher struct {
 	s           *Store
 	maxSize     int
 	maxWait     time.Duration
 	maxInFlight int
 	linger      time.Duration // senderLinger; tests shorten it
+	// deadlines: the client bounds its socket I/O by a ctx's deadline.
+	deadlines bool
 
 	// timer starts the MaxBatchWait timer; tests replace it (limiter.Timer).
 	timer limiter.Timer
-	// onBatch, when set, is called by a sender with each batch before it is
-	// sent. Tests use it to watch and to hold batches.
-	onBatch func(n int)
+	// onBatch, when set, is called with each batch before it is sent, in
+	// the sending goroutine: a sender's, or the caller's for an inline
+	// call. Tests use it to watch and to hold batches.
+	onBatch func(n int, inline bool)
 
 	mu         sync.Mutex
 	head, tail *call
 	queued     int
+	flying     int  // round trips in flight: senders' and inline calls'
 	senders    int  // running sender goroutines
 	idle       int  // senders lingering for work
 	closed     bool // no more calls; the senders are stopping
 
-	wake    chan struct{} // a call was queued for an idle sender (capacity 1)
-	more    chan struct{} // a call was queued (capacity 1; only with maxWait)
-	closing chan struct{} // closed by close
-	wg      sync.WaitGroup
+	wake    chan struct{}  // a call was queued for an idle sender (capacity 1)
+	more    chan struct{}  // a call was queued (capacity 1; only with maxWait)
+	closing chan struct{}  // closed by close
+	wg      sync.WaitGroup // the senders and the inline round trips
 }
 
-func newBatcher(s *Store, maxSize int, maxWait time.Duration, maxInFlight int) *batcher {
+func newBatcher(s *Store, maxSize int, maxWait time.Duration, maxInFlight int, deadlines bool) *batcher {
 	return &batcher{
 		s:           s,
 		maxSize:     maxSize,
 		maxWait:     maxWait,
 		maxInFlight: maxInFlight,
 		linger:      senderLinger,
+		deadlines:   deadlines,
 		timer: func(d time.Duration) (<-chan time.Time, func() bool) {
 			t := time.NewTimer(d)
 			return t.C, t.Stop
@@ -75,26 +85,30 @@ func newBatcher(s *Store, maxSize int, maxWait time.Duration, maxInFlight int) *
 	}
 }
 
-// submit queues c and waits for its outcome or for ctx to end.
+// submit runs c's round trip inline when it may, or queues c and waits
+// for its outcome or for ctx to end.
 func (b *batcher) submit(ctx context.Context, c *call) (limiter.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return limiter.Decision{}, c.wrap(err) // never queued: nothing debited
 	}
-	c.done = make(chan struct{})
-	c.deadline, _ = ctx.Deadline()
+	inline := b.inlineSafe(ctx)
 
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return limiter.Decision{}, ErrClosed
 	}
-	b.push(c)
-	wake := b.idle > 0
-	start := !wake && b.senders < b.maxInFlight
-	if start {
-		b.senders++
-		b.wg.Add(1)
+	if inline && b.queued == 0 && b.flying < b.maxInFlight {
+		b.flying++
+		b.wg.Add(1) // Close waits for this round trip too
+		b.mu.Unlock()
+		b.runInline(ctx, c)
+		return c.d, c.err
 	}
+	c.done = make(chan struct{})
+	c.deadline, _ = ctx.Deadline()
+	b.push(c)
+	wake, start := b.dispatchLocked()
 	b.mu.Unlock()
 
 	switch {
@@ -127,6 +141,92 @@ func (b *batcher) submit(ctx context.Context, c *call) (limiter.Decision, error)
 	return limiter.Decision{}, c.wrap(ctx.Err())
 }
 
+// inlineSafe reports whether a call with ctx may run its round trip in
+// the caller's goroutine. A caller blocked in the client's socket I/O can
+// return only when the client lets it, so ctx must need no more than the
+// client gives: it never ends (no Done channel), or it has a deadline that
+// the client enforces on the socket. A ctx that can only be cancelled (a
+// request's, with no deadline) is handed to a sender, so that its caller
+// can leave at once whatever the network does.
+func (b *batcher) inlineSafe(ctx context.Context) bool {
+	if ctx.Done() == nil {
+		return true
+	}
+	_, ok := ctx.Deadline()
+	return ok && b.deadlines
+}
+
+// clientDeadlines reports whether client enforces a ctx's deadline on its
+// socket reads and writes: a go-redis client with ContextTimeoutEnabled
+// and socket deadlines on (a ReadTimeout or WriteTimeout of -2 turns them
+// off, ctx's included). Other clients, and a Ring with a timeout of -1
+// whose shards would still set deadlines, are taken not to: their calls
+// are handed to a sender unless their ctx never ends.
+func clientDeadlines(client any) bool {
+	var on bool
+	var read, write time.Duration
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		on, read, write = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.ClusterClient:
+		o := c.Options()
+		on, read, write = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	case *redis.Ring:
+		o := c.Options()
+		on, read, write = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	default:
+		return false
+	}
+	// The options hold go-redis's normalised timeouts: negative means no
+	// socket deadline at all.
+	return on && read >= 0 && write >= 0
+}
+
+// runInline runs c's round trip in the caller's goroutine; submit has
+// counted it in flight. Calls queued meanwhile are then handed to a sender.
+func (b *batcher) runInline(ctx context.Context, c *call) {
+	defer b.wg.Done()
+	defer b.landed() // even if the hook or the client panics
+	if b.onBatch != nil {
+		b.onBatch(1, true)
+	}
+	b.s.roundTrip(ctx, c.single())
+}
+
+// landed counts an inline round trip out and starts whatever the queue
+// needs now that a round trip is free.
+func (b *batcher) landed() {
+	b.mu.Lock()
+	b.flying--
+	wake, start := b.dispatchLocked()
+	b.mu.Unlock()
+	if wake {
+		signal(b.wake)
+	} else if start {
+		go b.send()
+	}
+}
+
+// dispatchLocked decides how queued calls leave when a round trip is free:
+// by waking an idle sender (wake) or by a new one, already counted in
+// (start). Neither, when nothing is queued, no round trip is free (the
+// one that lands first dispatches) or a sender is running anyway. b.mu
+// must be held.
+func (b *batcher) dispatchLocked() (wake, start bool) {
+	switch {
+	case b.queued == 0 || b.flying >= b.maxInFlight || b.closed:
+		return false, false
+	case b.idle > 0:
+		return true, false
+	case b.senders < b.maxInFlight:
+		b.senders++
+		b.wg.Add(1)
+		return false, true
+	}
+	return false, false
+}
+
 // signal sends on c, a channel of capacity 1, unless a signal is pending.
 func signal(c chan struct{}) {
 	select {
@@ -148,7 +248,7 @@ func (b *batcher) send() {
 		}
 		prev = len(batch)
 		if b.onBatch != nil {
-			b.onBatch(len(batch))
+			b.onBatch(len(batch), false)
 		}
 		ctx, cancel := b.context(batch)
 		b.s.roundTrip(ctx, batch)
@@ -159,9 +259,11 @@ func (b *batcher) send() {
 	}
 }
 
-// take removes the next batch from the queue. An empty queue makes the
-// sender linger on idle; take returns nil, counting the sender out, when
-// nothing came or the store closed.
+// take removes the next batch from the queue, counting its round trip in
+// flight; prev is the size of the sender's previous batch, whose round
+// trip has landed (0 for none). An empty queue, or no round trip free
+// (inline calls hold them), makes the sender linger on idle; take returns
+// nil, counting the sender out, when nothing came or the store closed.
 //
 // With MaxBatchWait set, a batch that is not full first waits for more, but
 // only right after a round trip that carried prev ≥ 2 calls: that is the
@@ -173,15 +275,22 @@ func (b *batcher) take(prev int, idle *time.Timer) []*call {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.queued == 0 && !b.closed {
+	if prev > 0 {
+		// Counted out only now, after its callers were answered: a call
+		// arriving meanwhile queues for the next batch instead of going
+		// inline alone.
+		b.flying--
+	}
+	for !b.readyLocked() && !b.closed {
 		if !b.lingerLocked(idle) {
 			break
 		}
 	}
-	if b.queued == 0 || b.closed { // close has failed what was queued
+	if !b.readyLocked() || b.closed { // close has failed what was queued
 		b.senders--
 		return nil
 	}
+	b.flying++
 	batch := make([]*call, 0, min(b.queued, b.maxSize))
 	for b.head != nil && len(batch) < b.maxSize {
 		c := b.head
@@ -192,8 +301,15 @@ func (b *batcher) take(prev int, idle *time.Timer) []*call {
 	return batch
 }
 
+// readyLocked reports whether a batch may leave now: calls are queued and
+// a round trip is free. b.mu must be held.
+func (b *batcher) readyLocked() bool {
+	return b.queued > 0 && b.flying < b.maxInFlight
+}
+
 // lingerLocked waits, with b.mu released, until a call is queued for an
-// idle sender (true) or idle fires or the store closes (false).
+// idle sender or a round trip lands (true), or idle fires or the store
+// closes (false).
 func (b *batcher) lingerLocked(idle *time.Timer) bool {
 	b.idle++
 	b.mu.Unlock()
@@ -255,7 +371,8 @@ func (b *batcher) context(batch []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), latest)
 }
 
-// close fails the queued calls with ErrClosed and waits for the senders.
+// close fails the queued calls with ErrClosed and waits for the round trips
+// in flight, senders' and inline, and for the senders to exit.
 func (b *batcher) close() {
 	b.mu.Lock()
 	if !b.closed {

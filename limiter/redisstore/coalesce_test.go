@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -43,11 +44,13 @@ func private(t *testing.T, cfg redisstore.Config) (*redistest.Server, *redis.Cli
 	return srv, rdb, s
 }
 
-// recorder is a batch hook: it records batch sizes and can hold a batch
-// (block its sender before the round trip) until released.
+// recorder is a batch hook: it records batch sizes and whether each was
+// sent inline, and can hold a batch (block the goroutine sending it before
+// the round trip) until released.
 type recorder struct {
 	mu     sync.Mutex
 	sizes  []int
+	inline []bool
 	hold   map[int]chan struct{} // batch index → closed to release it
 	before map[int]func()        // batch index → run before it is sent
 	seen   chan int              // receives each batch's index, if set
@@ -66,10 +69,11 @@ func (r *recorder) holdBatch(i int) (release func()) {
 	return sync.OnceFunc(func() { close(c) })
 }
 
-func (r *recorder) hook(n int) {
+func (r *recorder) hook(n int, inline bool) {
 	r.mu.Lock()
 	i := len(r.sizes)
 	r.sizes = append(r.sizes, n)
+	r.inline = append(r.inline, inline)
 	hold, before := r.hold[i], r.before[i]
 	r.mu.Unlock()
 	r.seen <- i
@@ -85,6 +89,21 @@ func (r *recorder) batchSizes() []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]int(nil), r.sizes...)
+}
+
+// kinds describes how each batch was sent: "inline" from its caller's
+// goroutine, "handoff" by a sender.
+func (r *recorder) kinds() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := make([]string, len(r.inline))
+	for i, in := range r.inline {
+		k[i] = "handoff"
+		if in {
+			k[i] = "inline"
+		}
+	}
+	return strings.Join(k, " ")
 }
 
 // waitFor spins until cond holds. It never measures time: the deadline
@@ -121,41 +140,297 @@ func commandStats(t *testing.T, rdb *redis.Client) int64 {
 	return scriptCalls(t, context.Background(), []*redis.Client{rdb})
 }
 
-// TestLoneCallerSentAtOnce: a call arriving at an idle store (its sender
-// lingering for work) goes out in a batch of its own, without starting the
-// MaxBatchWait timer, however long that wait is.
+// TestLoneCallerSentAtOnce: a call arriving at an idle store goes out in a
+// batch of its own, without starting the MaxBatchWait timer, however long
+// that wait is: inline when its ctx allows, else handed to the sender
+// (lingering for work after the first call) and sent at once.
 func TestLoneCallerSentAtOnce(t *testing.T) {
-	_, rdb, s := private(t, redisstore.Config{MaxBatchWait: redisstore.MaxMaxBatchWait})
+	for _, tc := range []struct {
+		name string
+		ctx  func() context.Context
+		kind string
+	}{
+		{"background", context.Background, "inline"},
+		{"cancellable", func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			return ctx
+		}, "handoff"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rdb, s := private(t, redisstore.Config{MaxBatchWait: redisstore.MaxMaxBatchWait})
+			rec := newRecorder()
+			redisstore.SetBatchHook(s, rec.hook)
+			var timers atomic.Int64
+			redisstore.SetBatchTimer(s, func(time.Duration) (<-chan time.Time, func() bool) {
+				timers.Add(1)
+				fired := make(chan time.Time, 1)
+				fired <- time.Time{} // no need to wait: the count tells
+				return fired, func() bool { return false }
+			})
+			ctx := tc.ctx()
+			if _, err := s.Take(ctx, "warm-up", roomy, 0); err != nil { // caches the script
+				t.Fatal(err)
+			}
+			before := commandStats(t, rdb)
+			const calls = 20
+			for i := range calls {
+				if d, err := s.Take(ctx, "lone", roomy, 1); err != nil || !d.Allowed || d.Remaining != roomy.Burst-int64(i+1) {
+					t.Fatalf("call %d: %+v, %v", i, d, err)
+				}
+			}
+			if n := commandStats(t, rdb) - before; n != calls {
+				t.Errorf("%d script calls for %d sequential calls, want one each", n, calls)
+			}
+			for i, n := range rec.batchSizes() {
+				if n != 1 {
+					t.Errorf("batch %d has %d calls, want 1", i, n)
+				}
+			}
+			if got, want := rec.kinds(), strings.TrimSpace(strings.Repeat(tc.kind+" ", calls+1)); got != want {
+				t.Errorf("batches sent %s, want all %s", got, tc.kind)
+			}
+			if n := timers.Load(); n != 0 {
+				t.Errorf("%d MaxBatchWait timers started for lone callers", n)
+			}
+		})
+	}
+}
+
+// TestIdleCallRunsInline: a call finding no round trip in flight and
+// nothing queued runs its round trip in its own goroutine, when its ctx
+// asks no more of the network than the client enforces: a ctx that never
+// ends, or a deadline on a client that bounds its socket I/O by it
+// (ContextTimeoutEnabled). Any other call is handed to a sender, so that
+// its caller can leave when its ctx ends. Counted by the batch hook: no
+// sender goroutine ever starts for inline calls.
+func TestIdleCallRunsInline(t *testing.T) {
+	addr := redistest.SharedServer(t).Addr()
+	standalone := func(o redis.Options) func(t *testing.T) redis.Scripter {
+		return func(t *testing.T) redis.Scripter {
+			o.Addr = addr
+			rdb := redis.NewClient(&o)
+			t.Cleanup(func() { _ = rdb.Close() })
+			return rdb
+		}
+	}
+	cluster := func(o redis.ClusterOptions) func(t *testing.T) redis.Scripter {
+		return func(t *testing.T) redis.Scripter {
+			o.Addrs = redistest.SharedCluster(t).Addrs()
+			rdb := redis.NewClusterClient(&o)
+			t.Cleanup(func() { _ = rdb.Close() })
+			return rdb
+		}
+	}
+	plain := func(t *testing.T) redis.Scripter {
+		return plainScripter{standalone(redis.Options{ContextTimeoutEnabled: true})(t)}
+	}
+	background := func(*testing.T) context.Context { return context.Background() }
+	deadline := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	cancellable := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		return ctx
+	}
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.Scripter
+		ctx    func(t *testing.T) context.Context
+		inline bool
+	}{
+		{"background ctx", standalone(redis.Options{}), background, true},
+		{"deadline, client enforces it", standalone(redis.Options{ContextTimeoutEnabled: true}), deadline, true},
+		{"deadline, client ignores it", standalone(redis.Options{}), deadline, false},
+		{"deadline, no socket deadlines", standalone(redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -2}), deadline, false},
+		{"cancellable, client enforces deadlines", standalone(redis.Options{ContextTimeoutEnabled: true}), cancellable, false},
+		{"cluster, deadline, client enforces it", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true}), deadline, true},
+		{"cluster, deadline, client ignores it", cluster(redis.ClusterOptions{}), deadline, false},
+		{"plain scripter, background ctx", plain, background, true},
+		{"plain scripter, deadline", plain, deadline, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t, tc.client(t), nil)
+			rec := newRecorder()
+			redisstore.SetBatchHook(s, rec.hook)
+			ctx := tc.ctx(t)
+			const calls = 5
+			for i := range calls {
+				if d, err := s.Take(ctx, "idle", roomy, 1); err != nil || !d.Allowed || d.Remaining != roomy.Burst-int64(i+1) {
+					t.Fatalf("call %d: %+v, %v", i, d, err)
+				}
+			}
+			kind := "handoff"
+			if tc.inline {
+				kind = "inline"
+			}
+			if got, want := rec.kinds(), strings.TrimSpace(strings.Repeat(kind+" ", calls)); got != want {
+				t.Errorf("batches sent %s, want all %s", got, kind)
+			}
+			if n := redisstore.Senders(s); tc.inline && n != 0 {
+				t.Errorf("%d senders started for inline calls", n)
+			}
+		})
+	}
+}
+
+// TestInlineCallHandsQueueOver: while an inline round trip is in flight,
+// every other call queues, even one that could run inline, and when the
+// inline one lands a sender sends them all in one round trip. The next
+// lone call runs inline again.
+func TestInlineCallHandsQueueOver(t *testing.T) {
+	_, rdb, s := private(t, redisstore.Config{})
 	rec := newRecorder()
 	redisstore.SetBatchHook(s, rec.hook)
-	var timers atomic.Int64
-	redisstore.SetBatchTimer(s, func(time.Duration) (<-chan time.Time, func() bool) {
-		timers.Add(1)
-		fired := make(chan time.Time, 1)
-		fired <- time.Time{} // no need to wait: the count tells
-		return fired, func() bool { return false }
-	})
 	ctx := context.Background()
-	if _, err := s.Take(ctx, "warm-up", roomy, 0); err != nil { // caches the script
+	if _, err := s.Take(ctx, "warm-up", roomy, 0); err != nil {
 		t.Fatal(err)
 	}
+	<-rec.seen
 	before := commandStats(t, rdb)
-	const calls = 20
-	for i := range calls {
-		if d, err := s.Take(ctx, "lone", roomy, 1); err != nil || !d.Allowed || d.Remaining != roomy.Burst-int64(i+1) {
-			t.Fatalf("call %d: %+v, %v", i, d, err)
+	release := rec.holdBatch(1)
+	defer release()
+
+	first := goTake(ctx, s, "first", roomy, 1)
+	<-rec.seen
+	if n, m := redisstore.InFlight(s), redisstore.Senders(s); n != 1 || m != 0 {
+		t.Fatalf("%d round trips in flight and %d senders, want the inline one and none", n, m)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const others = 12
+	var outs []<-chan outcome
+	for i := range others {
+		c := ctx
+		if i%3 == 0 {
+			c = cctx
+		}
+		outs = append(outs, goTake(c, s, "user:"+strconv.Itoa(i), roomy, 1))
+	}
+	waitFor(t, "12 queued calls", func() bool { return redisstore.Queued(s) == others })
+	release()
+	for i, c := range append([]<-chan outcome{first}, outs...) {
+		if o := <-c; o.err != nil || !o.d.Allowed || o.d.Remaining != roomy.Burst-1 {
+			t.Fatalf("call %d: %+v, %v", i, o.d, o.err)
 		}
 	}
-	if n := commandStats(t, rdb) - before; n != calls {
-		t.Errorf("%d script calls for %d sequential calls, want one each", n, calls)
+	if d, err := s.Take(ctx, "last", roomy, 1); err != nil || !d.Allowed {
+		t.Fatalf("last call: %+v, %v", d, err)
 	}
-	for i, n := range rec.batchSizes() {
-		if n != 1 {
-			t.Errorf("batch %d has %d calls, want 1", i, n)
-		}
+	if got := fmt.Sprint(rec.batchSizes()); got != fmt.Sprintf("[1 1 %d 1]", others) {
+		t.Errorf("batch sizes %s, want [1 1 %d 1]", got, others)
 	}
-	if n := timers.Load(); n != 0 {
-		t.Errorf("%d MaxBatchWait timers started for lone callers", n)
+	if got, want := rec.kinds(), "inline inline handoff inline"; got != want {
+		t.Errorf("batches sent %s, want %s", got, want)
+	}
+	if n := commandStats(t, rdb) - before; n != 3 {
+		t.Errorf("%d script calls for 3 round trips, want 3", n)
+	}
+}
+
+// TestMixedPathsUnderConcurrency: callers whose ctxs take the inline path
+// and callers whose ctxs take the hand-off share one store, with one and
+// with several round trips in flight: every call is decided exactly once,
+// none is lost or stuck, and the store ends idle.
+func TestMixedPathsUnderConcurrency(t *testing.T) {
+	addr := redistest.SharedServer(t).Addr()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 32})
+	t.Cleanup(func() { _ = rdb.Close() })
+	big := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 1_000_000, Rate: 1, Period: time.Hour}
+	for _, inFlight := range []int{1, 3} {
+		t.Run(fmt.Sprintf("in_flight_%d", inFlight), func(t *testing.T) {
+			s := newStoreWith(t, rdb, nil, redisstore.Config{MaxInFlight: inFlight})
+			var inline, handoff, decided atomic.Int64
+			redisstore.SetBatchHook(s, func(n int, in bool) {
+				if in {
+					inline.Add(1)
+				} else {
+					handoff.Add(1)
+				}
+				decided.Add(int64(n))
+			})
+			deadline, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cancellable, cancel2 := context.WithCancel(context.Background())
+			defer cancel2()
+			ctxs := []context.Context{context.Background(), deadline, cancellable}
+			const callers, calls, keys = 16, 150, 4
+			var wg sync.WaitGroup
+			for g := range callers {
+				wg.Go(func() {
+					for i := range calls {
+						key := "k" + strconv.Itoa((g+i)%keys)
+						if _, err := s.Take(ctxs[(g+i)%len(ctxs)], key, big, 1); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if n := decided.Load(); n != callers*calls {
+				t.Errorf("%d decisions sent, want %d", n, callers*calls)
+			}
+			var taken int64
+			for k := range keys {
+				d, err := s.Take(context.Background(), "k"+strconv.Itoa(k), big, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				taken += big.Burst - d.Remaining
+			}
+			if taken != callers*calls {
+				t.Errorf("%d tokens debited, want %d", taken, callers*calls)
+			}
+			if q, f := redisstore.Queued(s), redisstore.InFlight(s); q != 0 || f != 0 {
+				t.Errorf("%d calls queued and %d round trips in flight at rest", q, f)
+			}
+			t.Logf("%d inline and %d handed-off round trips for %d calls", inline.Load(), handoff.Load(), callers*calls)
+		})
+	}
+}
+
+// TestInlineDeadline: an inline call on a client that enforces ctx
+// deadlines returns with an error once its deadline passes, while Redis
+// holds the script (CLIENT PAUSE WRITE): the deadline is honoured without
+// a sender.
+func TestInlineDeadline(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newStore(t, rdb, nil)
+	rec := newRecorder()
+	redisstore.SetBatchHook(s, rec.hook)
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "warm-up", roomy, 0); err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "CLIENT", "UNPAUSE")
+
+	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	d, err := s.Take(dctx, "paused", roomy, 1)
+	var netErr net.Error
+	if d.Allowed || !strings.HasPrefix(fmt.Sprint(err), "redisstore: ") ||
+		!(errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()) {
+		t.Fatalf("Take past its deadline with Redis paused: %+v, %v; want a timeout", d, err)
+	}
+	if got := rec.kinds(); got != "inline inline" {
+		t.Fatalf("batches sent %s, want both inline", got)
+	}
+	if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Take(ctx, "later", roomy, 1); err != nil || !d.Allowed {
+		t.Fatalf("Take after the pause: %+v, %v", d, err)
 	}
 }
 
@@ -317,6 +592,9 @@ func TestCancelWhileQueued(t *testing.T) {
 	if got := rec.batchSizes(); fmt.Sprint(got) != "[1 1]" {
 		t.Errorf("batch sizes %v, want [1 1]: the cancelled call was sent", got)
 	}
+	if got := rec.kinds(); got != "inline handoff" {
+		t.Errorf("batches sent %s, want the first inline, the kept call by a sender", got)
+	}
 	if n := rdb.Exists(ctx, s.Key("gone", roomy.Algorithm)).Val(); n != 0 {
 		t.Error("the cancelled call's bucket exists: it was debited")
 	}
@@ -381,6 +659,42 @@ func TestCancelWhileInFlight(t *testing.T) {
 	}
 	if d, err := s.Take(ctx, "gone", roomy, 0); err != nil || d.Remaining != roomy.Burst-5 {
 		t.Fatalf("peek at the cancelled call's bucket: %+v, %v; want its debit applied", d, err)
+	}
+}
+
+// TestCancelLoneCall: a lone call whose ctx can only be cancelled is
+// handed to a sender even on an idle store and a client that enforces
+// deadlines, so its caller returns at once when cancelled while Redis
+// holds the script (CLIENT PAUSE WRITE), long before the client's
+// ReadTimeout.
+func TestCancelLoneCall(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newStore(t, rdb, nil)
+	rec := newRecorder()
+	redisstore.SetBatchHook(s, rec.hook)
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "warm-up", roomy, 0); err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "CLIENT", "UNPAUSE")
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gone := goTake(cctx, s, "gone", roomy, 1)
+	waitFor(t, "the call to block in Redis", func() bool { return blockedClients(t, admin) == 1 })
+	cancel()
+	if o := <-gone; !errors.Is(o.err, context.Canceled) || o.d.Allowed {
+		t.Fatalf("cancelled lone call: %+v, %v; want context.Canceled", o.d, o.err)
+	}
+	if got := rec.kinds(); got != "inline handoff" {
+		t.Errorf("batches sent %s, want the warm-up inline, the cancellable call by a sender", got)
 	}
 }
 
@@ -475,8 +789,9 @@ func TestRestartMidBatch(t *testing.T) {
 }
 
 // TestCloseStopsSenders: Close fails queued calls with ErrClosed, lets the
-// round trip in flight finish, and returns once no goroutine of the store
-// is left; later calls fail with ErrClosed.
+// round trip in flight finish (here an inline one, in its caller's
+// goroutine), and returns once no goroutine of the store is left; later
+// calls fail with ErrClosed.
 func TestCloseStopsSenders(t *testing.T) {
 	_, _, s := private(t, redisstore.Config{})
 	rec := newRecorder()
@@ -516,6 +831,9 @@ func TestCloseStopsSenders(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+	if got := rec.kinds(); got != "inline" {
+		t.Errorf("batches sent %s, want the one inline", got)
 	}
 }
 

@@ -10,9 +10,11 @@ import (
 // Test hooks into the batcher, for the external tests. Set them right after
 // New, before the first call.
 
-// SetBatchHook makes the store call f with the size of each batch, in the
-// sending goroutine, before the batch is sent. f may block to hold it.
-func SetBatchHook(s *Store, f func(n int)) { s.batch.onBatch = f }
+// SetBatchHook makes the store call f with the size of each batch before
+// it is sent, in the sending goroutine: the caller's for an inline call
+// (inline true), a sender's otherwise (the calls were handed off). f may
+// block to hold the batch.
+func SetBatchHook(s *Store, f func(n int, inline bool)) { s.batch.onBatch = f }
 
 // SetBatchTimer replaces the MaxBatchWait timer.
 func SetBatchTimer(s *Store, t limiter.Timer) { s.batch.timer = t }
@@ -25,6 +27,13 @@ func Queued(s *Store) int {
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
 	return s.batch.queued
+}
+
+// InFlight is how many round trips are in flight, senders' and inline.
+func InFlight(s *Store) int {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.flying
 }
 
 // Senders is how many sender goroutines are running.

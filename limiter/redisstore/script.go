@@ -35,6 +35,15 @@ var (
 	script       = redis.NewScript(scriptSource)
 )
 
+// The leading arguments of the two commands, and the ops as arguments:
+// converting a string to any allocates, so these are boxed once.
+var (
+	evalshaHead     = [2]any{"evalsha", script.Hash()}
+	evalHead        = [2]any{"eval", scriptSource}
+	takeArg     any = opTake
+	refundArg   any = opRefund
+)
+
 // maxArg caps costs sent to the script at 2^53, the last integer a Lua
 // number holds exactly. A larger cost exceeds every capacity, and a larger
 // refund empties every budget, so nothing is lost.
@@ -70,6 +79,14 @@ type call struct {
 	prev, next *call
 	done       chan struct{} // closed once d and err are set
 	deadline   time.Time     // the caller's, zero when it has none
+
+	one [1]*call // backs single
+}
+
+// single returns a batch of c alone, without allocating one.
+func (c *call) single() []*call {
+	c.one[0] = c
+	return c.one[:]
 }
 
 func (s *Store) newCall(identity string, l limiter.Limit, op string, n int64) *call {
@@ -96,7 +113,11 @@ func (c *call) appendArgs(args []any) []any {
 	} else {
 		a, b = l.Rate, period
 	}
-	return append(args, int64(l.Algorithm), c.op, min(c.n, maxArg), a, b, x)
+	op := takeArg
+	if c.op == opRefund {
+		op = refundArg
+	}
+	return append(args, int64(l.Algorithm), op, min(c.n, maxArg), a, b, x)
 }
 
 // wrap prefixes err with the package, the algorithm and the op.
@@ -252,6 +273,9 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 // split groups calls into script calls by route, keeping their order
 // within each group, at most MaxScriptKeys per call.
 func (s *Store) split(calls []*call) []*chunk {
+	if len(calls) == 1 { // a lone call: nothing to group
+		return []*chunk{{calls: calls}}
+	}
 	var groups [][]*call
 	switch s.route {
 	case routeOne:
@@ -294,7 +318,7 @@ func group[K comparable](calls []*call, key func(*call) K) [][]*call {
 // several in a pipeline. Each chunk's cmd holds its outcome.
 func (s *Store) send(ctx context.Context, chunks []*chunk, now string, eval bool) {
 	for _, ch := range chunks {
-		ch.cmd = command(ctx, ch.calls, now, s.marginMS, eval)
+		ch.cmd = command(ctx, ch.calls, now, s.margin, eval)
 	}
 	proc, ok := s.client.(processor)
 	if !ok {
@@ -320,18 +344,18 @@ func (s *Store) send(ctx context.Context, chunks []*chunk, now string, eval bool
 }
 
 // command builds the EVALSHA (or EVAL) of one chunk.
-func command(ctx context.Context, calls []*call, now string, marginMS int64, eval bool) *redis.Cmd {
+func command(ctx context.Context, calls []*call, now string, margin any, eval bool) *redis.Cmd {
 	args := make([]any, 0, 3+len(calls)*(1+argsPerKey)+2)
 	if eval {
-		args = append(args, "eval", scriptSource)
+		args = append(args, evalHead[:]...)
 	} else {
-		args = append(args, "evalsha", script.Hash())
+		args = append(args, evalshaHead[:]...)
 	}
 	args = append(args, len(calls))
 	for _, c := range calls {
 		args = append(args, c.key)
 	}
-	args = append(args, now, marginMS)
+	args = append(args, now, margin)
 	for _, c := range calls {
 		args = c.appendArgs(args)
 	}

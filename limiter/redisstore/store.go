@@ -17,7 +17,8 @@
 // Keys that may share a script call do (any keys on a standalone or
 // Sentinel server, one hash slot's on a Cluster), up to MaxScriptKeys per
 // call; several script calls go out as one pipeline (per node, on a
-// Cluster). A caller alone on an idle store is sent at once.
+// Cluster). A call that finds the store idle is sent at once, from its
+// own goroutine when its ctx allows (see below), else by a sender.
 // The knobs, all in Config:
 //
 //	DisableCoalescing  one round trip per call, in the caller's goroutine
@@ -25,11 +26,23 @@
 //	MaxBatchWait       how long a batch may wait to fill (default 0)
 //	MaxInFlight        round trips in flight at once (default 1)
 //
-// Every caller's ctx is honoured: a caller whose ctx ends returns at once;
-// its call is dropped if it was still queued, and if it was already sent
-// its decision is discarded (the debit may have happened, as with any
-// timeout). Close stops the store's goroutines; a store that is never
-// closed leaks none either, as they exit after a second without work.
+// Every caller's ctx is honoured. A caller whose call was handed to a
+// sender returns at once when its ctx ends; its call is dropped if it was
+// still queued, and if it was already sent its decision is discarded (the
+// debit may have happened, as with any timeout).
+//
+// The idle fast path: a call finding nothing queued and a round trip free
+// skips the hand-off to a sender goroutine and runs its round trip inline,
+// provided its ctx never ends (no Done channel) or has a deadline that
+// the client sets on its socket (a go-redis *Client, *ClusterClient or
+// *Ring with ContextTimeoutEnabled). There its deadline is honoured, and
+// a cancellation is seen until the command is sent, as with any go-redis
+// call. A ctx that can be cancelled but has no deadline always takes the
+// hand-off, so its caller can leave at once.
+//
+// Close stops the store's goroutines, after the round trips in flight; a
+// store that is never closed leaks none either, as they exit after a
+// second without work.
 //
 // The store's script commands are never resent by go-redis's retries
 // (MaxRetries), which would run a script twice: a call that times out
@@ -132,8 +145,8 @@ type Config struct {
 
 	// DisableCoalescing sends every call in its own round trip from the
 	// caller's goroutine, as one script call. Coalescing is on by default:
-	// it costs an idle store nothing (a lone call is sent at once) and
-	// multiplies throughput under concurrency.
+	// it costs an idle store nothing (a lone call is sent at once, inline
+	// when its ctx allows) and multiplies throughput under concurrency.
 	DisableCoalescing bool
 	// MaxBatchSize is the most decisions one round trip carries (default
 	// DefaultMaxBatchSize, at most MaxMaxBatchSize). Each script call
@@ -156,11 +169,13 @@ type Config struct {
 // coalescing on it owns the goroutines that send batches, which Close
 // stops.
 type Store struct {
-	client   redis.Scripter
-	route    route
-	prefix   string
-	clock    limiter.Clock
-	marginMS int64
+	client redis.Scripter
+	route  route
+	prefix string
+	clock  limiter.Clock
+	// margin is the expiry margin in whole ms, as a script argument:
+	// boxed once, not per call.
+	margin any
 
 	batch  *batcher // nil when coalescing is off
 	closed atomic.Bool
@@ -199,10 +214,10 @@ func New(client redis.Scripter, cfg Config) (*Store, error) {
 		prefix: cfg.Prefix,
 		clock:  cfg.Clock,
 		// Whole milliseconds, rounded up: PEXPIRE's unit.
-		marginMS: int64((cfg.ExpiryMargin + time.Millisecond - 1) / time.Millisecond),
+		margin: int64((cfg.ExpiryMargin + time.Millisecond - 1) / time.Millisecond),
 	}
 	if !cfg.DisableCoalescing {
-		s.batch = newBatcher(s, cfg.MaxBatchSize, cfg.MaxBatchWait, cfg.MaxInFlight)
+		s.batch = newBatcher(s, cfg.MaxBatchSize, cfg.MaxBatchWait, cfg.MaxInFlight, clientDeadlines(client))
 	}
 	return s, nil
 }
@@ -280,6 +295,6 @@ func (s *Store) run(ctx context.Context, key string, l limiter.Limit, op string,
 	if s.batch != nil {
 		return s.batch.submit(ctx, c)
 	}
-	s.roundTrip(ctx, []*call{c})
+	s.roundTrip(ctx, c.single())
 	return c.d, c.err
 }
