@@ -398,22 +398,8 @@ func TestMixedPathsUnderConcurrency(t *testing.T) {
 // holds the script (CLIENT PAUSE WRITE): the deadline is honoured without
 // a sender.
 func TestInlineDeadline(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s := newStore(t, rdb, nil)
-	rec := newRecorder()
-	redisstore.SetBatchHook(s, rec.hook)
+	s, rec, admin := pausedIdleStore(t, redis.Options{ContextTimeoutEnabled: true})
 	ctx := context.Background()
-	if _, err := s.Take(ctx, "warm-up", roomy, 0); err != nil {
-		t.Fatal(err)
-	}
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = admin.Close() })
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Do(ctx, "CLIENT", "UNPAUSE")
 
 	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -620,7 +606,7 @@ func TestCancelWhileInFlight(t *testing.T) {
 	release := rec.holdBatch(1)
 	rec.mu.Lock()
 	rec.before[2] = func() { // pause writes just before the shared batch leaves
-		if err := admin.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
+		if err := pauseWrites(admin); err != nil {
 			t.Error(err)
 		}
 	}
@@ -668,22 +654,8 @@ func TestCancelWhileInFlight(t *testing.T) {
 // holds the script (CLIENT PAUSE WRITE), long before the client's
 // ReadTimeout.
 func TestCancelLoneCall(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute})
-	t.Cleanup(func() { _ = rdb.Close() })
-	s := newStore(t, rdb, nil)
-	rec := newRecorder()
-	redisstore.SetBatchHook(s, rec.hook)
+	s, rec, admin := pausedIdleStore(t, redis.Options{ContextTimeoutEnabled: true, ReadTimeout: time.Minute})
 	ctx := context.Background()
-	if _, err := s.Take(ctx, "warm-up", roomy, 0); err != nil {
-		t.Fatal(err)
-	}
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = admin.Close() })
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Do(ctx, "CLIENT", "UNPAUSE")
 
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -696,6 +668,37 @@ func TestCancelLoneCall(t *testing.T) {
 	if got := rec.kinds(); got != "inline handoff" {
 		t.Errorf("batches sent %s, want the warm-up inline, the cancellable call by a sender", got)
 	}
+}
+
+// pausedIdleStore starts a private server, a store on a client with opts
+// (Addr is filled in) whose batches rec records, makes one warm-up call
+// (sent inline), then pauses the server's writes, so the next script call
+// blocks in Redis. admin, a separate client, unpauses when the test ends.
+func pausedIdleStore(t *testing.T, opts redis.Options) (s *redisstore.Store, rec *recorder, admin *redis.Client) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	opts.Addr = srv.Addr()
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	s = newStore(t, rdb, nil)
+	rec = newRecorder()
+	redisstore.SetBatchHook(s, rec.hook)
+	if _, err := s.Take(context.Background(), "warm-up", roomy, 0); err != nil {
+		t.Fatal(err)
+	}
+	admin = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := pauseWrites(admin); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	return s, rec, admin
+}
+
+// pauseWrites makes the server hold every write command (and so every
+// script call) for up to a minute, until CLIENT UNPAUSE.
+func pauseWrites(admin *redis.Client) error {
+	return admin.Do(context.Background(), "CLIENT", "PAUSE", 60_000, "WRITE").Err()
 }
 
 // blockedClients reads INFO clients' blocked_clients: a client whose
@@ -735,7 +738,7 @@ func TestRestartMidBatch(t *testing.T) {
 	release := rec.holdBatch(0)
 	rec.mu.Lock()
 	rec.before[1] = func() {
-		if err := admin.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
+		if err := pauseWrites(admin); err != nil {
 			t.Error(err)
 		}
 	}
