@@ -1,28 +1,35 @@
 -- bucket.lua: TokenBucket, LeakyBucketPolicing and LeakyBucketShaping, the
--- mirror of limiter.TakeBucket and limiter.RefundBucket. It defines one
--- function, called by batch.lua for each of its keys.
+-- mirror of limiter.TakeBucket and limiter.RefundBucket. It defines decide,
+-- called by batch.lua for each of its keys.
 --
 -- key      the bucket, a HASH: l = level in units of 1/p token (0 = full
 --          token bucket, empty leaky bucket), t = time of l in µs.
--- now      µs since the Unix epoch, already clamped (see clock).
+-- now      µs since the Unix epoch, already clamped (see batch.lua).
+-- alg      the algorithm, as sent: '2' (LeakyBucketShaping) reports the
+--          departure delay.
 -- op       'take' or 'refund'.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- burst    capacity in whole tokens.
 -- p        units per token, Period_µs / gcd(Rate, Period_µs).
--- r        units drained per µs, Rate / gcd(Rate, Period_µs).
--- shaping  true to report the departure delay (LeakyBucketShaping).
+-- r        units drained per µs, Rate / gcd(Rate, Period_µs), as sent.
 -- margin   expiry margin in ms.
 --
 -- Writes {status, allowed, remaining, retry_us, reset_us, delay_us} at
 -- out[at + 1 ..]; status 1 means the cost exceeds the burst and can never
--- be admitted.
+-- be admitted, status 2 that the key could not be read (see batch.lua).
 
-local function bucket(out, at, key, now, op, n, burst, p, r, shaping, margin)
+local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
   local st = redis.pcall('HMGET', key, 'l', 't')
-  if failed(out, at, st) then return end
+  if st.err then
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, st.err, 0, 0, 0, 0
+    return
+  end
+  r = tonumber(r)
   local capacity = burst * p
-  local level = clamp(num(st[1]), 0, capacity)
-  local last = clamp(num(st[2]), 0, MAX_NOW)
+  local level = tonumber(st[1]) or 0
+  if level < 0 then level = 0 elseif level > capacity then level = capacity end
+  local last = tonumber(st[2]) or 0
+  if last < 0 then last = 0 elseif last > MAX_NOW then last = MAX_NOW end
   if now > last then
     -- elapsed × r is formed only when it is below level, so below 2^53.
     local elapsed = now - last
@@ -38,8 +45,10 @@ local function bucket(out, at, key, now, op, n, burst, p, r, shaping, margin)
   if op == 'refund' then
     if n >= burst then
       level = 0
+    elseif n * p < level then
+      level = level - n * p
     else
-      level = math.max(0, level - n * p)
+      level = 0
     end
   elseif n > burst then
     status, allowed = 1, 0
@@ -49,7 +58,7 @@ local function bucket(out, at, key, now, op, n, burst, p, r, shaping, margin)
     if need > capacity - level then
       allowed, retry = 0, cdiv(need - (capacity - level), r)
     else
-      if shaping and n > 0 then
+      if alg == '2' and n > 0 then
         delay = cdiv(level, r)
       end
       level = level + need
@@ -58,5 +67,6 @@ local function bucket(out, at, key, now, op, n, burst, p, r, shaping, margin)
 
   local reset = cdiv(level, r)
   persist(key, reset, margin, 'l', level, 't', last)
-  reply(out, at, status, allowed, idiv(capacity - level, p), retry, reset, delay)
+  out[at + 1], out[at + 2], out[at + 3] = status, allowed, idiv(capacity - level, p)
+  out[at + 4], out[at + 5], out[at + 6] = retry, reset, delay
 end

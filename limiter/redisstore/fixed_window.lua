@@ -1,25 +1,30 @@
 -- fixed_window.lua: FixedWindow, the mirror of limiter.TakeFixedWindow and
 -- limiter.RefundFixedWindow. Windows are aligned on multiples of the period
--- since the Unix epoch. It defines one function, called by batch.lua.
+-- since the Unix epoch. It defines decide, called by batch.lua for each of its keys.
 --
 -- key      the window, a HASH: w = window index floor(t / P), c = cost
 --          admitted in window w.
--- now      µs since the Unix epoch, already clamped (see clock).
+-- now      µs since the Unix epoch, already clamped (see batch.lua).
+-- alg      the algorithm, as sent (unused).
 -- op       'take' or 'refund'.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     cost admitted per window.
 -- P        the period in µs.
+-- c        unused.
 -- margin   expiry margin in ms.
 --
 -- Writes {status, allowed, remaining, retry_us, reset_us, 0} at
 -- out[at + 1 ..]; status 1 means the cost exceeds the rate and can never be
--- admitted.
+-- admitted, status 2 that the key could not be read (see batch.lua).
 
-local function fixed_window(out, at, key, now, op, n, rate, P, margin)
+local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   local st = redis.pcall('HMGET', key, 'w', 'c')
-  if failed(out, at, st) then return end
-  local stored = clamp(num(st[1]), 0, idiv(MAX_NOW, P))
-  local count = clamp(num(st[2]), 0, rate)
+  if st.err then
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, st.err, 0, 0, 0, 0
+    return
+  end
+  local stored = math.min(math.max(tonumber(st[1]) or 0, 0), idiv(MAX_NOW, P))
+  local count = math.min(math.max(tonumber(st[2]) or 0, 0), rate)
   local w = idiv(now, P)
   local e = now - w * P
   if w < stored then
@@ -44,5 +49,6 @@ local function fixed_window(out, at, key, now, op, n, rate, P, margin)
   local reset = 0
   if count > 0 then reset = P - e end
   persist(key, reset, margin, 'w', w, 'c', count)
-  reply(out, at, status, allowed, rate - count, retry, reset, 0)
+  out[at + 1], out[at + 2], out[at + 3] = status, allowed, rate - count
+  out[at + 4], out[at + 5], out[at + 6] = retry, reset, 0
 end

@@ -27,21 +27,44 @@ var (
 	batchLua string
 )
 
-// script is the one script every decision runs: the shared helpers, the
-// four algorithm functions and the batch entry point. It is immutable after
-// package initialisation.
-var (
-	scriptSource = commonLua + bucketLua + fixedWindowLua + slidingCounterLua + slidingLogLua + batchLua
-	script       = redis.NewScript(scriptSource)
-)
+// luaScript is one of the store's scripts, with the leading arguments of
+// its two commands boxed once (converting a string to any allocates).
+type luaScript struct {
+	source      string
+	evalshaHead [2]any
+	evalHead    [2]any
+}
 
-// The leading arguments of the two commands, and the ops as arguments:
-// converting a string to any allocates, so these are boxed once.
+func newLuaScript(algorithmLua string) *luaScript {
+	src := commonLua + algorithmLua + batchLua
+	return &luaScript{
+		source:      src,
+		evalshaHead: [2]any{"evalsha", redis.NewScript(src).Hash()},
+		evalHead:    [2]any{"eval", src},
+	}
+}
+
+// scripts holds one script per algorithm family, indexed by
+// limiter.Algorithm: common.lua, the family's file and batch.lua. Redis runs
+// a script's top level on every call, so a script that defined all four
+// families' functions would build them all on every call. Immutable after
+// package initialisation.
+var scripts = func() [limiter.SlidingCounter + 1]*luaScript {
+	bucket := newLuaScript(bucketLua)
+	return [...]*luaScript{
+		limiter.TokenBucket:         bucket,
+		limiter.LeakyBucketPolicing: bucket,
+		limiter.LeakyBucketShaping:  bucket,
+		limiter.FixedWindow:         newLuaScript(fixedWindowLua),
+		limiter.SlidingLog:          newLuaScript(slidingLogLua),
+		limiter.SlidingCounter:      newLuaScript(slidingCounterLua),
+	}
+}()
+
+// The ops as arguments, boxed once.
 var (
-	evalshaHead     = [2]any{"evalsha", script.Hash()}
-	evalHead        = [2]any{"eval", scriptSource}
-	takeArg     any = opTake
-	refundArg   any = opRefund
+	takeArg   any = opTake
+	refundArg any = opRefund
 )
 
 // maxArg caps costs sent to the script at 2^53, the last integer a Lua
@@ -93,6 +116,9 @@ func (s *Store) newCall(identity string, l limiter.Limit, op string, n int64) *c
 	t := tag(identity)
 	return &call{key: s.keyFor(t, l.Algorithm), tag: t, limit: l, op: op, n: n}
 }
+
+// script is the script that decides c.
+func (c *call) script() *luaScript { return scripts[c.limit.Algorithm] }
 
 // capacity is Decision.Limit: Burst for the buckets, Rate for the windows.
 func (c *call) capacity() int64 {
@@ -270,20 +296,28 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	}
 }
 
-// split groups calls into script calls by route, keeping their order
-// within each group, at most MaxScriptKeys per call.
+// split groups calls into script calls by route and by script, keeping
+// their order within each group, at most MaxScriptKeys per call.
 func (s *Store) split(calls []*call) []*chunk {
 	if len(calls) == 1 { // a lone call: nothing to group
 		return []*chunk{{calls: calls}}
 	}
+	type slotScript struct {
+		slot   uint16
+		script *luaScript
+	}
+	type tagScript struct {
+		tag    string
+		script *luaScript
+	}
 	var groups [][]*call
 	switch s.route {
 	case routeOne:
-		groups = [][]*call{calls}
+		groups = group(calls, (*call).script)
 	case routeSlot:
-		groups = group(calls, func(c *call) uint16 { return slot(c.tag) })
+		groups = group(calls, func(c *call) slotScript { return slotScript{slot(c.tag), c.script()} })
 	default:
-		groups = group(calls, func(c *call) string { return c.tag })
+		groups = group(calls, func(c *call) tagScript { return tagScript{c.tag, c.script()} })
 	}
 	var chunks []*chunk
 	for _, g := range groups {
@@ -343,13 +377,14 @@ func (s *Store) send(ctx context.Context, chunks []*chunk, now string, eval bool
 	}
 }
 
-// command builds the EVALSHA (or EVAL) of one chunk.
+// command builds the EVALSHA (or EVAL) of one chunk, whose calls share
+// their first call's script.
 func command(ctx context.Context, calls []*call, now string, margin any, eval bool) *redis.Cmd {
 	args := make([]any, 0, 3+len(calls)*(1+argsPerKey)+2)
-	if eval {
-		args = append(args, evalHead[:]...)
+	if sc := calls[0].script(); eval {
+		args = append(args, sc.evalHead[:]...)
 	} else {
-		args = append(args, evalshaHead[:]...)
+		args = append(args, sc.evalshaHead[:]...)
 	}
 	args = append(args, len(calls))
 	for _, c := range calls {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/costguard/costguard/limiter"
 )
 
@@ -49,9 +51,34 @@ func TestScriptsDocumentTheirInterface(t *testing.T) {
 		"bucket.lua": bucketLua, "fixed_window.lua": fixedWindowLua,
 		"sliding_counter.lua": slidingCounterLua, "sliding_log.lua": slidingLogLua,
 	} {
-		check(name, src, "-- key ", "-- now ", "-- op ", "-- n ", "-- margin ", "-- Writes")
+		check(name, src, "-- key ", "-- now ", "-- alg ", "-- op ", "-- n ", "-- margin ", "-- Writes")
+		if !strings.Contains(src, "\nlocal function decide(out, at, key, now, alg, op, n, ") {
+			t.Errorf("%s does not define decide with the parameters batch.lua passes", name)
+		}
 	}
-	if scriptSource != commonLua+bucketLua+fixedWindowLua+slidingCounterLua+slidingLogLua+batchLua {
-		t.Error("the script is not the concatenation docs/redis.md describes")
+}
+
+// TestScriptPerFamily: each algorithm runs the script docs/redis.md
+// describes, common.lua + its family's file + batch.lua, and the families
+// have distinct scripts.
+func TestScriptPerFamily(t *testing.T) {
+	for a, file := range map[limiter.Algorithm]string{
+		limiter.TokenBucket: bucketLua, limiter.LeakyBucketPolicing: bucketLua, limiter.LeakyBucketShaping: bucketLua,
+		limiter.FixedWindow: fixedWindowLua, limiter.SlidingLog: slidingLogLua, limiter.SlidingCounter: slidingCounterLua,
+	} {
+		sc := scripts[a]
+		if sc.source != commonLua+file+batchLua {
+			t.Errorf("%s: the script is not common.lua + its file + batch.lua", a)
+		}
+		if sc.evalshaHead[1] != redis.NewScript(sc.source).Hash() || sc.evalHead[1] != sc.source {
+			t.Errorf("%s: EVALSHA or EVAL does not name the script", a)
+		}
+	}
+	seen := map[*luaScript]bool{}
+	for _, sc := range scripts {
+		seen[sc] = true
+	}
+	if len(seen) != 4 {
+		t.Errorf("%d distinct scripts, want 4 (one per family)", len(seen))
 	}
 }

@@ -2,20 +2,22 @@
 -- limiter.TakeSlidingCounter and limiter.RefundSlidingCounter: two adjacent
 -- fixed windows, the previous one weighted by how much of it still overlaps
 -- the trailing period, compared in exact integer products (never rounded).
--- It defines one function, called by batch.lua.
+-- It defines decide, called by batch.lua for each of its keys.
 --
 -- key      the counter, a HASH: w = window index floor(t / P), c = cost in
 --          window w, p = cost in window w - 1.
--- now      µs since the Unix epoch, already clamped (see clock).
+-- now      µs since the Unix epoch, already clamped (see batch.lua).
+-- alg      the algorithm, as sent (unused).
 -- op       'take' or 'refund'.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     cost admitted per trailing period; rate × P < 2^53.
 -- P        the period in µs.
+-- c        unused.
 -- margin   expiry margin in ms.
 --
 -- Writes {status, allowed, remaining, retry_us, reset_us, 0} at
 -- out[at + 1 ..]; status 1 means the cost exceeds the rate and can never be
--- admitted.
+-- admitted, status 2 that the key could not be read (see batch.lua).
 
 -- counter_retry is the first instant cost n fits if nothing else is
 -- admitted, e µs into window w with P - e = rest left: later in this
@@ -33,12 +35,15 @@ local function counter_retry(n, rate, P, cur, prev, e, rest)
   return rest + t2
 end
 
-local function sliding_counter(out, at, key, now, op, n, rate, P, margin)
+local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   local st = redis.pcall('HMGET', key, 'w', 'c', 'p')
-  if failed(out, at, st) then return end
-  local stored = clamp(num(st[1]), 0, idiv(MAX_NOW, P))
-  local cur = clamp(num(st[2]), 0, rate)
-  local prev = clamp(num(st[3]), 0, rate)
+  if st.err then
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, st.err, 0, 0, 0, 0
+    return
+  end
+  local stored = math.min(math.max(tonumber(st[1]) or 0, 0), idiv(MAX_NOW, P))
+  local cur = math.min(math.max(tonumber(st[2]) or 0, 0), rate)
+  local prev = math.min(math.max(tonumber(st[3]) or 0, 0), rate)
   local w = idiv(now, P)
   local e = now - w * P
   if w < stored then
@@ -75,5 +80,6 @@ local function sliding_counter(out, at, key, now, op, n, rate, P, margin)
     reset = rest
   end
   persist(key, reset, margin, 'w', w, 'c', cur, 'p', prev)
-  reply(out, at, status, allowed, math.max(0, rate - cur - cdiv(prev * rest, P)), retry, reset, 0)
+  out[at + 1], out[at + 2], out[at + 3] = status, allowed, math.max(0, rate - cur - cdiv(prev * rest, P))
+  out[at + 4], out[at + 5], out[at + 6] = retry, reset, 0
 end

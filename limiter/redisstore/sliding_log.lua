@@ -1,6 +1,7 @@
 -- sliding_log.lua: SlidingLog, the mirror of limiter.TakeSlidingLog and
 -- limiter.RefundSlidingLog. A unit admitted at t counts against every
--- instant in [t, t + P). It defines one function, called by batch.lua.
+-- instant in [t, t + P). It defines decide, called by batch.lua for each of
+-- its keys.
 --
 -- key      the log, a ZSET. Each admission instant is one member "<t>:<N>"
 --          scored t (µs): N units admitted at t. Costs admitted in the same
@@ -8,16 +9,18 @@
 --          one member, not N. The member "#n" scored -(1 + total units)
 --          keeps the total, so counting is O(1); its negative score keeps
 --          it first in the set and outside every pruned time range.
--- now      µs since the Unix epoch, already clamped (see clock).
+-- now      µs since the Unix epoch, already clamped (see batch.lua).
+-- alg      the algorithm, as sent (unused).
 -- op       'take' or 'refund'.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     units per trailing period.
 -- P        the period in µs.
+-- c        unused.
 -- margin   expiry margin in ms.
 --
 -- Writes {status, allowed, remaining, retry_us, reset_us, 0} at
 -- out[at + 1 ..]; status 1 means the cost exceeds the rate and can never be
--- admitted.
+-- admitted, status 2 that the key could not be read (see batch.lua).
 --
 -- Cost: O(log size) per call, plus O(1) per entry expired or refunded
 -- (each entry leaves once) and, on a rejection, a walk over the oldest
@@ -62,9 +65,12 @@ local function log_retry(key, now, n, rate, P, count)
   return P -- unreachable while LOG_TOTAL matches the entries
 end
 
-local function sliding_log(out, at, key, now, op, n, rate, P, margin)
+local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   local total = redis.pcall('ZSCORE', key, LOG_TOTAL)
-  if failed(out, at, total) then return end
+  if type(total) == 'table' then
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, total.err, 0, 0, 0, 0
+    return
+  end
   local count = 0
   if total then
     count = -tonumber(total) - 1
@@ -84,7 +90,7 @@ local function sliding_log(out, at, key, now, op, n, rate, P, margin)
       count, newestMember, newestAt = 0, nil, 0
     else
       while true do
-        local expired = redis.call('ZRANGEBYSCORE', key, 0, int(cutoff), 'LIMIT', 0, LOG_CHUNK)
+        local expired = redis.call('ZRANGEBYSCORE', key, 0, fmt('%d', cutoff), 'LIMIT', 0, LOG_CHUNK)
         if #expired == 0 then break end
         for _, m in ipairs(expired) do
           count = count - log_units(m)
@@ -108,7 +114,7 @@ local function sliding_log(out, at, key, now, op, n, rate, P, margin)
         local N = log_units(newestMember)
         redis.call('ZREM', key, newestMember)
         if N > left then
-          redis.call('ZADD', key, int(newestAt), int(newestAt) .. ':' .. int(N - left))
+          redis.call('ZADD', key, fmt('%d', newestAt), fmt('%d', newestAt) .. ':' .. fmt('%d', N - left))
           count = count - left
           left = 0
         else
@@ -128,7 +134,7 @@ local function sliding_log(out, at, key, now, op, n, rate, P, margin)
       N = N + log_units(newestMember)
       redis.call('ZREM', key, newestMember)
     end
-    redis.call('ZADD', key, int(now), int(now) .. ':' .. int(N))
+    redis.call('ZADD', key, fmt('%d', now), fmt('%d', now) .. ':' .. fmt('%d', N))
     count = count + n
     newestAt = now
   end
@@ -136,8 +142,9 @@ local function sliding_log(out, at, key, now, op, n, rate, P, margin)
   local reset = 0
   if count > 0 then
     reset = newestAt + P - now
-    redis.call('ZADD', key, int(-(1 + count)), LOG_TOTAL)
+    redis.call('ZADD', key, fmt('%d', -(1 + count)), LOG_TOTAL)
   end
   persist(key, reset, margin)
-  reply(out, at, status, allowed, math.max(0, rate - count), retry, reset, 0)
+  out[at + 1], out[at + 2], out[at + 3] = status, allowed, math.max(0, rate - count)
+  out[at + 4], out[at + 5], out[at + 6] = retry, reset, 0
 end
