@@ -9,11 +9,15 @@
 -- ARGV[1]  now in µs since the Unix epoch, or '' to read Redis TIME once for
 --          every decision of this call. Production always passes ''.
 -- ARGV[2]  expiry margin in ms.
--- ARGV[3 + 6(i-1)] ... ARGV[8 + 6(i-1)], for KEYS[i]:
---          algorithm (the limiter.Algorithm value, 0 to 5, of the script's
---          family), 'take' or 'refund', n (0 <= n <= 2^53), then a, b, c:
+-- ARGV[3]  the keys' records, one per key in KEYS order, each RECORD
+--          little-endian signed 64-bit integers (struct '<i8' each): op
+--          (TAKE 0, REFUND 1), algorithm (the limiter.Algorithm value, 0
+--          to 5, of the script's family), n (0 <= n <= 2^53), then a, b, c:
 --          for the bucket algorithms (0 to 2) burst, p and r (see
 --          bucket.lua); for the window algorithms (3 to 5) rate, P and 0.
+--          Binary because Lua's tonumber parses text with strtod, which
+--          costs more than a decision's arithmetic; every value is at most
+--          2^53, so the doubles struct.unpack returns are exact.
 --
 -- Returns a flat array of 6 integers per key, in KEYS order:
 -- {status, allowed, remaining, retry_us, reset_us, delay_us}, status 0 for
@@ -25,6 +29,8 @@
 -- as it would a single-key script.
 
 local STRIDE = 6
+local RECORD = '<i8i8i8i8i8i8'
+local RECORD_SIZE = 48
 
 local now = ARGV[1]
 if now == '' then
@@ -38,13 +44,16 @@ else
 end
 if now < 0 then now = 0 elseif now > MAX_NOW then now = MAX_NOW end
 local margin = tonumber(ARGV[2])
+local records = ARGV[3]
+if #records ~= #KEYS * RECORD_SIZE then
+  return redis.error_reply('costguard: ' .. #records .. ' bytes of records for ' .. #KEYS .. ' keys')
+end
 
 -- Sized for the first key: growing a table from empty would cost more
 -- than a decision's arithmetic.
 local out = {0, 0, 0, 0, 0, 0}
 for i = 1, #KEYS do
-  local base, at = 2 + (i - 1) * STRIDE, (i - 1) * STRIDE
-  decide(out, at, KEYS[i], now, ARGV[base + 1], ARGV[base + 2], tonumber(ARGV[base + 3]),
-    tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), ARGV[base + 6], margin)
+  local op, alg, n, a, b, c = struct.unpack(RECORD, records, (i - 1) * RECORD_SIZE + 1)
+  decide(out, (i - 1) * STRIDE, KEYS[i], now, alg, op, n, a, b, c, margin)
 end
 return out

@@ -5,13 +5,13 @@
 -- key      the bucket, a HASH: l = level in units of 1/p token (0 = full
 --          token bucket, empty leaky bucket), t = time of l in µs.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
--- alg      the algorithm, as sent: '2' (LeakyBucketShaping) reports the
---          departure delay.
--- op       'take' or 'refund'.
+-- alg      the limiter.Algorithm value: 2 (LeakyBucketShaping) reports
+--          the departure delay.
+-- op       TAKE or REFUND.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- burst    capacity in whole tokens.
 -- p        units per token, Period_µs / gcd(Rate, Period_µs).
--- r        units drained per µs, Rate / gcd(Rate, Period_µs), as sent.
+-- r        units drained per µs, Rate / gcd(Rate, Period_µs).
 -- margin   expiry margin in ms.
 --
 -- Writes {status, allowed, remaining, retry_us, reset_us, delay_us} at
@@ -24,7 +24,6 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
     out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, st.err, 0, 0, 0, 0
     return
   end
-  r = tonumber(r)
   local capacity = burst * p
   local level = tonumber(st[1]) or 0
   if level < 0 then level = 0 elseif level > capacity then level = capacity end
@@ -42,7 +41,7 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
   end
 
   local status, allowed, retry, delay = 0, 1, 0, 0
-  if op == 'refund' then
+  if op == REFUND then
     if n >= burst then
       level = 0
     elseif n * p < level then
@@ -58,7 +57,7 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
     if need > capacity - level then
       allowed, retry = 0, cdiv(need - (capacity - level), r)
     else
-      if alg == '2' and n > 0 then
+      if alg == 2 and n > 0 then
         delay = cdiv(level, r)
       end
       level = level + need

@@ -10,6 +10,9 @@
 -- MAX_NOW is limiter.MaxNow (2^52 - 1 µs, early 2112).
 local MAX_NOW = 4503599627370495
 
+-- The op of a decision, as batch.lua reads it.
+local TAKE, REFUND = 0, 1
+
 -- fmt formats an integer for a Redis argument with '%d': a bare Lua number
 -- would be sent in %.17g or shortest form, which may use an exponent.
 local fmt = string.format

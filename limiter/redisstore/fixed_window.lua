@@ -5,8 +5,8 @@
 -- key      the window, a HASH: w = window index floor(t / P), c = cost
 --          admitted in window w.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
--- alg      the algorithm, as sent (unused).
--- op       'take' or 'refund'.
+-- alg      the limiter.Algorithm value (unused).
+-- op       TAKE or REFUND.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     cost admitted per window.
 -- P        the period in µs.
@@ -36,7 +36,7 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   end
 
   local status, allowed, retry = 0, 1, 0
-  if op == 'refund' then
+  if op == REFUND then
     count = math.max(0, count - n)
   elseif n > rate then
     status, allowed = 1, 0

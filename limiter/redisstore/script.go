@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"time"
@@ -61,12 +62,6 @@ var scripts = func() [limiter.SlidingCounter + 1]*luaScript {
 	}
 }()
 
-// The ops as arguments, boxed once.
-var (
-	takeArg   any = opTake
-	refundArg any = opRefund
-)
-
 // maxArg caps costs sent to the script at 2^53, the last integer a Lua
 // number holds exactly. A larger cost exceeds every capacity, and a larger
 // refund empties every budget, so nothing is lost.
@@ -80,9 +75,16 @@ const (
 	statusError   = 2 // the second value is Redis's error message
 )
 
-// argsPerKey is how many ARGV entries batch.lua reads per key, after the
-// two shared ones.
-const argsPerKey = 6
+// The per-key arguments travel in one ARGV string, a record per key of
+// recordFields little-endian int64s (see batch.lua), which the script reads
+// with struct.unpack: Lua's tonumber goes through strtod, and six numbers
+// parsed from text per key cost Redis more than the key's arithmetic.
+const (
+	recordFields = 6
+	recordSize   = 8 * recordFields
+	recordTake   = 0 // the op field of a Take
+	recordRefund = 1 // the op field of a Refund
+)
 
 // call is one Take or Refund on its way through a round trip. The round
 // trip sets d and err; with coalescing, the batcher's fields below carry it
@@ -128,8 +130,9 @@ func (c *call) capacity() int64 {
 	return c.limit.Rate
 }
 
-// appendArgs appends c's six ARGV entries (see batch.lua).
-func (c *call) appendArgs(args []any) []any {
+// appendRecord appends c's record: op, algorithm, n, then a, b, c (see
+// batch.lua).
+func (c *call) appendRecord(rec []byte) []byte {
 	l := c.limit
 	period := int64(l.Period / time.Microsecond)
 	var a, b, x int64
@@ -139,11 +142,14 @@ func (c *call) appendArgs(args []any) []any {
 	} else {
 		a, b = l.Rate, period
 	}
-	op := takeArg
+	op := int64(recordTake)
 	if c.op == opRefund {
-		op = refundArg
+		op = recordRefund
 	}
-	return append(args, int64(l.Algorithm), op, min(c.n, maxArg), a, b, x)
+	for _, v := range [recordFields]int64{op, int64(l.Algorithm), min(c.n, maxArg), a, b, x} {
+		rec = binary.LittleEndian.AppendUint64(rec, uint64(v))
+	}
+	return rec
 }
 
 // wrap prefixes err with the package, the algorithm and the op.
@@ -380,7 +386,7 @@ func (s *Store) send(ctx context.Context, chunks []*chunk, now string, eval bool
 // command builds the EVALSHA (or EVAL) of one chunk, whose calls share
 // their first call's script.
 func command(ctx context.Context, calls []*call, now string, margin any, eval bool) *redis.Cmd {
-	args := make([]any, 0, 3+len(calls)*(1+argsPerKey)+2)
+	args := make([]any, 0, 3+len(calls)+3)
 	if sc := calls[0].script(); eval {
 		args = append(args, sc.evalHead[:]...)
 	} else {
@@ -390,10 +396,11 @@ func command(ctx context.Context, calls []*call, now string, margin any, eval bo
 	for _, c := range calls {
 		args = append(args, c.key)
 	}
-	args = append(args, now, margin)
+	rec := make([]byte, 0, recordSize*len(calls))
 	for _, c := range calls {
-		args = c.appendArgs(args)
+		rec = c.appendRecord(rec)
 	}
+	args = append(args, now, margin, rec)
 	return redis.NewCmd(ctx, args...)
 }
 

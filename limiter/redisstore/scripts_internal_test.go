@@ -18,10 +18,19 @@ func TestLuaConstants(t *testing.T) {
 	if maxArg != limiter.MaxSafeInteger+1 {
 		t.Errorf("maxArg = %d, want 2^53", int64(maxArg))
 	}
-	// batch.lua reads argsPerKey ARGV entries and writes stride reply
-	// values per key, both its STRIDE.
-	if want := "local STRIDE = " + strconv.Itoa(stride) + "\n"; stride != argsPerKey || !strings.Contains(batchLua, want) {
-		t.Errorf("batch.lua's STRIDE, stride %d and argsPerKey %d disagree", stride, argsPerKey)
+	// batch.lua writes stride reply values per key, its STRIDE, and reads
+	// one record per key: recordFields int64s, recordSize bytes.
+	for _, want := range []string{
+		"local STRIDE = " + strconv.Itoa(stride) + "\n",
+		"local RECORD = '<" + strings.Repeat("i8", recordFields) + "'\n",
+		"local RECORD_SIZE = " + strconv.Itoa(recordSize) + "\n",
+	} {
+		if !strings.Contains(batchLua, want) {
+			t.Errorf("batch.lua does not declare %q", strings.TrimSpace(want))
+		}
+	}
+	if want := "local TAKE, REFUND = " + strconv.Itoa(recordTake) + ", " + strconv.Itoa(recordRefund) + "\n"; !strings.Contains(commonLua, want) {
+		t.Errorf("common.lua does not declare %q", strings.TrimSpace(want))
 	}
 	// The algorithm values the script dispatches on.
 	for a, want := range map[limiter.Algorithm]int{

@@ -7,8 +7,8 @@
 -- key      the counter, a HASH: w = window index floor(t / P), c = cost in
 --          window w, p = cost in window w - 1.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
--- alg      the algorithm, as sent (unused).
--- op       'take' or 'refund'.
+-- alg      the limiter.Algorithm value (unused).
+-- op       TAKE or REFUND.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     cost admitted per trailing period; rate × P < 2^53.
 -- P        the period in µs.
@@ -58,7 +58,7 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   local rest = P - e
 
   local status, allowed, retry = 0, 1, 0
-  if op == 'refund' then
+  if op == REFUND then
     local fromCur = math.min(n, cur)
     cur = cur - fromCur
     prev = math.max(0, prev - (n - fromCur))

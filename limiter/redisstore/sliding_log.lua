@@ -10,8 +10,8 @@
 --          keeps the total, so counting is O(1); its negative score keeps
 --          it first in the set and outside every pruned time range.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
--- alg      the algorithm, as sent (unused).
--- op       'take' or 'refund'.
+-- alg      the limiter.Algorithm value (unused).
+-- op       TAKE or REFUND.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     units per trailing period.
 -- P        the period in µs.
@@ -103,7 +103,7 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   count = math.max(0, count)
 
   local status, allowed, retry = 0, 1, 0
-  if op == 'refund' then
+  if op == REFUND then
     -- Remove the n newest units (the refunded request most likely added them).
     if n >= count then
       redis.call('DEL', key)
