@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -145,6 +148,11 @@ func TestSummaryLine(t *testing.T) {
 			{callers: maxCallers, ours: sec(1), peer: sec(2)},
 		},
 		split: []splitResult{{kind: splitKind{exact: true}, decisions: 5, admitted: 5, span: time.Second}},
+		callgrind: &callgrindResults{redisVersion: "7.0.15", keys: 1000, rows: []callgrindComparison{{
+			callers: 1, decisions: 10,
+			ours: callgrindTally{name: "costguard", decisions: 10, instructions: 500_000, scripts: 10},
+			peer: callgrindTally{name: "redis_rate", err: errors.New("boom")},
+		}}},
 	}
 	var out bytes.Buffer
 	if err := rep.write(&out); err != nil {
@@ -154,6 +162,15 @@ func TestSummaryLine(t *testing.T) {
 	want := `{"admitted_speedup_64": 2, "bot_speedup": 200, "round_trips_per_decision_64": 0.25, "memory_vs_xtime": 1.2, "split_overshoot_pct": null}`
 	if last := lines[len(lines)-1]; last != want {
 		t.Fatalf("last line\n%s\nwant\n%s", last, want)
+	}
+	rows := map[string]bool{}
+	for _, l := range lines {
+		rows[strings.Join(strings.Fields(l), " ")] = true
+	}
+	for _, row := range []string{"1 costguard 50,000 1.0000", "redis_rate - -", "ours ÷ theirs - -", "note: callgrind, 1 caller: redis_rate not measured: boom"} {
+		if !rows[row] {
+			t.Errorf("report lacks the line %q:\n%s", row, out.String())
+		}
 	}
 
 	rep.split = append(rep.split, splitResult{kind: splitKind{name: "split"}, decisions: 100, admitted: 1133, span: time.Second})
@@ -179,6 +196,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-duration", "50ms", "-rounds", "10"}, "under 10ms per run"},
 		{[]string{"-keys", "0"}, "-keys must be at least 1"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"-only", "callgrind"}, ""},
+		{[]string{"-only", "redis,callgrind"}, ""},
+		{[]string{"-only", "redis,cachegrind"}, `unknown workload group "cachegrind"`},
 	}
 	for _, c := range cases {
 		_, err := parseFlags(c.args, new(bytes.Buffer))
@@ -189,6 +209,12 @@ func TestParseFlags(t *testing.T) {
 	o, _ := parseFlags(nil, new(bytes.Buffer))
 	if o.duration != 5*time.Second || o.rounds != 5 || o.keys != 10_000 || o.redisAddr != "" {
 		t.Errorf("defaults %+v", o)
+	}
+	if want := map[string]bool{"redis": true, "memory": true, "split": true}; !maps.Equal(o.only, want) {
+		t.Errorf("default -only %v, want %v (callgrind is opt-in)", o.only, want)
+	}
+	if o, _ := parseFlags([]string{"-only", "redis, callgrind"}, new(bytes.Buffer)); !maps.Equal(o.only, map[string]bool{"redis": true, "callgrind": true}) {
+		t.Errorf("-only redis,callgrind: %v", o.only)
 	}
 }
 
@@ -202,7 +228,7 @@ func startTestRedis(t *testing.T) *redisServer {
 		}
 		t.Skip("redis-server not installed")
 	}
-	srv, err := startRedis(context.Background())
+	srv, err := startRedis(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,5 +348,112 @@ func TestWorstWindow(t *testing.T) {
 	r := splitResult{span: 2 * time.Second, admitted: 2121}
 	if a, o := r.allowed(), r.overshootPct(); a != 2100 || o < 0.99999 || o > 1.00001 {
 		t.Fatalf("allowed %v, overshoot %v%%; want 2100 and 1%%", a, o)
+	}
+}
+
+func TestParseDumpInstructions(t *testing.T) {
+	const header = "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npid: 21254\ncmd:  redis-server --port 1\npart: 1\n\n" +
+		"desc: I1 cache: \ndesc: Timerange: Basic block 0 - 1588663\ndesc: Trigger: dump\n\npositions: line\n"
+	const body = "ob=(6) /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2\nfl=(70) strcmp-sse2.S\nfn=(2780) strcmp\n131 5\n+1 5\ncalls=1 0x4\n"
+	cases := []struct {
+		name, dump string
+		want       int64
+		msg        string // empty: valid
+	}{
+		{"a dump on request: summary 0, the count on totals", header + "events: Ir\nsummary: 0\n\n" + body + "\ntotals: 4086082\n", 4086082, ""},
+		{"summary only", header + "events: Ir\nsummary: 1234\n" + body, 1234, ""},
+		{"cache simulation: Ir among other events", header + "events: Dr Dw Ir I1mr\n" + body + "totals: 10 20 300 4\n", 300, ""},
+		{"trailing zeros left out", header + "events: Dr Ir\n" + body + "totals: 10\n", 0, ""},
+		{"two parts", header + "events: Ir\n" + body + "totals: 100\npart: 2\nevents: Ir\n" + body + "totals: 23\n", 123, ""},
+		{"CRLF and extra blanks", strings.ReplaceAll(header+"events:  Ir \n"+body+"totals:   77  \n", "\n", "\r\n"), 77, ""},
+		{"no count", header + "events: Ir\n" + body, 0, "no totals: or summary: line"},
+		{"no Ir", header + "events: Dr Dw\n" + body + "totals: 1 2\n", 0, "no Ir among the events"},
+		{"totals before events", header + body + "totals: 5\n", 0, "before any events"},
+		{"malformed count", header + "events: Ir\n" + body + "totals: 12x\n", 0, "malformed totals"},
+		{"negative count", header + "events: Ir\nsummary: -3\n", 0, "malformed summary"},
+		{"empty file", "", 0, "no totals: or summary: line"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := parseDumpInstructions(strings.NewReader(c.dump))
+			if c.msg == "" && (err != nil || got != c.want) {
+				t.Fatalf("got %d, %v; want %d", got, err, c.want)
+			}
+			if c.msg != "" && (err == nil || !strings.Contains(err.Error(), c.msg)) {
+				t.Fatalf("got %d, %v; want an error with %q", got, err, c.msg)
+			}
+		})
+	}
+}
+
+func TestNewestDump(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := newestDump(dir); err == nil {
+		t.Fatal("newestDump found a dump in an empty directory")
+	}
+	// The final dump (no suffix), FIFOs and stray names are not dumps;
+	// numbers compare as numbers.
+	for _, name := range []string{"callgrind.out", "callgrind.out.2", "callgrind.out.10", "callgrind.out.9", "callgrind.out.x", "vgdb-from-vgdb-to-1"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, n, err := newestDump(dir)
+	if err != nil || n != 10 || filepath.Base(path) != "callgrind.out.10" {
+		t.Fatalf("newestDump = %q, %d, %v; want callgrind.out.10", path, n, err)
+	}
+}
+
+func TestCallgrindToolsMissing(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "valgrind"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	err := runMain([]string{"-only", "callgrind"}, new(bytes.Buffer), new(bytes.Buffer))
+	if err == nil || !strings.Contains(err.Error(), "callgrind_control") || !strings.Contains(err.Error(), "apt-get install -y valgrind") {
+		t.Fatalf("runMain with no callgrind_control: %v", err)
+	}
+}
+
+// TestCallgrindEndToEnd runs the callgrind group, briefly: one small step
+// at 1 caller. It needs valgrind, which CI machines lack, so it skips
+// without it even under CI=true.
+func TestCallgrindEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server under valgrind")
+	}
+	if _, err := findCallgrindTools(); err != nil {
+		t.Skipf("callgrind group not testable here: %v", err)
+	}
+	prefix, err := randomPrefix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	e := &env{opts: options{duration: time.Second, rounds: 1, keys: 10}, prefix: prefix, log: &lockedWriter{w: &log}, started: true}
+	rep := &report{env: e}
+	if err := e.measureCallgrind(context.Background(), rep, []callgrindStep{{callers: 1, perCaller: 200}}); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if rep.callgrind == nil || len(rep.callgrind.rows) != 1 || rep.callgrind.redisVersion == "" {
+		t.Fatalf("results %+v", rep.callgrind)
+	}
+	row := rep.callgrind.rows[0]
+	for _, tl := range []callgrindTally{row.ours, row.peer} {
+		// Both limiters make one script call per decision at 1 caller; a
+		// decision costs Redis thousands of instructions at the least.
+		if tl.err != nil || tl.decisions != 200 || tl.scripts != 200 || tl.perDecision(tl.instructions) < 1000 {
+			t.Errorf("%s: %+v", tl.name, tl)
+		}
+	}
+	var out bytes.Buffer
+	if err := rep.write(&out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	want := `{"admitted_speedup_64": null, "bot_speedup": null, "round_trips_per_decision_64": null, "memory_vs_xtime": null, "split_overshoot_pct": null}`
+	if !strings.Contains(out.String(), "Redis CPU per decision") || lines[len(lines)-1] != want {
+		t.Fatalf("report:\n%s", out.String())
 	}
 }

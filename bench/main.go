@@ -13,7 +13,10 @@
 //     in a map behind a mutex) on the all-admitted workload;
 //   - the overshoot of a budget shared by 3 processes: the bench re-executes
 //     itself as 3 worker processes spending one key together, through the
-//     exact Redis store (the control) and through the split-budget store.
+//     exact Redis store (the control) and through the split-budget store;
+//   - opt-in (-only callgrind, needs valgrind): Redis's own CPU per decision
+//     as instructions counted by valgrind's callgrind, in a redis-server of
+//     its own, the same two limiters at 1 and 64 callers.
 //
 // Contenders run in interleaved rounds (ours, theirs, theirs, ours, …), so
 // drift in the machine's load hits both alike. The bench prints a table and,
@@ -28,6 +31,7 @@
 //
 //	go run ./bench                                   # starts its own redis-server
 //	go run ./bench -redis 127.0.0.1:6379 -duration 5s
+//	go run ./bench -only redis,callgrind
 //
 // Without -redis the bench starts a throwaway redis-server on a free
 // loopback port and removes it at exit. With -redis it writes only keys
@@ -48,6 +52,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +68,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// workloadGroups are the values -only accepts.
+var workloadGroups = []string{"redis", "memory", "split", "callgrind"}
 
 // options are the command-line flags.
 type options struct {
@@ -85,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per limiter per workload, split over the rounds")
 	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per workload")
 	fs.IntVar(&o.keys, "keys", 10_000, "distinct keys of the all-admitted workloads")
-	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split (the JSON reports null for the others)")
+	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split, and the opt-in callgrind (Redis instructions per decision under valgrind; always its own redis-server); the JSON reports null for those not run")
 	fs.StringVar(&o.childKind, "child", "", "internal: run as a split-budget worker of the given store kind")
 	fs.StringVar(&o.child.prefix, "child-prefix", "", "internal: key prefix of a split-budget worker")
 	fs.IntVar(&o.child.callers, "child-callers", 0, "internal: callers of a split-budget worker")
@@ -97,8 +105,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.only = map[string]bool{}
 	for g := range strings.SplitSeq(*only, ",") {
-		if g = strings.TrimSpace(g); g != "redis" && g != "memory" && g != "split" {
-			return o, fmt.Errorf("bench: -only: unknown workload group %q (want redis, memory or split)", g)
+		if g = strings.TrimSpace(g); !slices.Contains(workloadGroups, g) {
+			return o, fmt.Errorf("bench: -only: unknown workload group %q (want redis, memory, split or callgrind)", g)
 		}
 		o.only[g] = true
 	}
@@ -146,8 +154,13 @@ func runBench(ctx context.Context, o options, stdout, stderr io.Writer) (err err
 	// The split-budget workers' stderr is copied here from one goroutine
 	// each.
 	e := &env{opts: o, addr: o.redisAddr, log: &lockedWriter{w: stderr}}
+	if o.only["callgrind"] { // a missing tool fails now, not after the other groups
+		if _, err := findCallgrindTools(); err != nil {
+			return err
+		}
+	}
 	if e.addr == "" {
-		srv, err := startRedis(ctx)
+		srv, err := startRedis(ctx, nil)
 		if err != nil {
 			return err
 		}
@@ -184,7 +197,7 @@ func runBench(ctx context.Context, o options, stdout, stderr io.Writer) (err err
 	for _, g := range []struct {
 		name string
 		run  func(context.Context, *report) error
-	}{{"redis", e.redisWorkloads}, {"memory", e.memoryWorkloads}, {"split", e.splitWorkloads}} {
+	}{{"redis", e.redisWorkloads}, {"memory", e.memoryWorkloads}, {"split", e.splitWorkloads}, {"callgrind", e.callgrindWorkloads}} {
 		if o.only[g.name] {
 			if err := g.run(ctx, rep); err != nil {
 				return err

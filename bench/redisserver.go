@@ -32,16 +32,29 @@ type redisServer struct {
 	version string
 }
 
+// redisWrapper runs redis-server under another program, such as valgrind.
+// That program must keep redis-server's process id (valgrind does), since
+// waitReady checks it.
+type redisWrapper struct {
+	// command is the program and its arguments, given the server's private
+	// directory (for files of its own); redis-server's command line follows.
+	command func(dir string) []string
+	// readyTimeout replaces redisStartTimeout: start-up under a wrapper can
+	// be much slower.
+	readyTimeout time.Duration
+}
+
 // startRedis starts redis-server on a free loopback port, retrying with
 // another port when the chosen one is taken before redis-server binds it.
-func startRedis(ctx context.Context) (*redisServer, error) {
+// A nil wrap runs it directly.
+func startRedis(ctx context.Context, wrap *redisWrapper) (*redisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("bench: redis-server not found on PATH (install it, or pass -redis host:port): %w", err)
 	}
 	var lastErr error
 	for range redisStartAttempts {
-		s, err := tryStartRedis(ctx, bin)
+		s, err := tryStartRedis(ctx, bin, wrap)
 		if err == nil {
 			return s, nil
 		}
@@ -53,7 +66,7 @@ func startRedis(ctx context.Context) (*redisServer, error) {
 	return nil, fmt.Errorf("bench: no redis-server started after %d attempts: %w", redisStartAttempts, lastErr)
 }
 
-func tryStartRedis(ctx context.Context, bin string) (*redisServer, error) {
+func tryStartRedis(ctx context.Context, bin string, wrap *redisWrapper) (*redisServer, error) {
 	port, err := freeLoopbackPort()
 	if err != nil {
 		return nil, err
@@ -63,7 +76,7 @@ func tryStartRedis(ctx context.Context, bin string) (*redisServer, error) {
 		return nil, fmt.Errorf("bench: temp dir: %w", err)
 	}
 	s := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, exited: make(chan struct{})}
-	s.cmd = exec.Command(bin,
+	argv := []string{bin,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--dir", dir,
@@ -71,20 +84,26 @@ func tryStartRedis(ctx context.Context, bin string) (*redisServer, error) {
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--logfile", "",
-	)
+	}
+	readyTimeout := redisStartTimeout
+	if wrap != nil {
+		argv = append(wrap.command(dir), argv...)
+		readyTimeout = wrap.readyTimeout
+	}
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Dir = dir
 	var out tail
 	s.cmd.Stdout, s.cmd.Stderr = &out, &out
 	s.cmd.SysProcAttr = sysProcAttr()
 	if err := s.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("bench: start redis-server: %w", err)
+		return nil, fmt.Errorf("bench: start %s: %w", argv[0], err)
 	}
 	go func() {
 		_ = s.cmd.Wait()
 		close(s.exited)
 	}()
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.waitReady(ctx, readyTimeout); err != nil {
 		return nil, errors.Join(fmt.Errorf("%w\n%s", err, out.String()), s.Close())
 	}
 	return s, nil
@@ -92,16 +111,24 @@ func tryStartRedis(ctx context.Context, bin string) (*redisServer, error) {
 
 // waitReady polls until the server answers and proves, by its process_id,
 // that it is the process we started and not another one on that port.
-func (s *redisServer) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, redisStartTimeout)
+func (s *redisServer) waitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	defer rdb.Close()
 	want := "process_id:" + strconv.Itoa(s.cmd.Process.Pid) + "\r\n"
+	dialer := net.Dialer{Timeout: 200 * time.Millisecond}
 	tick := time.NewTicker(redisPollInterval)
 	defer tick.Stop()
 	for {
-		info, err := rdb.Info(ctx, "server").Result()
+		// A bare dial first: go-redis logs every dial it gives up on, and a
+		// wrapped server can take seconds to listen.
+		conn, err := dialer.DialContext(ctx, "tcp", s.addr)
+		var info string
+		if err == nil {
+			conn.Close()
+			info, err = rdb.Info(ctx, "server").Result()
+		}
 		if err == nil {
 			if !strings.Contains(info, want) {
 				return fmt.Errorf("bench: %s is answered by another process", s.addr)
@@ -119,8 +146,9 @@ func (s *redisServer) waitReady(ctx context.Context) error {
 	}
 }
 
-// Close kills the server (nothing is persisted, so nothing is lost), waits
-// for it and removes its directory. It is idempotent.
+// Close kills the server (nothing is persisted, so nothing is lost), and
+// with it any wrapper, which runs as the same process; it waits for it and
+// removes its directory. It is idempotent.
 func (s *redisServer) Close() error {
 	var err error
 	if kerr := s.cmd.Process.Kill(); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {

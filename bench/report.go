@@ -17,6 +17,8 @@ type report struct {
 	redis  []comparison
 	memory []comparison
 	split  []splitResult
+	// callgrind is set when that group ran.
+	callgrind *callgrindResults
 }
 
 // summary is the JSON object of the last line. A nil field could not be
@@ -85,6 +87,9 @@ func (r *report) write(out io.Writer) error {
 	}
 	if len(r.split) > 0 {
 		r.writeSplit(out, &notes)
+	}
+	if r.callgrind != nil {
+		r.writeCallgrind(out, &notes)
 	}
 	if len(notes) > 0 {
 		fmt.Fprintln(out)
