@@ -973,6 +973,39 @@ func TestBatchScriptCalls(t *testing.T) {
 	}
 }
 
+// TestBatchScriptCallsPerFamily: each algorithm family has its own script,
+// so a batch mixing all six algorithms takes one script call per family (the
+// three buckets share one), each decision still right.
+func TestBatchScriptCallsPerFamily(t *testing.T) {
+	_, rdb, s := private(t, redisstore.Config{})
+	ctx := context.Background()
+	limits := make([]limiter.Limit, 0, limiter.SlidingCounter+1)
+	for a := limiter.TokenBucket; a <= limiter.SlidingCounter; a++ {
+		l := limiter.Limit{Algorithm: a, Burst: 10, Rate: 10, Period: time.Minute}
+		if _, err := s.Take(ctx, "warm-up", l, 0); err != nil { // caches the script
+			t.Fatal(err)
+		}
+		limits = append(limits, l)
+	}
+	var calls []redisstore.BatchCall
+	for i := range 3 * len(limits) { // the families interleaved
+		calls = append(calls, redisstore.BatchCall{Identity: "user:" + strconv.Itoa(i), Limit: limits[i%len(limits)], N: 4})
+	}
+	before := commandStats(t, rdb)
+	ds, errs := redisstore.RoundTrip(ctx, s, calls)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if got := commandStats(t, rdb) - before; got != 4 {
+		t.Errorf("%d script calls for a batch of all six algorithms, want 4", got)
+	}
+	for i, d := range ds {
+		if !d.Allowed || d.Remaining != 6 || d.Limit != 10 {
+			t.Errorf("call %d (%s): %+v, want allowed with 6 of 10 left", i, calls[i].Limit.Algorithm, d)
+		}
+	}
+}
+
 // TestSlotMatchesRedis: the slot the store groups a batch by is the one
 // Redis Cluster computes for every key of the identity.
 func TestSlotMatchesRedis(t *testing.T) {
