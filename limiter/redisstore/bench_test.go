@@ -81,7 +81,8 @@ func usedMemory(tb testing.TB, ctx context.Context, rdb redis.UniversalClient) i
 }
 
 // BenchmarkCoalescing measures decisions per second at 1, 8 and 64
-// concurrent callers, coalescing on and off, against the shared standalone
+// concurrent callers, coalescing on (the default, and with MaxInFlight 1,
+// 2 and 4) and off, against the shared standalone
 // server and Cluster: token buckets over 10,000 keys, all admitted, time
 // from Redis TIME. Besides ns/op it reports decisions/s, Redis script calls
 // per decision (INFO commandstats deltas, summed over the masters) and
@@ -126,7 +127,9 @@ func BenchmarkCoalescing(b *testing.B) {
 				cfg  redisstore.Config
 			}{
 				{"coalesced", redisstore.Config{}},
+				{"coalesced_inflight1", redisstore.Config{MaxInFlight: 1}},
 				{"coalesced_inflight2", redisstore.Config{MaxInFlight: 2}},
+				{"coalesced_inflight4", redisstore.Config{MaxInFlight: 4}},
 				{"uncoalesced", redisstore.Config{DisableCoalescing: true}},
 			} {
 				cfg := mode.cfg

@@ -73,3 +73,12 @@ func RoundTrip(ctx context.Context, s *Store, in []BatchCall) ([]limiter.Decisio
 
 // Slot is the Cluster hash slot of identity's keys.
 func Slot(identity string) int64 { return int64(slot(tag(identity))) }
+
+// MaxInFlight is the coalescer's bound on round trips in flight, 0 when
+// coalescing is off.
+func MaxInFlight(s *Store) int {
+	if s.batch == nil {
+		return 0
+	}
+	return s.batch.maxInFlight
+}

@@ -161,11 +161,47 @@ func TestDefaults(t *testing.T) {
 		{"MaxScriptKeys", redisstore.MaxScriptKeys, 64},
 		{"MaxMaxBatchWait", redisstore.MaxMaxBatchWait, 10 * time.Millisecond},
 		{"DefaultMaxInFlight", redisstore.DefaultMaxInFlight, 1},
+		{"DefaultMultiNodeMaxInFlight", redisstore.DefaultMultiNodeMaxInFlight, 4},
 		{"MaxMaxInFlight", redisstore.MaxMaxInFlight, 64},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v; docs/redis.md says %v", c.name, c.got, c.want)
 		}
+	}
+}
+
+// TestMaxInFlightDefault: one round trip in flight for a client of one
+// server; several for a Cluster or Ring, whose batches span nodes; an
+// explicit value is kept whatever the client.
+func TestMaxInFlightDefault(t *testing.T) {
+	// No client below connects: New sends nothing.
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	for _, c := range []redis.UniversalClient{single, cluster, ring} {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	for _, c := range []struct {
+		name   string
+		client redis.Scripter
+		cfg    redisstore.Config
+		want   int
+	}{
+		{"client", single, redisstore.Config{}, redisstore.DefaultMaxInFlight},
+		{"cluster", cluster, redisstore.Config{}, redisstore.DefaultMultiNodeMaxInFlight},
+		{"ring", ring, redisstore.Config{}, redisstore.DefaultMultiNodeMaxInFlight},
+		{"cluster, explicit", cluster, redisstore.Config{MaxInFlight: 1}, 1},
+		{"client, explicit", single, redisstore.Config{MaxInFlight: 3}, 3},
+		{"uncoalesced", cluster, redisstore.Config{DisableCoalescing: true}, 0},
+	} {
+		s, err := redisstore.New(c.client, c.cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := redisstore.MaxInFlight(s); got != c.want {
+			t.Errorf("%s: MaxInFlight %d, want %d", c.name, got, c.want)
+		}
+		_ = s.Close()
 	}
 }
 
