@@ -70,6 +70,10 @@ const (
 	DefaultSettleTimeout  = time.Second
 	DefaultMaxKeys        = 10_000
 	defaultShards         = 32
+	// MaxSettleRefunds bounds the Refunds a settle has in flight at once.
+	// Refunds in flight together reach the store together, so a coalescing
+	// store (redisstore) sends them many to a round trip.
+	MaxSettleRefunds = 64
 	// maxFetches bounds the Takes one request makes to top up a lease when
 	// other processes keep taking what the store reported left.
 	maxFetches = 3
@@ -583,11 +587,12 @@ func (s *Store) refund(ctx context.Context, key string, limit limiter.Limit, n i
 }
 
 // Settle gives every lease back now: the unspent tokens go to the store
-// with Refund, and the next request for each key takes a new lease. A
-// lease being topped up is left for the next settle. The settle loop calls
-// it every SettleInterval; call it directly to settle at a moment of your
-// choosing. It returns the Refund errors, joined; OnSettleError sees them
-// too.
+// with Refund, at most MaxSettleRefunds at once, and the next request for
+// each key takes a new lease. A lease being topped up is left for the next
+// settle. The settle loop calls it every SettleInterval; call it directly
+// to settle at a moment of your choosing. It returns the Refund errors,
+// joined; OnSettleError sees them too, from Settle's goroutine once every
+// Refund has returned.
 func (s *Store) Settle(ctx context.Context) error {
 	type back struct {
 		key   string
@@ -609,12 +614,24 @@ func (s *Store) Settle(ctx context.Context) error {
 			return true
 		})
 	})
-	var errs []error
-	for _, b := range backs {
-		if err := s.refund(ctx, b.key, b.limit, b.n); err != nil {
-			errs = append(errs, err)
-			if s.cfg.OnSettleError != nil {
-				s.cfg.OnSettleError(b.key, err)
+	// Up to MaxSettleRefunds at once: one after another, 10,000 leases
+	// would take 10,000 round trips, and a hanging store SettleTimeout each.
+	errs := make([]error, len(backs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(MaxSettleRefunds, len(backs)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(backs); i = int(next.Add(1) - 1) {
+				b := backs[i]
+				errs[i] = s.refund(ctx, b.key, b.limit, b.n)
+			}
+		})
+	}
+	wg.Wait()
+	if s.cfg.OnSettleError != nil {
+		for i, err := range errs {
+			if err != nil {
+				s.cfg.OnSettleError(backs[i].key, err)
 			}
 		}
 	}

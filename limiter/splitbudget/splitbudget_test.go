@@ -413,6 +413,59 @@ func TestStoreErrors(t *testing.T) {
 	}
 }
 
+// holding holds every Refund until released, counting those in flight.
+type holding struct {
+	limiter.Store
+	release        chan struct{}
+	inFlight, most atomic.Int64
+}
+
+func (h *holding) Refund(ctx context.Context, key string, l limiter.Limit, n int64) (limiter.Decision, error) {
+	now := h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
+	for m := h.most.Load(); now > m && !h.most.CompareAndSwap(m, now); m = h.most.Load() {
+	}
+	<-h.release
+	return h.Store.Refund(ctx, key, l, n)
+}
+
+// A settle gives its leases back MaxSettleRefunds at a time, not one after
+// another, and loses none.
+func TestSettleRefundsConcurrently(t *testing.T) {
+	const keys = 3 * splitbudget.MaxSettleRefunds
+	mem := newMemory(t, nil)
+	h := &holding{Store: mem, release: make(chan struct{})}
+	s := newSplit(t, h, splitbudget.Config{LeaseFraction: 0.1})
+	for i := range keys {
+		if _, err := s.Take(ctx, fmt.Sprint("k", i), slow, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled := make(chan error)
+	go func() { settled <- s.Settle(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); h.inFlight.Load() < splitbudget.MaxSettleRefunds; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refunds in flight after 10 s, want %d", h.inFlight.Load(), splitbudget.MaxSettleRefunds)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(h.release)
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	if most := h.most.Load(); most != splitbudget.MaxSettleRefunds {
+		t.Errorf("at most %d refunds in flight, want %d", most, splitbudget.MaxSettleRefunds)
+	}
+	if st := s.Stats(); st.Returned != keys*9 || st.Lost != 0 || s.Len() != 0 {
+		t.Errorf("stats %+v, %d leases left; want %d returned", st, s.Len(), keys*9)
+	}
+	for i := range keys {
+		if d, _ := mem.Take(ctx, fmt.Sprint("k", i), slow, 0); d.Remaining != 99 {
+			t.Fatalf("k%d: the store holds %d, want 99", i, d.Remaining)
+		}
+	}
+}
+
 // gated holds every Take until released, so a test can keep a top-up in
 // flight.
 type gated struct {
