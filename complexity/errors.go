@@ -94,6 +94,10 @@ func (e *Error) Unwrap() error {
 		return ErrMaxAliases
 	case CodeMaxRootFieldsExceeded:
 		return ErrMaxRootFields
+	case CodeMaxTokensExceeded:
+		return ErrMaxTokens
+	case CodeMaxSelectionsExceeded:
+		return ErrMaxSelections
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/costguard/costguard/complexity"
@@ -28,6 +29,9 @@ const (
 	CodeRateLimited            = "RATE_LIMITED"
 	CodeRateLimiterUnavailable = "RATE_LIMITER_UNAVAILABLE"
 	CodeUnknownAPIKey          = "UNKNOWN_API_KEY"
+	// CodeIntrospectionDisabled: the operation selects __schema or __type
+	// and the principal's plan has DisableIntrospection (422).
+	CodeIntrospectionDisabled = "INTROSPECTION_DISABLED"
 )
 
 // CostExtensionKey is the key of the cost report in a response's
@@ -38,7 +42,9 @@ const CostExtensionKey = "cost"
 // gqlgen still answers 422 (or 400), never 200.
 func init() {
 	for _, code := range []string{
-		CodeRateLimited, CodeRateLimiterUnavailable, CodeUnknownAPIKey,
+		CodeRateLimited, CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
+		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge,
+		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
 		complexity.CodeMaxDepthExceeded, complexity.CodeMaxBreadthExceeded, complexity.CodeMaxNodesExceeded,
 		complexity.CodeMaxCostExceeded, complexity.CodeSlicingArgumentRequired,
 		complexity.CodeMaxAliasesExceeded, complexity.CodeMaxRootFieldsExceeded,
@@ -79,9 +85,10 @@ type Extension struct {
 }
 
 var (
-	_ graphql.HandlerExtension        = (*Extension)(nil)
-	_ graphql.OperationContextMutator = (*Extension)(nil)
-	_ graphql.ResponseInterceptor     = (*Extension)(nil)
+	_ graphql.HandlerExtension          = (*Extension)(nil)
+	_ graphql.OperationParameterMutator = (*Extension)(nil)
+	_ graphql.OperationContextMutator   = (*Extension)(nil)
+	_ graphql.ResponseInterceptor       = (*Extension)(nil)
 )
 
 // Extension returns a new gqlgen extension drawing on l's budgets. Add it
@@ -116,6 +123,41 @@ type opResult struct {
 	outcome outcome
 }
 
+// MutateOperationParameters implements graphql.OperationParameterMutator.
+// It runs before gqlgen parses the document: it counts the document's
+// tokens and selections in one pass of the lexer and refuses it past
+// MaxTokens or MaxSelections, so parsing and validation stay bounded.
+func (e *Extension) MutateOperationParameters(ctx context.Context, params *graphql.RawParams) *gqlerror.Error {
+	lim := complexity.DocumentLimits{MaxTokens: e.l.gql.MaxTokens, MaxSelections: e.l.gql.MaxSelections}
+	_, err := complexity.CheckDocument(params.Query, lim)
+	if err == nil {
+		return nil
+	}
+	opCtx := graphql.GetOperationContext(ctx)
+	opCtx.Headers = params.Headers // for requestState without the wrapper
+	st, gerr := e.requestState(ctx, opCtx)
+	if gerr != nil {
+		return gerr
+	}
+	var cerr *complexity.Error
+	errors.As(err, &cerr)
+	return e.refuseUnpriced(ctx, st, opCtx, cerr.GQLError())
+}
+
+// refuseUnpriced charges InvalidCost for an operation refused before it was
+// priced and returns ge, or the rate-limit error when the budget cannot
+// pay even that.
+func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, ge *gqlerror.Error) *gqlerror.Error {
+	res := &opResult{plan: st.plan}
+	opCtx.Stats.SetExtension(statsKey, res)
+	res.outcome = e.l.chargeInvalid(ctx, st.id, st.plan)
+	st.record(res.outcome)
+	if res.outcome.verdict != capExceeded {
+		return e.l.verdictError(res.outcome, e.l.gql.InvalidCost, st.plan)
+	}
+	return ge
+}
+
 // MutateOperationContext implements graphql.OperationContextMutator. It
 // runs once per operation, after validation, before any resolver.
 func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
@@ -124,15 +166,15 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		return gerr
 	}
 	l := e.l
-	res := &opResult{plan: st.plan}
-	opCtx.Stats.SetExtension(statsKey, res)
+	if st.get && opCtx.Operation.Operation != ast.Query {
+		// gqlgen's GET transport refuses it (406) once this returns:
+		// nothing runs, so nothing is charged.
+		st.record(outcome{verdict: admitted})
+		return nil
+	}
 
 	rep, err := e.analyzer.AnalyzeOperation(opCtx.Doc, opCtx.Operation, opCtx.Variables)
 	if err != nil {
-		// A static cap: refused before any debit; the bucket is only read
-		// for the headers.
-		res.outcome = l.peek(ctx, st.id, st.plan, capExceeded)
-		st.record(res.outcome)
 		var cerr *complexity.Error
 		if !errors.As(err, &cerr) {
 			// Not a limit: a document validation let through that the
@@ -140,32 +182,50 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 			l.log.ErrorContext(ctx, "middleware: cannot price the operation", "err", err)
 			ge := gqlerror.Errorf("the operation cannot be priced")
 			errcode.Set(ge, errcode.ValidationFailed)
-			return ge
-		}
-		if cerr.Totals != nil {
-			res.cost = cerr.Totals.Cost.Points()
+			return e.refuseUnpriced(ctx, st, opCtx, ge)
 		}
 		ge := cerr.GQLError()
-		if res.cost > 0 {
-			ge.Extensions["cost"] = res.cost
+		if cerr.Totals != nil {
+			if cost := cerr.Totals.Cost.Points(); cost > 0 {
+				ge.Extensions["cost"] = cost
+			}
 		}
-		return ge
+		return e.refuseUnpriced(ctx, st, opCtx, ge)
 	}
-	res.cost = rep.Points
+	if introspects(rep) && st.plan.DisableIntrospection {
+		return e.refuseUnpriced(ctx, st, opCtx, codedError(CodeIntrospectionDisabled, 0,
+			"introspection is disabled for plan %q", st.plan.name))
+	}
+	res := &opResult{plan: st.plan, cost: max(rep.Points, l.gql.MinCost)}
+	opCtx.Stats.SetExtension(statsKey, res)
 	res.outcome = l.spend(ctx, st.id, st.plan, res.cost)
+	if res.outcome.verdict == overBudget {
+		// It can never run: it pays InvalidCost, as a static cap would.
+		if o := l.chargeInvalid(ctx, st.id, st.plan); o.verdict == capExceeded {
+			res.outcome = outcome{verdict: overBudget, decision: o.decision, known: o.known}
+		} else {
+			res.outcome = o
+		}
+	}
 	st.record(res.outcome)
 
-	switch res.outcome.verdict {
+	return l.verdictError(res.outcome, res.cost, st.plan)
+}
+
+// verdictError is the GraphQL error of a budget decision on cost, nil when
+// it was admitted.
+func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
+	switch o.verdict {
 	case overBudget:
-		return pricedError(complexity.CodeMaxCostExceeded, res.cost, 0,
-			"operation cost %d exceeds the plan's capacity of %d points", res.cost, st.plan.Burst)
+		return pricedError(complexity.CodeMaxCostExceeded, cost, 0,
+			"operation cost %d exceeds the plan's capacity of %d points", cost, p.Burst)
 	case rateLimited:
-		return pricedError(CodeRateLimited, res.cost, res.outcome.retryAfter,
+		return pricedError(CodeRateLimited, cost, o.retryAfter,
 			"rate limited: the operation costs %d points and %d are available; retry in %d seconds",
-			res.cost, res.outcome.decision.Remaining, res.outcome.retryAfter)
+			cost, o.decision.Remaining, o.retryAfter)
 	case unavailable:
-		return pricedError(CodeRateLimiterUnavailable, res.cost, res.outcome.retryAfter,
-			"rate limiter unavailable; retry in %d seconds", res.outcome.retryAfter)
+		return pricedError(CodeRateLimiterUnavailable, cost, o.retryAfter,
+			"rate limiter unavailable; retry in %d seconds", o.retryAfter)
 	}
 	return nil
 }
@@ -182,10 +242,14 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 		opCtx := graphql.GetOperationContext(ctx)
 		res, _ = opCtx.Stats.GetExtension(statsKey).(*opResult)
 		if res == nil {
-			// Parsing or validation failed: nothing was priced or spent,
-			// but the client still learns where its budget stands.
+			// Parsing or validation failed: nothing was priced, so the
+			// request pays InvalidCost (once, whoever settles first).
 			if st, gerr := e.requestState(ctx, opCtx); gerr == nil {
-				res = &opResult{plan: st.plan, outcome: st.peekOnce(ctx, e.l)}
+				res = &opResult{plan: st.plan, outcome: st.settle(ctx, e.l)}
+				if ge := e.l.verdictError(res.outcome, e.l.gql.InvalidCost, st.plan); ge != nil {
+					// Out of budget matters more than what was wrong.
+					resp.Errors = append(gqlerror.List{ge}, resp.Errors...)
+				}
 			}
 		}
 	}
@@ -237,6 +301,9 @@ func pricedError(code string, cost, retryAfter int64, format string, args ...any
 type requestState struct {
 	id   Identity
 	plan *plan
+	// get: the request came by GET, whose transport refuses mutations
+	// after the Extension has run.
+	get bool
 
 	mu      sync.Mutex
 	decided bool
@@ -251,14 +318,18 @@ func (s *requestState) record(o outcome) {
 	s.mu.Unlock()
 }
 
-// peekOnce returns the recorded outcome, reading the bucket (without
-// spending) if nothing was decided: a request gqlgen refused before pricing
-// still gets the headers.
-func (s *requestState) peekOnce(ctx context.Context, l *Limiter) outcome {
+// settle returns the recorded outcome. If nothing was decided, gqlgen
+// refused the request before the Extension priced it (a parse or
+// validation error, a malformed request): it pays InvalidCost, and the
+// client learns where its budget stands.
+func (s *requestState) settle(ctx context.Context, l *Limiter) outcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.decided {
-		s.outcome, s.decided = l.peek(ctx, s.id, s.plan, admitted), true
+		s.outcome, s.decided = l.chargeInvalid(ctx, s.id, s.plan), true
+		if s.outcome.verdict == capExceeded {
+			s.outcome.verdict = invalid // gqlgen chose the status
+		}
 	}
 	return s.outcome
 }
@@ -308,7 +379,11 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.graphQLIdentifyFailed(w, r, err)
 			return
 		}
-		st := &requestState{id: id, plan: p}
+		st := &requestState{id: id, plan: p, get: r.Method == http.MethodGet}
+		if ref := l.screenGraphQL(r); ref != nil {
+			l.refuseRequest(w, r, st, ref)
+			return
+		}
 		gw := &graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
 		h.ServeHTTP(gw, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 	})
@@ -323,6 +398,25 @@ func (l *Limiter) graphQLIdentifyFailed(w http.ResponseWriter, r *http.Request, 
 	ra := l.retryAfter(unavailableRetryAfter)
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
 		codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %d seconds", ra), ra)
+}
+
+// refuseRequest answers a request screenGraphQL refused, after charging
+// InvalidCost for it: a client whose budget cannot pay gets the 429
+// instead.
+func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requestState, ref *refusal) {
+	o := l.chargeInvalid(r.Context(), st.id, st.plan)
+	if o.known {
+		setBudgetHeaders(w.Header(), st.plan, o.decision, l.clock.Now())
+	}
+	if ge := l.verdictError(o, l.gql.InvalidCost, st.plan); ge != nil {
+		status := http.StatusTooManyRequests
+		if o.verdict == unavailable {
+			status = http.StatusServiceUnavailable
+		}
+		writeGraphQLError(w, r, status, ge, o.retryAfter)
+		return
+	}
+	writeGraphQLError(w, r, ref.status, codedError(ref.code, 0, "%s", ref.message), 0)
 }
 
 // writeGraphQLError answers with a GraphQL response holding one error.
@@ -397,7 +491,7 @@ func (w *graphQLWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // apply writes the rate-limit headers and returns the status to send.
 func (w *graphQLWriter) apply(status int) int {
-	o := w.st.peekOnce(w.r.Context(), w.l)
+	o := w.st.settle(w.r.Context(), w.l)
 	h := w.Header()
 	if o.known {
 		setBudgetHeaders(h, w.st.plan, o.decision, w.l.clock.Now())
@@ -439,6 +533,12 @@ func (l *Limiter) complexityOptions() []complexity.Option {
 		complexity.WithMaxCost(float64(o.MaxCost)), // 0: no cap but the plan's burst
 		complexity.WithDefaultListSize(o.DefaultListSize),
 		complexity.WithMutationBaseCost(float64(o.MutationCost)),
+		complexity.WithMaxAliases(o.MaxAliases),
+		complexity.WithMaxRootFields(o.MaxRootFields),
 		complexity.WithBreakdownLimit(0), // totals only: the explain view is not served
 	}
 }
+
+// introspects reports whether the operation selects __schema or __type.
+// TODO(issue 9): Report.Introspection once the analyzer reports it.
+func introspects(*complexity.Report) bool { return false }

@@ -129,7 +129,8 @@ func TestGraphQLRejectedMutationChangesNothing(t *testing.T) {
 }
 
 // An operation costing more than the whole burst is refused as
-// MAX_COST_EXCEEDED (it could never pass), and nothing is debited.
+// MAX_COST_EXCEEDED (it could never pass); it pays InvalidCost, never its
+// price.
 func TestGraphQLCostAboveBurst(t *testing.T) {
 	for _, accept := range []string{"", "application/json", "application/graphql-response+json"} {
 		t.Run("accept="+accept, func(t *testing.T) {
@@ -158,10 +159,10 @@ func TestGraphQLCostAboveBurst(t *testing.T) {
 			if w.Header().Get(middleware.HeaderRetryAfter) != "" {
 				t.Errorf("Retry-After on an operation that can never pass")
 			}
-			if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "20" {
-				t.Errorf("remaining %q, want 20 (nothing debited)", got)
+			if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "19" {
+				t.Errorf("remaining %q, want 19 (InvalidCost debited)", got)
 			}
-			if c := resp.Extensions.Cost; c == nil || c.RequestedQueryCost != 61 || *c.ThrottleStatus.CurrentlyAvailable != 20 {
+			if c := resp.Extensions.Cost; c == nil || c.RequestedQueryCost != 61 || *c.ThrottleStatus.CurrentlyAvailable != 19 {
 				t.Errorf("extensions.cost %+v", c)
 			}
 			if schema.resolvers.Load() != 0 {
@@ -186,7 +187,7 @@ func deepQuery(levels int) string {
 }
 
 // The static caps answer 422 (400 for graphql-response+json) with their
-// code; the bucket is read for the headers, never debited.
+// code; the request pays InvalidCost (1 point), never its price.
 func TestGraphQLStaticCaps(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -220,13 +221,13 @@ func TestGraphQLStaticCaps(t *testing.T) {
 				if w.Code != want || resp.code() != tc.code {
 					t.Fatalf("status %d code %q, want %d %s: %s", w.Code, resp.code(), want, tc.code, w.Body)
 				}
-				if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "100" {
-					t.Errorf("remaining %q, want 100 (read, not debited)", got)
+				if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "99" {
+					t.Errorf("remaining %q, want 99 (InvalidCost debited)", got)
 				}
 				if w.Header().Get(middleware.HeaderRetryAfter) != "" {
 					t.Errorf("Retry-After on a static rejection")
 				}
-				if c := resp.Extensions.Cost; c == nil || c.ThrottleStatus.CurrentlyAvailable == nil || *c.ThrottleStatus.CurrentlyAvailable != 100 {
+				if c := resp.Extensions.Cost; c == nil || c.ThrottleStatus.CurrentlyAvailable == nil || *c.ThrottleStatus.CurrentlyAvailable != 99 {
 					t.Errorf("extensions.cost %+v", c)
 				}
 				if schema.resolvers.Load() != 0 {
@@ -365,28 +366,47 @@ func TestGraphQLWithPrincipal(t *testing.T) {
 	}
 }
 
-// Documents gqlgen refuses before pricing still carry the budget.
+// Documents gqlgen refuses before pricing pay InvalidCost and carry the
+// budget; once the budget cannot pay even that, they are refused 429.
 func TestGraphQLInvalidDocument(t *testing.T) {
 	clock := newClock()
-	lim := newLimiter(t, testConfig(t, clock))
+	cfg := testConfig(t, clock)
+	cfg.GraphQL.InvalidCost = 30
+	cfg.Plans["anon"] = middleware.Plan{Burst: 30, Rate: 30, Per: time.Minute}
+	lim := newLimiter(t, cfg)
 	schema := newTestSchema()
 	h := graphQLServer(lim, schema)
+	left := 100
 	for _, q := range []string{`{ user(login: "a") { nope } }`, `{ user(`} {
+		left -= 30
 		w, resp := query(t, h, q, bearer(aliceKey))
 		if w.Code != http.StatusUnprocessableEntity {
 			t.Errorf("%s: status %d", q, w.Code)
 		}
-		if c := resp.Extensions.Cost; c == nil || c.RequestedQueryCost != 0 || *c.ThrottleStatus.CurrentlyAvailable != 100 {
+		if c := resp.Extensions.Cost; c == nil || c.RequestedQueryCost != 0 || *c.ThrottleStatus.CurrentlyAvailable != int64(left) {
 			t.Errorf("%s: extensions.cost %+v", q, c)
 		}
-		if w.Header().Get(middleware.HeaderXRateLimitRemaining) != "100" {
-			t.Errorf("%s: headers %v", q, w.Header())
+		if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != strconv.Itoa(left) {
+			t.Errorf("%s: remaining %s, want %d", q, got, left)
 		}
 	}
-	// A body that is not JSON at all.
-	w := do(t, h, request{path: "/graphql", body: "{", header: bearer(aliceKey)})
-	if w.Code != http.StatusBadRequest || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "100" {
+	// A body that is not JSON at all: refused before gqlgen, charged too,
+	// and the body is not echoed.
+	w := do(t, h, request{path: "/graphql", body: "{\"query\": \"secret", header: bearer(aliceKey)})
+	left -= 30
+	if w.Code != http.StatusBadRequest || w.Header().Get(middleware.HeaderXRateLimitRemaining) != strconv.Itoa(left) {
 		t.Errorf("bad JSON: %d %v", w.Code, w.Header())
+	}
+	if strings.Contains(w.Body.String(), "secret") {
+		t.Errorf("the body is echoed: %s", w.Body)
+	}
+	// 10 points left, 30 needed: 429, whatever was wrong with the request.
+	w, resp := query(t, h, `{ nope }`, bearer(aliceKey))
+	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeRateLimited || w.Header().Get(middleware.HeaderRetryAfter) != "20" || len(resp.Errors) != 2 {
+		t.Errorf("empty budget: %d %s %v", w.Code, w.Body, w.Header())
+	}
+	if schema.resolvers.Load() != 0 {
+		t.Errorf("resolvers ran")
 	}
 }
 

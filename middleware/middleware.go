@@ -48,6 +48,9 @@ type Plan struct {
 	Per   time.Duration
 	// FailureMode overrides Config.FailureMode for this plan when set.
 	FailureMode FailureMode
+	// DisableIntrospection refuses operations of this plan that select
+	// __schema or __type (INTROSPECTION_DISABLED).
+	DisableIntrospection bool
 	// SplitBudget serves this plan from local leases of each principal's
 	// budget (limiter/splitbudget, tuned by Config.SplitBudget): most
 	// requests skip the store's round trip, at the price of up to
@@ -107,6 +110,51 @@ type GraphQLOptions struct {
 	DefaultListSize int
 	// MutationCost is the base cost of a mutation. Default 10.
 	MutationCost int64
+	// MaxAliases caps the aliased fields of an operation (introspection
+	// included). Default 100.
+	MaxAliases int
+	// MaxRootFields caps the root fields of an operation (introspection
+	// included). Default 100.
+	MaxRootFields int
+
+	// MaxTokens caps the lexical tokens of a document, counted before it
+	// is parsed (MAX_TOKENS_EXCEEDED). Default 20,000.
+	MaxTokens int
+	// MaxSelections caps the fields, fragment spreads and inline
+	// fragments written in a document, counted before it is parsed or
+	// validated (MAX_SELECTIONS_EXCEEDED): validation is quadratic in
+	// them. Default 1,000.
+	MaxSelections int
+	// MaxVariableValues caps the JSON values in a request's variables and
+	// extensions together, counted before they are decoded
+	// (VARIABLES_TOO_LARGE). Default 10,000.
+	MaxVariableValues int
+	// MaxVariablesDepth caps the nesting of variables and extensions, the
+	// object itself at depth 1 (VARIABLES_TOO_LARGE). Default 32.
+	MaxVariablesDepth int
+
+	// InvalidCost is what a request refused before it could be priced
+	// pays: a body or document over a bound, a document that fails to
+	// parse or validate, a static cap. Default 1.
+	InvalidCost int64
+	// MinCost is the least an operation is charged, so that an operation
+	// priced at 0 is not free. Default 1.
+	MinCost int64
+	// IntrospectionCost is what an operation pays for each __schema or
+	// __type selection (each alias counts), on top of its price.
+	// Default 50.
+	IntrospectionCost int64
+}
+
+// MemoryStoreOptions size the in-memory stores the Limiter creates: the
+// budgets when Config.Store is nil, and FailOpen's local fallback buckets.
+type MemoryStoreOptions struct {
+	// MaxKeys bounds the identities held. A full store never resets a
+	// budget to make room: it only drops budgets that are whole, and
+	// otherwise admits new identities through one overflow bucket per
+	// plan (see docs/middleware.md). Default memorystore.DefaultMaxKeys
+	// (100,000).
+	MaxKeys int
 }
 
 // RESTOptions price REST requests.
@@ -149,6 +197,13 @@ type Config struct {
 	GraphQL GraphQLOptions
 	REST    RESTOptions
 
+	// MaxBodyBytes bounds a request body in the GraphQL and REST wrappers:
+	// a larger one, declared or chunked, is answered 413 before anything
+	// reads it into memory beyond the limit. Default 1 MiB.
+	MaxBodyBytes int64
+	// MemoryStore sizes the in-memory stores the Limiter creates.
+	MemoryStore MemoryStoreOptions
+
 	// FailureMode applies when the store fails or times out and the plan
 	// sets none. Default FailOpen.
 	FailureMode FailureMode
@@ -182,6 +237,17 @@ const (
 	DefaultMutationCost = 10
 	DefaultRESTCost     = 1
 	DefaultProxyHeader  = "X-Forwarded-For"
+
+	DefaultMaxAliases        = 100
+	DefaultMaxRootFields     = 100
+	DefaultMaxTokens         = 20_000
+	DefaultMaxSelections     = 1_000
+	DefaultMaxVariableValues = 10_000
+	DefaultMaxVariablesDepth = 32
+	DefaultInvalidCost       = 1
+	DefaultMinCost           = 1
+	DefaultIntrospectionCost = 50
+	DefaultMaxBodyBytes      = 1 << 20
 )
 
 const (
@@ -231,6 +297,7 @@ type Limiter struct {
 	gql      GraphQLOptions
 	routes   *http.ServeMux
 	restCost int64
+	maxBody  int64
 	timeout  time.Duration
 	jitter   float64
 	log      *slog.Logger
@@ -320,15 +387,29 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	l.gql = gql
+	if smallest := l.smallestPlan(); max(gql.InvalidCost, gql.MinCost) > smallest.Burst {
+		return nil, fmt.Errorf("%w: GraphQL InvalidCost (%d) and MinCost (%d) must not exceed the burst %d of plan %q",
+			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.name)
+	}
+	switch l.maxBody = cfg.MaxBodyBytes; {
+	case l.maxBody < 0:
+		return nil, fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, l.maxBody)
+	case l.maxBody == 0:
+		l.maxBody = DefaultMaxBodyBytes
+	}
+	if cfg.MemoryStore.MaxKeys < 0 {
+		return nil, fmt.Errorf("%w: MemoryStore.MaxKeys %d is negative", ErrInvalidConfig, cfg.MemoryStore.MaxKeys)
+	}
+	memCfg := memorystore.Config{Clock: l.clock, MaxKeys: cfg.MemoryStore.MaxKeys}
 	if err := l.buildRoutes(cfg.REST); err != nil {
 		return nil, err
 	}
 
-	if l.fallback, err = memorystore.New(memorystore.Config{Clock: l.clock}); err != nil {
+	if l.fallback, err = memorystore.New(memCfg); err != nil {
 		return nil, fmt.Errorf("middleware: fallback store: %w", err)
 	}
 	if l.store == nil {
-		if l.owned, err = memorystore.New(memorystore.Config{Clock: l.clock}); err != nil {
+		if l.owned, err = memorystore.New(memCfg); err != nil {
 			l.fallback.Close()
 			return nil, fmt.Errorf("middleware: default store: %w", err)
 		}
@@ -483,8 +564,37 @@ func (l *Limiter) smallestPlan() *plan {
 }
 
 func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
-	if o.MaxDepth < 0 || o.MaxBreadth < 0 || o.MaxNodes < 0 || o.MaxCost < 0 || o.DefaultListSize < 0 || o.MutationCost < 0 {
+	if o.MaxDepth < 0 || o.MaxBreadth < 0 || o.MaxNodes < 0 || o.MaxCost < 0 || o.DefaultListSize < 0 || o.MutationCost < 0 ||
+		o.MaxAliases < 0 || o.MaxRootFields < 0 || o.MaxTokens < 0 || o.MaxSelections < 0 ||
+		o.MaxVariableValues < 0 || o.MaxVariablesDepth < 0 || o.InvalidCost < 0 || o.MinCost < 0 || o.IntrospectionCost < 0 {
 		return o, fmt.Errorf("%w: GraphQL options must not be negative: %+v", ErrInvalidConfig, o)
+	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{
+		{&o.MaxAliases, DefaultMaxAliases},
+		{&o.MaxRootFields, DefaultMaxRootFields},
+		{&o.MaxTokens, DefaultMaxTokens},
+		{&o.MaxSelections, DefaultMaxSelections},
+		{&o.MaxVariableValues, DefaultMaxVariableValues},
+		{&o.MaxVariablesDepth, DefaultMaxVariablesDepth},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	for _, d := range []struct {
+		v   *int64
+		def int64
+	}{
+		{&o.InvalidCost, DefaultInvalidCost},
+		{&o.MinCost, DefaultMinCost},
+		{&o.IntrospectionCost, DefaultIntrospectionCost},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
 	if o.MaxDepth == 0 {
 		o.MaxDepth = DefaultMaxDepth
@@ -525,7 +635,8 @@ const (
 	rateLimited         // not enough tokens now
 	overBudget          // costs more than the plan's burst: never admitted
 	unavailable         // store failed and the plan fails closed
-	capExceeded         // a static GraphQL cap refused it before pricing
+	capExceeded         // a static GraphQL cap refused it before pricing; InvalidCost paid
+	invalid             // gqlgen refused it before pricing; InvalidCost paid, gqlgen's status
 )
 
 // outcome is a budget decision ready to be rendered.
@@ -553,6 +664,17 @@ func (l *Limiter) spend(ctx context.Context, id Identity, p *plan, cost int64) o
 		return outcome{verdict: rateLimited, decision: d, known: true, retryAfter: l.retryAfter(d.RetryAfter)}
 	}
 	return outcome{verdict: admitted, decision: d, known: true}
+}
+
+// chargeInvalid debits InvalidCost for a request refused before it could be
+// priced. The verdict is capExceeded once paid, else what refused the
+// payment (rateLimited, unavailable).
+func (l *Limiter) chargeInvalid(ctx context.Context, id Identity, p *plan) outcome {
+	o := l.spend(ctx, id, p, l.gql.InvalidCost)
+	if o.verdict == admitted || o.verdict == overBudget {
+		o.verdict = capExceeded
+	}
+	return o
 }
 
 // peek reads the bucket without spending, for the headers of a request

@@ -74,11 +74,34 @@ func (l *Limiter) routeCostOf(r *http.Request) int64 {
 	return l.restCost
 }
 
+// boundRESTBody enforces MaxBodyBytes before anything is debited: a
+// declared larger body is answered 413 at once, a body of unknown length
+// (chunked) is read up to the limit first, so it gets the 413 too rather
+// than whatever next makes of a failed read. It reports whether to go on.
+func (l *Limiter) boundRESTBody(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case r.Body == nil || r.Body == http.NoBody:
+		return true
+	case r.ContentLength > l.maxBody:
+		writeRESTError(w, http.StatusRequestEntityTooLarge, "request_too_large", 0)
+		return false
+	case r.ContentLength >= 0:
+		r.Body = http.MaxBytesReader(w, r.Body, l.maxBody)
+		return true
+	}
+	if _, ref := readBody(r, l.maxBody); ref != nil {
+		writeRESTError(w, ref.status, "request_too_large", 0)
+		return false
+	}
+	return true
+}
+
 // REST returns middleware that debits each request's route cost from its
 // principal's budget (the one GraphQL operations draw from too) before
 // calling next. Rejections are JSON:
 //
 //	401 {"error":"unknown_api_key"}
+//	413 {"error":"request_too_large"}    (Config.MaxBodyBytes; nothing debited)
 //	429 {"error":"rate_limited","retry_after_seconds":N}
 //	503 {"error":"rate_limiter_unavailable","retry_after_seconds":N}
 //
@@ -88,6 +111,9 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 		id, p, err := l.identify(r)
 		if err != nil {
 			l.restIdentifyFailed(w, r, err)
+			return
+		}
+		if !l.boundRESTBody(w, r) {
 			return
 		}
 		o := l.spend(r.Context(), id, p, l.routeCostOf(r))

@@ -48,6 +48,14 @@ type config struct {
 	OverLimitCache string `yaml:"over_limit_cache"`
 	// SplitBudget tunes the local leases of plans with split_budget: true.
 	SplitBudget splitBudgetConfig `yaml:"split_budget"`
+	// MaxBodyBytes bounds a request body on /graphql and /api/ (413).
+	MaxBodyBytes whole `yaml:"max_body_bytes"`
+	// MemoryStore sizes the in-memory budgets (and the fail-open fallback).
+	MemoryStore memoryStoreConfig `yaml:"memory_store"`
+}
+
+type memoryStoreConfig struct {
+	MaxKeys whole `yaml:"max_keys"`
 }
 
 type splitBudgetConfig struct {
@@ -63,6 +71,9 @@ type planConfig struct {
 	// SplitBudget trades exactness for fewer store round trips (UX-grade
 	// limits only; docs/scaling.md bounds the overshoot).
 	SplitBudget bool `yaml:"split_budget,omitempty"`
+	// Introspection false refuses __schema and __type for this plan; unset
+	// means allowed.
+	Introspection *bool `yaml:"introspection,omitempty"`
 }
 
 type apiKeyConfig struct {
@@ -77,6 +88,20 @@ type graphQLConfig struct {
 	MaxCost         whole `yaml:"max_cost"`
 	DefaultListSize whole `yaml:"default_list_size"`
 	MutationCost    whole `yaml:"mutation_cost"`
+	MaxAliases      whole `yaml:"max_aliases"`
+	MaxRootFields   whole `yaml:"max_root_fields"`
+	// The bounds on a request before it is parsed.
+	MaxTokens         whole `yaml:"max_tokens"`
+	MaxSelections     whole `yaml:"max_selections"`
+	MaxVariableValues whole `yaml:"max_variable_values"`
+	MaxVariablesDepth whole `yaml:"max_variables_depth"`
+	// What requests pay besides their price.
+	InvalidCost       whole `yaml:"invalid_cost"`
+	MinCost           whole `yaml:"min_cost"`
+	IntrospectionCost whole `yaml:"introspection_cost"`
+	// gqlgen's cache of parsed documents.
+	QueryCacheEntries whole `yaml:"query_cache_entries"`
+	QueryCacheBytes   whole `yaml:"query_cache_bytes"`
 }
 
 type restConfig struct {
@@ -106,6 +131,18 @@ func defaultConfig() config {
 			MaxCost:         0,
 			DefaultListSize: 10,
 			MutationCost:    10,
+
+			MaxAliases:        100,
+			MaxRootFields:     100,
+			MaxTokens:         20_000,
+			MaxSelections:     1_000,
+			MaxVariableValues: 10_000,
+			MaxVariablesDepth: 32,
+			InvalidCost:       1,
+			MinCost:           1,
+			IntrospectionCost: 50,
+			QueryCacheEntries: 1000,
+			QueryCacheBytes:   32 << 20,
 		},
 		REST: restConfig{
 			DefaultCost: 1,
@@ -119,6 +156,8 @@ func defaultConfig() config {
 			LeaseFraction:  splitbudget.DefaultLeaseFraction,
 			SettleInterval: splitbudget.DefaultSettleInterval,
 		},
+		MaxBodyBytes: 1 << 20,
+		MemoryStore:  memoryStoreConfig{MaxKeys: 100_000},
 	}
 }
 
@@ -234,6 +273,19 @@ func (c config) validate() error {
 		{"graphql.max_cost", c.GraphQL.MaxCost, 0, math.MaxInt64},
 		{"graphql.default_list_size", c.GraphQL.DefaultListSize, 1, math.MaxInt32},
 		{"graphql.mutation_cost", c.GraphQL.MutationCost, 1, math.MaxInt64},
+		{"graphql.max_aliases", c.GraphQL.MaxAliases, 1, math.MaxInt32},
+		{"graphql.max_root_fields", c.GraphQL.MaxRootFields, 1, math.MaxInt32},
+		{"graphql.max_tokens", c.GraphQL.MaxTokens, 1, math.MaxInt32},
+		{"graphql.max_selections", c.GraphQL.MaxSelections, 1, math.MaxInt32},
+		{"graphql.max_variable_values", c.GraphQL.MaxVariableValues, 1, math.MaxInt32},
+		{"graphql.max_variables_depth", c.GraphQL.MaxVariablesDepth, 1, math.MaxInt32},
+		{"graphql.invalid_cost", c.GraphQL.InvalidCost, 1, math.MaxInt64},
+		{"graphql.min_cost", c.GraphQL.MinCost, 1, math.MaxInt64},
+		{"graphql.introspection_cost", c.GraphQL.IntrospectionCost, 1, math.MaxInt64},
+		{"graphql.query_cache_entries", c.GraphQL.QueryCacheEntries, 1, math.MaxInt32},
+		{"graphql.query_cache_bytes", c.GraphQL.QueryCacheBytes, 1, math.MaxInt64},
+		{"max_body_bytes", c.MaxBodyBytes, 1, math.MaxInt64},
+		{"memory_store.max_keys", c.MemoryStore.MaxKeys, 1, math.MaxInt32},
 		{"rest.default_cost", c.REST.DefaultCost, 1, math.MaxInt64},
 	} {
 		if int64(f.v) < f.min || int64(f.v) > f.max {
@@ -299,8 +351,9 @@ func (c config) limiterConfig() middleware.Config {
 	for name, p := range c.Plans {
 		plans[name] = middleware.Plan{
 			Burst: int64(p.Burst), Rate: int64(p.Rate), Per: p.Per,
-			FailureMode: middleware.FailureMode(p.FailureMode),
-			SplitBudget: p.SplitBudget,
+			FailureMode:          middleware.FailureMode(p.FailureMode),
+			SplitBudget:          p.SplitBudget,
+			DisableIntrospection: p.Introspection != nil && !*p.Introspection,
 		}
 	}
 	keys := make(map[string]middleware.APIKey, len(c.APIKeys))
@@ -323,7 +376,19 @@ func (c config) limiterConfig() middleware.Config {
 			MaxCost:         int64(c.GraphQL.MaxCost),
 			DefaultListSize: int(c.GraphQL.DefaultListSize),
 			MutationCost:    int64(c.GraphQL.MutationCost),
+
+			MaxAliases:        int(c.GraphQL.MaxAliases),
+			MaxRootFields:     int(c.GraphQL.MaxRootFields),
+			MaxTokens:         int(c.GraphQL.MaxTokens),
+			MaxSelections:     int(c.GraphQL.MaxSelections),
+			MaxVariableValues: int(c.GraphQL.MaxVariableValues),
+			MaxVariablesDepth: int(c.GraphQL.MaxVariablesDepth),
+			InvalidCost:       int64(c.GraphQL.InvalidCost),
+			MinCost:           int64(c.GraphQL.MinCost),
+			IntrospectionCost: int64(c.GraphQL.IntrospectionCost),
 		},
+		MaxBodyBytes: int64(c.MaxBodyBytes),
+		MemoryStore:  middleware.MemoryStoreOptions{MaxKeys: int(c.MemoryStore.MaxKeys)},
 		REST: middleware.RESTOptions{
 			DefaultCost: int64(c.REST.DefaultCost),
 			Routes:      routes,

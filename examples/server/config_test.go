@@ -98,7 +98,11 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	assert.Equal(t, "anon", m.AnonymousPlan)
 	assert.Equal(t, middleware.GraphQLOptions{
 		MaxDepth: 10, MaxBreadth: 100, MaxNodes: 500_000, MaxCost: 0, DefaultListSize: 10, MutationCost: 10,
+		MaxAliases: 100, MaxRootFields: 100, MaxTokens: 20_000, MaxSelections: 1_000,
+		MaxVariableValues: 10_000, MaxVariablesDepth: 32, InvalidCost: 1, MinCost: 1, IntrospectionCost: 50,
 	}, m.GraphQL)
+	assert.Equal(t, int64(1<<20), m.MaxBodyBytes)
+	assert.Equal(t, 100_000, m.MemoryStore.MaxKeys)
 	assert.Equal(t, middleware.RESTOptions{DefaultCost: 1, Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
 	assert.Equal(t, middleware.FailOpen, m.FailureMode)
 	assert.Empty(t, m.TrustedProxies)

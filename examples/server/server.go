@@ -9,10 +9,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
-	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/99designs/gqlgen/graphql/playground"
-	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/graph/model"
@@ -20,15 +18,8 @@ import (
 	"github.com/costguard/costguard/middleware"
 )
 
-const (
-	// maxRequestBytes bounds a request body: a GraphQL document and its
-	// variables are small.
-	maxRequestBytes = 1 << 20
-	// queryCacheSize is how many parsed documents gqlgen keeps.
-	queryCacheSize = 1000
-	// searchResults is how many hits GET /api/search returns at most.
-	searchResults = 20
-)
+// searchResults is how many hits GET /api/search returns at most.
+const searchResults = 20
 
 // deps are what a caller may inject into newServer; zero fields take the
 // production defaults.
@@ -59,10 +50,15 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 		res = graph.NewResolver()
 	}
 
+	cache, err := middleware.NewQueryCache(int(cfg.GraphQL.QueryCacheEntries), int64(cfg.GraphQL.QueryCacheBytes))
+	if err != nil {
+		lim.Close()
+		return nil, nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
 	gql := handler.New(res.Schema())
 	gql.AddTransport(transport.GET{})
 	gql.AddTransport(transport.POST{})
-	gql.SetQueryCache(lru.New[*ast.QueryDocument](queryCacheSize))
+	gql.SetQueryCache(cache)           // bounded by bytes too: documents can be a megabyte each
 	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
 	gql.Use(lim.Extension())
 
@@ -81,22 +77,8 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
 	mux.Handle("/graphql", lim.GraphQL(gql))
-	mux.Handle("/api/", lim.REST(api))
-	return limitBody(mux), lim.Close, nil
-}
-
-// limitBody caps every request body at maxRequestBytes: a declared larger
-// body is answered 413 at once; an undeclared one (chunked) fails to read
-// past the cap.
-func limitBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > maxRequestBytes {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: "request_too_large"})
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
-		next.ServeHTTP(w, r)
-	})
+	mux.Handle("/api/", lim.REST(api)) // both wrappers bound the body (max_body_bytes)
+	return mux, lim.Close, nil
 }
 
 type errorBody struct {

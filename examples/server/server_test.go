@@ -229,8 +229,8 @@ func TestSeedQueryExceedsEveryPlan(t *testing.T) {
 			assert.EqualValues(t, 5101, body.Errors[0].Extensions["cost"])
 			require.NotNil(t, body.Extensions.Cost)
 			assert.EqualValues(t, 5101, body.Extensions.Cost.RequestedQueryCost)
-			assert.Equal(t, tt.burst, *body.Extensions.Cost.ThrottleStatus.CurrentlyAvailable, "nothing debited")
-			assert.Equal(t, tt.burst, headerInt(t, w.Header(), middleware.HeaderXRateLimitRemaining))
+			assert.Equal(t, tt.burst-1, *body.Extensions.Cost.ThrottleStatus.CurrentlyAvailable, "invalid_cost debited, not the price")
+			assert.Equal(t, tt.burst-1, headerInt(t, w.Header(), middleware.HeaderXRateLimitRemaining))
 			assert.Empty(t, w.Header().Get(middleware.HeaderRetryAfter), "retrying cannot help")
 			assert.Zero(t, ts.res.Calls())
 		})
@@ -247,7 +247,7 @@ func TestQueryPrices(t *testing.T) {
 		{"one object", `{ user(login: "octocat") { login name } }`, 1},
 		{"list without a slicing argument assumes default_list_size", `{ user(login: "octocat") { repos { name } } }`, 1 + 10},
 		{"@cost weight", `{ repository(name: "linguist") { issues(first: 2) { bodyHTML } } }`, 1 + 2*(1+5)},
-		{"introspection is free", `{ __schema { types { name } } }`, 0},
+		{"nothing is free: min_cost", `{ __typename }`, 1},
 	}
 	ts := newTestServer(t, defaultConfig(), deps{})
 	for _, tt := range tests {
@@ -422,20 +422,28 @@ func TestRoutes(t *testing.T) {
 
 func TestRequestBodyIsBounded(t *testing.T) {
 	ts := newTestServer(t, defaultConfig(), deps{})
-	huge := `{"query":"{ user(login: \"` + strings.Repeat("a", maxRequestBytes) + `\") { login } }"}`
+	huge := `{"query":"{ user(login: \"` + strings.Repeat("a", 1<<20) + `\") { login } }"}`
 	w := ts.do(alice, http.MethodPost, "/graphql", strings.NewReader(huge))
 	assert.Equal(t, http.StatusRequestEntityTooLarge, w.Code)
-	assert.JSONEq(t, `{"error":"request_too_large"}`, w.Body.String())
+	assert.Equal(t, middleware.CodeRequestTooLarge, decodeGraphQL(t, w.Body.Bytes()).code())
+	assert.Less(t, w.Body.Len(), 300, "the request is not echoed")
 
-	// Without a Content-Length the body is cut at the cap while gqlgen reads
-	// it: an error, and no resolver runs.
+	// Without a Content-Length the answer is the same 413, and no resolver
+	// runs.
 	r := httptest.NewRequest(http.MethodPost, "/graphql", io.MultiReader(strings.NewReader(huge)))
 	r.ContentLength = -1
 	r.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	ts.h.ServeHTTP(rec, r)
-	body := decodeGraphQL(t, rec.Body.Bytes())
-	require.NotEmpty(t, body.Errors)
-	assert.Contains(t, body.Errors[0].Message, "request body too large")
+	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
+	assert.Equal(t, middleware.CodeRequestTooLarge, decodeGraphQL(t, rec.Body.Bytes()).code())
 	assert.Zero(t, ts.res.Calls())
+
+	// The REST routes too.
+	r = httptest.NewRequest(http.MethodPost, "/api/users/octocat", io.MultiReader(strings.NewReader(huge)))
+	r.ContentLength = -1
+	rec = httptest.NewRecorder()
+	ts.h.ServeHTTP(rec, r)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
+	assert.JSONEq(t, `{"error":"request_too_large"}`, rec.Body.String())
 }

@@ -1,0 +1,127 @@
+package middleware
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/lexer"
+)
+
+// Defaults of NewQueryCache.
+const (
+	DefaultQueryCacheEntries = 1000
+	DefaultQueryCacheBytes   = 32 << 20
+	// queryCacheBytesPerToken is what one token of a document costs once
+	// parsed (gqlparser's syntax tree, measured at 100 to 240 bytes a
+	// token), on top of the document's own bytes, which the tree keeps.
+	queryCacheBytesPerToken = 256
+)
+
+var _ graphql.Cache[*ast.QueryDocument] = (*QueryCache)(nil)
+
+// QueryCache is a gqlgen query cache (handler.Server.SetQueryCache) bounded
+// by the memory of the documents it holds as well as by their number:
+// gqlgen's lru.New counts entries only, so 1,000 documents of a megabyte
+// each could pin gigabytes. An entry is charged its query's bytes plus an
+// estimate of its parsed tree (queryCacheBytesPerToken a token); the least
+// recently used entries go first. Safe for concurrent use.
+type QueryCache struct {
+	mu         sync.Mutex
+	maxEntries int
+	maxBytes   int64
+	bytes      int64
+	order      *list.List // front: most recently used
+	items      map[string]*list.Element
+}
+
+type queryCacheEntry struct {
+	key   string
+	doc   *ast.QueryDocument
+	bytes int64
+}
+
+// NewQueryCache returns a cache of at most maxEntries documents and
+// maxBytes estimated bytes; zero takes DefaultQueryCacheEntries and
+// DefaultQueryCacheBytes. A document larger than maxBytes is never kept.
+func NewQueryCache(maxEntries int, maxBytes int64) (*QueryCache, error) {
+	if maxEntries < 0 || maxBytes < 0 {
+		return nil, fmt.Errorf("%w: query cache bounds must not be negative (entries %d, bytes %d)", ErrInvalidConfig, maxEntries, maxBytes)
+	}
+	if maxEntries == 0 {
+		maxEntries = DefaultQueryCacheEntries
+	}
+	if maxBytes == 0 {
+		maxBytes = DefaultQueryCacheBytes
+	}
+	return &QueryCache{maxEntries: maxEntries, maxBytes: maxBytes, order: list.New(), items: make(map[string]*list.Element)}, nil
+}
+
+// Get implements graphql.Cache.
+func (c *QueryCache) Get(_ context.Context, key string) (*ast.QueryDocument, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.items[key]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(el)
+	return el.Value.(*queryCacheEntry).doc, true
+}
+
+// Add implements graphql.Cache. gqlgen adds a document once it has parsed
+// and validated it.
+func (c *QueryCache) Add(_ context.Context, key string, doc *ast.QueryDocument) {
+	size := documentBytes(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.order.MoveToFront(el)
+		return
+	}
+	if size > c.maxBytes {
+		return
+	}
+	for c.order.Len() >= c.maxEntries || c.bytes+size > c.maxBytes {
+		c.remove(c.order.Back())
+	}
+	c.items[key] = c.order.PushFront(&queryCacheEntry{key: key, doc: doc, bytes: size})
+	c.bytes += size
+}
+
+// Len is the number of documents held; Bytes their estimated size.
+func (c *QueryCache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
+}
+
+// Bytes is the estimated memory of the documents held.
+func (c *QueryCache) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
+}
+
+func (c *QueryCache) remove(el *list.Element) {
+	e := c.order.Remove(el).(*queryCacheEntry)
+	delete(c.items, e.key)
+	c.bytes -= e.bytes
+}
+
+// documentBytes estimates what a parsed query holds in memory.
+func documentBytes(query string) int64 {
+	lex := lexer.New(&ast.Source{Input: query})
+	var tokens int64
+	for {
+		tok, err := lex.ReadToken()
+		if err != nil || tok.Kind == lexer.EOF {
+			break
+		}
+		tokens++
+	}
+	return int64(len(query)) + tokens*queryCacheBytesPerToken
+}

@@ -1,0 +1,473 @@
+package middleware
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/lexer"
+)
+
+// GraphQL error codes of requests refused before gqlgen reads them. Their
+// HTTP statuses are pinned by tests.
+const (
+	// CodeRequestTooLarge: the body is larger than Config.MaxBodyBytes (413).
+	CodeRequestTooLarge = "REQUEST_TOO_LARGE"
+	// CodeInvalidRequest: the body is not one JSON object of the
+	// GraphQL-over-HTTP shape (400).
+	CodeInvalidRequest = "INVALID_REQUEST"
+	// CodeVariablesTooLarge: variables or extensions hold more values, or
+	// nest deeper, than GraphQLOptions allow (400).
+	CodeVariablesTooLarge = "VARIABLES_TOO_LARGE"
+)
+
+// refusal is a request answered before gqlgen runs.
+type refusal struct {
+	status  int
+	code    string
+	message string
+}
+
+func refuse(status int, code, format string, args ...any) *refusal {
+	return &refusal{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// readBody reads r's body whole, at most limit bytes, so a body of unknown
+// length (chunked) is refused with 413 as surely as a declared one, and
+// puts what it read back for the next handler.
+func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, refuse(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
+			"the request body is %d bytes; the limit is %d", r.ContentLength, limit)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, refuse(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
+				"the request body is larger than %d bytes", mbe.Limit)
+		}
+		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body could not be read")
+	}
+	if int64(len(body)) > limit {
+		return nil, refuse(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
+			"the request body is larger than %d bytes", limit)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return body, nil
+}
+
+// screenGraphQL bounds what gqlgen's transports will decode into memory,
+// before they decode it: the body's size, and for JSON requests (POST
+// bodies, GET's variables and extensions parameters) the number and
+// nesting of the values in variables and extensions. Variables the
+// document never mentions are dropped, as execution would ignore them,
+// before they are decoded. It may rewrite r's body or URL.
+func (l *Limiter) screenGraphQL(r *http.Request) *refusal {
+	body, ref := readBody(r, l.maxBody)
+	if ref != nil {
+		return ref
+	}
+	if r.Method == http.MethodGet {
+		return l.screenGETParams(r)
+	}
+	if body == nil || !isJSON(r.Header.Get("Content-Type")) {
+		return nil
+	}
+	out, ref := l.screenJSONParams(body)
+	if ref != nil {
+		return ref
+	}
+	if len(out) != len(body) {
+		r.Body = io.NopCloser(bytes.NewReader(out))
+		r.ContentLength = int64(len(out))
+	}
+	return nil
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == jsonMIME
+}
+
+// The members of a GraphQL-over-HTTP request body that gqlgen decodes.
+// encoding/json matches member names case-insensitively (with Unicode
+// folding), so any other spelling of these is refused rather than decoded
+// behind the screen's back.
+var requestMembers = []string{"query", "operationName", "variables", "extensions"}
+
+// screenJSONParams checks a POST body and returns it, or a copy without the
+// undeclared variables.
+func (l *Limiter) screenJSONParams(body []byte) ([]byte, *refusal) {
+	if !json.Valid(body) {
+		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not valid JSON")
+	}
+	s := jsonScanner{b: body}
+	s.space()
+	if s.peek() != '{' {
+		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not a JSON object")
+	}
+	var (
+		query     string
+		vars      []member // members of the variables object
+		varsStart int      // offsets of the variables object, '{' to '}'
+		varsEnd   int
+		seen      = map[string]bool{}
+		budget    = jsonBudget{values: l.gql.MaxVariableValues, depth: l.gql.MaxVariablesDepth}
+	)
+	for m := range s.members() {
+		canonical := ""
+		for _, name := range requestMembers {
+			if strings.EqualFold(m.name, name) {
+				canonical = name
+			}
+		}
+		if canonical == "" {
+			continue // encoding/json skips it without keeping it
+		}
+		if m.name != canonical || seen[canonical] {
+			return nil, refuse(http.StatusBadRequest, CodeInvalidRequest,
+				"the request body has a member %q; expected each of %s at most once, spelled so",
+				truncate(m.name, 64), strings.Join(requestMembers, ", "))
+		}
+		seen[canonical] = true
+		v := body[m.valueStart:m.valueEnd]
+		switch canonical {
+		case "query", "operationName":
+			if v[0] != '"' && !isNull(v) {
+				return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be a string", canonical)
+			}
+			if canonical == "query" && v[0] == '"' {
+				_ = json.Unmarshal(v, &query) // valid JSON: it cannot fail
+			}
+		case "variables", "extensions":
+			if v[0] != '{' && !isNull(v) {
+				return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be an object", canonical)
+			}
+			if ref := budget.measure(canonical, v); ref != nil {
+				return nil, ref
+			}
+			if canonical == "variables" && v[0] == '{' {
+				vs := jsonScanner{b: body, i: m.valueStart}
+				for vm := range vs.members() {
+					vars = append(vars, vm)
+				}
+				varsStart, varsEnd = m.valueStart, m.valueEnd
+			}
+		}
+	}
+	keep := declaredIn(query, vars, l.gql.MaxTokens)
+	if keep == nil {
+		return body, nil
+	}
+	out := make([]byte, 0, len(body))
+	out = append(out, body[:varsStart]...)
+	out = append(out, '{')
+	first := true
+	for i, m := range vars {
+		if !keep[i] {
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, body[m.keyStart:m.valueEnd]...)
+	}
+	out = append(out, '}')
+	return append(out, body[varsEnd:]...), nil
+}
+
+// screenGETParams applies the same bounds to a GET request's variables and
+// extensions parameters.
+func (l *Limiter) screenGETParams(r *http.Request) *refusal {
+	q := r.URL.Query()
+	budget := jsonBudget{values: l.gql.MaxVariableValues, depth: l.gql.MaxVariablesDepth}
+	for _, name := range []string{"variables", "extensions"} {
+		v := q.Get(name)
+		if v == "" {
+			continue
+		}
+		b := []byte(v)
+		if !json.Valid(b) {
+			return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s is not valid JSON", name)
+		}
+		b = bytes.TrimSpace(b)
+		if b[0] != '{' && !isNull(b) {
+			return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be an object", name)
+		}
+		if ref := budget.measure(name, b); ref != nil {
+			return ref
+		}
+		if name != "variables" || b[0] != '{' {
+			continue
+		}
+		s := jsonScanner{b: b}
+		var vars []member
+		for m := range s.members() {
+			vars = append(vars, m)
+		}
+		keep := declaredIn(q.Get("query"), vars, l.gql.MaxTokens)
+		if keep == nil {
+			continue
+		}
+		out := []byte{'{'}
+		for i, m := range vars {
+			if keep[i] {
+				if len(out) > 1 {
+					out = append(out, ',')
+				}
+				out = append(out, b[m.keyStart:m.valueEnd]...)
+			}
+		}
+		q.Set(name, string(append(out, '}')))
+		r.URL.RawQuery = q.Encode()
+	}
+	return nil
+}
+
+// declaredIn returns which variables to keep, or nil to keep them all: a
+// variable is dropped when the document never writes $name. Reading the
+// document stops after maxTokens tokens (0: no limit); a longer document
+// is refused by the Extension anyway, so nothing is dropped then.
+func declaredIn(query string, vars []member, maxTokens int) []bool {
+	if len(vars) == 0 {
+		return nil
+	}
+	names := make(map[string]bool, len(vars))
+	lex := lexer.New(&ast.Source{Input: query})
+	afterDollar := false
+	for n := 0; maxTokens == 0 || n <= maxTokens; n++ {
+		tok, err := lex.ReadToken()
+		if err != nil {
+			return nil // a parse error: gqlgen refuses the document
+		}
+		if tok.Kind == lexer.EOF {
+			break
+		}
+		if afterDollar && tok.Kind == lexer.Name {
+			names[tok.Value] = true
+		}
+		afterDollar = tok.Kind == lexer.Dollar
+		if maxTokens > 0 && n == maxTokens {
+			return nil
+		}
+	}
+	keep := make([]bool, len(vars))
+	dropped := false
+	for i, m := range vars {
+		keep[i] = names[m.name]
+		dropped = dropped || !keep[i]
+	}
+	if !dropped {
+		return nil
+	}
+	return keep
+}
+
+func isNull(v []byte) bool { return string(v) == "null" }
+
+// truncate cuts s to at most n bytes, so that client input echoed in a
+// message stays small.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// jsonBudget counts the values of variables and extensions together against
+// GraphQLOptions.MaxVariableValues, and bounds their nesting.
+type jsonBudget struct {
+	values int // left
+	depth  int
+}
+
+// measure counts the values in v (valid JSON); every scalar, array and
+// object counts one, the top-level object included.
+func (b *jsonBudget) measure(name string, v []byte) *refusal {
+	s := jsonScanner{b: v}
+	depth, ok := s.count(&b.values, b.depth)
+	switch {
+	case !ok && depth > b.depth:
+		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "%s nest deeper than %d levels", name, b.depth)
+	case !ok:
+		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "variables and extensions hold more than the limit of values")
+	}
+	return nil
+}
+
+// jsonScanner walks JSON that json.Valid accepted, so it only needs to find
+// where things start and end.
+type jsonScanner struct {
+	b []byte
+	i int
+}
+
+// member is one name/value pair of an object, by offsets into the scanned
+// bytes: keyStart at the name's opening quote, value at its first and one
+// past its last byte.
+type member struct {
+	name                           string
+	keyStart, valueStart, valueEnd int
+}
+
+func (s *jsonScanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *jsonScanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// str skips a string starting at its opening quote.
+func (s *jsonScanner) str() {
+	s.i++
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '\\':
+			s.i += 2
+		case '"':
+			s.i++
+			return
+		default:
+			s.i++
+		}
+	}
+}
+
+// members yields the members of the object whose '{' is at s.i (after
+// space), leaving s.i after its '}'.
+func (s *jsonScanner) members() func(func(member) bool) {
+	return func(yield func(member) bool) {
+		s.space()
+		s.i++ // '{'
+		for {
+			s.space()
+			if s.peek() == '}' {
+				s.i++
+				return
+			}
+			if s.peek() == ',' {
+				s.i++
+				s.space()
+			}
+			m := member{keyStart: s.i}
+			s.str()
+			raw := s.b[m.keyStart:s.i]
+			if bytes.IndexByte(raw, '\\') < 0 {
+				m.name = string(raw[1 : len(raw)-1])
+			} else {
+				_ = json.Unmarshal(raw, &m.name)
+			}
+			s.space()
+			s.i++ // ':'
+			s.space()
+			m.valueStart = s.i
+			s.skip()
+			m.valueEnd = s.i
+			if !yield(m) {
+				return
+			}
+		}
+	}
+}
+
+func isDelimiter(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}
+
+// skip moves past one value.
+func (s *jsonScanner) skip() {
+	var left int = -1 // no value limit
+	s.count(&left, -1)
+}
+
+// count moves past one value, taking one from *left for it and for every
+// value inside it (a negative *left is no limit), and returns its nesting
+// depth. It stops early, returning false, when *left would go below zero or
+// the depth would pass maxDepth (negative: no limit); the depth returned
+// then is maxDepth+1 for the latter.
+func (s *jsonScanner) count(left *int, maxDepth int) (depth int, ok bool) {
+	open := 0 // depth of the containers we are in
+	deepest := 0
+	for {
+		s.space()
+		if s.i >= len(s.b) {
+			return deepest, true
+		}
+		c := s.b[s.i]
+		switch c {
+		case '{', '[':
+			if *left == 0 {
+				return deepest, false
+			}
+			if *left > 0 {
+				*left--
+			}
+			open++
+			deepest = max(deepest, open)
+			if maxDepth >= 0 && open > maxDepth {
+				return open, false
+			}
+			s.i++
+			continue
+		case '}', ']':
+			open--
+			s.i++
+		case ',', ':':
+			s.i++
+			continue
+		case '"':
+			// A string: a value, or a key when ':' follows.
+			s.str()
+			s.space()
+			if s.peek() == ':' {
+				continue
+			}
+			if *left == 0 {
+				return deepest, false
+			}
+			if *left > 0 {
+				*left--
+			}
+		default: // number, true, false, null
+			for s.i < len(s.b) && !isDelimiter(s.b[s.i]) {
+				s.i++
+			}
+			if *left == 0 {
+				return deepest, false
+			}
+			if *left > 0 {
+				*left--
+			}
+		}
+		if open == 0 {
+			return deepest, true
+		}
+	}
+}
