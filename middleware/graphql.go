@@ -128,8 +128,10 @@ type opResult struct {
 // tokens and selections in one pass of the lexer and refuses it past
 // MaxTokens or MaxSelections, so parsing and validation stay bounded.
 func (e *Extension) MutateOperationParameters(ctx context.Context, params *graphql.RawParams) *gqlerror.Error {
-	lim := complexity.DocumentLimits{MaxTokens: e.l.gql.MaxTokens, MaxSelections: e.l.gql.MaxSelections}
-	_, err := complexity.CheckDocument(params.Query, lim)
+	if st, ok := ctx.Value(stateKey{}).(*requestState); ok && st.documentChecked == params.Query && params.Query != "" {
+		return nil // the GraphQL wrapper counted this very document
+	}
+	_, err := complexity.CheckDocument(params.Query, e.l.documentLimits())
 	if err == nil {
 		return nil
 	}
@@ -304,6 +306,9 @@ type requestState struct {
 	// get: the request came by GET, whose transport refuses mutations
 	// after the Extension has run.
 	get bool
+	// documentChecked is the query the wrapper found within the document
+	// bounds, so the Extension need not count it again.
+	documentChecked string
 
 	mu      sync.Mutex
 	decided bool
@@ -380,7 +385,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		st := &requestState{id: id, plan: p, get: r.Method == http.MethodGet}
-		if ref := l.screenGraphQL(r); ref != nil {
+		if ref := l.screenGraphQL(r, st); ref != nil {
 			l.refuseRequest(w, r, st, ref)
 			return
 		}
@@ -416,7 +421,11 @@ func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requ
 		writeGraphQLError(w, r, status, ge, o.retryAfter)
 		return
 	}
-	writeGraphQLError(w, r, ref.status, codedError(ref.code, 0, "%s", ref.message), 0)
+	ge := ref.gqlErr
+	if ge == nil {
+		ge = codedError(ref.code, 0, "%s", ref.message)
+	}
+	writeGraphQLError(w, r, ref.status, ge, 0)
 }
 
 // writeGraphQLError answers with a GraphQL response holding one error.
@@ -542,3 +551,7 @@ func (l *Limiter) complexityOptions() []complexity.Option {
 // introspects reports whether the operation selects __schema or __type.
 // TODO(issue 9): Report.Introspection once the analyzer reports it.
 func introspects(*complexity.Report) bool { return false }
+
+func (l *Limiter) documentLimits() complexity.DocumentLimits {
+	return complexity.DocumentLimits{MaxTokens: l.gql.MaxTokens, MaxSelections: l.gql.MaxSelections}
+}

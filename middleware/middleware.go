@@ -123,7 +123,7 @@ type GraphQLOptions struct {
 	// MaxSelections caps the fields, fragment spreads and inline
 	// fragments written in a document, counted before it is parsed or
 	// validated (MAX_SELECTIONS_EXCEEDED): validation is quadratic in
-	// them. Default 1,000.
+	// them. Default 500.
 	MaxSelections int
 	// MaxVariableValues caps the JSON values in a request's variables and
 	// extensions together, counted before they are decoded
@@ -241,7 +241,7 @@ const (
 	DefaultMaxAliases        = 100
 	DefaultMaxRootFields     = 100
 	DefaultMaxTokens         = 20_000
-	DefaultMaxSelections     = 1_000
+	DefaultMaxSelections     = 500
 	DefaultMaxVariableValues = 10_000
 	DefaultMaxVariablesDepth = 32
 	DefaultInvalidCost       = 1

@@ -11,7 +11,10 @@ import (
 	"strings"
 
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 	"github.com/vektah/gqlparser/v2/lexer"
+
+	"github.com/costguard/costguard/complexity"
 )
 
 // GraphQL error codes of requests refused before gqlgen reads them. Their
@@ -32,6 +35,8 @@ type refusal struct {
 	status  int
 	code    string
 	message string
+	// gqlErr, when set, is the error to answer with (a document bound).
+	gqlErr *gqlerror.Error
 }
 
 func refuse(status int, code, format string, args ...any) *refusal {
@@ -49,7 +54,16 @@ func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
 		return nil, refuse(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
 			"the request body is %d bytes; the limit is %d", r.ContentLength, limit)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var body []byte
+	var err error
+	if r.ContentLength >= 0 {
+		// Declared: one allocation of the right size. A body shorter than
+		// declared fails to read.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -73,18 +87,23 @@ func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
 // nesting of the values in variables and extensions. Variables the
 // document never mentions are dropped, as execution would ignore them,
 // before they are decoded. It may rewrite r's body or URL.
-func (l *Limiter) screenGraphQL(r *http.Request) *refusal {
+//
+// It also applies the document bounds (MaxTokens, MaxSelections) to the
+// query it finds, so that an oversized document is refused before gqlgen
+// reads the body again and decodes it; st records that the Extension need
+// not count it again.
+func (l *Limiter) screenGraphQL(r *http.Request, st *requestState) *refusal {
 	body, ref := readBody(r, l.maxBody)
 	if ref != nil {
 		return ref
 	}
 	if r.Method == http.MethodGet {
-		return l.screenGETParams(r)
+		return l.screenGETParams(r, st)
 	}
 	if body == nil || !isJSON(r.Header.Get("Content-Type")) {
 		return nil
 	}
-	out, ref := l.screenJSONParams(body)
+	out, ref := l.screenJSONParams(body, st)
 	if ref != nil {
 		return ref
 	}
@@ -108,7 +127,7 @@ var requestMembers = []string{"query", "operationName", "variables", "extensions
 
 // screenJSONParams checks a POST body and returns it, or a copy without the
 // undeclared variables.
-func (l *Limiter) screenJSONParams(body []byte) ([]byte, *refusal) {
+func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refusal) {
 	if !json.Valid(body) {
 		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not valid JSON")
 	}
@@ -166,6 +185,9 @@ func (l *Limiter) screenJSONParams(body []byte) ([]byte, *refusal) {
 			}
 		}
 	}
+	if ref := l.checkDocument(query, st); ref != nil {
+		return nil, ref
+	}
 	keep := declaredIn(query, vars, l.gql.MaxTokens)
 	if keep == nil {
 		return body, nil
@@ -190,8 +212,11 @@ func (l *Limiter) screenJSONParams(body []byte) ([]byte, *refusal) {
 
 // screenGETParams applies the same bounds to a GET request's variables and
 // extensions parameters.
-func (l *Limiter) screenGETParams(r *http.Request) *refusal {
+func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 	q := r.URL.Query()
+	if ref := l.checkDocument(q.Get("query"), st); ref != nil {
+		return ref
+	}
 	budget := jsonBudget{values: l.gql.MaxVariableValues, depth: l.gql.MaxVariablesDepth}
 	for _, name := range []string{"variables", "extensions"} {
 		v := q.Get(name)
@@ -233,6 +258,18 @@ func (l *Limiter) screenGETParams(r *http.Request) *refusal {
 		q.Set(name, string(append(out, '}')))
 		r.URL.RawQuery = q.Encode()
 	}
+	return nil
+}
+
+// checkDocument applies the document bounds to query and marks st checked
+// when it passes.
+func (l *Limiter) checkDocument(query string, st *requestState) *refusal {
+	_, err := complexity.CheckDocument(query, l.documentLimits())
+	var cerr *complexity.Error
+	if errors.As(err, &cerr) {
+		return &refusal{status: http.StatusUnprocessableEntity, gqlErr: cerr.GQLError()}
+	}
+	st.documentChecked = query
 	return nil
 }
 

@@ -135,7 +135,7 @@ func defaultConfig() config {
 			MaxAliases:        100,
 			MaxRootFields:     100,
 			MaxTokens:         20_000,
-			MaxSelections:     1_000,
+			MaxSelections:     500,
 			MaxVariableValues: 10_000,
 			MaxVariablesDepth: 32,
 			InvalidCost:       1,

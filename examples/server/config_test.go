@@ -98,7 +98,7 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	assert.Equal(t, "anon", m.AnonymousPlan)
 	assert.Equal(t, middleware.GraphQLOptions{
 		MaxDepth: 10, MaxBreadth: 100, MaxNodes: 500_000, MaxCost: 0, DefaultListSize: 10, MutationCost: 10,
-		MaxAliases: 100, MaxRootFields: 100, MaxTokens: 20_000, MaxSelections: 1_000,
+		MaxAliases: 100, MaxRootFields: 100, MaxTokens: 20_000, MaxSelections: 500,
 		MaxVariableValues: 10_000, MaxVariablesDepth: 32, InvalidCost: 1, MinCost: 1, IntrospectionCost: 50,
 	}, m.GraphQL)
 	assert.Equal(t, int64(1<<20), m.MaxBodyBytes)
