@@ -409,6 +409,10 @@ func (l *Limiter) graphQLIdentifyFailed(w http.ResponseWriter, r *http.Request, 
 // InvalidCost for it: a client whose budget cannot pay gets the 429
 // instead.
 func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requestState, ref *refusal) {
+	if ref.free {
+		writeGraphQLError(w, r, ref.status, ref.gqlErr, 0)
+		return
+	}
 	o := l.chargeInvalid(r.Context(), st.id, st.plan)
 	if o.known {
 		setBudgetHeaders(w.Header(), st.plan, o.decision, l.clock.Now())

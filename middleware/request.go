@@ -37,6 +37,8 @@ type refusal struct {
 	message string
 	// gqlErr, when set, is the error to answer with (a document bound).
 	gqlErr *gqlerror.Error
+	// free: nothing is charged (a GET mutation).
+	free bool
 }
 
 func refuse(status int, code, format string, args ...any) *refusal {
@@ -217,6 +219,12 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 	if ref := l.checkDocument(q.Get("query"), st); ref != nil {
 		return ref
 	}
+	if op := selectedOperation(q.Get("query"), q.Get("operationName")); op == "mutation" || op == "subscription" {
+		// gqlgen's GET transport would parse and validate it only to refuse
+		// it; refused here, nothing is parsed and nothing is charged.
+		return &refusal{status: http.StatusNotAcceptable, free: true,
+			gqlErr: gqlerror.Errorf("GET requests only allow query operations")}
+	}
 	budget := jsonBudget{values: l.gql.MaxVariableValues, depth: l.gql.MaxVariablesDepth}
 	for _, name := range []string{"variables", "extensions"} {
 		v := q.Get(name)
@@ -271,6 +279,72 @@ func (l *Limiter) checkDocument(query string, st *requestState) *refusal {
 	}
 	st.documentChecked = query
 	return nil
+}
+
+// selectedOperation returns the type ("query", "mutation",
+// "subscription") of the operation gqlgen will run from query, found by
+// the lexer alone: the one named operationName, or the only one. It
+// returns "" when it cannot tell (no such operation, several without a
+// name, a lexical error), and gqlgen decides.
+func selectedOperation(query, operationName string) string {
+	lex := lexer.New(&ast.Source{Input: query})
+	type operation struct{ typ, name string }
+	var (
+		ops        []operation
+		depth      int  // open braces, parens and brackets
+		pending    bool // a definition's header is open: its '{' comes next at depth 0
+		expectName bool // the last token was an operation keyword
+	)
+	for {
+		tok, err := lex.ReadToken()
+		if err != nil {
+			return ""
+		}
+		if tok.Kind == lexer.EOF {
+			break
+		}
+		wasExpecting := expectName
+		expectName = false
+		switch tok.Kind {
+		case lexer.BraceL:
+			if depth == 0 {
+				if !pending {
+					ops = append(ops, operation{typ: "query"}) // shorthand { … }
+				}
+				pending = false
+			}
+			depth++
+		case lexer.ParenL, lexer.BracketL:
+			depth++
+		case lexer.BraceR, lexer.ParenR, lexer.BracketR:
+			depth--
+		case lexer.Name:
+			switch {
+			case depth != 0:
+			case wasExpecting:
+				ops[len(ops)-1].name = tok.Value
+			case pending:
+				// a fragment's name or type condition, a type in a header
+			case tok.Value == "query" || tok.Value == "mutation" || tok.Value == "subscription":
+				ops = append(ops, operation{typ: tok.Value})
+				pending, expectName = true, true
+			case tok.Value == "fragment":
+				pending = true
+			}
+		}
+	}
+	if operationName == "" {
+		if len(ops) == 1 {
+			return ops[0].typ
+		}
+		return ""
+	}
+	for _, op := range ops {
+		if op.name == operationName {
+			return op.typ
+		}
+	}
+	return ""
 }
 
 // declaredIn returns which variables to keep, or nil to keep them all: a

@@ -1,0 +1,29 @@
+package middleware
+
+import "testing"
+
+func TestSelectedOperation(t *testing.T) {
+	for _, tc := range []struct {
+		query, name, want string
+	}{
+		{`{ a }`, "", "query"},
+		{`query { a }`, "", "query"},
+		{`mutation M($a: In = {x: 1}) @d(v: {y: 2}) { a }`, "", "mutation"},
+		{`mutation M { a }`, "M", "mutation"},
+		{`subscription { a }`, "", "subscription"},
+		{`fragment F on Mutation { a } mutation { ...F }`, "", "mutation"},
+		{`query Q { a } mutation M { b }`, "M", "mutation"},
+		{`query Q { a } mutation M { b }`, "Q", "query"},
+		{`query Q { a } mutation M { b }`, "", ""},
+		{`query Q { a } mutation M { b }`, "X", ""},
+		{`query mutation { a }`, "mutation", "query"},
+		{`mutation query { a }`, "", "mutation"},
+		{`{ a(s: "mutation { b }") }`, "", "query"},
+		{`mutation { a`, "", "mutation"},
+		{`"unterminated`, "", ""},
+	} {
+		if got := selectedOperation(tc.query, tc.name); got != tc.want {
+			t.Errorf("selectedOperation(%q, %q) = %q, want %q", tc.query, tc.name, got, tc.want)
+		}
+	}
+}
