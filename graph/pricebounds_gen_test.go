@@ -301,11 +301,15 @@ func (g *opGen) selection(typ string, depth int, used map[string]bool) string {
 	}
 	fields := genFields[typ]
 	var items []string
+	var last genField // the last field with a selection, and its head
+	var lastHead string
 	for i := 0; i < 5; i++ {
 		if i > 0 && !g.flag() {
 			break
 		}
-		switch c := g.pick(8); {
+		switch c := g.pick(9); {
+		case c == 8 && lastHead != "": // the same field again: the executor merges the two
+			items = append(items, lastHead+g.directives()+" "+g.selection(last.typ, depth+1, nil))
 		case c == 6 && depth < g.maxNest: // an inline fragment
 			cond := genConditions[typ][g.pick(len(genConditions[typ]))]
 			head := "..."
@@ -329,6 +333,9 @@ func (g *opGen) selection(typ string, depth int, used map[string]bool) string {
 			item := g.key(f.name, used) + f.name
 			if f.args != nil {
 				item += f.args(g)
+			}
+			if f.typ != "" {
+				last, lastHead = f, item
 			}
 			item += g.directives()
 			if f.typ != "" {
