@@ -41,7 +41,7 @@ func init() {
 		CodeRateLimited, CodeRateLimiterUnavailable, CodeUnknownAPIKey,
 		complexity.CodeMaxDepthExceeded, complexity.CodeMaxBreadthExceeded, complexity.CodeMaxNodesExceeded,
 		complexity.CodeMaxCostExceeded, complexity.CodeSlicingArgumentRequired,
-		complexity.CodeMaxAliasesExceeded, complexity.CodeMaxRootFieldsExceeded,
+		complexity.CodeMaxAliasesExceeded, complexity.CodeMaxRootFieldsExceeded, complexity.CodeInvalidArgumentValue,
 	} {
 		errcode.RegisterErrorType(code, errcode.KindProtocol)
 	}
