@@ -254,19 +254,17 @@ func (w *walker) size(v value, in *inputInfo) (n int64, isList, ok bool, bad *in
 	t := in.typ
 	if t.Elem != nil {
 		var count int64
-		i := 0
 		list := w.elems(v, func(e value) {
-			count++
-			if bad == nil && !e.isNull() {
-				if _, b := w.valueCost(e, t.Elem, in, true); b != nil {
-					bad = b.within("[" + strconv.Itoa(i) + "]")
+			if bad == nil {
+				if bad = w.checkElem(e, in); bad != nil {
+					bad = bad.within("[" + strconv.FormatInt(count, 10) + "]")
 				}
 			}
-			i++
+			count++
 		})
 		if !list {
 			count = 1
-			_, bad = w.valueCost(v, t.Elem, in, true)
+			bad = w.checkElem(v, in)
 		}
 		return count, true, true, bad
 	}
@@ -292,6 +290,23 @@ func (w *walker) size(v value, in *inputInfo) (n int64, isList, ok bool, bad *in
 	}
 	n, ok = numberSize(v)
 	return n, false, ok, nil
+}
+
+// checkElem coerces one element of list-typed argument in: a scalar
+// element directly against the argument's named type, anything deeper (an
+// input object, a nested list) as valueCost does.
+func (w *walker) checkElem(e value, in *inputInfo) *invalidValue {
+	if e.isNull() {
+		return nil
+	}
+	if ti := in.named; ti != nil && in.typ.Elem.Elem == nil && ti.def.Kind != ast.InputObject {
+		if why := checkScalar(e, ti.scalar); why != "" {
+			return &invalidValue{v: e, typ: ti.name, reason: why}
+		}
+		return nil
+	}
+	_, bad := w.valueCost(e, in.typ.Elem, in, true)
+	return bad
 }
 
 // numberSize reads a value of a type whose coercion the analyzer does not
