@@ -111,6 +111,9 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 		}
 	}
 	groups, _, err := w.collect(root, nil, op.SelectionSet)
+	if err == nil && w.refused != nil {
+		err = w.refused
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +180,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 // release returns w to the pool, dropping references into the finished
 // analysis, and scratch space that grew unusually large.
 func (a *Analyzer) release(w *walker) {
-	w.doc, w.op, w.vars = nil, nil, nil
+	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || cap(w.visited) > 256 || len(w.memo) > 256 || len(w.ids) > 256 {
 		return // let the garbage collector have it
 	}
@@ -214,6 +217,9 @@ type walker struct {
 	// its selection is priced, so collecting allocates nothing per level.
 	groups  []fieldGroup
 	visited []string
+	// refused is the first @skip/@include condition the executor would
+	// fail on, found while collecting; see included.
+	refused *Error
 }
 
 // sizes is the size a field hands down to some of its descendants: the
@@ -532,6 +538,10 @@ func (w *walker) groupID(g *fieldGroup) string {
 
 func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	groups, start, err := w.collect(t, g, nil)
+	if err == nil && w.refused != nil {
+		w.groups = w.groups[:start]
+		err = w.refused
+	}
 	if err != nil {
 		return err
 	}
@@ -601,7 +611,10 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 			continue
 		}
 		given++
-		n, isList, ok := w.size(v)
+		n, isList, ok, bad := w.size(v, in)
+		if bad != nil {
+			return w.invalidArgument(f, fi.name, in.name, bad)
+		}
 		if !ok {
 			continue
 		}
@@ -650,7 +663,11 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 
 	cost := fi.weight
 	if !fi.argsFree {
-		cost = addCost(cost, w.argCost(f, fi))
+		c, err := w.argCost(f, fi)
+		if err != nil {
+			return err
+		}
+		cost = addCost(cost, c)
 	}
 	if fi.ret.composite {
 		var children pricedSet

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	gqlcomplexity "github.com/99designs/gqlgen/complexity"
@@ -122,6 +123,50 @@ func BenchmarkGqlgenComplexity(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				gqlcomplexity.Calculate(ctx, es, op, nil)
+			}
+		})
+	}
+}
+
+// BenchmarkAnalyzeVariables measures the values the analyzer coerces:
+// slicing arguments given as variables (int64, as VariableValues leaves a
+// JSON number, and a numeric string) and a list of 1,000 string Ints.
+//
+//	go test ./complexity -run '^$' -bench AnalyzeVariables -benchmem
+func BenchmarkAnalyzeVariables(b *testing.B) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "vars.graphql", Input: `
+type Query { user: User nums(ids: [Int!]): [X] @listSize(slicingArguments: ["ids"]) }
+type User { repos(first: Int): [Repo] }
+type Repo { issues(first: Int): [X] }
+type X { y: Int }`})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]any, 1000)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	const nested = `query($r: Int, $i: Int) { user { repos(first: $r) { issues(first: $i) { y } } } }`
+	for _, c := range []struct {
+		name  string
+		query string
+		vars  map[string]any
+	}{
+		{"int64", nested, map[string]any{"r": int64(50), "i": int64(20)}},
+		{"string", nested, map[string]any{"r": "50", "i": "20"}},
+		{"list-1000", `query($ids: [Int!]) { nums(ids: $ids) { y } }`, map[string]any{"ids": ids}},
+	} {
+		doc, op := benchDoc(b, schema, c.query)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := a.AnalyzeOperation(doc, op, c.vars); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -37,7 +37,7 @@
 //   - n is 1 for a non-list field. For a list field it is (a) the size the
 //     parent hands down through @listSize(sizedFields:) (dotted paths such
 //     as "meta.tags" reach deeper), else (b) the largest non-null slicing
-//     argument (a list-valued one counts its elements), else (c)
+//     argument, coerced (a list-valued one counts its elements), else (c)
 //     @listSize(assumedSize:), else (d) the default list size
 //     (DefaultListSize, WithDefaultListSize). A list of lists is sized once.
 //   - With slicingArguments declared, requireOneSlicingArgument defaults to
@@ -68,15 +68,29 @@
 // arithmetic saturates (costs at ±CostCeiling, counts at MaxInt64) and
 // never wraps. Report.Points is the cost rounded up to whole points.
 //
+// # Coercion
+//
+// Every value the analyzer reads (slicing arguments, @skip/@include
+// conditions, the values argCost prices, nested in lists and input objects)
+// is coerced as the executor will coerce it, after gqlparser's
+// VariableValues and gqlgen's graphql.UnmarshalInt, UnmarshalFloat…: the
+// Int "500" is 500, for pricing, MaxBreadth and the negative check alike. A
+// value the executor would refuse ("abc", "1e3" or 1.5 for an Int, an
+// @include condition that is not a Boolean) is refused with
+// INVALID_ARGUMENT_VALUE. Custom scalars are never refused; as slicing
+// arguments they are sized by a number they hold, if any.
+//
 // # Limits
 //
 // Each limit is optional (0 = none) and fails with an *Error carrying a
 // stable code: MAX_DEPTH_EXCEEDED, MAX_BREADTH_EXCEEDED (a slicing argument
 // above the cap, or negative), MAX_NODES_EXCEEDED, MAX_COST_EXCEEDED,
 // SLICING_ARGUMENT_REQUIRED, MAX_ALIASES_EXCEEDED and
-// MAX_ROOT_FIELDS_EXCEEDED. Aliases and root fields are checked before
-// pricing, depth and breadth during the walk (so a 1,000-level document stops
-// at the depth cap), nodes and cost on the totals.
+// MAX_ROOT_FIELDS_EXCEEDED; a value that does not coerce fails with
+// INVALID_ARGUMENT_VALUE whatever the options. Aliases and root fields are
+// checked before pricing, depth, breadth and argument values during the walk
+// (so a 1,000-level document stops at the depth cap), nodes and cost on the
+// totals.
 //
 // # Performance
 //

@@ -18,6 +18,11 @@ const (
 	CodeSlicingArgumentRequired = "SLICING_ARGUMENT_REQUIRED"
 	CodeMaxAliasesExceeded      = "MAX_ALIASES_EXCEEDED"
 	CodeMaxRootFieldsExceeded   = "MAX_ROOT_FIELDS_EXCEEDED"
+	// CodeInvalidArgumentValue: an argument or directive value the
+	// executor would fail to coerce (an Int given "abc", "1e3" or 1.5, a
+	// string beyond 64 bits, a @skip condition that is not a Boolean). It
+	// cannot be priced as what runs, so it is refused before execution.
+	CodeInvalidArgumentValue = "INVALID_ARGUMENT_VALUE"
 )
 
 // Sentinel errors. Every *Error unwraps to the sentinel of its code, so
@@ -30,6 +35,8 @@ var (
 	ErrSlicingArgument = errors.New("complexity: slicing argument required")
 	ErrMaxAliases      = errors.New("complexity: maximum aliases exceeded")
 	ErrMaxRootFields   = errors.New("complexity: maximum root fields exceeded")
+	// ErrInvalidArgumentValue is the sentinel of INVALID_ARGUMENT_VALUE.
+	ErrInvalidArgumentValue = errors.New("complexity: invalid argument value")
 
 	// ErrInvalidOption: New was given an option value it cannot use.
 	ErrInvalidOption = errors.New("complexity: invalid option")
@@ -47,8 +54,8 @@ type Location struct {
 	Column int `json:"column"`
 }
 
-// Error is a rejected operation: a limit exceeded or a slicing-argument rule
-// broken. Its Message names the field (or the operation) and the numbers;
+// Error is a rejected operation: a limit exceeded, a slicing-argument rule
+// broken, or an argument value the executor could not coerce. Its Message names the field (or the operation) and the numbers;
 // Locations points at it in the query.
 type Error struct {
 	// Code is one of the Code… constants.
@@ -61,7 +68,9 @@ type Error struct {
 	Path []string `json:"path,omitempty"`
 	// Value is the number found (a depth, a slicing argument, a cost…) and
 	// Limit the maximum it was held against. For SLICING_ARGUMENT_REQUIRED,
-	// Value is the number of slicing arguments given and Limit is 1.
+	// Value is the number of slicing arguments given and Limit is 1; for
+	// INVALID_ARGUMENT_VALUE both are 0 (the Message quotes the value, cut
+	// to 64 bytes).
 	Value float64 `json:"value"`
 	Limit float64 `json:"limit"`
 	// Totals holds the operation's totals when they were computed before the
@@ -98,6 +107,8 @@ func (e *Error) Unwrap() error {
 		return ErrMaxTokens
 	case CodeMaxSelectionsExceeded:
 		return ErrMaxSelections
+	case CodeInvalidArgumentValue:
+		return ErrInvalidArgumentValue
 	}
 	return nil
 }

@@ -51,6 +51,10 @@ var fuzzSeeds = []struct{ query, vars string }{
 	{`{ node { ...A } } fragment A on Node { ... on User { friends { ...B } } } fragment B on User { items { owner { ...B2 } } } fragment B2 on User { name }`, ``},
 	{`{ __schema { types { name } } __typename }`, ``},
 	{`{ items(first: -1) { id } }`, ``},
+	// Values the executor coerces: numeric strings, single values for lists,
+	// a null condition, and literals only an unvalidated document holds.
+	{`query($n: Int, $f: Filter) { search(first: $n, filter: $f) { ... on Item { id } } }`, `{"n": "7", "f": {"min": "-3", "tags": "x", "next": {"min": 1.5}}}`},
+	{`query($ids: [ID!]!, $c: Boolean = true) { ...M @include(if: $c) } fragment M on Query { page(size: "2") { items(first: "1e3") { id } } }`, `{"ids": "1", "c": null}`},
 }
 
 func FuzzAnalyze(f *testing.F) {

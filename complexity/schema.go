@@ -85,6 +85,9 @@ type typeInfo struct {
 	hasWeight bool // weight came from @cost
 	composite bool // object, interface or union
 	abstract  bool // interface or union
+	// scalar says how the executor coerces values of a built-in scalar
+	// type; notBuiltin for every other type.
+	scalar builtin
 	// possible lists the object types an abstract type may resolve to,
 	// sorted by name so ties between equally priced types break the same
 	// way whatever the schema's declaration order.
@@ -121,6 +124,7 @@ type inputInfo struct {
 	name      string
 	typ       *ast.Type
 	def       *ast.Value // schema default, nil if none
+	named     *typeInfo  // the named type inside typ (nil if unknown)
 	weight    Cost       // own @cost
 	hasWeight bool
 }
@@ -129,6 +133,9 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types))}
 	for name, def := range s.Types {
 		ti := &typeInfo{def: def, name: name}
+		if def.Kind == ast.Scalar {
+			ti.scalar = builtinScalar(name)
+		}
 		switch def.Kind {
 		case ast.Object, ast.InputObject:
 			ti.weight, ti.composite = CostScale, def.Kind == ast.Object
@@ -170,7 +177,7 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 		case ast.Object, ast.Interface:
 			err = c.compileFields(ti, cfg)
 		case ast.InputObject:
-			ti.inputFields, err = compileInputs(ti.def.Fields, "input "+ti.name)
+			ti.inputFields, err = c.compileInputs(ti.def.Fields, "input "+ti.name)
 		}
 		if err != nil {
 			return nil, err
@@ -192,10 +199,10 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	return c, nil
 }
 
-func compileInputs(defs ast.FieldList, where string) ([]*inputInfo, error) {
+func (c *compiled) compileInputs(defs ast.FieldList, where string) ([]*inputInfo, error) {
 	out := make([]*inputInfo, 0, len(defs))
 	for _, d := range defs {
-		in := &inputInfo{name: d.Name, typ: d.Type, def: d.DefaultValue}
+		in := &inputInfo{name: d.Name, typ: d.Type, def: d.DefaultValue, named: c.types[d.Type.Name()]}
 		w, ok, err := costDirective(d.Directives, where+"."+d.Name)
 		if err != nil {
 			return nil, err
@@ -223,7 +230,7 @@ func (c *compiled) compileFields(ti *typeInfo, cfg *config) error {
 			fi.weight = w
 		}
 		for _, ad := range fd.Arguments {
-			in := &inputInfo{name: ad.Name, typ: ad.Type, def: ad.DefaultValue}
+			in := &inputInfo{name: ad.Name, typ: ad.Type, def: ad.DefaultValue, named: c.types[ad.Type.Name()]}
 			w, ok, err := costDirective(ad.Directives, "argument "+coord+"("+ad.Name+":)")
 			if err != nil {
 				return err

@@ -88,16 +88,15 @@ func (w *walker) given(f *ast.Field, in *inputInfo) (value, bool) {
 }
 
 // elems calls fn for each element when v is a list and reports whether it
-// was one.
+// was one. An element that is an unset variable is null, as in execution.
 func (w *walker) elems(v value, fn func(value)) bool {
 	if !v.isRaw {
 		if v.lit.Kind != ast.ListValue {
 			return false
 		}
 		for _, ch := range v.lit.Children {
-			if e, ok := w.resolve(ch.Value); ok {
-				fn(e)
-			}
+			e, _ := w.resolve(ch.Value)
+			fn(e)
 		}
 		return true
 	}
@@ -146,30 +145,49 @@ func (w *walker) inputField(v value, name string) (value, bool) {
 }
 
 // argCost is argCost(f) of the model: the sum over f's non-null arguments of
-// their valueCost.
-func (w *walker) argCost(f *ast.Field, fi *fieldInfo) Cost {
+// their valueCost. A value the executor would not coerce is refused.
+func (w *walker) argCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
 	var total Cost
 	for _, in := range fi.args {
 		if v, ok := w.given(f, in); ok {
-			total = addCost(total, w.valueCost(v, in.typ, in, true))
+			c, bad := w.valueCost(v, in.typ, in, true)
+			if bad != nil {
+				return 0, w.invalidArgument(f, fi.name, in.name, bad)
+			}
+			total = addCost(total, c)
 		}
 	}
-	return total
+	return total, nil
 }
 
-// valueCost prices one input value of type t. own is the argument or input
-// field the value is for; its @cost replaces the type's weight. Missing
-// input-object fields take their schema defaults (as coercion would), except
-// inside a value that is itself a default, so a recursive input type with a
-// default cannot expand forever.
-func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) Cost {
+// valueCost prices one input value of type t, coercing it as the executor
+// would: a bad Int or Float, a list or object for a scalar, or a scalar for
+// an input object is refused. own is the argument or input field the value
+// is for; its @cost replaces the type's weight. Missing input-object fields
+// take their schema defaults (as coercion would), except inside a value
+// that is itself a default, so a recursive input type with a default
+// cannot expand forever.
+func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) (Cost, *invalidValue) {
 	if v.isNull() {
-		return 0
+		return 0, nil
 	}
 	if t.Elem != nil {
 		var total Cost
-		if w.elems(v, func(e value) { total = addCost(total, w.valueCost(e, t.Elem, own, defaults)) }) {
-			return total
+		var bad *invalidValue
+		i := 0
+		list := w.elems(v, func(e value) {
+			if bad != nil {
+				return
+			}
+			c, b := w.valueCost(e, t.Elem, own, defaults)
+			if b != nil {
+				bad = b.within("[" + strconv.Itoa(i) + "]")
+			}
+			total = addCost(total, c)
+			i++
+		})
+		if list {
+			return total, bad
 		}
 		return w.valueCost(v, t.Elem, own, defaults) // a single value coerces to a list of one
 	}
@@ -181,8 +199,20 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) 
 	case ti != nil:
 		c = ti.weight
 	}
-	if ti == nil || ti.def.Kind != ast.InputObject {
-		return c
+	if ti == nil {
+		return c, nil
+	}
+	if ti.scalar != notBuiltin {
+		if why := checkScalar(v, ti.scalar); why != "" {
+			return 0, &invalidValue{v: v, typ: ti.name, reason: why}
+		}
+		return c, nil
+	}
+	if ti.def.Kind != ast.InputObject {
+		return c, nil
+	}
+	if !isObject(v) {
+		return 0, &invalidValue{v: v, typ: ti.name, reason: notObject}
 	}
 	for _, in := range ti.inputFields {
 		fv, ok := w.inputField(v, in.name)
@@ -197,59 +227,139 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) 
 			nested = false
 		}
 		if !fv.isNull() {
-			c = addCost(c, w.valueCost(fv, in.typ, in, nested))
+			fc, bad := w.valueCost(fv, in.typ, in, nested)
+			if bad != nil {
+				return 0, bad.within("." + in.name)
+			}
+			c = addCost(c, fc)
 		}
 	}
-	return c
+	return c, nil
 }
 
-// size reads a slicing argument as a list size: an integer (floats round
-// up, out-of-range values saturate), or the length of a list. ok is false
-// for values that are neither.
-func (w *walker) size(v value) (n int64, isList, ok bool) {
-	var count int64
-	if w.elems(v, func(value) { count++ }) {
-		return count, true, true
+// size reads slicing argument in's non-null value v as a list size, after
+// coercing it as the executor would (see coerce.go):
+//
+//   - a list type counts its elements (a single value is a list of one),
+//     each element coerced to the element type;
+//   - Int is the integer the resolver receives (a string or json.Number
+//     holding one included); Float rounds up, and saturates;
+//   - any other type (a custom scalar, an ID…) is read as today: a Go or
+//     JSON number, or a string holding a base-10 integer, sizes the list;
+//     anything else does not (ok false), and is never refused, since the
+//     analyzer cannot know the scalar's coercion.
+//
+// bad is set for a value the executor would refuse.
+func (w *walker) size(v value, in *inputInfo) (n int64, isList, ok bool, bad *invalidValue) {
+	t := in.typ
+	if t.Elem != nil {
+		var count int64
+		list := w.elems(v, func(e value) {
+			if bad == nil {
+				if bad = w.checkElem(e, in); bad != nil {
+					bad = bad.within("[" + strconv.FormatInt(count, 10) + "]")
+				}
+			}
+			count++
+		})
+		if !list {
+			count = 1
+			bad = w.checkElem(v, in)
+		}
+		return count, true, true, bad
 	}
+	if ti := in.named; ti != nil {
+		switch ti.scalar {
+		case builtinInt:
+			n, why := coerceInt(v)
+			if why != "" {
+				return 0, false, false, &invalidValue{v: v, typ: ti.name, reason: why}
+			}
+			return n, false, true, nil
+		case builtinFloat:
+			f, why := coerceFloat(v)
+			if why == "" && math.IsNaN(f) {
+				why = unpriceable
+			}
+			if why != "" {
+				return 0, false, false, &invalidValue{v: v, typ: ti.name, reason: why}
+			}
+			n, _, _ := floatSize(f)
+			return n, false, true, nil
+		}
+	}
+	n, ok = numberSize(v)
+	return n, false, ok, nil
+}
+
+// checkElem coerces one element of list-typed argument in: a scalar
+// element directly against the argument's named type, anything deeper (an
+// input object, a nested list) as valueCost does.
+func (w *walker) checkElem(e value, in *inputInfo) *invalidValue {
+	if e.isNull() {
+		return nil
+	}
+	if ti := in.named; ti != nil && in.typ.Elem.Elem == nil && ti.def.Kind != ast.InputObject {
+		if why := checkScalar(e, ti.scalar); why != "" {
+			return &invalidValue{v: e, typ: ti.name, reason: why}
+		}
+		return nil
+	}
+	_, bad := w.valueCost(e, in.typ.Elem, in, true)
+	return bad
+}
+
+// numberSize reads a value of a type whose coercion the analyzer does not
+// know as a number, if it is one: an integer (floats round up, out-of-range
+// values saturate) or a string holding a base-10 integer.
+func numberSize(v value) (int64, bool) {
 	if !v.isRaw {
 		switch v.lit.Kind {
-		case ast.IntValue:
-			return parseIntSat(v.lit.Raw)
+		case ast.IntValue, ast.StringValue, ast.BlockValue:
+			n, _, ok := parseIntSat(v.lit.Raw)
+			return n, ok
 		case ast.FloatValue:
 			f, err := strconv.ParseFloat(v.lit.Raw, 64)
 			if err != nil {
-				return 0, false, false
+				return 0, false
 			}
-			return floatSize(f)
+			n, _, ok := floatSize(f)
+			return n, ok
 		}
-		return 0, false, false
+		return 0, false
 	}
 	switch x := v.raw.(type) {
+	case string:
+		n, _, ok := parseIntSat(x)
+		return n, ok
 	case json.Number:
 		if n, _, ok := parseIntSat(string(x)); ok {
-			return n, false, true
+			return n, true
 		}
 		f, err := x.Float64()
 		if err != nil {
-			return 0, false, false
+			return 0, false
 		}
-		return floatSize(f)
+		n, _, ok := floatSize(f)
+		return n, ok
 	case float64:
-		return floatSize(x)
+		n, _, ok := floatSize(x)
+		return n, ok
 	case float32:
-		return floatSize(float64(x))
+		n, _, ok := floatSize(float64(x))
+		return n, ok
 	}
 	rv := reflect.ValueOf(v.raw)
 	switch {
 	case rv.CanInt():
-		return rv.Int(), false, true
+		return rv.Int(), true
 	case rv.CanUint():
 		if u := rv.Uint(); u <= math.MaxInt64 {
-			return int64(u), false, true
+			return int64(u), true
 		}
-		return math.MaxInt64, false, true
+		return math.MaxInt64, true
 	}
-	return 0, false, false
+	return 0, false
 }
 
 func parseIntSat(s string) (int64, bool, bool) {
@@ -276,9 +386,10 @@ func floatSize(f float64) (int64, bool, bool) {
 	return int64(math.Ceil(f)), false, true
 }
 
-// included applies @skip and @include. A condition that cannot be read (an
-// unvalidated document) includes the selection: pricing more is the safe
-// side.
+// included applies @skip and @include. Their condition is read as the
+// executor reads it: a Boolean, else the request fails. Such a failure is
+// kept in w.refused (the collection cannot return errors) and reported
+// when the collection ends; the selection counts as included meanwhile.
 func (w *walker) included(dirs ast.DirectiveList) bool {
 	for _, d := range dirs {
 		if d.Name != "skip" && d.Name != "include" {
@@ -288,19 +399,11 @@ func (w *walker) included(dirs ast.DirectiveList) bool {
 		if a == nil {
 			continue
 		}
-		v, ok := w.resolve(a.Value)
-		if !ok {
-			continue
-		}
-		var b bool
-		switch {
-		case v.isRaw:
-			if b, ok = v.raw.(bool); !ok {
-				continue
+		b, bad := w.condition(a)
+		if bad != nil {
+			if w.refused == nil {
+				w.refused = w.invalidCondition(d, bad)
 			}
-		case v.lit.Kind == ast.BooleanValue:
-			b = v.lit.Raw == "true"
-		default:
 			continue
 		}
 		if (d.Name == "skip") == b {

@@ -47,7 +47,7 @@ func init() {
 		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
 		complexity.CodeMaxDepthExceeded, complexity.CodeMaxBreadthExceeded, complexity.CodeMaxNodesExceeded,
 		complexity.CodeMaxCostExceeded, complexity.CodeSlicingArgumentRequired,
-		complexity.CodeMaxAliasesExceeded, complexity.CodeMaxRootFieldsExceeded,
+		complexity.CodeMaxAliasesExceeded, complexity.CodeMaxRootFieldsExceeded, complexity.CodeInvalidArgumentValue,
 	} {
 		errcode.RegisterErrorType(code, errcode.KindProtocol)
 	}

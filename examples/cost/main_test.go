@@ -356,3 +356,46 @@ func TestJSONReportShape(t *testing.T) {
 		t.Errorf("fields[1] = %v", first)
 	}
 }
+
+// The bypass of issue 9 through the CLI, on the example server's schema: an
+// Int variable sent as a JSON string was priced at the default list size
+// (111 instead of 10101), and escaped -max-breadth. It now prices as the
+// number the resolver receives.
+func TestStringIntVariablePricesAsTheNumber(t *testing.T) {
+	dir := t.TempDir()
+	query := filepath.Join(dir, "q.graphql")
+	if err := os.WriteFile(query, []byte(`query($f:Int){ user(login:"octocat") { repos(first:$f) { issues(first:$f) { title } } } }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	schema := filepath.Join("..", "..", "graph", "schema.graphqls")
+	price := func(vars string, extra ...string) result {
+		t.Helper()
+		vf := filepath.Join(dir, "vars.json")
+		if err := os.WriteFile(vf, []byte(vars), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return runCost(t, "", append([]string{"-schema", schema, "-query", query, "-variables", vf, "-json"}, extra...)...)
+	}
+	for _, vars := range []string{`{"f":100}`, `{"f":"100"}`} {
+		if r := price(vars); r.code != 0 || decode(t, r.stdout)["cost"] != float64(10101) {
+			t.Errorf("%s: exit %d, %s%s; want cost 10101", vars, r.code, r.stdout, r.stderr)
+		}
+	}
+	num, str := price(`{"f":1000000}`), price(`{"f":"1000000"}`)
+	if num.code != 0 || num.stdout != str.stdout {
+		t.Errorf("a string prices differently from its number:\n%s\n%s", num.stdout, str.stdout)
+	}
+	for vars, want := range map[string]string{
+		`{"f":"1000000"}`: "first=1000000 exceeds the maximum of 100",
+		`{"f":"-5"}`:      "first=-5 must not be negative",
+	} {
+		r := price(vars, "-max-breadth", "100")
+		errs, _ := decode(t, r.stdout)["errors"].([]any)
+		if r.code != 1 || len(errs) != 1 {
+			t.Fatalf("%s: exit %d, %s", vars, r.code, r.stdout)
+		}
+		if e := errs[0].(map[string]any); e["code"] != "MAX_BREADTH_EXCEEDED" || !strings.Contains(e["message"].(string), want) {
+			t.Errorf("%s: error %v, want MAX_BREADTH_EXCEEDED: %s", vars, e, want)
+		}
+	}
+}
