@@ -9,12 +9,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -50,10 +47,9 @@ import (
 //     agree with the generous analyzer's totals.
 //
 // Operations gqlgen refuses (parse or validation errors, variables it cannot
-// coerce) are skipped: they never reach pricing. Inputs sending an Int
-// variable as a numeric string skip on a discrepancy instead of failing
-// until the analyzer reads such strings (issue 9, pending); their
-// reproducers are in testdata/pending.
+// coerce) are skipped: they never reach pricing. The corpus keeps the
+// inputs that found issue 9's bypass (an Int variable sent as a numeric
+// string, priced at the default list size): files named issue9-*.
 
 // Generous analyzer options: the default list size of the example server,
 // caps that only keep fuzzed executions small, a breakdown that never
@@ -276,11 +272,7 @@ func ownSlice(fc *graphql.FieldContext) int64 {
 
 // boundsResult is what one execution showed.
 type boundsResult struct {
-	skipped string // why nothing was compared ("" when compared)
-	// issue9 is set when an Int variable was sent as a numeric string, which
-	// the analyzer does not read as a number yet (issue 9): failures then
-	// skip instead of failing, until the analyzer fix lands.
-	issue9   bool
+	skipped  string   // why nothing was compared ("" when compared)
 	panics   []string // resolver panics gqlgen recovered (not the analyzer's concern)
 	failures []string // each a discrepancy between price and execution
 	lists    int      // executed lists held against a priced size
@@ -367,11 +359,6 @@ func (h *boundsHarness) run(query, variables string) boundsResult {
 	}
 	rep := p.report
 	res.panics = p.panics
-	for _, v := range p.op.VariableDefinitions {
-		if _, isString := p.vars[v.Variable].(string); isString && v.Type.Name() == "Int" {
-			res.issue9 = true
-		}
-	}
 
 	// The example server's caps refuse with a code, or price the same.
 	if p.capErr != nil {
@@ -630,66 +617,6 @@ func FuzzPriceBoundsExecution(f *testing.F) {
 		}
 		msg := fmt.Sprintf("price and execution disagree\nquery:     %s\nvariables: %s\n%s",
 			query, variables, strings.Join(res.failures, "\n"))
-		if res.issue9 {
-			// Pending issue 9: delete this branch once the analyzer reads
-			// numeric-string Int variables (and move testdata/pending into
-			// the fuzz corpus).
-			t.Skip("issue 9 pending: " + msg)
-		}
 		t.Fatal(msg)
 	})
-}
-
-// TestPriceBoundsPendingIssue9 runs the regression inputs the fuzz test
-// found for issue 9 that the analyzer does not pass yet: Int variables sent
-// as numeric strings ("1000000" for $f: Int), which gqlgen accepts and the
-// resolvers read as numbers but the analyzer prices at the default list
-// size. They live in testdata/pending, not in the fuzz corpus, so CI stays
-// green until the analyzer fix lands; then this test passes, and the files
-// move to testdata/fuzz/FuzzPriceBoundsExecution (and this test goes).
-func TestPriceBoundsPendingIssue9(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "pending", "FuzzPriceBoundsExecution", "*"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no pending inputs (%v)", err)
-	}
-	h := newBoundsHarness(t)
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			recipe, query, variables := readCorpusFile(t, file)
-			if query == "" {
-				query, variables = generate(recipe)
-			}
-			res := h.run(query, variables)
-			if len(res.failures) > 0 {
-				t.Skipf("issue 9 pending (numeric-string Int variables are priced at the default list size):\nquery:     %s\nvariables: %s\n%s",
-					query, variables, strings.Join(res.failures, "\n"))
-			}
-			t.Logf("issue 9 fixed for %s: move it to testdata/fuzz/FuzzPriceBoundsExecution", file)
-		})
-	}
-}
-
-// readCorpusFile reads a file in the fuzzing engine's format
-// ("go test fuzz v1", then one Go literal per argument).
-func readCorpusFile(t *testing.T, file string) (recipe []byte, query, variables string) {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 4 || lines[0] != "go test fuzz v1" {
-		t.Fatalf("%s: not a corpus file of three arguments", file)
-	}
-	var vals [3]string
-	for i, l := range lines[1:] {
-		lit, ok := strings.CutSuffix(strings.TrimPrefix(strings.TrimPrefix(l, "[]byte("), "string("), ")")
-		if !ok {
-			t.Fatalf("%s: line %d: %q", file, i+2, l)
-		}
-		if vals[i], err = strconv.Unquote(lit); err != nil {
-			t.Fatalf("%s: line %d: %v", file, i+2, err)
-		}
-	}
-	return []byte(vals[0]), vals[1], vals[2]
 }
