@@ -66,7 +66,31 @@ func jsonBody(query string, vars map[string]any) string {
 	return string(b)
 }
 
+// stringIntQuery is issue 9's bypass: gqlgen reads "1000000" as 1,000,000
+// for $f: Int, and so must the price.
+const stringIntQuery = `query($f:Int){ user(login:"octocat") { repos(first:$f) { issues(first:$f) { title } } } }`
+
 var attacks = []attack{
+	{
+		name:   "an Int slicing argument sent as the string \"1000000\"",
+		body:   func() string { return jsonBody(stringIntQuery, map[string]any{"f": "1000000"}) },
+		status: http.StatusUnprocessableEntity, code: complexity.CodeMaxBreadthExceeded, charged: 1,
+	},
+	{
+		name:   "an Int slicing argument sent as the string \"100\"",
+		body:   func() string { return jsonBody(stringIntQuery, map[string]any{"f": "100"}) },
+		status: http.StatusUnprocessableEntity, code: complexity.CodeMaxCostExceeded, charged: 1, // 10,101 points
+	},
+	{
+		name:   "an Int slicing argument sent as the string \"-5\"",
+		body:   func() string { return jsonBody(stringIntQuery, map[string]any{"f": "-5"}) },
+		status: http.StatusUnprocessableEntity, code: complexity.CodeMaxBreadthExceeded, charged: 1,
+	},
+	{
+		name:   "an Int slicing argument sent as the string \"3\"",
+		body:   func() string { return jsonBody(stringIntQuery, map[string]any{"f": "3"}) },
+		status: http.StatusOK, charged: 1 + 3*(1+3), // priced as the number 3
+	},
 	{
 		name:   "8,000 __typename (88 KB)",
 		body:   func() string { return jsonBody("{"+strings.Repeat(" __typename", 8000)+" }", nil) },
