@@ -2,6 +2,7 @@ package memorystore_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strconv"
 	"sync"
@@ -94,6 +95,64 @@ func BenchmarkMemoryStore(b *testing.B) {
 			})
 		}
 		b.ReportMetric(perKey, "bytes/key")
+	})
+}
+
+// BenchmarkFullStore measures Take of a key the store does not hold, in a
+// store whose every shard is full (MaxKeys 100,000: 64 shards of 1,562):
+//
+//   - whole: every held budget is whole again (benchLimit refills a point
+//     in a microsecond), so each new key takes the place of the earliest
+//     whole one;
+//   - refused: no held budget is whole (a point an hour), so each new key
+//     is refused with ErrFull: the cost of a flood of fresh identities.
+//
+// Compare with BenchmarkMemoryStore/many_keys, a Take of a held key.
+func BenchmarkFullStore(b *testing.B) {
+	ctx := context.Background()
+	hourly := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 1000, Rate: 1, Period: time.Hour}
+	const full = memoryKeys / memorystore.DefaultShards * memorystore.DefaultShards
+	// fill stores keys under l until every shard is full.
+	fill := func(b *testing.B, l limiter.Limit) *memorystore.Store {
+		s, err := memorystore.New(memorystore.Config{MaxKeys: memoryKeys})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		for i := 0; s.Len() < full; i++ {
+			_, err := s.Take(ctx, "held:"+strconv.Itoa(i), l, 1)
+			if err != nil && !errors.Is(err, memorystore.ErrFull) {
+				b.Fatal(err)
+			}
+		}
+		return s
+	}
+	// Twice MaxKeys names: the earliest whole key goes first, so a name
+	// comes round again after its key has been replaced.
+	fresh := benchKeyNames(2 * memoryKeys)
+	b.Run("whole", func(b *testing.B) {
+		s := fill(b, benchLimit)
+		i := 0
+		for b.Loop() {
+			d, err := s.Take(ctx, fresh[i%len(fresh)], benchLimit, 1)
+			if err != nil || !d.Allowed {
+				b.Fatalf("%+v, %v", d, err)
+			}
+			i++
+		}
+		if s.Len() != full {
+			b.Fatalf("Len %d, want %d", s.Len(), full)
+		}
+	})
+	b.Run("refused", func(b *testing.B) {
+		s := fill(b, hourly)
+		i := 0
+		for b.Loop() {
+			if _, err := s.Take(ctx, fresh[i%len(fresh)], hourly, 1); !errors.Is(err, memorystore.ErrFull) {
+				b.Fatalf("Take: %v, want ErrFull", err)
+			}
+			i++
+		}
 	})
 }
 

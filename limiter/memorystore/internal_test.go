@@ -86,6 +86,48 @@ func TestSweeperDropsWholeBudgets(t *testing.T) {
 	}
 }
 
+// TestSweeperFollowsMovedTimes checks the sweeper, which walks the shards'
+// heaps, drops a key whose budget became whole later than first written
+// (spent again) only once it is whole, and one that became whole sooner
+// (refunded) as soon as it is.
+func TestSweeperFollowsMovedTimes(t *testing.T) {
+	clock := limitertest.NewFakeClock(t0)
+	tick := make(chan time.Time)
+	s, err := newStore(Config{Clock: clock, Shards: 1}, tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Second}
+	sweep := func(at time.Duration, want int) {
+		t.Helper()
+		clock.Set(t0.Add(at))
+		tick <- time.Time{}
+		tick <- time.Time{} // accepted only once the first sweep is over
+		if n := s.Len(); n != want {
+			t.Fatalf("at +%v: Len %d after the sweep, want %d", at, n, want)
+		}
+	}
+	for _, k := range []string{"spent", "refunded"} {
+		if _, err := s.Take(ctx, k, l, 5); err != nil { // whole at 500 ms
+			t.Fatal(err)
+		}
+	}
+	clock.Set(t0.Add(100 * time.Millisecond))
+	if _, err := s.Refund(ctx, "refunded", l, 3); err != nil { // 4 − 3 missing: whole at 200 ms
+		t.Fatal(err)
+	}
+	clock.Set(t0.Add(400 * time.Millisecond))
+	if _, err := s.Take(ctx, "spent", l, 5); err != nil { // 1 + 5 missing: whole at 1 s
+		t.Fatal(err)
+	}
+	sweep(200*time.Millisecond-time.Microsecond, 2)
+	sweep(200*time.Millisecond, 1) // refunded is whole
+	sweep(time.Second-time.Microsecond, 1)
+	sweep(time.Second, 0)
+}
+
 // TestNowMatchesUnixMicro checks the store's time equals the clock's
 // UnixMicro for a clock without monotonic readings, whatever the origin's
 // sub-microsecond part and in either direction.
@@ -150,8 +192,8 @@ func TestDefaults(t *testing.T) {
 	}
 
 	for file, phrases := range map[string][]string{
-		"../../README.md":       {"MaxKeys 100,000, 64 shards, sweep every minute"},
-		"../../docs/limiter.md": {"| `MaxKeys` | 100,000 |", "| `Shards` | 64 (or `MaxKeys` if smaller) |", "| `SweepInterval` | 1 minute |", "up to 8 keys"},
+		"../../README.md":       {"MaxKeys 100,000, 64 shards, sweep every minute", "`memorystore.ErrFull`"},
+		"../../docs/limiter.md": {"| `MaxKeys` | 100,000 |", "| `Shards` | 64 (or `MaxKeys` if smaller) |", "| `SweepInterval` | 1 minute |", "at most 8 heap steps"},
 	} {
 		b, err := os.ReadFile(file)
 		if err != nil {

@@ -7,10 +7,22 @@
 // own mutex, so cores rarely contend. Each key holds only its algorithm's
 // state (three integers, or a log of timestamps for SlidingLog); a key whose
 // budget is whole again holds nothing that a fresh key would not, so it is
-// deleted on the spot or by the sweeper, and evicted first when a shard is
-// full. Only when a small random sample of the shard finds no such key does
-// it forget the least recently used key of the sample, which resets that
-// key's budget.
+// deleted on the spot or by the sweeper.
+//
+// # When the store is full
+//
+// A full shard never forgets a budget that is not whole: that would hand
+// its principal a fuller bucket, and a flood of fresh identities could
+// reset anyone's budget. The time each budget becomes whole is known when
+// it is written (the bucket full again, the window empty), so every shard
+// keeps its keys in a min-heap by that time. A new key in a full shard
+// takes the place of a key whose budget has become whole, the earliest
+// first, found in at most 8 heap steps (shardmap.Sample); when no budget in
+// the shard is whole, the call that would have stored the key fails with
+// ErrFull, a zero Decision, and nothing is stored. Keys already held are
+// never refused. The sweeper drops whole keys through the same heap.
+// Refusing costs at most those 8 steps and no allocation, so a flood of
+// new keys costs the store little more than it costs to answer them.
 //
 // The bucket algorithms, the default, run on a fast path (bucket.go): the
 // store validates each Limit value once and caches its scaled form, then
@@ -50,6 +62,12 @@ const (
 var (
 	// ErrClosed is returned by calls on a closed Store.
 	ErrClosed = errors.New("memorystore: store closed")
+	// ErrFull is wrapped by the error of a Take or Refund that would have
+	// to store a key the store does not hold while the key's shard holds
+	// its share of MaxKeys and none of their budgets is whole. The call
+	// returns a zero Decision and changes nothing; keys already held keep
+	// working, and room appears as budgets become whole.
+	ErrFull = errors.New("memorystore: store full")
 	// ErrInvalidConfig wraps every Config validation error.
 	ErrInvalidConfig = errors.New("memorystore: invalid config")
 )
@@ -60,7 +78,9 @@ type Config struct {
 	// Default: limiter.SystemClock{}.
 	Clock limiter.Clock
 	// MaxKeys bounds the number of keys held; each shard holds at most
-	// MaxKeys / Shards. Default: DefaultMaxKeys (100,000).
+	// MaxKeys / Shards. A new key finding its shard full of budgets that
+	// are not whole is refused with ErrFull. Default: DefaultMaxKeys
+	// (100,000).
 	MaxKeys int
 	// Shards is the number of independently locked partitions, at most
 	// MaxKeys. Default: DefaultShards (64), or MaxKeys when smaller.
@@ -81,6 +101,7 @@ type Store struct {
 	originNS int64     // origin's nanoseconds beyond originUS
 	shards   shardmap.Map[shard, *shard]
 	params   paramCache
+	errFull  error // ErrFull with the sizes, made once so refusing allocates nothing
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -102,11 +123,14 @@ type entry struct {
 	a, b, c int64
 	log     *[]limiter.LogEntry
 	// wholeAt is when the budget is whole again (µs): from then on the
-	// entry equals a fresh key and may be dropped at no cost.
+	// entry equals a fresh key and may be dropped at no cost. It is the
+	// shard's heap order (shardmap.Table.InsertDue).
 	wholeAt int64
-	used    int64 // last access (µs), for LRU eviction
 	alg     limiter.Algorithm
 }
+
+// entryWholeAt is the shard tables' due time.
+func entryWholeAt(e *entry) int64 { return e.wholeAt }
 
 // New validates cfg, fills in its defaults and starts the sweeper.
 func New(cfg Config) (*Store, error) {
@@ -144,8 +168,10 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 		originUS: origin.UnixMicro(),
 		originNS: int64(origin.Nanosecond() % 1000),
 		shards:   shardmap.New[shard](size),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		errFull: fmt.Errorf("%w: MaxKeys reached (%d keys, %d per shard) and no budget in the key's shard is whole; the key was not stored",
+			ErrFull, size.MaxKeys, size.PerShard()),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
 	}
 	var ticker *time.Ticker
 	if tick == nil {
@@ -233,8 +259,11 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 	sh := s.shards.Shard(key)
 	sh.Lock()
 	if bp != nil {
-		sh.applyBucket(d, key, bp, now, n, isRefund) // cannot panic
+		stored := sh.applyBucket(d, key, bp, now, n, isRefund) // cannot panic
 		sh.Unlock()
+		if !stored {
+			return s.errFull
+		}
 		return nil
 	}
 	defer sh.Unlock()
@@ -257,30 +286,46 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 		}
 		return err
 	}
-	st.wholeAt = now + d.ResetAfter.Microseconds()
-	st.used = now
+	st.wholeAt = st.since(*limit, now) + d.ResetAfter.Microseconds()
 	if e != nil {
+		if st.wholeAt < e.wholeAt {
+			sh.Sooner(key, st.wholeAt, entryWholeAt)
+		}
 		*e = st
 		return err
 	}
-	sh.insert(key, &st, now)
+	if !sh.insert(key, &st, now) {
+		*d = limiter.Decision{}
+		return s.errFull
+	}
 	return err
 }
 
 // applyBucket is apply's fast path for the bucket algorithms, run with sh
 // locked: it updates a key of the same algorithm in place and writes the
-// decision to d.
-func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, now, n int64, isRefund bool) {
+// decision to d. It returns false, with d zeroed and nothing changed, when
+// a new key had to be stored and the shard has no room (ErrFull).
+//
+// A bucket is whole ResetAfter after its Last, which step has set to the
+// later of the stored Last and now: a caller that read the clock before
+// another but locked after it finds Last ahead of now.
+func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, now, n int64, isRefund bool) bool {
 	e, _ := sh.Get(key)
 	if e != nil && e.alg == bp.limit.Algorithm {
 		bp.step(d, e, now, n, isRefund)
 		if d.ResetAfter <= 0 {
 			// The budget is whole: a fresh key says the same, so hold nothing.
 			sh.Delete(key)
-			return
+			return true
 		}
-		e.wholeAt, e.used = now+d.ResetAfter.Microseconds(), now
-		return
+		// A Take only moves wholeAt later; a refund moves it earlier.
+		if w := e.b + d.ResetAfter.Microseconds(); w >= e.wholeAt {
+			e.wholeAt = w
+		} else {
+			e.wholeAt = w
+			sh.Sooner(key, w, entryWholeAt)
+		}
+		return true
 	}
 	// A new key, or one that held another algorithm's state.
 	fresh := entry{alg: bp.limit.Algorithm}
@@ -291,21 +336,49 @@ func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, 
 			sh.Delete(key)
 		}
 	case e != nil:
-		fresh.wholeAt, fresh.used = now+d.ResetAfter.Microseconds(), now
+		fresh.wholeAt = fresh.b + d.ResetAfter.Microseconds()
+		if fresh.wholeAt < e.wholeAt {
+			sh.Sooner(key, fresh.wholeAt, entryWholeAt)
+		}
 		*e = fresh
 	default:
-		fresh.wholeAt, fresh.used = now+d.ResetAfter.Microseconds(), now
-		sh.insert(key, &fresh, now)
+		fresh.wholeAt = fresh.b + d.ResetAfter.Microseconds()
+		if !sh.insert(key, &fresh, now) {
+			*d = limiter.Decision{}
+			return false
+		}
 	}
+	return true
 }
 
-// insert adds a copy of st under the new key, evicting a key first when
-// the shard is full: one whose budget is whole if the sample finds one,
-// else the least recently used key of the sample.
-func (sh *shard) insert(key string, st *entry, now int64) {
+// insert adds a copy of st under key, which the shard does not hold, and
+// reports whether it did. A full shard first drops a key whose budget is
+// whole at now; when it has none, insert stores nothing and reports false.
+func (sh *shard) insert(key string, st *entry, now int64) bool {
+	if !sh.Room(now, entryWholeAt) {
+		return false
+	}
 	e := new(entry) // allocated here only, so the caller's state stays on the stack
 	*e = *st
-	sh.Insert(key, e, func(e *entry) (int64, bool) { return e.used, e.wholeAt <= now })
+	return sh.InsertDue(key, e, now, entryWholeAt) // there is room: cannot fail
+}
+
+// since is the time st, just written at now under limit, counts from: now,
+// or the state's own time when that is later (a caller that read the
+// clock before another but locked after it finds the state ahead of now).
+// Its ResetAfter, added to it, is exactly when the budget is whole.
+func (st *entry) since(limit limiter.Limit, now int64) int64 {
+	switch limit.Algorithm {
+	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
+		return max(now, st.b) // Last
+	case limiter.FixedWindow, limiter.SlidingCounter:
+		return max(now, st.a*int64(limit.Period/time.Microsecond)) // the window's start
+	case limiter.SlidingLog:
+		if st.log != nil && len(*st.log) > 0 {
+			return max(now, (*st.log)[len(*st.log)-1].At) // the newest entry
+		}
+	}
+	return now
 }
 
 // transition runs the pure limiter function for st.alg on st in place.
@@ -373,10 +446,10 @@ func (s *Store) sweepLoop(tick <-chan time.Time, ticker *time.Ticker) {
 	}
 }
 
-// sweep deletes every key whose budget is whole again, one shard at a time.
+// sweep deletes every key whose budget is whole again, one shard at a time,
+// through the shard's heap: the steps are those the keys' writes paid for.
 func (s *Store) sweep() {
 	s.shards.Each(func(sh *shard) {
-		now := s.now()
-		sh.DeleteFunc(func(_ string, e *entry) bool { return e.wholeAt <= now })
+		sh.DeleteDue(s.now(), entryWholeAt)
 	})
 }

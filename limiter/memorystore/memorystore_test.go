@@ -89,12 +89,39 @@ func mustTake(t *testing.T, s limiter.Store, key string, l limiter.Limit, cost i
 	return d
 }
 
+// takeOrFull is Take for a key the store may refuse: it fails the test on
+// any other error and on a refusal that returns anything but a zero
+// Decision, and reports whether the key was refused.
+func takeOrFull(t *testing.T, s limiter.Store, key string, l limiter.Limit, cost int64) (limiter.Decision, bool) {
+	t.Helper()
+	d, err := s.Take(context.Background(), key, l, cost)
+	switch {
+	case errors.Is(err, memorystore.ErrFull):
+		if d != (limiter.Decision{}) {
+			t.Fatalf("Take(%q) refused with a Decision %+v, want the zero one", key, d)
+		}
+		if !strings.HasPrefix(err.Error(), "memorystore: store full: MaxKeys reached") || !strings.Contains(err.Error(), "no budget") {
+			t.Fatalf("ErrFull's message %q does not say MaxKeys is reached and no budget is whole", err)
+		}
+		return d, true
+	case err != nil:
+		t.Fatalf("Take(%q, %d): %v", key, cost, err)
+	}
+	return d, false
+}
+
 // TestMaxKeysBound checks the key count never passes MaxKeys, whatever the
-// traffic.
+// traffic, and that every new key is either admitted or refused.
 func TestMaxKeysBound(t *testing.T) {
 	s, clock := newStore(t, memorystore.Config{MaxKeys: 64, Shards: 4})
+	refused := 0
 	for i := range 5000 {
-		mustTake(t, s, fmt.Sprintf("user:%d", i), bucket, 1+int64(i%3))
+		d, full := takeOrFull(t, s, fmt.Sprintf("user:%d", i), bucket, 1+int64(i%3))
+		if full {
+			refused++
+		} else if !d.Allowed {
+			t.Fatalf("a new key was rejected: %+v", d)
+		}
 		if i%100 == 0 {
 			clock.Advance(10 * time.Millisecond)
 		}
@@ -104,6 +131,9 @@ func TestMaxKeysBound(t *testing.T) {
 	}
 	if n := s.Len(); n < 32 {
 		t.Errorf("Len %d: the shards should be close to full", n)
+	}
+	if refused == 0 || refused > 4900 {
+		t.Errorf("%d of 5000 new keys refused: want some (the shards fill within 10 ms), not nearly all (budgets become whole after 300 ms at most)", refused)
 	}
 }
 
@@ -128,24 +158,181 @@ func TestEvictsWholeBudgetsFirst(t *testing.T) {
 	}
 }
 
-// TestEvictsLeastRecentlyUsed fills a shard with busy keys; a new key
-// displaces the one used longest ago, whose budget starts over.
-func TestEvictsLeastRecentlyUsed(t *testing.T) {
-	s, clock := newStore(t, memorystore.Config{MaxKeys: 3, Shards: 1})
-	slow := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 1, Period: time.Hour}
-	for _, k := range []string{"old", "mid", "new"} {
-		mustTake(t, s, k, slow, 4)
-		clock.Advance(time.Second)
+// TestFullStoreRefusesNewKeys fills a one-shard store with budgets that are
+// not whole, under each algorithm: a new key is refused with ErrFull until
+// the first budget becomes whole, to the microsecond, and then takes its
+// place; the keys held keep working throughout, and a refused key leaves
+// nothing behind.
+func TestFullStoreRefusesNewKeys(t *testing.T) {
+	cases := []struct {
+		name  string
+		limit limiter.Limit
+		// whole is how long after the fill the first key's budget is
+		// whole; second is then whole secondLeft later (the windows
+		// align, so theirs are whole at once).
+		whole, secondLeft time.Duration
+	}{
+		{"token bucket", limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Second}, 200 * time.Millisecond, time.Millisecond},
+		{"leaky bucket policing", limiter.Limit{Algorithm: limiter.LeakyBucketPolicing, Burst: 10, Rate: 10, Period: time.Second}, 200 * time.Millisecond, time.Millisecond},
+		{"leaky bucket shaping", limiter.Limit{Algorithm: limiter.LeakyBucketShaping, Burst: 10, Rate: 10, Period: time.Second}, 200 * time.Millisecond, time.Millisecond},
+		// t0 is a whole second: the window ends a second later.
+		{"fixed window", limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 10, Period: time.Second}, time.Second, 0},
+		{"sliding counter", limiter.Limit{Algorithm: limiter.SlidingCounter, Rate: 10, Period: time.Second}, 2 * time.Second, 0},
+		{"sliding log", limiter.Limit{Algorithm: limiter.SlidingLog, Rate: 10, Period: time.Second}, time.Second, time.Millisecond},
 	}
-	mustTake(t, s, "old", slow, 0) // a peek counts as use
-	clock.Advance(time.Second)
-	mustTake(t, s, "newest", slow, 4)
-	want := map[string]int64{"old": 6, "mid": 10, "new": 6, "newest": 6}
-	for k, r := range want {
-		if d := mustTake(t, s, k, slow, 0); d.Remaining != r {
-			t.Errorf("%s: Remaining %d, want %d", k, d.Remaining, r)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, clock := newStore(t, memorystore.Config{MaxKeys: 3, Shards: 1})
+			ctx := context.Background()
+			mustTake(t, s, "first", c.limit, 2)
+			clock.Advance(time.Millisecond) // the others are whole a millisecond later
+			mustTake(t, s, "second", c.limit, 2)
+			mustTake(t, s, "third", c.limit, 2)
+			for _, at := range []time.Duration{0, c.whole - time.Millisecond - time.Microsecond} {
+				clock.Set(t0.Add(at))
+				if _, full := takeOrFull(t, s, "new", c.limit, 1); !full {
+					t.Fatalf("at +%v: a new key was stored in a shard full of live budgets", at)
+				}
+				if d, err := s.Refund(ctx, "new", c.limit, 1); err != nil || !d.Allowed || d.ResetAfter != 0 {
+					// A refund to an unknown key leaves it whole: nothing to store.
+					if c.limit.Algorithm != limiter.LeakyBucketShaping {
+						t.Fatalf("at +%v: Refund of an unknown key in a full store: %+v, %v", at, d, err)
+					}
+				}
+				if d := mustTake(t, s, "third", c.limit, 1); !d.Allowed {
+					t.Fatalf("at +%v: a held key stopped working: %+v", at, d)
+				}
+				if n := s.Len(); n != 3 {
+					t.Fatalf("at +%v: Len %d, want 3", at, n)
+				}
+			}
+			clock.Set(t0.Add(c.whole))
+			if d, full := takeOrFull(t, s, "new", c.limit, 1); full || !d.Allowed {
+				t.Fatalf("once first's budget is whole: %+v, refused %v; want it admitted in first's place", d, full)
+			}
+			if d := mustTake(t, s, "second", c.limit, 0); d.ResetAfter != c.secondLeft {
+				t.Fatalf("second: %+v, want ResetAfter %v (its state kept)", d, c.secondLeft)
+			}
+			if d := mustTake(t, s, "first", c.limit, 0); d.ResetAfter != 0 {
+				t.Fatalf("first's budget: %+v, want whole", d)
+			}
+		})
+	}
+}
+
+// TestWholeAtFromTheStateTime checks a key written by a caller whose clock
+// reading is behind the key's state (it read the clock before another
+// caller but locked after it) is whole when its state says, not earlier:
+// the store counts ResetAfter from the state's own time.
+func TestWholeAtFromTheStateTime(t *testing.T) {
+	const ms = time.Millisecond
+	cases := []struct {
+		name       string
+		limit      limiter.Limit
+		first, lag time.Duration // the first Take's time, the second's
+		cost       int64
+		whole      time.Duration // when "a" is whole
+	}{
+		// Last is 1 s; two tokens missing at 100 ms each.
+		{"token bucket", limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Second}, time.Second, 950 * ms, 1, 1200 * ms},
+		// The second Take stands at the start of the first's window.
+		{"fixed window", limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 10, Period: time.Second}, time.Second + 10*ms, 990 * ms, 1, 2 * time.Second},
+		{"sliding counter", limiter.Limit{Algorithm: limiter.SlidingCounter, Rate: 10, Period: time.Second}, time.Second + 10*ms, 990 * ms, 1, 3 * time.Second},
+		{"sliding log", limiter.Limit{Algorithm: limiter.SlidingLog, Rate: 10, Period: time.Second}, time.Second + 10*ms, 990 * ms, 1, 2*time.Second + 10*ms},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, clock := newStore(t, memorystore.Config{MaxKeys: 1, Shards: 1})
+			clock.Set(t0.Add(c.first))
+			mustTake(t, s, "a", c.limit, c.cost)
+			clock.Set(t0.Add(c.lag))
+			mustTake(t, s, "a", c.limit, c.cost)
+			clock.Set(t0.Add(c.whole - time.Microsecond))
+			if _, full := takeOrFull(t, s, "b", c.limit, 1); !full {
+				t.Fatal("a was dropped before its budget was whole")
+			}
+			clock.Set(t0.Add(c.whole))
+			if _, full := takeOrFull(t, s, "b", c.limit, 1); full {
+				t.Fatal("a's budget is whole, yet b was refused")
+			}
+		})
+	}
+}
+
+// TestFloodCannotResetABudget is the attack of issue 9: alice spends her
+// budget down to 21 points, then 100,000 fresh identities take a point
+// each. Alice's budget must follow her own refill exactly (as
+// limiter.TakeBucket computes it on her state) at every step; fresh keys
+// are refused while no budget in their shard is whole, and admitted again
+// as budgets become whole.
+func TestFloodCannotResetABudget(t *testing.T) {
+	plan := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 5000, Rate: 100, Period: time.Minute} // a point every 600 ms
+	s, clock := newStore(t, memorystore.Config{MaxKeys: 64, Shards: 4})
+	ctx := context.Background()
+	alice := limiter.BucketState{}
+	take := func(cost int64) limiter.Decision {
+		t.Helper()
+		var want limiter.Decision
+		var err error
+		alice, want, err = limiter.TakeBucket(plan, alice, clock.Now().UnixMicro(), cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Take(ctx, "alice", plan, cost)
+		if err != nil || got != want {
+			t.Fatalf("alice at %v: %+v, %v; want %+v (her own refill, nothing more)", clock.Now().Sub(t0), got, err, want)
+		}
+		return got
+	}
+	if d := take(4979); d.Remaining != 21 {
+		t.Fatalf("alice: Remaining %d, want 21", d.Remaining)
+	}
+	const flood = 100_000
+	admitted, refused, phase := 0, 0, 0
+	for i := range flood {
+		// Each fresh key is whole 600 ms after its point. 10,000 keys per
+		// 100 ms: the first 30,000 arrive within 300 ms, the rest over
+		// the next 700 ms, as the first ones become whole.
+		if i%100 == 0 {
+			clock.Advance(time.Millisecond)
+		}
+		d, full := takeOrFull(t, s, fmt.Sprint("flood:", i), plan, 1)
+		switch {
+		case full:
+			refused++
+		case !d.Allowed || d.Remaining != plan.Burst-1:
+			t.Fatalf("flood:%d admitted with %+v, want a fresh bucket less one point", i, d)
+		default:
+			admitted++
+		}
+		if n := s.Len(); n > 64 {
+			t.Fatalf("Len %d > MaxKeys 64", n)
+		}
+		if i%997 == 0 {
+			take(0) // alice peeks: her budget, exactly
+		}
+		if i == 30_000 {
+			// Within the first 600 ms no budget can become whole: the
+			// shards filled (63 keys at most besides alice) and every
+			// other key was refused.
+			if admitted > 63 || refused != i+1-admitted {
+				t.Fatalf("first 300 ms: %d admitted, %d refused", admitted, refused)
+			}
+			phase = admitted
 		}
 	}
+	// From 600 ms on, each key admitted in the first phase is whole and
+	// its place is taken by a new one: every shard admits again.
+	if later := admitted - phase; later < phase {
+		t.Errorf("after the first budgets became whole only %d more keys were admitted (first phase: %d)", later, phase)
+	}
+	if d := take(21); !d.Allowed {
+		t.Fatalf("alice cannot spend what she has: %+v", d)
+	}
+	if d := take(5); d.Allowed {
+		t.Fatalf("alice spent points the flood gave her: %+v", d)
+	}
+	t.Logf("%d fresh keys admitted, %d refused with ErrFull", admitted, refused)
 }
 
 // TestWholeBudgetsHoldNothing checks that peeks, rejections of unknown

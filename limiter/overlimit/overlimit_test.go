@@ -537,3 +537,82 @@ func TestConcurrentKeys(t *testing.T) {
 		t.Fatalf("Len %d > MaxKeys", n)
 	}
 }
+
+// TestEvictionKeepsBudgetsExact floods a small cache with remembered
+// rejections of fresh keys between alice's requests, so her entry is
+// evicted again and again. Losing an entry only sends her next request to
+// the store: every answer she gets, from the cache or the store, is the
+// exact bucket's (a twin store on the same clock), and so is the number of
+// requests admitted.
+func TestEvictionKeepsBudgetsExact(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cfg   overlimit.Config
+		flood int // fresh keys rejected between two of alice's requests
+	}{
+		{"one shard, two keys", overlimit.Config{MaxKeys: 2, Shards: 1}, 3},
+		{"four shards", overlimit.Config{MaxKeys: 16, Shards: 4}, 40},
+		{"no flood", overlimit.Config{MaxKeys: 16, Shards: 4}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, next, clock := setup(t, c.cfg)
+			twin := newMemory(t, clock)
+			fresh := 0
+			admitted, wantAdmitted, fromCache, evicted := 0, 0, 0, 0
+			var rejected limiter.Decision // alice's last rejection, its cost and time
+			var rejectedCost int64
+			var rejectedAt time.Time
+			for i := range 400 {
+				now := clock.Advance(7 * time.Millisecond) // a token every 100 ms
+				cost := int64(1 + i%3)
+				before := next.takes.Load()
+				d, err := s.Take(ctx, "alice", tenPerSec, cost)
+				want, werr := twin.Take(ctx, "alice", tenPerSec, cost)
+				if err != nil || werr != nil || d != want {
+					t.Fatalf("request %d: %+v, %v; the exact bucket says %+v, %v", i, d, err, want, werr)
+				}
+				switch stillHeld := cost >= rejectedCost && now.Sub(rejectedAt) < rejected.RetryAfter; {
+				case next.takes.Load() == before:
+					fromCache++
+				case stillHeld:
+					evicted++ // the remembered rejection would have answered: it was evicted
+				}
+				switch { // what the cache remembers
+				case d.Allowed:
+					rejected = limiter.Decision{} // an admission forgets
+				case next.takes.Load() > before:
+					rejected, rejectedCost, rejectedAt = d, cost, now
+				}
+				if d.Allowed {
+					admitted++
+				}
+				if want.Allowed {
+					wantAdmitted++
+				}
+				for range c.flood {
+					key := fmt.Sprint("fresh:", fresh)
+					fresh++
+					for {
+						d, err := s.Take(ctx, key, third, 1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !d.Allowed {
+							break // remembered, taking the place of another entry
+						}
+					}
+				}
+				if n := s.Len(); n > c.cfg.MaxKeys {
+					t.Fatalf("Len %d > MaxKeys %d", n, c.cfg.MaxKeys)
+				}
+			}
+			if admitted != wantAdmitted {
+				t.Fatalf("admitted %d, the exact bucket %d", admitted, wantAdmitted)
+			}
+			if c.flood == 0 && (fromCache == 0 || evicted > 0) || c.flood > 0 && evicted == 0 {
+				t.Fatalf("%d answers from the cache, %d after an eviction: the test exercises too little", fromCache, evicted)
+			}
+			t.Logf("of 400 requests, %d answered from the cache, %d sent to the store by an eviction; %d admitted", fromCache, evicted, admitted)
+		})
+	}
+}

@@ -706,3 +706,69 @@ func overshoot(events []event, l limiter.Limit) (total, worst int64) {
 	}
 	return total, worst
 }
+
+// TestFullTableNeverCreatesTokens fills the lease table with fresh keys
+// while alice spends: new keys that find their shard full go to the store
+// as they are, leases are dropped only by settling (which gives their
+// unspent tokens back), and alice is never admitted a token the store did
+// not hand out. With the clock still, she is admitted exactly Burst, and
+// once every lease is given back the store holds exactly the rest.
+func TestFullTableNeverCreatesTokens(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		maxKeys     int
+		flood       int // fresh keys between two of alice's requests
+		settleEvery int // requests of alice's between settles; 0: never
+	}{
+		{"full table, no settle", 4, 3, 0},
+		{"full table, settles", 4, 3, 7},
+		{"one key, settles often", 1, 1, 2},
+		{"room for all", 10_000, 3, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := limitertest.NewFakeClock(t0)
+			next := &counting{Store: newMemory(t, clock)}
+			s := newSplit(t, next, splitbudget.Config{MaxKeys: c.maxKeys, Clock: clock})
+			admitted, fresh := int64(0), 0
+			for i := range 3 * slow.Burst / 2 {
+				d, err := s.Take(ctx, "alice", slow, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				}
+				if admitted > slow.Burst {
+					t.Fatalf("request %d: alice admitted %d, more than the bucket's %d", i, admitted, slow.Burst)
+				}
+				for range c.flood {
+					if d, err := s.Take(ctx, fmt.Sprint("fresh:", fresh), slow, 1); err != nil || !d.Allowed {
+						t.Fatalf("a fresh key: %+v, %v", d, err)
+					}
+					fresh++
+				}
+				if n := s.Len(); n > c.maxKeys {
+					t.Fatalf("%d leases, more than MaxKeys %d", n, c.maxKeys)
+				}
+				if c.settleEvery > 0 && i%int64(c.settleEvery) == 0 {
+					if err := s.Settle(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if admitted != slow.Burst {
+				t.Fatalf("alice admitted %d, want exactly the bucket's %d", admitted, slow.Burst)
+			}
+			if err := s.Settle(ctx); err != nil {
+				t.Fatal(err)
+			}
+			d, err := next.Store.Take(ctx, "alice", slow, 0)
+			if err != nil || d.Remaining != 0 {
+				t.Fatalf("alice's bucket after every lease is back: %+v, %v; want 0 left", d, err)
+			}
+			if st := s.Stats(); c.maxKeys < 10 && st.Direct == 0 {
+				t.Fatalf("stats %+v: no fresh key went to the store, yet the table was full", st)
+			}
+		})
+	}
+}

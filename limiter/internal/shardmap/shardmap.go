@@ -17,6 +17,14 @@
 // worth keeping, else the lowest ranked. So memory stays bounded and an
 // insertion costs a few map reads, whatever the traffic.
 //
+// A Table can instead make room only by dropping an entry that holds
+// nothing worth keeping, never anything else (memorystore's budgets, where
+// dropping a live entry would hand its owner a fuller bucket): InsertDue.
+// Such a Table also keeps its keys in a min-heap by the time each entry
+// becomes free, its due time, so the entries that have come due are found
+// exactly and first, at a few heap steps per insertion, whatever the
+// traffic; when none has come due, the new key is refused.
+//
 // Size carries the MaxKeys and Shards settings the three stores share,
 // with their defaults and validation.
 package shardmap
@@ -145,6 +153,18 @@ func (m *Map[S, P]) Each(f func(P)) {
 type Table[V any] struct {
 	keys map[string]V
 	max  int
+	// order is a min-heap of keys by due time, kept only by InsertDue and
+	// Sooner. An item may be stale: its key gone (Delete drops no item),
+	// or due later than the item says. It is never due earlier: every
+	// live key has an item at or before its due time. Stale items are
+	// dropped or moved when they reach the top, and the heap is rebuilt
+	// from the keys before it grows past twice the Table's bound.
+	order []dueItem
+}
+
+type dueItem struct {
+	at  int64
+	key string
 }
 
 // Rank orders a full Table's entries for eviction. free reports that v
@@ -206,6 +226,155 @@ func (t *Table[V]) evict(rank Rank[V]) {
 	delete(t.keys, victim)
 }
 
+// Due is when v becomes free, holding nothing worth keeping, in the
+// caller's unit of time. A Table filled with InsertDue must hear through
+// Sooner of every held entry whose due time moves earlier; a move later
+// needs no word (the entry is put back in its place when its old time
+// comes).
+type Due[V any] func(v V) int64
+
+// InsertDue stores v under key and reports whether it did. A key already
+// held is replaced. A new key in a full Table takes the place of an entry
+// due at or before now, the earliest due first, found in at most Sample
+// heap steps; when there is none, the key is refused and nothing changes.
+// An entry that is not yet due is never dropped.
+//
+// Every entry of the Table must have been stored by InsertDue.
+func (t *Table[V]) InsertDue(key string, v V, now int64, due Due[V]) bool {
+	old, held := t.keys[key]
+	switch {
+	case !held:
+		if len(t.keys) >= t.max && !t.reclaim(now, due) {
+			return false
+		}
+		t.push(due(v), key, due)
+	case due(v) < due(old):
+		t.push(due(v), key, due)
+	}
+	t.keys[key] = v
+	return true
+}
+
+// Room reports whether InsertDue would store a new key now, dropping the
+// entry it would drop to make room. A caller that builds the value only
+// once it knows it will be kept calls Room first.
+func (t *Table[V]) Room(now int64, due Due[V]) bool {
+	return len(t.keys) < t.max || t.reclaim(now, due)
+}
+
+// Sooner records that key's entry, held and stored by InsertDue, is now
+// due at at, earlier than before.
+func (t *Table[V]) Sooner(key string, at int64, due Due[V]) { t.push(at, key, due) }
+
+// DeleteDue drops every entry due at or before now, and returns how many it
+// dropped. It walks the heap, not the keys: a few steps per entry dropped
+// or come due since the last call.
+func (t *Table[V]) DeleteDue(now int64, due Due[V]) int {
+	n := 0
+	for len(t.order) > 0 && t.order[0].at <= now {
+		if t.step(now, due) {
+			n++
+		}
+	}
+	return n
+}
+
+// reclaim drops the earliest due entry if it is due at or before now, in
+// at most Sample steps, and reports whether it dropped one.
+func (t *Table[V]) reclaim(now int64, due Due[V]) bool {
+	for range Sample {
+		if len(t.order) == 0 || t.order[0].at > now {
+			return false // every live key is due later
+		}
+		if t.step(now, due) {
+			return true
+		}
+	}
+	return false
+}
+
+// step settles the heap's top item, which is due at or before now: it
+// drops the item of a key no longer held, drops the key and its item when
+// the key is due, and otherwise moves the item to the key's due time. It
+// reports whether it dropped a key. Each step is paid for by an earlier
+// push or by the write that moved the key's due time on, so reclaiming is
+// amortised O(log n) per write.
+func (t *Table[V]) step(now int64, due Due[V]) bool {
+	top := t.order[0]
+	v, held := t.keys[top.key]
+	if held {
+		if at := due(v); at > now {
+			t.order[0].at = at
+			t.down(0)
+			return false
+		}
+		delete(t.keys, top.key)
+	}
+	t.pop()
+	return held
+}
+
+// push adds an item, first rebuilding the heap from the keys when it holds
+// twice as many items as the Table holds keys at most: the rebuild costs
+// O(max) and comes at most once per max pushes.
+func (t *Table[V]) push(at int64, key string, due Due[V]) {
+	if len(t.order) >= 2*t.max+Sample {
+		t.rebuild(due)
+	}
+	t.order = append(t.order, dueItem{at, key})
+	t.up(len(t.order) - 1)
+}
+
+// rebuild replaces the heap by one exact item per held key.
+func (t *Table[V]) rebuild(due Due[V]) {
+	clear(t.order) // let go of the dropped keys' strings
+	t.order = t.order[:0]
+	for k, v := range t.keys {
+		t.order = append(t.order, dueItem{due(v), k})
+	}
+	for i := len(t.order)/2 - 1; i >= 0; i-- {
+		t.down(i)
+	}
+}
+
+func (t *Table[V]) pop() {
+	last := len(t.order) - 1
+	t.order[0] = t.order[last]
+	t.order[last] = dueItem{}
+	t.order = t.order[:last]
+	t.down(0)
+}
+
+func (t *Table[V]) up(i int) {
+	h := t.order
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].at <= h[i].at {
+			return
+		}
+		h[p], h[i] = h[i], h[p]
+		i = p
+	}
+}
+
+func (t *Table[V]) down(i int) {
+	h := t.order
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && h[c+1].at < h[c].at {
+			c++
+		}
+		if h[i].at <= h[c].at {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}
+
 // Delete drops key, if held.
 func (t *Table[V]) Delete(key string) { delete(t.keys, key) }
 
@@ -219,4 +388,8 @@ func (t *Table[V]) DeleteFunc(del func(key string, v V) bool) {
 }
 
 // Clear drops every entry.
-func (t *Table[V]) Clear() { clear(t.keys) }
+func (t *Table[V]) Clear() {
+	clear(t.keys)
+	clear(t.order)
+	t.order = t.order[:0]
+}

@@ -3,6 +3,7 @@ package shardmap
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -172,6 +173,207 @@ func TestEvictionBound(t *testing.T) {
 				t.Fatal("the newest key is gone")
 			}
 		})
+	}
+}
+
+// timed is a test value for InsertDue: when it becomes free.
+type timed struct{ due int64 }
+
+func byDue(v *timed) int64 { return v.due }
+
+func newDueTable(max int) *Table[*timed] {
+	t := new(Table[*timed])
+	t.reset(max)
+	return t
+}
+
+// TestInsertDue covers a Table of room 4: a full one drops only an entry
+// due by now, the earliest first, and otherwise refuses.
+func TestInsertDue(t *testing.T) {
+	cases := []struct {
+		name    string
+		held    map[string]int64 // key: due time
+		key     string
+		now     int64
+		ok      bool
+		evicted string // empty: nothing evicted
+	}{
+		{"room left", map[string]int64{"a": 50}, "b", 0, true, ""},
+		{"full, nothing due: refused", map[string]int64{"a": 50, "b": 10, "c": 30, "d": 20}, "e", 9, false, ""},
+		{"full: the one due goes", map[string]int64{"a": 50, "b": 10, "c": 30, "d": 20}, "e", 10, true, "b"},
+		{"full: the earliest due goes", map[string]int64{"a": 5, "b": 10, "c": 3, "d": 20}, "e", 15, true, "c"},
+		{"full: negative times", map[string]int64{"a": -5, "b": 10, "c": 3, "d": 20}, "e", 0, true, "a"},
+		{"full: a held key is replaced", map[string]int64{"a": 50, "b": 10, "c": 30, "d": 20}, "a", 0, true, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tb := newDueTable(4)
+			for k, due := range c.held {
+				if !tb.InsertDue(k, &timed{due}, -100, byDue) {
+					t.Fatalf("InsertDue(%q) refused with room left", k)
+				}
+			}
+			if _, held := c.held[c.key]; tb.Len() == 4 && !held {
+				// Room agrees with InsertDue and drops the same entry.
+				if got := tb.Room(c.now, byDue); got != c.ok {
+					t.Fatalf("Room: %v, want %v", got, c.ok)
+				}
+				if c.ok {
+					if _, held := tb.Get(c.evicted); held {
+						t.Fatalf("Room made room without dropping %q", c.evicted)
+					}
+					tb.InsertDue(c.evicted, &timed{c.held[c.evicted]}, -100, byDue) // put it back
+				}
+			}
+			v := &timed{100}
+			if ok := tb.InsertDue(c.key, v, c.now, byDue); ok != c.ok {
+				t.Fatalf("InsertDue: %v, want %v", ok, c.ok)
+			}
+			if got, held := tb.Get(c.key); held != c.ok || held && got != v {
+				t.Fatalf("Get(%q) after InsertDue: %v, %v", c.key, got, held)
+			}
+			for k := range c.held {
+				_, held := tb.Get(k)
+				if want := k != c.evicted; held != want {
+					t.Errorf("%q held: %v, want %v", k, held, want)
+				}
+			}
+			if tb.Len() > 4 {
+				t.Fatalf("Len %d > 4", tb.Len())
+			}
+		})
+	}
+}
+
+// TestInsertDueFollowsMovedTimes moves due times after insertion: later
+// without a word, earlier with Sooner. The Table still drops exactly the
+// entries due by now.
+func TestInsertDueFollowsMovedTimes(t *testing.T) {
+	tb := newDueTable(3)
+	a, b, c := &timed{10}, &timed{20}, &timed{30}
+	tb.InsertDue("a", a, 0, byDue)
+	tb.InsertDue("b", b, 0, byDue)
+	tb.InsertDue("c", c, 0, byDue)
+	a.due = 40 // a was written to: due later
+	if tb.InsertDue("x", &timed{100}, 15, byDue) {
+		t.Fatal("at 15 nothing is due, yet x was stored")
+	}
+	if _, held := tb.Get("a"); !held {
+		t.Fatal("a, due at 40, was dropped at 15")
+	}
+	c.due = 5 // a refund: due earlier
+	tb.Sooner("c", 5, byDue)
+	if !tb.InsertDue("x", &timed{100}, 15, byDue) {
+		t.Fatal("c is due at 5, yet x was refused at 15")
+	}
+	if _, held := tb.Get("c"); held {
+		t.Fatal("x took the place of another key than c")
+	}
+	// A held key replaced by an earlier-due value is found by its new time.
+	tb.InsertDue("x", &timed{16}, 15, byDue)
+	if !tb.InsertDue("y", &timed{100}, 17, byDue) {
+		t.Fatal("x is due at 16, yet y was refused at 17")
+	}
+	if _, held := tb.Get("x"); held {
+		t.Fatal("y took the place of another key than x")
+	}
+}
+
+// TestInsertDueStepBound puts more than Sample moved entries ahead of the
+// one that is due: an insertion does at most Sample heap steps and may
+// refuse, but each refusal makes progress, so within a few insertions the
+// due entry is found.
+func TestInsertDueStepBound(t *testing.T) {
+	const max = 40
+	tb := newDueTable(max)
+	var moved []*timed
+	for i := range max - 1 {
+		v := &timed{int64(i)}
+		moved = append(moved, v)
+		tb.InsertDue(fmt.Sprint("busy", i), v, 0, byDue)
+	}
+	tb.InsertDue("due", &timed{max}, 0, byDue)
+	for _, v := range moved {
+		v.due = 1000 // all written to since: due much later
+	}
+	refusals := 0
+	for !tb.InsertDue("new", &timed{2000}, max, byDue) {
+		if refusals++; refusals > (max+Sample-1)/Sample {
+			t.Fatalf("refused %d times: the steps made no progress", refusals)
+		}
+	}
+	if refusals == 0 {
+		t.Fatal("the first insertion went past Sample steps")
+	}
+	if _, held := tb.Get("due"); held {
+		t.Fatal("new took the place of a busy key")
+	}
+}
+
+// TestDueModel runs random inserts, writes (due later), refunds (due
+// earlier, with Sooner), deletes and sweeps against a plain map: the Table
+// never drops an entry that is not due, a sweep drops every entry that is,
+// and the heap stays within twice the Table's bound.
+func TestDueModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const max = 16
+	tb := newDueTable(max)
+	model := map[string]*timed{}
+	now := int64(0)
+	for i := range 200_000 {
+		key := fmt.Sprint("k", r.IntN(64))
+		v, held := model[key]
+		switch op := r.IntN(10); {
+		case op < 4:
+			if held {
+				continue
+			}
+			nv := &timed{now + r.Int64N(50)}
+			ok := tb.InsertDue(key, nv, now, byDue)
+			for k, old := range model {
+				if _, still := tb.Get(k); !still {
+					if old.due > now {
+						t.Fatalf("op %d: %s dropped at %d, due at %d", i, k, now, old.due)
+					}
+					delete(model, k)
+				}
+			}
+			if ok {
+				model[key] = nv
+			} else if len(model) < max {
+				t.Fatalf("op %d: refused with room left", i)
+			}
+		case op < 6 && held:
+			v.due += r.Int64N(30)
+		case op < 7 && held:
+			v.due -= r.Int64N(30)
+			tb.Sooner(key, v.due, byDue)
+		case op < 8 && held:
+			tb.Delete(key)
+			delete(model, key)
+		case op < 9:
+			now += r.Int64N(10)
+		default:
+			tb.DeleteDue(now, byDue)
+			for k, v := range model {
+				if _, still := tb.Get(k); still != (v.due > now) {
+					t.Fatalf("op %d: after a sweep at %d, %s (due %d) held: %v", i, now, k, v.due, still)
+				}
+				if v.due <= now {
+					delete(model, k)
+				}
+			}
+		}
+		if tb.Len() != len(model) || tb.Len() > max {
+			t.Fatalf("op %d: Len %d, model %d", i, tb.Len(), len(model))
+		}
+		if len(tb.order) > 2*max+Sample {
+			t.Fatalf("op %d: %d heap items for at most %d keys", i, len(tb.order), max)
+		}
+	}
+	tb.Clear()
+	if tb.Len() != 0 || len(tb.order) != 0 {
+		t.Fatalf("Clear left %d keys, %d heap items", tb.Len(), len(tb.order))
 	}
 }
 
