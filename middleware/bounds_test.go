@@ -251,3 +251,28 @@ func TestRESTBodyLimit(t *testing.T) {
 		})
 	}
 }
+
+// Identities a full memory store cannot hold share their plan's overflow
+// bucket, even on a fail-closed plan: a full store is not an outage.
+func TestFullMemoryStoreOverflows(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.Store = nil // the Limiter's own store, sized by MemoryStore
+	cfg.MemoryStore.MaxKeys = 4
+	cfg.FailureMode = middleware.FailClosed
+	lim := newLimiter(t, cfg)
+	h := graphQLServer(lim, newTestSchema())
+	statuses := map[int]int{}
+	for i := range 100 {
+		w := do(t, h, request{method: http.MethodGet, path: "/api/x", remoteAddr: "192.0.2." + strconv.Itoa(i) + ":1"})
+		statuses[w.Code]++
+	}
+	// Each request costs 1: at most 4 identities of their own, then one
+	// shared anon bucket of 20 points.
+	if statuses[http.StatusOK] > 4+20 || statuses[http.StatusOK] < 20 || statuses[http.StatusServiceUnavailable] != 0 {
+		t.Errorf("statuses %v", statuses)
+	}
+	if statuses[http.StatusTooManyRequests] == 0 {
+		t.Errorf("the overflow bucket never ran out: %v", statuses)
+	}
+}

@@ -250,6 +250,9 @@ const (
 	DefaultMaxBodyBytes      = 1 << 20
 )
 
+// overflowKey prefixes a plan's name to make its overflow bucket's key.
+const overflowKey = "overflow:"
+
 const (
 	// unavailableRetryAfter is the Retry-After of a 503: long enough not to
 	// hammer a recovering store, short enough to notice it is back.
@@ -291,6 +294,7 @@ type Limiter struct {
 	store    Store
 	owned    *memorystore.Store // Config.Store was nil
 	fallback *memorystore.Store // FailOpen's local buckets
+	overflow *memorystore.Store // one bucket per plan for identities a full memory store cannot hold
 	split    *splitbudget.Store // leases of the SplitBudget plans; nil if none
 	plans    map[string]*plan
 	ident    Identifier
@@ -306,9 +310,11 @@ type Limiter struct {
 
 	// lastWarn is the time of the last store-failure warning (nanoseconds
 	// since start, +1 so zero means never); suppressed counts the failures
-	// since.
+	// since. lastFull and overflowed do the same for the full-store warning.
 	lastWarn   atomic.Int64
 	suppressed atomic.Int64
+	lastFull   atomic.Int64
+	overflowed atomic.Int64
 
 	// randFloat returns a number in [0, 1) for the jitter; tests pin it.
 	randFloat func() float64
@@ -408,9 +414,15 @@ func New(cfg Config) (*Limiter, error) {
 	if l.fallback, err = memorystore.New(memCfg); err != nil {
 		return nil, fmt.Errorf("middleware: fallback store: %w", err)
 	}
+	// One key per plan in one shard: never full itself.
+	if l.overflow, err = memorystore.New(memorystore.Config{Clock: l.clock, MaxKeys: len(l.plans), Shards: 1}); err != nil {
+		l.fallback.Close()
+		return nil, fmt.Errorf("middleware: overflow store: %w", err)
+	}
 	if l.store == nil {
 		if l.owned, err = memorystore.New(memCfg); err != nil {
 			l.fallback.Close()
+			l.overflow.Close()
 			return nil, fmt.Errorf("middleware: default store: %w", err)
 		}
 		l.store = l.owned
@@ -430,7 +442,7 @@ func (l *Limiter) Close() error {
 	if l.split != nil {
 		err = l.split.Close()
 	}
-	err = errors.Join(err, l.fallback.Close())
+	err = errors.Join(err, l.fallback.Close(), l.overflow.Close())
 	if l.owned != nil {
 		err = errors.Join(err, l.owned.Close())
 	}
@@ -692,6 +704,9 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (li
 	if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
 		return d, err
 	}
+	if errors.Is(err, memorystore.ErrFull) {
+		return l.takeOverflow(ctx, p, cost)
+	}
 	if ctx.Err() != nil {
 		// The client went away: not the store's failure, and nobody is
 		// left to admit.
@@ -702,7 +717,27 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (li
 		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	// The local store never blocks, so the caller's ctx is bound enough.
-	return l.fallback.Take(ctx, key, p.limit, cost)
+	d, err = l.fallback.Take(ctx, key, p.limit, cost)
+	if errors.Is(err, memorystore.ErrFull) {
+		return l.takeOverflow(ctx, p, cost)
+	}
+	return d, err
+}
+
+// takeOverflow decides for an identity that a full memory store cannot
+// hold without resetting another identity's budget (memorystore.ErrFull):
+// it spends from one bucket per plan, shared by every such identity, with
+// the plan's limit. A flood of new identities then exhausts that bucket,
+// not anyone else's budget, and never gets a fresh burst per identity.
+func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64) (limiter.Decision, error) {
+	now := int64(l.clock.Now().Sub(l.start)) + 1
+	if last := l.lastFull.Load(); (last == 0 || now-last >= int64(storeFailureLogEvery)) && l.lastFull.CompareAndSwap(last, now) {
+		l.log.Warn("middleware: memory store full (MemoryStore.MaxKeys) and no budget in it is whole; new identities share their plan's overflow bucket",
+			"plan", p.name, "identities_since_last_warning", l.overflowed.Swap(0)+1)
+	} else {
+		l.overflowed.Add(1)
+	}
+	return l.overflow.Take(ctx, overflowKey+p.name, p.limit, cost)
 }
 
 // storeFailed logs a store failure, at most once per storeFailureLogEvery

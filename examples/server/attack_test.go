@@ -342,3 +342,50 @@ func BenchmarkAttacks(b *testing.B) {
 		})
 	}
 }
+
+// A flood of new client addresses cannot reset another principal's
+// budget: a full memory store drops only whole budgets, and identities it
+// cannot hold share their plan's overflow bucket.
+func TestFloodOfNewClientsResetsNoBudget(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.MemoryStore.MaxKeys = 256
+	ts := newTestServer(t, cfg, deps{})
+
+	// alice spends down to 38 of her 5,000 points.
+	for _, q := range []string{`{ user(login: "octocat") { repos(first: 100) { issues(first: 48) { title } } } }`, readmeQuery} {
+		w, _ := ts.graphql(alice, q)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	}
+	left := func() int64 {
+		w := ts.do(alice, http.MethodGet, "/api/users/octocat", nil)
+		require.Equal(t, http.StatusOK, w.Code)
+		return headerInt(t, w.Header(), middleware.HeaderXRateLimitRemaining)
+	}
+	require.Equal(t, int64(37), left())
+
+	const flood = 20_000
+	admitted := 0
+	for i := range flood {
+		c := client{remoteAddr: fmt.Sprintf("10.%d.%d.%d:1", i>>16, (i>>8)&255, i&255)}
+		switch w := ts.do(c, http.MethodGet, "/api/users/octocat", nil); w.Code {
+		case http.StatusOK:
+			admitted++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+	// Each identity the store holds had its own 500 points; the rest shared
+	// the anon plan's one overflow bucket.
+	t.Logf("%d of %d new addresses admitted", admitted, flood)
+	assert.LessOrEqual(t, admitted, int(cfg.MemoryStore.MaxKeys)+500)
+	assert.Equal(t, int64(36), left(), "alice's budget is what she left it, less this request")
+
+	// An hour on, the flood's budgets are whole again: new addresses get
+	// buckets of their own, and alice's has refilled as it should.
+	ts.clock.Advance(time.Hour)
+	w := ts.do(client{remoteAddr: "192.0.2.200:1"}, http.MethodGet, "/api/users/octocat", nil)
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, int64(499), headerInt(t, w.Header(), middleware.HeaderXRateLimitRemaining))
+	assert.Equal(t, int64(4999), left())
+}
