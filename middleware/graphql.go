@@ -385,7 +385,21 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		st := &requestState{id: id, plan: p, get: r.Method == http.MethodGet}
-		if ref := l.screenGraphQL(r, st); ref != nil {
+		body, ref := readBody(r, l.maxBody)
+		if ref == nil {
+			release, err := l.holdBody(r.Context(), len(body))
+			if err != nil {
+				// The client left (or the server is shutting down) while the
+				// body waited for room.
+				ra := l.retryAfter(unavailableRetryAfter)
+				writeGraphQLError(w, r, http.StatusServiceUnavailable,
+					codedError(CodeRateLimiterUnavailable, ra, "the server is busy; retry in %d seconds", ra), ra)
+				return
+			}
+			defer release()
+			ref = l.screenGraphQL(r, body, st)
+		}
+		if ref != nil {
 			l.refuseRequest(w, r, st, ref)
 			return
 		}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/overlimit"
@@ -201,6 +203,13 @@ type Config struct {
 	// a larger one, declared or chunked, is answered 413 before anything
 	// reads it into memory beyond the limit. Default 1 MiB.
 	MaxBodyBytes int64
+	// MaxBodyBytesInFlight bounds the GraphQL request bodies larger than
+	// 64 KiB that are screened and handed to gqlgen at once, in bytes:
+	// gqlgen reads and decodes a body into about five times its size, so
+	// this is what bounds the memory of many large requests at once. A
+	// body that finds no room waits (until its request's context ends).
+	// Default 2 MiB (or MaxBodyBytes when larger); at least MaxBodyBytes.
+	MaxBodyBytesInFlight int64
 	// MemoryStore sizes the in-memory stores the Limiter creates.
 	MemoryStore MemoryStoreOptions
 
@@ -238,17 +247,30 @@ const (
 	DefaultRESTCost     = 1
 	DefaultProxyHeader  = "X-Forwarded-For"
 
-	DefaultMaxAliases        = 100
-	DefaultMaxRootFields     = 100
-	DefaultMaxTokens         = 20_000
-	DefaultMaxSelections     = 500
-	DefaultMaxVariableValues = 10_000
-	DefaultMaxVariablesDepth = 32
-	DefaultInvalidCost       = 1
-	DefaultMinCost           = 1
-	DefaultIntrospectionCost = 50
-	DefaultMaxBodyBytes      = 1 << 20
+	DefaultMaxAliases           = 100
+	DefaultMaxRootFields        = 100
+	DefaultMaxTokens            = 20_000
+	DefaultMaxSelections        = 500
+	DefaultMaxVariableValues    = 10_000
+	DefaultMaxVariablesDepth    = 32
+	DefaultInvalidCost          = 1
+	DefaultMinCost              = 1
+	DefaultIntrospectionCost    = 50
+	DefaultMaxBodyBytes         = 1 << 20
+	DefaultMaxBodyBytesInFlight = 2 << 20
 )
+
+// holdBody waits for room for a body of n bytes among the large bodies in
+// flight and returns its release; small bodies never wait.
+func (l *Limiter) holdBody(ctx context.Context, n int) (release func(), err error) {
+	if n <= smallBody {
+		return func() {}, nil
+	}
+	if err := l.bodies.Acquire(ctx, int64(n)); err != nil {
+		return nil, err
+	}
+	return func() { l.bodies.Release(int64(n)) }, nil
+}
 
 // overflowKey prefixes a plan's name to make its overflow bucket's key.
 const overflowKey = "overflow:"
@@ -302,6 +324,7 @@ type Limiter struct {
 	routes   *http.ServeMux
 	restCost int64
 	maxBody  int64
+	bodies   *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
 	timeout  time.Duration
 	jitter   float64
 	log      *slog.Logger
@@ -403,6 +426,15 @@ func New(cfg Config) (*Limiter, error) {
 	case l.maxBody == 0:
 		l.maxBody = DefaultMaxBodyBytes
 	}
+	inFlight := cfg.MaxBodyBytesInFlight
+	if inFlight == 0 {
+		inFlight = max(DefaultMaxBodyBytesInFlight, l.maxBody)
+	}
+	if inFlight < l.maxBody {
+		return nil, fmt.Errorf("%w: MaxBodyBytesInFlight %d is less than MaxBodyBytes %d: the largest body would never fit",
+			ErrInvalidConfig, inFlight, l.maxBody)
+	}
+	l.bodies = semaphore.NewWeighted(inFlight)
 	if cfg.MemoryStore.MaxKeys < 0 {
 		return nil, fmt.Errorf("%w: MemoryStore.MaxKeys %d is negative", ErrInvalidConfig, cfg.MemoryStore.MaxKeys)
 	}

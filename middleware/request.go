@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/vektah/gqlparser/v2/ast"
@@ -45,9 +46,15 @@ func refuse(status int, code, format string, args ...any) *refusal {
 	return &refusal{status: status, code: code, message: fmt.Sprintf(format, args...)}
 }
 
+// smallBody is the size below which a body is read in one allocation and
+// never waits for MaxBodyBytesInFlight.
+const smallBody = 64 << 10
+
 // readBody reads r's body whole, at most limit bytes, so a body of unknown
 // length (chunked) is refused with 413 as surely as a declared one, and
-// puts what it read back for the next handler.
+// puts what it read back for the next handler. Memory grows with the bytes
+// that arrive, never with the length a client declares: a client that
+// declares a megabyte and sends a byte holds a small buffer.
 func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
@@ -56,15 +63,28 @@ func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
 		return nil, refuse(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
 			"the request body is %d bytes; the limit is %d", r.ContentLength, limit)
 	}
-	var body []byte
-	var err error
+	want := limit + 1 // unknown length: read one byte past the limit to see it
 	if r.ContentLength >= 0 {
-		// Declared: one allocation of the right size. A body shorter than
-		// declared fails to read.
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, body)
-	} else {
-		body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+		want = r.ContentLength
+	}
+	body := make([]byte, 0, min(want, smallBody))
+	var err error
+	for int64(len(body)) < want {
+		if len(body) == cap(body) { // double, up to what is still wanted
+			body = slices.Grow(body, int(min(int64(cap(body)), want-int64(len(body)))))
+		}
+		var n int
+		n, err = r.Body.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if err != nil {
+			break
+		}
+	}
+	if err == io.EOF {
+		err = nil
+		if r.ContentLength > 0 && int64(len(body)) < r.ContentLength {
+			err = io.ErrUnexpectedEOF
+		}
 	}
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -94,11 +114,7 @@ func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
 // query it finds, so that an oversized document is refused before gqlgen
 // reads the body again and decodes it; st records that the Extension need
 // not count it again.
-func (l *Limiter) screenGraphQL(r *http.Request, st *requestState) *refusal {
-	body, ref := readBody(r, l.maxBody)
-	if ref != nil {
-		return ref
-	}
+func (l *Limiter) screenGraphQL(r *http.Request, body []byte, st *requestState) *refusal {
 	if r.Method == http.MethodGet {
 		return l.screenGETParams(r, st)
 	}

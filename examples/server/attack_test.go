@@ -144,6 +144,13 @@ var attacks = []attack{
 		status: http.StatusBadRequest, code: middleware.CodeVariablesTooLarge, charged: 1,
 	},
 	{
+		name: "a valid 900 KB variable",
+		body: func() string {
+			return jsonBody(`mutation($t: String!) { createIssue(repo: "hello-world", title: $t) { id } }`, map[string]any{"t": strings.Repeat("x", 900_000)})
+		},
+		status: http.StatusOK, charged: 11,
+	},
+	{
 		name:   "mutation by GET",
 		method: http.MethodGet,
 		target: "/graphql?query=" + strings.ReplaceAll(`mutation{createIssue(repo:"hello-world",title:"x"){id}}`, " ", "%20"),
