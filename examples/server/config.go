@@ -50,6 +50,8 @@ type config struct {
 	SplitBudget splitBudgetConfig `yaml:"split_budget"`
 	// MaxBodyBytes bounds a request body on /graphql and /api/ (413).
 	MaxBodyBytes whole `yaml:"max_body_bytes"`
+	// MaxBodyBytesInFlight bounds the large GraphQL bodies handled at once.
+	MaxBodyBytesInFlight whole `yaml:"max_body_bytes_in_flight"`
 	// MemoryStore sizes the in-memory budgets (and the fail-open fallback).
 	MemoryStore memoryStoreConfig `yaml:"memory_store"`
 }
@@ -156,8 +158,9 @@ func defaultConfig() config {
 			LeaseFraction:  splitbudget.DefaultLeaseFraction,
 			SettleInterval: splitbudget.DefaultSettleInterval,
 		},
-		MaxBodyBytes: 1 << 20,
-		MemoryStore:  memoryStoreConfig{MaxKeys: 100_000},
+		MaxBodyBytes:         1 << 20,
+		MaxBodyBytesInFlight: 2 << 20,
+		MemoryStore:          memoryStoreConfig{MaxKeys: 100_000},
 	}
 }
 
@@ -285,6 +288,7 @@ func (c config) validate() error {
 		{"graphql.query_cache_entries", c.GraphQL.QueryCacheEntries, 1, math.MaxInt32},
 		{"graphql.query_cache_bytes", c.GraphQL.QueryCacheBytes, 1, math.MaxInt64},
 		{"max_body_bytes", c.MaxBodyBytes, 1, math.MaxInt64},
+		{"max_body_bytes_in_flight", c.MaxBodyBytesInFlight, 1, math.MaxInt64},
 		{"memory_store.max_keys", c.MemoryStore.MaxKeys, 1, math.MaxInt32},
 		{"rest.default_cost", c.REST.DefaultCost, 1, math.MaxInt64},
 	} {
@@ -387,8 +391,9 @@ func (c config) limiterConfig() middleware.Config {
 			MinCost:           int64(c.GraphQL.MinCost),
 			IntrospectionCost: int64(c.GraphQL.IntrospectionCost),
 		},
-		MaxBodyBytes: int64(c.MaxBodyBytes),
-		MemoryStore:  middleware.MemoryStoreOptions{MaxKeys: int(c.MemoryStore.MaxKeys)},
+		MaxBodyBytes:         int64(c.MaxBodyBytes),
+		MaxBodyBytesInFlight: int64(c.MaxBodyBytesInFlight),
+		MemoryStore:          middleware.MemoryStoreOptions{MaxKeys: int(c.MemoryStore.MaxKeys)},
 		REST: middleware.RESTOptions{
 			DefaultCost: int64(c.REST.DefaultCost),
 			Routes:      routes,
