@@ -70,11 +70,7 @@ func CheckDocument(query string, lim DocumentLimits) (DocumentSize, error) {
 		}
 		size.Tokens++
 		if lim.MaxTokens > 0 && size.Tokens > lim.MaxTokens {
-			return size, &Error{
-				Code:    CodeMaxTokensExceeded,
-				Message: fmt.Sprintf("the document has more than %d tokens", lim.MaxTokens),
-				Value:   float64(size.Tokens), Limit: float64(lim.MaxTokens),
-			}
+			return size, documentError(CodeMaxTokensExceeded, "tokens", size.Tokens, lim.MaxTokens)
 		}
 		inSelectionSet := parens == 0 && len(braces) > 0 && braces[len(braces)-1]
 		switch tok.Kind {
@@ -104,13 +100,17 @@ func CheckDocument(query string, lim DocumentLimits) (DocumentSize, error) {
 			}
 		}
 		if lim.MaxSelections > 0 && size.Selections > lim.MaxSelections {
-			return size, &Error{
-				Code:    CodeMaxSelectionsExceeded,
-				Message: fmt.Sprintf("the document has more than %d selections", lim.MaxSelections),
-				Value:   float64(size.Selections), Limit: float64(lim.MaxSelections),
-			}
+			return size, documentError(CodeMaxSelectionsExceeded, "selections", size.Selections, lim.MaxSelections)
 		}
 		prev2, prev = prev, tok.Kind
 		prevOn = tok.Kind == lexer.Name && tok.Value == "on"
+	}
+}
+
+func documentError(code, what string, n, limit int) *Error {
+	return &Error{
+		Code:    code,
+		Message: fmt.Sprintf("the document has more than %d %s", limit, what),
+		Value:   float64(n), Limit: float64(limit),
 	}
 }

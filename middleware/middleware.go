@@ -607,39 +607,28 @@ func (l *Limiter) smallestPlan() *plan {
 	return min
 }
 
+// orDefault replaces a zero option with its default.
+func orDefault[T int | int64](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
 func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
 	if o.MaxDepth < 0 || o.MaxBreadth < 0 || o.MaxNodes < 0 || o.MaxCost < 0 || o.DefaultListSize < 0 || o.MutationCost < 0 ||
 		o.MaxAliases < 0 || o.MaxRootFields < 0 || o.MaxTokens < 0 || o.MaxSelections < 0 ||
 		o.MaxVariableValues < 0 || o.MaxVariablesDepth < 0 || o.InvalidCost < 0 || o.MinCost < 0 || o.IntrospectionCost < 0 {
 		return o, fmt.Errorf("%w: GraphQL options must not be negative: %+v", ErrInvalidConfig, o)
 	}
-	for _, d := range []struct {
-		v   *int
-		def int
-	}{
-		{&o.MaxAliases, DefaultMaxAliases},
-		{&o.MaxRootFields, DefaultMaxRootFields},
-		{&o.MaxTokens, DefaultMaxTokens},
-		{&o.MaxSelections, DefaultMaxSelections},
-		{&o.MaxVariableValues, DefaultMaxVariableValues},
-		{&o.MaxVariablesDepth, DefaultMaxVariablesDepth},
-	} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	for _, d := range []struct {
-		v   *int64
-		def int64
-	}{
-		{&o.InvalidCost, DefaultInvalidCost},
-		{&o.MinCost, DefaultMinCost},
-		{&o.IntrospectionCost, DefaultIntrospectionCost},
-	} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
+	orDefault(&o.MaxAliases, DefaultMaxAliases)
+	orDefault(&o.MaxRootFields, DefaultMaxRootFields)
+	orDefault(&o.MaxTokens, DefaultMaxTokens)
+	orDefault(&o.MaxSelections, DefaultMaxSelections)
+	orDefault(&o.MaxVariableValues, DefaultMaxVariableValues)
+	orDefault(&o.MaxVariablesDepth, DefaultMaxVariablesDepth)
+	orDefault(&o.InvalidCost, DefaultInvalidCost)
+	orDefault(&o.MinCost, DefaultMinCost)
+	orDefault(&o.IntrospectionCost, DefaultIntrospectionCost)
 	if o.MaxDepth == 0 {
 		o.MaxDepth = DefaultMaxDepth
 	}
