@@ -18,11 +18,25 @@
 //	mux.Handle("/api/", lim.REST(apiMux))      // REST routes, same budgets
 //
 // The Extension runs after validation and before any resolver. It enforces
-// the static caps (depth, breadth, nodes, max cost, slicing arguments), refuses
-// an operation that costs more than the principal's whole burst with
-// MAX_COST_EXCEEDED, and otherwise takes the cost from the bucket; when the
-// tokens are not there it answers RATE_LIMITED and nothing executes. Every
-// response carries extensions.cost in Shopify's shape.
+// the static caps (depth, breadth, nodes, max cost, aliases, root fields,
+// slicing arguments, arguments gqlgen would not coerce), refuses an
+// operation that costs more than the principal's whole burst with
+// MAX_COST_EXCEEDED, and otherwise takes the cost, at least MinCost, from
+// the bucket; when the tokens are not there it answers RATE_LIMITED and
+// nothing executes. Every response carries extensions.cost in Shopify's
+// shape.
+//
+// # Nothing is free
+//
+// Before gqlgen reads a request, the wrapper bounds what it will cost:
+// the body (MaxBodyBytes, 413 even when chunked), the request JSON and the
+// values of its variables (counted before they are decoded; undeclared
+// variables dropped), the document's tokens and selections (one lexer pass,
+// before gqlgen parses or validates), and the large bodies decoded at once
+// (MaxBodyBytesInFlight). Every request refused before it could be priced
+// pays InvalidCost; introspection pays IntrospectionCost a selection.
+// NewQueryCache bounds gqlgen's document cache by bytes. docs/threat-model.md
+// has the measured bounds.
 //
 // An extension cannot choose the HTTP status, so GraphQL wraps the gqlgen
 // handler: it identifies the caller before gqlgen runs and, when gqlgen
