@@ -178,15 +178,17 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 // analysis, and scratch space that grew unusually large.
 func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars = nil, nil, nil
-	if cap(w.groups) > 256 || cap(w.path) > 256 || cap(w.visited) > 256 || len(w.memo) > 256 || len(w.ids) > 256 {
+	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 {
 		return // let the garbage collector have it
 	}
 	clear(w.groups[:cap(w.groups)])
 	clear(w.path[:cap(w.path)])
-	clear(w.visited[:cap(w.visited)])
-	w.groups, w.path, w.visited = w.groups[:0], w.path[:0], w.visited[:0]
+	w.groups, w.path = w.groups[:0], w.path[:0]
 	clear(w.memo)
 	clear(w.ids)
+	clear(w.visited)
+	w.scope = 0
+	w.fragments = nil // built for one document only
 	a.walkers.Put(w)
 }
 
@@ -209,11 +211,18 @@ type walker struct {
 	memo     map[memoKey]*pricedSet
 	ids      map[*ast.Field]uint32
 	path     []string // response path of the field being priced, for errors
-	// groups and visited are stacks shared by the nested collections: each
-	// collection appends above its callers' entries and releases them when
-	// its selection is priced, so collecting allocates nothing per level.
-	groups  []fieldGroup
-	visited []string
+	// groups is a stack shared by the nested collections: each collection
+	// appends above its callers' entries and releases them when its
+	// selection is priced, so collecting allocates nothing per level.
+	groups []fieldGroup
+	// visited stamps each fragment name with the scope (one CollectFields
+	// call) that last spread it, so checking a spread is one map lookup
+	// and a new scope forgets the old ones without clearing anything.
+	visited map[string]uint64
+	scope   uint64
+	// fragments indexes the document's fragments by name, built only if a
+	// spread lacks its Definition (an unvalidated document).
+	fragments map[string]*ast.FragmentDefinition
 }
 
 // sizes is the size a field hands down to some of its descendants: the
@@ -339,10 +348,9 @@ func (w *walker) free(name string) bool {
 
 // collection is the state of one collect call.
 type collection struct {
-	t       *typeInfo
-	start   int            // first group in w.groups
-	index   map[string]int // response key → group, once there are many
-	visited int            // first fragment name in w.visited
+	t     *typeInfo
+	start int            // first group in w.groups
+	index map[string]int // response key → group, once there are many
 }
 
 // collect gathers the fields selected on concrete type t, by the root
@@ -352,20 +360,20 @@ type collection struct {
 // order. The groups live on the w.groups stack; the caller releases them
 // with w.groups = w.groups[:start].
 func (w *walker) collect(t *typeInfo, parent *fieldGroup, root ast.SelectionSet) (groups []fieldGroup, start int, err error) {
-	c := collection{t: t, start: len(w.groups), visited: len(w.visited)}
+	c := collection{t: t, start: len(w.groups)}
 	if parent == nil {
+		w.scope++
 		err = w.collectSet(&c, root, false)
 	} else {
 		for i := range parent.size() {
 			// Each field's selection is its own CollectFields call, with
 			// its own set of visited fragments.
+			w.scope++
 			if err = w.collectSet(&c, parent.at(i).SelectionSet, false); err != nil {
 				break
 			}
-			w.visited = w.visited[:c.visited]
 		}
 	}
-	w.visited = w.visited[:c.visited]
 	if err != nil {
 		w.groups = w.groups[:c.start]
 		return nil, c.start, err
@@ -399,14 +407,10 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 				}
 			}
 		case *ast.FragmentSpread:
-			if !w.included(s.Directives) || slices.Contains(w.visited[c.visited:], s.Name) {
+			if !w.included(s.Directives) || !w.visit(s.Name) {
 				continue
 			}
-			w.visited = append(w.visited, s.Name)
-			def := s.Definition
-			if def == nil && w.doc != nil {
-				def = w.doc.Fragments.ForName(s.Name)
-			}
+			def := w.fragment(s)
 			if def == nil {
 				return fmt.Errorf("%w: unknown fragment %q", ErrInvalidDocument, s.Name)
 			}
@@ -426,6 +430,36 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 		}
 	}
 	return nil
+}
+
+// visit marks fragment name as spread in the current scope, and reports
+// whether it was not already.
+func (w *walker) visit(name string) bool {
+	if w.visited == nil {
+		w.visited = make(map[string]uint64)
+	}
+	if w.visited[name] == w.scope {
+		return false
+	}
+	w.visited[name] = w.scope
+	return true
+}
+
+// fragment returns the definition s spreads: the one the validator linked,
+// else the document's fragment of that name, nil if there is none.
+func (w *walker) fragment(s *ast.FragmentSpread) *ast.FragmentDefinition {
+	if s.Definition != nil || w.doc == nil {
+		return s.Definition
+	}
+	if w.fragments == nil {
+		w.fragments = make(map[string]*ast.FragmentDefinition, len(w.doc.Fragments))
+		for _, f := range w.doc.Fragments {
+			if _, dup := w.fragments[f.Name]; !dup {
+				w.fragments[f.Name] = f // the first wins, as in ForName
+			}
+		}
+	}
+	return w.fragments[s.Name]
 }
 
 func (w *walker) findGroup(c *collection, key string) int {
@@ -752,11 +786,7 @@ func (w *walker) checkAliases() error {
 					continue
 				}
 				seen[s.Name] = true
-				def := s.Definition
-				if def == nil && w.doc != nil {
-					def = w.doc.Fragments.ForName(s.Name)
-				}
-				if def != nil && !walk(def.SelectionSet, depth) {
+				if def := w.fragment(s); def != nil && !walk(def.SelectionSet, depth) {
 					return false
 				}
 			case *ast.InlineFragment:

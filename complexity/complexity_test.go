@@ -212,6 +212,28 @@ func TestFragmentFanOutIsLinear(t *testing.T) {
 	}
 }
 
+func TestManyFragmentSpreadsInOneSelection(t *testing.T) {
+	// 30,000 distinct fragments in one cycle, each spread in the same
+	// selection set as the one before it, in a document that was never
+	// validated (spreads carry no Definition). Each fragment is collected
+	// once, the cycle ends, and every aliased field is priced:
+	// node = 1 + 30,000 × a (1). BenchmarkFragmentSpreads shows the
+	// per-spread time staying flat from 1k to 30k.
+	const n = 30_000
+	var b strings.Builder
+	b.WriteString("{ node { ...F0 ...F0 } }\n")
+	for i := range n {
+		fmt.Fprintf(&b, "fragment F%d on Node { l%d: a { leaf } ...F%d ...F0 }\n", i, i, (i+1)%n)
+	}
+	r, err := analyze(t, fanoutSDL, b.String(), nil, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Cost.Points() != n+1 || r.Depth != 3 {
+		t.Fatalf("cost %v depth %d, want %d and 3", r.Cost, r.Depth, n+1)
+	}
+}
+
 func TestMergedFieldsThroughFragmentsStayBounded(t *testing.T) {
 	// Every level merges the same response key from two fragments, so each
 	// merged group reaches the same fields again: deduplication keeps the
