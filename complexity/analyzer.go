@@ -101,6 +101,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	}
 	defer a.release(w)
 	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
+	w.introspection = false
 	w.maxDepth, w.explain = AbsoluteMaxDepth, a.cfg.breakdownLimit > 0
 	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
 		w.maxDepth = a.cfg.maxDepth
@@ -115,13 +116,8 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 		return nil, err
 	}
 	if a.cfg.maxRootFields > 0 {
-		n := 0
-		for _, g := range groups {
-			if !w.free(g.first.Name) {
-				n++
-			}
-		}
-		if n > a.cfg.maxRootFields {
+		// Every response key counts, introspection and __typename included.
+		if n := len(groups); n > a.cfg.maxRootFields {
 			return nil, &Error{
 				Code:      CodeMaxRootFieldsExceeded,
 				Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
@@ -138,6 +134,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	r := &Report{
 		Operation:     op.Name,
 		OperationType: string(op.Operation),
+		Introspection: w.introspection,
 		Totals: Totals{
 			Cost:  addCost(base, set.cost),
 			Depth: set.depth,
@@ -208,9 +205,11 @@ type walker struct {
 	vars     map[string]any
 	maxDepth int
 	explain  bool // keep every priced field for the breakdown
-	memo     map[memoKey]*pricedSet
-	ids      map[*ast.Field]uint32
-	path     []string // response path of the field being priced, for errors
+	// introspection is set once a __schema or __type field is priced.
+	introspection bool
+	memo          map[memoKey]*pricedSet
+	ids           map[*ast.Field]uint32
+	path          []string // response path of the field being priced, for errors
 	// groups is a stack shared by the nested collections: each collection
 	// appends above its callers' entries and releases them when its
 	// selection is priced, so collecting allocates nothing per level.
@@ -342,8 +341,20 @@ func (g *fieldGroup) add(f *ast.Field, viaSpread bool) {
 	}
 }
 
-func (w *walker) free(name string) bool {
-	return w.a.cfg.freeIntrospection && (name == "__typename" || name == "__schema" || name == "__type")
+// introspectionRoot reports whether name is one of the fields that enter
+// the introspection types, __schema and __type.
+func introspectionRoot(name string) bool {
+	return name == "__schema" || name == "__type"
+}
+
+// free reports whether field name of type t costs nothing: with free
+// introspection, __typename, __schema, __type and every field of an
+// introspection type (the names GraphQL reserves, starting with "__"). A
+// free field is still walked: it counts toward depth and nodes, and is
+// held to the limits, like any other.
+func (w *walker) free(t *typeInfo, name string) bool {
+	return w.a.cfg.freeIntrospection &&
+		(name == "__typename" || introspectionRoot(name) || strings.HasPrefix(t.name, "__"))
 }
 
 // collection is the state of one collect call.
@@ -583,9 +594,6 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 	}
 	for i := range groups {
 		g := &groups[i]
-		if w.free(g.first.Name) {
-			continue
-		}
 		fi := t.fields[g.first.Name]
 		if fi == nil && g.first.Name == "__typename" {
 			fi = w.c.typename
@@ -599,6 +607,15 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
 			return err
+		}
+		if w.free(t, g.first.Name) {
+			pf.cost = 0
+		}
+		if introspectionRoot(g.first.Name) {
+			// Each response key selecting __schema or __type pays the
+			// introspection cost, free introspection or not.
+			w.introspection = true
+			pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
 		}
 		set.cost = addCost(set.cost, pf.cost)
 		set.nodes = addCount(set.nodes, pf.nodes)

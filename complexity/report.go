@@ -17,6 +17,10 @@ type Report struct {
 	Operation string `json:"operation,omitempty"`
 	// OperationType is "query", "mutation" or "subscription".
 	OperationType string `json:"operationType"`
+	// Introspection is set when the operation selects __schema or __type
+	// anywhere (after @skip/@include), so a caller can refuse
+	// introspection per plan. __typename alone does not set it.
+	Introspection bool `json:"introspection,omitempty"`
 	Totals
 	// Points is Cost rounded up to whole points: what a budget debits.
 	Points int64 `json:"points"`
