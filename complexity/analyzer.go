@@ -183,8 +183,10 @@ func (a *Analyzer) release(w *walker) {
 	w.groups, w.path = w.groups[:0], w.path[:0]
 	clear(w.memo)
 	clear(w.ids)
+	clear(w.visitedFew[:cap(w.visitedFew)])
+	w.visitedFew = w.visitedFew[:0]
 	clear(w.visited)
-	w.scope = 0
+	w.scope, w.spilled = 0, false
 	w.fragments = nil // built for one document only
 	a.walkers.Put(w)
 }
@@ -214,11 +216,15 @@ type walker struct {
 	// appends above its callers' entries and releases them when its
 	// selection is priced, so collecting allocates nothing per level.
 	groups []fieldGroup
-	// visited stamps each fragment name with the scope (one CollectFields
-	// call) that last spread it, so checking a spread is one map lookup
-	// and a new scope forgets the old ones without clearing anything.
-	visited map[string]uint64
-	scope   uint64
+	// The fragments spread in the current scope (one CollectFields call):
+	// the first few in visitedFew, scanned; past that all of them in
+	// visited, stamped with the scope that last spread them, so a spread
+	// costs at most fewFragments comparisons or one map lookup, and a new
+	// scope forgets the old ones without clearing the map.
+	visitedFew []string
+	visited    map[string]uint64
+	scope      uint64
+	spilled    bool // the current scope's names are in visited
 	// fragments indexes the document's fragments by name, built only if a
 	// spread lacks its Definition (an unvalidated document).
 	fragments map[string]*ast.FragmentDefinition
@@ -373,13 +379,13 @@ type collection struct {
 func (w *walker) collect(t *typeInfo, parent *fieldGroup, root ast.SelectionSet) (groups []fieldGroup, start int, err error) {
 	c := collection{t: t, start: len(w.groups)}
 	if parent == nil {
-		w.scope++
+		w.newScope()
 		err = w.collectSet(&c, root, false)
 	} else {
 		for i := range parent.size() {
 			// Each field's selection is its own CollectFields call, with
 			// its own set of visited fragments.
-			w.scope++
+			w.newScope()
 			if err = w.collectSet(&c, parent.at(i).SelectionSet, false); err != nil {
 				break
 			}
@@ -443,11 +449,38 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 	return nil
 }
 
+// fewFragments is how many fragment names a scope keeps in a slice before
+// moving them to the map: most selections spread a handful, which a scan
+// checks faster than hashing.
+const fewFragments = 8
+
+// newScope starts a CollectFields call with no fragment visited. Only one
+// scope is live at a time: collect finishes before the collected fields'
+// own selections are collected.
+func (w *walker) newScope() {
+	w.scope++
+	w.visitedFew = w.visitedFew[:0]
+	w.spilled = false
+}
+
 // visit marks fragment name as spread in the current scope, and reports
 // whether it was not already.
 func (w *walker) visit(name string) bool {
-	if w.visited == nil {
-		w.visited = make(map[string]uint64)
+	if !w.spilled {
+		if slices.Contains(w.visitedFew, name) {
+			return false
+		}
+		if len(w.visitedFew) < fewFragments {
+			w.visitedFew = append(w.visitedFew, name)
+			return true
+		}
+		if w.visited == nil {
+			w.visited = make(map[string]uint64)
+		}
+		for _, n := range w.visitedFew {
+			w.visited[n] = w.scope
+		}
+		w.spilled = true
 	}
 	if w.visited[name] == w.scope {
 		return false
@@ -608,14 +641,16 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 		if err != nil {
 			return err
 		}
-		if w.free(t, g.first.Name) {
-			pf.cost = 0
-		}
-		if introspectionRoot(g.first.Name) {
-			// Each response key selecting __schema or __type pays the
-			// introspection cost, free introspection or not.
-			w.introspection = true
-			pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
+		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
+			if w.free(t, g.first.Name) {
+				pf.cost = 0
+			}
+			if introspectionRoot(g.first.Name) {
+				// Each response key selecting __schema or __type pays the
+				// introspection cost, free introspection or not.
+				w.introspection = true
+				pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
+			}
 		}
 		set.cost = addCost(set.cost, pf.cost)
 		set.nodes = addCount(set.nodes, pf.nodes)
