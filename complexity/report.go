@@ -17,10 +17,6 @@ type Report struct {
 	Operation string `json:"operation,omitempty"`
 	// OperationType is "query", "mutation" or "subscription".
 	OperationType string `json:"operationType"`
-	// Introspection is set when the operation selects __schema or __type
-	// anywhere (after @skip/@include), so a caller can refuse
-	// introspection per plan. __typename alone does not set it.
-	Introspection bool `json:"introspection,omitempty"`
 	Totals
 	// Points is Cost rounded up to whole points: what a budget debits.
 	Points int64 `json:"points"`
@@ -31,6 +27,11 @@ type Report struct {
 	Fields []FieldCost `json:"fields"`
 	// FieldsTruncated is set when Fields stopped at the breakdown limit.
 	FieldsTruncated bool `json:"fieldsTruncated,omitempty"`
+	// Introspection is set when the operation selects __schema or __type
+	// anywhere (after @skip/@include), so a caller can refuse
+	// introspection per plan. __typename alone does not set it. (Last, beside
+	// FieldsTruncated, so the Report stays in a smaller size class.)
+	Introspection bool `json:"introspection,omitempty"`
 }
 
 // FieldCost is one line of the explain view.
