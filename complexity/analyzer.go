@@ -101,6 +101,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	}
 	defer a.release(w)
 	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
+	w.introspection = false
 	w.maxDepth, w.explain = AbsoluteMaxDepth, a.cfg.breakdownLimit > 0
 	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
 		w.maxDepth = a.cfg.maxDepth
@@ -118,13 +119,8 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 		return nil, err
 	}
 	if a.cfg.maxRootFields > 0 {
-		n := 0
-		for _, g := range groups {
-			if !w.free(g.first.Name) {
-				n++
-			}
-		}
-		if n > a.cfg.maxRootFields {
+		// Every response key counts, introspection and __typename included.
+		if n := len(groups); n > a.cfg.maxRootFields {
 			return nil, &Error{
 				Code:      CodeMaxRootFieldsExceeded,
 				Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
@@ -141,6 +137,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	r := &Report{
 		Operation:     op.Name,
 		OperationType: string(op.Operation),
+		Introspection: w.introspection,
 		Totals: Totals{
 			Cost:  addCost(base, set.cost),
 			Depth: set.depth,
@@ -181,15 +178,19 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 // analysis, and scratch space that grew unusually large.
 func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
-	if cap(w.groups) > 256 || cap(w.path) > 256 || cap(w.visited) > 256 || len(w.memo) > 256 || len(w.ids) > 256 {
+	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 {
 		return // let the garbage collector have it
 	}
 	clear(w.groups[:cap(w.groups)])
 	clear(w.path[:cap(w.path)])
-	clear(w.visited[:cap(w.visited)])
-	w.groups, w.path, w.visited = w.groups[:0], w.path[:0], w.visited[:0]
+	w.groups, w.path = w.groups[:0], w.path[:0]
 	clear(w.memo)
 	clear(w.ids)
+	clear(w.visitedFew[:cap(w.visitedFew)])
+	w.visitedFew = w.visitedFew[:0]
+	clear(w.visited)
+	w.scope, w.spilled = 0, false
+	w.fragments = nil // built for one document only
 	a.walkers.Put(w)
 }
 
@@ -209,14 +210,27 @@ type walker struct {
 	vars     map[string]any
 	maxDepth int
 	explain  bool // keep every priced field for the breakdown
-	memo     map[memoKey]*pricedSet
-	ids      map[*ast.Field]uint32
-	path     []string // response path of the field being priced, for errors
-	// groups and visited are stacks shared by the nested collections: each
-	// collection appends above its callers' entries and releases them when
-	// its selection is priced, so collecting allocates nothing per level.
-	groups  []fieldGroup
-	visited []string
+	// introspection is set once a __schema or __type field is priced.
+	introspection bool
+	memo          map[memoKey]*pricedSet
+	ids           map[*ast.Field]uint32
+	path          []string // response path of the field being priced, for errors
+	// groups is a stack shared by the nested collections: each collection
+	// appends above its callers' entries and releases them when its
+	// selection is priced, so collecting allocates nothing per level.
+	groups []fieldGroup
+	// The fragments spread in the current scope (one CollectFields call):
+	// the first few in visitedFew, scanned; past that all of them in
+	// visited, stamped with the scope that last spread them, so a spread
+	// costs at most fewFragments comparisons or one map lookup, and a new
+	// scope forgets the old ones without clearing the map.
+	visitedFew []string
+	visited    map[string]uint64
+	scope      uint64
+	spilled    bool // the current scope's names are in visited
+	// fragments indexes the document's fragments by name, built only if a
+	// spread lacks its Definition (an unvalidated document).
+	fragments map[string]*ast.FragmentDefinition
 	// refused is the first @skip/@include condition the executor would
 	// fail on, found while collecting; see included.
 	refused *Error
@@ -339,16 +353,27 @@ func (g *fieldGroup) add(f *ast.Field, viaSpread bool) {
 	}
 }
 
-func (w *walker) free(name string) bool {
-	return w.a.cfg.freeIntrospection && (name == "__typename" || name == "__schema" || name == "__type")
+// introspectionRoot reports whether name is one of the fields that enter
+// the introspection types, __schema and __type.
+func introspectionRoot(name string) bool {
+	return name == "__schema" || name == "__type"
+}
+
+// free reports whether field name of type t costs nothing: with free
+// introspection, __typename, __schema, __type and every field of an
+// introspection type (the names GraphQL reserves, starting with "__"). A
+// free field is still walked: it counts toward depth and nodes, and is
+// held to the limits, like any other.
+func (w *walker) free(t *typeInfo, name string) bool {
+	return w.a.cfg.freeIntrospection &&
+		(name == "__typename" || introspectionRoot(name) || strings.HasPrefix(t.name, "__"))
 }
 
 // collection is the state of one collect call.
 type collection struct {
-	t       *typeInfo
-	start   int            // first group in w.groups
-	index   map[string]int // response key → group, once there are many
-	visited int            // first fragment name in w.visited
+	t     *typeInfo
+	start int            // first group in w.groups
+	index map[string]int // response key → group, once there are many
 }
 
 // collect gathers the fields selected on concrete type t, by the root
@@ -358,20 +383,20 @@ type collection struct {
 // order. The groups live on the w.groups stack; the caller releases them
 // with w.groups = w.groups[:start].
 func (w *walker) collect(t *typeInfo, parent *fieldGroup, root ast.SelectionSet) (groups []fieldGroup, start int, err error) {
-	c := collection{t: t, start: len(w.groups), visited: len(w.visited)}
+	c := collection{t: t, start: len(w.groups)}
 	if parent == nil {
+		w.newScope()
 		err = w.collectSet(&c, root, false)
 	} else {
 		for i := range parent.size() {
 			// Each field's selection is its own CollectFields call, with
 			// its own set of visited fragments.
+			w.newScope()
 			if err = w.collectSet(&c, parent.at(i).SelectionSet, false); err != nil {
 				break
 			}
-			w.visited = w.visited[:c.visited]
 		}
 	}
-	w.visited = w.visited[:c.visited]
 	if err != nil {
 		w.groups = w.groups[:c.start]
 		return nil, c.start, err
@@ -405,14 +430,10 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 				}
 			}
 		case *ast.FragmentSpread:
-			if !w.included(s.Directives) || slices.Contains(w.visited[c.visited:], s.Name) {
+			if !w.included(s.Directives) || !w.visit(s.Name) {
 				continue
 			}
-			w.visited = append(w.visited, s.Name)
-			def := s.Definition
-			if def == nil && w.doc != nil {
-				def = w.doc.Fragments.ForName(s.Name)
-			}
+			def := w.fragment(s)
 			if def == nil {
 				return fmt.Errorf("%w: unknown fragment %q", ErrInvalidDocument, s.Name)
 			}
@@ -432,6 +453,63 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 		}
 	}
 	return nil
+}
+
+// fewFragments is how many fragment names a scope keeps in a slice before
+// moving them to the map: most selections spread a handful, which a scan
+// checks faster than hashing.
+const fewFragments = 8
+
+// newScope starts a CollectFields call with no fragment visited. Only one
+// scope is live at a time: collect finishes before the collected fields'
+// own selections are collected.
+func (w *walker) newScope() {
+	w.scope++
+	w.visitedFew = w.visitedFew[:0]
+	w.spilled = false
+}
+
+// visit marks fragment name as spread in the current scope, and reports
+// whether it was not already.
+func (w *walker) visit(name string) bool {
+	if !w.spilled {
+		if slices.Contains(w.visitedFew, name) {
+			return false
+		}
+		if len(w.visitedFew) < fewFragments {
+			w.visitedFew = append(w.visitedFew, name)
+			return true
+		}
+		if w.visited == nil {
+			w.visited = make(map[string]uint64)
+		}
+		for _, n := range w.visitedFew {
+			w.visited[n] = w.scope
+		}
+		w.spilled = true
+	}
+	if w.visited[name] == w.scope {
+		return false
+	}
+	w.visited[name] = w.scope
+	return true
+}
+
+// fragment returns the definition s spreads: the one the validator linked,
+// else the document's fragment of that name, nil if there is none.
+func (w *walker) fragment(s *ast.FragmentSpread) *ast.FragmentDefinition {
+	if s.Definition != nil || w.doc == nil {
+		return s.Definition
+	}
+	if w.fragments == nil {
+		w.fragments = make(map[string]*ast.FragmentDefinition, len(w.doc.Fragments))
+		for _, f := range w.doc.Fragments {
+			if _, dup := w.fragments[f.Name]; !dup {
+				w.fragments[f.Name] = f // the first wins, as in ForName
+			}
+		}
+	}
+	return w.fragments[s.Name]
 }
 
 func (w *walker) findGroup(c *collection, key string) int {
@@ -559,9 +637,6 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 	}
 	for i := range groups {
 		g := &groups[i]
-		if w.free(g.first.Name) {
-			continue
-		}
 		fi := t.fields[g.first.Name]
 		if fi == nil && g.first.Name == "__typename" {
 			fi = w.c.typename
@@ -575,6 +650,17 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
 			return err
+		}
+		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
+			if w.free(t, g.first.Name) {
+				pf.cost = 0
+			}
+			if introspectionRoot(g.first.Name) {
+				// Each response key selecting __schema or __type pays the
+				// introspection cost, free introspection or not.
+				w.introspection = true
+				pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
+			}
 		}
 		set.cost = addCost(set.cost, pf.cost)
 		set.nodes = addCount(set.nodes, pf.nodes)
@@ -769,11 +855,7 @@ func (w *walker) checkAliases() error {
 					continue
 				}
 				seen[s.Name] = true
-				def := s.Definition
-				if def == nil && w.doc != nil {
-					def = w.doc.Fragments.ForName(s.Name)
-				}
-				if def != nil && !walk(def.SelectionSet, depth) {
+				if def := w.fragment(s); def != nil && !walk(def.SelectionSet, depth) {
 					return false
 				}
 			case *ast.InlineFragment:

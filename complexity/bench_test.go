@@ -2,15 +2,18 @@ package complexity_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	gqlcomplexity "github.com/99designs/gqlgen/complexity"
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/validator/rules"
 
 	"github.com/costguard/costguard/complexity"
 )
@@ -168,6 +171,56 @@ type X { y: Int }`})
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// spreads returns a query whose one selection set spreads n distinct
+// fragments, each selecting the leaf under its own alias. (The same key in
+// every fragment would make gqlparser's validation compare every pair of
+// fields, so setting up 30k would take minutes.)
+func spreads(n int) string {
+	var b strings.Builder
+	b.WriteString("query { node {")
+	for i := range n {
+		fmt.Fprintf(&b, " ...F%d", i)
+	}
+	b.WriteString(" } }\n")
+	for i := range n {
+		fmt.Fprintf(&b, "fragment F%d on Node { l%d: leaf }\n", i, i)
+	}
+	return b.String()
+}
+
+// BenchmarkFragmentSpreads prices one selection set spreading 1k, 10k and
+// 30k distinct fragments. ns/spread should not grow with the count.
+//
+//	go test ./complexity -run '^$' -bench FragmentSpreads -benchtime 20x
+func BenchmarkFragmentSpreads(b *testing.B) {
+	schema := benchSchema(b)
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// gqlparser's OverlappingFieldsCanBeMerged compares every pair of
+	// fragments spread in one selection set: minutes at 30k. The document
+	// is valid; only that rule is skipped to build it.
+	rs := rules.NewDefaultRules()
+	rs.RemoveRule("OverlappingFieldsCanBeMerged")
+	for _, n := range []int{1_000, 10_000, 30_000} {
+		doc, errs := gqlparser.LoadQueryWithRules(schema, spreads(n), rs)
+		if errs != nil {
+			b.Fatal(errs)
+		}
+		op := doc.Operations[0]
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := a.AnalyzeOperation(doc, op, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/spread")
 		})
 	}
 }

@@ -212,6 +212,28 @@ func TestFragmentFanOutIsLinear(t *testing.T) {
 	}
 }
 
+func TestManyFragmentSpreadsInOneSelection(t *testing.T) {
+	// 30,000 distinct fragments in one cycle, each spread in the same
+	// selection set as the one before it, in a document that was never
+	// validated (spreads carry no Definition). Each fragment is collected
+	// once, the cycle ends, and every aliased field is priced:
+	// node = 1 + 30,000 × a (1). BenchmarkFragmentSpreads shows the
+	// per-spread time staying flat from 1k to 30k.
+	const n = 30_000
+	var b strings.Builder
+	b.WriteString("{ node { ...F0 ...F0 } }\n")
+	for i := range n {
+		fmt.Fprintf(&b, "fragment F%d on Node { l%d: a { leaf } ...F%d ...F0 }\n", i, i, (i+1)%n)
+	}
+	r, err := analyze(t, fanoutSDL, b.String(), nil, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Cost.Points() != n+1 || r.Depth != 3 {
+		t.Fatalf("cost %v depth %d, want %d and 3", r.Cost, r.Depth, n+1)
+	}
+}
+
 func TestMergedFieldsThroughFragmentsStayBounded(t *testing.T) {
 	// Every level merges the same response key from two fragments, so each
 	// merged group reaches the same fields again: deduplication keeps the
@@ -235,6 +257,63 @@ func TestMergedFieldsThroughFragmentsStayBounded(t *testing.T) {
 	}
 }
 
+// TestIntrospectionIsCharged is issue 9's attack: thousands of aliased
+// __schema selections, each a full response, must pay and count.
+func TestIntrospectionIsCharged(t *testing.T) {
+	const sdl = `type Query { x: Int qs: [Query] }`
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 5000 {
+		fmt.Fprintf(&b, " s%d: __schema { queryType { name } }", i)
+	}
+	b.WriteString(" }")
+	attack := b.String()
+
+	r, err := analyze(t, sdl, attack, nil, complexity.WithIntrospectionCost(2))
+	if err != nil || r.Cost.Points() != 5000*2 || r.Depth != 3 || !r.Introspection {
+		t.Fatalf("5,000 × __schema at 2 points: %+v, err %v", r, err)
+	}
+	var ce *complexity.Error
+	_, err = analyze(t, sdl, attack, nil, complexity.WithMaxAliases(100))
+	if !errors.As(err, &ce) || ce.Code != complexity.CodeMaxAliasesExceeded || ce.Value != 101 {
+		t.Fatalf("max aliases: err = %v", err)
+	}
+	_, err = analyze(t, sdl, attack, nil, complexity.WithMaxRootFields(100))
+	if !errors.As(err, &ce) || ce.Code != complexity.CodeMaxRootFieldsExceeded || ce.Value != 5000 {
+		t.Fatalf("max root fields: err = %v", err)
+	}
+	_, err = analyze(t, sdl, attack, nil, complexity.WithMaxDepth(2))
+	if !errors.As(err, &ce) || ce.Code != complexity.CodeMaxDepthExceeded || ce.Value != 3 {
+		t.Fatalf("max depth: err = %v", err)
+	}
+	// The limits hold with free introspection off as well.
+	_, err = analyze(t, sdl, attack, nil, complexity.WithFreeIntrospection(false), complexity.WithMaxAliases(100))
+	if !errors.As(err, &ce) || ce.Code != complexity.CodeMaxAliasesExceeded {
+		t.Fatalf("max aliases, priced introspection: err = %v", err)
+	}
+
+	tests := []struct {
+		name          string
+		query         string
+		points        int64
+		introspection bool
+	}{
+		{"__typename never pays", `{ __typename a: __typename x }`, 0, false},
+		{"skipped", `{ __schema @skip(if: true) { queryType { name } } x }`, 0, false},
+		{"merged key pays once", `{ __schema { queryType { name } } __schema { types { name } } }`, 7, true},
+		{"__type", `{ __type(name: "Query") { name } }`, 7, true},
+		// Reached through a field returning Query, multiplied like any
+		// field: qs = 10 × (Query 1 + 7).
+		{"nested", `{ qs { __schema { queryType { name } } } }`, 80, true},
+	}
+	for _, tt := range tests {
+		r, err := analyze(t, sdl, tt.query, nil, complexity.WithIntrospectionCost(7))
+		if err != nil || r.Cost.Points() != tt.points || r.Introspection != tt.introspection {
+			t.Errorf("%s: cost %v introspection %v, err %v; want %d and %v", tt.name, r.Cost, r.Introspection, err, tt.points, tt.introspection)
+		}
+	}
+}
+
 func TestOptionsValidated(t *testing.T) {
 	schema, err := complexity.LoadSchema(&ast.Source{Input: nestSDL})
 	if err != nil {
@@ -252,6 +331,9 @@ func TestOptionsValidated(t *testing.T) {
 		"max aliases":       complexity.WithMaxAliases(-1),
 		"max root fields":   complexity.WithMaxRootFields(-1),
 		"breakdown limit":   complexity.WithBreakdownLimit(-1),
+		"introspection":     complexity.WithIntrospectionCost(-1),
+		"introspection NaN": complexity.WithIntrospectionCost(math.NaN()),
+		"introspection Inf": complexity.WithIntrospectionCost(math.Inf(1)),
 	}
 	for name, opt := range bad {
 		if _, err := complexity.New(schema, opt); !errors.Is(err, complexity.ErrInvalidOption) {
@@ -478,8 +560,10 @@ func TestDocumentedDefaults(t *testing.T) {
 	if err != nil || r.Cost.Points() != 10 {
 		t.Fatalf("mutation base: cost %v, err %v", r.Cost, err)
 	}
+	// Free introspection and no introspection cost: only x pays, but the
+	// introspection fields count toward depth (__schema.types.name is 3).
 	r, err = analyze(t, sdl, `{ __typename x { __typename y } __schema { types { name } } }`, nil)
-	if err != nil || r.Cost.Points() != 1 || r.Depth != 2 {
-		t.Fatalf("free introspection: cost %v depth %d, err %v", r.Cost, r.Depth, err)
+	if err != nil || r.Cost.Points() != 1 || r.Depth != 3 || !r.Introspection {
+		t.Fatalf("free introspection: cost %v depth %d introspection %v, err %v", r.Cost, r.Depth, r.Introspection, err)
 	}
 }

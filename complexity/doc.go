@@ -52,11 +52,17 @@
 //   - Fields are collected as the executor collects them: @skip/@include
 //     applied (with variables), fragments applied by type condition, fields
 //     sharing a response key merged and counted once, aliases counted apart.
-//   - Only the selected operation is priced. Mutations start from 10
-//     (WithMutationBaseCost), queries and subscriptions from 0; the root
-//     type's own weight is not counted.
-//   - __typename, __schema and __type cost 0 and add no depth
-//     (WithFreeIntrospection), whatever the operation's name.
+//   - Only the selected operation is priced: base + Σ cost(root fields).
+//     Mutations start from 10 (WithMutationBaseCost), queries and
+//     subscriptions from 0; the root type's own weight is not counted.
+//   - Introspection: __typename, __schema, __type and the fields of the
+//     introspection types cost 0 (WithFreeIntrospection, on by default;
+//     off, they are priced against the introspection types). Each
+//     response key selecting __schema or __type then adds
+//     WithIntrospectionCost (default 0); __typename never does. Free or
+//     not, they count toward depth, nodes, aliases and root fields and are
+//     held to every limit. Report.Introspection says whether __schema or
+//     __type is selected.
 //   - depth is the longest chain of nested fields, root fields at 1;
 //     fragments add no level. nodes is the sum over composite list fields of
 //     n × the n of every enclosing list field (GitHub's node count).
@@ -94,7 +100,8 @@
 //
 // # Performance
 //
-// Pricing is linear in the size of the document: the price of a selection
+// Pricing is linear in the size of the document: each fragment spread is
+// checked in constant time, and the price of a selection
 // is memoised per (merged fields, concrete type, handed-down size), so a
 // fragment reached through many spreads is priced once per context. The
 // explain view (Report.Fields) expands shared subtrees and is therefore

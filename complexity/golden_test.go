@@ -49,6 +49,7 @@ type caseOptions struct {
 	FirstLast         *bool    `json:"firstLast,omitempty"`
 	Connections       *bool    `json:"connections,omitempty"`
 	FreeIntrospection *bool    `json:"freeIntrospection,omitempty"`
+	IntrospectionCost *float64 `json:"introspectionCost,omitempty"`
 	BreakdownLimit    *int     `json:"breakdownLimit,omitempty"`
 }
 
@@ -76,6 +77,9 @@ func (o caseOptions) list() []complexity.Option {
 	}
 	if o.FreeIntrospection != nil {
 		opts = append(opts, complexity.WithFreeIntrospection(*o.FreeIntrospection))
+	}
+	if o.IntrospectionCost != nil {
+		opts = append(opts, complexity.WithIntrospectionCost(*o.IntrospectionCost))
 	}
 	if o.BreakdownLimit != nil {
 		opts = append(opts, complexity.WithBreakdownLimit(*o.BreakdownLimit))

@@ -41,6 +41,7 @@ type config struct {
 	firstLast         bool
 	connections       bool
 	freeIntrospection bool
+	introspectionCost Cost
 	breakdownLimit    int
 }
 
@@ -135,8 +136,9 @@ func WithMaxCost(points float64) Option {
 }
 
 // WithMaxAliases rejects operations whose document (the operation and the
-// fragments it uses, each counted once) contains more than n aliased fields
-// with MAX_ALIASES_EXCEEDED. 0 means no limit.
+// fragments it uses, each counted once) contains more than n aliased fields,
+// introspection fields included, with MAX_ALIASES_EXCEEDED. 0 means no
+// limit.
 func WithMaxAliases(n int) Option {
 	return func(c *config) error {
 		c.maxAliases = n
@@ -145,8 +147,9 @@ func WithMaxAliases(n int) Option {
 }
 
 // WithMaxRootFields rejects operations that select more than n root fields
-// (after @skip/@include and merging, introspection excluded) with
-// MAX_ROOT_FIELDS_EXCEEDED. 0 means no limit.
+// (response keys after @skip/@include and merging; __typename, __schema and
+// __type count like any other) with MAX_ROOT_FIELDS_EXCEEDED. 0 means no
+// limit.
 func WithMaxRootFields(n int) Option {
 	return func(c *config) error {
 		c.maxRootFields = n
@@ -174,12 +177,28 @@ func WithConnectionConvention(on bool) Option {
 	}
 }
 
-// WithFreeIntrospection sets whether __typename, __schema and __type cost
-// nothing and add no depth (default on). When off they are priced like any
-// other field, against the introspection types.
+// WithFreeIntrospection sets whether __typename, __schema, __type and the
+// fields beneath them cost nothing (default on). When off they are priced
+// like any other field, against the introspection types. Either way they
+// count toward depth, nodes, aliases and root fields, and are held to every
+// limit; WithIntrospectionCost is charged on top.
 func WithFreeIntrospection(on bool) Option {
 	return func(c *config) error {
 		c.freeIntrospection = on
+		return nil
+	}
+}
+
+// WithIntrospectionCost charges points for each selection of __schema or
+// __type, per response key (5,000 aliases of __schema pay 5,000 × points),
+// on top of the fields beneath it (default 0). __typename never pays it.
+// Report.Introspection says whether an operation selects either field.
+func WithIntrospectionCost(points float64) Option {
+	return func(c *config) error {
+		if err := finiteNonNegative("introspection cost", points); err != nil {
+			return err
+		}
+		c.introspectionCost = costFromFloat(points)
 		return nil
 	}
 }

@@ -27,6 +27,11 @@ type Report struct {
 	Fields []FieldCost `json:"fields"`
 	// FieldsTruncated is set when Fields stopped at the breakdown limit.
 	FieldsTruncated bool `json:"fieldsTruncated,omitempty"`
+	// Introspection is set when the operation selects __schema or __type
+	// anywhere (after @skip/@include), so a caller can refuse
+	// introspection per plan. __typename alone does not set it. (Last, beside
+	// FieldsTruncated, so the Report stays in a smaller size class.)
+	Introspection bool `json:"introspection,omitempty"`
 }
 
 // FieldCost is one line of the explain view.

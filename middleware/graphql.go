@@ -194,7 +194,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		}
 		return e.refuseUnpriced(ctx, st, opCtx, ge)
 	}
-	if introspects(rep) && st.plan.DisableIntrospection {
+	if rep.Introspection && st.plan.DisableIntrospection {
 		return e.refuseUnpriced(ctx, st, opCtx, codedError(CodeIntrospectionDisabled, 0,
 			"introspection is disabled for plan %q", st.plan.name))
 	}
@@ -562,13 +562,10 @@ func (l *Limiter) complexityOptions() []complexity.Option {
 		complexity.WithMutationBaseCost(float64(o.MutationCost)),
 		complexity.WithMaxAliases(o.MaxAliases),
 		complexity.WithMaxRootFields(o.MaxRootFields),
+		complexity.WithIntrospectionCost(float64(o.IntrospectionCost)),
 		complexity.WithBreakdownLimit(0), // totals only: the explain view is not served
 	}
 }
-
-// introspects reports whether the operation selects __schema or __type.
-// TODO(issue 9): Report.Introspection once the analyzer reports it.
-func introspects(*complexity.Report) bool { return false }
 
 func (l *Limiter) documentLimits() complexity.DocumentLimits {
 	return complexity.DocumentLimits{MaxTokens: l.gql.MaxTokens, MaxSelections: l.gql.MaxSelections}

@@ -195,7 +195,7 @@ func TestGraphQLStaticCaps(t *testing.T) {
 		query string
 		code  string
 	}{
-		{"depth", middleware.GraphQLOptions{}, deepQuery(5), complexity.CodeMaxDepthExceeded},                                              // depth 12 > 10
+		{"depth", middleware.GraphQLOptions{}, deepQuery(7), complexity.CodeMaxDepthExceeded},                                              // depth 16 > 15
 		{"breadth", middleware.GraphQLOptions{}, `{ user(login: "a") { repos(first: 101) { name } } }`, complexity.CodeMaxBreadthExceeded}, // > 100
 		{"negative breadth", middleware.GraphQLOptions{}, `{ user(login: "a") { repos(last: -1) { name } } }`, complexity.CodeMaxBreadthExceeded},
 		{"nodes", middleware.GraphQLOptions{MaxNodes: 50}, query61, complexity.CodeMaxNodesExceeded},  // 60 nodes
@@ -256,7 +256,7 @@ func TestGraphQLStatusTable(t *testing.T) {
 		}},
 		{code: middleware.CodeUnknownAPIKey, query: query61, auth: bearer("nope")},
 		{code: complexity.CodeMaxCostExceeded, query: query61},
-		{code: complexity.CodeMaxDepthExceeded, query: deepQuery(5), auth: bearer(aliceKey)},
+		{code: complexity.CodeMaxDepthExceeded, query: deepQuery(7), auth: bearer(aliceKey)},
 	}
 	want := map[string][2]int{ // [application/json, application/graphql-response+json]
 		middleware.CodeRateLimited:            {429, 429},

@@ -97,7 +97,8 @@ type SplitBudgetOptions struct {
 // Zero means the default; negative values are refused. To lift a cap, set
 // it to math.MaxInt32 (MaxNodes: math.MaxInt64).
 type GraphQLOptions struct {
-	// MaxDepth caps the nesting of fields (root fields at 1). Default 10.
+	// MaxDepth caps the nesting of fields (root fields at 1), introspection
+	// included. Default 15: the schema query GraphiQL sends is 13 deep.
 	MaxDepth int
 	// MaxBreadth caps every slicing argument (first, last, …). Default 100.
 	MaxBreadth int
@@ -239,7 +240,7 @@ type Config struct {
 // Defaults applied by New to zero Config fields.
 const (
 	DefaultStoreTimeout = 100 * time.Millisecond
-	DefaultMaxDepth     = 10
+	DefaultMaxDepth     = 15
 	DefaultMaxBreadth   = 100
 	DefaultMaxNodes     = 500_000
 	DefaultListSize     = 10

@@ -4,10 +4,15 @@
 //
 //	go run ./examples/cost -schema FILE [-schema FILE ...] -query FILE|- \
 //	    [-variables FILE] [-operation NAME] [-default-list-size N] \
-//	    [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-json]
+//	    [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] \
+//	    [-max-aliases N] [-max-root-fields N] [-introspection-cost N] [-json]
 //
 // Schemas may use @cost and @listSize without declaring them, or declare them
 // with weight: String! (IBM) or weight: Int! (Apollo federation).
+//
+// Introspection is free, as in the library's default, unless
+// -introspection-cost charges each __schema or __type selection; either way
+// it counts toward depth, nodes, aliases and root fields.
 //
 // Exit status: 0 with the report on stdout; 1 when the operation is rejected
 // (a limit, a slicing-argument rule) or the schema, query or variables are
@@ -74,11 +79,15 @@ type flags struct {
 	maxBreadth      int
 	maxNodes        int64
 	maxCost         float64
+	maxAliases      int
+	maxRootFields   int
+	introspection   float64 // points per __schema or __type selection
 	json            bool
 }
 
 const usageLine = "usage: cost -schema FILE [-schema FILE ...] -query FILE|- [-variables FILE] [-operation NAME]\n" +
-	"            [-default-list-size N] [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-json]\n"
+	"            [-default-list-size N] [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N]\n" +
+	"            [-max-aliases N] [-max-root-fields N] [-introspection-cost N] [-json]\n"
 
 // parseFlags returns the flags, or a usage problem to report with exit 2.
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -94,6 +103,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&f.maxBreadth, "max-breadth", 0, "reject slicing arguments above `N` (0: no limit)")
 	fs.Int64Var(&f.maxNodes, "max-nodes", 0, "reject operations that may return more than `N` nodes (0: no limit)")
 	fs.Float64Var(&f.maxCost, "max-cost", 0, "reject operations costing more than `N` points (0: no limit)")
+	fs.IntVar(&f.maxAliases, "max-aliases", 0, "reject operations with more than `N` aliased fields, introspection included (0: no limit)")
+	fs.IntVar(&f.maxRootFields, "max-root-fields", 0, "reject operations selecting more than `N` root fields, __typename, __schema and __type included (0: no limit)")
+	fs.Float64Var(&f.introspection, "introspection-cost", 0, "charge `N` points for each __schema or __type selection, per response key (0: introspection is free)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the text report")
 	usage := func() {
 		fmt.Fprint(stderr, usageLine+"\n")
@@ -118,8 +130,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		problem = "-query is required"
 	case fs.NArg() > 0:
 		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
-	case f.defaultListSize < 0 || f.maxDepth < 0 || f.maxBreadth < 0 || f.maxNodes < 0 || f.maxCost < 0:
-		problem = "-default-list-size and the -max-* limits must not be negative"
+	case f.defaultListSize < 0 || f.maxDepth < 0 || f.maxBreadth < 0 || f.maxNodes < 0 || f.maxCost < 0 ||
+		f.maxAliases < 0 || f.maxRootFields < 0 || f.introspection < 0:
+		problem = "-default-list-size, -introspection-cost and the -max-* limits must not be negative"
 	}
 	if problem != "" {
 		fmt.Fprintf(stderr, "cost: %s\n", problem)
@@ -165,6 +178,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		complexity.WithMaxBreadth(f.maxBreadth),
 		complexity.WithMaxNodes(f.maxNodes),
 		complexity.WithMaxCost(f.maxCost),
+		complexity.WithMaxAliases(f.maxAliases),
+		complexity.WithMaxRootFields(f.maxRootFields),
+		complexity.WithIntrospectionCost(f.introspection),
 	)
 	if err != nil {
 		return out.fail(nil, failure{Code: codeInvalidSchema, Message: err.Error()})

@@ -173,7 +173,8 @@ func caseArgs(t *testing.T, path string) ([]string, bool) {
 	args := []string{"-query", path}
 	flagFor := map[string]string{
 		"defaultListSize": "-default-list-size", "maxDepth": "-max-depth", "maxBreadth": "-max-breadth",
-		"maxNodes": "-max-nodes", "maxCost": "-max-cost",
+		"maxNodes": "-max-nodes", "maxCost": "-max-cost", "maxAliases": "-max-aliases",
+		"maxRootFields": "-max-root-fields", "introspectionCost": "-introspection-cost",
 	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -292,6 +293,9 @@ func TestWrongUsageExitsTwo(t *testing.T) {
 		"negative max depth": {"-schema", plain, "-query", seed, "-max-depth", "-1"},
 		"not a number":       {"-schema", plain, "-query", seed, "-max-cost", "lots"},
 		"negative list size": {"-schema", plain, "-query", seed, "-default-list-size", "-5"},
+		"negative aliases":   {"-schema", plain, "-query", seed, "-max-aliases", "-1"},
+		"negative roots":     {"-schema", plain, "-query", seed, "-max-root-fields", "-1"},
+		"negative intro":     {"-schema", plain, "-query", seed, "-introspection-cost", "-0.5"},
 	}
 	for name, args := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -301,8 +305,46 @@ func TestWrongUsageExitsTwo(t *testing.T) {
 			}
 		})
 	}
-	if r := runCost(t, "", "-h"); r.code != 0 || !strings.Contains(r.stderr, "-max-cost") {
-		t.Fatalf("-h: exit %d, stderr %q", r.code, r.stderr)
+	r := runCost(t, "", "-h")
+	for _, fl := range []string{"-max-cost", "-max-aliases", "-max-root-fields", "-introspection-cost"} {
+		if r.code != 0 || !strings.Contains(r.stderr, fl) {
+			t.Fatalf("-h: exit %d, stderr lacks %s: %q", r.code, fl, r.stderr)
+		}
+	}
+}
+
+// Introspection is free by default and counts toward the limits; the flag
+// charges each __schema or __type response key.
+func TestIntrospectionFlags(t *testing.T) {
+	plain := schemaPath("plain.graphql")
+	q := "{ a: __schema { queryType { name } } b: __schema { queryType { name } } __typename }"
+	tests := []struct {
+		name string
+		args []string
+		cost float64
+		code string
+	}{
+		{"free by default", nil, 0, ""},
+		{"charged per key", []string{"-introspection-cost", "50"}, 100, ""},
+		{"aliases count", []string{"-max-aliases", "1"}, 0, "MAX_ALIASES_EXCEEDED"},
+		{"root fields count", []string{"-max-root-fields", "2"}, 0, "MAX_ROOT_FIELDS_EXCEEDED"},
+		{"depth counts", []string{"-max-depth", "2"}, 0, "MAX_DEPTH_EXCEEDED"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runCost(t, q, append([]string{"-schema", plain, "-query", "-", "-json"}, tt.args...)...)
+			doc := decode(t, r.stdout)
+			if tt.code != "" {
+				errs, _ := doc["errors"].([]any)
+				if r.code != 1 || len(errs) != 1 || errs[0].(map[string]any)["code"] != tt.code {
+					t.Fatalf("exit %d: %s", r.code, r.stdout)
+				}
+				return
+			}
+			if r.code != 0 || doc["cost"] != tt.cost || doc["introspection"] != true {
+				t.Fatalf("exit %d: %s", r.code, r.stdout)
+			}
+		})
 	}
 }
 

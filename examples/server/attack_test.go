@@ -144,6 +144,11 @@ var attacks = []attack{
 		status: http.StatusBadRequest, code: middleware.CodeVariablesTooLarge, charged: 1,
 	},
 	{
+		name:   "a valid 900 KB document",
+		body:   func() string { return jsonBody(`{ __type(name: "`+strings.Repeat("x", 900_000)+`") { name } }`, nil) },
+		status: http.StatusOK, charged: 50, // introspection_cost
+	},
+	{
 		name: "a valid 900 KB variable",
 		body: func() string {
 			return jsonBody(`mutation($t: String!) { createIssue(repo: "hello-world", title: $t) { id } }`, map[string]any{"t": strings.Repeat("x", 900_000)})

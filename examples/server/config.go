@@ -127,7 +127,7 @@ func defaultConfig() config {
 			demoAPIKey: {Principal: "alice", Plan: "free"},
 		},
 		GraphQL: graphQLConfig{
-			MaxDepth:        10,
+			MaxDepth:        15,
 			MaxBreadth:      100,
 			MaxNodes:        500_000,
 			MaxCost:         0,

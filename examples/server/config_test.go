@@ -16,7 +16,9 @@ import (
 )
 
 // issueExample is the configuration example of the issue that specified the
-// server; the built-in defaults must equal it.
+// server; the built-in defaults must equal it, but for max_depth, which was
+// 10 there: issue 9 counts introspection fields toward depth, and the schema
+// query GraphiQL sends is 13 deep, so the default became 15.
 const issueExample = `
 plans:                 # name -> token bucket, in points; optional per-plan failure_mode
   free: {burst: 5000, rate: 5000, per: 1h}
@@ -24,7 +26,7 @@ plans:                 # name -> token bucket, in points; optional per-plan fail
 anonymous_plan: anon    # plan for requests without an API key (keyed by client IP)
 api_keys:              # demo principals
   demo-free-key: {principal: alice, plan: free}
-graphql: {max_depth: 10, max_breadth: 100, max_nodes: 500000, max_cost: 0, default_list_size: 10, mutation_cost: 10}   # max_cost 0: the plan's burst is the only ceiling
+graphql: {max_depth: 15, max_breadth: 100, max_nodes: 500000, max_cost: 0, default_list_size: 10, mutation_cost: 10}   # max_cost 0: the plan's burst is the only ceiling
 rest: {default_cost: 1, routes: {"GET /api/search": 10}}
 failure_mode: open      # or closed
 trusted_proxies: []     # CIDRs whose X-Forwarded-For is believed
@@ -97,7 +99,7 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	}, m.Plans)
 	assert.Equal(t, "anon", m.AnonymousPlan)
 	assert.Equal(t, middleware.GraphQLOptions{
-		MaxDepth: 10, MaxBreadth: 100, MaxNodes: 500_000, MaxCost: 0, DefaultListSize: 10, MutationCost: 10,
+		MaxDepth: 15, MaxBreadth: 100, MaxNodes: 500_000, MaxCost: 0, DefaultListSize: 10, MutationCost: 10,
 		MaxAliases: 100, MaxRootFields: 100, MaxTokens: 20_000, MaxSelections: 500,
 		MaxVariableValues: 10_000, MaxVariablesDepth: 32, InvalidCost: 1, MinCost: 1, IntrospectionCost: 50,
 	}, m.GraphQL)

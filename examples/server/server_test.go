@@ -247,6 +247,9 @@ func TestQueryPrices(t *testing.T) {
 		{"one object", `{ user(login: "octocat") { login name } }`, 1},
 		{"list without a slicing argument assumes default_list_size", `{ user(login: "octocat") { repos { name } } }`, 1 + 10},
 		{"@cost weight", `{ repository(name: "linguist") { issues(first: 2) { bodyHTML } } }`, 1 + 2*(1+5)},
+		{"introspection pays introspection_cost", `{ __schema { types { name } } }`, 50},
+		{"GraphiQL's schema query fits max_depth and pays introspection_cost", graphiQLSchemaQuery, 50},
+		{"each aliased __schema pays", `{ a: __schema { queryType { name } } b: __schema { queryType { name } } }`, 100},
 		{"nothing is free: min_cost", `{ __typename }`, 1},
 	}
 	ts := newTestServer(t, defaultConfig(), deps{})
@@ -447,3 +450,30 @@ func TestRequestBodyIsBounded(t *testing.T) {
 	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
 	assert.JSONEq(t, `{"error":"request_too_large"}`, rec.Body.String())
 }
+
+// graphiQLSchemaQuery is the schema query GraphiQL sends (graphql-js's
+// getIntrospectionQuery, with one more ofType level than its default): 14
+// deep now that introspection fields count toward max_depth.
+const graphiQLSchemaQuery = `query IntrospectionQuery {
+  __schema {
+    queryType { name }
+    mutationType { name }
+    subscriptionType { name }
+    types { ...FullType }
+    directives { name description locations args { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name description
+  fields(includeDeprecated: true) { name description args { ...InputValue } type { ...TypeRef } isDeprecated deprecationReason }
+  inputFields { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue }
+fragment TypeRef on __Type {
+  kind name
+  ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } }
+}
+`
