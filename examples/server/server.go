@@ -58,7 +58,10 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 	gql := handler.New(res.Schema())
 	gql.AddTransport(transport.GET{})
 	gql.AddTransport(transport.POST{})
-	gql.SetQueryCache(cache)           // bounded by bytes too: documents can be a megabyte each
+	gql.SetQueryCache(cache) // bounded by bytes too: documents can be a megabyte each
+	// The Extension refuses longer documents before gqlgen parses them; the
+	// parser's own limit is the same bound, should a transport skip it.
+	gql.SetParserTokenLimit(int(cfg.GraphQL.MaxTokens))
 	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
 	gql.Use(lim.Extension())
 
