@@ -125,7 +125,7 @@ func TestServersSharingRedisNeverOverspend(t *testing.T) {
 				{http.MethodGet, "/api/search?q=octo", "", 10},
 				{http.MethodPost, "/graphql", `{"query":"{ user(login: \"octocat\") { repos(first: 2) { name } } }"}`, 3},
 			}
-			var admitted, rejected atomic.Int64
+			var admitted, rejected, unavailable atomic.Int64
 			var wg sync.WaitGroup
 			for c := range clients {
 				wg.Go(func() {
@@ -150,7 +150,10 @@ func TestServersSharingRedisNeverOverspend(t *testing.T) {
 							admitted.Add(o.cost)
 						case http.StatusTooManyRequests:
 							rejected.Add(1)
-						case http.StatusServiceUnavailable: // the store timed out: nothing spent
+						case http.StatusServiceUnavailable:
+							// The store timed out: the script may still have
+							// debited, once, with nothing admitted.
+							unavailable.Add(1)
 						default:
 							t.Errorf("%s %s: status %d", o.method, o.path, resp.StatusCode)
 							return
@@ -171,7 +174,12 @@ func TestServersSharingRedisNeverOverspend(t *testing.T) {
 
 			t.Logf("admitted %d points, %d requests refused, %d left", admitted.Load(), rejected.Load(), left)
 			assert.LessOrEqual(t, admitted.Load(), int64(burst), "overspent")
-			assert.Equal(t, int64(burst), admitted.Load()+left, "every point is accounted for")
+			if unavailable.Load() == 0 {
+				assert.Equal(t, int64(burst), admitted.Load()+left, "every point is accounted for")
+			} else {
+				t.Logf("%d store calls timed out", unavailable.Load())
+				assert.LessOrEqual(t, admitted.Load()+left, int64(burst))
+			}
 			assert.Positive(t, rejected.Load(), "the test must push past the budget")
 		})
 	}
