@@ -137,19 +137,27 @@ func TestInsert(t *testing.T) {
 			if ok := tb.Insert(c.key, v, rank); ok != c.ok {
 				t.Fatalf("Insert: %v, want %v", ok, c.ok)
 			}
-			if got, held := tb.Get(c.key); held != c.ok || held && got != v {
-				t.Fatalf("Get(%q) after Insert: %v, %v", c.key, got, held)
-			}
-			for k := range c.held {
-				_, held := tb.Get(k)
-				if want := k != c.evicted; held != want {
-					t.Errorf("%q held: %v, want %v", k, held, want)
-				}
-			}
-			if tb.Len() > 4 {
-				t.Fatalf("Len %d > 4", tb.Len())
-			}
+			checkInserted(t, tb, c.key, v, c.ok, c.held, c.evicted)
 		})
+	}
+}
+
+// checkInserted checks a Table of at most 4 keys after v was inserted
+// under key: it holds v exactly when the insertion succeeded (ok), and
+// every key it held before but evicted.
+func checkInserted[V comparable, H any](t *testing.T, tb *Table[V], key string, v V, ok bool, before map[string]H, evicted string) {
+	t.Helper()
+	if got, held := tb.Get(key); held != ok || held && got != v {
+		t.Fatalf("Get(%q) after the insertion: %v, %v", key, got, held)
+	}
+	for k := range before {
+		_, held := tb.Get(k)
+		if want := k != evicted; held != want {
+			t.Errorf("%q held: %v, want %v", k, held, want)
+		}
+	}
+	if tb.Len() > 4 {
+		t.Fatalf("Len %d > 4", tb.Len())
 	}
 }
 
@@ -229,18 +237,7 @@ func TestInsertDue(t *testing.T) {
 			if ok := tb.InsertDue(c.key, v, c.now, byDue); ok != c.ok {
 				t.Fatalf("InsertDue: %v, want %v", ok, c.ok)
 			}
-			if got, held := tb.Get(c.key); held != c.ok || held && got != v {
-				t.Fatalf("Get(%q) after InsertDue: %v, %v", c.key, got, held)
-			}
-			for k := range c.held {
-				_, held := tb.Get(k)
-				if want := k != c.evicted; held != want {
-					t.Errorf("%q held: %v, want %v", k, held, want)
-				}
-			}
-			if tb.Len() > 4 {
-				t.Fatalf("Len %d > 4", tb.Len())
-			}
+			checkInserted(t, tb, c.key, v, c.ok, c.held, c.evicted)
 		})
 	}
 }
