@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -10,9 +11,19 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/middleware"
 )
+
+// installed adds an Extension of lim to a gqlgen server, so that lim's
+// GraphQL wrapper may be tried around other handlers.
+func installed(lim *middleware.Limiter) *middleware.Limiter {
+	handler.New(newTestSchema().executable()).Use(lim.Extension())
+	return lim
+}
 
 // bodyEcho answers with the body it was given: what gqlgen would decode.
 var bodyEcho = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +83,7 @@ func TestGraphQLRequestScreen(t *testing.T) {
 				cfg.MaxBodyBytes = 4096
 				cfg.GraphQL.MaxVariableValues = 200
 				cfg.GraphQL.MaxVariablesDepth = 8
-				lim := newLimiter(t, cfg)
+				lim := installed(newLimiter(t, cfg))
 				r := httptest.NewRequest(http.MethodPost, "/graphql", strings.NewReader(tc.body))
 				if unknownLength {
 					r = httptest.NewRequest(http.MethodPost, "/graphql", chunked{strings.NewReader(tc.body)})
@@ -114,7 +125,7 @@ func TestGraphQLGETScreen(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
 	cfg.GraphQL.MaxVariableValues = 10
-	lim := newLimiter(t, cfg)
+	lim := installed(newLimiter(t, cfg))
 	var seen url.Values
 	h := lim.GraphQL(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.URL.Query() }))
 
@@ -274,5 +285,39 @@ func TestFullMemoryStoreOverflows(t *testing.T) {
 	}
 	if statuses[http.StatusTooManyRequests] == 0 {
 		t.Errorf("the overflow bucket never ran out: %v", statuses)
+	}
+}
+
+// The wrapper without its extension would price nothing: it refuses every
+// request, and no resolver runs, until an Extension of the Limiter is
+// added to a gqlgen server. Handler does both.
+func TestGraphQLWithoutExtensionRefuses(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	logs := &countingHandler{}
+	cfg.Logger = slog.New(logs)
+	lim := newLimiter(t, cfg)
+	schema := newTestSchema()
+	srv := handler.New(schema.executable())
+	srv.AddTransport(transport.POST{})
+	forgot := lim.GraphQL(srv) // srv.Use(lim.Extension()) forgotten
+	for range 3 {
+		w := do(t, forgot, request{path: "/graphql", body: `{"query":"{ viewer { login } }"}`, header: bearer(aliceKey)})
+		var resp gqlResponse
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || w.Code != http.StatusInternalServerError || resp.code() != middleware.CodeNotInstalled {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	if schema.resolvers.Load() != 0 {
+		t.Fatalf("%d resolvers ran", schema.resolvers.Load())
+	}
+	if n := logs.count(slog.LevelError); n != 1 {
+		t.Errorf("%d errors logged for 3 refusals within a minute, want 1", n)
+	}
+
+	h := lim.Handler(srv) // installs the extension
+	w := do(t, h, request{path: "/graphql", body: `{"query":"{ viewer { login } }"}`, header: bearer(aliceKey)})
+	if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "99" || schema.resolvers.Load() != 1 {
+		t.Fatalf("after Handler: %d %v %s", w.Code, w.Header(), w.Body)
 	}
 }

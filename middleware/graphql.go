@@ -14,6 +14,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
+	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
@@ -32,6 +33,10 @@ const (
 	// CodeIntrospectionDisabled: the operation selects __schema or __type
 	// and the principal's plan has DisableIntrospection (422).
 	CodeIntrospectionDisabled = "INTROSPECTION_DISABLED"
+	// CodeNotInstalled: Limiter.GraphQL wraps a handler while no Extension
+	// of the Limiter was added to a gqlgen server, so nothing would be
+	// priced (500). Limiter.Handler installs both.
+	CodeNotInstalled = "COSTGUARD_NOT_INSTALLED"
 )
 
 // CostExtensionKey is the key of the cost report in a response's
@@ -106,6 +111,7 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 		return fmt.Errorf("middleware: %w", err)
 	}
 	e.analyzer = a
+	e.l.installed.Store(true)
 	return nil
 }
 
@@ -377,8 +383,17 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 // RATE_LIMITER_UNAVAILABLE, 422 for static-limit codes (400 when the
 // response is application/graphql-response+json), the rate-limit headers,
 // and Retry-After on 429 and 503.
+//
+// Until an Extension of l has been added to a gqlgen server (Use validates
+// it), every request is refused with 500 COSTGUARD_NOT_INSTALLED before it
+// reaches h: a wrapper without its extension would price nothing and let
+// everything through. Handler installs both at once.
 func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !l.installed.Load() {
+			l.notInstalled(w, r)
+			return
+		}
 		id, p, err := l.identify(r)
 		if err != nil {
 			l.graphQLIdentifyFailed(w, r, err)
@@ -406,6 +421,27 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 		gw := &graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
 		h.ServeHTTP(gw, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 	})
+}
+
+// Handler installs l on a gqlgen server: it adds l's Extension (pricing and
+// debiting each operation before any resolver) and returns the server
+// wrapped by GraphQL (statuses and headers). It is the one call a gqlgen
+// server needs; srv's transports, cache and other extensions are the
+// caller's.
+func (l *Limiter) Handler(srv *handler.Server) http.Handler {
+	srv.Use(l.Extension())
+	return l.GraphQL(srv)
+}
+
+// notInstalled answers a request GraphQL cannot limit, logging the mistake
+// at most once a minute.
+func (l *Limiter) notInstalled(w http.ResponseWriter, r *http.Request) {
+	now := int64(l.clock.Now().Sub(l.start)) + 1
+	if last := l.lastNotInstalled.Load(); (last == 0 || now-last >= int64(storeFailureLogEvery)) && l.lastNotInstalled.CompareAndSwap(last, now) {
+		l.log.ErrorContext(r.Context(), "middleware: Limiter.GraphQL wraps a handler, but no Extension of this Limiter was added to a gqlgen server (srv.Use(lim.Extension()), or use lim.Handler(srv)); refusing every GraphQL request")
+	}
+	writeGraphQLError(w, r, http.StatusInternalServerError,
+		codedError(CodeNotInstalled, 0, "the rate limiter is not installed on this GraphQL server"), 0)
 }
 
 func (l *Limiter) graphQLIdentifyFailed(w http.ResponseWriter, r *http.Request, err error) {

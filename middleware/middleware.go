@@ -339,6 +339,10 @@ type Limiter struct {
 	suppressed atomic.Int64
 	lastFull   atomic.Int64
 	overflowed atomic.Int64
+	// installed: an Extension of this Limiter was added to a gqlgen server;
+	// lastNotInstalled rate-limits the error logged until then.
+	installed        atomic.Bool
+	lastNotInstalled atomic.Int64
 
 	// randFloat returns a number in [0, 1) for the jitter; tests pin it.
 	randFloat func() float64

@@ -63,7 +63,6 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 	// parser's own limit is the same bound, should a transport skip it.
 	gql.SetParserTokenLimit(int(cfg.GraphQL.MaxTokens))
 	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
-	gql.Use(lim.Extension())
 
 	logger := d.logger
 	if logger == nil {
@@ -79,8 +78,8 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
-	mux.Handle("/graphql", lim.GraphQL(gql))
-	mux.Handle("/api/", lim.REST(api)) // both wrappers bound the body (max_body_bytes)
+	mux.Handle("/graphql", lim.Handler(gql)) // adds the extension, wraps for statuses and headers
+	mux.Handle("/api/", lim.REST(api))       // both wrappers bound the body (max_body_bytes)
 	return mux, lim.Close, nil
 }
 

@@ -1,0 +1,39 @@
+// Command minimal is the smallest complete program that protects a gqlgen
+// server with costguard; the README's "Add it to your gqlgen server" is this
+// file. Every operation is priced and debited from its client's budget
+// before any resolver runs: go run ./examples/minimal, then POST to
+// http://localhost:8080/graphql.
+package main
+
+import (
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+
+	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/middleware"
+)
+
+func main() {
+	lim, err := middleware.New(middleware.Config{
+		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
+		AnonymousPlan: "anon", // requests are keyed by client IP until you add API keys
+	})
+	if err != nil {
+		log.Fatal(err) // a bad configuration fails here, at start
+	}
+	defer lim.Close()
+
+	srv := handler.New(graph.NewResolver().Schema()) // your gqlgen schema
+	srv.AddTransport(transport.POST{})
+	srv.Use(extension.Introspection{})         // for GraphiQL and other tooling
+	cache, _ := middleware.NewQueryCache(0, 0) // bounded by bytes as well as entries
+	srv.SetQueryCache(cache)
+
+	http.Handle("/graphql", lim.Handler(srv)) // the extension, the statuses, the headers
+	log.Fatal(http.ListenAndServe(":8080", nil))
+}
