@@ -15,6 +15,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -319,5 +320,28 @@ func TestGraphQLWithoutExtensionRefuses(t *testing.T) {
 	w := do(t, h, request{path: "/graphql", body: `{"query":"{ viewer { login } }"}`, header: bearer(aliceKey)})
 	if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "99" || schema.resolvers.Load() != 1 {
 		t.Fatalf("after Handler: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
+
+// The wrapper's writer does no store I/O: what the Extension did not
+// decide is the handler's to answer, with its own status.
+func TestWrapperWriterDoesNoStoreIO(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	store := &countingStore{Store: cfg.Store.(limiter.Store)}
+	cfg.Store = store
+	lim := installed(newLimiter(t, cfg))
+	h := lim.GraphQL(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, "short and stout")
+	}))
+	w := do(t, h, request{path: "/graphql", body: `{"query":"{ viewer { login } }"}`, header: bearer(aliceKey)})
+	if w.Code != http.StatusTeapot || w.Body.String() != "short and stout" || store.takes.Load() != 0 {
+		t.Errorf("%d %q, %d store calls", w.Code, w.Body, store.takes.Load())
+	}
+	// A status without a body still goes out when the handler returns.
+	h = lim.GraphQL(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	if w := do(t, h, request{path: "/graphql", body: `{"query":"{ x }"}`, header: bearer(aliceKey)}); w.Code != http.StatusNoContent {
+		t.Errorf("status %d, want 204", w.Code)
 	}
 }

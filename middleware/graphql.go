@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -115,19 +116,10 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 	return nil
 }
 
-// Where an operation's result, and without the wrapper its requestState,
-// live in its OperationContext.
-const (
-	statsKey      = "costguard"
-	stateStatsKey = "costguard.request"
-)
-
-// opResult is what became of one operation.
-type opResult struct {
-	plan    *plan
-	cost    int64
-	outcome outcome
-}
+// statsKey is where, without the GraphQL wrapper, an operation's
+// requestState lives in its OperationContext (with the wrapper it is in
+// the request's context).
+const statsKey = "costguard"
 
 // MutateOperationParameters implements graphql.OperationParameterMutator.
 // It runs before gqlgen parses the document: it counts the document's
@@ -149,19 +141,17 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 	}
 	var cerr *complexity.Error
 	errors.As(err, &cerr)
-	return e.refuseUnpriced(ctx, st, opCtx, cerr.GQLError())
+	return e.refuseUnpriced(ctx, st, cerr.GQLError())
 }
 
 // refuseUnpriced charges InvalidCost for an operation refused before it was
 // priced and returns ge, or the rate-limit error when the budget cannot
 // pay even that.
-func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, ge *gqlerror.Error) *gqlerror.Error {
-	res := &opResult{plan: st.plan}
-	opCtx.Stats.SetExtension(statsKey, res)
-	res.outcome = e.l.chargeInvalid(ctx, st.id, st.plan)
-	st.record(res.outcome)
-	if res.outcome.verdict != capExceeded {
-		return e.l.verdictError(res.outcome, e.l.gql.InvalidCost, st.plan)
+func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, ge *gqlerror.Error) *gqlerror.Error {
+	o := e.l.chargeInvalid(ctx, st.id, st.plan)
+	st.record(o, 0)
+	if o.verdict != capExceeded {
+		return e.l.verdictError(o, e.l.gql.InvalidCost, st.plan)
 	}
 	return ge
 }
@@ -177,7 +167,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	if st.get && opCtx.Operation.Operation != ast.Query {
 		// gqlgen's GET transport refuses it (406) once this returns:
 		// nothing runs, so nothing is charged.
-		st.record(outcome{verdict: admitted})
+		st.record(outcome{verdict: admitted}, 0)
 		return nil
 	}
 
@@ -190,7 +180,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 			l.log.ErrorContext(ctx, "middleware: cannot price the operation", "err", err)
 			ge := gqlerror.Errorf("the operation cannot be priced")
 			errcode.Set(ge, errcode.ValidationFailed)
-			return e.refuseUnpriced(ctx, st, opCtx, ge)
+			return e.refuseUnpriced(ctx, st, ge)
 		}
 		ge := cerr.GQLError()
 		if cerr.Totals != nil {
@@ -198,89 +188,99 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 				ge.Extensions["cost"] = cost
 			}
 		}
-		return e.refuseUnpriced(ctx, st, opCtx, ge)
+		return e.refuseUnpriced(ctx, st, ge)
 	}
 	if rep.Introspection && st.plan.DisableIntrospection {
-		return e.refuseUnpriced(ctx, st, opCtx, codedError(CodeIntrospectionDisabled, 0,
+		return e.refuseUnpriced(ctx, st, codedError(CodeIntrospectionDisabled, 0,
 			"introspection is disabled for plan %q", st.plan.name))
 	}
-	res := &opResult{plan: st.plan, cost: max(rep.Points, l.gql.MinCost)}
-	opCtx.Stats.SetExtension(statsKey, res)
-	res.outcome = l.spend(ctx, st.id, st.plan, res.cost)
-	if res.outcome.verdict == overBudget {
+	cost := max(rep.Points, l.gql.MinCost)
+	o := l.spend(ctx, st.id, st.plan, cost)
+	if o.verdict == overBudget {
 		// It can never run: it pays InvalidCost, as a static cap would.
-		if o := l.chargeInvalid(ctx, st.id, st.plan); o.verdict == capExceeded {
-			res.outcome = outcome{verdict: overBudget, decision: o.decision, known: o.known}
+		if paid := l.chargeInvalid(ctx, st.id, st.plan); paid.verdict == capExceeded {
+			o = outcome{verdict: overBudget, decision: paid.decision, known: paid.known}
 		} else {
-			res.outcome = o
+			o = paid
 		}
 	}
-	st.record(res.outcome)
-
-	return l.verdictError(res.outcome, res.cost, st.plan)
+	st.record(o, cost)
+	return l.verdictError(o, cost, st.plan)
 }
 
 // verdictError is the GraphQL error of a budget decision on cost, nil when
-// it was admitted.
+// it was admitted or when the refusal carries its own error (a static cap).
 func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
+	code := answers[o.verdict].code
 	switch o.verdict {
 	case overBudget:
-		return pricedError(complexity.CodeMaxCostExceeded, cost, 0,
+		return pricedError(code, cost, 0,
 			"operation cost %d exceeds the plan's capacity of %d points", cost, p.Burst)
 	case rateLimited:
-		return pricedError(CodeRateLimited, cost, o.retryAfter,
+		return pricedError(code, cost, o.retryAfter,
 			"rate limited: the operation costs %d points and %d are available; retry in %d seconds",
 			cost, o.decision.Remaining, o.retryAfter)
 	case unavailable:
-		return pricedError(CodeRateLimiterUnavailable, cost, o.retryAfter,
+		return pricedError(code, cost, o.retryAfter,
 			"rate limiter unavailable; retry in %d seconds", o.retryAfter)
 	}
 	return nil
 }
 
+// answer writes the rate-limit headers of outcome o into h and returns the
+// status it calls for, given the status gqlgen chose.
+func (l *Limiter) answer(h http.Header, r *http.Request, p *plan, o outcome, status int) int {
+	if o.known {
+		setBudgetHeaders(h, p, o.decision, l.clock.Now())
+	}
+	if o.retryAfter > 0 {
+		h.Set(HeaderRetryAfter, strconv.FormatInt(o.retryAfter, 10))
+	}
+	a := answers[o.verdict]
+	switch {
+	case a.status == 0:
+		return status // admitted, or refused by gqlgen with its own status
+	case a.status == http.StatusUnprocessableEntity && isGraphQLResponse(h.Get("Content-Type"), r):
+		return http.StatusBadRequest // GraphQL-over-HTTP's status for application/graphql-response+json
+	}
+	return a.status
+}
+
 // InterceptResponse implements graphql.ResponseInterceptor: it adds
-// extensions.cost to every response.
+// extensions.cost to every response. A request gqlgen refused before the
+// Extension priced it (a parse or validation error) is charged InvalidCost
+// here, before the wrapper writes the status and headers.
 func (e *Extension) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
 	resp := next(ctx)
-	if resp == nil {
-		return nil
-	}
-	var res *opResult
-	if graphql.HasOperationContext(ctx) {
-		opCtx := graphql.GetOperationContext(ctx)
-		res, _ = opCtx.Stats.GetExtension(statsKey).(*opResult)
-		if res == nil {
-			// Parsing or validation failed: nothing was priced, so the
-			// request pays InvalidCost (once, whoever settles first).
-			if st, gerr := e.requestState(ctx, opCtx); gerr == nil {
-				res = &opResult{plan: st.plan, outcome: st.settle(ctx, e.l)}
-				if ge := e.l.verdictError(res.outcome, e.l.gql.InvalidCost, st.plan); ge != nil {
-					// Out of budget matters more than what was wrong.
-					resp.Errors = append(gqlerror.List{ge}, resp.Errors...)
-				}
-			}
-		}
-	}
-	if res == nil {
+	if resp == nil || !graphql.HasOperationContext(ctx) {
 		return resp
+	}
+	st, gerr := e.requestState(ctx, graphql.GetOperationContext(ctx))
+	if gerr != nil {
+		return resp
+	}
+	o, cost, charged := st.settle(ctx, e.l)
+	if ge := e.l.verdictError(o, e.l.gql.InvalidCost, st.plan); charged && ge != nil {
+		// Out of budget matters more than what was wrong.
+		resp.Errors = append(gqlerror.List{ge}, resp.Errors...)
 	}
 	if resp.Extensions == nil {
 		resp.Extensions = make(map[string]any, 1)
 	}
-	resp.Extensions[CostExtensionKey] = res.costReport()
+	resp.Extensions[CostExtensionKey] = costReport(st.plan, cost, o)
 	return resp
 }
 
-func (r *opResult) costReport() Cost {
+func costReport(p *plan, cost int64, o outcome) Cost {
 	c := Cost{
-		RequestedQueryCost: r.cost,
+		RequestedQueryCost: cost,
 		ThrottleStatus: ThrottleStatus{
-			MaximumAvailable: r.plan.Burst,
-			RestoreRate:      r.plan.restoreRate,
+			MaximumAvailable: p.Burst,
+			RestoreRate:      p.restoreRate,
 		},
 	}
-	if r.outcome.known {
-		left := max(r.outcome.decision.Remaining, 0)
+	if o.known {
+		left := max(o.decision.Remaining, 0)
 		c.ThrottleStatus.CurrentlyAvailable = &left
 	}
 	return c
@@ -304,8 +304,10 @@ func pricedError(code string, cost, retryAfter int64, format string, args ...any
 	return ge
 }
 
-// requestState is the identity and decision of one HTTP request, shared by
-// the GraphQL wrapper (which creates it) and the Extension (which fills it).
+// requestState is the one carrier of a GraphQL request: who pays and on
+// which plan (set by the wrapper, or by the Extension without it), then the
+// price and the decision (set by the Extension), read by the response
+// interceptor and the wrapper's writer.
 type requestState struct {
 	id   Identity
 	plan *plan
@@ -318,31 +320,39 @@ type requestState struct {
 
 	mu      sync.Mutex
 	decided bool
+	cost    int64 // the price debited; 0 when the request was not priced
 	outcome outcome
 }
 
 type stateKey struct{}
 
-func (s *requestState) record(o outcome) {
+func (s *requestState) record(o outcome, cost int64) {
 	s.mu.Lock()
-	s.outcome, s.decided = o, true
+	s.outcome, s.cost, s.decided = o, cost, true
 	s.mu.Unlock()
 }
 
-// settle returns the recorded outcome. If nothing was decided, gqlgen
+// current returns the decision so far, without any I/O; decided is false
+// when nothing was decided (gqlgen answered before the Extension ran).
+func (s *requestState) current() (o outcome, decided bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outcome, s.decided
+}
+
+// settle returns the decision and the price. If nothing was decided, gqlgen
 // refused the request before the Extension priced it (a parse or
-// validation error, a malformed request): it pays InvalidCost, and the
-// client learns where its budget stands.
-func (s *requestState) settle(ctx context.Context, l *Limiter) outcome {
+// validation error): it pays InvalidCost now, and charged says so.
+func (s *requestState) settle(ctx context.Context, l *Limiter) (o outcome, cost int64, charged bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.decided {
-		s.outcome, s.decided = l.chargeInvalid(ctx, s.id, s.plan), true
+		s.outcome, s.decided, charged = l.chargeInvalid(ctx, s.id, s.plan), true, true
 		if s.outcome.verdict == capExceeded {
 			s.outcome.verdict = invalid // gqlgen chose the status
 		}
 	}
-	return s.outcome
+	return s.outcome, s.cost, charged
 }
 
 // requestState returns the state the GraphQL wrapper put in ctx. Without
@@ -355,7 +365,7 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 	if st, ok := ctx.Value(stateKey{}).(*requestState); ok {
 		return st, nil
 	}
-	if st, ok := opCtx.Stats.GetExtension(stateStatsKey).(*requestState); ok {
+	if st, ok := opCtx.Stats.GetExtension(statsKey).(*requestState); ok {
 		return st, nil
 	}
 	r := (&http.Request{Method: http.MethodPost, URL: &url.URL{}, Header: opCtx.Headers}).WithContext(ctx)
@@ -372,7 +382,7 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 		return nil, codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %d seconds", ra)
 	}
 	st := &requestState{id: id, plan: p}
-	opCtx.Stats.SetExtension(stateStatsKey, st)
+	opCtx.Stats.SetExtension(statsKey, st)
 	return st, nil
 }
 
@@ -420,6 +430,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 		}
 		gw := &graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
 		h.ServeHTTP(gw, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+		gw.finish()
 	})
 }
 
@@ -514,37 +525,36 @@ func acceptsGraphQLResponse(r *http.Request) bool {
 	return false
 }
 
-// graphQLWriter applies the Extension's decision when gqlgen first writes.
+// graphQLWriter holds gqlgen's status back until the body starts (or the
+// handler returns), so that the decision, taken by the Extension's hooks by
+// then, chooses the status and the headers: no store I/O happens here.
 type graphQLWriter struct {
 	http.ResponseWriter
 	l       *Limiter
 	r       *http.Request
 	st      *requestState
+	status  int // held back; 0 when none was written yet
 	written bool
 }
 
-// WriteHeader sets the status and headers the decision calls for.
+// WriteHeader holds the status back (informational ones pass through).
 func (w *graphQLWriter) WriteHeader(status int) {
-	if w.written || (status >= 100 && status < 200) {
+	switch {
+	case w.written || (status >= 100 && status < 200):
 		w.ResponseWriter.WriteHeader(status)
-		return
+	case w.status == 0:
+		w.status = status
 	}
-	w.written = true
-	w.ResponseWriter.WriteHeader(w.apply(status))
 }
 
 func (w *graphQLWriter) Write(b []byte) (int, error) {
-	if !w.written {
-		w.WriteHeader(http.StatusOK)
-	}
+	w.writeHeader()
 	return w.ResponseWriter.Write(b)
 }
 
 // Flush supports streaming transports (SSE, multipart).
 func (w *graphQLWriter) Flush() {
-	if !w.written {
-		w.WriteHeader(http.StatusOK)
-	}
+	w.writeHeader()
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
@@ -552,27 +562,24 @@ func (w *graphQLWriter) Flush() {
 // underlying writer.
 func (w *graphQLWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// apply writes the rate-limit headers and returns the status to send.
-func (w *graphQLWriter) apply(status int) int {
-	o := w.st.settle(w.r.Context(), w.l)
-	h := w.Header()
-	if o.known {
-		setBudgetHeaders(h, w.st.plan, o.decision, w.l.clock.Now())
+// finish sends a status the handler wrote without a body.
+func (w *graphQLWriter) finish() {
+	if w.status != 0 {
+		w.writeHeader()
 	}
-	switch o.verdict {
-	case rateLimited:
-		h.Set(HeaderRetryAfter, strconv.FormatInt(o.retryAfter, 10))
-		return http.StatusTooManyRequests
-	case unavailable:
-		h.Set(HeaderRetryAfter, strconv.FormatInt(o.retryAfter, 10))
-		return http.StatusServiceUnavailable
-	case overBudget, capExceeded:
-		if isGraphQLResponse(h.Get("Content-Type"), w.r) {
-			return http.StatusBadRequest
-		}
-		return http.StatusUnprocessableEntity
+}
+
+// writeHeader sends the status and headers the decision calls for, once.
+func (w *graphQLWriter) writeHeader() {
+	if w.written {
+		return
 	}
-	return status
+	w.written = true
+	status := cmp.Or(w.status, http.StatusOK)
+	if o, decided := w.st.current(); decided {
+		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.plan, o, status)
+	}
+	w.ResponseWriter.WriteHeader(status)
 }
 
 // isGraphQLResponse reports whether the response is (or, before gqlgen set

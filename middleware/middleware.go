@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/overlimit"
@@ -677,6 +678,25 @@ const (
 	invalid             // gqlgen refused it before pricing; InvalidCost paid, gqlgen's status
 )
 
+// answers is the one table from a verdict to what a client is told: the
+// GraphQL extensions.code (empty: the refusal carries its own) and HTTP
+// status (0: gqlgen's own), and the REST status and error code.
+var answers = [...]struct {
+	code       string
+	status     int
+	restStatus int
+	restCode   string
+}{
+	admitted:    {},
+	rateLimited: {CodeRateLimited, http.StatusTooManyRequests, http.StatusTooManyRequests, "rate_limited"},
+	// A REST cost above the burst is refused at New; a custom store with a
+	// smaller capacity still gets a 429, never a 200.
+	overBudget:  {complexity.CodeMaxCostExceeded, http.StatusUnprocessableEntity, http.StatusTooManyRequests, "rate_limited"},
+	unavailable: {CodeRateLimiterUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable, "rate_limiter_unavailable"},
+	capExceeded: {"", http.StatusUnprocessableEntity, 0, ""},
+	invalid:     {},
+}
+
 // outcome is a budget decision ready to be rendered.
 type outcome struct {
 	verdict  verdict
@@ -690,7 +710,7 @@ type outcome struct {
 // spend debits cost from id's bucket on plan p.
 func (l *Limiter) spend(ctx context.Context, id Identity, p *plan, cost int64) outcome {
 	if cost > p.Burst {
-		return l.peek(ctx, id, p, overBudget)
+		return outcome{verdict: overBudget} // never debited; the caller decides what it pays
 	}
 	d, err := l.take(ctx, id.Key, p, cost)
 	switch {
@@ -713,13 +733,6 @@ func (l *Limiter) chargeInvalid(ctx context.Context, id Identity, p *plan) outco
 		o.verdict = capExceeded
 	}
 	return o
-}
-
-// peek reads the bucket without spending, for the headers of a request
-// rejected before its cost was debited. A failed read only loses headers.
-func (l *Limiter) peek(ctx context.Context, id Identity, p *plan, v verdict) outcome {
-	d, err := l.take(ctx, id.Key, p, 0)
-	return outcome{verdict: v, decision: d, known: err == nil}
 }
 
 // take is Store.Take under the timeout and the plan's failure mode.

@@ -123,12 +123,13 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 		switch o.verdict {
 		case admitted:
 			next.ServeHTTP(w, r)
-		case rateLimited, overBudget:
-			// overBudget cannot happen for a validated route table; a custom
-			// store with a smaller capacity is still told apart from a 200.
-			writeRESTError(w, http.StatusTooManyRequests, "rate_limited", max(o.retryAfter, 1))
-		case unavailable:
-			writeRESTError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", o.retryAfter)
+		case rateLimited, overBudget, unavailable:
+			a := answers[o.verdict]
+			retry := o.retryAfter
+			if a.restStatus == http.StatusTooManyRequests {
+				retry = max(retry, 1) // a 429 always says when to come back
+			}
+			writeRESTError(w, a.restStatus, a.restCode, retry)
 		}
 	})
 }
