@@ -17,9 +17,7 @@ import (
 
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/limiter/memorystore"
-	"github.com/costguard/costguard/limiter/overlimit"
-	"github.com/costguard/costguard/limiter/splitbudget"
+	"github.com/costguard/costguard/limiter/stack"
 )
 
 // Store is what the middleware needs from a budget store; limiter.Store
@@ -316,10 +314,7 @@ type plan struct {
 // stores it owns.
 type Limiter struct {
 	store    Store
-	owned    *memorystore.Store // Config.Store was nil
-	fallback *memorystore.Store // FailOpen's local buckets
-	overflow *memorystore.Store // one bucket per plan for identities a full memory store cannot hold
-	split    *splitbudget.Store // leases of the SplitBudget plans; nil if none
+	stores   *stack.Stack // the store behind its decorators, the fallback and overflow buckets
 	plans    map[string]*plan
 	ident    Identifier
 	gql      GraphQLOptions
@@ -444,30 +439,14 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.MemoryStore.MaxKeys < 0 {
 		return nil, fmt.Errorf("%w: MemoryStore.MaxKeys %d is negative", ErrInvalidConfig, cfg.MemoryStore.MaxKeys)
 	}
-	memCfg := memorystore.Config{Clock: l.clock, MaxKeys: cfg.MemoryStore.MaxKeys}
 	if err := l.buildRoutes(cfg.REST); err != nil {
 		return nil, err
 	}
-
-	if l.fallback, err = memorystore.New(memCfg); err != nil {
-		return nil, fmt.Errorf("middleware: fallback store: %w", err)
-	}
-	// One key per plan in one shard: never full itself.
-	if l.overflow, err = memorystore.New(memorystore.Config{Clock: l.clock, MaxKeys: len(l.plans), Shards: 1}); err != nil {
-		l.fallback.Close()
-		return nil, fmt.Errorf("middleware: overflow store: %w", err)
-	}
-	if l.store == nil {
-		if l.owned, err = memorystore.New(memCfg); err != nil {
-			l.fallback.Close()
-			l.overflow.Close()
-			return nil, fmt.Errorf("middleware: default store: %w", err)
-		}
-		l.store = l.owned
-	}
-	if err := l.buildStores(cfg); err != nil {
-		_ = l.Close()
+	if l.stores, err = l.buildStores(cfg); err != nil {
 		return nil, err
+	}
+	for _, p := range l.plans {
+		p.store = l.stores.Store(p.SplitBudget)
 	}
 	return l, nil
 }
@@ -475,83 +454,42 @@ func New(cfg Config) (*Limiter, error) {
 // Close gives the leases of SplitBudget plans back to the store and
 // releases the in-memory stores the Limiter created. It does not close
 // Config.Store.
-func (l *Limiter) Close() error {
-	var err error
-	if l.split != nil {
-		err = l.split.Close()
-	}
-	err = errors.Join(err, l.fallback.Close(), l.overflow.Close())
-	if l.owned != nil {
-		err = errors.Join(err, l.owned.Close())
-	}
-	return err
-}
+func (l *Limiter) Close() error { return l.stores.Close() }
 
-// buildStores gives each plan its store: l.store itself, or split-budget
-// leases on it for SplitBudget plans, each behind the over-limit cache
-// when that is on.
-func (l *Limiter) buildStores(cfg Config) error {
-	full, hasRefund := l.store.(limiter.Store)
-	cache := false
-	switch mode := cfg.OverLimitCache; mode {
-	case "", OverLimitCacheAuto:
-		_, inMemory := l.store.(*memorystore.Store)
-		cache = hasRefund && !inMemory
-	case OverLimitCacheOn:
-		if !hasRefund {
-			return fmt.Errorf("%w: OverLimitCache %q needs a Store with Refund (a limiter.Store)", ErrInvalidConfig, mode)
-		}
-		cache = true
-	case OverLimitCacheOff:
-	default:
-		return fmt.Errorf("%w: OverLimitCache %q is none of %q, %q, %q", ErrInvalidConfig, mode, OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff)
-	}
-	wrap := func(s limiter.Store) (Store, error) {
-		if !cache {
-			return s, nil
-		}
-		c, err := overlimit.New(s, overlimit.Config{Clock: l.clock})
-		if err != nil {
-			return nil, fmt.Errorf("middleware: over-limit cache: %w", err)
-		}
-		return c, nil
-	}
-	exact := l.store
-	if cache {
-		var err error
-		if exact, err = wrap(full); err != nil {
-			return err
-		}
-	}
-	var leased Store
+// buildStores puts the stores together (package limiter/stack): the store
+// behind the over-limit cache when that is on, split-budget leases when a
+// plan asks for them, the fail-open fallback and the overflow buckets.
+func (l *Limiter) buildStores(cfg Config) (*stack.Stack, error) {
+	split := ""
 	for _, p := range l.plans {
-		if !p.SplitBudget {
-			p.store = exact
-			continue
+		if p.SplitBudget && (split == "" || p.name < split) {
+			split = p.name // the first, for messages
 		}
-		if leased == nil {
-			if !hasRefund {
-				return fmt.Errorf("%w: plan %q: SplitBudget needs a Store with Refund (a limiter.Store)", ErrInvalidConfig, p.name)
-			}
-			split, err := splitbudget.New(full, splitbudget.Config{
-				LeaseFraction:  cfg.SplitBudget.LeaseFraction,
-				SettleInterval: cfg.SplitBudget.SettleInterval,
-				Clock:          l.clock,
-				OnSettleError: func(key string, err error) {
-					l.log.Warn("middleware: giving split-budget tokens back failed; they return by refill", "err", err)
-				},
-			})
-			if err != nil {
-				return fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err)
-			}
-			l.split = split
-			if leased, err = wrap(split); err != nil {
-				return err
-			}
-		}
-		p.store = leased
 	}
-	return nil
+	var store stack.Taker
+	if cfg.Store != nil {
+		store = cfg.Store
+	}
+	st, err := stack.New(stack.Config{
+		Store:          store,
+		MemoryMaxKeys:  cfg.MemoryStore.MaxKeys,
+		OverflowKeys:   len(l.plans),
+		OverLimitCache: stack.OverLimitCache(cfg.OverLimitCache),
+		SplitBudget:    split != "",
+		LeaseFraction:  cfg.SplitBudget.LeaseFraction,
+		SettleInterval: cfg.SplitBudget.SettleInterval,
+		OnSettleError: func(key string, err error) {
+			l.log.Warn("middleware: giving split-budget tokens back failed; they return by refill", "err", err)
+		},
+		Clock: l.clock,
+	})
+	if err != nil {
+		if errors.Is(err, stack.ErrSplitBudgetNeedsRefund) {
+			return nil, fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, split, stack.ErrSplitBudgetNeedsRefund)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return st, nil
 }
 
 func (l *Limiter) buildPlans(plans map[string]Plan, mode FailureMode) error {
@@ -743,7 +681,7 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (li
 	if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
 		return d, err
 	}
-	if errors.Is(err, memorystore.ErrFull) {
+	if stack.IsFull(err) {
 		return l.takeOverflow(ctx, p, cost)
 	}
 	if ctx.Err() != nil {
@@ -756,8 +694,8 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (li
 		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	// The local store never blocks, so the caller's ctx is bound enough.
-	d, err = l.fallback.Take(ctx, key, p.limit, cost)
-	if errors.Is(err, memorystore.ErrFull) {
+	d, err = l.stores.Fallback().Take(ctx, key, p.limit, cost)
+	if stack.IsFull(err) {
 		return l.takeOverflow(ctx, p, cost)
 	}
 	return d, err
@@ -776,7 +714,7 @@ func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64) (limite
 	} else {
 		l.overflowed.Add(1)
 	}
-	return l.overflow.Take(ctx, overflowKey+p.name, p.limit, cost)
+	return l.stores.Overflow().Take(ctx, overflowKey+p.name, p.limit, cost)
 }
 
 // storeFailed logs a store failure, at most once per storeFailureLogEvery

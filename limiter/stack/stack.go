@@ -1,0 +1,217 @@
+// Package stack puts together the stores a rate limiter decides with: the
+// budget store (a shared one such as redisstore, or an in-memory default it
+// owns), the over-limit cache in front of it (limiter/overlimit), split-
+// budget leases for the budgets that want them (limiter/splitbudget), the
+// local buckets a fail-open policy falls back to, and the overflow buckets
+// of identities a full memory store cannot hold. It is the one place that
+// knows which decorator goes where; package middleware builds its stores
+// with it, and so can a program that decides budgets without HTTP.
+//
+//	st, err := stack.New(stack.Config{Store: redisStore})
+//	defer st.Close()
+//	d, err := st.Store(false).Take(ctx, "user:42", limit, cost)
+//	if stack.IsFull(err) {
+//		d, err = st.Overflow().Take(ctx, "overflow:free", limit, cost)
+//	}
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/memorystore"
+	"github.com/costguard/costguard/limiter/overlimit"
+	"github.com/costguard/costguard/limiter/splitbudget"
+)
+
+// Taker is the least a budget store does: limiter.Store without Refund.
+// The over-limit cache and split budgets need Refund too.
+type Taker interface {
+	Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error)
+}
+
+var _ Taker = limiter.Store(nil)
+
+// OverLimitCache chooses whether rejections are remembered in this process.
+type OverLimitCache string
+
+const (
+	// OverLimitCacheAuto (or ""): on for a shared Store (any limiter.Store
+	// other than a *memorystore.Store), where it saves a network round
+	// trip; off for the in-memory store, which answers in a lock anyway.
+	OverLimitCacheAuto OverLimitCache = "auto"
+	// OverLimitCacheOn always remembers rejections; it needs a Store with
+	// Refund.
+	OverLimitCacheOn OverLimitCache = "on"
+	// OverLimitCacheOff sends every decision to the store.
+	OverLimitCacheOff OverLimitCache = "off"
+)
+
+// Configuration errors New returns: ErrInvalidConfig wraps them all; the
+// other two say which decorator needs Refund of a Take-only Store (the
+// over-limit cache, split budgets).
+var (
+	ErrInvalidConfig          = errors.New("stack: invalid config")
+	ErrOverLimitNeedsRefund   = errors.New("needs a Store with Refund (a limiter.Store)")
+	ErrSplitBudgetNeedsRefund = errors.New("SplitBudget needs a Store with Refund (a limiter.Store)")
+)
+
+// Config says what to put together. Zero fields take the defaults of the
+// packages they configure.
+type Config struct {
+	// Store holds the budgets. Nil: an in-memory store the Stack owns
+	// (released by Close), sized by MemoryMaxKeys.
+	Store Taker
+	// MemoryMaxKeys bounds the in-memory stores the Stack creates: the
+	// default Store and the fail-open fallback. Default
+	// memorystore.DefaultMaxKeys.
+	MemoryMaxKeys int
+	// OverflowKeys is how many overflow buckets the Stack holds (one per
+	// plan, say). Default 1.
+	OverflowKeys int
+	// OverLimitCache puts the over-limit cache in front of the store.
+	OverLimitCache OverLimitCache
+	// SplitBudget builds split-budget leases on the store for Store(true);
+	// it needs a Store with Refund.
+	SplitBudget bool
+	// LeaseFraction and SettleInterval tune the leases (splitbudget.Config).
+	LeaseFraction  float64
+	SettleInterval time.Duration
+	// OnSettleError is told of unspent lease tokens that could not be given
+	// back (they return by refill).
+	OnSettleError func(key string, err error)
+	// Clock is the time source of the in-memory stores and the decorators.
+	// Default limiter.SystemClock.
+	Clock limiter.Clock
+}
+
+// Stack is a put-together set of stores. Close releases what it owns: the
+// in-memory stores it created and the split budget's leases (given back to
+// the store); it never closes Config.Store.
+type Stack struct {
+	exact    Taker // the store, behind the over-limit cache when on
+	leased   Taker // split-budget leases, behind the cache when on; nil without SplitBudget
+	owned    *memorystore.Store
+	fallback *memorystore.Store
+	overflow *memorystore.Store
+	split    *splitbudget.Store
+}
+
+// New validates cfg and puts the stores together.
+func New(cfg Config) (*Stack, error) {
+	if cfg.MemoryMaxKeys < 0 || cfg.OverflowKeys < 0 {
+		return nil, fmt.Errorf("%w: MemoryMaxKeys (%d) and OverflowKeys (%d) must not be negative", ErrInvalidConfig, cfg.MemoryMaxKeys, cfg.OverflowKeys)
+	}
+	full, hasRefund := cfg.Store.(limiter.Store)
+	cache := false
+	switch cfg.OverLimitCache {
+	case "", OverLimitCacheAuto:
+		_, inMemory := cfg.Store.(*memorystore.Store)
+		cache = cfg.Store != nil && hasRefund && !inMemory
+	case OverLimitCacheOn:
+		if cfg.Store != nil && !hasRefund {
+			return nil, fmt.Errorf("%w: OverLimitCache %q %w", ErrInvalidConfig, cfg.OverLimitCache, ErrOverLimitNeedsRefund)
+		}
+		cache = true
+	case OverLimitCacheOff:
+	default:
+		return nil, fmt.Errorf("%w: OverLimitCache %q is none of %q, %q, %q", ErrInvalidConfig, cfg.OverLimitCache, OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff)
+	}
+	if cfg.SplitBudget && cfg.Store != nil && !hasRefund {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, ErrSplitBudgetNeedsRefund)
+	}
+
+	s := &Stack{}
+	memCfg := memorystore.Config{Clock: cfg.Clock, MaxKeys: cfg.MemoryMaxKeys}
+	var err error
+	if s.fallback, err = memorystore.New(memCfg); err != nil {
+		return nil, fmt.Errorf("%w: fallback store: %w", ErrInvalidConfig, err)
+	}
+	// One shard, a key per overflow bucket: it is never full itself.
+	if s.overflow, err = memorystore.New(memorystore.Config{Clock: cfg.Clock, MaxKeys: max(cfg.OverflowKeys, 1), Shards: 1}); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%w: overflow store: %w", ErrInvalidConfig, err)
+	}
+	s.exact = cfg.Store
+	if cfg.Store == nil {
+		if s.owned, err = memorystore.New(memCfg); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("%w: default store: %w", ErrInvalidConfig, err)
+		}
+		s.exact, full = s.owned, s.owned
+	}
+	wrap := func(st limiter.Store) (Taker, error) {
+		if !cache {
+			return st, nil
+		}
+		c, err := overlimit.New(st, overlimit.Config{Clock: cfg.Clock})
+		if err != nil {
+			return nil, fmt.Errorf("%w: over-limit cache: %w", ErrInvalidConfig, err)
+		}
+		return c, nil
+	}
+	if cache {
+		if s.exact, err = wrap(full); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if cfg.SplitBudget {
+		s.split, err = splitbudget.New(full, splitbudget.Config{
+			LeaseFraction:  cfg.LeaseFraction,
+			SettleInterval: cfg.SettleInterval,
+			Clock:          cfg.Clock,
+			OnSettleError:  cfg.OnSettleError,
+		})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err)
+		}
+		if s.leased, err = wrap(s.split); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Store returns the store of a budget: exact (the store, behind the
+// over-limit cache when it is on), or split-budget leases on it when
+// leased is true and the Stack was built with SplitBudget.
+func (s *Stack) Store(leased bool) Taker {
+	if leased && s.leased != nil {
+		return s.leased
+	}
+	return s.exact
+}
+
+// Fallback is this process's local buckets, for a fail-open policy to
+// decide with while the store is away. It may answer ErrFull too.
+func (s *Stack) Fallback() Taker { return s.fallback }
+
+// Overflow holds the buckets shared by the identities a full memory store
+// cannot hold (IsFull): a flood of new identities spends these, never
+// another identity's budget.
+func (s *Stack) Overflow() Taker { return s.overflow }
+
+// IsFull reports whether err says a memory store could not take a new
+// identity without resetting another's budget (memorystore.ErrFull).
+func IsFull(err error) bool { return errors.Is(err, memorystore.ErrFull) }
+
+// Close gives the split budget's leases back and releases the in-memory
+// stores the Stack created. Config.Store is the caller's to close.
+func (s *Stack) Close() error {
+	var err error
+	if s.split != nil {
+		err = s.split.Close()
+	}
+	for _, m := range []*memorystore.Store{s.fallback, s.overflow, s.owned} {
+		if m != nil {
+			err = errors.Join(err, m.Close())
+		}
+	}
+	return err
+}

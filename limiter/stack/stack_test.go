@@ -1,0 +1,109 @@
+package stack_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/limitertest"
+	"github.com/costguard/costguard/limiter/memorystore"
+	"github.com/costguard/costguard/limiter/overlimit"
+	"github.com/costguard/costguard/limiter/splitbudget"
+	"github.com/costguard/costguard/limiter/stack"
+)
+
+// shared stands for a store other processes share (not a memorystore).
+type shared struct{ limiter.Store }
+
+// takeOnly has no Refund.
+type takeOnly struct{ stack.Taker }
+
+func TestComposition(t *testing.T) {
+	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
+	mem, err := memorystore.New(memorystore.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	tests := []struct {
+		name      string
+		cfg       stack.Config
+		cached    bool // Store(false) is behind the over-limit cache
+		leased    bool // Store(true) is split-budget leases
+		wantErr   error
+		wantStore stack.Taker // when neither cached nor owned
+	}{
+		{name: "nil store: an owned memory store, no cache", cfg: stack.Config{}},
+		{name: "memory store: auto leaves the cache off", cfg: stack.Config{Store: mem}, wantStore: mem},
+		{name: "shared store: auto turns the cache on", cfg: stack.Config{Store: shared{mem}}, cached: true},
+		{name: "cache forced on", cfg: stack.Config{Store: mem, OverLimitCache: stack.OverLimitCacheOn}, cached: true},
+		{name: "cache forced off", cfg: stack.Config{Store: shared{mem}, OverLimitCache: stack.OverLimitCacheOff}, wantStore: shared{mem}},
+		{name: "split budget", cfg: stack.Config{Store: mem, SplitBudget: true}, leased: true, wantStore: mem},
+		{name: "cache on a take-only store", cfg: stack.Config{Store: takeOnly{mem}, OverLimitCache: stack.OverLimitCacheOn}, wantErr: stack.ErrOverLimitNeedsRefund},
+		{name: "split budget on a take-only store", cfg: stack.Config{Store: takeOnly{mem}, SplitBudget: true}, wantErr: stack.ErrSplitBudgetNeedsRefund},
+		{name: "unknown cache mode", cfg: stack.Config{OverLimitCache: "sometimes"}, wantErr: stack.ErrInvalidConfig},
+		{name: "negative keys", cfg: stack.Config{MemoryMaxKeys: -1}, wantErr: stack.ErrInvalidConfig},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Clock = clock
+			st, err := stack.New(tc.cfg)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || !errors.Is(err, stack.ErrInvalidConfig) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			exact := st.Store(false)
+			if _, ok := exact.(*overlimit.Store); ok != tc.cached {
+				t.Errorf("exact store %T, cached = %v", exact, tc.cached)
+			}
+			if tc.wantStore != nil && exact != tc.wantStore {
+				t.Errorf("exact store %T, want the configured one", exact)
+			}
+			if _, ok := st.Store(true).(*splitbudget.Store); ok != tc.leased {
+				t.Errorf("leased store %T, leased = %v", st.Store(true), tc.leased)
+			}
+			if !tc.leased && st.Store(true) != exact {
+				t.Error("without SplitBudget, Store(true) is the exact store")
+			}
+			// Every stack decides: the store, the fallback and the overflow.
+			limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Minute}
+			for _, s := range []stack.Taker{exact, st.Fallback(), st.Overflow()} {
+				if d, err := s.Take(context.Background(), "k", limit, 1); err != nil || !d.Allowed {
+					t.Errorf("%T: %+v, %v", s, d, err)
+				}
+			}
+		})
+	}
+}
+
+// A full memory store refuses a new identity with an error IsFull knows.
+func TestIsFull(t *testing.T) {
+	st, err := stack.New(stack.Config{MemoryMaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Hour}
+	ctx := context.Background()
+	if _, err := st.Store(false).Take(ctx, "alice", limit, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Store(false).Take(ctx, "bob", limit, 1)
+	if !stack.IsFull(err) {
+		t.Fatalf("err = %v, want a full store", err)
+	}
+	if stack.IsFull(errors.New("other")) || stack.IsFull(nil) {
+		t.Error("IsFull says yes to other errors")
+	}
+	if d, err := st.Overflow().Take(ctx, "overflow:anon", limit, 1); err != nil || !d.Allowed {
+		t.Errorf("overflow: %+v, %v", d, err)
+	}
+}
