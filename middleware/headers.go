@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/middleware/identity"
 )
 
 // Header names the middleware reads or writes.
@@ -34,7 +35,7 @@ const (
 	// never earlier than the true wait.
 	HeaderRetryAfter = "Retry-After"
 	// HeaderAPIKey is the alternative to "Authorization: Bearer <key>".
-	HeaderAPIKey = "X-API-Key"
+	HeaderAPIKey = identity.HeaderAPIKey
 )
 
 // setBudgetHeaders writes the rate-limit headers for decision d on plan p,

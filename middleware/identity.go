@@ -2,270 +2,50 @@ package middleware
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"fmt"
 	"net/http"
-	"net/netip"
-	"strings"
+
+	"github.com/costguard/costguard/middleware/identity"
 )
 
-// Identity names whose budget a request spends.
-type Identity struct {
-	// Key identifies the bucket: "user:<principal>", "key:<sha256 hex of the
-	// API key>" or "ip:<address>". The store adds its own prefix. Keys are
-	// safe to log: they never contain an API key.
-	Key string
-	// Plan names an entry of Config.Plans.
-	Plan string
-}
+// Who pays for a request is package identity's to decide; these are its
+// names, so a Config reads as one package.
+type (
+	// Identity names whose budget a request spends: a bucket key and a plan.
+	Identity = identity.Identity
+	// Identifier decides who pays for a request. Identify returns
+	// ErrUnknownAPIKey for a credential it does not recognise (answered
+	// 401); any other error is answered 503 and logged.
+	Identifier = identity.Identifier
+	// IdentifierFunc adapts a function to Identifier.
+	IdentifierFunc = identity.IdentifierFunc
+	// KeyLookup resolves an API key to its principal and plan.
+	KeyLookup = identity.KeyLookup
+	// APIKey is what a static API key grants.
+	APIKey = identity.APIKey
+	// StaticKeys is a fixed KeyLookup that keeps only the keys' SHA-256.
+	StaticKeys = identity.StaticKeys
+)
 
-// Identifier decides who pays for a request. Identify returns
-// ErrUnknownAPIKey for a credential it does not recognise (answered 401); any
-// other error is answered 503 (the limiter cannot decide) and logged.
-type Identifier interface {
-	Identify(r *http.Request) (Identity, error)
-}
-
-// IdentifierFunc adapts a function to Identifier.
-type IdentifierFunc func(r *http.Request) (Identity, error)
-
-// Identify calls f(r).
-func (f IdentifierFunc) Identify(r *http.Request) (Identity, error) { return f(r) }
-
-// KeyLookup resolves an API key to its principal and plan. It returns
-// ErrUnknownAPIKey when the key is not known. An empty principal is allowed:
-// the budget is then keyed by the key's SHA-256.
-type KeyLookup interface {
-	LookupAPIKey(ctx context.Context, apiKey string) (principal, plan string, err error)
-}
-
-// APIKey is what a static API key grants.
-type APIKey struct {
-	Principal string
-	Plan      string
-}
-
-// StaticKeys is a fixed KeyLookup, for demos and small deployments. It keeps
-// only the SHA-256 of each key, never the key itself.
-type StaticKeys struct {
-	byHash map[[sha256.Size]byte]APIKey
-}
-
-var _ KeyLookup = (*StaticKeys)(nil)
+// ErrUnknownAPIKey: the request presented an API key nobody issued.
+var ErrUnknownAPIKey = identity.ErrUnknownAPIKey
 
 // NewStaticKeys returns a lookup for the given keys (API key → grant).
-func NewStaticKeys(keys map[string]APIKey) *StaticKeys {
-	s := &StaticKeys{byHash: make(map[[sha256.Size]byte]APIKey, len(keys))}
-	for k, v := range keys {
-		s.byHash[sha256.Sum256([]byte(k))] = v
-	}
-	return s
-}
+func NewStaticKeys(keys map[string]APIKey) *StaticKeys { return identity.NewStaticKeys(keys) }
 
-// LookupAPIKey implements KeyLookup.
-func (s *StaticKeys) LookupAPIKey(_ context.Context, apiKey string) (string, string, error) {
-	g, ok := s.byHash[sha256.Sum256([]byte(apiKey))]
-	if !ok {
-		return "", "", ErrUnknownAPIKey
-	}
-	return g.Principal, g.Plan, nil
-}
-
-// plans lists the plans the keys refer to, so New can refuse a key whose
-// plan does not exist.
-func (s *StaticKeys) plans() []string {
-	out := make([]string, 0, len(s.byHash))
-	for _, g := range s.byHash {
-		out = append(out, g.Plan)
-	}
-	return out
-}
-
-type principalKey struct{}
-
-type principal struct{ name, plan string }
-
-// WithPrincipal returns a context that tells the default Identifier the
-// request is made by an authenticated principal on the named plan, which
-// must be one of Config.Plans (otherwise the request is logged and answered
-// 503). It takes precedence over API keys and the client address. Call it in
-// the application's authentication middleware, before the Limiter's
-// handlers.
+// WithPrincipal tells the default Identifier that the request is made by an
+// authenticated principal on the named plan (see identity.WithPrincipal).
 func WithPrincipal(ctx context.Context, name, plan string) context.Context {
-	return context.WithValue(ctx, principalKey{}, principal{name: name, plan: plan})
+	return identity.WithPrincipal(ctx, name, plan)
 }
 
 // PrincipalFrom returns what WithPrincipal stored in ctx.
 func PrincipalFrom(ctx context.Context) (name, plan string, ok bool) {
-	p, ok := ctx.Value(principalKey{}).(principal)
-	return p.name, p.plan, ok
+	return identity.PrincipalFrom(ctx)
 }
 
 // HashAPIKey returns the lowercase hex SHA-256 of an API key: the only form
 // of a key that appears in bucket keys and logs.
-func HashAPIKey(apiKey string) string {
-	sum := sha256.Sum256([]byte(apiKey))
-	return hex.EncodeToString(sum[:])
-}
+func HashAPIKey(apiKey string) string { return identity.HashAPIKey(apiKey) }
 
-// APIKeyFrom extracts the API key a request presents: the token of an
-// "Authorization: Bearer" header, else the X-API-Key header. Other
-// Authorization schemes are not API keys and are ignored.
-func APIKeyFrom(r *http.Request) (string, bool) {
-	if auth := r.Header.Get("Authorization"); auth != "" {
-		scheme, token, ok := strings.Cut(auth, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") {
-			if token = strings.TrimSpace(token); token != "" {
-				return token, true
-			}
-		}
-	}
-	if k := strings.TrimSpace(r.Header.Get(HeaderAPIKey)); k != "" {
-		return k, true
-	}
-	return "", false
-}
-
-// defaultIdentifier is the chain described on Config.Identifier.
-type defaultIdentifier struct {
-	keys          KeyLookup
-	anonymousPlan string
-	proxies       *proxyResolver
-}
-
-func (d *defaultIdentifier) Identify(r *http.Request) (Identity, error) {
-	if name, plan, ok := PrincipalFrom(r.Context()); ok {
-		if name == "" {
-			return Identity{}, errors.New("middleware: WithPrincipal with an empty principal")
-		}
-		return Identity{Key: "user:" + name, Plan: plan}, nil
-	}
-	if apiKey, ok := APIKeyFrom(r); ok {
-		if d.keys == nil {
-			return Identity{}, ErrUnknownAPIKey
-		}
-		name, plan, err := d.keys.LookupAPIKey(r.Context(), apiKey)
-		if err != nil {
-			if errors.Is(err, ErrUnknownAPIKey) {
-				return Identity{}, ErrUnknownAPIKey
-			}
-			return Identity{}, fmt.Errorf("middleware: API key lookup: %w", err)
-		}
-		if name == "" {
-			return Identity{Key: "key:" + HashAPIKey(apiKey), Plan: plan}, nil
-		}
-		return Identity{Key: "user:" + name, Plan: plan}, nil
-	}
-	return Identity{Key: "ip:" + clientKey(d.proxies.clientIP(r)), Plan: d.anonymousPlan}, nil
-}
-
-// clientKey renders a client address as a bucket identity. IPv6 clients are
-// grouped by /64: a single subscriber usually holds a whole /64 and could
-// otherwise mint a fresh budget per address.
-func clientKey(a netip.Addr) string {
-	switch {
-	case !a.IsValid():
-		return "unknown"
-	case a.Is6():
-		p, _ := a.Prefix(64)
-		return p.String()
-	}
-	return a.String()
-}
-
-// proxyResolver finds the client address behind trusted reverse proxies.
-type proxyResolver struct {
-	trusted   []netip.Prefix
-	forwarded bool // read Forwarded (RFC 7239) instead of X-Forwarded-For
-}
-
-func parseTrustedProxies(cidrs []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(cidrs))
-	for _, c := range cidrs {
-		c = strings.TrimSpace(c)
-		if p, err := netip.ParsePrefix(c); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		a, err := netip.ParseAddr(c)
-		if err != nil {
-			return nil, fmt.Errorf("%w: trusted proxy %q is neither a CIDR nor an IP address", ErrInvalidConfig, c)
-		}
-		a = a.Unmap()
-		out = append(out, netip.PrefixFrom(a, a.BitLen()))
-	}
-	return out, nil
-}
-
-func (p *proxyResolver) isTrusted(a netip.Addr) bool {
-	for _, pre := range p.trusted {
-		if pre.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// clientIP returns the peer address, or, when the peer is a trusted proxy,
-// the nearest untrusted address of the forwarding chain, walked right to
-// left (each proxy appends the address it received the request from, so
-// only entries right of the last trusted hop were written by someone we
-// trust). An unparseable entry ends the walk at the hop that reported it.
-func (p *proxyResolver) clientIP(r *http.Request) netip.Addr {
-	peer := parseHostAddr(r.RemoteAddr)
-	if !peer.IsValid() || len(p.trusted) == 0 || !p.isTrusted(peer) {
-		return peer
-	}
-	var hops []string
-	if p.forwarded {
-		hops = forwardedFor(r.Header.Values("Forwarded"))
-	} else {
-		for _, v := range r.Header.Values("X-Forwarded-For") {
-			hops = append(hops, strings.Split(v, ",")...)
-		}
-	}
-	client := peer
-	for i := len(hops) - 1; i >= 0; i-- {
-		a := parseHostAddr(strings.TrimSpace(hops[i]))
-		if !a.IsValid() {
-			break
-		}
-		client = a
-		if !p.isTrusted(a) {
-			break
-		}
-	}
-	return client
-}
-
-// forwardedFor extracts the for= parameters of Forwarded header values, in
-// order. Obfuscated identifiers ("_hidden", "unknown") come back as-is and
-// fail to parse, which ends the walk.
-func forwardedFor(values []string) []string {
-	var out []string
-	for _, v := range values {
-		for elem := range strings.SplitSeq(v, ",") {
-			for pair := range strings.SplitSeq(elem, ";") {
-				k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
-				if ok && strings.EqualFold(k, "for") {
-					out = append(out, strings.Trim(val, `"`))
-				}
-			}
-		}
-	}
-	return out
-}
-
-// parseHostAddr parses "ip", "ip:port", "[ipv6]" or "[ipv6]:port".
-func parseHostAddr(s string) netip.Addr {
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap()
-	}
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap()
-	}
-	return netip.Addr{}
-}
+// APIKeyFrom extracts the API key a request presents.
+func APIKeyFrom(r *http.Request) (string, bool) { return identity.APIKeyFrom(r) }

@@ -18,6 +18,7 @@ import (
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/stack"
+	"github.com/costguard/costguard/middleware/identity"
 )
 
 // Store is what the middleware needs from a budget store; limiter.Store
@@ -245,7 +246,7 @@ const (
 	DefaultListSize     = 10
 	DefaultMutationCost = 10
 	DefaultRESTCost     = 1
-	DefaultProxyHeader  = "X-Forwarded-For"
+	DefaultProxyHeader  = identity.DefaultProxyHeader
 
 	DefaultMaxAliases           = 100
 	DefaultMaxRootFields        = 100
@@ -280,7 +281,6 @@ const (
 	// hammer a recovering store, short enough to notice it is back.
 	unavailableRetryAfter = time.Second
 	storeFailureLogEvery  = time.Minute
-	forwardedHeader       = "Forwarded"
 	graphQLResponseMIME   = "application/graphql-response+json"
 	jsonMIME              = "application/json"
 	jsonUTF8              = "application/json; charset=utf-8"
@@ -290,8 +290,6 @@ const (
 var (
 	// ErrInvalidConfig wraps every configuration error New returns.
 	ErrInvalidConfig = errors.New("middleware: invalid config")
-	// ErrUnknownAPIKey: the request presented an API key nobody issued.
-	ErrUnknownAPIKey = errors.New("middleware: unknown API key")
 )
 
 // errUnavailable: the store failed or timed out and the plan fails closed.
@@ -385,7 +383,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, l.planList())
 	}
 	if sk, ok := cfg.APIKeys.(*StaticKeys); ok && sk != nil {
-		for _, name := range sk.plans() {
+		for _, name := range sk.Plans() {
 			if _, ok := l.plans[name]; !ok {
 				return nil, fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, l.planList())
 			}
@@ -394,21 +392,15 @@ func New(cfg Config) (*Limiter, error) {
 
 	l.ident = cfg.Identifier
 	if l.ident == nil {
-		trusted, err := parseTrustedProxies(cfg.TrustedProxies)
+		var err error
+		l.ident, err = identity.NewChain(identity.ChainConfig{
+			Keys:           cfg.APIKeys,
+			AnonymousPlan:  cfg.AnonymousPlan,
+			TrustedProxies: cfg.TrustedProxies,
+			ProxyHeader:    cfg.ProxyHeader,
+		})
 		if err != nil {
-			return nil, err
-		}
-		ph := cfg.ProxyHeader
-		if ph == "" {
-			ph = DefaultProxyHeader
-		}
-		if !strings.EqualFold(ph, DefaultProxyHeader) && !strings.EqualFold(ph, forwardedHeader) {
-			return nil, fmt.Errorf("%w: proxy header %q is neither %q nor %q", ErrInvalidConfig, ph, DefaultProxyHeader, forwardedHeader)
-		}
-		l.ident = &defaultIdentifier{
-			keys:          cfg.APIKeys,
-			anonymousPlan: cfg.AnonymousPlan,
-			proxies:       &proxyResolver{trusted: trusted, forwarded: strings.EqualFold(ph, forwardedHeader)},
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 

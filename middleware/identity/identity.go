@@ -1,0 +1,334 @@
+// Package identity decides who pays for a request: the principal an
+// application names in the request's context, the principal an API key
+// grants, or the client's address behind trusted proxies. Each answer is an
+// Identity, a bucket key and a plan. API keys are never kept or logged: only
+// their SHA-256 appears in bucket keys. Package middleware uses the default
+// chain (NewChain) unless given an Identifier of its own.
+package identity
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// Header names the chain reads.
+const (
+	// HeaderAPIKey is the alternative to "Authorization: Bearer <key>".
+	HeaderAPIKey = "X-API-Key"
+	// DefaultProxyHeader is the forwarding header read by default.
+	DefaultProxyHeader = "X-Forwarded-For"
+	forwardedHeader    = "Forwarded"
+)
+
+// Sentinel errors.
+var (
+	// ErrUnknownAPIKey: the request presented an API key nobody issued.
+	ErrUnknownAPIKey = errors.New("identity: unknown API key")
+	// ErrInvalidConfig wraps every configuration error NewChain returns.
+	ErrInvalidConfig = errors.New("identity: invalid config")
+)
+
+// Identity names whose budget a request spends.
+type Identity struct {
+	// Key identifies the bucket: "user:<principal>", "key:<sha256 hex of the
+	// API key>" or "ip:<address>". The store adds its own prefix. Keys are
+	// safe to log: they never contain an API key.
+	Key string
+	// Plan names one of the limiter's plans.
+	Plan string
+}
+
+// Identifier decides who pays for a request. Identify returns
+// ErrUnknownAPIKey for a credential it does not recognise (answered 401); any
+// other error is answered 503 (the limiter cannot decide) and logged.
+type Identifier interface {
+	Identify(r *http.Request) (Identity, error)
+}
+
+// IdentifierFunc adapts a function to Identifier.
+type IdentifierFunc func(r *http.Request) (Identity, error)
+
+// Identify calls f(r).
+func (f IdentifierFunc) Identify(r *http.Request) (Identity, error) { return f(r) }
+
+// KeyLookup resolves an API key to its principal and plan. It returns
+// ErrUnknownAPIKey when the key is not known. An empty principal is allowed:
+// the budget is then keyed by the key's SHA-256.
+type KeyLookup interface {
+	LookupAPIKey(ctx context.Context, apiKey string) (principal, plan string, err error)
+}
+
+// APIKey is what a static API key grants.
+type APIKey struct {
+	Principal string
+	Plan      string
+}
+
+// StaticKeys is a fixed KeyLookup, for demos and small deployments. It keeps
+// only the SHA-256 of each key, never the key itself.
+type StaticKeys struct {
+	byHash map[[sha256.Size]byte]APIKey
+}
+
+var _ KeyLookup = (*StaticKeys)(nil)
+
+// NewStaticKeys returns a lookup for the given keys (API key → grant).
+func NewStaticKeys(keys map[string]APIKey) *StaticKeys {
+	s := &StaticKeys{byHash: make(map[[sha256.Size]byte]APIKey, len(keys))}
+	for k, v := range keys {
+		s.byHash[sha256.Sum256([]byte(k))] = v
+	}
+	return s
+}
+
+// LookupAPIKey implements KeyLookup.
+func (s *StaticKeys) LookupAPIKey(_ context.Context, apiKey string) (string, string, error) {
+	g, ok := s.byHash[sha256.Sum256([]byte(apiKey))]
+	if !ok {
+		return "", "", ErrUnknownAPIKey
+	}
+	return g.Principal, g.Plan, nil
+}
+
+// Plans lists the plans the keys grant, so a limiter can refuse at start a
+// key whose plan does not exist.
+func (s *StaticKeys) Plans() []string {
+	out := make([]string, 0, len(s.byHash))
+	for _, g := range s.byHash {
+		out = append(out, g.Plan)
+	}
+	return out
+}
+
+type principalKey struct{}
+
+type principal struct{ name, plan string }
+
+// WithPrincipal returns a context that tells the default Identifier the
+// request is made by an authenticated principal on the named plan, which
+// must be one of the limiter's plans (otherwise the request is logged and
+// answered 503). It takes precedence over API keys and the client address. Call it in
+// the application's authentication middleware, before the Limiter's
+// handlers.
+func WithPrincipal(ctx context.Context, name, plan string) context.Context {
+	return context.WithValue(ctx, principalKey{}, principal{name: name, plan: plan})
+}
+
+// PrincipalFrom returns what WithPrincipal stored in ctx.
+func PrincipalFrom(ctx context.Context) (name, plan string, ok bool) {
+	p, ok := ctx.Value(principalKey{}).(principal)
+	return p.name, p.plan, ok
+}
+
+// HashAPIKey returns the lowercase hex SHA-256 of an API key: the only form
+// of a key that appears in bucket keys and logs.
+func HashAPIKey(apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return hex.EncodeToString(sum[:])
+}
+
+// APIKeyFrom extracts the API key a request presents: the token of an
+// "Authorization: Bearer" header, else the X-API-Key header. Other
+// Authorization schemes are not API keys and are ignored.
+func APIKeyFrom(r *http.Request) (string, bool) {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		scheme, token, ok := strings.Cut(auth, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			if token = strings.TrimSpace(token); token != "" {
+				return token, true
+			}
+		}
+	}
+	if k := strings.TrimSpace(r.Header.Get(HeaderAPIKey)); k != "" {
+		return k, true
+	}
+	return "", false
+}
+
+// ChainConfig configures the default chain NewChain builds.
+type ChainConfig struct {
+	// Keys resolves API keys. Nil: every presented key is unknown.
+	Keys KeyLookup
+	// AnonymousPlan is the plan of requests without a principal or an API
+	// key, which are keyed by client address.
+	AnonymousPlan string
+	// TrustedProxies lists CIDRs (or single addresses) of reverse proxies
+	// whose forwarding header is believed. Empty: the peer address is the
+	// client, whatever the headers say.
+	TrustedProxies []string
+	// ProxyHeader names the forwarding header trusted proxies set:
+	// "X-Forwarded-For" (default) or "Forwarded". Only one is read.
+	ProxyHeader string
+}
+
+// NewChain returns the default Identifier: a principal the application put
+// in the request's context (WithPrincipal), else an API key (Authorization:
+// Bearer, else X-API-Key) resolved through cfg.Keys, else the client
+// address on cfg.AnonymousPlan, believing forwarding headers only from
+// cfg.TrustedProxies.
+func NewChain(cfg ChainConfig) (Identifier, error) {
+	trusted, err := parseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	ph := cfg.ProxyHeader
+	if ph == "" {
+		ph = DefaultProxyHeader
+	}
+	if !strings.EqualFold(ph, DefaultProxyHeader) && !strings.EqualFold(ph, forwardedHeader) {
+		return nil, fmt.Errorf("%w: proxy header %q is neither %q nor %q", ErrInvalidConfig, ph, DefaultProxyHeader, forwardedHeader)
+	}
+	return &defaultIdentifier{
+		keys:          cfg.Keys,
+		anonymousPlan: cfg.AnonymousPlan,
+		proxies:       &proxyResolver{trusted: trusted, forwarded: strings.EqualFold(ph, forwardedHeader)},
+	}, nil
+}
+
+// defaultIdentifier is the chain NewChain describes.
+type defaultIdentifier struct {
+	keys          KeyLookup
+	anonymousPlan string
+	proxies       *proxyResolver
+}
+
+func (d *defaultIdentifier) Identify(r *http.Request) (Identity, error) {
+	if name, plan, ok := PrincipalFrom(r.Context()); ok {
+		if name == "" {
+			return Identity{}, errors.New("identity: WithPrincipal with an empty principal")
+		}
+		return Identity{Key: "user:" + name, Plan: plan}, nil
+	}
+	if apiKey, ok := APIKeyFrom(r); ok {
+		if d.keys == nil {
+			return Identity{}, ErrUnknownAPIKey
+		}
+		name, plan, err := d.keys.LookupAPIKey(r.Context(), apiKey)
+		if err != nil {
+			if errors.Is(err, ErrUnknownAPIKey) {
+				return Identity{}, ErrUnknownAPIKey
+			}
+			return Identity{}, fmt.Errorf("identity: API key lookup: %w", err)
+		}
+		if name == "" {
+			return Identity{Key: "key:" + HashAPIKey(apiKey), Plan: plan}, nil
+		}
+		return Identity{Key: "user:" + name, Plan: plan}, nil
+	}
+	return Identity{Key: "ip:" + clientKey(d.proxies.clientIP(r)), Plan: d.anonymousPlan}, nil
+}
+
+// clientKey renders a client address as a bucket identity. IPv6 clients are
+// grouped by /64: a single subscriber usually holds a whole /64 and could
+// otherwise mint a fresh budget per address.
+func clientKey(a netip.Addr) string {
+	switch {
+	case !a.IsValid():
+		return "unknown"
+	case a.Is6():
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}
+
+// proxyResolver finds the client address behind trusted reverse proxies.
+type proxyResolver struct {
+	trusted   []netip.Prefix
+	forwarded bool // read Forwarded (RFC 7239) instead of X-Forwarded-For
+}
+
+func parseTrustedProxies(cidrs []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, c := range cidrs {
+		c = strings.TrimSpace(c)
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(c)
+		if err != nil {
+			return nil, fmt.Errorf("%w: trusted proxy %q is neither a CIDR nor an IP address", ErrInvalidConfig, c)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+func (p *proxyResolver) isTrusted(a netip.Addr) bool {
+	for _, pre := range p.trusted {
+		if pre.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientIP returns the peer address, or, when the peer is a trusted proxy,
+// the nearest untrusted address of the forwarding chain, walked right to
+// left (each proxy appends the address it received the request from, so
+// only entries right of the last trusted hop were written by someone we
+// trust). An unparseable entry ends the walk at the hop that reported it.
+func (p *proxyResolver) clientIP(r *http.Request) netip.Addr {
+	peer := parseHostAddr(r.RemoteAddr)
+	if !peer.IsValid() || len(p.trusted) == 0 || !p.isTrusted(peer) {
+		return peer
+	}
+	var hops []string
+	if p.forwarded {
+		hops = forwardedFor(r.Header.Values("Forwarded"))
+	} else {
+		for _, v := range r.Header.Values("X-Forwarded-For") {
+			hops = append(hops, strings.Split(v, ",")...)
+		}
+	}
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		a := parseHostAddr(strings.TrimSpace(hops[i]))
+		if !a.IsValid() {
+			break
+		}
+		client = a
+		if !p.isTrusted(a) {
+			break
+		}
+	}
+	return client
+}
+
+// forwardedFor extracts the for= parameters of Forwarded header values, in
+// order. Obfuscated identifiers ("_hidden", "unknown") come back as-is and
+// fail to parse, which ends the walk.
+func forwardedFor(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for elem := range strings.SplitSeq(v, ",") {
+			for pair := range strings.SplitSeq(elem, ";") {
+				k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if ok && strings.EqualFold(k, "for") {
+					out = append(out, strings.Trim(val, `"`))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// parseHostAddr parses "ip", "ip:port", "[ipv6]" or "[ipv6]:port".
+func parseHostAddr(s string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap()
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
