@@ -345,3 +345,37 @@ func TestWrapperWriterDoesNoStoreIO(t *testing.T) {
 		t.Errorf("status %d, want 204", w.Code)
 	}
 }
+
+// Zero takes the default; None lifts a cap or makes a cost 0, so a
+// mutation can be made free and a cap removed without a magic number.
+func TestGraphQLNone(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.GraphQL = middleware.GraphQLOptions{
+		MutationCost: middleware.None, MinCost: middleware.None, InvalidCost: middleware.None,
+		MaxDepth: middleware.None, MaxSelections: middleware.None, MaxVariableValues: middleware.None,
+	}
+	lim := newLimiter(t, cfg)
+	schema := newTestSchema()
+	h := graphQLServer(lim, schema)
+	// A mutation priced 0 + 1 (the Issue object) pays 1 without a base cost.
+	w, resp := query(t, h, `mutation { createIssue(repo: "a", title: "t") { id } }`, bearer(aliceKey))
+	if w.Code != 200 || resp.Extensions.Cost.RequestedQueryCost != 1 {
+		t.Errorf("mutation: %d %s", w.Code, w.Body)
+	}
+	// No depth cap, no selection cap: 600 selections 16 deep pass.
+	w, _ = query(t, h, deepQuery(7), bearer(aliceKey))
+	if w.Code != 200 {
+		t.Errorf("deep query without a depth cap: %d %s", w.Code, w.Body)
+	}
+	w, _ = query(t, h, "{"+strings.Repeat(" __typename", 600)+" }", bearer(aliceKey))
+	if w.Code != 200 {
+		t.Errorf("600 selections without a cap: %d %.200s", w.Code, w.Body)
+	}
+	// No invalid cost: a validation error is free.
+	before := w.Header().Get(middleware.HeaderXRateLimitRemaining)
+	w, _ = query(t, h, `{ nope }`, bearer(aliceKey))
+	if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != before {
+		t.Errorf("an invalid document with InvalidCost None cost %s → %s", before, got)
+	}
+}

@@ -606,6 +606,9 @@ func (l *Limiter) complexityOptions() []complexity.Option {
 		complexity.WithMaxAliases(o.MaxAliases),
 		complexity.WithMaxRootFields(o.MaxRootFields),
 		complexity.WithIntrospectionCost(float64(o.IntrospectionCost)),
+		complexity.WithFirstLastConvention(!o.DisableFirstLastConvention),
+		complexity.WithConnectionConvention(!o.DisableConnectionConvention),
+		complexity.WithFreeIntrospection(!o.PriceIntrospectionFields),
 		complexity.WithBreakdownLimit(0), // totals only: the explain view is not served
 	}
 }

@@ -93,9 +93,13 @@ type SplitBudgetOptions struct {
 	SettleInterval time.Duration
 }
 
+// None, given for a cap of GraphQLOptions, lifts it; given for a cost, makes
+// it 0. A zero field always means the default, so None is how to say
+// "nothing" (other negative values are refused).
+const None = -1
+
 // GraphQLOptions are the static caps and pricing knobs of the Extension.
-// Zero means the default; negative values are refused. To lift a cap, set
-// it to math.MaxInt32 (MaxNodes: math.MaxInt64).
+// Zero means the default; None means no cap, or no cost.
 type GraphQLOptions struct {
 	// MaxDepth caps the nesting of fields (root fields at 1), introspection
 	// included. Default 15: the schema query GraphiQL sends is 13 deep.
@@ -147,6 +151,17 @@ type GraphQLOptions struct {
 	// __type selection (each alias counts), on top of its price.
 	// Default 50.
 	IntrospectionCost int64
+
+	// DisableFirstLastConvention stops treating arguments named first and
+	// last as slicing arguments on fields without @listSize.
+	DisableFirstLastConvention bool
+	// DisableConnectionConvention stops a …Connection type without
+	// @listSize from handing its size to its edges and nodes.
+	DisableConnectionConvention bool
+	// PriceIntrospectionFields prices the fields beneath __schema and
+	// __type like any other, against the introspection types, on top of
+	// IntrospectionCost (by default they cost nothing).
+	PriceIntrospectionFields bool
 }
 
 // MemoryStoreOptions size the in-memory stores the Limiter creates: the
@@ -243,8 +258,8 @@ const (
 	DefaultMaxDepth     = 15
 	DefaultMaxBreadth   = 100
 	DefaultMaxNodes     = 500_000
-	DefaultListSize     = 10
-	DefaultMutationCost = 10
+	DefaultListSize     = complexity.DefaultListSize
+	DefaultMutationCost = complexity.DefaultMutationBaseCost
 	DefaultRESTCost     = 1
 	DefaultProxyHeader  = identity.DefaultProxyHeader
 
@@ -543,42 +558,46 @@ func (l *Limiter) smallestPlan() *plan {
 	return min
 }
 
-// orDefault replaces a zero option with its default.
-func orDefault[T int | int64](v *T, def T) {
-	if *v == 0 {
+// orDefault resolves one option: 0 takes its default, None becomes 0 (no
+// cap, or no cost), any other negative value is an error.
+func orDefault[T int | int64](name string, v *T, def T) error {
+	switch {
+	case *v == 0:
 		*v = def
+	case *v == None:
+		*v = 0
+	case *v < 0:
+		return fmt.Errorf("%w: GraphQL option %s is %d; it must be positive, 0 for the default or None", ErrInvalidConfig, name, *v)
 	}
+	return nil
 }
 
+// normalizeGraphQL resolves the options to their effective values, where 0
+// means no cap (or no cost) for every field but DefaultListSize.
 func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
-	if o.MaxDepth < 0 || o.MaxBreadth < 0 || o.MaxNodes < 0 || o.MaxCost < 0 || o.DefaultListSize < 0 || o.MutationCost < 0 ||
-		o.MaxAliases < 0 || o.MaxRootFields < 0 || o.MaxTokens < 0 || o.MaxSelections < 0 ||
-		o.MaxVariableValues < 0 || o.MaxVariablesDepth < 0 || o.InvalidCost < 0 || o.MinCost < 0 || o.IntrospectionCost < 0 {
-		return o, fmt.Errorf("%w: GraphQL options must not be negative: %+v", ErrInvalidConfig, o)
+	if o.DefaultListSize == None {
+		return o, fmt.Errorf("%w: GraphQL option DefaultListSize cannot be None: a list needs a size", ErrInvalidConfig)
 	}
-	orDefault(&o.MaxAliases, DefaultMaxAliases)
-	orDefault(&o.MaxRootFields, DefaultMaxRootFields)
-	orDefault(&o.MaxTokens, DefaultMaxTokens)
-	orDefault(&o.MaxSelections, DefaultMaxSelections)
-	orDefault(&o.MaxVariableValues, DefaultMaxVariableValues)
-	orDefault(&o.MaxVariablesDepth, DefaultMaxVariablesDepth)
-	orDefault(&o.InvalidCost, DefaultInvalidCost)
-	orDefault(&o.MinCost, DefaultMinCost)
-	orDefault(&o.IntrospectionCost, DefaultIntrospectionCost)
-	if o.MaxDepth == 0 {
-		o.MaxDepth = DefaultMaxDepth
-	}
-	if o.MaxBreadth == 0 {
-		o.MaxBreadth = DefaultMaxBreadth
-	}
-	if o.MaxNodes == 0 {
-		o.MaxNodes = DefaultMaxNodes
-	}
-	if o.DefaultListSize == 0 {
-		o.DefaultListSize = DefaultListSize
-	}
-	if o.MutationCost == 0 {
-		o.MutationCost = DefaultMutationCost
+	for _, err := range []error{
+		orDefault("MaxDepth", &o.MaxDepth, DefaultMaxDepth),
+		orDefault("MaxBreadth", &o.MaxBreadth, DefaultMaxBreadth),
+		orDefault("MaxNodes", &o.MaxNodes, DefaultMaxNodes),
+		orDefault("MaxCost", &o.MaxCost, 0), // by default the plan's burst is the only ceiling
+		orDefault("DefaultListSize", &o.DefaultListSize, DefaultListSize),
+		orDefault("MutationCost", &o.MutationCost, DefaultMutationCost),
+		orDefault("MaxAliases", &o.MaxAliases, DefaultMaxAliases),
+		orDefault("MaxRootFields", &o.MaxRootFields, DefaultMaxRootFields),
+		orDefault("MaxTokens", &o.MaxTokens, DefaultMaxTokens),
+		orDefault("MaxSelections", &o.MaxSelections, DefaultMaxSelections),
+		orDefault("MaxVariableValues", &o.MaxVariableValues, DefaultMaxVariableValues),
+		orDefault("MaxVariablesDepth", &o.MaxVariablesDepth, DefaultMaxVariablesDepth),
+		orDefault("InvalidCost", &o.InvalidCost, DefaultInvalidCost),
+		orDefault("MinCost", &o.MinCost, DefaultMinCost),
+		orDefault("IntrospectionCost", &o.IntrospectionCost, DefaultIntrospectionCost),
+	} {
+		if err != nil {
+			return o, err
+		}
 	}
 	return o, nil
 }

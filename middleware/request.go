@@ -160,7 +160,7 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		varsStart int      // offsets of the variables object, '{' to '}'
 		varsEnd   int
 		seen      = map[string]bool{}
-		budget    = jsonBudget{values: l.gql.MaxVariableValues, depth: l.gql.MaxVariablesDepth}
+		budget    = l.newJSONBudget()
 	)
 	for m := range s.members() {
 		canonical := ""
@@ -241,7 +241,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		return &refusal{status: http.StatusNotAcceptable, free: true,
 			gqlErr: gqlerror.Errorf("GET requests only allow query operations")}
 	}
-	budget := jsonBudget{values: l.gql.MaxVariableValues, depth: l.gql.MaxVariablesDepth}
+	budget := l.newJSONBudget()
 	for _, name := range []string{"variables", "extensions"} {
 		v := q.Get(name)
 		if v == "" {
@@ -411,6 +411,19 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// newJSONBudget is a request's budget of variable values and nesting; a
+// lifted cap (0 once normalised) counts without limit.
+func (l *Limiter) newJSONBudget() jsonBudget {
+	b := jsonBudget{values: l.gql.MaxVariableValues, depth: l.gql.MaxVariablesDepth}
+	if b.values == 0 {
+		b.values = -1
+	}
+	if b.depth == 0 {
+		b.depth = -1
+	}
+	return b
 }
 
 // jsonBudget counts the values of variables and extensions together against

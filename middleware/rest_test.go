@@ -211,7 +211,8 @@ func TestConfigRefused(t *testing.T) {
 		{"negative jitter", func(c *middleware.Config) { c.RetryAfterJitter = -0.1 }, []string{"RetryAfterJitter"}},
 		{"bad trusted proxy", func(c *middleware.Config) { c.TrustedProxies = []string{"10.0.0.0/33"} }, []string{`"10.0.0.0/33"`}},
 		{"bad proxy header", func(c *middleware.Config) { c.ProxyHeader = "X-Real-IP" }, []string{`"X-Real-IP"`}},
-		{"negative GraphQL option", func(c *middleware.Config) { c.GraphQL.MaxDepth = -1 }, []string{"GraphQL"}},
+		{"negative GraphQL option", func(c *middleware.Config) { c.GraphQL.MaxDepth = -2 }, []string{"GraphQL", "MaxDepth", "None"}},
+		{"no default list size", func(c *middleware.Config) { c.GraphQL.DefaultListSize = middleware.None }, []string{"DefaultListSize"}},
 		{"plan name with a control character", func(c *middleware.Config) { c.Plans["a\nb"] = middleware.Plan{Burst: 1, Rate: 1, Per: time.Second} }, []string{"plan name"}},
 	}
 	for _, tc := range tests {
