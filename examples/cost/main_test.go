@@ -120,23 +120,30 @@ func hasLine(out string, fields ...string) bool {
 	return false
 }
 
-// TestGoldenCasesThroughTheCLI runs every golden case whose options the CLI
-// has flags for and compares -json output with the expected file: the CLI
-// prints exactly the library's report.
+// TestGoldenCasesThroughTheCLI runs every golden case and compares -json
+// output with the expected file: the CLI has a flag for every option a case
+// uses, and prints exactly the library's report.
 func TestGoldenCasesThroughTheCLI(t *testing.T) {
 	paths, err := filepath.Glob(filepath.Join(casesDir, "*.graphql"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sort.Strings(paths)
-	ran := 0
+	if len(paths) < 40 {
+		t.Errorf("only %d golden cases; the suite promises at least 40", len(paths))
+	}
+	for _, doc := range []string{"../../README.md", "../../docs/cost-model.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%d golden cases", len(paths)); !strings.Contains(string(b), want) {
+			t.Errorf("%s does not say %q", doc, want)
+		}
+	}
 	for _, p := range paths {
 		name := strings.TrimSuffix(filepath.Base(p), ".graphql")
-		args, ok := caseArgs(t, p)
-		if !ok {
-			continue
-		}
-		ran++
+		args := caseArgs(t, p)
 		t.Run(name, func(t *testing.T) {
 			r := runCost(t, "", append(args, "-json")...)
 			want, err := os.ReadFile(filepath.Join(casesDir, name+".json"))
@@ -156,14 +163,21 @@ func TestGoldenCasesThroughTheCLI(t *testing.T) {
 			}
 		})
 	}
-	if ran < 40 {
-		t.Errorf("only %d golden cases ran through the CLI", ran)
-	}
 }
 
-// caseArgs turns a golden case header into CLI arguments; ok is false when
-// the case uses an option the CLI has no flag for.
-func caseArgs(t *testing.T, path string) ([]string, bool) {
+// flagFor names the CLI flag of each option a golden case header may set
+// (the JSON names of complexity/golden_test.go's caseOptions).
+var flagFor = map[string]string{
+	"defaultListSize": "-default-list-size", "mutationBaseCost": "-mutation-base-cost",
+	"firstLast": "-first-last-convention", "connections": "-connection-convention",
+	"freeIntrospection": "-free-introspection", "introspectionCost": "-introspection-cost",
+	"maxDepth": "-max-depth", "maxBreadth": "-max-breadth", "maxNodes": "-max-nodes", "maxCost": "-max-cost",
+	"maxAliases": "-max-aliases", "maxRootFields": "-max-root-fields", "breakdownLimit": "-breakdown-limit",
+}
+
+// caseArgs turns a golden case header into CLI arguments. A case with an
+// option the CLI has no flag for fails the test.
+func caseArgs(t *testing.T, path string) []string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -171,11 +185,6 @@ func caseArgs(t *testing.T, path string) ([]string, bool) {
 	}
 	defer f.Close()
 	args := []string{"-query", path}
-	flagFor := map[string]string{
-		"defaultListSize": "-default-list-size", "maxDepth": "-max-depth", "maxBreadth": "-max-breadth",
-		"maxNodes": "-max-nodes", "maxCost": "-max-cost", "maxAliases": "-max-aliases",
-		"maxRootFields": "-max-root-fields", "introspectionCost": "-introspection-cost",
-	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -198,22 +207,21 @@ func caseArgs(t *testing.T, path string) ([]string, bool) {
 			}
 			args = append(args, "-variables", vf)
 		case "options":
-			var opts map[string]json.Number
-			d := json.NewDecoder(strings.NewReader(val))
-			d.UseNumber()
-			if err := d.Decode(&opts); err != nil {
-				return nil, false // a boolean option: no CLI flag
+			var opts map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(val), &opts); err != nil {
+				t.Fatalf("%s: options: %v", path, err)
 			}
 			for k, v := range opts {
 				fl, ok := flagFor[k]
 				if !ok {
-					return nil, false
+					t.Fatalf("%s: option %q has no CLI flag", path, k)
 				}
-				args = append(args, fl, v.String())
+				// -flag=value works for numbers and for the boolean flags.
+				args = append(args, fl+"="+string(v))
 			}
 		}
 	}
-	return args, true
+	return args
 }
 
 func TestRejectionsExitOneWithErrorsJSON(t *testing.T) {
@@ -296,6 +304,11 @@ func TestWrongUsageExitsTwo(t *testing.T) {
 		"negative aliases":   {"-schema", plain, "-query", seed, "-max-aliases", "-1"},
 		"negative roots":     {"-schema", plain, "-query", seed, "-max-root-fields", "-1"},
 		"negative intro":     {"-schema", plain, "-query", seed, "-introspection-cost", "-0.5"},
+		"negative mutation":  {"-schema", plain, "-query", seed, "-mutation-base-cost", "-1"},
+		"NaN cost":           {"-schema", plain, "-query", seed, "-max-cost", "NaN"},
+		"infinite base":      {"-schema", plain, "-query", seed, "-mutation-base-cost", "+Inf"},
+		"negative breakdown": {"-schema", plain, "-query", seed, "-breakdown-limit", "-1"},
+		"bool with a value":  {"-schema", plain, "-query", seed, "-free-introspection", "no"},
 	}
 	for name, args := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -306,7 +319,7 @@ func TestWrongUsageExitsTwo(t *testing.T) {
 		})
 	}
 	r := runCost(t, "", "-h")
-	for _, fl := range []string{"-max-cost", "-max-aliases", "-max-root-fields", "-introspection-cost"} {
+	for _, fl := range flagFor {
 		if r.code != 0 || !strings.Contains(r.stderr, fl) {
 			t.Fatalf("-h: exit %d, stderr lacks %s: %q", r.code, fl, r.stderr)
 		}
@@ -439,5 +452,27 @@ func TestStringIntVariablePricesAsTheNumber(t *testing.T) {
 		if e := errs[0].(map[string]any); e["code"] != "MAX_BREADTH_EXCEEDED" || !strings.Contains(e["message"].(string), want) {
 			t.Errorf("%s: error %v, want MAX_BREADTH_EXCEEDED: %s", vars, e, want)
 		}
+	}
+}
+
+// -breakdown-limit caps the explain view; the totals do not change.
+func TestBreakdownLimitFlag(t *testing.T) {
+	args := []string{"-schema", schemaPath("plain.graphql"), "-query", filepath.Join(casesDir, "seed.graphql")}
+	for limit, want := range map[string]int{"0": 0, "2": 2, "1000": 4} {
+		r := runCost(t, "", append(args, "-json", "-breakdown-limit", limit)...)
+		doc := decode(t, r.stdout)
+		fields, _ := doc["fields"].([]any)
+		if r.code != 0 || doc["cost"] != float64(5101) || len(fields) != want || (doc["fieldsTruncated"] == true) != (want == 2) {
+			t.Errorf("-breakdown-limit %s: exit %d, %d fields, want %d: %s", limit, r.code, len(fields), want, r.stdout)
+		}
+	}
+	r := runCost(t, "", append(args, "-breakdown-limit", "2")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "… the breakdown stops after 2 fields\n") {
+		t.Errorf("text view with -breakdown-limit 2:\n%s", r.stdout)
+	}
+	// 0 turns the breakdown off: the totals alone, no empty table.
+	r = runCost(t, "", append(args, "-breakdown-limit", "0")...)
+	if head, _, _ := strings.Cut(seedText, "\n\n"); r.code != 0 || r.stdout != head+"\n" {
+		t.Errorf("text view with -breakdown-limit 0:\n%q", r.stdout)
 	}
 }
