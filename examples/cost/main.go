@@ -393,6 +393,15 @@ func (o output) report(r *complexity.Report) int {
 	for _, fc := range r.Fields {
 		key := fc.Path[strings.LastIndexByte(fc.Path, '.')+1:]
 		fmt.Fprintf(tw, "%s%s\t%s\t%d\t%s\n", strings.Repeat("  ", fc.Depth-1), key, fc.Field, fc.Multiplier, fc.Cost)
+		// An interface or union: each possible type and what one object
+		// of it costs; the winner's fields follow.
+		for _, m := range fc.Members {
+			winner := ""
+			if m.Winner {
+				winner = " (winner)"
+			}
+			fmt.Fprintf(tw, "%s... on %s\t\t\t%s per object%s\n", strings.Repeat("  ", fc.Depth), m.Type, m.Cost, winner)
+		}
 	}
 	tw.Flush()
 	if r.FieldsTruncated {

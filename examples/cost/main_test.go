@@ -476,3 +476,44 @@ func TestBreakdownLimitFlag(t *testing.T) {
 		t.Errorf("text view with -breakdown-limit 0:\n%q", r.stdout)
 	}
 }
+
+// unionText is the text report of the union-max golden case: the union's
+// members with the cost of one object each, the winner marked, then the
+// winner's fields.
+const unionText = `operation  query (anonymous)
+cost       32 (32 points)
+depth      3
+nodes      12
+
+FIELD            PRICED AS     ×N  COST
+search           Query.search  2   32
+  ... on Author                    16 per object (winner)
+  ... on Book                      3 per object
+  name           Author.name   1   0
+  books          Author.books  5   15
+    title        Book.title    1   0
+`
+
+func TestAbstractMembersExplained(t *testing.T) {
+	args := []string{"-schema", schemaPath("search.graphql"), "-query", filepath.Join(casesDir, "union-max.graphql")}
+	r := runCost(t, "", args...)
+	if r.code != 0 || r.stdout != unionText {
+		t.Errorf("exit %d, text report:\n%s\nwant:\n%s", r.code, r.stdout, unionText)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), unionText) {
+		t.Error("README.md no longer shows the union-max text report as the CLI prints it")
+	}
+	doc := decode(t, runCost(t, "", append(args, "-json")...).stdout)
+	search := doc["fields"].([]any)[0].(map[string]any)
+	want := []any{
+		map[string]any{"type": "Author", "cost": float64(16), "winner": true},
+		map[string]any{"type": "Book", "cost": float64(3)},
+	}
+	if !reflect.DeepEqual(search["members"], want) {
+		t.Errorf("members = %v, want %v", search["members"], want)
+	}
+}
