@@ -24,7 +24,9 @@
 // (a limit, a slicing-argument rule) or the schema, query or variables are
 // invalid, with the errors on stderr, or with -json as
 // {"errors": [{"code", "message", "locations"}], …totals when known} on
-// stdout; 2 for wrong usage, with the usage text on stderr.
+// stdout; 2 for wrong usage, with the usage text on stderr. A refused
+// variable is named with the type expected and the value sent
+// ("variable $n: 2.5 is not a valid Int").
 package main
 
 import (
@@ -245,20 +247,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	var raw map[string]any
+	var rawJSON []byte
 	if f.variables != "" {
-		b, err := os.ReadFile(f.variables)
+		rawJSON, err = os.ReadFile(f.variables)
 		if err != nil {
 			return out.fail(nil, failure{Code: codeUnreadable, Message: err.Error()})
 		}
-		d := json.NewDecoder(strings.NewReader(string(b)))
-		d.UseNumber()
-		if err := d.Decode(&raw); err != nil {
+		if raw, err = decodeVariables(rawJSON); err != nil {
 			return out.fail(nil, failure{Code: codeInvalidVariables, Message: fmt.Sprintf("%s: not a JSON object: %v", f.variables, err)})
 		}
 	}
 	vars, err := validator.VariableValues(schema, op, raw)
 	if err != nil {
-		return out.fail(nil, gqlFailures(codeInvalidVariables, err)...)
+		return out.fail(nil, variableFailure(schema, op, rawJSON, err))
 	}
 
 	report, err := analyzer.AnalyzeOperation(doc, op, vars)

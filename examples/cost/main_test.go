@@ -517,3 +517,48 @@ func TestAbstractMembersExplained(t *testing.T) {
 		t.Errorf("members = %v, want %v", search["members"], want)
 	}
 }
+
+// A refused variable is reported by name, with the type expected where it
+// was refused and the value sent (cut to 64 bytes), not gqlparser's
+// "cannot use value 0 as Int" for 2.5.
+func TestWrongVariableNamesTheValueSent(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	schema := write("s.graphql", `type Query { f(n: Int, ids: [Int!], in: In): Int }
+		input In { first: Int next: In name: String! }`)
+	query := write("q.graphql", `query($n: Int, $ids: [Int!], $in: In, $r: Int!) { f(n: $n, ids: $ids, in: $in) a: f(n: $r) }`)
+	long := strings.Repeat("x", 100)
+	tests := []struct{ vars, want string }{
+		{`{"r": 1, "n": 2.5}`, `variable $n: 2.5 is not a valid Int`},
+		{`{"r": 1, "n": "abc"}`, `variable $n: "abc" is not a valid Int`},
+		{`{"r": 1, "n": [1, 2]}`, `variable $n: [1,2] is not a valid Int`},
+		{`{"r": 1, "ids": [1, 2, 3.5]}`, `variable $ids[2]: 3.5 is not a valid Int!`},
+		{`{"r": 1, "ids": [1, null]}`, `variable $ids[1]: null is not a valid Int! (cannot be null)`},
+		{`{"r": 1, "in": {"name": "a", "next": {"name": "b", "first": "x"}}}`, `variable $in.next.first: "x" is not a valid Int`},
+		{`{"r": 1, "in": {"first": 1}}`, `variable $in.name: no value for String! (must be defined)`},
+		{`{"r": 1, "in": {"name": "a", "bogus": true}}`, `variable $in.bogus: true (unknown field)`},
+		{`{}`, `variable $r: no value for Int! (must be defined)`},
+		{`{"r": null}`, `variable $r: null is not a valid Int! (cannot be null)`},
+		{`{"r": 1, "n": "` + long + `"}`, `variable $n: "` + long[:63] + `… is not a valid Int`},
+	}
+	for _, tt := range tests {
+		r := runCost(t, "", "-schema", schema, "-query", query, "-variables", write("v.json", tt.vars), "-json")
+		errs, _ := decode(t, r.stdout)["errors"].([]any)
+		if r.code != 1 || len(errs) != 1 {
+			t.Fatalf("%s: exit %d: %s", tt.vars, r.code, r.stdout)
+		}
+		e := errs[0].(map[string]any)
+		if e["code"] != "INVALID_VARIABLES" || e["message"] != tt.want {
+			t.Errorf("%s: %s %q, want INVALID_VARIABLES %q", tt.vars, e["code"], e["message"], tt.want)
+		}
+		if locs, _ := e["locations"].([]any); len(locs) != 1 {
+			t.Errorf("%s: locations %v, want the variable's definition", tt.vars, locs)
+		}
+	}
+}
