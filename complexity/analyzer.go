@@ -598,7 +598,8 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		set.depth, set.nodes, set.deep = maxDepth, maxNodes, deep
 		if members != nil {
 			members[winner].Winner = true
-			set.members = &members
+			explained := members // only this copy escapes, and only here
+			set.members = &explained
 		}
 	}
 	if shared {

@@ -602,3 +602,31 @@ func TestAbstractMembersInTheBreakdown(t *testing.T) {
 		t.Error("the two entries share one members slice")
 	}
 }
+
+// With the breakdown off (the middleware's setting), recording an
+// interface's or union's members costs nothing: they are kept only for the
+// explain view. This query allocated twice before members existed (the
+// report and the walk's state for several members); it still does.
+func TestAbstractMembersCostNothingWithoutBreakdown(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "s.graphql", Input: `type Query { pet: Pet }
+		interface Pet { name: String } type Cat implements Pet { name: String } type Dog implements Pet { name: String }`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := parser.ParseQuery(&ast.Source{Input: `{ pet { name ... on Cat { name } } }`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := a.Analyze(doc, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 2 {
+		t.Errorf("%v allocations per analysis, want 2", allocs)
+	}
+}
