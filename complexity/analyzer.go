@@ -288,6 +288,10 @@ type pricedSet struct {
 	fields []pricedField // only when explaining
 	lines  int64         // explain entries below, expanded (saturating)
 	deep   pricedLink    // the field that reaches depth
+	// members is each member's price when the set is an abstract type's
+	// with several members, only when explaining. A pointer keeps the set
+	// in its allocation size class off the explain path.
+	members *[]MemberCost
 }
 
 // pricedLink names the deepest field of a set, so a depth violation found
@@ -566,6 +570,11 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		var maxNodes int64
 		var deep pricedLink
 		multi := len(ret.possible) > 1
+		var members []MemberCost
+		if multi && w.explain {
+			members = make([]MemberCost, 0, len(ret.possible))
+		}
+		winner := 0
 		for i, t := range ret.possible {
 			weight := t.weight
 			if !t.hasWeight && ret.hasWeight {
@@ -576,7 +585,10 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 				return nil, err
 			}
 			if i == 0 || s.cost > set.cost {
-				*set = s
+				*set, winner = s, i
+			}
+			if members != nil {
+				members = append(members, MemberCost{Type: t.name, Cost: s.cost})
 			}
 			if i == 0 || s.depth > maxDepth {
 				maxDepth, deep = s.depth, s.deep
@@ -584,6 +596,11 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			maxNodes = max(maxNodes, s.nodes)
 		}
 		set.depth, set.nodes, set.deep = maxDepth, maxNodes, deep
+		if members != nil {
+			members[winner].Winner = true
+			explained := members // only this copy escapes, and only here
+			set.members = &explained
+		}
 	}
 	if shared {
 		if w.memo == nil {

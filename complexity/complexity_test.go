@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -565,5 +566,67 @@ func TestDocumentedDefaults(t *testing.T) {
 	r, err = analyze(t, sdl, `{ __typename x { __typename y } __schema { types { name } } }`, nil)
 	if err != nil || r.Cost.Points() != 1 || r.Depth != 3 || !r.Introspection {
 		t.Fatalf("free introspection: cost %v depth %d introspection %v, err %v", r.Cost, r.Depth, r.Introspection, err)
+	}
+}
+
+// An abstract field reached twice through one fragment is explained at both
+// places, each entry with its own members; an interface with one
+// implementation has nothing to compare.
+func TestAbstractMembersInTheBreakdown(t *testing.T) {
+	sdl := `type Query { a: R b: R one: I }
+		union R = X | Y
+		interface I { id: ID }
+		type X implements I { id: ID n: Int @cost(weight: 3) }
+		type Y @cost(weight: 2) { m: Int }`
+	q := `{ a { ...F } b { ...F } one { id } } fragment F on R { ... on X { n } ... on Y { m } }`
+	r, err := analyze(t, sdl, q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []complexity.MemberCost{{Type: "X", Cost: 4 * complexity.CostScale, Winner: true}, {Type: "Y", Cost: 2 * complexity.CostScale}}
+	var withMembers []string
+	for _, fc := range r.Fields {
+		if fc.Members == nil {
+			continue
+		}
+		withMembers = append(withMembers, fc.Path)
+		if !reflect.DeepEqual(fc.Members, want) {
+			t.Errorf("%s: members %v, want %v", fc.Path, fc.Members, want)
+		}
+	}
+	if !reflect.DeepEqual(withMembers, []string{"a", "b"}) {
+		t.Fatalf("members on %v, want on a and b: %+v", withMembers, r.Fields)
+	}
+	r.Fields[0].Members[0].Type = "changed"
+	if r.Fields[2].Members[0].Type != "X" {
+		t.Error("the two entries share one members slice")
+	}
+}
+
+// With the breakdown off (the middleware's setting), recording an
+// interface's or union's members costs nothing: they are kept only for the
+// explain view. This query allocated twice before members existed (the
+// report and the walk's state for several members); it still does.
+func TestAbstractMembersCostNothingWithoutBreakdown(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "s.graphql", Input: `type Query { pet: Pet }
+		interface Pet { name: String } type Cat implements Pet { name: String } type Dog implements Pet { name: String }`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := parser.ParseQuery(&ast.Source{Input: `{ pet { name ... on Cat { name } } }`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := a.Analyze(doc, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 2 {
+		t.Errorf("%v allocations per analysis, want 2", allocs)
 	}
 }

@@ -1,5 +1,7 @@
 package complexity
 
+import "slices"
+
 // Totals are an operation's three headline numbers.
 type Totals struct {
 	// Cost is the operation's price in points (exact, possibly fractional).
@@ -39,7 +41,8 @@ type FieldCost struct {
 	// Path is the response path, response keys (aliases) joined by dots.
 	Path string `json:"path"`
 	// Field is the schema coordinate priced, "Type.field". Under an
-	// interface or union it names the concrete type that priced highest.
+	// interface or union it names the concrete type that priced highest
+	// (see Members).
 	Field string `json:"field"`
 	// Depth is the field's level, root fields at 1.
 	Depth int `json:"depth"`
@@ -49,6 +52,22 @@ type FieldCost struct {
 	// Cost is the field's cost including its sub-fields, for one instance
 	// of its parent.
 	Cost Cost `json:"cost"`
+	// Members explains a field returning an interface or union with
+	// several possible types: each type, by name, with the cost of one
+	// object of it (its weight plus the fields selected on it, what n
+	// multiplies). The first of the most expensive is the Winner, whose
+	// fields the entries below this one list. Empty for other fields.
+	Members []MemberCost `json:"members,omitempty"`
+}
+
+// MemberCost is one possible type of an abstract field in the explain view.
+type MemberCost struct {
+	// Type is the object type's name.
+	Type string `json:"type"`
+	// Cost is one object of Type: its weight plus its selected fields.
+	Cost Cost `json:"cost"`
+	// Winner marks the member the field is priced as.
+	Winner bool `json:"winner,omitempty"`
 }
 
 // breakdown expands the priced tree into at most limit FieldCost entries.
@@ -73,13 +92,19 @@ func (w *walker) breakdown(root []pricedField, limit int64, truncated *bool) []F
 				path = append(path, '.')
 			}
 			path = append(path, pf.key...)
-			out = append(out, FieldCost{
+			fc := FieldCost{
 				Path:       string(path),
 				Field:      pf.info.coord,
 				Depth:      depth,
 				Multiplier: pf.n,
 				Cost:       pf.cost,
-			})
+			}
+			if pf.children != nil && pf.children.members != nil {
+				// A memoised set is expanded at every place it is reached:
+				// each entry gets its own copy.
+				fc.Members = slices.Clone(*pf.children.members)
+			}
+			out = append(out, fc)
 			if pf.children != nil && !walk(pf.children.fields, depth+1) {
 				return false
 			}

@@ -4,21 +4,29 @@
 //
 //	go run ./examples/cost -schema FILE [-schema FILE ...] -query FILE|- \
 //	    [-variables FILE] [-operation NAME] [-default-list-size N] \
-//	    [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] \
-//	    [-max-aliases N] [-max-root-fields N] [-introspection-cost N] [-json]
+//	    [-mutation-base-cost N] [-first-last-convention=false] \
+//	    [-connection-convention=false] [-free-introspection=false] \
+//	    [-introspection-cost N] [-max-depth N] [-max-breadth N] [-max-nodes N] \
+//	    [-max-cost N] [-max-aliases N] [-max-root-fields N] \
+//	    [-breakdown-limit N] [-json]
+//
+// Every analyzer option has a flag, with the library's default.
 //
 // Schemas may use @cost and @listSize without declaring them, or declare them
 // with weight: String! (IBM) or weight: Int! (Apollo federation).
 //
 // Introspection is free, as in the library's default, unless
-// -introspection-cost charges each __schema or __type selection; either way
-// it counts toward depth, nodes, aliases and root fields.
+// -free-introspection=false prices it like any other field; -introspection-cost
+// charges each __schema or __type selection on top. Either way it counts
+// toward depth, nodes, aliases and root fields.
 //
 // Exit status: 0 with the report on stdout; 1 when the operation is rejected
 // (a limit, a slicing-argument rule) or the schema, query or variables are
 // invalid, with the errors on stderr, or with -json as
 // {"errors": [{"code", "message", "locations"}], …totals when known} on
-// stdout; 2 for wrong usage, with the usage text on stderr.
+// stdout; 2 for wrong usage, with the usage text on stderr. A refused
+// variable is named with the type expected and the value sent
+// ("variable $n: 2.5 is not a valid Int").
 package main
 
 import (
@@ -27,6 +35,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -70,24 +79,50 @@ func (s *stringList) Set(v string) error {
 }
 
 type flags struct {
-	schemas         stringList
-	query           string
-	variables       string
-	operation       string
-	defaultListSize int
-	maxDepth        int
-	maxBreadth      int
-	maxNodes        int64
-	maxCost         float64
-	maxAliases      int
-	maxRootFields   int
-	introspection   float64 // points per __schema or __type selection
-	json            bool
+	schemas           stringList
+	query             string
+	variables         string
+	operation         string
+	defaultListSize   int
+	mutationBaseCost  float64
+	firstLast         bool
+	connections       bool
+	freeIntrospection bool
+	introspection     float64 // points per __schema or __type selection
+	maxDepth          int
+	maxBreadth        int
+	maxNodes          int64
+	maxCost           float64
+	maxAliases        int
+	maxRootFields     int
+	breakdownLimit    int
+	json              bool
+}
+
+// options are the analyzer options the flags ask for.
+func (f *flags) options() []complexity.Option {
+	return []complexity.Option{
+		complexity.WithDefaultListSize(f.defaultListSize),
+		complexity.WithMutationBaseCost(f.mutationBaseCost),
+		complexity.WithFirstLastConvention(f.firstLast),
+		complexity.WithConnectionConvention(f.connections),
+		complexity.WithFreeIntrospection(f.freeIntrospection),
+		complexity.WithIntrospectionCost(f.introspection),
+		complexity.WithMaxDepth(f.maxDepth),
+		complexity.WithMaxBreadth(f.maxBreadth),
+		complexity.WithMaxNodes(f.maxNodes),
+		complexity.WithMaxCost(f.maxCost),
+		complexity.WithMaxAliases(f.maxAliases),
+		complexity.WithMaxRootFields(f.maxRootFields),
+		complexity.WithBreakdownLimit(f.breakdownLimit),
+	}
 }
 
 const usageLine = "usage: cost -schema FILE [-schema FILE ...] -query FILE|- [-variables FILE] [-operation NAME]\n" +
-	"            [-default-list-size N] [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N]\n" +
-	"            [-max-aliases N] [-max-root-fields N] [-introspection-cost N] [-json]\n"
+	"            [-default-list-size N] [-mutation-base-cost N] [-first-last-convention=false]\n" +
+	"            [-connection-convention=false] [-free-introspection=false] [-introspection-cost N]\n" +
+	"            [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-max-aliases N]\n" +
+	"            [-max-root-fields N] [-breakdown-limit N] [-json]\n"
 
 // parseFlags returns the flags, or a usage problem to report with exit 2.
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -99,13 +134,18 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.variables, "variables", "", "variables JSON `FILE`")
 	fs.StringVar(&f.operation, "operation", "", "`NAME` of the operation to price (needed when the document has several)")
 	fs.IntVar(&f.defaultListSize, "default-list-size", complexity.DefaultListSize, "`N` assumed for lists with no slicing argument or assumedSize")
+	fs.Float64Var(&f.mutationBaseCost, "mutation-base-cost", complexity.DefaultMutationBaseCost, "`N` points every mutation costs before its fields")
+	fs.BoolVar(&f.firstLast, "first-last-convention", true, "read first and last as slicing arguments on fields without @listSize (=false: off)")
+	fs.BoolVar(&f.connections, "connection-convention", true, "let …Connection types hand their size to edges and nodes (=false: off)")
+	fs.BoolVar(&f.freeIntrospection, "free-introspection", true, "__typename, __schema, __type and the fields beneath them cost 0 (=false: priced like any field)")
 	fs.IntVar(&f.maxDepth, "max-depth", 0, "reject operations deeper than `N` (0: no limit)")
 	fs.IntVar(&f.maxBreadth, "max-breadth", 0, "reject slicing arguments above `N` (0: no limit)")
 	fs.Int64Var(&f.maxNodes, "max-nodes", 0, "reject operations that may return more than `N` nodes (0: no limit)")
 	fs.Float64Var(&f.maxCost, "max-cost", 0, "reject operations costing more than `N` points (0: no limit)")
 	fs.IntVar(&f.maxAliases, "max-aliases", 0, "reject operations with more than `N` aliased fields, introspection included (0: no limit)")
 	fs.IntVar(&f.maxRootFields, "max-root-fields", 0, "reject operations selecting more than `N` root fields, __typename, __schema and __type included (0: no limit)")
-	fs.Float64Var(&f.introspection, "introspection-cost", 0, "charge `N` points for each __schema or __type selection, per response key (0: introspection is free)")
+	fs.Float64Var(&f.introspection, "introspection-cost", 0, "charge `N` points for each __schema or __type selection, per response key, on top of its fields")
+	fs.IntVar(&f.breakdownLimit, "breakdown-limit", complexity.DefaultBreakdownLimit, "list at most `N` fields in the explain view (0: totals only)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the text report")
 	usage := func() {
 		fmt.Fprint(stderr, usageLine+"\n")
@@ -130,9 +170,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		problem = "-query is required"
 	case fs.NArg() > 0:
 		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
-	case f.defaultListSize < 0 || f.maxDepth < 0 || f.maxBreadth < 0 || f.maxNodes < 0 || f.maxCost < 0 ||
-		f.maxAliases < 0 || f.maxRootFields < 0 || f.introspection < 0:
-		problem = "-default-list-size, -introspection-cost and the -max-* limits must not be negative"
+	case f.defaultListSize < 0 || !finite(f.mutationBaseCost) || !finite(f.introspection) || f.breakdownLimit < 0 ||
+		f.maxDepth < 0 || f.maxBreadth < 0 || f.maxNodes < 0 || !finite(f.maxCost) || f.maxAliases < 0 || f.maxRootFields < 0:
+		problem = "-default-list-size, -mutation-base-cost, -introspection-cost, -breakdown-limit and the -max-* limits must be finite and not negative"
 	}
 	if problem != "" {
 		fmt.Fprintf(stderr, "cost: %s\n", problem)
@@ -140,6 +180,12 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, errors.New(problem)
 	}
 	return f, nil
+}
+
+// finite reports whether a points flag is a usable number: not negative,
+// not NaN, not infinite.
+func finite(points float64) bool {
+	return points >= 0 && !math.IsInf(points, 1)
 }
 
 // failure is one entry of the errors document for input the command could
@@ -172,16 +218,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return out.fail(nil, gqlFailures(codeInvalidSchema, err)...)
 	}
-	analyzer, err := complexity.New(schema,
-		complexity.WithDefaultListSize(f.defaultListSize),
-		complexity.WithMaxDepth(f.maxDepth),
-		complexity.WithMaxBreadth(f.maxBreadth),
-		complexity.WithMaxNodes(f.maxNodes),
-		complexity.WithMaxCost(f.maxCost),
-		complexity.WithMaxAliases(f.maxAliases),
-		complexity.WithMaxRootFields(f.maxRootFields),
-		complexity.WithIntrospectionCost(f.introspection),
-	)
+	analyzer, err := complexity.New(schema, f.options()...)
 	if err != nil {
 		return out.fail(nil, failure{Code: codeInvalidSchema, Message: err.Error()})
 	}
@@ -210,20 +247,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	var raw map[string]any
+	var rawJSON []byte
 	if f.variables != "" {
-		b, err := os.ReadFile(f.variables)
+		rawJSON, err = os.ReadFile(f.variables)
 		if err != nil {
 			return out.fail(nil, failure{Code: codeUnreadable, Message: err.Error()})
 		}
-		d := json.NewDecoder(strings.NewReader(string(b)))
-		d.UseNumber()
-		if err := d.Decode(&raw); err != nil {
+		if raw, err = decodeVariables(rawJSON); err != nil {
 			return out.fail(nil, failure{Code: codeInvalidVariables, Message: fmt.Sprintf("%s: not a JSON object: %v", f.variables, err)})
 		}
 	}
 	vars, err := validator.VariableValues(schema, op, raw)
 	if err != nil {
-		return out.fail(nil, gqlFailures(codeInvalidVariables, err)...)
+		return out.fail(nil, variableFailure(schema, op, rawJSON, err))
 	}
 
 	report, err := analyzer.AnalyzeOperation(doc, op, vars)
@@ -348,12 +384,25 @@ func (o output) report(r *complexity.Report) int {
 	fmt.Fprintf(o.stdout, "operation  %s %s\n", r.OperationType, name)
 	fmt.Fprintf(o.stdout, "cost       %s (%d points)\n", r.Cost, r.Points)
 	fmt.Fprintf(o.stdout, "depth      %d\n", r.Depth)
-	fmt.Fprintf(o.stdout, "nodes      %d\n\n", r.Nodes)
+	fmt.Fprintf(o.stdout, "nodes      %d\n", r.Nodes)
+	if len(r.Fields) == 0 {
+		return exitOK // -breakdown-limit 0
+	}
+	fmt.Fprintln(o.stdout)
 	tw := tabwriter.NewWriter(o.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FIELD\tPRICED AS\t×N\tCOST")
 	for _, fc := range r.Fields {
 		key := fc.Path[strings.LastIndexByte(fc.Path, '.')+1:]
 		fmt.Fprintf(tw, "%s%s\t%s\t%d\t%s\n", strings.Repeat("  ", fc.Depth-1), key, fc.Field, fc.Multiplier, fc.Cost)
+		// An interface or union: each possible type and what one object
+		// of it costs; the winner's fields follow.
+		for _, m := range fc.Members {
+			winner := ""
+			if m.Winner {
+				winner = " (winner)"
+			}
+			fmt.Fprintf(tw, "%s... on %s\t\t\t%s per object%s\n", strings.Repeat("  ", fc.Depth), m.Type, m.Cost, winner)
+		}
 	}
 	tw.Flush()
 	if r.FieldsTruncated {

@@ -120,23 +120,30 @@ func hasLine(out string, fields ...string) bool {
 	return false
 }
 
-// TestGoldenCasesThroughTheCLI runs every golden case whose options the CLI
-// has flags for and compares -json output with the expected file: the CLI
-// prints exactly the library's report.
+// TestGoldenCasesThroughTheCLI runs every golden case and compares -json
+// output with the expected file: the CLI has a flag for every option a case
+// uses, and prints exactly the library's report.
 func TestGoldenCasesThroughTheCLI(t *testing.T) {
 	paths, err := filepath.Glob(filepath.Join(casesDir, "*.graphql"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sort.Strings(paths)
-	ran := 0
+	if len(paths) < 40 {
+		t.Errorf("only %d golden cases; the suite promises at least 40", len(paths))
+	}
+	for _, doc := range []string{"../../README.md", "../../docs/cost-model.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%d golden cases", len(paths)); !strings.Contains(string(b), want) {
+			t.Errorf("%s does not say %q", doc, want)
+		}
+	}
 	for _, p := range paths {
 		name := strings.TrimSuffix(filepath.Base(p), ".graphql")
-		args, ok := caseArgs(t, p)
-		if !ok {
-			continue
-		}
-		ran++
+		args := caseArgs(t, p)
 		t.Run(name, func(t *testing.T) {
 			r := runCost(t, "", append(args, "-json")...)
 			want, err := os.ReadFile(filepath.Join(casesDir, name+".json"))
@@ -156,14 +163,21 @@ func TestGoldenCasesThroughTheCLI(t *testing.T) {
 			}
 		})
 	}
-	if ran < 40 {
-		t.Errorf("only %d golden cases ran through the CLI", ran)
-	}
 }
 
-// caseArgs turns a golden case header into CLI arguments; ok is false when
-// the case uses an option the CLI has no flag for.
-func caseArgs(t *testing.T, path string) ([]string, bool) {
+// flagFor names the CLI flag of each option a golden case header may set
+// (the JSON names of complexity/golden_test.go's caseOptions).
+var flagFor = map[string]string{
+	"defaultListSize": "-default-list-size", "mutationBaseCost": "-mutation-base-cost",
+	"firstLast": "-first-last-convention", "connections": "-connection-convention",
+	"freeIntrospection": "-free-introspection", "introspectionCost": "-introspection-cost",
+	"maxDepth": "-max-depth", "maxBreadth": "-max-breadth", "maxNodes": "-max-nodes", "maxCost": "-max-cost",
+	"maxAliases": "-max-aliases", "maxRootFields": "-max-root-fields", "breakdownLimit": "-breakdown-limit",
+}
+
+// caseArgs turns a golden case header into CLI arguments. A case with an
+// option the CLI has no flag for fails the test.
+func caseArgs(t *testing.T, path string) []string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -171,11 +185,6 @@ func caseArgs(t *testing.T, path string) ([]string, bool) {
 	}
 	defer f.Close()
 	args := []string{"-query", path}
-	flagFor := map[string]string{
-		"defaultListSize": "-default-list-size", "maxDepth": "-max-depth", "maxBreadth": "-max-breadth",
-		"maxNodes": "-max-nodes", "maxCost": "-max-cost", "maxAliases": "-max-aliases",
-		"maxRootFields": "-max-root-fields", "introspectionCost": "-introspection-cost",
-	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -198,22 +207,21 @@ func caseArgs(t *testing.T, path string) ([]string, bool) {
 			}
 			args = append(args, "-variables", vf)
 		case "options":
-			var opts map[string]json.Number
-			d := json.NewDecoder(strings.NewReader(val))
-			d.UseNumber()
-			if err := d.Decode(&opts); err != nil {
-				return nil, false // a boolean option: no CLI flag
+			var opts map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(val), &opts); err != nil {
+				t.Fatalf("%s: options: %v", path, err)
 			}
 			for k, v := range opts {
 				fl, ok := flagFor[k]
 				if !ok {
-					return nil, false
+					t.Fatalf("%s: option %q has no CLI flag", path, k)
 				}
-				args = append(args, fl, v.String())
+				// -flag=value works for numbers and for the boolean flags.
+				args = append(args, fl+"="+string(v))
 			}
 		}
 	}
-	return args, true
+	return args
 }
 
 func TestRejectionsExitOneWithErrorsJSON(t *testing.T) {
@@ -296,6 +304,11 @@ func TestWrongUsageExitsTwo(t *testing.T) {
 		"negative aliases":   {"-schema", plain, "-query", seed, "-max-aliases", "-1"},
 		"negative roots":     {"-schema", plain, "-query", seed, "-max-root-fields", "-1"},
 		"negative intro":     {"-schema", plain, "-query", seed, "-introspection-cost", "-0.5"},
+		"negative mutation":  {"-schema", plain, "-query", seed, "-mutation-base-cost", "-1"},
+		"NaN cost":           {"-schema", plain, "-query", seed, "-max-cost", "NaN"},
+		"infinite base":      {"-schema", plain, "-query", seed, "-mutation-base-cost", "+Inf"},
+		"negative breakdown": {"-schema", plain, "-query", seed, "-breakdown-limit", "-1"},
+		"bool with a value":  {"-schema", plain, "-query", seed, "-free-introspection", "no"},
 	}
 	for name, args := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -306,7 +319,7 @@ func TestWrongUsageExitsTwo(t *testing.T) {
 		})
 	}
 	r := runCost(t, "", "-h")
-	for _, fl := range []string{"-max-cost", "-max-aliases", "-max-root-fields", "-introspection-cost"} {
+	for _, fl := range flagFor {
 		if r.code != 0 || !strings.Contains(r.stderr, fl) {
 			t.Fatalf("-h: exit %d, stderr lacks %s: %q", r.code, fl, r.stderr)
 		}
@@ -438,6 +451,114 @@ func TestStringIntVariablePricesAsTheNumber(t *testing.T) {
 		}
 		if e := errs[0].(map[string]any); e["code"] != "MAX_BREADTH_EXCEEDED" || !strings.Contains(e["message"].(string), want) {
 			t.Errorf("%s: error %v, want MAX_BREADTH_EXCEEDED: %s", vars, e, want)
+		}
+	}
+}
+
+// -breakdown-limit caps the explain view; the totals do not change.
+func TestBreakdownLimitFlag(t *testing.T) {
+	args := []string{"-schema", schemaPath("plain.graphql"), "-query", filepath.Join(casesDir, "seed.graphql")}
+	for limit, want := range map[string]int{"0": 0, "2": 2, "1000": 4} {
+		r := runCost(t, "", append(args, "-json", "-breakdown-limit", limit)...)
+		doc := decode(t, r.stdout)
+		fields, _ := doc["fields"].([]any)
+		if r.code != 0 || doc["cost"] != float64(5101) || len(fields) != want || (doc["fieldsTruncated"] == true) != (want == 2) {
+			t.Errorf("-breakdown-limit %s: exit %d, %d fields, want %d: %s", limit, r.code, len(fields), want, r.stdout)
+		}
+	}
+	r := runCost(t, "", append(args, "-breakdown-limit", "2")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "… the breakdown stops after 2 fields\n") {
+		t.Errorf("text view with -breakdown-limit 2:\n%s", r.stdout)
+	}
+	// 0 turns the breakdown off: the totals alone, no empty table.
+	r = runCost(t, "", append(args, "-breakdown-limit", "0")...)
+	if head, _, _ := strings.Cut(seedText, "\n\n"); r.code != 0 || r.stdout != head+"\n" {
+		t.Errorf("text view with -breakdown-limit 0:\n%q", r.stdout)
+	}
+}
+
+// unionText is the text report of the union-max golden case: the union's
+// members with the cost of one object each, the winner marked, then the
+// winner's fields.
+const unionText = `operation  query (anonymous)
+cost       32 (32 points)
+depth      3
+nodes      12
+
+FIELD            PRICED AS     ×N  COST
+search           Query.search  2   32
+  ... on Author                    16 per object (winner)
+  ... on Book                      3 per object
+  name           Author.name   1   0
+  books          Author.books  5   15
+    title        Book.title    1   0
+`
+
+func TestAbstractMembersExplained(t *testing.T) {
+	args := []string{"-schema", schemaPath("search.graphql"), "-query", filepath.Join(casesDir, "union-max.graphql")}
+	r := runCost(t, "", args...)
+	if r.code != 0 || r.stdout != unionText {
+		t.Errorf("exit %d, text report:\n%s\nwant:\n%s", r.code, r.stdout, unionText)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), unionText) {
+		t.Error("README.md no longer shows the union-max text report as the CLI prints it")
+	}
+	doc := decode(t, runCost(t, "", append(args, "-json")...).stdout)
+	search := doc["fields"].([]any)[0].(map[string]any)
+	want := []any{
+		map[string]any{"type": "Author", "cost": float64(16), "winner": true},
+		map[string]any{"type": "Book", "cost": float64(3)},
+	}
+	if !reflect.DeepEqual(search["members"], want) {
+		t.Errorf("members = %v, want %v", search["members"], want)
+	}
+}
+
+// A refused variable is reported by name, with the type expected where it
+// was refused and the value sent (cut to 64 bytes), not gqlparser's
+// "cannot use value 0 as Int" for 2.5.
+func TestWrongVariableNamesTheValueSent(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	schema := write("s.graphql", `type Query { f(n: Int, ids: [Int!], in: In): Int }
+		input In { first: Int next: In name: String! }`)
+	query := write("q.graphql", `query($n: Int, $ids: [Int!], $in: In, $r: Int!) { f(n: $n, ids: $ids, in: $in) a: f(n: $r) }`)
+	long := strings.Repeat("x", 100)
+	tests := []struct{ vars, want string }{
+		{`{"r": 1, "n": 2.5}`, `variable $n: 2.5 is not a valid Int`},
+		{`{"r": 1, "n": "abc"}`, `variable $n: "abc" is not a valid Int`},
+		{`{"r": 1, "n": [1, 2]}`, `variable $n: [1,2] is not a valid Int`},
+		{`{"r": 1, "ids": [1, 2, 3.5]}`, `variable $ids[2]: 3.5 is not a valid Int!`},
+		{`{"r": 1, "ids": [1, null]}`, `variable $ids[1]: null is not a valid Int! (cannot be null)`},
+		{`{"r": 1, "in": {"name": "a", "next": {"name": "b", "first": "x"}}}`, `variable $in.next.first: "x" is not a valid Int`},
+		{`{"r": 1, "in": {"first": 1}}`, `variable $in.name: no value for String! (must be defined)`},
+		{`{"r": 1, "in": {"name": "a", "bogus": true}}`, `variable $in.bogus: true (unknown field)`},
+		{`{}`, `variable $r: no value for Int! (must be defined)`},
+		{`{"r": null}`, `variable $r: null is not a valid Int! (cannot be null)`},
+		{`{"r": 1, "n": "` + long + `"}`, `variable $n: "` + long[:63] + `… is not a valid Int`},
+	}
+	for _, tt := range tests {
+		r := runCost(t, "", "-schema", schema, "-query", query, "-variables", write("v.json", tt.vars), "-json")
+		errs, _ := decode(t, r.stdout)["errors"].([]any)
+		if r.code != 1 || len(errs) != 1 {
+			t.Fatalf("%s: exit %d: %s", tt.vars, r.code, r.stdout)
+		}
+		e := errs[0].(map[string]any)
+		if e["code"] != "INVALID_VARIABLES" || e["message"] != tt.want {
+			t.Errorf("%s: %s %q, want INVALID_VARIABLES %q", tt.vars, e["code"], e["message"], tt.want)
+		}
+		if locs, _ := e["locations"].([]any); len(locs) != 1 {
+			t.Errorf("%s: locations %v, want the variable's definition", tt.vars, locs)
 		}
 	}
 }
