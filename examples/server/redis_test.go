@@ -214,6 +214,7 @@ func TestStoreDown(t *testing.T) {
 			assert.Equal(t, "1", w.Header().Get(middleware.HeaderRetryAfter))
 			assert.Equal(t, http.StatusServiceUnavailable, gw.Code)
 			assert.Equal(t, middleware.CodeRateLimiterUnavailable, body.code())
+			assert.Equal(t, "rate limiter unavailable; retry in 1 second", body.Errors[0].Message, "singular")
 			assert.Zero(t, ts.res.Calls(), "nothing runs when the limiter cannot decide")
 		})
 	}
