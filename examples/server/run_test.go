@@ -203,4 +203,5 @@ func TestRunListenFailure(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, errUsage) || errors.Is(err, errConfig), "a busy port is not a usage error: %v", err)
 	assert.Contains(t, err.Error(), "address already in use")
+	assert.NotContains(t, err.Error(), "server:", "main adds the only prefix")
 }
