@@ -218,11 +218,11 @@ func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
 			"operation cost %d exceeds the plan's capacity of %d points", cost, p.Burst)
 	case rateLimited:
 		return pricedError(code, cost, o.retryAfter,
-			"rate limited: the operation costs %d points and %d are available; retry in %d seconds",
-			cost, o.decision.Remaining, o.retryAfter)
+			"rate limited: the operation costs %d points and %d are available; retry in %s",
+			cost, o.decision.Remaining, seconds(o.retryAfter))
 	case unavailable:
 		return pricedError(code, cost, o.retryAfter,
-			"rate limiter unavailable; retry in %d seconds", o.retryAfter)
+			"rate limiter unavailable; retry in %s", seconds(o.retryAfter))
 	}
 	return nil
 }
@@ -379,7 +379,7 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 		}
 		e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
 		ra := e.l.retryAfter(unavailableRetryAfter)
-		return nil, codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %d seconds", ra)
+		return nil, codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
 	}
 	st := &requestState{id: id, plan: p}
 	opCtx.Stats.SetExtension(statsKey, st)
@@ -418,7 +418,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 				// body waited for room.
 				ra := l.retryAfter(unavailableRetryAfter)
 				writeGraphQLError(w, r, http.StatusServiceUnavailable,
-					codedError(CodeRateLimiterUnavailable, ra, "the server is busy; retry in %d seconds", ra), ra)
+					codedError(CodeRateLimiterUnavailable, ra, "the server is busy; retry in %s", seconds(ra)), ra)
 				return
 			}
 			defer release()
@@ -463,7 +463,7 @@ func (l *Limiter) graphQLIdentifyFailed(w http.ResponseWriter, r *http.Request, 
 	l.log.ErrorContext(r.Context(), "middleware: cannot identify the request; answering 503", "err", err)
 	ra := l.retryAfter(unavailableRetryAfter)
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
-		codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %d seconds", ra), ra)
+		codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra)), ra)
 }
 
 // refuseRequest answers a request screenGraphQL refused, after charging

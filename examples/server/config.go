@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -24,7 +27,8 @@ var errConfig = errors.New("invalid configuration")
 // keys it names, except that a map it names (plans, api_keys, rest.routes)
 // replaces the default map instead of merging with it, so a production file
 // never inherits the demo API key by accident of omission: write
-// `api_keys: {}` to have none.
+// `api_keys: {}` to have none. A file that names plans but not api_keys has
+// no API key either: the demo key's plan may be gone with the default plans.
 type config struct {
 	// Plans maps a plan name to a token bucket in points.
 	Plans map[string]planConfig `yaml:"plans"`
@@ -54,6 +58,10 @@ type config struct {
 	MaxBodyBytesInFlight whole `yaml:"max_body_bytes_in_flight"`
 	// MemoryStore sizes the in-memory budgets (and the fail-open fallback).
 	MemoryStore memoryStoreConfig `yaml:"memory_store"`
+
+	// file is where the configuration was read from, for error messages;
+	// "" for the built-in defaults and for tests.
+	file string `yaml:"-"`
 }
 
 type memoryStoreConfig struct {
@@ -189,6 +197,7 @@ func loadConfig(path string) (config, error) {
 	if err == nil {
 		var cfg config
 		if cfg, err = parseConfig(data); err == nil {
+			cfg.file = path
 			return cfg, nil
 		}
 	}
@@ -197,20 +206,32 @@ func loadConfig(path string) (config, error) {
 
 // parseConfig decodes one YAML document over the defaults and validates
 // the result. Unknown keys, a second document and non-integer counts are
-// errors.
+// errors, each naming its line and key path.
 func parseConfig(data []byte) (config, error) {
 	cfg := defaultConfig()
 
-	// First pass: which maps does the file name? Those replace the defaults.
+	// First pass: check the document's shape against config, so an error
+	// names its key, and find which maps the file names: those replace the
+	// defaults.
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return config{}, err
 	}
+	if err := checkDocument(&doc); err != nil {
+		return config{}, err
+	}
 	if top := mappingValue(&doc, ""); top != nil {
-		if mappingValue(top, "plans") != nil {
+		names := func(key string) bool { return mappingValue(top, key) != nil }
+		if names("plans") {
 			cfg.Plans = nil
+			if !names("api_keys") {
+				// The demo key grants a default plan the file may have
+				// dropped: a file with its own plans gets no API key
+				// unless it lists them.
+				cfg.APIKeys = map[string]apiKeyConfig{}
+			}
 		}
-		if mappingValue(top, "api_keys") != nil {
+		if names("api_keys") {
 			cfg.APIKeys = nil
 		}
 		if rest := mappingValue(top, "rest"); rest != nil && mappingValue(rest, "routes") != nil {
@@ -261,10 +282,15 @@ func mappingValue(n *yaml.Node, key string) *yaml.Node {
 
 // validate checks what the middleware cannot see: it treats 0 as "use the
 // default", while in this file 0 would be taken literally, so a count that
-// must be positive is refused rather than silently replaced. Everything
-// else (plans, routes against bursts, proxies) is checked by
-// middleware.New when the server starts, through limiterConfig.
+// must be positive is refused rather than silently replaced. It also
+// checks the plans and the references to them, which middleware.New checks
+// too, so that the message names the key to fix. Everything else (routes
+// against bursts, proxies, route patterns) is checked by middleware.New
+// when the server starts, through limiterConfig.
 func (c config) validate() error {
+	if err := c.validatePlans(); err != nil {
+		return err
+	}
 	for _, f := range []struct {
 		key      string
 		v        whole
@@ -333,8 +359,40 @@ func (c config) validate() error {
 			return errors.New("api_keys: an API key must not be empty")
 		}
 		if k.Principal == "" {
-			// Only a hash of the key may be printed.
-			return fmt.Errorf("api_keys: the key with SHA-256 %s has no principal", middleware.HashAPIKey(key))
+			// mapPath prints only a hash of the key.
+			return fmt.Errorf("%s.principal is empty; every API key needs one", mapPath("api_keys", key))
+		}
+	}
+	return nil
+}
+
+// validatePlans checks each plan's bucket, and that anonymous_plan and
+// every API key name one of the plans.
+func (c config) validatePlans() error {
+	if len(c.Plans) == 0 {
+		return errors.New("plans is empty; it must name at least one plan")
+	}
+	names := slices.Sorted(maps.Keys(c.Plans))
+	for _, name := range names {
+		p, key := c.Plans[name], mapPath("plans", name)
+		if p.Burst < 1 {
+			return fmt.Errorf("%s.burst is %d; it must be at least 1", key, p.Burst)
+		}
+		if p.Rate < 1 {
+			return fmt.Errorf("%s.rate is %d; it must be at least 1", key, p.Rate)
+		}
+		if p.Per <= 0 {
+			return fmt.Errorf("%s.per is %v; it must be positive, %s", key, p.Per, durationForm)
+		}
+	}
+	list := strings.Join(names, ", ")
+	if _, ok := c.Plans[c.AnonymousPlan]; !ok {
+		return fmt.Errorf("anonymous_plan is %q; it must be one of the plans (%s)", c.AnonymousPlan, list)
+	}
+	for _, key := range slices.Sorted(maps.Keys(c.APIKeys)) {
+		plan := c.APIKeys[key].Plan
+		if _, ok := c.Plans[plan]; !ok {
+			return fmt.Errorf("%s.plan is %q; it must be one of the plans (%s)", mapPath("api_keys", key), plan, list)
 		}
 	}
 	return nil
@@ -417,11 +475,11 @@ type whole int64
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (w *whole) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-		return fmt.Errorf("line %d: %q is not a whole number", n.Line, n.Value)
+		return fmt.Errorf("%s is not a whole number", describe(n))
 	}
 	var v int64
 	if err := n.Decode(&v); err != nil {
-		return fmt.Errorf("line %d: %q: %w", n.Line, n.Value, err)
+		return fmt.Errorf("%s is out of range", n.Value)
 	}
 	*w = whole(v)
 	return nil

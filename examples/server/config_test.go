@@ -136,6 +136,24 @@ func TestParseOverrides(t *testing.T) {
 			},
 		},
 		{
+			// A new user's first file: the demo key's plan free is gone,
+			// and so is the demo key, as if the file said api_keys: {}.
+			"plans without api_keys drop the demo key",
+			"plans: {anon: {burst: 50, rate: 5, per: 1m}}",
+			func(c *config) {
+				c.Plans = map[string]planConfig{"anon": {Burst: 50, Rate: 5, Per: time.Minute}}
+				c.APIKeys = map[string]apiKeyConfig{}
+			},
+		},
+		{
+			"plans and api_keys together",
+			"plans: {anon: {burst: 50, rate: 5, per: 1m}}\napi_keys: {k1: {principal: bob, plan: anon}}",
+			func(c *config) {
+				c.Plans = map[string]planConfig{"anon": {Burst: 50, Rate: 5, Per: time.Minute}}
+				c.APIKeys = map[string]apiKeyConfig{"k1": {Principal: "bob", Plan: "anon"}}
+			},
+		},
+		{
 			"api_keys replace the demo key",
 			"api_keys: {k1: {principal: bob, plan: anon}}",
 			func(c *config) { c.APIKeys = map[string]apiKeyConfig{"k1": {Principal: "bob", Plan: "anon"}} },
@@ -171,6 +189,7 @@ func TestParseOverrides(t *testing.T) {
 					"free": {Burst: 100, Rate: 100, Per: time.Minute, SplitBudget: true},
 					"anon": {Burst: 10, Rate: 10, Per: time.Minute},
 				}
+				c.APIKeys = map[string]apiKeyConfig{} // own plans, no api_keys: no demo key
 			},
 		},
 		{
@@ -197,15 +216,24 @@ func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name, src, want string
 	}{
-		{"unknown top-level key", "plan: {}", "field plan not found"},
-		{"unknown nested key", "graphql: {max_dept: 3}", "field max_dept not found"},
-		{"unknown plan key", "plans: {free: {burst: 1, rate: 1, per: 1h, brust: 2}}", "field brust not found"},
-		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", `"1.5" is not a whole number`},
-		{"string count", "graphql: {max_depth: ten}", `"ten" is not a whole number`},
-		{"duration without unit", "plans: {free: {burst: 1, rate: 1, per: 3600}}", "cannot unmarshal !!int `3600` into time.Duration"},
-		{"bad duration", "plans: {free: {burst: 1, rate: 1, per: soon}}", "into time.Duration"},
+		{"unknown top-level key", "plan: {}", "line 1: plan: unknown key; the keys here are plans, anonymous_plan, api_keys, graphql,"},
+		{"unknown nested key", "graphql: {max_dept: 3}", "line 1: graphql.max_dept: unknown key; the keys here are max_depth,"},
+		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, split_budget, introspection"},
+		{"unknown API key field", "api_keys: {s3cret-key: {principal: p, plna: free}}", "api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + "].plna: unknown key"},
+		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", "line 1: plans.free.burst: 1.5 is not a whole number"},
+		{"string count", "graphql: {max_depth: ten}", `graphql.max_depth: "ten" is not a whole number`},
+		{"count out of range", "graphql: {max_nodes: 99999999999999999999}", "graphql.max_nodes: 99999999999999999999 is not a whole number"},
+		{"duration without unit", "plans:\n  anon: {burst: 1, rate: 1, per: 3600}", "line 2: plans.anon.per: 3600 is not a duration; write a Go duration with a unit, such as 1h or 90s"},
+		{"bad duration", "plans: {free: {burst: 1, rate: 1, per: soon}}", `plans.free.per: "soon" is not a duration; write a Go duration with a unit, such as 1h or 90s`},
+		{"settle_interval without unit", "split_budget: {settle_interval: 100}", "split_budget.settle_interval: 100 is not a duration; write a Go duration"},
+		{"route cost not a count", `rest: {routes: {"GET /x": cheap}}`, `rest.routes["GET /x"]: "cheap" is not a whole number`},
+		{"section not a mapping", "graphql: 5", "line 1: graphql: 5 is not a mapping of the keys max_depth,"},
+		{"list not a list", "trusted_proxies: 10.0.0.0/8", `trusted_proxies: "10.0.0.0/8" is not a list`},
+		{"list item not a string", "trusted_proxies: [[1]]", "trusted_proxies[0]: a list is not a string"},
+		{"bool not a bool", "plans: {free: {burst: 1, rate: 1, per: 1h, split_budget: maybe}}", `plans.free.split_budget: "maybe" is not true or false`},
+		{"jitter not a number", "retry_after_jitter: lots", `retry_after_jitter: "lots" is not a number`},
 		{"two documents", "failure_mode: open\n---\nfailure_mode: closed\n", "more than one YAML document"},
-		{"not a mapping", "- a\n- b\n", "cannot unmarshal !!seq into main.config"},
+		{"not a mapping", "- a\n- b\n", "line 1: the file must be a mapping of keys such as plans: and graphql:"},
 		{"bad YAML", "plans: {free: [", "yaml:"},
 		{"zero max_depth", "graphql: {max_depth: 0}", "graphql.max_depth is 0; it must be between 1 and 2147483647"},
 		{"negative max_cost", "graphql: {max_cost: -1}", "graphql.max_cost is -1; it must be between 0 and"},
@@ -223,7 +251,17 @@ func TestParseErrors(t *testing.T) {
 		{"plan failure mode", "plans: {anon: {burst: 1, rate: 1, per: 1h, failure_mode: shut}}", `plans.anon.failure_mode is "shut"`},
 		{"jitter above 1", "retry_after_jitter: 1.5", "retry_after_jitter is 1.5; it must be between 0 and 1"},
 		{"negative jitter", "retry_after_jitter: -0.1", "retry_after_jitter is -0.1"},
-		{"key without principal", "api_keys: {s3cret-key: {plan: free}}", "api_keys: the key with SHA-256 " + middleware.HashAPIKey("s3cret-key") + " has no principal"},
+		{"no plans", "plans: {}", "plans is empty; it must name at least one plan"},
+		{"plan with zero burst", "plans: {anon: {burst: 0, rate: 1, per: 1h}}", "plans.anon.burst is 0; it must be at least 1"},
+		{"plan with zero rate", "plans: {anon: {burst: 1, rate: 0, per: 1h}}", "plans.anon.rate is 0; it must be at least 1"},
+		{"plan without per", "plans: {anon: {burst: 1, rate: 1}}", "plans.anon.per is 0s; it must be positive, a Go duration with a unit, such as 1h or 90s"},
+		{"plan name with a space", `plans: {"a b": {burst: 1, rate: 1, per: 0s}}`, `plans["a b"].per is 0s`},
+		{"anonymous plan missing", "anonymous_plan: guest", `anonymous_plan is "guest"; it must be one of the plans (anon, free)`},
+		{"API key on a missing plan", "api_keys: {s3cret-key: {principal: p, plan: gold}}",
+			"api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + `].plan is "gold"; it must be one of the plans (anon, free)`},
+		{"demo key kept on a missing plan", "plans: {anon: {burst: 1, rate: 1, per: 1h}}\napi_keys: {demo-free-key: {principal: alice, plan: free}}",
+			`.plan is "free"; it must be one of the plans (anon)`},
+		{"key without principal", "api_keys: {s3cret-key: {plan: free}}", "api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + "].principal is empty"},
 		{"empty key", `api_keys: {"": {principal: x, plan: free}}`, "an API key must not be empty"},
 	}
 	for _, tt := range tests {
@@ -245,11 +283,6 @@ func TestNewServerRefusesConfig(t *testing.T) {
 		{"route costs more than a burst", `rest: {routes: {"GET /api/search": 501}}`,
 			`REST route "GET /api/search" costs 501, more than the burst 500 of plan "anon"`},
 		{"default cost more than a burst", `rest: {default_cost: 600}`, `REST default cost 600 is more than the burst 500 of plan "anon"`},
-		{"anonymous plan missing", "anonymous_plan: guest", `anonymous plan "guest" is not among the plans`},
-		{"API key on a missing plan", "api_keys: {k: {principal: p, plan: gold}}", `grants plan "gold"`},
-		{"plan with zero burst", "plans: {anon: {burst: 0, rate: 1, per: 1h}}\napi_keys: {}", `plan "anon"`},
-		{"plan with zero period", "plans: {anon: {burst: 5, rate: 1, per: 0s}}\napi_keys: {}", `plan "anon"`},
-		{"no plans", "plans: {}\napi_keys: {}", "no plans"},
 		{"bad proxy", "trusted_proxies: [not-a-cidr]", "not-a-cidr"},
 		{"bad route pattern", `rest: {routes: {"GET": 1}}`, `REST route "GET"`},
 	}

@@ -67,7 +67,8 @@ func main() {
 var errUsage = errors.New("usage")
 
 // run serves until ctx is done, then shuts down gracefully. It prints the
-// address it listens on to stdout, and flag errors and logs to stderr.
+// address it listens on to stdout, and flag errors and logs to stderr. Its
+// errors carry no "server:" prefix: main adds the one prefix.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -107,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return fmt.Errorf("server: %w", err)
+		return err // "listen tcp …: bind: address already in use"
 	}
 	srv := &http.Server{
 		Handler:           h,
@@ -123,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
-		return fmt.Errorf("server: %w", err)
+		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
@@ -131,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = srv.Shutdown(sctx)
 	<-served // http.ErrServerClosed
 	if err != nil {
-		return fmt.Errorf("server: shutdown: %w", err)
+		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
 }

@@ -69,7 +69,24 @@ func TestRunRedisUnreachable(t *testing.T) {
 	require.NoError(t, rs.Stop())
 	err := run(t.Context(), []string{"-addr", "127.0.0.1:0", "-redis", "redis://" + rs.Addr()}, io.Discard, io.Discard)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "Redis at "+rs.Addr()+", db 0 does not answer")
+	assert.True(t, strings.HasPrefix(err.Error(), "Redis at "+rs.Addr()+", db 0 does not answer"),
+		"main adds the only prefix: %v", err)
+}
+
+// The store run opens owns the batcher's goroutines; closing it stops them
+// and then closes the client, so calls afterwards fail with ErrClosed
+// rather than reaching Redis.
+func TestOpenStoreCloseStopsTheStore(t *testing.T) {
+	rs := redistest.StartServer(t)
+	st, err := openStore(t.Context(), "redis://"+rs.Addr()+"/0", "")
+	require.NoError(t, err)
+	lim := limiter.Limit{Burst: 10, Rate: 10, Period: time.Minute}
+	_, err = st.store.Take(t.Context(), "k", lim, 1)
+	require.NoError(t, err)
+
+	require.NoError(t, st.close())
+	_, err = st.store.Take(t.Context(), "k", lim, 1)
+	assert.ErrorIs(t, err, redisstore.ErrClosed, "redisstore.Store.Close was not called")
 }
 
 // 12 clients spread over 3 server processes sharing one Redis (or one
@@ -219,6 +236,7 @@ func TestStoreDown(t *testing.T) {
 			assert.Equal(t, "1", w.Header().Get(middleware.HeaderRetryAfter))
 			assert.Equal(t, http.StatusServiceUnavailable, gw.Code)
 			assert.Equal(t, middleware.CodeRateLimiterUnavailable, body.code())
+			assert.Equal(t, "rate limiter unavailable; retry in 1 second", body.Errors[0].Message, "singular")
 			assert.Zero(t, ts.res.Calls(), "nothing runs when the limiter cannot decide")
 		})
 	}

@@ -140,13 +140,15 @@ func TestRunServesAndShutsDown(t *testing.T) {
 
 func TestRunWithConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "costguard.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("plans: {anon: {burst: 10, rate: 10, per: 1m}}\napi_keys: {}\n"), 0o600))
+	// Only plans, as a new user writes it: the demo key's plan is gone, so
+	// is the demo key, and the server starts.
+	require.NoError(t, os.WriteFile(path, []byte("plans: {anon: {burst: 10, rate: 10, per: 1m}}\n"), 0o600))
 	srv := startRun(t, "-addr", "127.0.0.1:0", "-config", path)
 
 	resp := get(t, srv.url+"/api/users/octocat")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, `"anon";q=10;w=60`, resp.Header.Get(middleware.HeaderRateLimitPolicy))
-	// The demo key is gone with the default api_keys map.
+	// The demo key is gone with the default plans.
 	req, _ := http.NewRequest(http.MethodGet, srv.url+"/api/users/octocat", nil)
 	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
 	resp, err := http.DefaultClient.Do(req)
@@ -163,6 +165,8 @@ func TestRunRefusesToStart(t *testing.T) {
 	require.NoError(t, os.WriteFile(badRoute, []byte(`rest: {routes: {"GET /api/search": 100000}}`), 0o600))
 	typo := filepath.Join(dir, "typo.yaml")
 	require.NoError(t, os.WriteFile(typo, []byte("failure_mod: closed\n"), 0o600))
+	seconds := filepath.Join(dir, "seconds.yaml")
+	require.NoError(t, os.WriteFile(seconds, []byte("plans:\n  anon: {burst: 10, rate: 10, per: 3600}\n"), 0o600))
 
 	tests := []struct {
 		name   string
@@ -175,8 +179,12 @@ func TestRunRefusesToStart(t *testing.T) {
 		{"stray argument", "", []string{"serve"}, errUsage, `unexpected arguments ["serve"]`},
 		{"help", "", []string{"-h"}, flag.ErrHelp, ""},
 		{"missing config", "", []string{"-config", filepath.Join(dir, "absent.yaml")}, errConfig, "absent.yaml"},
-		{"unknown key", "", []string{"-config", typo}, errConfig, "field failure_mod not found"},
-		{"route dearer than a burst", "", []string{"-config", badRoute}, errConfig, `REST route "GET /api/search" costs 100000`},
+		{"unknown key", "", []string{"-config", typo}, errConfig,
+			"invalid configuration: " + typo + ": line 1: failure_mod: unknown key; the keys here are plans,"},
+		{"duration without unit", "", []string{"-config", seconds}, errConfig, "invalid configuration: " + seconds +
+			": line 2: plans.anon.per: 3600 is not a duration; write a Go duration with a unit, such as 1h or 90s"},
+		{"route dearer than a burst", "", []string{"-config", badRoute}, errConfig,
+			"invalid configuration: " + badRoute + `: REST route "GET /api/search" costs 100000`},
 		{"both stores", "", []string{"-redis", "redis://127.0.0.1:1", "-redis-cluster", "127.0.0.1:2"}, errUsage, "exclude each other"},
 		{"bad redis URL", "", []string{"-redis", "http://127.0.0.1:1"}, errUsage, "-redis:"},
 		{"bad REDIS_URL", "mongodb://127.0.0.1:1", nil, errUsage, "-redis:"},
@@ -191,6 +199,9 @@ func TestRunRefusesToStart(t *testing.T) {
 			require.Error(t, err)
 			assert.ErrorIs(t, err, tt.is)
 			assert.Contains(t, err.Error(), tt.errMsg)
+			for _, prefix := range []string{"server:", "middleware:", "invalid config:"} {
+				assert.NotContains(t, err.Error(), prefix, "main adds the only prefix")
+			}
 			assert.Empty(t, stdout.String(), "nothing may listen")
 		})
 	}
@@ -203,4 +214,5 @@ func TestRunListenFailure(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, errUsage) || errors.Is(err, errConfig), "a busy port is not a usage error: %v", err)
 	assert.Contains(t, err.Error(), "address already in use")
+	assert.NotContains(t, err.Error(), "server:", "main adds the only prefix")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
@@ -43,7 +44,7 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 	mcfg.Store, mcfg.Clock, mcfg.Logger = d.store, d.clock, d.logger
 	lim, err := middleware.New(mcfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", errConfig, err)
+		return nil, nil, refusedConfig{file: cfg.file, err: err}
 	}
 	res := d.resolver
 	if res == nil {
@@ -53,7 +54,7 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 	cache, err := middleware.NewQueryCache(int(cfg.GraphQL.QueryCacheEntries), int64(cfg.GraphQL.QueryCacheBytes))
 	if err != nil {
 		lim.Close()
-		return nil, nil, fmt.Errorf("%w: %w", errConfig, err)
+		return nil, nil, refusedConfig{file: cfg.file, err: err}
 	}
 	gql := handler.New(res.Schema())
 	gql.AddTransport(transport.GET{})
@@ -82,6 +83,25 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 	mux.Handle("/api/", lim.REST(api))       // both wrappers bound the body (max_body_bytes)
 	return mux, lim.Close, nil
 }
+
+// refusedConfig is a configuration the middleware refused. It reads
+// "invalid configuration: FILE: what is wrong", without the middleware's
+// own "middleware: invalid config:" prefix, and wraps both errConfig and
+// the middleware's error.
+type refusedConfig struct {
+	file string // "" when the configuration came from no file
+	err  error
+}
+
+func (e refusedConfig) Error() string {
+	msg := strings.TrimPrefix(e.err.Error(), middleware.ErrInvalidConfig.Error()+": ")
+	if e.file != "" {
+		msg = e.file + ": " + msg
+	}
+	return errConfig.Error() + ": " + msg
+}
+
+func (e refusedConfig) Unwrap() []error { return []error{errConfig, e.err} }
 
 type errorBody struct {
 	Error string `json:"error"`

@@ -190,6 +190,8 @@ func TestNewcomerFlow(t *testing.T) {
 	assert.Equal(t, strconv.FormatInt(wait, 10), resp.Header.Get(middleware.HeaderRetryAfter))
 	assert.Equal(t, middleware.CodeRateLimited, body.code())
 	assert.EqualValues(t, wait, body.Errors[0].Extensions["retryAfterSeconds"])
+	assert.Equal(t, "rate limited: the operation costs 61 points and 12 are available; retry in 353 seconds",
+		body.Errors[0].Message, "the README's transcript")
 	assert.EqualValues(t, cost, body.Errors[0].Extensions["cost"])
 	assert.JSONEq(t, "null", string(body.Data))
 	require.NotNil(t, body.Extensions.Cost)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -23,7 +24,7 @@ const pingTimeout = 3 * time.Second
 type budgetStore struct {
 	store    middleware.Store // nil: the limiter's own in-memory store
 	describe string           // for the start-up line; never holds a password
-	close    func() error
+	close    func() error     // run calls it after the HTTP server has shut down
 }
 
 // openStore connects to a single Redis (redisURL, else $REDIS_URL) or a
@@ -66,14 +67,18 @@ func openStore(ctx context.Context, redisURL, clusterAddrs string) (*budgetStore
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("server: %s does not answer: %w", describe, err)
+		return nil, fmt.Errorf("%s does not answer: %w", describe, err)
 	}
 	st, err := redisstore.New(client, redisstore.Config{})
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("server: %w", err)
+		return nil, err
 	}
-	return &budgetStore{store: st, describe: describe, close: client.Close}, nil
+	// The store owns the goroutines that coalesce calls into batches: stop
+	// them (after the round trips in flight) before closing the client they
+	// use.
+	closeAll := func() error { return errors.Join(st.Close(), client.Close()) }
+	return &budgetStore{store: st, describe: describe, close: closeAll}, nil
 }
 
 // splitAddrs parses "host:port,host:port".
