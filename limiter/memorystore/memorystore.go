@@ -368,12 +368,12 @@ func (sh *shard) insert(key string, st *entry, now int64) bool {
 // clock before another but locked after it finds the state ahead of now).
 // Its ResetAfter, added to it, is exactly when the budget is whole.
 func (st *entry) since(limit limiter.Limit, now int64) int64 {
-	switch limit.Algorithm {
-	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
+	switch a := limit.Algorithm; {
+	case a.IsBucket():
 		return max(now, st.b) // Last
-	case limiter.FixedWindow, limiter.SlidingCounter:
+	case a == limiter.FixedWindow, a == limiter.SlidingCounter:
 		return max(now, st.a*int64(limit.Period/time.Microsecond)) // the window's start
-	case limiter.SlidingLog:
+	case a == limiter.SlidingLog:
 		if st.log != nil && len(*st.log) > 0 {
 			return max(now, (*st.log)[len(*st.log)-1].At) // the newest entry
 		}
@@ -387,8 +387,8 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 		d   limiter.Decision
 		err error
 	)
-	switch limit.Algorithm {
-	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
+	switch a := limit.Algorithm; {
+	case a.IsBucket():
 		b := limiter.BucketState{Level: st.a, Last: st.b}
 		if isRefund {
 			b, d, err = limiter.RefundBucket(limit, b, now, n)
@@ -396,7 +396,7 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 			b, d, err = limiter.TakeBucket(limit, b, now, n)
 		}
 		st.a, st.b = b.Level, b.Last
-	case limiter.FixedWindow, limiter.SlidingCounter:
+	case a == limiter.FixedWindow, a == limiter.SlidingCounter:
 		w := limiter.WindowState{Window: st.a, Count: st.b, Prev: st.c}
 		switch {
 		case limit.Algorithm == limiter.FixedWindow && isRefund:
@@ -409,7 +409,7 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 			w, d, err = limiter.TakeSlidingCounter(limit, w, now, n)
 		}
 		st.a, st.b, st.c = w.Window, w.Count, w.Prev
-	case limiter.SlidingLog:
+	case a == limiter.SlidingLog:
 		var log []limiter.LogEntry
 		if st.log != nil {
 			log = *st.log
