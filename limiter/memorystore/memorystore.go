@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/internal/periodic"
 	"github.com/costguard/costguard/limiter/internal/shardmap"
 )
 
@@ -105,8 +106,7 @@ type Store struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
-	stop      chan struct{}
-	done      chan struct{}
+	sweeper   *periodic.Loop
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -170,15 +170,9 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 		shards:   shardmap.New[shard](size),
 		errFull: fmt.Errorf("%w: MaxKeys reached (%d keys, %d per shard) and no budget in the key's shard is whole; the key was not stored",
 			ErrFull, size.MaxKeys, size.PerShard()),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		sweeper: periodic.New(cfg.SweepInterval, tick),
 	}
-	var ticker *time.Ticker
-	if tick == nil {
-		ticker = time.NewTicker(cfg.SweepInterval)
-		tick = ticker.C
-	}
-	go s.sweepLoop(tick, ticker)
+	go s.sweepLoop()
 	return s, nil
 }
 
@@ -204,8 +198,7 @@ func (s *Store) Len() int { return s.shards.Len() }
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		close(s.stop)
-		<-s.done
+		s.sweeper.Stop()
 		s.shards.Each((*shard).Clear)
 	})
 	return nil
@@ -431,20 +424,8 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 	return d, err
 }
 
-func (s *Store) sweepLoop(tick <-chan time.Time, ticker *time.Ticker) {
-	defer close(s.done)
-	if ticker != nil {
-		defer ticker.Stop()
-	}
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick:
-			s.sweep()
-		}
-	}
-}
+// sweepLoop is the sweeper's goroutine, started by New and stopped by Close.
+func (s *Store) sweepLoop() { s.sweeper.Run(s.sweep) }
 
 // sweep deletes every key whose budget is whole again, one shard at a time,
 // through the shard's heap: the steps are those the keys' writes paid for.

@@ -60,6 +60,7 @@ import (
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/internal/levelbound"
+	"github.com/costguard/costguard/limiter/internal/periodic"
 	"github.com/costguard/costguard/limiter/internal/shardmap"
 )
 
@@ -136,8 +137,7 @@ type Store struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
-	stop      chan struct{}
-	done      chan struct{}
+	settler   *periodic.Loop
 
 	leases, leased, returned, lost, local, direct atomic.Int64
 }
@@ -213,18 +213,12 @@ func newStore(next limiter.Store, cfg Config, tick <-chan time.Time) (*Store, er
 		cfg.Clock = limiter.SystemClock{}
 	}
 	s := &Store{
-		next:   next,
-		cfg:    cfg,
-		shards: shardmap.New[shard](size),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		next:    next,
+		cfg:     cfg,
+		shards:  shardmap.New[shard](size),
+		settler: periodic.New(cfg.SettleInterval, tick),
 	}
-	var ticker *time.Ticker
-	if tick == nil {
-		ticker = time.NewTicker(cfg.SettleInterval)
-		tick = ticker.C
-	}
-	go s.settleLoop(tick, ticker)
+	go s.settleLoop()
 	return s, nil
 }
 
@@ -645,26 +639,17 @@ func (s *Store) Stats() Stats {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		close(s.stop)
-		<-s.done
+		s.settler.Stop()
 		s.closeErr = s.Settle(context.Background())
 	})
 	return s.closeErr
 }
 
-func (s *Store) settleLoop(tick <-chan time.Time, ticker *time.Ticker) {
-	defer close(s.done)
-	if ticker != nil {
-		defer ticker.Stop()
-	}
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick:
-			_ = s.Settle(context.Background()) // errors reach OnSettleError
-		}
-	}
+// settleLoop is the settle goroutine, started by New and stopped by Close.
+func (s *Store) settleLoop() {
+	s.settler.Run(func() {
+		_ = s.Settle(context.Background()) // errors reach OnSettleError
+	})
 }
 
 // elapsed is the time from then to now in whole microseconds, rounded
