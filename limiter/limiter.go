@@ -63,6 +63,26 @@ func (a Algorithm) String() string {
 	return "unknown"
 }
 
+// IsBucket reports whether a is one of the three bucket algorithms
+// (TokenBucket, LeakyBucketPolicing, LeakyBucketShaping), which share one
+// meter and one state (see BucketState and Limit.Bucket).
+func (a Algorithm) IsBucket() bool {
+	switch a {
+	case TokenBucket, LeakyBucketPolicing, LeakyBucketShaping:
+		return true
+	}
+	return false
+}
+
+// known reports whether a is one of the declared algorithms.
+func (a Algorithm) known() bool {
+	switch a {
+	case TokenBucket, LeakyBucketPolicing, LeakyBucketShaping, FixedWindow, SlidingLog, SlidingCounter:
+		return true
+	}
+	return false
+}
+
 // Limit describes one budget. Costs and sizes are whole tokens (points).
 type Limit struct {
 	Algorithm Algorithm
@@ -71,6 +91,16 @@ type Limit struct {
 	// Rate tokens are restored (or leak, or are allowed per window) every Period.
 	Rate   int64
 	Period time.Duration
+}
+
+// Capacity is what a Decision under l reports as its Limit: Burst for the
+// bucket algorithms, Rate for the window algorithms. A cost above it can
+// never be admitted.
+func (l Limit) Capacity() int64 {
+	if l.Algorithm.IsBucket() {
+		return l.Burst
+	}
+	return l.Rate
 }
 
 // Decision is the outcome of one Take, Refund or peek.

@@ -45,15 +45,12 @@ func (l Limit) Validate() error {
 
 // params is the validated, scaled form of a Limit.
 type params struct {
-	period int64 // P: Period in µs
-	// Buckets only.
-	unit     int64 // p: units per token, P / gcd(Rate, P)
-	refill   int64 // r: units restored (drained) per µs, Rate / gcd(Rate, P)
-	capacity int64 // C: Burst × p
+	period int64  // P: Period in µs
+	bucket Bucket // the bucket algorithms only (see Limit.Bucket)
 }
 
 func (l Limit) params() (params, error) {
-	if l.Algorithm > SlidingCounter {
+	if !l.Algorithm.known() {
 		return params{}, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, l.Algorithm)
 	}
 	name := l.Algorithm.String()
@@ -72,25 +69,24 @@ func (l Limit) params() (params, error) {
 		return params{}, fmt.Errorf("%w: %s: burst must not be negative (got %d)", ErrInvalidLimit, name, l.Burst)
 	}
 	p := params{period: int64(l.Period / time.Microsecond)}
-	switch l.Algorithm {
-	case TokenBucket, LeakyBucketPolicing, LeakyBucketShaping:
+	switch {
+	case l.Algorithm.IsBucket():
 		if l.Burst < 1 {
 			return params{}, fmt.Errorf("%w: %s: burst must be at least 1 (got %d)", ErrInvalidLimit, name, l.Burst)
 		}
 		g := gcd(l.Rate, p.period)
-		p.unit = p.period / g
-		p.refill = l.Rate / g
-		if l.Burst > MaxSafeInteger/p.unit {
+		unit := p.period / g
+		if l.Burst > MaxSafeInteger/unit {
 			return params{}, fmt.Errorf("%w: %s: burst %d × %d units per token exceeds 2^53-1; lower the burst or pick a rate that divides the period more evenly",
-				ErrInvalidLimit, name, l.Burst, p.unit)
+				ErrInvalidLimit, name, l.Burst, unit)
 		}
-		p.capacity = l.Burst * p.unit
-	case SlidingCounter:
+		p.bucket = Bucket{Burst: l.Burst, Unit: unit, Refill: l.Rate / g, Capacity: l.Burst * unit}
+	case l.Algorithm == SlidingCounter:
 		if l.Rate > MaxSafeInteger/p.period {
 			return params{}, fmt.Errorf("%w: %s: rate %d × period %dµs exceeds 2^53-1; use a shorter period or fixed_window",
 				ErrInvalidLimit, name, l.Rate, p.period)
 		}
-	case SlidingLog:
+	case l.Algorithm == SlidingLog:
 		if l.Rate > MaxLogRate {
 			return params{}, fmt.Errorf("%w: %s: rate %d exceeds %d stored timestamps per key; use sliding_counter for high volumes",
 				ErrInvalidLimit, name, l.Rate, MaxLogRate)
@@ -142,7 +138,7 @@ func micros(us int64) time.Duration {
 // wrongAlgorithm is the error of a transition function handed a Limit of
 // another algorithm.
 func wrongAlgorithm(want string, got Algorithm) error {
-	if got > SlidingCounter {
+	if !got.known() {
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, got)
 	}
 	return fmt.Errorf("%w: a %s limit passed to the %s functions", ErrInvalidLimit, got, want)

@@ -50,11 +50,7 @@ func Hammer(t testing.TB, store limiter.Store, key string, limit limiter.Limit, 
 	if err := limit.Validate(); err != nil {
 		t.Fatalf("limitertest: Hammer: %v", err)
 	}
-	capacity := limit.Rate
-	if limit.Algorithm <= limiter.LeakyBucketShaping { // the buckets
-		capacity = limit.Burst
-	}
-	maxCost := min(3, capacity)
+	maxCost := min(3, limit.Capacity())
 
 	ctx := context.Background()
 	start := clock.Now()
@@ -168,15 +164,15 @@ func MaxAdmitted(limit limiter.Limit, start, end time.Time) int64 {
 		return 0
 	}
 	period := int64(limit.Period / time.Microsecond)
-	switch limit.Algorithm {
-	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
+	switch a := limit.Algorithm; {
+	case a.IsBucket():
 		hi, lo := bits.Mul64(uint64(limit.Rate), uint64(e-s))
 		if hi >= uint64(period) {
 			return 1<<63 - 1
 		}
 		q, _ := bits.Div64(hi, lo, uint64(period))
 		return satAdd(limit.Burst, q)
-	case limiter.FixedWindow, limiter.SlidingCounter:
+	case a == limiter.FixedWindow, a == limiter.SlidingCounter:
 		return satMul(limit.Rate, uint64(floorDiv(e, period)-floorDiv(s, period)+1))
 	default: // SlidingLog
 		return satMul(limit.Rate, uint64((e-s)/period+1))

@@ -24,13 +24,12 @@ import (
 // costs a revalidation.
 const paramSlots = 16
 
-// bucketParams is a valid bucket Limit and its scaled form: a bucket holds
-// capacity units, a token is unit units, and refill units drain per µs.
+// bucketParams is a valid bucket Limit and its scaled form as
+// limiter.Limit.Bucket computes it: a bucket holds capacity units, a token
+// is unit units, and refill units drain per µs.
 type bucketParams struct {
-	limit    limiter.Limit
-	unit     int64
-	refill   int64
-	capacity int64
+	limit                  limiter.Limit
+	unit, refill, capacity int64
 	// The two divisions of every decision, by multiplication.
 	perUnit, perRefill divisor
 }
@@ -41,9 +40,7 @@ type paramCache [paramSlots]atomic.Pointer[bucketParams]
 
 // get returns l's parameters, or nil when l is not a valid bucket limit.
 func (c *paramCache) get(l limiter.Limit) *bucketParams {
-	switch l.Algorithm {
-	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
-	default:
+	if !l.Algorithm.IsBucket() {
 		return nil
 	}
 	if p := c[limitSlot(l)].Load(); p != nil && p.limit == l {
@@ -54,15 +51,14 @@ func (c *paramCache) get(l limiter.Limit) *bucketParams {
 
 // fill validates l and caches its parameters; nil when l is invalid.
 func (c *paramCache) fill(l limiter.Limit) *bucketParams {
-	if l.Validate() != nil {
+	b, err := l.Bucket() // validates: Capacity and Refill are below 2^53
+	if err != nil {
 		return nil
 	}
-	// Validate bounds Burst × unit by 2^53 − 1 and Period by MaxPeriod.
-	period := int64(l.Period / time.Microsecond)
-	g := gcd(l.Rate, period)
-	p := &bucketParams{limit: l, unit: period / g, refill: l.Rate / g}
-	p.capacity = l.Burst * p.unit
-	p.perUnit, p.perRefill = newDivisor(p.unit), newDivisor(p.refill)
+	p := &bucketParams{
+		limit: l, unit: b.Unit, refill: b.Refill, capacity: b.Capacity,
+		perUnit: newDivisor(b.Unit), perRefill: newDivisor(b.Refill),
+	}
 	c[limitSlot(l)].Store(p)
 	return p
 }
@@ -102,24 +98,17 @@ func (p *bucketParams) step(d *limiter.Decision, st *entry, now, n int64, refund
 		level = max(0, level-need)
 	case level+need > p.capacity:
 		d.Allowed = false
-		d.RetryAfter = micros(p.perRefill.ceil(level + need - p.capacity))
+		d.RetryAfter = p.drainTime(level + need - p.capacity)
 	default:
 		if p.limit.Algorithm == limiter.LeakyBucketShaping && n > 0 {
-			d.Delay = micros(p.perRefill.ceil(level))
+			d.Delay = p.drainTime(level)
 		}
 		level += need
 	}
 	st.a, st.b = level, last
 	d.Limit = p.limit.Burst
 	d.Remaining = p.perUnit.floor(p.capacity - level)
-	d.ResetAfter = micros(p.perRefill.ceil(level))
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
+	d.ResetAfter = p.drainTime(level)
 }
 
 // divisor divides by a fixed d in [1, 2^53) with a multiplication by its
@@ -147,5 +136,8 @@ func (v divisor) ceil(x int64) int64 { return v.floor(x + int64(v.d) - 1) }
 
 func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
 
-// micros converts µs (below 2^53 here) to a Duration.
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+// drainTime is how long units take to drain, ⌈units / refill⌉ µs, as
+// limiter.Bucket.ResetAfter computes it, by multiplication.
+func (p *bucketParams) drainTime(units int64) time.Duration {
+	return time.Duration(p.perRefill.ceil(units)) * time.Microsecond
+}

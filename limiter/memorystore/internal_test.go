@@ -40,7 +40,7 @@ func TestCloseStopsSweeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-s.done:
+	case <-s.sweeper.Done():
 	default:
 		t.Fatal("Close returned before the sweeper exited")
 	}

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/internal/periodic"
 	"github.com/costguard/costguard/limiter/internal/shardmap"
 )
 
@@ -105,8 +106,7 @@ type Store struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
-	stop      chan struct{}
-	done      chan struct{}
+	sweeper   *periodic.Loop
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -170,15 +170,9 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 		shards:   shardmap.New[shard](size),
 		errFull: fmt.Errorf("%w: MaxKeys reached (%d keys, %d per shard) and no budget in the key's shard is whole; the key was not stored",
 			ErrFull, size.MaxKeys, size.PerShard()),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		sweeper: periodic.New(cfg.SweepInterval, tick),
 	}
-	var ticker *time.Ticker
-	if tick == nil {
-		ticker = time.NewTicker(cfg.SweepInterval)
-		tick = ticker.C
-	}
-	go s.sweepLoop(tick, ticker)
+	go s.sweepLoop()
 	return s, nil
 }
 
@@ -204,8 +198,7 @@ func (s *Store) Len() int { return s.shards.Len() }
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		close(s.stop)
-		<-s.done
+		s.sweeper.Stop()
 		s.shards.Each((*shard).Clear)
 	})
 	return nil
@@ -368,12 +361,12 @@ func (sh *shard) insert(key string, st *entry, now int64) bool {
 // clock before another but locked after it finds the state ahead of now).
 // Its ResetAfter, added to it, is exactly when the budget is whole.
 func (st *entry) since(limit limiter.Limit, now int64) int64 {
-	switch limit.Algorithm {
-	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
+	switch a := limit.Algorithm; {
+	case a.IsBucket():
 		return max(now, st.b) // Last
-	case limiter.FixedWindow, limiter.SlidingCounter:
+	case a == limiter.FixedWindow, a == limiter.SlidingCounter:
 		return max(now, st.a*int64(limit.Period/time.Microsecond)) // the window's start
-	case limiter.SlidingLog:
+	case a == limiter.SlidingLog:
 		if st.log != nil && len(*st.log) > 0 {
 			return max(now, (*st.log)[len(*st.log)-1].At) // the newest entry
 		}
@@ -387,8 +380,8 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 		d   limiter.Decision
 		err error
 	)
-	switch limit.Algorithm {
-	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
+	switch a := limit.Algorithm; {
+	case a.IsBucket():
 		b := limiter.BucketState{Level: st.a, Last: st.b}
 		if isRefund {
 			b, d, err = limiter.RefundBucket(limit, b, now, n)
@@ -396,7 +389,7 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 			b, d, err = limiter.TakeBucket(limit, b, now, n)
 		}
 		st.a, st.b = b.Level, b.Last
-	case limiter.FixedWindow, limiter.SlidingCounter:
+	case a == limiter.FixedWindow, a == limiter.SlidingCounter:
 		w := limiter.WindowState{Window: st.a, Count: st.b, Prev: st.c}
 		switch {
 		case limit.Algorithm == limiter.FixedWindow && isRefund:
@@ -409,7 +402,7 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 			w, d, err = limiter.TakeSlidingCounter(limit, w, now, n)
 		}
 		st.a, st.b, st.c = w.Window, w.Count, w.Prev
-	case limiter.SlidingLog:
+	case a == limiter.SlidingLog:
 		var log []limiter.LogEntry
 		if st.log != nil {
 			log = *st.log
@@ -431,20 +424,8 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 	return d, err
 }
 
-func (s *Store) sweepLoop(tick <-chan time.Time, ticker *time.Ticker) {
-	defer close(s.done)
-	if ticker != nil {
-		defer ticker.Stop()
-	}
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick:
-			s.sweep()
-		}
-	}
-}
+// sweepLoop is the sweeper's goroutine, started by New and stopped by Close.
+func (s *Store) sweepLoop() { s.sweeper.Run(s.sweep) }
 
 // sweep deletes every key whose budget is whole again, one shard at a time,
 // through the shard's heap: the steps are those the keys' writes paid for.

@@ -49,7 +49,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/internal/levelbound"
@@ -102,15 +101,12 @@ type shard struct {
 	gen atomic.Uint64
 }
 
-// entry is one remembered rejection. It is never modified once published:
-// a newer rejection replaces it.
+// entry is one remembered rejection of a cost c under limit, answered
+// while less than R has passed. It is never modified once published: a
+// newer rejection replaces it.
 type entry struct {
-	limit  limiter.Limit
-	bucket levelbound.Bucket
-	cost   int64     // the rejected cost, c
-	at     time.Time // Clock reading just after the store answered
-	retry  int64     // R in µs: the entry answers while elapsed < retry
-	level  int64     // the fullest the bucket can have been at `at`, in units
+	limit limiter.Limit
+	levelbound.Rejection
 }
 
 // New wraps next. It fails with an error wrapping ErrInvalidConfig when next
@@ -135,16 +131,19 @@ func New(next limiter.Store, cfg Config) (*Store, error) {
 // its answer if it is a rejection.
 func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error) {
 	sh := s.shards.Shard(key)
-	if cost > 0 && remembered(limit.Algorithm) {
+	if cost > 0 && levelbound.Applies(limit.Algorithm) {
 		sh.RLock()
 		e, _ := sh.Get(key)
 		sh.RUnlock()
-		if e != nil && e.limit == limit && cost >= e.cost {
-			if d, ok, err := e.answer(s.clock.Now(), cost); ok {
+		if e != nil && e.limit == limit && cost >= e.Cost {
+			if d, ok := e.Answer(s.clock.Now(), cost); ok {
 				if ctxErr := ctx.Err(); ctxErr != nil {
 					return limiter.Decision{}, fmt.Errorf("overlimit: %w", ctxErr)
 				}
-				return d, err
+				if cost > limit.Burst {
+					return d, fmt.Errorf("overlimit: %w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, cost, limit.Burst)
+				}
+				return d, nil
 			}
 		}
 	}
@@ -153,7 +152,7 @@ func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost 
 	if err != nil {
 		return d, err // an error teaches nothing about the bucket
 	}
-	if !d.Allowed && cost > 0 && d.RetryAfter > 0 && remembered(limit.Algorithm) {
+	if !d.Allowed && cost > 0 && d.RetryAfter > 0 && levelbound.Applies(limit.Algorithm) {
 		s.remember(sh, gen, key, limit, cost, d)
 		return d, nil
 	}
@@ -180,36 +179,6 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 // until they are replaced or evicted.
 func (s *Store) Len() int { return s.shards.Len() }
 
-// remembered reports whether rejections under a are remembered: the
-// algorithms whose level only falls with time and whose rejections carry
-// no reservation.
-func remembered(a limiter.Algorithm) bool {
-	return a == limiter.TokenBucket || a == limiter.LeakyBucketPolicing
-}
-
-// answer is e's decision for cost (≥ e.cost) at now, or ok false once R has
-// passed. elapsed is floored to the microsecond and a clock reading before
-// e.at counts as no time passed: both can only make the answer stricter.
-func (e *entry) answer(now time.Time, cost int64) (d limiter.Decision, ok bool, err error) {
-	elapsed := max(int64(now.Sub(e.at)/time.Microsecond), 0)
-	if elapsed >= e.retry {
-		return limiter.Decision{}, false, nil
-	}
-	b := e.bucket
-	// elapsed < R ≤ ResetAfter, so the drained level stays positive.
-	level := b.Drain(e.level, elapsed)
-	d = limiter.Decision{
-		Limit:      b.Burst,
-		Remaining:  b.Remaining(level),
-		ResetAfter: b.ResetAfter(level),
-	}
-	if cost > b.Burst {
-		return d, true, fmt.Errorf("overlimit: %w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, cost, b.Burst)
-	}
-	d.RetryAfter = b.RetryAfter(level, cost)
-	return d, true, nil
-}
-
 // remember records the store's rejection of cost, unless a refund passed
 // through the shard since gen was read.
 func (s *Store) remember(sh *shard, gen uint64, key string, limit limiter.Limit, cost int64, d limiter.Decision) {
@@ -217,17 +186,16 @@ func (s *Store) remember(sh *shard, gen uint64, key string, limit limiter.Limit,
 	if err != nil || cost > b.Burst {
 		return // the store should have refused it; nothing sound to keep
 	}
-	e := &entry{
-		limit:  limit,
-		bucket: b,
-		cost:   cost,
+	e := &entry{limit: limit, Rejection: levelbound.Rejection{
+		Bucket: b,
+		Cost:   cost,
 		// Read after the answer: the store decided no later than this,
 		// so R counted from here never ends before the true R.
-		at:    s.clock.Now(),
-		retry: d.RetryAfter.Microseconds(),
-		level: b.MaxLevel(d, cost),
-	}
-	if e.retry <= 0 {
+		At:    s.clock.Now(),
+		Retry: d.RetryAfter.Microseconds(),
+		Level: b.MaxLevel(d, cost),
+	}}
+	if e.Retry <= 0 {
 		return
 	}
 	sh.Lock()
@@ -238,7 +206,7 @@ func (s *Store) remember(sh *shard, gen uint64, key string, limit limiter.Limit,
 	// A full shard replaces an expired entry of a sample, else the sampled
 	// entry that expires soonest.
 	sh.Insert(key, e, func(old *entry) (int64, bool) {
-		left := old.at.Add(time.Duration(old.retry) * time.Microsecond).Sub(e.at)
+		left := old.Expires().Sub(e.At)
 		return int64(left), left <= 0
 	})
 }

@@ -11,10 +11,11 @@
 -- ARGV[2]  expiry margin in ms.
 -- ARGV[3]  the keys' records, one per key in KEYS order, each RECORD
 --          little-endian signed 64-bit integers (struct '<i8' each): op
---          (TAKE 0, REFUND 1), algorithm (the limiter.Algorithm value, 0
---          to 5, of the script's family), n (0 <= n <= 2^53), then a, b, c:
---          for the bucket algorithms (0 to 2) burst, p and r (see
---          bucket.lua); for the window algorithms (3 to 5) rate, P and 0.
+--          (TAKE 0, REFUND 1), algorithm (the limiter.Algorithm value, one
+--          of the script's family), n (0 <= n <= 2^53), then a, b, c: for
+--          the bucket algorithms burst, p and r (limiter.Limit.Bucket's
+--          Burst, Unit and Refill; see bucket.lua); for the window
+--          algorithms rate, P and 0.
 --          Binary because Lua's tonumber parses text with strtod, which
 --          costs more than a decision's arithmetic; every value is at most
 --          2^53, so the doubles struct.unpack returns are exact.

@@ -5,8 +5,8 @@
 -- key      the bucket, a HASH: l = level in units of 1/p token (0 = full
 --          token bucket, empty leaky bucket), t = time of l in µs.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
--- alg      the limiter.Algorithm value: 2 (LeakyBucketShaping) reports
---          the departure delay.
+-- alg      the limiter.Algorithm value: SHAPING (LeakyBucketShaping)
+--          reports the departure delay.
 -- op       TAKE or REFUND.
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- burst    capacity in whole tokens.
@@ -17,6 +17,10 @@
 -- Writes {status, allowed, remaining, retry_us, reset_us, delay_us} at
 -- out[at + 1 ..]; status 1 means the cost exceeds the burst and can never
 -- be admitted, status 2 that the key could not be read (see batch.lua).
+
+-- SHAPING is limiter.LeakyBucketShaping, the one bucket algorithm whose
+-- admissions report a delay.
+local SHAPING = 2
 
 local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
   local st = redis.pcall('HMGET', key, 'l', 't')
@@ -57,7 +61,7 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
     if need > capacity - level then
       allowed, retry = 0, cdiv(need - (capacity - level), r)
     else
-      if alg == 2 and n > 0 then
+      if alg == SHAPING and n > 0 then
         delay = cdiv(level, r)
       end
       level = level + need

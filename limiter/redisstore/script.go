@@ -122,25 +122,16 @@ func (s *Store) newCall(identity string, l limiter.Limit, op string, n int64) *c
 // script is the script that decides c.
 func (c *call) script() *luaScript { return scripts[c.limit.Algorithm] }
 
-// capacity is Decision.Limit: Burst for the buckets, Rate for the windows.
-func (c *call) capacity() int64 {
-	if c.limit.Algorithm <= limiter.LeakyBucketShaping {
-		return c.limit.Burst
-	}
-	return c.limit.Rate
-}
-
 // appendRecord appends c's record: op, algorithm, n, then a, b, c (see
 // batch.lua).
 func (c *call) appendRecord(rec []byte) []byte {
 	l := c.limit
-	period := int64(l.Period / time.Microsecond)
 	var a, b, x int64
-	if l.Algorithm <= limiter.LeakyBucketShaping {
-		g := gcd(l.Rate, period)
-		a, b, x = l.Burst, period/g, l.Rate/g
+	if l.Algorithm.IsBucket() {
+		bk, _ := l.Bucket() // valid: run checked l before making the call
+		a, b, x = bk.Burst, bk.Unit, bk.Refill
 	} else {
-		a, b = l.Rate, period
+		a, b = l.Rate, int64(l.Period/time.Microsecond)
 	}
 	op := int64(recordTake)
 	if c.op == opRefund {
@@ -187,17 +178,17 @@ func (c *call) settle(reply []any) {
 	}
 	c.d = limiter.Decision{
 		Allowed:    v[1] == 1,
-		Limit:      c.capacity(),
+		Limit:      c.limit.Capacity(),
 		Remaining:  v[2],
-		RetryAfter: micros(v[3]),
-		ResetAfter: micros(v[4]),
-		Delay:      micros(v[5]),
+		RetryAfter: time.Duration(v[3]) * time.Microsecond, // the script's µs, below 2^53
+		ResetAfter: time.Duration(v[4]) * time.Microsecond,
+		Delay:      time.Duration(v[5]) * time.Microsecond,
 	}
 	c.err = nil
 	switch v[0] {
 	case statusOK:
 	case statusExceeds:
-		c.err = fmt.Errorf("%w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, c.n, c.capacity())
+		c.err = fmt.Errorf("%w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, c.n, c.limit.Capacity())
 	default:
 		c.fail(fmt.Errorf("malformed script reply %v", reply))
 	}
@@ -417,13 +408,3 @@ func (s *Store) viaScripter(ctx context.Context, cmd *redis.Cmd, eval bool) *red
 	}
 	return s.client.EvalSha(ctx, args[1].(string), keys, args[3+n:]...)
 }
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-// micros converts the script's µs (always below 2^53) to a Duration.
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

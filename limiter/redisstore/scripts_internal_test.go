@@ -43,6 +43,21 @@ func TestLuaConstants(t *testing.T) {
 	}
 }
 
+// TestLuaAlgorithmNames: bucket.lua names the one algorithm it singles out
+// by its limiter value, never by a bare number or an order comparison.
+func TestLuaAlgorithmNames(t *testing.T) {
+	if want := "local SHAPING = " + strconv.Itoa(int(limiter.LeakyBucketShaping)) + "\n"; !strings.Contains(bucketLua, want) {
+		t.Errorf("bucket.lua does not declare %q", strings.TrimSpace(want))
+	}
+	for _, src := range []string{commonLua, bucketLua, fixedWindowLua, slidingCounterLua, slidingLogLua, batchLua} {
+		for _, bad := range []string{"alg <", "alg >", "alg == 0", "alg == 1", "alg == 2", "alg == 3", "alg == 4", "alg == 5"} {
+			if strings.Contains(src, bad) {
+				t.Errorf("a script compares %q: name the algorithm instead", bad)
+			}
+		}
+	}
+}
+
 // TestScriptsDocumentTheirInterface: the entry point opens with its KEYS,
 // ARGV and reply; each algorithm file with its parameters and what it
 // writes.

@@ -42,7 +42,7 @@ func TestSettleLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-s.done:
+	case <-s.settler.Done():
 	default:
 		t.Fatal("the settle loop is still running after Close")
 	}

@@ -60,6 +60,7 @@ import (
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/internal/levelbound"
+	"github.com/costguard/costguard/limiter/internal/periodic"
 	"github.com/costguard/costguard/limiter/internal/shardmap"
 )
 
@@ -136,8 +137,7 @@ type Store struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
-	stop      chan struct{}
-	done      chan struct{}
+	settler   *periodic.Loop
 
 	leases, leased, returned, lost, local, direct atomic.Int64
 }
@@ -168,18 +168,11 @@ type lease struct {
 	// when that caller is done. Others wait on it rather than pile up
 	// round trips.
 	fetching chan struct{}
-	denied   *denial // the store's last refusal, while it may still hold
-	dead     bool    // given back and out of the table: look the key up again
-}
-
-// denial is a refusal to hand out short more tokens, as limiter/overlimit
-// remembers a rejection: the bucket cannot hold them before retry has
-// passed.
-type denial struct {
-	short int64
-	at    time.Time
-	retry int64 // µs
-	level int64 // the fullest the bucket can have been at `at`, in units
+	// denied is the store's last refusal to supply the tokens a request
+	// lacked, remembered as limiter/overlimit remembers a rejection, while
+	// it may still hold.
+	denied *levelbound.Rejection
+	dead   bool // given back and out of the table: look the key up again
 }
 
 // New wraps next and starts the settle loop. It fails with an error
@@ -220,18 +213,12 @@ func newStore(next limiter.Store, cfg Config, tick <-chan time.Time) (*Store, er
 		cfg.Clock = limiter.SystemClock{}
 	}
 	s := &Store{
-		next:   next,
-		cfg:    cfg,
-		shards: shardmap.New[shard](size),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		next:    next,
+		cfg:     cfg,
+		shards:  shardmap.New[shard](size),
+		settler: periodic.New(cfg.SettleInterval, tick),
 	}
-	var ticker *time.Ticker
-	if tick == nil {
-		ticker = time.NewTicker(cfg.SettleInterval)
-		tick = ticker.C
-	}
-	go s.settleLoop(tick, ticker)
+	go s.settleLoop()
 	return s, nil
 }
 
@@ -251,10 +238,9 @@ func leaseSize(burst int64, fraction float64) int64 {
 }
 
 // leased reports whether keys under a are leased: the algorithms whose
-// tokens can be given back and whose admissions carry no reservation.
-func leased(a limiter.Algorithm) bool {
-	return a == limiter.TokenBucket || a == limiter.LeakyBucketPolicing
-}
+// tokens can be given back and whose admissions carry no reservation, the
+// ones a refusal can be remembered for.
+func leased(a limiter.Algorithm) bool { return levelbound.Applies(a) }
 
 // Take admits cost from key's lease when it holds enough, tops the lease up
 // from the store when it does not, and passes everything that is not
@@ -418,7 +404,7 @@ func (l *lease) deny(now time.Time, last limiter.Decision, lastCost, short, have
 		retry = b.RetryAfter(level, lastCost)
 	}
 	if retry > 0 {
-		l.denied = &denial{short: short, at: now, retry: retry.Microseconds(), level: level}
+		l.denied = &levelbound.Rejection{Bucket: b, Cost: short, At: now, Retry: retry.Microseconds(), Level: level}
 	}
 	return limiter.Decision{
 		Limit:      b.Burst,
@@ -431,24 +417,17 @@ func (l *lease) deny(now time.Time, last limiter.Decision, lastCost, short, have
 // stillDenied answers a request of cost from the remembered refusal while
 // it holds for the tokens the request lacks. l.mu is held.
 func (l *lease) stillDenied(now time.Time, cost int64) (limiter.Decision, bool) {
-	dn := l.denied
 	short := cost - l.have
-	if dn == nil || short < dn.short {
+	if l.denied == nil || short < l.denied.Cost {
 		return limiter.Decision{}, false
 	}
-	e := elapsed(dn.at, now).Microseconds()
-	if e >= dn.retry {
+	d, ok := l.denied.Answer(now, short)
+	if !ok {
 		l.denied = nil
 		return limiter.Decision{}, false
 	}
-	b := l.bucket
-	level := b.Drain(dn.level, e)
-	return limiter.Decision{
-		Limit:      b.Burst,
-		Remaining:  min(b.Burst, b.Remaining(level)+l.have),
-		RetryAfter: b.RetryAfter(level, short),
-		ResetAfter: b.ResetAfter(level),
-	}, true
+	d.Remaining = min(d.Limit, d.Remaining+l.have)
+	return d, true
 }
 
 // Refund credits amount to key's lease, up to its size, and passes the
@@ -660,26 +639,17 @@ func (s *Store) Stats() Stats {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		close(s.stop)
-		<-s.done
+		s.settler.Stop()
 		s.closeErr = s.Settle(context.Background())
 	})
 	return s.closeErr
 }
 
-func (s *Store) settleLoop(tick <-chan time.Time, ticker *time.Ticker) {
-	defer close(s.done)
-	if ticker != nil {
-		defer ticker.Stop()
-	}
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick:
-			_ = s.Settle(context.Background()) // errors reach OnSettleError
-		}
-	}
+// settleLoop is the settle goroutine, started by New and stopped by Close.
+func (s *Store) settleLoop() {
+	s.settler.Run(func() {
+		_ = s.Settle(context.Background()) // errors reach OnSettleError
+	})
 }
 
 // elapsed is the time from then to now in whole microseconds, rounded

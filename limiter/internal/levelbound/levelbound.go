@@ -1,118 +1,80 @@
-// Package levelbound works backwards from a bucket Decision to the bucket
-// it describes. A Decision reports whole tokens and whole microseconds, so
-// the exact level (in the 1/p-token units of package limiter) is known only
-// to within an interval; this package keeps the top of that interval, the
-// fullest the bucket can be, and answers from it. Every answer therefore
-// errs on the strict side: a Remaining never above the truth, a RetryAfter
-// or ResetAfter never below it.
+// Package levelbound is what the local decorators know of a bucket they do
+// not hold: limiter/overlimit answers a remembered rejection from it,
+// limiter/splitbudget rejects against a lease without another round trip.
+// A Decision reports whole tokens and whole microseconds, so the exact
+// level (in the 1/p-token units of package limiter) is known only to
+// within an interval; this package keeps the top of that interval, the
+// fullest the bucket can be (limiter.Bucket.MaxLevel), and answers from
+// it. Every answer therefore errs on the strict side: a Remaining never
+// above the truth, a RetryAfter or ResetAfter never below it.
 //
-// The local decorators use it: limiter/overlimit to answer a remembered
-// rejection, limiter/splitbudget to reject against a lease without another
-// round trip. It applies to TokenBucket and LeakyBucketPolicing (and the
-// arithmetic of LeakyBucketShaping), whose level only falls with time.
+// Both decorators remember the store's last refusal the same way, as a
+// Rejection, and answer from it until its RetryAfter has passed. It
+// applies to TokenBucket and LeakyBucketPolicing (Applies), whose level
+// only falls with time.
 package levelbound
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/costguard/costguard/limiter"
 )
 
-// Bucket is a bucket Limit in the units of package limiter: a token is Unit
-// units (p), the level drains Refill units per microsecond (r) and holds at
-// most Capacity units (C = Burst × p).
-type Bucket struct {
-	Burst, Unit, Refill, Capacity int64
-}
+// Bucket is a bucket Limit in the units of package limiter.
+type Bucket = limiter.Bucket
 
 // New returns the units of a bucket limit, or an error wrapping
 // limiter.ErrInvalidLimit for an invalid limit or a window algorithm.
-func New(l limiter.Limit) (Bucket, error) {
-	if err := l.Validate(); err != nil {
-		return Bucket{}, err
-	}
-	switch l.Algorithm {
-	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
-	default:
-		return Bucket{}, fmt.Errorf("%w: %s is not a bucket algorithm", limiter.ErrInvalidLimit, l.Algorithm)
-	}
-	period := int64(l.Period / time.Microsecond)
-	g := gcd(l.Rate, period)
-	unit := period / g
-	return Bucket{Burst: l.Burst, Unit: unit, Refill: l.Rate / g, Capacity: l.Burst * unit}, nil
+func New(l limiter.Limit) (Bucket, error) { return l.Bucket() }
+
+// Applies reports whether a rejection under a can be remembered and
+// answered from a level bound: TokenBucket and LeakyBucketPolicing, whose
+// level only falls with time and whose admissions carry no reservation
+// (LeakyBucketShaping's reserve a departure slot).
+func Applies(a limiter.Algorithm) bool {
+	return a.IsBucket() && a != limiter.LeakyBucketShaping
 }
 
-// MaxLevel is the fullest the bucket can have been when d was decided, d
-// being the answer to a Take of cost (0 for a peek or a Refund). Each
-// field of d caps the level:
-//
-//	ResetAfter = ⌈L / r⌉ µs           ⇒  L ≤ ResetAfter × r
-//	Remaining  = ⌊(C − L) / p⌋         ⇒  L ≤ C − Remaining × p
-//	RetryAfter = ⌈(L + cost×p − C) / r⌉ (rejections)
-//	                                   ⇒  L ≤ RetryAfter × r + C − cost × p
-//
-// and the true level is at most the smallest cap. Fields outside their
-// possible range are ignored, so a foreign decision cannot overflow.
-func (b Bucket) MaxLevel(d limiter.Decision, cost int64) int64 {
-	level := b.Capacity
-	full := ceilDiv(b.Capacity, b.Refill) // ResetAfter of a full bucket, µs
-	if z := d.ResetAfter.Microseconds(); z >= 0 && z <= full {
-		level = min(level, z*b.Refill)
-	}
-	if g := d.Remaining; g >= 0 && g <= b.Burst {
-		level = min(level, b.Capacity-g*b.Unit)
-	}
-	if r := d.RetryAfter.Microseconds(); !d.Allowed && r > 0 && r <= full && cost >= 1 && cost <= b.Burst {
-		level = min(level, r*b.Refill+b.Capacity-cost*b.Unit)
-	}
-	return max(level, 0)
+// Rejection is a remembered refusal: at At the bucket could not hold Cost
+// more tokens, and it cannot before Retry microseconds have passed, since
+// its level only falls; Level is the fullest it can have been at At
+// (Bucket.MaxLevel). limiter/overlimit keeps one per rejected key,
+// limiter/splitbudget one per lease the store refused to top up. It is
+// never modified once made: a newer refusal replaces it.
+type Rejection struct {
+	Bucket Bucket
+	Cost   int64
+	At     time.Time
+	Retry  int64 // µs
+	Level  int64 // units
 }
 
-// Drain is level after elapsed microseconds with nothing taken: it never
-// falls below 0, and elapsed × r is formed only when it is below level.
-func (b Bucket) Drain(level, elapsed int64) int64 {
-	if elapsed <= 0 {
-		return level
+// Answer is the rejection of cost tokens (cost ≥ r.Cost, the caller's
+// test) at now, or ok false once Retry has passed. elapsed is floored to
+// the microsecond and a reading before At counts as no time passed: both
+// can only make the answer stricter. The Decision carries Limit,
+// Remaining and ResetAfter from the drained bound, and RetryAfter when
+// cost ≤ Burst (a larger cost can never fit: the caller reports it).
+func (r *Rejection) Answer(now time.Time, cost int64) (d limiter.Decision, ok bool) {
+	elapsed := max(int64(now.Sub(r.At)/time.Microsecond), 0)
+	if elapsed >= r.Retry {
+		return limiter.Decision{}, false
 	}
-	if elapsed >= ceilDiv(level, b.Refill) {
-		return 0
+	b := r.Bucket
+	// elapsed < Retry ≤ ResetAfter, so the drained level stays positive.
+	level := b.Drain(r.Level, elapsed)
+	d = limiter.Decision{
+		Limit:      b.Burst,
+		Remaining:  b.Remaining(level),
+		ResetAfter: b.ResetAfter(level),
 	}
-	return level - elapsed*b.Refill
-}
-
-// RetryAfter is how long until cost tokens fit in a bucket at level: zero
-// when they fit now. cost must be in [0, Burst].
-func (b Bucket) RetryAfter(level, cost int64) time.Duration {
-	over := level + cost*b.Unit - b.Capacity
-	if over <= 0 {
-		return 0
+	if cost <= b.Burst {
+		d.RetryAfter = b.RetryAfter(level, cost)
 	}
-	return micros(ceilDiv(over, b.Refill))
+	return d, true
 }
 
-// Remaining is the whole tokens present at level.
-func (b Bucket) Remaining(level int64) int64 {
-	return (b.Capacity - min(level, b.Capacity)) / b.Unit
-}
-
-// ResetAfter is how long until a bucket at level is whole again.
-func (b Bucket) ResetAfter(level int64) time.Duration {
-	return micros(ceilDiv(max(level, 0), b.Refill))
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-// ceilDiv is ⌈a / b⌉ for a ≥ 0, b > 0.
-func ceilDiv(a, b int64) int64 {
-	return (a + b - 1) / b
-}
-
-func micros(us int64) time.Duration {
-	return time.Duration(us) * time.Microsecond
+// Expires is when r stops holding: At plus Retry.
+func (r *Rejection) Expires() time.Time {
+	return r.At.Add(time.Duration(r.Retry) * time.Microsecond)
 }
