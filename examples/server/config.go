@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/middleware"
 )
@@ -134,28 +135,29 @@ func defaultConfig() config {
 		APIKeys: map[string]apiKeyConfig{
 			demoAPIKey: {Principal: "alice", Plan: "free"},
 		},
+		// The middleware's defaults, each defined there once.
 		GraphQL: graphQLConfig{
-			MaxDepth:        15,
-			MaxBreadth:      100,
-			MaxNodes:        500_000,
-			MaxCost:         0,
-			DefaultListSize: 10,
-			MutationCost:    10,
+			MaxDepth:        middleware.DefaultMaxDepth,
+			MaxBreadth:      middleware.DefaultMaxBreadth,
+			MaxNodes:        middleware.DefaultMaxNodes,
+			MaxCost:         0, // no cap but the plan's burst
+			DefaultListSize: middleware.DefaultListSize,
+			MutationCost:    middleware.DefaultMutationCost,
 
-			MaxAliases:        100,
-			MaxRootFields:     100,
-			MaxTokens:         20_000,
-			MaxSelections:     500,
-			MaxVariableValues: 10_000,
-			MaxVariablesDepth: 32,
-			InvalidCost:       1,
-			MinCost:           1,
-			IntrospectionCost: 50,
-			QueryCacheEntries: 1000,
-			QueryCacheBytes:   32 << 20,
+			MaxAliases:        middleware.DefaultMaxAliases,
+			MaxRootFields:     middleware.DefaultMaxRootFields,
+			MaxTokens:         middleware.DefaultMaxTokens,
+			MaxSelections:     middleware.DefaultMaxSelections,
+			MaxVariableValues: middleware.DefaultMaxVariableValues,
+			MaxVariablesDepth: middleware.DefaultMaxVariablesDepth,
+			InvalidCost:       middleware.DefaultInvalidCost,
+			MinCost:           middleware.DefaultMinCost,
+			IntrospectionCost: middleware.DefaultIntrospectionCost,
+			QueryCacheEntries: middleware.DefaultQueryCacheEntries,
+			QueryCacheBytes:   middleware.DefaultQueryCacheBytes,
 		},
 		REST: restConfig{
-			DefaultCost: 1,
+			DefaultCost: middleware.DefaultRESTCost,
 			Routes:      map[string]whole{"GET /api/search": 10},
 		},
 		FailureMode:      string(middleware.FailOpen),
@@ -166,9 +168,9 @@ func defaultConfig() config {
 			LeaseFraction:  splitbudget.DefaultLeaseFraction,
 			SettleInterval: splitbudget.DefaultSettleInterval,
 		},
-		MaxBodyBytes:         1 << 20,
-		MaxBodyBytesInFlight: 2 << 20,
-		MemoryStore:          memoryStoreConfig{MaxKeys: 100_000},
+		MaxBodyBytes:         middleware.DefaultMaxBodyBytes,
+		MaxBodyBytesInFlight: middleware.DefaultMaxBodyBytesInFlight,
+		MemoryStore:          memoryStoreConfig{MaxKeys: memorystore.DefaultMaxKeys},
 	}
 }
 
