@@ -259,79 +259,129 @@ func (c *compiled) argAlwaysFree(in *inputInfo) bool {
 	return t != nil && t.def.Kind != ast.InputObject && t.weight == 0
 }
 
+// compileListSize resolves how field fi is sized: by its @listSize
+// directive when it has one, else by the naming conventions. A directive
+// replaces the conventions entirely, so a schema can opt a first/last field
+// or a …Connection out of them.
 func (c *compiled) compileListSize(fi *fieldInfo, fd *ast.FieldDefinition, cfg *config) error {
-	d := fd.Directives.ForName("listSize")
-	if d == nil {
-		if cfg.firstLast {
-			for _, a := range fi.args {
-				if a.name == "first" || a.name == "last" {
-					fi.slicing = append(fi.slicing, a)
-				}
-			}
-		}
-		if cfg.connections && strings.HasSuffix(fi.ret.name, "Connection") && fi.ret.composite {
-			for _, name := range []string{"edges", "nodes"} {
-				if fi.ret.def.Fields.ForName(name) != nil {
-					fi.sized = append(fi.sized, name)
-				}
-			}
-		}
-		return nil
+	if d := fd.Directives.ForName("listSize"); d != nil {
+		return c.listSizeDirective(fi, d)
 	}
+	listSizeConventions(fi, cfg)
+	return nil
+}
+
+// listSizeConventions applies the defaults for a field without @listSize,
+// each unless turned off: first and last are slicing arguments (never
+// required), and a …Connection type hands the field's size to its edges
+// and nodes. With them GitHub's schema prices correctly with no directive.
+func listSizeConventions(fi *fieldInfo, cfg *config) {
+	if cfg.firstLast {
+		for _, a := range fi.args {
+			if a.name == "first" || a.name == "last" {
+				fi.slicing = append(fi.slicing, a)
+			}
+		}
+	}
+	if cfg.connections && strings.HasSuffix(fi.ret.name, "Connection") && fi.ret.composite {
+		for _, name := range []string{"edges", "nodes"} {
+			if fi.ret.def.Fields.ForName(name) != nil {
+				fi.sized = append(fi.sized, name)
+			}
+		}
+	}
+}
+
+// listSizeDirective reads field fi's @listSize directive d, checking every
+// argument now so that a malformed directive fails New rather than
+// mispricing operations later.
+func (c *compiled) listSizeDirective(fi *fieldInfo, d *ast.Directive) error {
 	where := "field " + fi.coord + ": @listSize"
-	fi.requireOne = true
-	if def := c.schema.Directives["listSize"]; def != nil {
-		if a := def.Arguments.ForName("requireOneSlicingArgument"); a != nil && a.DefaultValue != nil {
-			fi.requireOne = a.DefaultValue.Raw == "true"
-		}
-	}
+	fi.requireOne = c.requireOneDefault()
 	for _, arg := range d.Arguments {
 		v := arg.Value
+		var err error
 		switch arg.Name {
 		case "assumedSize":
-			if v.Kind == ast.NullValue {
-				continue
-			}
-			n, err := strconv.ParseInt(v.Raw, 10, 64)
-			if v.Kind != ast.IntValue || err != nil || n < 0 {
-				return fmt.Errorf("%w: %s assumedSize %q is not a non-negative integer", ErrInvalidSchema, where, v.Raw)
-			}
-			fi.assumed, fi.hasAssumed = n, true
+			err = fi.readAssumedSize(v, where)
 		case "slicingArguments":
-			names, err := stringList(v, where+" slicingArguments")
-			if err != nil {
-				return err
-			}
-			for _, name := range names {
-				i := slices.IndexFunc(fi.args, func(a *inputInfo) bool { return a.name == name })
-				if i < 0 {
-					return fmt.Errorf("%w: %s slicingArguments names %q, which is not an argument of the field", ErrInvalidSchema, where, name)
-				}
-				fi.slicing = append(fi.slicing, fi.args[i])
-			}
+			err = fi.readSlicingArguments(v, where)
 		case "sizedFields":
-			paths, err := stringList(v, where+" sizedFields")
-			if err != nil {
-				return err
-			}
-			for _, p := range paths {
-				if err := c.checkSizedPath(fi.ret, p); err != nil {
-					return fmt.Errorf("%w: %s sizedFields %q: %s", ErrInvalidSchema, where, p, err)
-				}
-			}
-			fi.sized = paths
+			err = c.readSizedFields(fi, v, where)
 		case "requireOneSlicingArgument":
-			switch v.Kind {
-			case ast.BooleanValue:
-				fi.requireOne = v.Raw == "true"
-			case ast.NullValue:
-			default:
-				return fmt.Errorf("%w: %s requireOneSlicingArgument %q is not a Boolean", ErrInvalidSchema, where, v.Raw)
-			}
+			err = fi.readRequireOne(v, where)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if len(fi.slicing) == 0 {
-		fi.requireOne = false
+		fi.requireOne = false // nothing to require
+	}
+	return nil
+}
+
+// requireOneDefault is requireOneSlicingArgument's default: true, as the
+// spec declares it, unless the schema's own declaration of @listSize
+// gives another.
+func (c *compiled) requireOneDefault() bool {
+	if def := c.schema.Directives["listSize"]; def != nil {
+		if a := def.Arguments.ForName("requireOneSlicingArgument"); a != nil && a.DefaultValue != nil {
+			return a.DefaultValue.Raw == "true"
+		}
+	}
+	return true
+}
+
+func (fi *fieldInfo) readAssumedSize(v *ast.Value, where string) error {
+	if v.Kind == ast.NullValue {
+		return nil
+	}
+	n, err := strconv.ParseInt(v.Raw, 10, 64)
+	if v.Kind != ast.IntValue || err != nil || n < 0 {
+		return fmt.Errorf("%w: %s assumedSize %q is not a non-negative integer", ErrInvalidSchema, where, v.Raw)
+	}
+	fi.assumed, fi.hasAssumed = n, true
+	return nil
+}
+
+func (fi *fieldInfo) readSlicingArguments(v *ast.Value, where string) error {
+	names, err := stringList(v, where+" slicingArguments")
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		i := slices.IndexFunc(fi.args, func(a *inputInfo) bool { return a.name == name })
+		if i < 0 {
+			return fmt.Errorf("%w: %s slicingArguments names %q, which is not an argument of the field", ErrInvalidSchema, where, name)
+		}
+		fi.slicing = append(fi.slicing, fi.args[i])
+	}
+	return nil
+}
+
+func (c *compiled) readSizedFields(fi *fieldInfo, v *ast.Value, where string) error {
+	paths, err := stringList(v, where+" sizedFields")
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if err := c.checkSizedPath(fi.ret, p); err != nil {
+			return fmt.Errorf("%w: %s sizedFields %q: %s", ErrInvalidSchema, where, p, err)
+		}
+	}
+	fi.sized = paths
+	return nil
+}
+
+// readRequireOne reads requireOneSlicingArgument; null keeps the default.
+func (fi *fieldInfo) readRequireOne(v *ast.Value, where string) error {
+	switch v.Kind {
+	case ast.BooleanValue:
+		fi.requireOne = v.Raw == "true"
+	case ast.NullValue:
+	default:
+		return fmt.Errorf("%w: %s requireOneSlicingArgument %q is not a Boolean", ErrInvalidSchema, where, v.Raw)
 	}
 	return nil
 }
