@@ -7,9 +7,10 @@ import (
 	"math"
 	"reflect"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/internal/echo"
 )
 
 // Coercion: the analyzer reads a value as the number the resolver will
@@ -271,10 +272,7 @@ func (w *walker) condition(a *ast.Argument) (bool, *invalidValue) {
 	return false, &invalidValue{v: v, typ: "Boolean", reason: notBoolean}
 }
 
-// maxEchoed bounds the bytes of a client's value quoted in a message.
-const maxEchoed = 64
-
-// describeValue renders a refused value for a message, cut to maxEchoed
+// describeValue renders a refused value for a message, cut to echo.MaxBytes
 // bytes: a client controls it.
 func describeValue(v value) string {
 	if !v.isRaw {
@@ -282,21 +280,21 @@ func describeValue(v value) string {
 		case v.lit == nil:
 			return "null"
 		case v.lit.Kind == ast.StringValue || v.lit.Kind == ast.BlockValue:
-			return strconv.Quote(truncate(v.lit.Raw))
+			return strconv.Quote(echo.Cut(v.lit.Raw))
 		case v.lit.Kind == ast.ListValue:
 			return "a list"
 		case v.lit.Kind == ast.ObjectValue:
 			return "an object"
 		}
-		return truncate(v.lit.Raw)
+		return echo.Cut(v.lit.Raw)
 	}
 	switch x := v.raw.(type) {
 	case nil:
 		return "null"
 	case string:
-		return strconv.Quote(truncate(x))
+		return strconv.Quote(echo.Cut(x))
 	case json.Number:
-		return truncate(string(x))
+		return echo.Cut(string(x))
 	case bool:
 		return strconv.FormatBool(x)
 	}
@@ -307,23 +305,12 @@ func describeValue(v value) string {
 	case reflect.Map, reflect.Struct:
 		return "an object"
 	case reflect.String:
-		return strconv.Quote(truncate(rv.String()))
+		return strconv.Quote(echo.Cut(rv.String()))
 	}
 	if rv.CanInt() || rv.CanUint() || rv.CanFloat() {
-		return truncate(fmt.Sprint(v.raw))
+		return echo.Cut(fmt.Sprint(v.raw))
 	}
 	return fmt.Sprintf("a value of type %T", v.raw)
-}
-
-func truncate(s string) string {
-	if len(s) <= maxEchoed {
-		return s
-	}
-	cut := maxEchoed
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // invalidArgument turns a refusal inside argument name of field f into an

@@ -21,13 +21,11 @@ import (
 	"github.com/costguard/costguard/middleware/identity"
 )
 
-// Store is what the middleware needs from a budget store; limiter.Store
-// (memorystore, redisstore) satisfies it. Take must return once ctx is done.
-type Store interface {
-	Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error)
-}
-
-var _ Store = limiter.Store(nil)
+// Store is what the middleware needs from a budget store: Take, which must
+// return once ctx is done. limiter.Store (memorystore, redisstore)
+// satisfies it, and its Refund enables the over-limit cache and split
+// budgets.
+type Store = stack.Taker
 
 // FailureMode chooses what happens when the store fails or times out.
 type FailureMode string
@@ -67,19 +65,20 @@ type Plan struct {
 // (limiter/overlimit), so that a client hammering an exhausted budget is
 // answered without a store round trip until its Retry-After has passed.
 // The cache never admits anything: budgets stay exact.
-type OverLimitCache string
+type OverLimitCache = stack.OverLimitCache
 
+// The OverLimitCache modes.
 const (
 	// OverLimitCacheAuto (the default; "" means the same) turns the cache
 	// on when Config.Store is a shared store (any limiter.Store other than
 	// a *memorystore.Store), where it saves a network round trip, and off
 	// for the in-memory store, which already answers in a lock.
-	OverLimitCacheAuto OverLimitCache = "auto"
+	OverLimitCacheAuto = stack.OverLimitCacheAuto
 	// OverLimitCacheOn always remembers rejections; it needs a Store with
 	// Refund (a limiter.Store).
-	OverLimitCacheOn OverLimitCache = "on"
+	OverLimitCacheOn = stack.OverLimitCacheOn
 	// OverLimitCacheOff sends every request to the store.
-	OverLimitCacheOff OverLimitCache = "off"
+	OverLimitCacheOff = stack.OverLimitCacheOff
 )
 
 // SplitBudgetOptions tune the leases of the plans with Plan.SplitBudget.
@@ -473,15 +472,11 @@ func (l *Limiter) buildStores(cfg Config) (*stack.Stack, error) {
 			split = p.name // the first, for messages
 		}
 	}
-	var store stack.Taker
-	if cfg.Store != nil {
-		store = cfg.Store
-	}
 	st, err := stack.New(stack.Config{
-		Store:          store,
+		Store:          cfg.Store,
 		MemoryMaxKeys:  cfg.MemoryStore.MaxKeys,
 		OverflowKeys:   len(l.plans),
-		OverLimitCache: stack.OverLimitCache(cfg.OverLimitCache),
+		OverLimitCache: cfg.OverLimitCache,
 		SplitBudget:    split != "",
 		LeaseFraction:  cfg.SplitBudget.LeaseFraction,
 		SettleInterval: cfg.SplitBudget.SettleInterval,

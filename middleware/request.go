@@ -16,6 +16,7 @@ import (
 	"github.com/vektah/gqlparser/v2/lexer"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/internal/echo"
 )
 
 // GraphQL error codes of requests refused before gqlgen reads them. Their
@@ -175,7 +176,7 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		if m.name != canonical || seen[canonical] {
 			return nil, refuse(http.StatusBadRequest, CodeInvalidRequest,
 				"the request body has a member %q; expected each of %s at most once, spelled so",
-				truncate(m.name, 64), strings.Join(requestMembers, ", "))
+				echo.Cut(m.name), strings.Join(requestMembers, ", "))
 		}
 		seen[canonical] = true
 		v := body[m.valueStart:m.valueEnd]
@@ -403,15 +404,6 @@ func declaredIn(query string, vars []member, maxTokens int) []bool {
 }
 
 func isNull(v []byte) bool { return string(v) == "null" }
-
-// truncate cuts s to at most n bytes, so that client input echoed in a
-// message stays small.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
 
 // newJSONBudget is a request's budget of variable values and nesting; a
 // lifted cap (0 once normalised) counts without limit.

@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/costguard/costguard/complexity"
-)
 
-// maxEchoed bounds the bytes of a sent value quoted in a message, as the
-// complexity package bounds the values it quotes.
-const maxEchoed = 64
+	"github.com/costguard/costguard/internal/echo"
+)
 
 // decodeVariables reads a variables document the way a server does, with
 // numbers kept as json.Number.
@@ -117,7 +114,7 @@ func fieldType(schema *ast.Schema, typ *ast.Type, name string) *ast.Type {
 	return nil
 }
 
-// describeSent renders a sent value as JSON, cut to maxEchoed bytes: the
+// describeSent renders a sent value as JSON, cut to echo.MaxBytes bytes: the
 // client chose it.
 func describeSent(v any, sent bool) string {
 	if !sent {
@@ -127,13 +124,5 @@ func describeSent(v any, sent bool) string {
 	if err != nil {
 		return fmt.Sprintf("a value of type %T", v)
 	}
-	s := string(b)
-	if len(s) <= maxEchoed {
-		return s
-	}
-	cut := maxEchoed
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return echo.Cut(string(b))
 }
