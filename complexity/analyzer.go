@@ -704,64 +704,33 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 	*pf = pricedField{key: g.key, field: f, info: fi, n: 1, depth: 1}
 	handed, hasHanded, inherit := sz.lookup(fi.name)
 
-	// Slicing arguments: validate every one given, keep the largest.
-	var sliced int64
-	hasSliced := false
-	given := 0
-	for _, in := range fi.slicing {
-		v, ok := w.given(f, in)
-		if !ok {
-			continue
+	// declared is the size the field itself declares: its largest slicing
+	// argument, else its @listSize assumedSize.
+	declared, hasDeclared := fi.assumed, fi.hasAssumed
+	if len(fi.slicing) > 0 {
+		sliced, hasSliced, err := w.slicingSize(f, fi)
+		if err != nil {
+			return err
 		}
-		given++
-		n, isList, ok, bad := w.size(v, in)
-		if bad != nil {
-			return w.invalidArgument(f, fi.name, in.name, bad)
+		if hasSliced {
+			declared, hasDeclared = sliced, true
 		}
-		if !ok {
-			continue
-		}
-		if n < 0 {
-			return w.breadthError(f, fmt.Sprintf("field %s: %s must not be negative", fi.name, describeSize(in.name, n, isList)), n)
-		}
-		if mb := w.a.cfg.maxBreadth; mb > 0 && n > mb {
-			return w.breadthError(f, fmt.Sprintf("field %s: %s exceeds the maximum of %d", fi.name, describeSize(in.name, n, isList), mb), n)
-		}
-		if !hasSliced || n > sliced {
-			sliced, hasSliced = n, true
-		}
-	}
-	if fi.requireOne && given != 1 {
-		names := make([]string, len(fi.slicing))
-		for i, in := range fi.slicing {
-			names[i] = in.name
-		}
-		return &Error{
-			Code:      CodeSlicingArgumentRequired,
-			Message:   fmt.Sprintf("field %s: exactly one of the slicing arguments %s is required, %d given", fi.name, strings.Join(names, ", "), given),
-			Locations: locationsOf(f.Position),
-			Path:      w.errPath(),
-			Value:     float64(given),
-			Limit:     1,
-		}
-	}
-	own, hasOwn := sliced, hasSliced
-	if !hasOwn && fi.hasAssumed {
-		own, hasOwn = fi.assumed, true
 	}
 	if fi.list {
+		// A size handed down by the parent wins; a declared size counts
+		// unless it is meant for sizedFields; else the default.
 		switch {
 		case hasHanded:
 			pf.n = handed
-		case hasOwn && len(fi.sized) == 0:
-			pf.n = own
+		case hasDeclared && len(fi.sized) == 0:
+			pf.n = declared
 		default:
 			pf.n = w.a.cfg.defaultListSize
 		}
 	}
 	childSizes := inherit
-	if len(fi.sized) > 0 && hasOwn {
-		childSizes = sizes{spec: fi, size: own}
+	if len(fi.sized) > 0 && hasDeclared {
+		childSizes = sizes{spec: fi, size: declared}
 	}
 
 	cost := fi.weight
@@ -772,31 +741,83 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 		}
 		cost = addCost(cost, c)
 	}
-	if fi.ret.composite {
-		var children pricedSet
-		memo, err := w.priceChildren(&children, g, fi.ret, childSizes, depth+1, shared)
-		if err != nil {
-			return err
-		}
-		switch {
-		case memo != nil:
-			pf.children = memo
-		case w.explain:
-			pf.children = new(pricedSet)
-			*pf.children = children
-		}
-		pf.depth = 1 + children.depth
-		var own int64
-		if fi.list {
-			own = 1
-		}
-		pf.nodes = mulCount(pf.n, addCount(own, children.nodes))
-		cost = addCost(cost, mulCost(children.cost, pf.n))
-	} else {
-		cost = addCost(cost, mulCost(fi.ret.weight, pf.n))
+	if !fi.ret.composite {
+		pf.cost = clampZero(addCost(cost, mulCost(fi.ret.weight, pf.n)))
+		return nil
 	}
-	pf.cost = clampZero(cost)
+	var children pricedSet
+	memo, err := w.priceChildren(&children, g, fi.ret, childSizes, depth+1, shared)
+	if err != nil {
+		return err
+	}
+	switch {
+	case memo != nil:
+		pf.children = memo
+	case w.explain:
+		pf.children = new(pricedSet)
+		*pf.children = children
+	}
+	pf.depth = 1 + children.depth
+	// Each object a list returns is a node; a single object is not.
+	var perObject int64
+	if fi.list {
+		perObject = 1
+	}
+	pf.nodes = mulCount(pf.n, addCount(perObject, children.nodes))
+	pf.cost = clampZero(addCost(cost, mulCost(children.cost, pf.n)))
 	return nil
+}
+
+// slicingSize checks every slicing argument f gives (coerced, not
+// negative, within MaxBreadth) and returns the largest; hasSize is false
+// when none gives a size. A field whose @listSize requires exactly one
+// slicing argument is refused with any other count.
+func (w *walker) slicingSize(f *ast.Field, fi *fieldInfo) (size int64, hasSize bool, err error) {
+	given := 0
+	for _, in := range fi.slicing {
+		v, ok := w.given(f, in)
+		if !ok {
+			continue
+		}
+		given++
+		n, isList, ok, bad := w.size(v, in)
+		if bad != nil {
+			return 0, false, w.invalidArgument(f, fi.name, in.name, bad)
+		}
+		if !ok {
+			continue
+		}
+		if n < 0 {
+			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s must not be negative", fi.name, describeSize(in.name, n, isList)), n)
+		}
+		if mb := w.a.cfg.maxBreadth; mb > 0 && n > mb {
+			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s exceeds the maximum of %d", fi.name, describeSize(in.name, n, isList), mb), n)
+		}
+		if !hasSize || n > size {
+			size, hasSize = n, true
+		}
+	}
+	if fi.requireOne && given != 1 {
+		return 0, false, w.slicingRequiredError(f, fi, given)
+	}
+	return size, hasSize, nil
+}
+
+// slicingRequiredError is SLICING_ARGUMENT_REQUIRED for f, which gave
+// given slicing arguments where exactly one is required.
+func (w *walker) slicingRequiredError(f *ast.Field, fi *fieldInfo, given int) *Error {
+	names := make([]string, len(fi.slicing))
+	for i, in := range fi.slicing {
+		names[i] = in.name
+	}
+	return &Error{
+		Code:      CodeSlicingArgumentRequired,
+		Message:   fmt.Sprintf("field %s: exactly one of the slicing arguments %s is required, %d given", fi.name, strings.Join(names, ", "), given),
+		Locations: locationsOf(f.Position),
+		Path:      w.errPath(),
+		Value:     float64(given),
+		Limit:     1,
+	}
 }
 
 func (w *walker) errPath() []string {
