@@ -247,7 +247,8 @@ func TestDecisionsAreExact(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%d_per_%v", l.Algorithm, l.Rate, l.Period), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(l.Rate)))
 			capacity := l.Rate
-			if l.Algorithm <= limiter.LeakyBucketShaping {
+			switch l.Algorithm { // named here, not read from the code under test
+			case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
 				capacity = l.Burst
 			}
 			m := &model{limit: l, capacity: capacity}

@@ -104,7 +104,8 @@ func diffLimits() []limiter.Limit {
 
 // capacityOf is the most a single call can ever take under l.
 func capacityOf(l limiter.Limit) int64 {
-	if l.Algorithm <= limiter.LeakyBucketShaping {
+	switch l.Algorithm { // named here, not read from the code under test
+	case limiter.TokenBucket, limiter.LeakyBucketPolicing, limiter.LeakyBucketShaping:
 		return l.Burst
 	}
 	return l.Rate
