@@ -35,5 +35,6 @@ func main() {
 	srv.SetQueryCache(cache)
 
 	http.Handle("/graphql", lim.Handler(srv)) // the extension, the statuses, the headers
-	log.Fatal(http.ListenAndServe(":8080", nil))
+	hs := &http.Server{Addr: ":8080", ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+	log.Fatal(hs.ListenAndServe()) // with timeouts: a slow client cannot hold a connection
 }
