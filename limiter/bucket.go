@@ -56,7 +56,7 @@ func TakeBucket(l Limit, s BucketState, now, cost int64) (BucketState, Decision,
 	}
 	s = b.drainState(s, clampNow(now))
 	if cost > b.Burst {
-		return s, b.decision(s, false), exceeds(cost, b.Burst)
+		return s, b.decision(s, false), ExceedsCapacity(cost, b.Burst)
 	}
 	if retry := b.RetryAfter(s.Level, cost); retry > 0 {
 		d := b.decision(s, false)

@@ -45,7 +45,7 @@ func TakeSlidingLog(l Limit, log []LogEntry, now, cost int64) ([]LogEntry, Decis
 	log, now = p.prune(log, now)
 	n := logUnits(log)
 	if cost > l.Rate {
-		return log, p.logDecision(l, log, n, now, false), exceeds(cost, l.Rate)
+		return log, p.logDecision(l, log, n, now, false), ExceedsCapacity(cost, l.Rate)
 	}
 	if n+cost > l.Rate {
 		d := p.logDecision(l, log, n, now, false)

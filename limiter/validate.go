@@ -103,8 +103,9 @@ func checkCost(what string, n int64) error {
 	return nil
 }
 
-// exceeds is the error for a cost that can never fit.
-func exceeds(cost, capacity int64) error {
+// ExceedsCapacity is the error every store returns for a cost that can
+// never fit: it wraps ErrCostExceedsCapacity and names both numbers.
+func ExceedsCapacity(cost, capacity int64) error {
 	return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsCapacity, cost, capacity)
 }
 

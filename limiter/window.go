@@ -44,7 +44,7 @@ func TakeFixedWindow(l Limit, s WindowState, now, cost int64) (WindowState, Deci
 	s, e := p.roll(l, s, now)
 	s.Prev = 0
 	if cost > l.Rate {
-		return s, p.fixedDecision(l, s, e, false), exceeds(cost, l.Rate)
+		return s, p.fixedDecision(l, s, e, false), ExceedsCapacity(cost, l.Rate)
 	}
 	if s.Count+cost > l.Rate {
 		d := p.fixedDecision(l, s, e, false)
@@ -107,7 +107,7 @@ func TakeSlidingCounter(l Limit, s WindowState, now, cost int64) (WindowState, D
 	}
 	s, e := p.roll(l, s, now)
 	if cost > l.Rate {
-		return s, p.slidingDecision(l, s, e, false), exceeds(cost, l.Rate)
+		return s, p.slidingDecision(l, s, e, false), ExceedsCapacity(cost, l.Rate)
 	}
 	rest := p.period - e
 	if a := l.Rate - s.Count - cost; a < 0 || s.Prev*rest > a*p.period {

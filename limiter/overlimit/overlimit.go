@@ -141,7 +141,7 @@ func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost 
 					return limiter.Decision{}, fmt.Errorf("overlimit: %w", ctxErr)
 				}
 				if cost > limit.Burst {
-					return d, fmt.Errorf("overlimit: %w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, cost, limit.Burst)
+					return d, fmt.Errorf("overlimit: %w", limiter.ExceedsCapacity(cost, limit.Burst))
 				}
 				return d, nil
 			}

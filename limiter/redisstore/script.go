@@ -188,7 +188,7 @@ func (c *call) settle(reply []any) {
 	switch v[0] {
 	case statusOK:
 	case statusExceeds:
-		c.err = fmt.Errorf("%w: cost %d, capacity %d", limiter.ErrCostExceedsCapacity, c.n, c.limit.Capacity())
+		c.err = limiter.ExceedsCapacity(c.n, c.limit.Capacity())
 	default:
 		c.fail(fmt.Errorf("malformed script reply %v", reply))
 	}
