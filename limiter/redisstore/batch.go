@@ -19,30 +19,29 @@ const (
 	dropped                  // its caller left before it was sent
 )
 
-// senderLinger is how long an idle sender waits for more calls before it
-// exits. A warm sender saves the next call a goroutine start (and the
-// growth of its stack through go-redis); exiting leaves an idle store, even
-// one never closed, without goroutines.
-const senderLinger = time.Second
-
 // batcher coalesces concurrent calls into shared round trips.
 //
-// At most maxInFlight round trips are in flight at once. A call that finds
-// the queue empty and a round trip free, and whose ctx allows it (see
-// inlineSafe), runs its round trip itself, in its own goroutine: a lone
-// caller pays no hand-off. Any other call waits in a FIFO queue. Sender
-// goroutines take up to maxSize queued calls at a time and run one round
-// trip for the lot. A call queued while a round trip is free wakes an idle
-// sender or starts one (at most maxInFlight of them); otherwise whoever
-// ends a round trip, sender or inline caller, sees to the queue. So calls
-// arriving while round trips are in flight leave together in the next one.
-// A sender that finds nothing to send lingers for senderLinger, then exits.
+// Who does what:
+//
+//   - slots counts the round trips in flight, and nothing else does: a
+//     round trip holds one of its maxInFlight tokens from before it is
+//     sent until its callers are answered.
+//   - New starts maxInFlight sender goroutines and Close stops them; no
+//     other goroutine is ever started. A sender waits for work, takes a
+//     token, and sends batches of up to maxSize queued calls until the
+//     queue is empty, then gives the token back.
+//   - A call that finds the queue empty and a token free, and whose ctx
+//     allows it (see inlineSafe), runs its round trip itself, in its own
+//     goroutine, holding the token meanwhile: a lone caller pays no
+//     hand-off. Any other call queues and wakes a sender.
+//
+// So calls arriving while round trips are in flight leave together in the
+// next one, sent by whichever sender gets the next free token.
 type batcher struct {
 	s           *Store
 	maxSize     int
 	maxWait     time.Duration
 	maxInFlight int
-	linger      time.Duration // senderLinger; tests shorten it
 	// deadlines: the client bounds its socket I/O by a ctx's deadline.
 	deadlines bool
 
@@ -53,36 +52,43 @@ type batcher struct {
 	// call. Tests use it to watch and to hold batches.
 	onBatch func(n int, inline bool)
 
-	mu         sync.Mutex
-	head, tail *call
-	queued     int
-	flying     int  // round trips in flight: senders' and inline calls'
-	senders    int  // running sender goroutines
-	idle       int  // senders lingering for work
-	closed     bool // no more calls; the senders are stopping
+	// slots holds one token per round trip in flight (capacity
+	// maxInFlight): the semaphore senders and inline calls share.
+	slots chan struct{}
 
-	wake    chan struct{}  // a call was queued for an idle sender (capacity 1)
-	more    chan struct{}  // a call was queued (capacity 1; only with maxWait)
-	closing chan struct{}  // closed by close
-	wg      sync.WaitGroup // the senders and the inline round trips
+	mu     sync.Mutex
+	queue  []*call // FIFO; calls whose caller left stay in it, dropped
+	queued int     // the calls in queue still waiting to be sent
+	closed bool    // no more calls; the senders are stopping
+
+	// wake is pending (capacity 1) while calls are queued and no sender
+	// has taken them yet; a sender filling a batch waits on it too.
+	wake    chan struct{}
+	closing chan struct{} // closed by close
+	senders sync.WaitGroup
+	stop    sync.Once
 }
 
 func newBatcher(s *Store, maxSize int, maxWait time.Duration, maxInFlight int, deadlines bool) *batcher {
-	return &batcher{
+	b := &batcher{
 		s:           s,
 		maxSize:     maxSize,
 		maxWait:     maxWait,
 		maxInFlight: maxInFlight,
-		linger:      senderLinger,
 		deadlines:   deadlines,
 		timer: func(d time.Duration) (<-chan time.Time, func() bool) {
 			t := time.NewTimer(d)
 			return t.C, t.Stop
 		},
+		slots:   make(chan struct{}, maxInFlight),
 		wake:    make(chan struct{}, 1),
-		more:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 	}
+	b.senders.Add(maxInFlight)
+	for range maxInFlight {
+		go b.send()
+	}
+	return b
 }
 
 // submit runs c's round trip inline when it may, or queues c and waits
@@ -98,27 +104,18 @@ func (b *batcher) submit(ctx context.Context, c *call) (limiter.Decision, error)
 		b.mu.Unlock()
 		return limiter.Decision{}, ErrClosed
 	}
-	if inline && b.queued == 0 && b.flying < b.maxInFlight {
-		b.flying++
-		b.wg.Add(1) // Close waits for this round trip too
+	if inline && b.queued == 0 && b.tryAcquire() {
 		b.mu.Unlock()
 		b.runInline(ctx, c)
 		return c.d, c.err
 	}
 	c.done = make(chan struct{})
 	c.deadline, _ = ctx.Deadline()
-	b.push(c)
-	wake, start := b.dispatchLocked()
+	c.state = queued
+	b.queue = append(b.queue, c)
+	b.queued++
+	signal(b.wake)
 	b.mu.Unlock()
-
-	switch {
-	case wake:
-		signal(b.wake)
-	case start:
-		go b.send()
-	case b.maxWait > 0:
-		signal(b.more) // for a sender waiting for its batch to fill
-	}
 
 	select {
 	case <-c.done:
@@ -127,8 +124,8 @@ func (b *batcher) submit(ctx context.Context, c *call) (limiter.Decision, error)
 	}
 	b.mu.Lock()
 	if c.state == queued {
-		b.unlink(c)
-		c.state = dropped
+		c.state = dropped // take skips it
+		b.queued--
 	}
 	b.mu.Unlock()
 	select {
@@ -140,6 +137,19 @@ func (b *batcher) submit(ctx context.Context, c *call) (limiter.Decision, error)
 	// is discarded. c's fields now belong to the sender; leave them alone.
 	return limiter.Decision{}, c.wrap(ctx.Err())
 }
+
+// tryAcquire takes a round-trip token if one is free.
+func (b *batcher) tryAcquire() bool {
+	select {
+	case b.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// release gives a round-trip token back.
+func (b *batcher) release() { <-b.slots }
 
 // inlineSafe reports whether a call with ctx may run its round trip in
 // the caller's goroutine. A caller blocked in the client's socket I/O can
@@ -184,47 +194,14 @@ func clientDeadlines(client any) bool {
 }
 
 // runInline runs c's round trip in the caller's goroutine; submit has
-// counted it in flight. Calls queued meanwhile are then handed to a sender.
+// taken its token. Calls queued meanwhile have woken a sender, which takes
+// the token once it is released.
 func (b *batcher) runInline(ctx context.Context, c *call) {
-	defer b.wg.Done()
-	defer b.landed() // even if the hook or the client panics
+	defer b.release() // even if the hook or the client panics
 	if b.onBatch != nil {
 		b.onBatch(1, true)
 	}
 	b.s.roundTrip(ctx, c.single())
-}
-
-// landed counts an inline round trip out and starts whatever the queue
-// needs now that a round trip is free.
-func (b *batcher) landed() {
-	b.mu.Lock()
-	b.flying--
-	wake, start := b.dispatchLocked()
-	b.mu.Unlock()
-	if wake {
-		signal(b.wake)
-	} else if start {
-		go b.send()
-	}
-}
-
-// dispatchLocked decides how queued calls leave when a round trip is free:
-// by waking an idle sender (wake) or by a new one, already counted in
-// (start). Neither, when nothing is queued, no round trip is free (the
-// one that lands first dispatches) or a sender is running anyway. b.mu
-// must be held.
-func (b *batcher) dispatchLocked() (wake, start bool) {
-	switch {
-	case b.queued == 0 || b.flying >= b.maxInFlight || b.closed:
-		return false, false
-	case b.idle > 0:
-		return true, false
-	case b.senders < b.maxInFlight:
-		b.senders++
-		b.wg.Add(1)
-		return false, true
-	}
-	return false, false
 }
 
 // signal sends on c, a channel of capacity 1, unless a signal is pending.
@@ -235,99 +212,95 @@ func signal(c chan struct{}) {
 	}
 }
 
-// send is a sender goroutine: it runs round trips until the queue has been
-// empty for b.linger.
+// send is a sender goroutine, started by New and stopped by close. Woken
+// by a queued call, it takes a round-trip token and sends batches until
+// the queue is empty; take gives the token back then.
 func (b *batcher) send() {
-	defer b.wg.Done()
-	idle := time.NewTimer(b.linger)
-	defer idle.Stop()
-	for prev := 0; ; {
-		batch := b.take(prev, idle)
-		if batch == nil {
+	defer b.senders.Done()
+	var batch []*call // reused: the sender's own
+	for {
+		select {
+		case <-b.wake:
+		case <-b.closing:
 			return
 		}
-		prev = len(batch)
-		if b.onBatch != nil {
-			b.onBatch(len(batch), false)
+		select {
+		case b.slots <- struct{}{}:
+		case <-b.closing:
+			return
 		}
-		ctx, cancel := b.context(batch)
-		b.s.roundTrip(ctx, batch)
-		cancel()
-		for _, c := range batch {
-			close(c.done)
+		for prev := 0; ; prev = len(batch) {
+			batch = b.take(batch[:0], prev)
+			if len(batch) == 0 {
+				break
+			}
+			if b.onBatch != nil {
+				b.onBatch(len(batch), false)
+			}
+			ctx, cancel := b.context(batch)
+			b.s.roundTrip(ctx, batch)
+			cancel()
+			for i, c := range batch {
+				close(c.done)
+				batch[i] = nil // the caller's, from now on
+			}
 		}
 	}
 }
 
-// take removes the next batch from the queue, counting its round trip in
-// flight; prev is the size of the sender's previous batch, whose round
-// trip has landed (0 for none). An empty queue, or no round trip free
-// (inline calls hold them), makes the sender linger on idle; take returns
-// nil, counting the sender out, when nothing came or the store closed.
+// take moves the next batch, up to maxSize calls, from the queue into
+// batch, for a sender holding a token. prev is the size of the sender's
+// previous batch under this token, whose callers have been answered (0
+// for none). When nothing is left to send, or the store has closed (close
+// has failed what was queued), take gives the token back and returns
+// batch empty.
 //
 // With MaxBatchWait set, a batch that is not full first waits for more, but
 // only right after a round trip that carried prev ≥ 2 calls: that is the
 // sign of concurrent callers. A caller making one call after another, or
 // one arriving at an idle store, never waits.
-func (b *batcher) take(prev int, idle *time.Timer) []*call {
+func (b *batcher) take(batch []*call, prev int) []*call {
 	if prev >= 2 && b.maxWait > 0 {
 		b.fill()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if prev > 0 {
-		// Counted out only now, after its callers were answered: a call
-		// arriving meanwhile queues for the next batch instead of going
-		// inline alone.
-		b.flying--
+	if b.queued == 0 || b.closed {
+		// Given back only now, after the previous callers were answered:
+		// a call arriving meanwhile queues for this sender instead of
+		// going inline alone.
+		clear(b.queue) // dropped calls, if any
+		b.queue = b.queue[:0]
+		b.release()
+		return batch
 	}
-	for !b.readyLocked() && !b.closed {
-		if !b.lingerLocked(idle) {
-			break
+	i := 0
+	for ; i < len(b.queue) && len(batch) < b.maxSize; i++ {
+		c := b.queue[i]
+		b.queue[i] = nil
+		if c.state == dropped {
+			continue
 		}
-	}
-	if !b.readyLocked() || b.closed { // close has failed what was queued
-		b.senders--
-		return nil
-	}
-	b.flying++
-	batch := make([]*call, 0, min(b.queued, b.maxSize))
-	for b.head != nil && len(batch) < b.maxSize {
-		c := b.head
-		b.unlink(c)
 		c.state = sent
 		batch = append(batch, c)
+	}
+	b.queued -= len(batch)
+	if b.queued == 0 {
+		clear(b.queue[i:]) // only dropped calls are left
+		b.queue = b.queue[:0]
+		select { // taken: no sender need wake for them
+		case <-b.wake:
+		default:
+		}
+	} else {
+		b.queue = b.queue[i:]
+		signal(b.wake) // for another sender, if a token is free
 	}
 	return batch
 }
 
-// readyLocked reports whether a batch may leave now: calls are queued and
-// a round trip is free. b.mu must be held.
-func (b *batcher) readyLocked() bool {
-	return b.queued > 0 && b.flying < b.maxInFlight
-}
-
-// lingerLocked waits, with b.mu released, until a call is queued for an
-// idle sender or a round trip lands (true), or idle fires or the store
-// closes (false).
-func (b *batcher) lingerLocked(idle *time.Timer) bool {
-	b.idle++
-	b.mu.Unlock()
-	idle.Reset(b.linger)
-	woken := false
-	select {
-	case <-b.wake:
-		woken = true
-	case <-idle.C:
-	case <-b.closing:
-	}
-	b.mu.Lock()
-	b.idle--
-	return woken
-}
-
 // fill waits until the queue holds a full batch, MaxBatchWait has passed,
-// or the store closes. An empty queue does not wait: the sender exits.
+// or the store closes. An empty queue does not wait.
 func (b *batcher) fill() {
 	b.mu.Lock()
 	wait := b.queued > 0 && b.queued < b.maxSize && !b.closed
@@ -343,7 +316,7 @@ func (b *batcher) fill() {
 			return
 		case <-b.closing:
 			return
-		case <-b.more:
+		case <-b.wake:
 			b.mu.Lock()
 			full := b.queued >= b.maxSize
 			b.mu.Unlock()
@@ -371,49 +344,28 @@ func (b *batcher) context(batch []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), latest)
 }
 
-// close fails the queued calls with ErrClosed and waits for the round trips
-// in flight, senders' and inline, and for the senders to exit.
+// close fails the queued calls with ErrClosed, stops the senders and waits
+// for every round trip in flight, senders' and inline, by taking all the
+// tokens (which it keeps: nothing is sent after close). Concurrent and
+// later calls wait for the first to finish.
 func (b *batcher) close() {
-	b.mu.Lock()
-	if !b.closed {
+	b.stop.Do(func() {
+		b.mu.Lock()
 		b.closed = true
 		close(b.closing)
-		for c := b.head; c != nil; c = b.head {
-			b.unlink(c)
-			c.state = sent
-			c.d, c.err = limiter.Decision{}, ErrClosed
-			close(c.done)
+		for i, c := range b.queue {
+			b.queue[i] = nil
+			if c.state == queued {
+				c.state = sent
+				c.d, c.err = limiter.Decision{}, ErrClosed
+				close(c.done)
+			}
 		}
-	}
-	b.mu.Unlock()
-	b.wg.Wait()
-}
-
-// push appends c to the queue. b.mu must be held.
-func (b *batcher) push(c *call) {
-	c.state = queued
-	c.prev, c.next = b.tail, nil
-	if b.tail == nil {
-		b.head = c
-	} else {
-		b.tail.next = c
-	}
-	b.tail = c
-	b.queued++
-}
-
-// unlink removes queued c from the queue. b.mu must be held.
-func (b *batcher) unlink(c *call) {
-	if c.prev == nil {
-		b.head = c.next
-	} else {
-		c.prev.next = c.next
-	}
-	if c.next == nil {
-		b.tail = c.prev
-	} else {
-		c.next.prev = c.prev
-	}
-	c.prev, c.next = nil, nil
-	b.queued--
+		b.queue, b.queued = nil, 0
+		b.mu.Unlock()
+		b.senders.Wait()
+		for range b.maxInFlight {
+			b.slots <- struct{}{}
+		}
+	})
 }

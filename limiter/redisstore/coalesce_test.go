@@ -202,8 +202,7 @@ func TestLoneCallerSentAtOnce(t *testing.T) {
 // asks no more of the network than the client enforces: a ctx that never
 // ends, or a deadline on a client that bounds its socket I/O by it
 // (ContextTimeoutEnabled). Any other call is handed to a sender, so that
-// its caller can leave when its ctx ends. Counted by the batch hook: no
-// sender goroutine ever starts for inline calls.
+// its caller can leave when its ctx ends. Counted by the batch hook.
 func TestIdleCallRunsInline(t *testing.T) {
 	addr := redistest.SharedServer(t).Addr()
 	standalone := func(o redis.Options) func(t *testing.T) redis.Scripter {
@@ -270,9 +269,6 @@ func TestIdleCallRunsInline(t *testing.T) {
 			if got, want := rec.kinds(), strings.TrimSpace(strings.Repeat(kind+" ", calls)); got != want {
 				t.Errorf("batches sent %s, want all %s", got, kind)
 			}
-			if n := redisstore.Senders(s); tc.inline && n != 0 {
-				t.Errorf("%d senders started for inline calls", n)
-			}
 		})
 	}
 }
@@ -296,8 +292,8 @@ func TestInlineCallHandsQueueOver(t *testing.T) {
 
 	first := goTake(ctx, s, "first", roomy, 1)
 	<-rec.seen
-	if n, m := redisstore.InFlight(s), redisstore.Senders(s); n != 1 || m != 0 {
-		t.Fatalf("%d round trips in flight and %d senders, want the inline one and none", n, m)
+	if n := redisstore.InFlight(s); n != 1 {
+		t.Fatalf("%d round trips in flight, want the inline one", n)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -796,6 +792,7 @@ func TestRestartMidBatch(t *testing.T) {
 // goroutine), and returns once no goroutine of the store is left; later
 // calls fail with ErrClosed.
 func TestCloseStopsSenders(t *testing.T) {
+	others := senderGoroutines(t) // other tests' stores, never closed
 	_, _, s := private(t, redisstore.Config{})
 	rec := newRecorder()
 	redisstore.SetBatchHook(s, rec.hook)
@@ -824,11 +821,11 @@ func TestCloseStopsSenders(t *testing.T) {
 		t.Fatalf("in-flight call: %+v, %v", o.d, o.err)
 	}
 	<-closed
-	if n := redisstore.Senders(s); n != 0 {
-		t.Fatalf("%d senders running after Close", n)
+	if n := redisstore.InFlight(s); n != redisstore.MaxInFlight(s) {
+		t.Fatalf("Close returned holding %d round-trip tokens of %d", n, redisstore.MaxInFlight(s))
 	}
 	// Close has waited for them; they may still be unwinding.
-	waitFor(t, "the sender goroutines to end", func() bool { return senderGoroutines(t) == 0 })
+	waitFor(t, "the sender goroutines to end", func() bool { return senderGoroutines(t) == others })
 	if _, err := s.Take(ctx, "after", roomy, 1); !errors.Is(err, redisstore.ErrClosed) {
 		t.Fatalf("Take after Close: %v; want ErrClosed", err)
 	}
@@ -840,26 +837,52 @@ func TestCloseStopsSenders(t *testing.T) {
 	}
 }
 
-// TestIdleStoreHasNoGoroutine: a store that is never closed leaks nothing:
-// its senders exit once the queue has stayed empty for their linger time.
-func TestIdleStoreHasNoGoroutine(t *testing.T) {
+// TestSendersOwnedByStore: New starts exactly MaxInFlight sender
+// goroutines and Close stops them; calls never start any, whether they run
+// inline or are handed off, one at a time or many at once, and an idle
+// store keeps exactly its fixed senders.
+func TestSendersOwnedByStore(t *testing.T) {
 	rdb := redistest.SharedServer(t).Client(t)
-	s, err := redisstore.New(rdb, redisstore.Config{Prefix: uniquePrefix(t), MaxInFlight: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	redisstore.SetLinger(s, time.Millisecond) // instead of a second
-	var wg sync.WaitGroup
-	for i := range 16 {
-		wg.Go(func() {
-			if _, err := s.Take(context.Background(), "k"+strconv.Itoa(i), roomy, 1); err != nil {
-				t.Error(err)
+	for _, inFlight := range []int{1, 4} {
+		t.Run(fmt.Sprintf("in_flight_%d", inFlight), func(t *testing.T) {
+			others := senderGoroutines(t) // other tests' stores, never closed
+			s, err := redisstore.New(rdb, redisstore.Config{Prefix: uniquePrefix(t), MaxInFlight: inFlight})
+			if err != nil {
+				t.Fatal(err)
 			}
+			defer s.Close()
+			waitFor(t, "the senders to start", func() bool { return senderGoroutines(t) == others+inFlight })
+			cctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for round := range 3 {
+				var wg sync.WaitGroup
+				for i := range 16 {
+					ctx := context.Background()
+					if i%2 == 0 {
+						ctx = cctx // handed off
+					}
+					wg.Go(func() {
+						if _, err := s.Take(ctx, "k"+strconv.Itoa(i), roomy, 1); err != nil {
+							t.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+				if _, err := s.Take(context.Background(), "lone", roomy, 1); err != nil {
+					t.Fatal(err)
+				}
+				if n := senderGoroutines(t) - others; n != inFlight {
+					t.Fatalf("round %d: %d sender goroutines, want the %d New started", round, n, inFlight)
+				}
+				// A sender gives its token back just after answering.
+				waitFor(t, "the store to rest", func() bool { return redisstore.Queued(s) == 0 && redisstore.InFlight(s) == 0 })
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the sender goroutines to end", func() bool { return senderGoroutines(t) == others })
 		})
 	}
-	wg.Wait()
-	waitFor(t, "the senders to exit", func() bool { return redisstore.Senders(s) == 0 })
-	waitFor(t, "the sender goroutines to end", func() bool { return senderGoroutines(t) == 0 })
 }
 
 // senderGoroutines counts the goroutines running a batcher's sender loop,
@@ -872,6 +895,9 @@ func senderGoroutines(t *testing.T) int {
 	}
 	n := 0
 	for _, block := range strings.Split(b.String(), "\n\n") {
+		if strings.HasPrefix(block, "goroutine profile:") { // the header line
+			_, block, _ = strings.Cut(block, "\n")
+		}
 		if strings.Contains(block, "redisstore.(*batcher).send") {
 			count, _, _ := strings.Cut(block, " @ ")
 			c, err := strconv.Atoi(strings.TrimSpace(count))

@@ -24,6 +24,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer store.Close() // stops the senders New started
 	limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 20, Rate: 100, Period: time.Minute}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"time"
 
 	"github.com/costguard/costguard/limiter"
 )
@@ -19,9 +18,6 @@ func SetBatchHook(s *Store, f func(n int, inline bool)) { s.batch.onBatch = f }
 // SetBatchTimer replaces the MaxBatchWait timer.
 func SetBatchTimer(s *Store, t limiter.Timer) { s.batch.timer = t }
 
-// SetLinger sets how long an idle sender waits for work before it exits.
-func SetLinger(s *Store, d time.Duration) { s.batch.linger = d }
-
 // Queued is how many calls wait in the store's queue.
 func Queued(s *Store) int {
 	s.batch.mu.Lock()
@@ -29,19 +25,9 @@ func Queued(s *Store) int {
 	return s.batch.queued
 }
 
-// InFlight is how many round trips are in flight, senders' and inline.
-func InFlight(s *Store) int {
-	s.batch.mu.Lock()
-	defer s.batch.mu.Unlock()
-	return s.batch.flying
-}
-
-// Senders is how many sender goroutines are running.
-func Senders(s *Store) int {
-	s.batch.mu.Lock()
-	defer s.batch.mu.Unlock()
-	return s.batch.senders
-}
+// InFlight is how many round trips are in flight, senders' and inline:
+// the round-trip tokens taken.
+func InFlight(s *Store) int { return len(s.batch.slots) }
 
 // BatchCall is one call of RoundTrip.
 type BatchCall struct {

@@ -100,10 +100,9 @@ type call struct {
 	err error
 
 	// Owned by the batcher (guarded by its mutex until sent).
-	state      callState
-	prev, next *call
-	done       chan struct{} // closed once d and err are set
-	deadline   time.Time     // the caller's, zero when it has none
+	state    callState
+	done     chan struct{} // closed once d and err are set
+	deadline time.Time     // the caller's, zero when it has none
 
 	one [1]*call // backs single
 }

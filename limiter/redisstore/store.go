@@ -41,9 +41,8 @@
 // call. A ctx that can be cancelled but has no deadline always takes the
 // hand-off, so its caller can leave at once.
 //
-// Close stops the store's goroutines, after the round trips in flight; a
-// store that is never closed leaks none either, as they exit after a
-// second without work.
+// New starts the store's MaxInFlight sender goroutines; Close stops them,
+// after the round trips in flight. Close a store you are done with.
 //
 // The store's script commands are never resent by go-redis's retries
 // (MaxRetries), which would run a script twice: a call that times out
@@ -168,15 +167,16 @@ type Config struct {
 	MaxBatchWait time.Duration
 	// MaxInFlight is how many round trips may be in flight at once (default
 	// DefaultMaxInFlight, or DefaultMultiNodeMaxInFlight for a Cluster or
-	// Ring client; at most MaxMaxInFlight). More overlaps network time with
-	// Redis's work but makes batches smaller.
+	// Ring client; at most MaxMaxInFlight), and how many sender goroutines
+	// New starts. More overlaps network time with Redis's work but makes
+	// batches smaller.
 	MaxInFlight int
 }
 
 // Store is a limiter.Store on Redis. It is safe for concurrent use. It
 // owns no connection (closing the client is the caller's job); with
-// coalescing on it owns the goroutines that send batches, which Close
-// stops.
+// coalescing on it owns the goroutines that send batches, which New starts
+// and Close stops.
 type Store struct {
 	client redis.Scripter
 	route  route
