@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -410,18 +411,32 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		st := &requestState{id: id, plan: p, get: r.Method == http.MethodGet}
-		body, ref := readBody(r, l.maxBody)
-		if ref == nil {
-			release, err := l.holdBody(r.Context(), len(body))
-			if err != nil {
-				// The client left (or the server is shutting down) while the
-				// body waited for room.
-				ra := l.retryAfter(unavailableRetryAfter)
-				writeGraphQLError(w, r, http.StatusServiceUnavailable,
-					codedError(CodeRateLimiterUnavailable, ra, "the server is busy; retry in %s", seconds(ra)), ra)
+		// A large body waits for room before it is read when its length is
+		// declared (waiting bodies then hold no memory; the read that
+		// follows has a deadline, so a slow sender cannot keep the room),
+		// and after it is read when it comes chunked.
+		declared := r.ContentLength > smallBody && r.ContentLength <= l.maxBody
+		var release func()
+		if declared {
+			if release, err = l.holdBody(r.Context(), int(r.ContentLength)); err != nil {
+				l.busy(w, r)
 				return
 			}
 			defer release()
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(largeBodyReadTimeout)) // network time, not the limiter's clock
+		}
+		body, ref := readBody(r, l.maxBody)
+		if declared {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		}
+		if ref == nil && !declared {
+			if release, err = l.holdBody(r.Context(), len(body)); err != nil {
+				l.busy(w, r)
+				return
+			}
+			defer release()
+		}
+		if ref == nil {
 			ref = l.screenGraphQL(r, body, st)
 		}
 		if ref != nil {
@@ -432,6 +447,18 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 		h.ServeHTTP(gw, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 		gw.finish()
 	})
+}
+
+// largeBodyReadTimeout bounds reading a large declared body while it holds
+// room among the bodies in flight.
+const largeBodyReadTimeout = 10 * time.Second
+
+// busy answers a request whose client left, or whose server is shutting
+// down, while its body waited for room.
+func (l *Limiter) busy(w http.ResponseWriter, r *http.Request) {
+	ra := l.retryAfter(unavailableRetryAfter)
+	writeGraphQLError(w, r, http.StatusServiceUnavailable,
+		codedError(CodeRateLimiterUnavailable, ra, "the server is busy; retry in %s", seconds(ra)), ra)
 }
 
 // Handler installs l on a gqlgen server: it adds l's Extension (pricing and

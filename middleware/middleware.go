@@ -223,7 +223,7 @@ type Config struct {
 	// gqlgen reads and decodes a body into about five times its size, so
 	// this is what bounds the memory of many large requests at once. A
 	// body that finds no room waits (until its request's context ends).
-	// Default 2 MiB (or MaxBodyBytes when larger); at least MaxBodyBytes.
+	// Default 1 MiB (or MaxBodyBytes when larger); at least MaxBodyBytes.
 	MaxBodyBytesInFlight int64
 	// MemoryStore sizes the in-memory stores the Limiter creates.
 	MemoryStore MemoryStoreOptions
@@ -272,7 +272,7 @@ const (
 	DefaultMinCost              = 1
 	DefaultIntrospectionCost    = 50
 	DefaultMaxBodyBytes         = 1 << 20
-	DefaultMaxBodyBytesInFlight = 2 << 20
+	DefaultMaxBodyBytesInFlight = 1 << 20
 )
 
 // holdBody waits for room for a body of n bytes among the large bodies in

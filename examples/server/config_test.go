@@ -104,7 +104,7 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 		MaxVariableValues: 10_000, MaxVariablesDepth: 32, InvalidCost: 1, MinCost: 1, IntrospectionCost: 50,
 	}, m.GraphQL)
 	assert.Equal(t, int64(1<<20), m.MaxBodyBytes)
-	assert.Equal(t, int64(2<<20), m.MaxBodyBytesInFlight)
+	assert.Equal(t, int64(1<<20), m.MaxBodyBytesInFlight)
 	assert.Equal(t, 100_000, m.MemoryStore.MaxKeys)
 	assert.Equal(t, middleware.RESTOptions{DefaultCost: 1, Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
 	assert.Equal(t, middleware.FailOpen, m.FailureMode)
