@@ -474,8 +474,7 @@ func (l *Limiter) Handler(srv *handler.Server) http.Handler {
 // notInstalled answers a request GraphQL cannot limit, logging the mistake
 // at most once a minute.
 func (l *Limiter) notInstalled(w http.ResponseWriter, r *http.Request) {
-	now := int64(l.clock.Now().Sub(l.start)) + 1
-	if last := l.lastNotInstalled.Load(); (last == 0 || now-last >= int64(storeFailureLogEvery)) && l.lastNotInstalled.CompareAndSwap(last, now) {
+	if _, due := l.notInstalledWarn.due(l.clock.Now().Sub(l.start)); due {
 		l.log.ErrorContext(r.Context(), "middleware: Limiter.GraphQL wraps a handler, but no Extension of this Limiter was added to a gqlgen server (srv.Use(lim.Extension()), or use lim.Handler(srv)); refusing every GraphQL request")
 	}
 	writeGraphQLError(w, r, http.StatusInternalServerError,

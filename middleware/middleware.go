@@ -340,17 +340,11 @@ type Limiter struct {
 	clock    limiter.Clock
 	start    time.Time
 
-	// lastWarn is the time of the last store-failure warning (nanoseconds
-	// since start, +1 so zero means never); suppressed counts the failures
-	// since. lastFull and overflowed do the same for the full-store warning.
-	lastWarn   atomic.Int64
-	suppressed atomic.Int64
-	lastFull   atomic.Int64
-	overflowed atomic.Int64
-	// installed: an Extension of this Limiter was added to a gqlgen server;
-	// lastNotInstalled rate-limits the error logged until then.
-	installed        atomic.Bool
-	lastNotInstalled atomic.Int64
+	// Warnings logged at most once a minute each: a store failure, a full
+	// memory store, a wrapper without its extension.
+	storeWarn, fullWarn, notInstalledWarn everyMinute
+	// installed: an Extension of this Limiter was added to a gqlgen server.
+	installed atomic.Bool
 
 	// randFloat returns a number in [0, 1) for the jitter; tests pin it.
 	randFloat func() float64
@@ -713,12 +707,9 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (li
 // the plan's limit. A flood of new identities then exhausts that bucket,
 // not anyone else's budget, and never gets a fresh burst per identity.
 func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64) (limiter.Decision, error) {
-	now := int64(l.clock.Now().Sub(l.start)) + 1
-	if last := l.lastFull.Load(); (last == 0 || now-last >= int64(storeFailureLogEvery)) && l.lastFull.CompareAndSwap(last, now) {
+	if held, due := l.fullWarn.due(l.clock.Now().Sub(l.start)); due {
 		l.log.Warn("middleware: memory store full (MemoryStore.MaxKeys) and no budget in it is whole; new identities share their plan's overflow bucket",
-			"plan", p.name, "identities_since_last_warning", l.overflowed.Swap(0)+1)
-	} else {
-		l.overflowed.Add(1)
+			"plan", p.name, "identities_since_last_warning", held+1)
 	}
 	return l.stores.Overflow().Take(ctx, overflowKey+p.name, p.limit, cost)
 }
@@ -726,11 +717,8 @@ func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64) (limite
 // storeFailed logs a store failure, at most once per storeFailureLogEvery
 // across the Limiter; the message counts the failures it stood in for.
 func (l *Limiter) storeFailed(p *plan, err error) {
-	now := int64(l.clock.Now().Sub(l.start)) + 1
-	last := l.lastWarn.Load()
-	due := last == 0 || now-last >= int64(storeFailureLogEvery)
-	if !due || !l.lastWarn.CompareAndSwap(last, now) { // another caller logs it
-		l.suppressed.Add(1)
+	since, due := l.storeWarn.due(l.clock.Now().Sub(l.start))
+	if !due {
 		return
 	}
 	mode := FailClosed
@@ -740,7 +728,25 @@ func (l *Limiter) storeFailed(p *plan, err error) {
 	}
 	l.log.Warn("middleware: rate-limit store failed; "+action,
 		"err", err, "plan", p.name, "failure_mode", string(mode),
-		"failures_since_last_warning", l.suppressed.Swap(0))
+		"failures_since_last_warning", since)
+}
+
+// everyMinute lets one caller a minute through, counting the others.
+type everyMinute struct {
+	last       atomic.Int64 // nanoseconds since the Limiter started, +1 so 0 means never
+	suppressed atomic.Int64
+}
+
+// due reports whether the caller at elapsed (since the Limiter started)
+// should log, and how many callers were held back since the last one.
+func (e *everyMinute) due(elapsed time.Duration) (suppressed int64, ok bool) {
+	now := int64(elapsed) + 1
+	last := e.last.Load()
+	if (last != 0 && now-last < int64(storeFailureLogEvery)) || !e.last.CompareAndSwap(last, now) {
+		e.suppressed.Add(1) // not due, or another caller logs it
+		return 0, false
+	}
+	return e.suppressed.Swap(0), true
 }
 
 // retryAfter turns a wait into whole seconds, rounded up, never below 1,
