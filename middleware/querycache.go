@@ -16,9 +16,13 @@ const (
 	DefaultQueryCacheEntries = 1000
 	DefaultQueryCacheBytes   = 32 << 20
 	// queryCacheBytesPerToken is what one token of a document costs once
-	// parsed (gqlparser's syntax tree, measured at 100 to 240 bytes a
-	// token), on top of the document's own bytes, which the tree keeps.
+	// parsed (gqlparser's syntax tree: 20 to 200 bytes a token for the
+	// shapes TestQueryCacheEstimateCoversTheTree measures), on top of the
+	// document's own bytes, which the tree keeps.
 	queryCacheBytesPerToken = 256
+	// queryCacheEntryBytes is an entry's fixed part: the document and
+	// operation structs, the map entry and the list element.
+	queryCacheEntryBytes = 8 << 10
 )
 
 var _ graphql.Cache[*ast.QueryDocument] = (*QueryCache)(nil)
@@ -27,8 +31,9 @@ var _ graphql.Cache[*ast.QueryDocument] = (*QueryCache)(nil)
 // by the memory of the documents it holds as well as by their number:
 // gqlgen's lru.New counts entries only, so 1,000 documents of a megabyte
 // each could pin gigabytes. An entry is charged its query's bytes plus an
-// estimate of its parsed tree (queryCacheBytesPerToken a token); the least
-// recently used entries go first. Safe for concurrent use.
+// estimate of its parsed tree (8 KiB, and 256 bytes a token), which a test
+// holds above what gqlparser's tree really takes; the least recently used
+// entries go first. Safe for concurrent use.
 type QueryCache struct {
 	mu         sync.Mutex
 	maxEntries int
@@ -123,5 +128,5 @@ func documentBytes(query string) int64 {
 		}
 		tokens++
 	}
-	return int64(len(query)) + tokens*queryCacheBytesPerToken
+	return queryCacheEntryBytes + int64(len(query)) + tokens*queryCacheBytesPerToken
 }

@@ -3,10 +3,12 @@ package middleware_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
 
 	"github.com/costguard/costguard/middleware"
 )
@@ -14,8 +16,8 @@ import (
 func TestQueryCacheBounds(t *testing.T) {
 	ctx := context.Background()
 	doc := &ast.QueryDocument{}
-	// "{ a }" is 5 bytes and 3 tokens: 5 + 3×256 = 773 bytes.
-	c, err := middleware.NewQueryCache(3, 773*2)
+	// "{ a }" is 5 bytes and 3 tokens: 8192 + 5 + 3×256 = 8965 bytes.
+	c, err := middleware.NewQueryCache(3, 8965*2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,11 +30,11 @@ func TestQueryCacheBounds(t *testing.T) {
 	if _, ok := c.Get(ctx, "{ b }"); ok {
 		t.Error("b kept past the byte bound")
 	}
-	if c.Len() != 2 || c.Bytes() != 773*2 {
+	if c.Len() != 2 || c.Bytes() != 8965*2 {
 		t.Errorf("len %d bytes %d", c.Len(), c.Bytes())
 	}
 	// A document over the whole bound is never kept, and evicts nothing.
-	c.Add(ctx, "{ "+strings.Repeat("x ", 10)+"}", doc)
+	c.Add(ctx, "{ "+strings.Repeat("x ", 100)+"}", doc)
 	if c.Len() != 2 {
 		t.Errorf("an oversized document changed the cache: len %d", c.Len())
 	}
@@ -50,5 +52,45 @@ func TestQueryCacheBounds(t *testing.T) {
 	}
 	if _, err := middleware.NewQueryCache(-1, 0); err == nil {
 		t.Error("negative bound accepted")
+	}
+}
+
+// The cache's estimate of a parsed document (8 KiB, its bytes and 256 a token)
+// is not below what gqlparser's tree actually holds, for documents of very
+// different shapes: so query_cache_bytes bounds real memory.
+func TestQueryCacheEstimateCoversTheTree(t *testing.T) {
+	docs := map[string]string{
+		"one long string": `{ __type(name: "` + strings.Repeat("x", 200_000) + `") { name } }`,
+		"many fields":     "{" + strings.Repeat(" __typename", 2000) + " }",
+		"many aliases":    "{" + strings.Repeat(" a1234: __typename", 2000) + " }",
+		"nested lists":    "{" + strings.Repeat(` user(login: "a") { repos(first: 10) { name issues(first: 5) { title } } }`, 300) + " }",
+		"argument values": "{ f(" + strings.Repeat(" a: [1, 2, 3, {b: 1}]", 1000) + ") }",
+	}
+	for name, q := range docs {
+		t.Run(name, func(t *testing.T) {
+			const copies = 50
+			kept := make([]*ast.QueryDocument, 0, copies)
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for range copies {
+				doc, err := parser.ParseQuery(&ast.Source{Input: strings.Clone(q)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept = append(kept, doc)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			held := int64(after.HeapAlloc-before.HeapAlloc) / copies
+			runtime.KeepAlive(kept)
+
+			c, _ := middleware.NewQueryCache(1, 1<<40)
+			c.Add(context.Background(), q, kept[0])
+			t.Logf("%d bytes: the tree holds %d, the estimate is %d", len(q), held, c.Bytes())
+			if c.Bytes() < held {
+				t.Errorf("estimate %d is below the %d bytes the parsed document holds", c.Bytes(), held)
+			}
+		})
 	}
 }
