@@ -220,7 +220,7 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxBodyBytesInFlight bounds the GraphQL request bodies larger than
 	// 64 KiB that are screened and handed to gqlgen at once, in bytes:
-	// gqlgen reads and decodes a body into about five times its size, so
+	// gqlgen reads and decodes a body into seven to ten times its size, so
 	// this is what bounds the memory of many large requests at once. A
 	// body that finds no room waits (until its request's context ends).
 	// Default 1 MiB (or MaxBodyBytes when larger); at least MaxBodyBytes.
