@@ -213,9 +213,16 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	}
 	out := make([]byte, 0, len(body))
 	out = append(out, body[:varsStart]...)
+	out = appendKept(out, body, vars, keep)
+	return append(out, body[varsEnd:]...), nil
+}
+
+// appendKept appends to out an object of the members of src that keep
+// marks.
+func appendKept(out, src []byte, members []member, keep []bool) []byte {
 	out = append(out, '{')
 	first := true
-	for i, m := range vars {
+	for i, m := range members {
 		if !keep[i] {
 			continue
 		}
@@ -223,10 +230,9 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 			out = append(out, ',')
 		}
 		first = false
-		out = append(out, body[m.keyStart:m.valueEnd]...)
+		out = append(out, src[m.keyStart:m.valueEnd]...)
 	}
-	out = append(out, '}')
-	return append(out, body[varsEnd:]...), nil
+	return append(out, '}')
 }
 
 // screenGETParams applies the same bounds to a GET request's variables and
@@ -271,16 +277,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		if keep == nil {
 			continue
 		}
-		out := []byte{'{'}
-		for i, m := range vars {
-			if keep[i] {
-				if len(out) > 1 {
-					out = append(out, ',')
-				}
-				out = append(out, b[m.keyStart:m.valueEnd]...)
-			}
-		}
-		q.Set(name, string(append(out, '}')))
+		q.Set(name, string(appendKept(nil, b, vars, keep)))
 		r.URL.RawQuery = q.Encode()
 	}
 	return nil
