@@ -8,7 +8,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
-	"github.com/vektah/gqlparser/v2/lexer"
+
+	"github.com/costguard/costguard/complexity"
 )
 
 // Defaults of NewQueryCache.
@@ -119,14 +120,6 @@ func (c *QueryCache) remove(el *list.Element) {
 
 // documentBytes estimates what a parsed query holds in memory.
 func documentBytes(query string) int64 {
-	lex := lexer.New(&ast.Source{Input: query})
-	var tokens int64
-	for {
-		tok, err := lex.ReadToken()
-		if err != nil || tok.Kind == lexer.EOF {
-			break
-		}
-		tokens++
-	}
-	return queryCacheEntryBytes + int64(len(query)) + tokens*queryCacheBytesPerToken
+	size, _ := complexity.CheckDocument(query, complexity.DocumentLimits{}) // no limits: counts only
+	return queryCacheEntryBytes + int64(len(query)) + int64(size.Tokens)*queryCacheBytesPerToken
 }
