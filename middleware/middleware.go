@@ -237,6 +237,9 @@ type Config struct {
 	// so rejected clients do not return in lockstep. It only ever adds.
 	// Between 0 (default) and 1.
 	RetryAfterJitter float64
+	// Observer receives an Event for every decision (nil: none). Package
+	// middleware/prommetrics turns them into Prometheus metrics.
+	Observer Observer
 	// Logger receives store-failure warnings and identification errors.
 	// Default slog.Default().
 	Logger *slog.Logger

@@ -1,0 +1,126 @@
+package middleware
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
+
+// Observer receives one Event for every decision the Limiter makes, once
+// the request's outcome is final (for an executed GraphQL operation, after
+// its actual cost is known). It is the library's one telemetry hook: a
+// metrics adapter (package middleware/prommetrics for Prometheus), a log
+// or an audit trail implements it. ObserveDecision is called on the
+// request's goroutine, so it must be quick and safe for concurrent use;
+// it must not keep e's address.
+type Observer interface {
+	ObserveDecision(e *Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(e *Event)
+
+// ObserveDecision calls f(e).
+func (f ObserverFunc) ObserveDecision(e *Event) { f(e) }
+
+// Kind says which adapter decided: the GraphQL extension or the REST
+// wrapper. Its values are the kind label of the metrics.
+type Kind string
+
+// The kinds of decision.
+const (
+	KindGraphQL Kind = "graphql"
+	KindREST    Kind = "rest"
+)
+
+// Outcome is what became of a request's cost. Its values are the outcome
+// label of costguard_decisions_total, relied on by dashboards: new ones may
+// be added, none renamed.
+type Outcome string
+
+// The outcomes.
+const (
+	// OutcomeAdmitted: the cost was debited and the request ran.
+	OutcomeAdmitted Outcome = "admitted"
+	// OutcomeRateLimited: the budget could not pay now (429).
+	OutcomeRateLimited Outcome = "rate_limited"
+	// OutcomeCostExceeded: a static cap refused the request, or its cost
+	// is above the plan's burst (422, or 413 for a body too large).
+	OutcomeCostExceeded Outcome = "cost_exceeded"
+	// OutcomeUnavailable: the store failed and the plan fails closed (503).
+	OutcomeUnavailable Outcome = "unavailable"
+	// OutcomeShadowRejected: enforce mode would have refused the request
+	// (rate limited or cost exceeded); shadow mode let it run.
+	OutcomeShadowRejected Outcome = "shadow_rejected"
+)
+
+// StoreResult is how the store calls of a decision ended. Its values are
+// the result label of costguard_store_duration_seconds.
+type StoreResult string
+
+// The store results; an Event whose decision made no store call has "".
+const (
+	StoreOK      StoreResult = "ok"
+	StoreError   StoreResult = "error"
+	StoreTimeout StoreResult = "timeout"
+)
+
+// Event describes one decision. Fields that do not apply are zero.
+type Event struct {
+	// Time is when the decision was made, by the Limiter's clock.
+	Time time.Time
+	// Plan is the name of the principal's plan.
+	Plan string
+	// Lane is the priority lane of the request; empty until lanes exist.
+	Lane string
+	// Key is the bucket key of the principal ("user:…", "key:<sha256 of
+	// the API key>", "ip:…"): never a raw API key, but it may name a user
+	// or an address, so hash it before logging it (HashKey).
+	Key  string
+	Kind Kind
+	// Outcome is what became of the request. In shadow mode a refusal
+	// enforce mode would have made is OutcomeShadowRejected, and Refused
+	// says what it would have been.
+	Outcome Outcome
+	// Refused is, for OutcomeShadowRejected, the outcome enforce mode
+	// would have given (OutcomeRateLimited or OutcomeCostExceeded).
+	Refused Outcome
+	// Code is the GraphQL extensions.code or REST error code of a refusal
+	// ("RATE_LIMITED", "MAX_DEPTH_EXCEEDED", "rate_limited", …).
+	Code string
+	// RequestedCost is the cost the request was priced at: the static
+	// price of a GraphQL operation (0 when it could not be priced), a REST
+	// route's cost.
+	RequestedCost int64
+	// Charged is what was debited from the budget: RequestedCost when
+	// admitted, the GraphQL InvalidCost for a request refused before it
+	// could run, 0 when nothing was debited.
+	Charged int64
+	// ActualCost is, when HasActualCost, the cost of a GraphQL operation
+	// recomputed from the response it produced; Refunded is the part of
+	// RequestedCost given back to the budget.
+	ActualCost    int64
+	HasActualCost bool
+	Refunded      int64
+	// StoreDuration is the time spent in store calls for this decision,
+	// and StoreResult how the last one ended ("" when none was made: a
+	// request refused before it reached the store, or answered by a local
+	// cache).
+	StoreDuration time.Duration
+	StoreResult   StoreResult
+	// Fallback: the decision was made by the fail-open local bucket because
+	// the store failed.
+	Fallback bool
+	// Remaining is the whole points left in the bucket after the decision,
+	// when Known.
+	Remaining int64
+	Known     bool
+}
+
+// HashKey names a bucket key in logs without revealing it: the first 16
+// hex digits of its SHA-256, stable across processes so one principal's
+// lines can be followed.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
