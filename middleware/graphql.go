@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -87,8 +88,19 @@ type ThrottleStatus struct {
 // the cost; on every response it adds extensions.cost. Get one from
 // Limiter.Extension and pair it with Limiter.GraphQL.
 type Extension struct {
-	l        *Limiter
-	analyzer *complexity.Analyzer // set by Validate
+	l      *Limiter
+	schema *ast.Schema // set by Validate
+	// priced is the analyzer of the settings it was built for; a Reload
+	// that changes the GraphQL options makes the next operation build a
+	// new one (buildMu keeps that to one at a time).
+	priced  atomic.Pointer[boundAnalyzer]
+	buildMu sync.Mutex
+}
+
+// boundAnalyzer is an analyzer and the settings whose options it prices by.
+type boundAnalyzer struct {
+	set *settings
+	a   *complexity.Analyzer
 }
 
 var (
@@ -108,13 +120,33 @@ func (e *Extension) ExtensionName() string { return "CostGuard" }
 // Validate implements graphql.HandlerExtension: it prepares the pricing of
 // the server's schema.
 func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
-	a, err := complexity.New(schema.Schema(), e.l.complexityOptions()...)
+	set := e.l.current()
+	a, err := complexity.New(schema.Schema(), set.complexityOptions()...)
 	if err != nil {
 		return fmt.Errorf("middleware: %w", err)
 	}
-	e.analyzer = a
+	e.schema = schema.Schema()
+	e.priced.Store(&boundAnalyzer{set: set, a: a})
 	e.l.installed.Store(true)
 	return nil
+}
+
+// analyzer returns the analyzer pricing by set's GraphQL options.
+func (e *Extension) analyzer(set *settings) (*complexity.Analyzer, error) {
+	if b := e.priced.Load(); b.set == set || b.set.gql == set.gql {
+		return b.a, nil
+	}
+	e.buildMu.Lock()
+	defer e.buildMu.Unlock()
+	if b := e.priced.Load(); b.set == set || b.set.gql == set.gql {
+		return b.a, nil
+	}
+	a, err := complexity.New(e.schema, set.complexityOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	e.priced.Store(&boundAnalyzer{set: set, a: a})
+	return a, nil
 }
 
 // statsKey is where, without the GraphQL wrapper, an operation's
@@ -130,15 +162,15 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 	if st, ok := ctx.Value(stateKey{}).(*requestState); ok && st.documentChecked == params.Query && params.Query != "" {
 		return nil // the GraphQL wrapper counted this very document
 	}
-	_, err := complexity.CheckDocument(params.Query, e.l.documentLimits())
-	if err == nil {
-		return nil
-	}
 	opCtx := graphql.GetOperationContext(ctx)
 	opCtx.Headers = params.Headers // for requestState without the wrapper
 	st, gerr := e.requestState(ctx, opCtx)
 	if gerr != nil {
 		return gerr
+	}
+	_, err := complexity.CheckDocument(params.Query, st.set.documentLimits())
+	if err == nil {
+		return nil
 	}
 	var cerr *complexity.Error
 	errors.As(err, &cerr)
@@ -149,10 +181,10 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 // priced and returns ge, or the rate-limit error when the budget cannot
 // pay even that.
 func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, ge *gqlerror.Error) *gqlerror.Error {
-	o := e.l.chargeInvalid(ctx, st.id, st.plan)
+	o := e.l.chargeInvalid(ctx, st.set, st.id, st.plan)
 	st.record(o, 0)
 	if o.verdict != capExceeded {
-		return e.l.verdictError(o, e.l.gql.InvalidCost, st.plan)
+		return e.l.verdictError(o, st.set.gql.InvalidCost, st.plan)
 	}
 	return ge
 }
@@ -172,7 +204,14 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		return nil
 	}
 
-	rep, err := e.analyzer.AnalyzeOperation(opCtx.Doc, opCtx.Operation, opCtx.Variables)
+	analyzer, err := e.analyzer(st.set)
+	if err != nil {
+		l.log.ErrorContext(ctx, "middleware: cannot build the analyzer for the reloaded GraphQL options", "err", err)
+		ge := gqlerror.Errorf("the operation cannot be priced")
+		errcode.Set(ge, errcode.ValidationFailed)
+		return e.refuseUnpriced(ctx, st, ge)
+	}
+	rep, err := analyzer.AnalyzeOperation(opCtx.Doc, opCtx.Operation, opCtx.Variables)
 	if err != nil {
 		var cerr *complexity.Error
 		if !errors.As(err, &cerr) {
@@ -195,11 +234,11 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		return e.refuseUnpriced(ctx, st, codedError(CodeIntrospectionDisabled, 0,
 			"introspection is disabled for plan %q", st.plan.name))
 	}
-	cost := max(rep.Points, l.gql.MinCost)
+	cost := max(rep.Points, st.set.gql.MinCost)
 	o := l.spend(ctx, st.id, st.plan, cost)
 	if o.verdict == overBudget {
 		// It can never run: it pays InvalidCost, as a static cap would.
-		if paid := l.chargeInvalid(ctx, st.id, st.plan); paid.verdict == capExceeded {
+		if paid := l.chargeInvalid(ctx, st.set, st.id, st.plan); paid.verdict == capExceeded {
 			o = outcome{verdict: overBudget, decision: paid.decision, known: paid.known}
 		} else {
 			o = paid
@@ -261,7 +300,7 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 		return resp
 	}
 	o, cost, charged := st.settle(ctx, e.l)
-	if ge := e.l.verdictError(o, e.l.gql.InvalidCost, st.plan); charged && ge != nil {
+	if ge := e.l.verdictError(o, st.set.gql.InvalidCost, st.plan); charged && ge != nil {
 		// Out of budget matters more than what was wrong.
 		resp.Errors = append(gqlerror.List{ge}, resp.Errors...)
 	}
@@ -310,6 +349,7 @@ func pricedError(code string, cost, retryAfter int64, format string, args ...any
 // price and the decision (set by the Extension), read by the response
 // interceptor and the wrapper's writer.
 type requestState struct {
+	set  *settings // the configuration the request started under
 	id   Identity
 	plan *plan
 	// get: the request came by GET, whose transport refuses mutations
@@ -348,7 +388,7 @@ func (s *requestState) settle(ctx context.Context, l *Limiter) (o outcome, cost 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.decided {
-		s.outcome, s.decided, charged = l.chargeInvalid(ctx, s.id, s.plan), true, true
+		s.outcome, s.decided, charged = l.chargeInvalid(ctx, s.set, s.id, s.plan), true, true
 		if s.outcome.verdict == capExceeded {
 			s.outcome.verdict = invalid // gqlgen chose the status
 		}
@@ -373,7 +413,8 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 	if r.Header == nil {
 		r.Header = http.Header{}
 	}
-	id, p, err := e.l.identify(r)
+	set := e.l.current()
+	id, p, err := set.identify(r)
 	if err != nil {
 		if errors.Is(err, ErrUnknownAPIKey) {
 			return nil, codedError(CodeUnknownAPIKey, 0, "unknown API key")
@@ -382,7 +423,7 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 		ra := e.l.retryAfter(unavailableRetryAfter)
 		return nil, codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
 	}
-	st := &requestState{id: id, plan: p}
+	st := &requestState{set: set, id: id, plan: p}
 	opCtx.Stats.SetExtension(statsKey, st)
 	return st, nil
 }
@@ -405,12 +446,13 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.notInstalled(w, r)
 			return
 		}
-		id, p, err := l.identify(r)
+		set := l.current()
+		id, p, err := set.identify(r)
 		if err != nil {
 			l.graphQLIdentifyFailed(w, r, err)
 			return
 		}
-		st := &requestState{id: id, plan: p, get: r.Method == http.MethodGet}
+		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet}
 		// A large body waits for room before it is read when its length is
 		// declared (waiting bodies then hold no memory; the read that
 		// follows has a deadline, so a slow sender cannot keep the room),
@@ -500,11 +542,11 @@ func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requ
 		writeGraphQLError(w, r, ref.status, ref.gqlErr, 0)
 		return
 	}
-	o := l.chargeInvalid(r.Context(), st.id, st.plan)
+	o := l.chargeInvalid(r.Context(), st.set, st.id, st.plan)
 	if o.known {
 		setBudgetHeaders(w.Header(), st.plan, o.decision, l.clock.Now())
 	}
-	if ge := l.verdictError(o, l.gql.InvalidCost, st.plan); ge != nil {
+	if ge := l.verdictError(o, st.set.gql.InvalidCost, st.plan); ge != nil {
 		status := http.StatusTooManyRequests
 		if o.verdict == unavailable {
 			status = http.StatusServiceUnavailable
@@ -620,8 +662,8 @@ func isGraphQLResponse(contentType string, r *http.Request) bool {
 }
 
 // complexityOptions maps the GraphQL options onto the analyzer's.
-func (l *Limiter) complexityOptions() []complexity.Option {
-	o := l.gql
+func (s *settings) complexityOptions() []complexity.Option {
+	o := s.gql
 	return []complexity.Option{
 		complexity.WithMaxDepth(o.MaxDepth),
 		complexity.WithMaxBreadth(o.MaxBreadth),
@@ -639,6 +681,6 @@ func (l *Limiter) complexityOptions() []complexity.Option {
 	}
 }
 
-func (l *Limiter) documentLimits() complexity.DocumentLimits {
-	return complexity.DocumentLimits{MaxTokens: l.gql.MaxTokens, MaxSelections: l.gql.MaxSelections}
+func (s *settings) documentLimits() complexity.DocumentLimits {
+	return complexity.DocumentLimits{MaxTokens: s.gql.MaxTokens, MaxSelections: s.gql.MaxSelections}
 }

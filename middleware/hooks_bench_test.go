@@ -57,7 +57,8 @@ func BenchmarkExtensionHooks(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			op, ctx := newOp()
-			ctx = context.WithValue(ctx, stateKey{}, &requestState{id: id, plan: lim.plans["big"]})
+			set := lim.current()
+			ctx = context.WithValue(ctx, stateKey{}, &requestState{set: set, id: id, plan: set.plans["big"]})
 			if err := ext.MutateOperationContext(ctx, op); err != nil {
 				b.Fatal(err)
 			}

@@ -8,8 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +38,22 @@ const (
 	FailClosed FailureMode = "closed"
 )
 
+// Mode says whether the Limiter refuses what it would refuse.
+type Mode string
+
+const (
+	// Enforce refuses what the budget cannot pay or a static cap forbids.
+	Enforce Mode = "enforce"
+	// Shadow prices and debits everything as Enforce does, but lets what
+	// Enforce would refuse for its budget or a static cap run, answering as
+	// if admitted; the decision is reported as OutcomeShadowRejected and
+	// logged. The document bounds (body size, MaxTokens, MaxSelections,
+	// variables) and complexity.AbsoluteMaxDepth, which protect the server
+	// before anything is priced, stay on; so do DisableIntrospection and
+	// fail-closed 503s.
+	Shadow Mode = "shadow"
+)
+
 // Plan is a token bucket in points: Burst points at most, Rate points
 // restored every Per.
 type Plan struct {
@@ -48,6 +62,8 @@ type Plan struct {
 	Per   time.Duration
 	// FailureMode overrides Config.FailureMode for this plan when set.
 	FailureMode FailureMode
+	// Mode overrides Config.Mode for this plan when set.
+	Mode Mode
 	// DisableIntrospection refuses operations of this plan that select
 	// __schema or __type (INTROSPECTION_DISABLED).
 	DisableIntrospection bool
@@ -228,6 +244,9 @@ type Config struct {
 	// MemoryStore sizes the in-memory stores the Limiter creates.
 	MemoryStore MemoryStoreOptions
 
+	// Mode applies to the plans that set none: Enforce (the default) or
+	// Shadow, to watch what the Limiter would refuse before it does.
+	Mode Mode
 	// FailureMode applies when the store fails or times out and the plan
 	// sets none. Default FailOpen.
 	FailureMode FailureMode
@@ -318,6 +337,7 @@ type plan struct {
 	name         string
 	limit        limiter.Limit
 	failOpen     bool
+	shadow       bool // refusals are reported, not enforced (Mode Shadow)
 	quotedName   string
 	policyHeader string
 	restoreRate  float64 // points per second
@@ -328,20 +348,24 @@ type plan struct {
 // it with New; it is safe for concurrent use. Close releases the in-memory
 // stores it owns.
 type Limiter struct {
-	store    Store
-	stores   *stack.Stack // the store behind its decorators, the fallback and overflow buckets
-	plans    map[string]*plan
-	ident    Identifier
-	gql      GraphQLOptions
-	routes   *http.ServeMux
-	restCost int64
-	maxBody  int64
-	bodies   *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
-	timeout  time.Duration
-	jitter   float64
-	log      *slog.Logger
-	clock    limiter.Clock
-	start    time.Time
+	store  Store
+	stores *stack.Stack // the store behind its decorators, the fallback and overflow buckets
+	// settings is what Reload swaps: plans, identification, GraphQL options,
+	// REST costs, modes. A request loads it once and keeps it to the end.
+	settings atomic.Pointer[settings]
+	// splitBudget: the stores were built with split-budget leases, so a
+	// plan may ask for them (a Reload cannot add the layer).
+	splitBudget bool
+	// overflowRoom is how many plans the overflow store has buckets for.
+	overflowRoom int
+	maxBody      int64
+	observer     Observer
+	bodies       *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
+	timeout      time.Duration
+	jitter       float64
+	log          *slog.Logger
+	clock        limiter.Clock
+	start        time.Time
 
 	// Warnings logged at most once a minute each: a store failure, a full
 	// memory store, a wrapper without its extension.
@@ -362,6 +386,7 @@ func New(cfg Config) (*Limiter, error) {
 		log:       cfg.Logger,
 		clock:     cfg.Clock,
 		randFloat: rand.Float64,
+		maxBody:   cfg.MaxBodyBytes,
 	}
 	if l.timeout < 0 {
 		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, l.timeout)
@@ -380,51 +405,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l.start = l.clock.Now()
 
-	mode := cfg.FailureMode
-	if mode == "" {
-		mode = FailOpen
-	}
-	if mode != FailOpen && mode != FailClosed {
-		return nil, fmt.Errorf("%w: failure mode %q is neither %q nor %q", ErrInvalidConfig, mode, FailOpen, FailClosed)
-	}
-	if err := l.buildPlans(cfg.Plans, mode); err != nil {
-		return nil, err
-	}
-	if _, ok := l.plans[cfg.AnonymousPlan]; !ok {
-		return nil, fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, l.planList())
-	}
-	if sk, ok := cfg.APIKeys.(*StaticKeys); ok && sk != nil {
-		for _, name := range sk.Plans() {
-			if _, ok := l.plans[name]; !ok {
-				return nil, fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, l.planList())
-			}
-		}
-	}
-
-	l.ident = cfg.Identifier
-	if l.ident == nil {
-		var err error
-		l.ident, err = identity.NewChain(identity.ChainConfig{
-			Keys:           cfg.APIKeys,
-			AnonymousPlan:  cfg.AnonymousPlan,
-			TrustedProxies: cfg.TrustedProxies,
-			ProxyHeader:    cfg.ProxyHeader,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-	}
-
-	gql, err := normalizeGraphQL(cfg.GraphQL)
-	if err != nil {
-		return nil, err
-	}
-	l.gql = gql
-	if smallest := l.smallestPlan(); max(gql.InvalidCost, gql.MinCost) > smallest.Burst {
-		return nil, fmt.Errorf("%w: GraphQL InvalidCost (%d) and MinCost (%d) must not exceed the burst %d of plan %q",
-			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.name)
-	}
-	switch l.maxBody = cfg.MaxBodyBytes; {
+	switch {
 	case l.maxBody < 0:
 		return nil, fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, l.maxBody)
 	case l.maxBody == 0:
@@ -442,15 +423,19 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.MemoryStore.MaxKeys < 0 {
 		return nil, fmt.Errorf("%w: MemoryStore.MaxKeys %d is negative", ErrInvalidConfig, cfg.MemoryStore.MaxKeys)
 	}
-	if err := l.buildRoutes(cfg.REST); err != nil {
+	st, err := compileSettings(cfg)
+	if err != nil {
 		return nil, err
 	}
-	if l.stores, err = l.buildStores(cfg); err != nil {
+	l.observer = cfg.Observer
+	if l.stores, err = l.buildStores(cfg, st); err != nil {
 		return nil, err
 	}
-	for _, p := range l.plans {
-		p.store = l.stores.Store(p.SplitBudget)
+	if err := l.attachStores(st); err != nil {
+		l.stores.Close()
+		return nil, err
 	}
+	l.settings.Store(st)
 	return l, nil
 }
 
@@ -462,9 +447,9 @@ func (l *Limiter) Close() error { return l.stores.Close() }
 // buildStores puts the stores together (package limiter/stack): the store
 // behind the over-limit cache when that is on, split-budget leases when a
 // plan asks for them, the fail-open fallback and the overflow buckets.
-func (l *Limiter) buildStores(cfg Config) (*stack.Stack, error) {
+func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 	split := ""
-	for _, p := range l.plans {
+	for _, p := range set.plans {
 		if p.SplitBudget && (split == "" || p.name < split) {
 			split = p.name // the first, for messages
 		}
@@ -472,7 +457,7 @@ func (l *Limiter) buildStores(cfg Config) (*stack.Stack, error) {
 	st, err := stack.New(stack.Config{
 		Store:          cfg.Store,
 		MemoryMaxKeys:  cfg.MemoryStore.MaxKeys,
-		OverflowKeys:   len(l.plans),
+		OverflowKeys:   overflowKeys(len(set.plans)),
 		OverLimitCache: cfg.OverLimitCache,
 		SplitBudget:    split != "",
 		LeaseFraction:  cfg.SplitBudget.LeaseFraction,
@@ -482,6 +467,8 @@ func (l *Limiter) buildStores(cfg Config) (*stack.Stack, error) {
 		},
 		Clock: l.clock,
 	})
+	l.splitBudget = split != ""
+	l.overflowRoom = overflowKeys(len(set.plans))
 	if err != nil {
 		if errors.Is(err, stack.ErrSplitBudgetNeedsRefund) {
 			return nil, fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, split, stack.ErrSplitBudgetNeedsRefund)
@@ -489,122 +476,6 @@ func (l *Limiter) buildStores(cfg Config) (*stack.Stack, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return st, nil
-}
-
-func (l *Limiter) buildPlans(plans map[string]Plan, mode FailureMode) error {
-	if len(plans) == 0 {
-		return fmt.Errorf("%w: no plans", ErrInvalidConfig)
-	}
-	l.plans = make(map[string]*plan, len(plans))
-	for name, p := range plans {
-		if !validPlanName(name) {
-			return fmt.Errorf("%w: plan name %q must be non-empty printable ASCII", ErrInvalidConfig, name)
-		}
-		if p.Burst <= 0 || p.Rate <= 0 || p.Per <= 0 {
-			return fmt.Errorf("%w: plan %q: burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, name, p.Burst, p.Rate, p.Per)
-		}
-		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: p.Burst, Rate: p.Rate, Period: p.Per}
-		if err := limit.Validate(); err != nil {
-			return fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, name, err)
-		}
-		pm := p.FailureMode
-		if pm == "" {
-			pm = mode
-		}
-		if pm != FailOpen && pm != FailClosed {
-			return fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, pm, FailOpen, FailClosed)
-		}
-		q := sfString(name)
-		l.plans[name] = &plan{
-			Plan:         p,
-			name:         name,
-			limit:        limit,
-			failOpen:     pm == FailOpen,
-			quotedName:   q,
-			policyHeader: fmt.Sprintf("%s;q=%d;w=%d", q, p.Burst, fillSeconds(p.Burst, p.Rate, p.Per)),
-			restoreRate:  float64(p.Rate) / p.Per.Seconds(),
-		}
-	}
-	return nil
-}
-
-// planList names the plans, sorted, for error messages.
-func (l *Limiter) planList() string {
-	names := make([]string, 0, len(l.plans))
-	for n := range l.plans {
-		names = append(names, fmt.Sprintf("%q", n))
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
-}
-
-// smallestPlan returns the plan with the smallest burst (ties by name), the
-// one a fixed cost is checked against.
-func (l *Limiter) smallestPlan() *plan {
-	var min *plan
-	for _, p := range l.plans {
-		if min == nil || p.Burst < min.Burst || (p.Burst == min.Burst && p.name < min.name) {
-			min = p
-		}
-	}
-	return min
-}
-
-// orDefault resolves one option: 0 takes its default, None becomes 0 (no
-// cap, or no cost), any other negative value is an error.
-func orDefault[T int | int64](name string, v *T, def T) error {
-	switch {
-	case *v == 0:
-		*v = def
-	case *v == None:
-		*v = 0
-	case *v < 0:
-		return fmt.Errorf("%w: GraphQL option %s is %d; it must be positive, 0 for the default or None", ErrInvalidConfig, name, *v)
-	}
-	return nil
-}
-
-// normalizeGraphQL resolves the options to their effective values, where 0
-// means no cap (or no cost) for every field but DefaultListSize.
-func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
-	if o.DefaultListSize == None {
-		return o, fmt.Errorf("%w: GraphQL option DefaultListSize cannot be None: a list needs a size", ErrInvalidConfig)
-	}
-	for _, err := range []error{
-		orDefault("MaxDepth", &o.MaxDepth, DefaultMaxDepth),
-		orDefault("MaxBreadth", &o.MaxBreadth, DefaultMaxBreadth),
-		orDefault("MaxNodes", &o.MaxNodes, DefaultMaxNodes),
-		orDefault("MaxCost", &o.MaxCost, 0), // by default the plan's burst is the only ceiling
-		orDefault("DefaultListSize", &o.DefaultListSize, DefaultListSize),
-		orDefault("MutationCost", &o.MutationCost, DefaultMutationCost),
-		orDefault("MaxAliases", &o.MaxAliases, DefaultMaxAliases),
-		orDefault("MaxRootFields", &o.MaxRootFields, DefaultMaxRootFields),
-		orDefault("MaxTokens", &o.MaxTokens, DefaultMaxTokens),
-		orDefault("MaxSelections", &o.MaxSelections, DefaultMaxSelections),
-		orDefault("MaxVariableValues", &o.MaxVariableValues, DefaultMaxVariableValues),
-		orDefault("MaxVariablesDepth", &o.MaxVariablesDepth, DefaultMaxVariablesDepth),
-		orDefault("InvalidCost", &o.InvalidCost, DefaultInvalidCost),
-		orDefault("MinCost", &o.MinCost, DefaultMinCost),
-		orDefault("IntrospectionCost", &o.IntrospectionCost, DefaultIntrospectionCost),
-	} {
-		if err != nil {
-			return o, err
-		}
-	}
-	return o, nil
-}
-
-// identify resolves who pays for r and on which plan.
-func (l *Limiter) identify(r *http.Request) (Identity, *plan, error) {
-	id, err := l.ident.Identify(r)
-	if err != nil {
-		return id, nil, err
-	}
-	p, ok := l.plans[id.Plan]
-	if !ok {
-		return id, nil, fmt.Errorf("middleware: identity %s has plan %q, which is not among the plans (%s)", id.Key, id.Plan, l.planList())
-	}
-	return id, p, nil
 }
 
 // verdict is what became of a request's cost.
@@ -668,8 +539,8 @@ func (l *Limiter) spend(ctx context.Context, id Identity, p *plan, cost int64) o
 // chargeInvalid debits InvalidCost for a request refused before it could be
 // priced. The verdict is capExceeded once paid, else what refused the
 // payment (rateLimited, unavailable).
-func (l *Limiter) chargeInvalid(ctx context.Context, id Identity, p *plan) outcome {
-	o := l.spend(ctx, id, p, l.gql.InvalidCost)
+func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id Identity, p *plan) outcome {
+	o := l.spend(ctx, id, p, set.gql.InvalidCost)
 	if o.verdict == admitted || o.verdict == overBudget {
 		o.verdict = capExceeded
 	}

@@ -161,7 +161,7 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		varsStart int      // offsets of the variables object, '{' to '}'
 		varsEnd   int
 		seen      = map[string]bool{}
-		budget    = l.newJSONBudget()
+		budget    = st.set.newJSONBudget()
 	)
 	for m := range s.members() {
 		canonical := ""
@@ -207,7 +207,7 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	if ref := l.checkDocument(query, st); ref != nil {
 		return nil, ref
 	}
-	keep := declaredIn(query, vars, l.gql.MaxTokens)
+	keep := declaredIn(query, vars, st.set.gql.MaxTokens)
 	if keep == nil {
 		return body, nil
 	}
@@ -248,7 +248,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		return &refusal{status: http.StatusNotAcceptable, free: true,
 			gqlErr: gqlerror.Errorf("GET requests only allow query operations")}
 	}
-	budget := l.newJSONBudget()
+	budget := st.set.newJSONBudget()
 	for _, name := range []string{"variables", "extensions"} {
 		v := q.Get(name)
 		if v == "" {
@@ -273,7 +273,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		for m := range s.members() {
 			vars = append(vars, m)
 		}
-		keep := declaredIn(q.Get("query"), vars, l.gql.MaxTokens)
+		keep := declaredIn(q.Get("query"), vars, st.set.gql.MaxTokens)
 		if keep == nil {
 			continue
 		}
@@ -286,7 +286,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 // checkDocument applies the document bounds to query and marks st checked
 // when it passes.
 func (l *Limiter) checkDocument(query string, st *requestState) *refusal {
-	_, err := complexity.CheckDocument(query, l.documentLimits())
+	_, err := complexity.CheckDocument(query, st.set.documentLimits())
 	var cerr *complexity.Error
 	if errors.As(err, &cerr) {
 		return &refusal{status: http.StatusUnprocessableEntity, gqlErr: cerr.GQLError()}
@@ -404,8 +404,8 @@ func isNull(v []byte) bool { return string(v) == "null" }
 
 // newJSONBudget is a request's budget of variable values and nesting; a
 // lifted cap (0 once normalised) counts without limit.
-func (l *Limiter) newJSONBudget() jsonBudget {
-	b := jsonBudget{values: l.gql.MaxVariableValues, depth: l.gql.MaxVariablesDepth}
+func (s *settings) newJSONBudget() jsonBudget {
+	b := jsonBudget{values: s.gql.MaxVariableValues, depth: s.gql.MaxVariablesDepth}
 	if b.values == 0 {
 		b.values = -1
 	}

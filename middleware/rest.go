@@ -16,20 +16,20 @@ func (routeCost) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // buildRoutes compiles the REST cost table and refuses any cost that some
 // plan could never pay.
-func (l *Limiter) buildRoutes(o RESTOptions) error {
+func (s *settings) buildRoutes(o RESTOptions) error {
 	if o.DefaultCost < 0 {
 		return fmt.Errorf("%w: REST default cost %d is negative", ErrInvalidConfig, o.DefaultCost)
 	}
-	l.restCost = o.DefaultCost
-	if l.restCost == 0 {
-		l.restCost = DefaultRESTCost
+	s.restCost = o.DefaultCost
+	if s.restCost == 0 {
+		s.restCost = DefaultRESTCost
 	}
-	smallest := l.smallestPlan()
-	if l.restCost > smallest.Burst {
+	smallest := s.smallestPlan()
+	if s.restCost > smallest.Burst {
 		return fmt.Errorf("%w: REST default cost %d is more than the burst %d of plan %q: no request on that plan could ever pass",
-			ErrInvalidConfig, l.restCost, smallest.Burst, smallest.name)
+			ErrInvalidConfig, s.restCost, smallest.Burst, smallest.name)
 	}
-	l.routes = http.NewServeMux()
+	s.routes = http.NewServeMux()
 	patterns := make([]string, 0, len(o.Routes))
 	for p := range o.Routes {
 		patterns = append(patterns, p)
@@ -44,7 +44,7 @@ func (l *Limiter) buildRoutes(o RESTOptions) error {
 			return fmt.Errorf("%w: REST route %q costs %d, more than the burst %d of plan %q: no request on that plan could ever pass",
 				ErrInvalidConfig, pattern, cost, smallest.Burst, smallest.name)
 		}
-		if err := handlePattern(l.routes, pattern, routeCost(cost)); err != nil {
+		if err := handlePattern(s.routes, pattern, routeCost(cost)); err != nil {
 			return fmt.Errorf("%w: REST route %q: %v", ErrInvalidConfig, pattern, err)
 		}
 	}
@@ -65,13 +65,13 @@ func handlePattern(mux *http.ServeMux, pattern string, h http.Handler) (err erro
 
 // routeCostOf returns the cost of r: its most specific pattern's, else the
 // default.
-func (l *Limiter) routeCostOf(r *http.Request) int64 {
-	if h, _ := l.routes.Handler(r); h != nil {
+func (s *settings) routeCostOf(r *http.Request) int64 {
+	if h, _ := s.routes.Handler(r); h != nil {
 		if c, ok := h.(routeCost); ok {
 			return int64(c)
 		}
 	}
-	return l.restCost
+	return s.restCost
 }
 
 // boundRESTBody enforces MaxBodyBytes before anything is debited: a
@@ -108,7 +108,8 @@ func (l *Limiter) boundRESTBody(w http.ResponseWriter, r *http.Request) bool {
 // Admitted requests reach next with the rate-limit headers already set.
 func (l *Limiter) REST(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, p, err := l.identify(r)
+		set := l.current()
+		id, p, err := set.identify(r)
 		if err != nil {
 			l.restIdentifyFailed(w, r, err)
 			return
@@ -116,7 +117,7 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 		if !l.boundRESTBody(w, r) {
 			return
 		}
-		o := l.spend(r.Context(), id, p, l.routeCostOf(r))
+		o := l.spend(r.Context(), id, p, set.routeCostOf(r))
 		if o.known {
 			setBudgetHeaders(w.Header(), p, o.decision, l.clock.Now())
 		}

@@ -1,0 +1,252 @@
+package middleware
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/middleware/identity"
+)
+
+// settings is the part of a Limiter's configuration Reload may swap: the
+// plans, how requests are identified, the GraphQL options, the REST costs
+// and the modes. It is immutable once built; a request loads the current
+// one once and keeps it to its end, so a swap never mixes two.
+type settings struct {
+	plans    map[string]*plan
+	ident    Identifier
+	gql      GraphQLOptions
+	routes   *http.ServeMux
+	restCost int64
+}
+
+// compileSettings validates the reloadable part of cfg.
+func compileSettings(cfg Config) (*settings, error) {
+	s := &settings{}
+	failure := cfg.FailureMode
+	if failure == "" {
+		failure = FailOpen
+	}
+	if failure != FailOpen && failure != FailClosed {
+		return nil, fmt.Errorf("%w: failure mode %q is neither %q nor %q", ErrInvalidConfig, failure, FailOpen, FailClosed)
+	}
+	mode := cfg.Mode
+	if mode == "" {
+		mode = Enforce
+	}
+	if mode != Enforce && mode != Shadow {
+		return nil, fmt.Errorf("%w: mode %q is neither %q nor %q", ErrInvalidConfig, mode, Enforce, Shadow)
+	}
+	if err := s.buildPlans(cfg.Plans, failure, mode); err != nil {
+		return nil, err
+	}
+	if _, ok := s.plans[cfg.AnonymousPlan]; !ok {
+		return nil, fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, s.planList())
+	}
+	if sk, ok := cfg.APIKeys.(*StaticKeys); ok && sk != nil {
+		for _, name := range sk.Plans() {
+			if _, ok := s.plans[name]; !ok {
+				return nil, fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, s.planList())
+			}
+		}
+	}
+	s.ident = cfg.Identifier
+	if s.ident == nil {
+		var err error
+		s.ident, err = identity.NewChain(identity.ChainConfig{
+			Keys:           cfg.APIKeys,
+			AnonymousPlan:  cfg.AnonymousPlan,
+			TrustedProxies: cfg.TrustedProxies,
+			ProxyHeader:    cfg.ProxyHeader,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	gql, err := normalizeGraphQL(cfg.GraphQL)
+	if err != nil {
+		return nil, err
+	}
+	s.gql = gql
+	if smallest := s.smallestPlan(); max(gql.InvalidCost, gql.MinCost) > smallest.Burst {
+		return nil, fmt.Errorf("%w: GraphQL InvalidCost (%d) and MinCost (%d) must not exceed the burst %d of plan %q",
+			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.name)
+	}
+	if err := s.buildRoutes(cfg.REST); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// overflowKeys is the room for overflow buckets: one per plan, with spare
+// room for the plans a Reload adds.
+func overflowKeys(plans int) int { return max(2*plans, 64) }
+
+// attachStores gives each plan of s its store: exact, or leased for a
+// SplitBudget plan when the stores have leases.
+func (l *Limiter) attachStores(s *settings) error {
+	if len(s.plans) > l.overflowRoom {
+		return fmt.Errorf("%w: %d plans: the Limiter has room for %d without a restart", ErrInvalidConfig, len(s.plans), l.overflowRoom)
+	}
+	for _, p := range s.plans {
+		if p.SplitBudget && !l.splitBudget {
+			return fmt.Errorf("%w: plan %q: SplitBudget needs split-budget leases, which the Limiter was built without (no plan had SplitBudget); restart to add them", ErrInvalidConfig, p.name)
+		}
+		p.store = l.stores.Store(p.SplitBudget)
+	}
+	return nil
+}
+
+// Reload validates cfg and swaps in its plans, anonymous plan, API keys and
+// identification (APIKeys, Identifier, TrustedProxies, ProxyHeader),
+// GraphQL options, REST costs, failure mode and modes, atomically: a
+// request in flight finishes under the configuration it started with, the
+// next one sees the new one, and none is dropped. Budgets are kept: a
+// principal's bucket is the same key under its plan's new limit. On error
+// the running configuration stays.
+//
+// The fields that shape the stores and the body bounds are fixed when New
+// runs and Reload ignores them: Store, MemoryStore, OverLimitCache,
+// SplitBudget, StoreTimeout, MaxBodyBytes, MaxBodyBytesInFlight,
+// RetryAfterJitter, Observer, Logger and Clock. A plan may turn
+// SplitBudget on only if some plan had it at New.
+func (l *Limiter) Reload(cfg Config) error {
+	s, err := compileSettings(cfg)
+	if err != nil {
+		return err
+	}
+	if err := l.attachStores(s); err != nil {
+		return err
+	}
+	l.settings.Store(s)
+	return nil
+}
+
+// current returns the settings in force.
+func (l *Limiter) current() *settings { return l.settings.Load() }
+
+func (s *settings) buildPlans(plans map[string]Plan, mode FailureMode, global Mode) error {
+	if len(plans) == 0 {
+		return fmt.Errorf("%w: no plans", ErrInvalidConfig)
+	}
+	s.plans = make(map[string]*plan, len(plans))
+	for name, p := range plans {
+		if !validPlanName(name) {
+			return fmt.Errorf("%w: plan name %q must be non-empty printable ASCII", ErrInvalidConfig, name)
+		}
+		if p.Burst <= 0 || p.Rate <= 0 || p.Per <= 0 {
+			return fmt.Errorf("%w: plan %q: burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, name, p.Burst, p.Rate, p.Per)
+		}
+		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: p.Burst, Rate: p.Rate, Period: p.Per}
+		if err := limit.Validate(); err != nil {
+			return fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, name, err)
+		}
+		pm := p.FailureMode
+		if pm == "" {
+			pm = mode
+		}
+		shadow := p.Mode
+		if shadow == "" {
+			shadow = global
+		}
+		if shadow != Enforce && shadow != Shadow {
+			return fmt.Errorf("%w: plan %q: mode %q is neither %q nor %q", ErrInvalidConfig, name, shadow, Enforce, Shadow)
+		}
+		if pm != FailOpen && pm != FailClosed {
+			return fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, pm, FailOpen, FailClosed)
+		}
+		q := sfString(name)
+		s.plans[name] = &plan{
+			Plan:         p,
+			name:         name,
+			limit:        limit,
+			failOpen:     pm == FailOpen,
+			shadow:       shadow == Shadow,
+			quotedName:   q,
+			policyHeader: fmt.Sprintf("%s;q=%d;w=%d", q, p.Burst, fillSeconds(p.Burst, p.Rate, p.Per)),
+			restoreRate:  float64(p.Rate) / p.Per.Seconds(),
+		}
+	}
+	return nil
+}
+
+// planList names the plans, sorted, for error messages.
+func (s *settings) planList() string {
+	names := make([]string, 0, len(s.plans))
+	for n := range s.plans {
+		names = append(names, fmt.Sprintf("%q", n))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// smallestPlan returns the plan with the smallest burst (ties by name), the
+// one a fixed cost is checked against.
+func (s *settings) smallestPlan() *plan {
+	var min *plan
+	for _, p := range s.plans {
+		if min == nil || p.Burst < min.Burst || (p.Burst == min.Burst && p.name < min.name) {
+			min = p
+		}
+	}
+	return min
+}
+
+// orDefault resolves one option: 0 takes its default, None becomes 0 (no
+// cap, or no cost), any other negative value is an error.
+func orDefault[T int | int64](name string, v *T, def T) error {
+	switch {
+	case *v == 0:
+		*v = def
+	case *v == None:
+		*v = 0
+	case *v < 0:
+		return fmt.Errorf("%w: GraphQL option %s is %d; it must be positive, 0 for the default or None", ErrInvalidConfig, name, *v)
+	}
+	return nil
+}
+
+// normalizeGraphQL resolves the options to their effective values, where 0
+// means no cap (or no cost) for every field but DefaultListSize.
+func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
+	if o.DefaultListSize == None {
+		return o, fmt.Errorf("%w: GraphQL option DefaultListSize cannot be None: a list needs a size", ErrInvalidConfig)
+	}
+	for _, err := range []error{
+		orDefault("MaxDepth", &o.MaxDepth, DefaultMaxDepth),
+		orDefault("MaxBreadth", &o.MaxBreadth, DefaultMaxBreadth),
+		orDefault("MaxNodes", &o.MaxNodes, DefaultMaxNodes),
+		orDefault("MaxCost", &o.MaxCost, 0), // by default the plan's burst is the only ceiling
+		orDefault("DefaultListSize", &o.DefaultListSize, DefaultListSize),
+		orDefault("MutationCost", &o.MutationCost, DefaultMutationCost),
+		orDefault("MaxAliases", &o.MaxAliases, DefaultMaxAliases),
+		orDefault("MaxRootFields", &o.MaxRootFields, DefaultMaxRootFields),
+		orDefault("MaxTokens", &o.MaxTokens, DefaultMaxTokens),
+		orDefault("MaxSelections", &o.MaxSelections, DefaultMaxSelections),
+		orDefault("MaxVariableValues", &o.MaxVariableValues, DefaultMaxVariableValues),
+		orDefault("MaxVariablesDepth", &o.MaxVariablesDepth, DefaultMaxVariablesDepth),
+		orDefault("InvalidCost", &o.InvalidCost, DefaultInvalidCost),
+		orDefault("MinCost", &o.MinCost, DefaultMinCost),
+		orDefault("IntrospectionCost", &o.IntrospectionCost, DefaultIntrospectionCost),
+	} {
+		if err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// identify resolves who pays for r and on which plan.
+func (s *settings) identify(r *http.Request) (Identity, *plan, error) {
+	id, err := s.ident.Identify(r)
+	if err != nil {
+		return id, nil, err
+	}
+	p, ok := s.plans[id.Plan]
+	if !ok {
+		return id, nil, fmt.Errorf("middleware: identity %s has plan %q, which is not among the plans (%s)", id.Key, id.Plan, s.planList())
+	}
+	return id, p, nil
+}
