@@ -1,8 +1,10 @@
 package middleware
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"time"
 )
 
@@ -115,6 +117,8 @@ type Event struct {
 	// when Known.
 	Remaining int64
 	Known     bool
+
+	gone bool // the client left before anything was decided: not reported
 }
 
 // HashKey names a bucket key in logs without revealing it: the first 16
@@ -123,4 +127,70 @@ type Event struct {
 func HashKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:8])
+}
+
+// outcomeOf names a verdict for an Event.
+func outcomeOf(v verdict) Outcome {
+	switch v {
+	case rateLimited:
+		return OutcomeRateLimited
+	case overBudget, capExceeded:
+		return OutcomeCostExceeded
+	case unavailable:
+		return OutcomeUnavailable
+	}
+	return OutcomeAdmitted // invalid too: its InvalidCost was paid; gqlgen refused it
+}
+
+// observing reports whether anyone listens to decisions: the Observer, or
+// the debug log.
+func (l *Limiter) observing(ctx context.Context) bool {
+	return l.observer != nil || l.log.Enabled(ctx, slog.LevelDebug)
+}
+
+// newEvent describes outcome o of a request of kind by id on plan p.
+func (l *Limiter) newEvent(kind Kind, id Identity, p *plan, o outcome, requested int64, code string) Event {
+	e := Event{
+		Time:          l.clock.Now(),
+		Plan:          p.name,
+		Key:           id.Key,
+		Kind:          kind,
+		Outcome:       outcomeOf(o.verdict),
+		Code:          code,
+		RequestedCost: requested,
+		Charged:       o.charged,
+		StoreDuration: o.trace.took,
+		StoreResult:   o.trace.result,
+		Fallback:      o.trace.fallback,
+	}
+	if o.shadowed != 0 {
+		e.Outcome, e.Refused = OutcomeShadowRejected, outcomeOf(o.shadowed)
+	}
+	if o.known {
+		e.Remaining, e.Known = max(o.decision.Remaining, 0), true
+	}
+	e.gone = o.trace.gone
+	return e
+}
+
+// report hands e to the Observer and, at debug level, to the log, which
+// names the principal by a hash of its key, never the key.
+func (l *Limiter) report(ctx context.Context, e *Event) {
+	if e.gone {
+		return
+	}
+	if l.observer != nil {
+		l.observer.ObserveDecision(e)
+	}
+	if l.log.Enabled(ctx, slog.LevelDebug) {
+		l.log.LogAttrs(ctx, slog.LevelDebug, "middleware: decision",
+			slog.String("principal", HashKey(e.Key)),
+			slog.String("plan", e.Plan),
+			slog.String("kind", string(e.Kind)),
+			slog.String("outcome", string(e.Outcome)),
+			slog.Int64("cost", e.RequestedCost),
+			slog.Int64("charged", e.Charged),
+			slog.String("code", e.Code),
+			slog.Bool("fallback", e.Fallback))
+	}
 }

@@ -174,19 +174,57 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 	}
 	var cerr *complexity.Error
 	errors.As(err, &cerr)
-	return e.refuseUnpriced(ctx, st, cerr.GQLError())
+	return e.refuseUnpriced(ctx, st, cerr.GQLError(), false)
 }
 
 // refuseUnpriced charges InvalidCost for an operation refused before it was
 // priced and returns ge, or the rate-limit error when the budget cannot
-// pay even that.
-func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, ge *gqlerror.Error) *gqlerror.Error {
+// pay even that. When shadowable (a static cap) and the plan is in shadow
+// mode, it lets the operation run instead and returns nil.
+func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, ge *gqlerror.Error, shadowable bool) *gqlerror.Error {
 	o := e.l.chargeInvalid(ctx, st.set, st.id, st.plan)
-	st.record(o, 0)
+	if shadowable && e.l.shadow(ctx, st.plan, &o) {
+		st.record(o, 0, codeOf(o, ge))
+		return nil
+	}
+	if o.verdict == rateLimited && st.plan.shadow {
+		o.verdict, o.retryAfter = capExceeded, 0 // refused all the same, by what ge says
+	}
+	st.record(o, 0, codeOf(o, ge))
 	if o.verdict != capExceeded {
 		return e.l.verdictError(o, st.set.gql.InvalidCost, st.plan)
 	}
 	return ge
+}
+
+// codeOf is the code of o's refusal, or of the refusal shadow mode let
+// through: the budget's, or ge's (a static cap's).
+func codeOf(o outcome, ge *gqlerror.Error) string {
+	v := o.verdict
+	if o.shadowed != 0 {
+		v = o.shadowed
+	}
+	if c := answers[v].code; c != "" {
+		return c
+	}
+	if v == admitted || ge == nil {
+		return ""
+	}
+	c, _ := ge.Extensions["code"].(string)
+	return c
+}
+
+// shadowable reports whether shadow mode may let an operation the
+// analyzer refused run: any static cap, but not the absolute nesting
+// guard, and not an argument the executor could not coerce.
+func shadowable(cerr *complexity.Error) bool {
+	switch cerr.Code {
+	case complexity.CodeInvalidArgumentValue:
+		return false
+	case complexity.CodeMaxDepthExceeded:
+		return cerr.Limit < complexity.AbsoluteMaxDepth
+	}
+	return true
 }
 
 // MutateOperationContext implements graphql.OperationContextMutator. It
@@ -200,7 +238,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	if st.get && opCtx.Operation.Operation != ast.Query {
 		// gqlgen's GET transport refuses it (406) once this returns:
 		// nothing runs, so nothing is charged.
-		st.record(outcome{verdict: admitted}, 0)
+		st.record(outcome{verdict: admitted}, 0, "")
 		return nil
 	}
 
@@ -209,7 +247,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		l.log.ErrorContext(ctx, "middleware: cannot build the analyzer for the reloaded GraphQL options", "err", err)
 		ge := gqlerror.Errorf("the operation cannot be priced")
 		errcode.Set(ge, errcode.ValidationFailed)
-		return e.refuseUnpriced(ctx, st, ge)
+		return e.refuseUnpriced(ctx, st, ge, false)
 	}
 	rep, err := analyzer.AnalyzeOperation(opCtx.Doc, opCtx.Operation, opCtx.Variables)
 	if err != nil {
@@ -220,7 +258,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 			l.log.ErrorContext(ctx, "middleware: cannot price the operation", "err", err)
 			ge := gqlerror.Errorf("the operation cannot be priced")
 			errcode.Set(ge, errcode.ValidationFailed)
-			return e.refuseUnpriced(ctx, st, ge)
+			return e.refuseUnpriced(ctx, st, ge, false)
 		}
 		ge := cerr.GQLError()
 		if cerr.Totals != nil {
@@ -228,23 +266,26 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 				ge.Extensions["cost"] = cost
 			}
 		}
-		return e.refuseUnpriced(ctx, st, ge)
+		return e.refuseUnpriced(ctx, st, ge, shadowable(cerr))
 	}
 	if rep.Introspection && st.plan.DisableIntrospection {
 		return e.refuseUnpriced(ctx, st, codedError(CodeIntrospectionDisabled, 0,
-			"introspection is disabled for plan %q", st.plan.name))
+			"introspection is disabled for plan %q", st.plan.name), false)
 	}
 	cost := max(rep.Points, st.set.gql.MinCost)
 	o := l.spend(ctx, st.id, st.plan, cost)
 	if o.verdict == overBudget {
 		// It can never run: it pays InvalidCost, as a static cap would.
 		if paid := l.chargeInvalid(ctx, st.set, st.id, st.plan); paid.verdict == capExceeded {
-			o = outcome{verdict: overBudget, decision: paid.decision, known: paid.known}
+			trace := o.trace
+			o = outcome{verdict: overBudget, decision: paid.decision, known: paid.known, charged: paid.charged, trace: trace}
+			o.trace.add(paid.trace)
 		} else {
 			o = paid
 		}
 	}
-	st.record(o, cost)
+	l.shadow(ctx, st.plan, &o)
+	st.record(o, cost, codeOf(o, nil))
 	return l.verdictError(o, cost, st.plan)
 }
 
@@ -308,6 +349,9 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 		resp.Extensions = make(map[string]any, 1)
 	}
 	resp.Extensions[CostExtensionKey] = costReport(st.plan, cost, o)
+	if !st.wrapped {
+		st.report(ctx, e.l) // the wrapper reports once the response is written
+	}
 	return resp
 }
 
@@ -358,19 +402,42 @@ type requestState struct {
 	// documentChecked is the query the wrapper found within the document
 	// bounds, so the Extension need not count it again.
 	documentChecked string
+	// wrapped: the GraphQL wrapper carries this state and reports its
+	// decision once the response is written.
+	wrapped bool
 
-	mu      sync.Mutex
-	decided bool
-	cost    int64 // the price debited; 0 when the request was not priced
-	outcome outcome
+	mu       sync.Mutex
+	decided  bool
+	reported bool
+	cost     int64 // the price debited; 0 when the request was not priced
+	code     string
+	outcome  outcome
 }
 
 type stateKey struct{}
 
-func (s *requestState) record(o outcome, cost int64) {
+func (s *requestState) record(o outcome, cost int64, code string) {
 	s.mu.Lock()
-	s.outcome, s.cost, s.decided = o, cost, true
+	s.outcome, s.cost, s.code, s.decided = o, cost, code, true
 	s.mu.Unlock()
+}
+
+// report sends the request's decision to the Limiter's Observer and debug
+// log, once. A request nothing was decided for (or that touched no budget,
+// a GET mutation) reports nothing.
+func (s *requestState) report(ctx context.Context, l *Limiter) {
+	if !l.observing(ctx) {
+		return
+	}
+	s.mu.Lock()
+	if !s.decided || s.reported || (!s.outcome.known && s.outcome.verdict == admitted && s.outcome.trace.result == "") {
+		s.mu.Unlock()
+		return
+	}
+	s.reported = true
+	e := l.newEvent(KindGraphQL, s.id, s.plan, s.outcome, s.cost, s.code)
+	s.mu.Unlock()
+	l.report(ctx, &e)
 }
 
 // current returns the decision so far, without any I/O; decided is false
@@ -391,7 +458,10 @@ func (s *requestState) settle(ctx context.Context, l *Limiter) (o outcome, cost 
 		s.outcome, s.decided, charged = l.chargeInvalid(ctx, s.set, s.id, s.plan), true, true
 		if s.outcome.verdict == capExceeded {
 			s.outcome.verdict = invalid // gqlgen chose the status
+		} else if s.plan.shadow && s.outcome.verdict == rateLimited {
+			s.outcome.verdict, s.outcome.retryAfter = invalid, 0 // gqlgen refuses it all the same
 		}
+		s.code = answers[s.outcome.verdict].code
 	}
 	return s.outcome, s.cost, charged
 }
@@ -452,7 +522,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.graphQLIdentifyFailed(w, r, err)
 			return
 		}
-		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet}
+		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet, wrapped: true}
 		// A large body waits for room before it is read when its length is
 		// declared (waiting bodies then hold no memory; the read that
 		// follows has a deadline, so a slow sender cannot keep the room),
@@ -488,6 +558,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 		gw := &graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
 		h.ServeHTTP(gw, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 		gw.finish()
+		st.report(r.Context(), l)
 	})
 }
 
@@ -543,6 +614,18 @@ func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requ
 		return
 	}
 	o := l.chargeInvalid(r.Context(), st.set, st.id, st.plan)
+	if o.verdict == rateLimited && st.plan.shadow {
+		o.verdict, o.retryAfter = capExceeded, 0 // refused all the same, by the bound
+	}
+	code := ref.code
+	if ref.gqlErr != nil {
+		code, _ = ref.gqlErr.Extensions["code"].(string)
+	}
+	if c := answers[o.verdict].code; c != "" {
+		code = c
+	}
+	st.record(o, 0, code)
+	defer st.report(r.Context(), l)
 	if o.known {
 		setBudgetHeaders(w.Header(), st.plan, o.decision, l.clock.Now())
 	}

@@ -334,14 +334,19 @@ var errUnavailable = errors.New("middleware: rate limiter unavailable")
 // plan is a validated Plan with everything the hot path needs precomputed.
 type plan struct {
 	Plan
-	name         string
-	limit        limiter.Limit
-	failOpen     bool
-	shadow       bool // refusals are reported, not enforced (Mode Shadow)
-	quotedName   string
-	policyHeader string
-	restoreRate  float64 // points per second
-	store        Store   // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
+	name     string
+	limit    limiter.Limit
+	failOpen bool
+	shadow   bool // refusals are reported, not enforced (Mode Shadow)
+
+	// Warnings logged at most once a minute for each plan: a store failure
+	// (under the plan's failure mode), a full memory store, a refusal shadow
+	// mode let through.
+	storeWarn, fullWarn, shadowWarn everyMinute
+	quotedName                      string
+	policyHeader                    string
+	restoreRate                     float64 // points per second
+	store                           Store   // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
 }
 
 // Limiter prices requests and debits them from per-principal budgets. Build
@@ -367,9 +372,9 @@ type Limiter struct {
 	clock        limiter.Clock
 	start        time.Time
 
-	// Warnings logged at most once a minute each: a store failure, a full
-	// memory store, a wrapper without its extension.
-	storeWarn, fullWarn, notInstalledWarn everyMinute
+	// Warnings logged at most once a minute: a wrapper without its
+	// extension (the others are per plan).
+	notInstalledWarn everyMinute
 	// installed: an Extension of this Limiter was added to a gqlgen server.
 	installed atomic.Bool
 
@@ -517,6 +522,31 @@ type outcome struct {
 	known bool
 	// retryAfter in whole seconds, jitter included (rateLimited, unavailable).
 	retryAfter int64
+	// shadowed is the refusal shadow mode turned into admitted (0: none).
+	shadowed verdict
+	// charged is what was debited.
+	charged int64
+	trace   storeTrace
+}
+
+// storeTrace is what the store calls of a decision took, for its Event.
+type storeTrace struct {
+	took     time.Duration
+	result   StoreResult
+	fallback bool // the fail-open local bucket decided
+	// gone: the client left before the store answered; nothing was
+	// decided, so nothing is reported.
+	gone bool
+}
+
+// add folds a later call's trace into t.
+func (t *storeTrace) add(u storeTrace) {
+	t.took += u.took
+	if u.result != "" {
+		t.result = u.result
+	}
+	t.fallback = t.fallback || u.fallback
+	t.gone = t.gone || u.gone
 }
 
 // spend debits cost from id's bucket on plan p.
@@ -524,16 +554,40 @@ func (l *Limiter) spend(ctx context.Context, id Identity, p *plan, cost int64) o
 	if cost > p.Burst {
 		return outcome{verdict: overBudget} // never debited; the caller decides what it pays
 	}
-	d, err := l.take(ctx, id.Key, p, cost)
+	var o outcome
+	d, err := l.take(ctx, id.Key, p, cost, &o.trace)
 	switch {
 	case errors.Is(err, limiter.ErrCostExceedsCapacity):
-		return outcome{verdict: overBudget, decision: d, known: true}
+		o.verdict, o.decision, o.known = overBudget, d, true
 	case err != nil:
-		return outcome{verdict: unavailable, retryAfter: l.retryAfter(unavailableRetryAfter)}
+		o.verdict, o.retryAfter = unavailable, l.retryAfter(unavailableRetryAfter)
 	case !d.Allowed:
-		return outcome{verdict: rateLimited, decision: d, known: true, retryAfter: l.retryAfter(d.RetryAfter)}
+		o.verdict, o.decision, o.known, o.retryAfter = rateLimited, d, true, l.retryAfter(d.RetryAfter)
+	default:
+		o.verdict, o.decision, o.known, o.charged = admitted, d, true, cost
 	}
-	return outcome{verdict: admitted, decision: d, known: true}
+	return o
+}
+
+// shadow lets a refusal through when p is in shadow mode: a request its
+// budget cannot pay (rateLimited) or that costs more than it ever could
+// (overBudget, capExceeded) is answered as admitted, with the real
+// bucket's headers and no Retry-After. It reports whether it did.
+func (l *Limiter) shadow(ctx context.Context, p *plan, o *outcome) bool {
+	if !p.shadow {
+		return false
+	}
+	switch o.verdict {
+	case rateLimited, overBudget, capExceeded:
+	default:
+		return false
+	}
+	if held, due := p.shadowWarn.due(l.clock.Now().Sub(l.start)); due {
+		l.log.WarnContext(ctx, "middleware: shadow mode let through a request enforce mode would refuse",
+			"plan", p.name, "would_be", string(outcomeOf(o.verdict)), "refusals_since_last_warning", held+1)
+	}
+	o.shadowed, o.verdict, o.retryAfter = o.verdict, admitted, 0
+	return true
 }
 
 // chargeInvalid debits InvalidCost for a request refused before it could be
@@ -547,10 +601,23 @@ func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id Identity,
 	return o
 }
 
-// take is Store.Take under the timeout and the plan's failure mode.
-func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (limiter.Decision, error) {
+// take is Store.Take under the timeout and the plan's failure mode; tr
+// records the call.
+func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
 	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	began := time.Now() // a latency, not the limiter's clock
 	d, err := p.store.Take(tctx, key, p.limit, cost)
+	tr.took += time.Since(began)
+	switch {
+	case err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) || stack.IsFull(err):
+		tr.result = StoreOK
+	case ctx.Err() != nil:
+		tr.gone = true
+	case tctx.Err() == context.DeadlineExceeded:
+		tr.result = StoreTimeout
+	default:
+		tr.result = StoreError
+	}
 	cancel()
 	if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
 		return d, err
@@ -568,6 +635,7 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (li
 		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	// The local store never blocks, so the caller's ctx is bound enough.
+	tr.fallback = true
 	d, err = l.stores.Fallback().Take(ctx, key, p.limit, cost)
 	if stack.IsFull(err) {
 		return l.takeOverflow(ctx, p, cost)
@@ -581,7 +649,7 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64) (li
 // the plan's limit. A flood of new identities then exhausts that bucket,
 // not anyone else's budget, and never gets a fresh burst per identity.
 func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64) (limiter.Decision, error) {
-	if held, due := l.fullWarn.due(l.clock.Now().Sub(l.start)); due {
+	if held, due := p.fullWarn.due(l.clock.Now().Sub(l.start)); due {
 		l.log.Warn("middleware: memory store full (MemoryStore.MaxKeys) and no budget in it is whole; new identities share their plan's overflow bucket",
 			"plan", p.name, "identities_since_last_warning", held+1)
 	}
@@ -589,9 +657,10 @@ func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64) (limite
 }
 
 // storeFailed logs a store failure, at most once per storeFailureLogEvery
-// across the Limiter; the message counts the failures it stood in for.
+// for each plan (so each failure mode in use gets its own line); the
+// message counts the failures it stood in for.
 func (l *Limiter) storeFailed(p *plan, err error) {
-	since, due := l.storeWarn.due(l.clock.Now().Sub(l.start))
+	since, due := p.storeWarn.due(l.clock.Now().Sub(l.start))
 	if !due {
 		return
 	}

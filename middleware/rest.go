@@ -114,12 +114,26 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			l.restIdentifyFailed(w, r, err)
 			return
 		}
+		cost := set.routeCostOf(r)
 		if !l.boundRESTBody(w, r) {
+			if l.observing(r.Context()) {
+				e := l.newEvent(KindREST, id, p, outcome{verdict: capExceeded}, cost, "request_too_large")
+				l.report(r.Context(), &e)
+			}
 			return
 		}
-		o := l.spend(r.Context(), id, p, set.routeCostOf(r))
+		o := l.spend(r.Context(), id, p, cost)
+		l.shadow(r.Context(), p, &o)
 		if o.known {
 			setBudgetHeaders(w.Header(), p, o.decision, l.clock.Now())
+		}
+		if l.observing(r.Context()) {
+			code := answers[o.verdict].restCode
+			if o.shadowed != 0 {
+				code = answers[o.shadowed].restCode
+			}
+			e := l.newEvent(KindREST, id, p, o, cost, code)
+			l.report(r.Context(), &e)
 		}
 		switch o.verdict {
 		case admitted:
