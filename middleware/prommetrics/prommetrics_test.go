@@ -3,6 +3,7 @@ package prommetrics_test
 import (
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -466,4 +467,26 @@ func value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) f
 	}
 	t.Fatalf("no series %s%v", name, labels)
 	return 0
+}
+
+// The package doc's claim: no package of the library's core depends on
+// client_golang, only this one.
+func TestCoreDoesNotImportPrometheus(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command:", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps",
+		"github.com/costguard/costguard/complexity/...",
+		"github.com/costguard/costguard/limiter/...",
+		"github.com/costguard/costguard/middleware",
+		"github.com/costguard/costguard/middleware/identity").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.Contains(pkg, "prometheus") {
+			t.Errorf("the core depends on %s", pkg)
+		}
+	}
 }
