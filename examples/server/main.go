@@ -13,6 +13,8 @@
 //	GET  /graphql, POST /graphql
 //	GET  /api/users/{login}    costs 1 point (rest.default_cost)
 //	GET  /api/search?q=        costs 10 points (rest.routes)
+//	GET  /healthz              200 while serving; unlimited
+//	GET  /readyz               200 when the budget store answers a ping, else 503; unlimited
 //
 // Requests with "Authorization: Bearer demo-free-key" (or X-API-Key) spend
 // alice's budget on the free plan (5000 points an hour); requests without a
@@ -100,7 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer st.close()
 
-	h, cleanup, err := newServer(cfg, deps{store: st.store, logger: logger})
+	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger})
 	if err != nil {
 		return err
 	}

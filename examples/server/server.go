@@ -27,7 +27,11 @@ const searchResults = 20
 type deps struct {
 	// store holds the budgets; nil: an in-memory store owned by the server.
 	store middleware.Store
-	// clock is the limiter's time source; nil: the system clock.
+	// ping asks store whether it answers, for /readyz; nil: always ready,
+	// as the in-memory store is.
+	ping func(ctx context.Context) error
+	// clock is the time source of the limiter and of /readyz's reuse of a
+	// ping's answer; nil: the system clock.
 	clock limiter.Clock
 	// logger receives store-failure warnings; nil: slog.Default().
 	logger *slog.Logger
@@ -37,7 +41,8 @@ type deps struct {
 
 // newServer builds the example API: the GraphiQL page on /, GraphQL on
 // /graphql (GET and POST) and the REST demo routes under /api/, all drawing
-// on one per-principal budget. cleanup releases what the server owns (not
+// on one per-principal budget, and the probes /healthz and /readyz, which
+// draw on none. cleanup releases what the server owns (not
 // d.store); call it after the HTTP server has shut down.
 func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err error) {
 	mcfg := cfg.limiterConfig()
@@ -77,7 +82,20 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not_found"})
 	})
 
+	// The probes are outside the limiter: never identified, priced or
+	// debited, so an exhausted budget never fails a health check.
+	timeout := mcfg.StoreTimeout
+	if timeout == 0 {
+		timeout = middleware.DefaultStoreTimeout
+	}
+	clock := d.clock
+	if clock == nil {
+		clock = limiter.SystemClock{}
+	}
+
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /readyz", newReadiness(d.ping, timeout, clock, logger))
 	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
 	mux.Handle("/graphql", lim.Handler(gql)) // adds the extension, wraps for statuses and headers
 	mux.Handle("/api/", lim.REST(api))       // both wrappers bound the body (max_body_bytes)
