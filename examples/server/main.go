@@ -15,6 +15,7 @@
 //	GET  /api/search?q=        costs 10 points (rest.routes)
 //	GET  /healthz              200 while serving; unlimited
 //	GET  /readyz               200 when the budget store answers a ping, else 503; unlimited
+//	GET  /metrics              Prometheus metrics (docs/operations.md); unlimited
 //
 // Requests with "Authorization: Bearer demo-free-key" (or X-API-Key) spend
 // alice's budget on the free plan (5000 points an hour); requests without a
@@ -43,6 +44,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/costguard/costguard/limiter/redisstore"
 )
 
 // HTTP server bounds: no client can hold a connection or a handler forever.
@@ -106,6 +109,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	// go-redis logs through a process-wide logger of its own: send its
+	// pool messages to ours, at debug level, rather than to stderr.
+	redisstore.SetGoRedisLogger(logger)
 
 	st, err := openStore(ctx, *redisURL, *cluster)
 	if err != nil {

@@ -13,11 +13,15 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/graph/model"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/prommetrics"
 )
 
 // searchResults is how many hits GET /api/search returns at most.
@@ -45,12 +49,14 @@ type deps struct {
 type server struct {
 	http.Handler // the routes
 
-	lim   *middleware.Limiter
-	d     deps // the store, clock and logger every limiter configuration gets
-	log   *slog.Logger
-	res   *graph.Resolver
-	cache *middleware.QueryCache // shared by every gqlgen server built
-	gql   swappable              // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
+	lim     *middleware.Limiter
+	metrics *prommetrics.Metrics // every decision, served at /metrics
+	reg     *prometheus.Registry // this server's metrics, Go's and the process's
+	d       deps                 // the store, clock and logger every limiter configuration gets
+	log     *slog.Logger
+	res     *graph.Resolver
+	cache   *middleware.QueryCache // shared by every gqlgen server built
+	gql     swappable              // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
 
 	mu  sync.Mutex // one reload at a time; guards cfg
 	cfg config     // the configuration in force
@@ -68,6 +74,13 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	}
 	if s.res == nil {
 		s.res = graph.NewResolver()
+	}
+	// A registry of its own, not Prometheus's default: a process (or a
+	// test) may build several servers.
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.metrics, err = prommetrics.New(prommetrics.WithRegisterer(s.reg)); err != nil {
+		return nil, nil, err
 	}
 	mcfg := s.limiterConfig(cfg)
 	if s.lim, err = middleware.New(mcfg); err != nil {
@@ -87,8 +100,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not_found"})
 	})
 
-	// The probes are outside the limiter: never identified, priced or
-	// debited, so an exhausted budget never fails a health check.
+	// The probes and /metrics are outside the limiter: never identified,
+	// priced or debited, so an exhausted budget never fails a health check
+	// or hides the metrics.
 	timeout := mcfg.StoreTimeout
 	if timeout == 0 {
 		timeout = middleware.DefaultStoreTimeout
@@ -100,6 +114,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	mux.Handle("GET /readyz", newReadiness(d.ping, timeout, clock, s.log))
 	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
 	mux.Handle("/graphql", &s.gql)
@@ -113,6 +128,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 func (s *server) limiterConfig(cfg config) middleware.Config {
 	mcfg := cfg.limiterConfig()
 	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
+	mcfg.Observer = s.metrics
 	return mcfg
 }
 
