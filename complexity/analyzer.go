@@ -82,8 +82,48 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	if op == nil {
 		return nil, fmt.Errorf("%w: nil operation", ErrInvalidDocument)
 	}
+	w := a.acquire(doc, op, variables)
+	defer a.release(w)
+	w.explain = a.cfg.breakdownLimit > 0
+	set, _, totals, err := w.run()
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{
+		Operation:     op.Name,
+		OperationType: string(op.Operation),
+		Introspection: w.introspection,
+		Totals:        totals,
+		Points:        totals.Cost.Points(),
+	}
+	if r.OperationType == "" {
+		r.OperationType = string(ast.Query)
+	}
+	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), &r.FieldsTruncated)
+	return r, nil
+}
+
+// acquire takes a walker from the pool, set up to price op.
+func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any) *walker {
+	w, _ := a.walkers.Get().(*walker)
+	if w == nil {
+		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
+	}
+	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
+	w.introspection, w.explain = false, false
+	w.maxDepth = AbsoluteMaxDepth
+	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
+		w.maxDepth = a.cfg.maxDepth
+	}
+	return w
+}
+
+// run prices w.op and holds it to every limit: the one walk behind
+// AnalyzeOperation and ActualCost. It returns the root selection's priced
+// set, the operation's base cost and its totals.
+func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
+	a, op := w.a, w.op
 	var root *typeInfo
-	base := Cost(0)
 	switch op.Operation {
 	case ast.Mutation:
 		root, base = a.c.mutation, a.cfg.mutationBaseCost
@@ -93,22 +133,11 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 		root = a.c.query
 	}
 	if root == nil {
-		return nil, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
-	}
-	w, _ := a.walkers.Get().(*walker)
-	if w == nil {
-		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
-	}
-	defer a.release(w)
-	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
-	w.introspection = false
-	w.maxDepth, w.explain = AbsoluteMaxDepth, a.cfg.breakdownLimit > 0
-	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
-		w.maxDepth = a.cfg.maxDepth
+		return set, 0, totals, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
 	}
 	if a.cfg.maxAliases > 0 {
 		if err := w.checkAliases(); err != nil {
-			return nil, err
+			return set, 0, totals, err
 		}
 	}
 	groups, _, err := w.collect(root, nil, op.SelectionSet)
@@ -116,12 +145,12 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 		err = w.refused
 	}
 	if err != nil {
-		return nil, err
+		return set, 0, totals, err
 	}
 	if a.cfg.maxRootFields > 0 {
 		// Every response key counts, introspection and __typename included.
 		if n := len(groups); n > a.cfg.maxRootFields {
-			return nil, &Error{
+			return set, 0, totals, &Error{
 				Code:      CodeMaxRootFieldsExceeded,
 				Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
 				Locations: locationsOf(op.Position),
@@ -130,48 +159,33 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 			}
 		}
 	}
-	var set pricedSet
 	if err := w.priceGroups(&set, root, groups, noSizes, 1, 0, false); err != nil {
-		return nil, err
+		return set, 0, totals, err
 	}
-	r := &Report{
-		Operation:     op.Name,
-		OperationType: string(op.Operation),
-		Introspection: w.introspection,
-		Totals: Totals{
-			Cost:  addCost(base, set.cost),
-			Depth: set.depth,
-			Nodes: set.nodes,
-		},
-	}
-	if r.OperationType == "" {
-		r.OperationType = string(ast.Query)
-	}
-	r.Points = r.Cost.Points()
-	if a.cfg.maxNodes > 0 && r.Nodes > a.cfg.maxNodes {
-		totals := r.Totals
-		return nil, &Error{
+	totals = Totals{Cost: addCost(base, set.cost), Depth: set.depth, Nodes: set.nodes}
+	if a.cfg.maxNodes > 0 && totals.Nodes > a.cfg.maxNodes {
+		t := totals
+		return set, 0, totals, &Error{
 			Code:      CodeMaxNodesExceeded,
-			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), r.Nodes, a.cfg.maxNodes),
+			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), t.Nodes, a.cfg.maxNodes),
 			Locations: locationsOf(op.Position),
-			Value:     float64(r.Nodes),
+			Value:     float64(t.Nodes),
 			Limit:     float64(a.cfg.maxNodes),
-			Totals:    &totals,
+			Totals:    &t,
 		}
 	}
-	if a.cfg.hasMaxCost && r.Cost > a.cfg.maxCost {
-		totals := r.Totals
-		return nil, &Error{
+	if a.cfg.hasMaxCost && totals.Cost > a.cfg.maxCost {
+		t := totals
+		return set, 0, totals, &Error{
 			Code:      CodeMaxCostExceeded,
-			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), r.Cost, a.cfg.maxCost),
+			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), t.Cost, a.cfg.maxCost),
 			Locations: locationsOf(op.Position),
-			Value:     r.Cost.Float64(),
+			Value:     t.Cost.Float64(),
 			Limit:     a.cfg.maxCost.Float64(),
-			Totals:    &totals,
+			Totals:    &t,
 		}
 	}
-	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), &r.FieldsTruncated)
-	return r, nil
+	return set, base, totals, nil
 }
 
 // release returns w to the pool, dropping references into the finished
