@@ -110,7 +110,7 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
 	}
 	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
-	w.introspection, w.explain = false, false
+	w.introspection, w.explain, w.plan = false, false, false
 	w.maxDepth = AbsoluteMaxDepth
 	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
 		w.maxDepth = a.cfg.maxDepth
@@ -224,6 +224,9 @@ type walker struct {
 	vars     map[string]any
 	maxDepth int
 	explain  bool // keep every priced field for the breakdown
+	// plan keeps the priced tree for ActualCost: every field's set, and
+	// each member's set under an interface or union.
+	plan bool
 	// introspection is set once a __schema or __type field is priced.
 	introspection bool
 	memo          map[memoKey]*pricedSet
@@ -302,10 +305,28 @@ type pricedSet struct {
 	fields []pricedField // only when explaining
 	lines  int64         // explain entries below, expanded (saturating)
 	deep   pricedLink    // the field that reaches depth
-	// members is each member's price when the set is an abstract type's
-	// with several members, only when explaining. A pointer keeps the set
-	// in its allocation size class off the explain path.
-	members *[]MemberCost
+	// members is set when the set is an abstract type's with several
+	// members, only when explaining or planning. A pointer keeps the set in
+	// its allocation size class off those paths.
+	members *memberSets
+}
+
+// memberSets is what a set priced for an interface or union with several
+// possible types keeps of each of them.
+type memberSets struct {
+	// costs is each member's cost, for the explain view.
+	costs []MemberCost
+	// sets is each member's priced set, in the order of the abstract
+	// type's possible types, for ActualCost; typenames are the response
+	// keys that select __typename in them.
+	sets      []pricedSet
+	typenames []typenameKey
+}
+
+// typenameKey is a response key selecting __typename in member sets[member].
+type typenameKey struct {
+	key    string
+	member int
 }
 
 // pricedLink names the deepest field of a set, so a depth violation found
@@ -317,14 +338,20 @@ type pricedLink struct {
 }
 
 type pricedField struct {
-	key      string // response key
-	field    *ast.Field
-	info     *fieldInfo
-	n        int64
-	cost     Cost
-	depth    int
-	nodes    int64
-	children *pricedSet // nil for leaves, and unless memoised or explaining
+	key   string // response key
+	field *ast.Field
+	info  *fieldInfo
+	n     int64
+	cost  Cost
+	// own is fieldWeight + argCost: what the field costs for its parent
+	// whatever it returns.
+	own   Cost
+	depth int
+	nodes int64
+	// fixed marks an introspection field (__typename, __schema, __type, or
+	// a field of an introspection type): its actual cost is its cost.
+	fixed    bool
+	children *pricedSet // nil for leaves, and unless memoised, explaining or planning
 }
 
 // fieldGroup is the fields sharing one response key, merged as the
@@ -588,15 +615,18 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		if multi && w.explain {
 			members = make([]MemberCost, 0, len(ret.possible))
 		}
+		var sets []pricedSet
+		if multi && w.plan {
+			sets = make([]pricedSet, len(ret.possible))
+		}
 		winner := 0
 		for i, t := range ret.possible {
-			weight := t.weight
-			if !t.hasWeight && ret.hasWeight {
-				weight = ret.weight
-			}
 			var s pricedSet
-			if err := w.priceObject(&s, t, g, sz, depth, weight, shared || multi); err != nil {
+			if err := w.priceObject(&s, t, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
 				return nil, err
+			}
+			if sets != nil {
+				sets[i] = s
 			}
 			if i == 0 || s.cost > set.cost {
 				*set, winner = s, i
@@ -612,8 +642,10 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		set.depth, set.nodes, set.deep = maxDepth, maxNodes, deep
 		if members != nil {
 			members[winner].Winner = true
-			explained := members // only this copy escapes, and only here
-			set.members = &explained
+		}
+		if members != nil || sets != nil {
+			// Only these copies escape, and only here.
+			set.members = &memberSets{costs: members, sets: sets, typenames: typenameKeys(sets)}
 		}
 	}
 	if shared {
@@ -625,6 +657,29 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		w.memo[key] = memo
 	}
 	return memo, nil
+}
+
+// memberWeight is the weight of one object of member t of abstract type
+// ret: t's own, else a weight declared on ret, else t's default.
+func memberWeight(ret, t *typeInfo) Cost {
+	if !t.hasWeight && ret.hasWeight {
+		return ret.weight
+	}
+	return t.weight
+}
+
+// typenameKeys lists the response keys selecting __typename in each of an
+// abstract field's member sets.
+func typenameKeys(sets []pricedSet) []typenameKey {
+	var keys []typenameKey
+	for i := range sets {
+		for _, pf := range sets[i].fields {
+			if pf.field.Name == "__typename" {
+				keys = append(keys, typenameKey{key: pf.key, member: i})
+			}
+		}
+	}
+	return keys
 }
 
 func (w *walker) groupID(g *fieldGroup) string {
@@ -663,7 +718,7 @@ func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz size
 // depth; the set's cost starts from weight (t's own, or 0 for the root).
 func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	*set = pricedSet{cost: weight}
-	if w.explain {
+	if w.explain || w.plan {
 		set.fields = make([]pricedField, 0, len(groups))
 	}
 	for i := range groups {
@@ -683,6 +738,7 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 			return err
 		}
 		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
+			pf.fixed = true
 			if w.free(t, g.first.Name) {
 				pf.cost = 0
 			}
@@ -699,7 +755,7 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 			set.depth = pf.depth
 			set.deep = pricedLink{key: g.key, field: g.first, child: pf.children}
 		}
-		if w.explain {
+		if w.explain || w.plan {
 			set.fields = append(set.fields, pf)
 			set.lines = addCount(set.lines, 1)
 			if pf.children != nil {
@@ -755,6 +811,7 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 		}
 		cost = addCost(cost, c)
 	}
+	pf.own = cost
 	if !fi.ret.composite {
 		pf.cost = clampZero(addCost(cost, mulCost(fi.ret.weight, pf.n)))
 		return nil
@@ -767,7 +824,7 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 	switch {
 	case memo != nil:
 		pf.children = memo
-	case w.explain:
+	case w.explain || w.plan:
 		pf.children = new(pricedSet)
 		*pf.children = children
 	}
