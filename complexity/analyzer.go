@@ -192,7 +192,8 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 // analysis, and scratch space that grew unusually large.
 func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
-	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 {
+	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
+		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 {
 		return // let the garbage collector have it
 	}
 	clear(w.groups[:cap(w.groups)])
@@ -205,6 +206,8 @@ func (a *Analyzer) release(w *walker) {
 	clear(w.visited)
 	w.scope, w.spilled = 0, false
 	w.fragments = nil // built for one document only
+	w.seen, w.nest, w.text = w.seen[:0], w.nest[:0], w.text[:0]
+	w.keyIndex = nil
 	a.walkers.Put(w)
 }
 
@@ -251,6 +254,11 @@ type walker struct {
 	// refused is the first @skip/@include condition the executor would
 	// fail on, found while collecting; see included.
 	refused *Error
+	// Scratch space for reading a response (see response).
+	seen     []bool
+	nest     []byte
+	text     []byte
+	keyIndex map[*pricedSet]map[string]int
 }
 
 // sizes is the size a field hands down to some of its descendants: the
