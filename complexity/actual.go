@@ -1,7 +1,9 @@
 package complexity
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -470,33 +472,45 @@ var plain = func() (t [256]bool) {
 // str reads the string at r.i (its opening quote), returning its contents
 // as written and whether they hold escapes.
 func (r *response) str() (raw []byte, escaped bool, err error) {
-	r.i++
-	start := r.i
+	b, i := r.b, r.i+1
+	start := i
 	for {
-		for r.i < len(r.b) && plain[r.b[r.i]] {
-			r.i++
+		// Eight bytes at a time to the first that ends the plain run; the
+		// last few one by one.
+		for {
+			if i+8 > len(b) {
+				for i < len(b) && plain[b[i]] {
+					i++
+				}
+				break
+			}
+			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
 		}
-		if r.i >= len(r.b) {
+		r.i = i
+		if i >= len(b) {
 			return nil, false, r.fail("unterminated string")
 		}
-		switch c := r.b[r.i]; c {
+		switch b[i] {
 		case '"':
-			raw = r.b[start:r.i]
-			r.i++
-			return raw, escaped, nil
+			r.i = i + 1
+			return b[start:i], escaped, nil
 		case '\\':
 			escaped = true
-			if r.i+1 >= len(r.b) {
+			if i+1 >= len(b) {
 				return nil, false, r.fail("unterminated string")
 			}
-			switch r.b[r.i+1] {
+			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				r.i += 2
+				i += 2
 			case 'u':
-				if r.i+6 > len(r.b) || hex4(r.b[r.i+2:r.i+6]) < 0 {
+				if i+6 > len(b) || hex4(b[i+2:i+6]) < 0 {
 					return nil, false, r.fail(`invalid \u escape`)
 				}
-				r.i += 6
+				i += 6
 			default:
 				return nil, false, r.fail("invalid escape")
 			}
@@ -504,6 +518,18 @@ func (r *response) str() (raw []byte, escaped bool, err error) {
 			return nil, false, r.fail("control character in a string")
 		}
 	}
+}
+
+// special marks the bytes of x (eight bytes of data, the first lowest)
+// that are a quote, a backslash or a control character, with their high
+// bit: the zero-byte and less-than tests done on all eight at once. A borrow
+// may also mark a byte above a marked one, never below, so the lowest mark
+// is exact; bytes from 0x80 up are never marked.
+func special(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote := x ^ (ones * '"')
+	backslash := x ^ (ones * '\\')
+	return ((quote-ones)&^quote | (backslash-ones)&^backslash | (x-ones*0x20)&^x) & highs
 }
 
 // hex4 reads four hex digits, -1 if they are not.
@@ -626,14 +652,11 @@ func (r *response) literal(word string) error {
 
 // ws skips whitespace.
 func (r *response) ws() {
-	for r.i < len(r.b) {
-		switch r.b[r.i] {
-		case ' ', '\t', '\n', '\r':
-			r.i++
-		default:
-			return
-		}
+	b, i := r.b, r.i
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
 	}
+	r.i = i
 }
 
 // peek skips whitespace and returns the next byte, 0 at the end.
