@@ -172,17 +172,18 @@ func (r *response) find(set *pricedSet, key []byte, hint int) int {
 		}
 		return -1
 	}
-	// Keys out of order in a large object: index them once per set.
-	idx := r.w.keyIndex[set]
+	// Keys out of order in a large object: index them once per set of
+	// fields.
+	idx := r.w.keyIndex[&f[0]]
 	if idx == nil {
 		if r.w.keyIndex == nil {
-			r.w.keyIndex = make(map[*pricedSet]map[string]int)
+			r.w.keyIndex = make(map[*pricedField]map[string]int)
 		}
 		idx = make(map[string]int, len(f))
 		for i := range f {
 			idx[f[i].key] = i
 		}
-		r.w.keyIndex[set] = idx
+		r.w.keyIndex[&f[0]] = idx
 	}
 	if i, ok := idx[string(key)]; ok {
 		return i

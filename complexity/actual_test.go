@@ -438,3 +438,40 @@ func TestActualCostDepthBombs(t *testing.T) {
 		t.Fatalf("%d levels: %d, %v", levels, n, err)
 	}
 }
+
+// ActualCost allocates nothing per value read: the priced tree and the
+// reader's scratch space are recycled with the walker, so the count does
+// not grow with the response. An interface or union with several members
+// keeps what it knows of each (two allocations), whatever the response.
+func TestActualCostAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop Puts at random, so the walk's state is sometimes allocated afresh; run without -race to count allocations")
+	}
+	schema := exampleSchema(t)
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	search := `{ search(query: "o", first: 10) { __typename ... on User { repos(first: 5) { name } } ... on Repository { issues(first: 3) { title } } } }`
+	manyResults := `{"search":[` + strings.TrimSuffix(strings.Repeat(`{"__typename":"User","repos":[{"name":"a"},{"name":"b"}]},{"__typename":"Repository","issues":[{"title":"x"}]},`, 500), ",") + `]}`
+	tests := []struct {
+		name, query, data string
+		want              float64
+	}{
+		{"README", readmeQuery, readmeData, 0},
+		{"1 MB", actualPageQuery(100, 100), string(actualPage(100, 100)), 0},
+		{"union, empty", search, `{"search":[]}`, 2},
+		{"union, 1,000 results", search, manyResults, 2},
+	}
+	for _, tt := range tests {
+		p, data := prepare(t, schema, tt.query, nil), []byte(tt.data)
+		allocs := testing.AllocsPerRun(20, func() {
+			if _, err := a.ActualCost(p.doc, p.op, p.vars, data); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != tt.want {
+			t.Errorf("%s: %v allocations per call, want %v", tt.name, allocs, tt.want)
+		}
+	}
+}

@@ -193,7 +193,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
-		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 {
+		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
 	}
 	clear(w.groups[:cap(w.groups)])
@@ -207,6 +207,9 @@ func (a *Analyzer) release(w *walker) {
 	w.scope, w.spilled = 0, false
 	w.fragments = nil // built for one document only
 	w.seen, w.nest, w.text = w.seen[:0], w.nest[:0], w.text[:0]
+	clear(w.planFields)
+	clear(w.planSets)
+	w.planFields, w.planSets = w.planFields[:0], w.planSets[:0]
 	w.keyIndex = nil
 	a.walkers.Put(w)
 }
@@ -254,11 +257,15 @@ type walker struct {
 	// refused is the first @skip/@include condition the executor would
 	// fail on, found while collecting; see included.
 	refused *Error
+	// planFields and planSets hold the priced tree while planning, reused
+	// from one ActualCost to the next (see newFields).
+	planFields []pricedField
+	planSets   []pricedSet
 	// Scratch space for reading a response (see response).
 	seen     []bool
 	nest     []byte
 	text     []byte
-	keyIndex map[*pricedSet]map[string]int
+	keyIndex map[*pricedField]map[string]int
 }
 
 // sizes is the size a field hands down to some of its descendants: the
@@ -625,7 +632,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		}
 		var sets []pricedSet
 		if multi && w.plan {
-			sets = make([]pricedSet, len(ret.possible))
+			sets = w.newSets(len(ret.possible))
 		}
 		winner := 0
 		for i, t := range ret.possible {
@@ -660,12 +667,46 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		if w.memo == nil {
 			w.memo = make(map[memoKey]*pricedSet)
 		}
-		memo = new(pricedSet)
+		memo = w.newSet()
 		*memo = *set
 		w.memo[key] = memo
 	}
 	return memo, nil
 }
+
+// newFields returns room for n priced fields. While planning, fields come
+// from one chunk kept by the walker: a chunk is never moved (the tree points
+// into it), so one that is full is left to the tree and a chunk twice as
+// large kept instead, until one call's tree fits in one chunk.
+func (w *walker) newFields(n int) []pricedField {
+	if !w.plan {
+		return make([]pricedField, 0, n)
+	}
+	used := len(w.planFields)
+	if used+n > cap(w.planFields) {
+		w.planFields = make([]pricedField, 0, max(2*cap(w.planFields), n, 16))
+		used = 0
+	}
+	w.planFields = w.planFields[:used+n]
+	return w.planFields[used : used : used+n]
+}
+
+// newSets returns n zero priced sets, from the walker's chunk while
+// planning (see newFields).
+func (w *walker) newSets(n int) []pricedSet {
+	if !w.plan {
+		return make([]pricedSet, n)
+	}
+	used := len(w.planSets)
+	if used+n > cap(w.planSets) {
+		w.planSets = make([]pricedSet, 0, max(2*cap(w.planSets), n, 16))
+		used = 0
+	}
+	w.planSets = w.planSets[:used+n]
+	return w.planSets[used : used+n : used+n]
+}
+
+func (w *walker) newSet() *pricedSet { return &w.newSets(1)[0] }
 
 // memberWeight is the weight of one object of member t of abstract type
 // ret: t's own, else a weight declared on ret, else t's default.
@@ -679,7 +720,18 @@ func memberWeight(ret, t *typeInfo) Cost {
 // typenameKeys lists the response keys selecting __typename in each of an
 // abstract field's member sets.
 func typenameKeys(sets []pricedSet) []typenameKey {
-	var keys []typenameKey
+	n := 0
+	for i := range sets {
+		for _, pf := range sets[i].fields {
+			if pf.field.Name == "__typename" {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	keys := make([]typenameKey, 0, n)
 	for i := range sets {
 		for _, pf := range sets[i].fields {
 			if pf.field.Name == "__typename" {
@@ -726,7 +778,10 @@ func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz size
 // depth; the set's cost starts from weight (t's own, or 0 for the root).
 func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	*set = pricedSet{cost: weight}
-	if w.explain || w.plan {
+	switch {
+	case w.plan:
+		set.fields = w.newFields(len(groups))
+	case w.explain:
 		set.fields = make([]pricedField, 0, len(groups))
 	}
 	for i := range groups {
@@ -833,7 +888,7 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 	case memo != nil:
 		pf.children = memo
 	case w.explain || w.plan:
-		pf.children = new(pricedSet)
+		pf.children = w.newSet()
 		*pf.children = children
 	}
 	pf.depth = 1 + children.depth
