@@ -2,6 +2,7 @@ package complexity_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,6 +188,10 @@ func TestActualCostSelections(t *testing.T) {
 			vars:      map[string]any{"s": false, "n": "4"},
 			data:      `{"user":{"repos":[{},{},{}],"followers":{"totalCount":3,"nodes":[{"login":"a"},{"login":"b"},{"login":"c"}]}}}`,
 			requested: 1 + 4, actual: 1 + 3},
+		// Twenty aliases, answered in reverse order: found through an index
+		// of the keys rather than in the order priced.
+		{name: "twenty aliases in reverse order", query: manyAliases(20),
+			data: manyAliasesData(20), requested: 1 + 20*3, actual: 1 + 20*1},
 		// The size first hands to nodes through @listSize(sizedFields:)
 		// becomes the number of nodes returned.
 		{name: "sizedFields connection", query: `{ user(login: "octocat") { followers(first: 10) { totalCount nodes { login } } } }`,
@@ -201,6 +206,27 @@ func TestActualCostSelections(t *testing.T) {
 		{name: "variables coerced", query: `query($f: Int) { user(login: "octocat") { repos(first: $f) { name } } }`,
 			vars: map[string]any{"f": "3"}, data: `{"user":{"repos":[{},{}]}}`, requested: 1 + 3, actual: 1 + 2},
 	})
+}
+
+// manyAliases selects n aliases of repos(first: 3).
+func manyAliases(n int) string {
+	var b strings.Builder
+	b.WriteString(`{ user(login: "octocat") {`)
+	for i := range n {
+		fmt.Fprintf(&b, " r%d: repos(first: 3) { name }", i)
+	}
+	b.WriteString(" } }")
+	return b.String()
+}
+
+// manyAliasesData answers manyAliases(n) with one repository each, the last
+// alias first.
+func manyAliasesData(n int) string {
+	keys := make([]string, 0, n)
+	for i := n - 1; i >= 0; i-- {
+		keys = append(keys, fmt.Sprintf(`"r%d":[{"name":"x"}]`, i))
+	}
+	return `{"user":{` + strings.Join(keys, ",") + `}}`
 }
 
 const conventionSDL = `
