@@ -485,7 +485,7 @@ func TestActualCostAllocations(t *testing.T) {
 		want              float64
 	}{
 		{"README", readmeQuery, readmeData, 0},
-		{"1 MB", actualPageQuery(100, 100), string(actualPage(100, 100)), 0},
+		{"1 MB", actualPageQuery(100, 60), string(actualPage(100, 60)), 0},
 		{"union, empty", search, `{"search":[]}`, 2},
 		{"union, 1,000 results", search, manyResults, 2},
 	}
