@@ -57,7 +57,9 @@ func ExampleLimiter_GraphQL() {
 	h := lim.GraphQL(srv)
 
 	for range 3 {
-		// 100 repositories × 1 point each.
+		// Priced 100 (100 repositories × 1 point) and debited before it
+		// runs; the response holds no repository, so it actually costs
+		// the minimum, 1, and 99 points come back before the headers.
 		r := httptest.NewRequest("POST", "/graphql", strings.NewReader(`{"query":"{ repos(first: 100) { name } }"}`))
 		r.Header.Set("Content-Type", "application/json")
 		w := httptest.NewRecorder()
@@ -65,9 +67,9 @@ func ExampleLimiter_GraphQL() {
 		fmt.Println(w.Code, w.Header().Get("RateLimit"))
 	}
 	// Output:
-	// 200 "anon";r=400;t=720
-	// 200 "anon";r=300;t=1440
-	// 200 "anon";r=200;t=2160
+	// 200 "anon";r=499;t=8
+	// 200 "anon";r=498;t=15
+	// 200 "anon";r=497;t=22
 }
 
 // Pricing REST routes: the search costs 10 points, everything else 1, from

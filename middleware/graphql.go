@@ -66,7 +66,9 @@ type Cost struct {
 	// RequestedQueryCost is the static price of the operation (0 when the
 	// document could not be priced: it failed to parse or validate).
 	RequestedQueryCost int64 `json:"requestedQueryCost"`
-	// ActualQueryCost stays null until actual-cost accounting exists.
+	// ActualQueryCost is the cost of what the response holds: the same
+	// model with each list sized by the items returned (null until the
+	// operation has executed).
 	ActualQueryCost *int64 `json:"actualQueryCost"`
 	// ThrottleStatus is the bucket after this operation's debit.
 	ThrottleStatus ThrottleStatus `json:"throttleStatus"`
@@ -340,7 +342,10 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 	if gerr != nil {
 		return resp
 	}
-	o, cost, charged := st.settle(ctx, e.l)
+	if _, decided := st.current(); decided {
+		e.settleActual(ctx, st, graphql.GetOperationContext(ctx), resp)
+	}
+	o, _, charged := st.settle(ctx, e.l)
 	if ge := e.l.verdictError(o, st.set.gql.InvalidCost, st.plan); charged && ge != nil {
 		// Out of budget matters more than what was wrong.
 		resp.Errors = append(gqlerror.List{ge}, resp.Errors...)
@@ -348,23 +353,31 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 	if resp.Extensions == nil {
 		resp.Extensions = make(map[string]any, 1)
 	}
-	resp.Extensions[CostExtensionKey] = costReport(st.plan, cost, o)
+	resp.Extensions[CostExtensionKey] = st.costReport()
 	if !st.wrapped {
 		st.report(ctx, e.l) // the wrapper reports once the response is written
 	}
 	return resp
 }
 
-func costReport(p *plan, cost int64, o outcome) Cost {
+// costReport is extensions.cost: the price, the actual cost once known,
+// and the bucket after the debit (and any refund).
+func (s *requestState) costReport() Cost {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	c := Cost{
-		RequestedQueryCost: cost,
+		RequestedQueryCost: s.cost,
 		ThrottleStatus: ThrottleStatus{
-			MaximumAvailable: p.Burst,
-			RestoreRate:      p.restoreRate,
+			MaximumAvailable: s.plan.Burst,
+			RestoreRate:      s.plan.restoreRate,
 		},
 	}
-	if o.known {
-		left := max(o.decision.Remaining, 0)
+	if s.hasActual {
+		actual := s.actual
+		c.ActualQueryCost = &actual
+	}
+	if s.outcome.known {
+		left := max(s.outcome.decision.Remaining, 0)
 		c.ThrottleStatus.CurrentlyAvailable = &left
 	}
 	return c
@@ -412,6 +425,11 @@ type requestState struct {
 	cost     int64 // the price debited; 0 when the request was not priced
 	code     string
 	outcome  outcome
+	// actual is the executed operation's actual cost (when hasActual) and
+	// refunded what was given back of cost.
+	actual    int64
+	hasActual bool
+	refunded  int64
 }
 
 type stateKey struct{}
@@ -436,6 +454,7 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 	}
 	s.reported = true
 	e := l.newEvent(KindGraphQL, s.id, s.plan, s.outcome, s.cost, s.code)
+	e.ActualCost, e.HasActualCost, e.Refunded = s.actual, s.hasActual, s.refunded
 	s.mu.Unlock()
 	l.report(ctx, &e)
 }

@@ -44,7 +44,7 @@ func TestGraphQLAdmitted(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &raw); err != nil {
 		t.Fatal(err)
 	}
-	const wantCost = `{"requestedQueryCost":61,"actualQueryCost":null,"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":39,"restoreRate":1}}`
+	const wantCost = `{"requestedQueryCost":61,"actualQueryCost":1,"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":39,"restoreRate":1}}`
 	if string(raw.Extensions.Cost) != wantCost {
 		t.Errorf("extensions.cost\n got %s\nwant %s", raw.Extensions.Cost, wantCost)
 	}

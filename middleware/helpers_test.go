@@ -112,11 +112,25 @@ func (h *countingHandler) text() string {
 }
 
 // Plans used across the tests: small numbers keep the arithmetic readable.
+// The test schema answers with nulls, so an operation's actual cost is the
+// minimum: refunds are off, and the tests of refunds turn them on
+// (withRefunds).
 func testPlans() map[string]middleware.Plan {
 	return map[string]middleware.Plan{
-		"free": {Burst: 100, Rate: 100, Per: 100 * time.Second}, // 1 point per second
-		"anon": {Burst: 20, Rate: 20, Per: 100 * time.Second},   // 1 point per 5 seconds
+		"free": {Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true}, // 1 point per second
+		"anon": {Burst: 20, Rate: 20, Per: 100 * time.Second, DisableRefund: true},   // 1 point per 5 seconds
 	}
+}
+
+// withRefunds turns refunds of unused cost back on for every plan of cfg.
+func withRefunds(cfg middleware.Config) middleware.Config {
+	plans := make(map[string]middleware.Plan, len(cfg.Plans))
+	for name, p := range cfg.Plans {
+		p.DisableRefund = false
+		plans[name] = p
+	}
+	cfg.Plans = plans
+	return cfg
 }
 
 const (

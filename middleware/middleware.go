@@ -75,6 +75,11 @@ type Plan struct {
 	// the store then keeps exact. It needs a Config.Store with Refund (a
 	// limiter.Store).
 	SplitBudget bool
+	// DisableRefund keeps the whole requested cost of a GraphQL operation
+	// even when its response shows it cost less: by default the unused
+	// part (requested − actual) is given back before the response is
+	// written (docs/middleware.md, "Actual cost and refunds").
+	DisableRefund bool
 }
 
 // OverLimitCache chooses whether rejections are remembered in this process
@@ -341,12 +346,12 @@ type plan struct {
 
 	// Warnings logged at most once a minute for each plan: a store failure
 	// (under the plan's failure mode), a full memory store, a refusal shadow
-	// mode let through.
-	storeWarn, fullWarn, shadowWarn everyMinute
-	quotedName                      string
-	policyHeader                    string
-	restoreRate                     float64 // points per second
-	store                           Store   // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
+	// mode let through, a refund that failed.
+	storeWarn, fullWarn, shadowWarn, refundWarn everyMinute
+	quotedName                                  string
+	policyHeader                                string
+	restoreRate                                 float64 // points per second
+	store                                       Store   // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
 }
 
 // Limiter prices requests and debits them from per-principal budgets. Build
@@ -537,6 +542,11 @@ type storeTrace struct {
 	// gone: the client left before the store answered; nothing was
 	// decided, so nothing is reported.
 	gone bool
+	// from and key say which store debited and under which key (the
+	// budget's, the fail-open fallback's, or the plan's overflow bucket),
+	// so that a refund goes back to it.
+	from stack.Taker
+	key  string
 }
 
 // add folds a later call's trace into t.
@@ -547,6 +557,9 @@ func (t *storeTrace) add(u storeTrace) {
 	}
 	t.fallback = t.fallback || u.fallback
 	t.gone = t.gone || u.gone
+	if u.from != nil {
+		t.from, t.key = u.from, u.key
+	}
 }
 
 // spend debits cost from id's bucket on plan p.
@@ -608,6 +621,7 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 	began := time.Now() // a latency, not the limiter's clock
 	d, err := p.store.Take(tctx, key, p.limit, cost)
 	tr.took += time.Since(began)
+	tr.from, tr.key = p.store, key
 	switch {
 	case err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) || stack.IsFull(err):
 		tr.result = StoreOK
@@ -623,7 +637,7 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 		return d, err
 	}
 	if stack.IsFull(err) {
-		return l.takeOverflow(ctx, p, cost)
+		return l.takeOverflow(ctx, p, cost, tr)
 	}
 	if ctx.Err() != nil {
 		// The client went away: not the store's failure, and nobody is
@@ -635,10 +649,10 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	// The local store never blocks, so the caller's ctx is bound enough.
-	tr.fallback = true
+	tr.fallback, tr.from = true, l.stores.Fallback()
 	d, err = l.stores.Fallback().Take(ctx, key, p.limit, cost)
 	if stack.IsFull(err) {
-		return l.takeOverflow(ctx, p, cost)
+		return l.takeOverflow(ctx, p, cost, tr)
 	}
 	return d, err
 }
@@ -648,7 +662,8 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 // it spends from one bucket per plan, shared by every such identity, with
 // the plan's limit. A flood of new identities then exhausts that bucket,
 // not anyone else's budget, and never gets a fresh burst per identity.
-func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64) (limiter.Decision, error) {
+func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
+	tr.from, tr.key = l.stores.Overflow(), overflowKey+p.name
 	if held, due := p.fullWarn.due(l.clock.Now().Sub(l.start)); due {
 		l.log.Warn("middleware: memory store full (MemoryStore.MaxKeys) and no budget in it is whole; new identities share their plan's overflow bucket",
 			"plan", p.name, "identities_since_last_warning", held+1)

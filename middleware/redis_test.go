@@ -22,8 +22,10 @@ func redisLimiter(t *testing.T, store middleware.Store, mode middleware.FailureM
 	return newLimiter(t, middleware.Config{
 		Store: store,
 		Plans: map[string]middleware.Plan{
-			"free": {Burst: 500, Rate: 1, Per: time.Hour}, // no meaningful refill during the test
-			"anon": {Burst: 20, Rate: 20, Per: time.Hour},
+			// No meaningful refill during the test, and no refunds: the
+			// tests count admitted requests by their requested price.
+			"free": {Burst: 500, Rate: 1, Per: time.Hour, DisableRefund: true},
+			"anon": {Burst: 20, Rate: 20, Per: time.Hour, DisableRefund: true},
 		},
 		AnonymousPlan: "anon",
 		APIKeys:       middleware.NewStaticKeys(map[string]middleware.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),

@@ -219,7 +219,8 @@ func drain(t *testing.T, url string) {
 func TestAttacks(t *testing.T) {
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			ts := newTestServer(t, defaultConfig(), deps{})
+			// Charges read as requested prices: no refunds of unused cost.
+			ts := newTestServer(t, withoutRefunds(defaultConfig()), deps{})
 			hs := httptest.NewServer(ts.h)
 			t.Cleanup(hs.Close)
 			before := int64(500)
@@ -359,7 +360,7 @@ func BenchmarkAttacks(b *testing.B) {
 // budget: a full memory store drops only whole budgets, and identities it
 // cannot hold share their plan's overflow bucket.
 func TestFloodOfNewClientsResetsNoBudget(t *testing.T) {
-	cfg := defaultConfig()
+	cfg := withoutRefunds(defaultConfig())
 	cfg.MemoryStore.MaxKeys = 256
 	ts := newTestServer(t, cfg, deps{})
 
@@ -400,4 +401,15 @@ func TestFloodOfNewClientsResetsNoBudget(t *testing.T) {
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.Equal(t, int64(499), headerInt(t, w.Header(), middleware.HeaderXRateLimitRemaining))
 	assert.Equal(t, int64(4999), left())
+}
+
+// withoutRefunds turns off the refund of unused cost on every plan of cfg,
+// so that what a request is charged is its requested price.
+func withoutRefunds(cfg config) config {
+	no := false
+	for name, p := range cfg.Plans {
+		p.RefundUnused = &no
+		cfg.Plans[name] = p
+	}
+	return cfg
 }

@@ -90,6 +90,9 @@ type planConfig struct {
 	// Introspection false refuses __schema and __type for this plan; unset
 	// means allowed.
 	Introspection *bool `yaml:"introspection,omitempty"`
+	// RefundUnused false keeps the whole requested cost of a GraphQL
+	// operation; unset means the unused part is refunded.
+	RefundUnused *bool `yaml:"refund_unused,omitempty"`
 }
 
 type apiKeyConfig struct {
@@ -434,6 +437,7 @@ func (c config) limiterConfig() middleware.Config {
 			Mode:                 middleware.Mode(p.Mode),
 			SplitBudget:          p.SplitBudget,
 			DisableIntrospection: p.Introspection != nil && !*p.Introspection,
+			DisableRefund:        p.RefundUnused != nil && !*p.RefundUnused,
 		}
 	}
 	keys := make(map[string]middleware.APIKey, len(c.APIKeys))

@@ -19,8 +19,10 @@ func Example() {
 	}
 	defer cleanup()
 
+	// Priced 61, it actually costs 14 (octocat's 4 repositories hold 9
+	// issues): 47 points come back each time, until fewer than 61 are left.
 	body := `{"query":"{ user(login: \"octocat\") { repos(first: 10) { issues(first: 5) { title } } } }"}`
-	for range 9 {
+	for i := range 33 {
 		r := httptest.NewRequest(http.MethodPost, "/graphql", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 		w := httptest.NewRecorder()
@@ -29,16 +31,13 @@ func Example() {
 		if ra := w.Header().Get("Retry-After"); ra != "" {
 			line += " Retry-After: " + ra
 		}
-		fmt.Println(line)
+		if i < 2 || i >= 31 {
+			fmt.Println(line)
+		}
 	}
 	// Output:
-	// 200 RateLimit: "anon";r=439;t=440
-	// 200 RateLimit: "anon";r=378;t=879
-	// 200 RateLimit: "anon";r=317;t=1318
-	// 200 RateLimit: "anon";r=256;t=1757
-	// 200 RateLimit: "anon";r=195;t=2196
-	// 200 RateLimit: "anon";r=134;t=2636
-	// 200 RateLimit: "anon";r=73;t=3075
-	// 200 RateLimit: "anon";r=12;t=3514
-	// 429 RateLimit: "anon";r=12;t=3514 Retry-After: 353
+	// 200 RateLimit: "anon";r=486;t=101
+	// 200 RateLimit: "anon";r=472;t=202
+	// 200 RateLimit: "anon";r=52;t=3226
+	// 429 RateLimit: "anon";r=52;t=3226 Retry-After: 65
 }

@@ -148,23 +148,26 @@ func TestNewcomerFlow(t *testing.T) {
 		return resp, decodeGraphQL(t, b)
 	}
 
-	const burst, cost = 500, 61
+	// The query is priced 61; octocat's 4 repositories hold 3, 2, 2 and 2
+	// issues, so it actually costs 1 + 4 + 9 = 14 and 47 points come back.
+	const burst, cost, actual = 500, 61, 14
 	// A point takes 3600/500 = 7.2 s to restore: 36/5 seconds.
 	secondsFor := func(points int64) int64 { return ceilDiv(points*36, 5) }
 	now := ts.clock.Now().Unix()
 
-	admitted := int64(0)
-	for admitted+cost <= burst {
+	admitted := int64(0) // points kept
+	for burst-admitted >= cost {
 		resp, body := post()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		admitted += cost
+		admitted += actual
 		left := int64(burst - admitted)
 
 		require.Empty(t, body.Errors)
 		require.NotNil(t, body.Extensions.Cost)
 		c := body.Extensions.Cost
 		assert.EqualValues(t, cost, c.RequestedQueryCost)
-		assert.Nil(t, c.ActualQueryCost)
+		require.NotNil(t, c.ActualQueryCost)
+		assert.EqualValues(t, actual, *c.ActualQueryCost)
 		assert.EqualValues(t, burst, c.ThrottleStatus.MaximumAvailable)
 		require.NotNil(t, c.ThrottleStatus.CurrentlyAvailable)
 		assert.Equal(t, left, *c.ThrottleStatus.CurrentlyAvailable)
@@ -179,23 +182,24 @@ func TestNewcomerFlow(t *testing.T) {
 		assert.Equal(t, now+secondsFor(admitted), headerInt(t, h, middleware.HeaderXRateLimitReset))
 		assert.Empty(t, h.Get(middleware.HeaderRetryAfter))
 	}
-	require.EqualValues(t, 8*cost, admitted)
+	require.EqualValues(t, 32*actual, admitted)
 	calls := res.Calls()
 
-	// 12 points left, 61 needed: the 49 missing take 352.8 s, so 353.
+	// 52 points left, 61 needed: the 9 missing take 64.8 s, so 65.
 	resp, body := post()
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	wait := secondsFor(cost - (burst - admitted))
-	require.EqualValues(t, 353, wait)
+	require.EqualValues(t, 65, wait)
 	assert.Equal(t, strconv.FormatInt(wait, 10), resp.Header.Get(middleware.HeaderRetryAfter))
 	assert.Equal(t, middleware.CodeRateLimited, body.code())
 	assert.EqualValues(t, wait, body.Errors[0].Extensions["retryAfterSeconds"])
-	assert.Equal(t, "rate limited: the operation costs 61 points and 12 are available; retry in 353 seconds",
+	assert.Equal(t, "rate limited: the operation costs 61 points and 52 are available; retry in 65 seconds",
 		body.Errors[0].Message, "the README's transcript")
 	assert.EqualValues(t, cost, body.Errors[0].Extensions["cost"])
 	assert.JSONEq(t, "null", string(body.Data))
 	require.NotNil(t, body.Extensions.Cost)
 	assert.EqualValues(t, cost, body.Extensions.Cost.RequestedQueryCost)
+	assert.Nil(t, body.Extensions.Cost.ActualQueryCost, "nothing ran")
 	assert.EqualValues(t, burst-admitted, *body.Extensions.Cost.ThrottleStatus.CurrentlyAvailable)
 	assert.EqualValues(t, burst-admitted, headerInt(t, resp.Header, middleware.HeaderXRateLimitRemaining))
 	assert.Equal(t, calls, res.Calls(), "a rate-limited operation ran resolvers")

@@ -1,0 +1,77 @@
+package middleware
+
+import (
+	"context"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/limiter"
+)
+
+// refunder is the store method a refund needs: limiter.Store has it, a
+// Take-only Store does not (and then nothing is refunded).
+type refunder interface {
+	Refund(ctx context.Context, key string, limit limiter.Limit, amount int64) (limiter.Decision, error)
+}
+
+// refund gives amount back to the store that took a decision's cost, under
+// the store timeout. It reports the bucket after the refund, and false when
+// nothing was given back (the store has no Refund, or it failed: the
+// points then return by refill, and a warning is logged at most once a
+// minute per plan).
+func (l *Limiter) refund(ctx context.Context, p *plan, tr storeTrace, amount int64) (limiter.Decision, bool) {
+	r, ok := tr.from.(refunder)
+	if !ok || amount <= 0 {
+		return limiter.Decision{}, false
+	}
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	d, err := r.Refund(tctx, tr.key, p.limit, amount)
+	cancel()
+	if err != nil {
+		if held, due := p.refundWarn.due(l.clock.Now().Sub(l.start)); due && ctx.Err() == nil {
+			l.log.WarnContext(ctx, "middleware: refunding an operation's unused cost failed; the points return by refill",
+				"err", err, "plan", p.name, "failures_since_last_warning", held+1)
+		}
+		return limiter.Decision{}, false
+	}
+	return d, true
+}
+
+// settleActual prices what an executed operation's response holds (its
+// actual cost: each list sized by the items it returned) and, unless the
+// plan keeps unused points, gives the part of the debit the response did
+// not use back to the bucket. It runs in the response interceptor, so the
+// headers and extensions.cost written afterwards include the refund.
+//
+// A response with errors is not refunded: a field that failed is null, and
+// the work its resolvers did before failing would otherwise come back
+// free. Its actual cost is still reported.
+func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) {
+	st.mu.Lock()
+	o, cost := st.outcome, st.cost
+	st.mu.Unlock()
+	op := opCtx.Operation
+	if cost == 0 || o.verdict != admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
+		return // not executed as priced, or a stream: the requested cost stands
+	}
+	a, err := e.analyzer(st.set)
+	if err != nil {
+		return
+	}
+	actual, err := a.ActualCost(opCtx.Doc, op, opCtx.Variables, resp.Data)
+	if err != nil {
+		e.l.log.DebugContext(ctx, "middleware: cannot price the response; keeping the requested cost", "err", err)
+		return
+	}
+	actual = min(max(actual, st.set.gql.MinCost), cost)
+	var refunded int64
+	if o.shadowed == 0 && o.charged == cost && actual < cost && !st.plan.DisableRefund && len(resp.Errors) == 0 {
+		if d, ok := e.l.refund(ctx, st.plan, o.trace, cost-actual); ok {
+			o.decision, refunded = d, cost-actual
+		}
+	}
+	st.mu.Lock()
+	st.outcome, st.actual, st.hasActual, st.refunded = o, actual, true, refunded
+	st.mu.Unlock()
+}

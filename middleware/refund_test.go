@@ -1,0 +1,105 @@
+package middleware_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/middleware"
+)
+
+// The test schema answers user with null: the operation priced 61 actually
+// costs nothing but the minimum, and 60 points come back before the headers
+// are written.
+func TestRefundBeforeHeaders(t *testing.T) {
+	cfg := withRefunds(testConfig(t, newClock()))
+	rec := &recorder{}
+	cfg.Observer = rec
+	lim := newLimiter(t, cfg)
+	h := graphQLServer(lim, newTestSchema())
+
+	w, resp := query(t, h, query61, bearer(aliceKey))
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d", w.Code)
+	}
+	c := resp.Extensions.Cost
+	if c.RequestedQueryCost != 61 || c.ActualQueryCost == nil || *c.ActualQueryCost != 1 || *c.ThrottleStatus.CurrentlyAvailable != 99 {
+		t.Errorf("extensions.cost %+v (actual %v)", c, c.ActualQueryCost)
+	}
+	if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "99" {
+		t.Errorf("X-RateLimit-Remaining %s, want 99", got)
+	}
+	if e := rec.take(); len(e) != 1 || !e[0].HasActualCost || e[0].ActualCost != 1 || e[0].Refunded != 60 || e[0].Charged != 61 {
+		t.Errorf("events %+v", e)
+	}
+
+	// A mutation keeps its base cost: createIssue returns its issue, 11.
+	w, resp = query(t, h, mutation11, bearer(aliceKey))
+	if *resp.Extensions.Cost.ActualQueryCost != 11 || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "88" {
+		t.Errorf("mutation: actual %d, remaining %s", *resp.Extensions.Cost.ActualQueryCost, w.Header().Get(middleware.HeaderXRateLimitRemaining))
+	}
+	// A refused operation has no actual cost.
+	for range 2 {
+		query(t, h, query61, bearer(aliceKey))
+	}
+	cfg2 := withRefunds(testConfig(t, newClock()))
+	cfg2.Plans = map[string]middleware.Plan{"free": {Burst: 61, Rate: 1, Per: time.Hour}, "anon": testPlans()["anon"]}
+	lim2 := newLimiter(t, cfg2)
+	h2 := graphQLServer(lim2, newTestSchema())
+	query(t, h2, mutation11, bearer(aliceKey))
+	if w, resp := query(t, h2, query61, bearer(aliceKey)); w.Code != http.StatusTooManyRequests || resp.Extensions.Cost.ActualQueryCost != nil {
+		t.Errorf("refused: status %d, actual %v", w.Code, resp.Extensions.Cost.ActualQueryCost)
+	}
+}
+
+// Plan.DisableRefund keeps the requested cost; the actual cost is still
+// reported.
+func TestRefundDisabled(t *testing.T) {
+	cfg := withRefunds(testConfig(t, newClock()))
+	p := cfg.Plans["free"]
+	p.DisableRefund = true
+	cfg.Plans["free"] = p
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	w, resp := query(t, h, query61, bearer(aliceKey))
+	if *resp.Extensions.Cost.ActualQueryCost != 1 || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
+		t.Errorf("actual %d, remaining %s", *resp.Extensions.Cost.ActualQueryCost, w.Header().Get(middleware.HeaderXRateLimitRemaining))
+	}
+}
+
+// A response with errors keeps its requested cost: the fields that failed
+// are null, but their resolvers' work was done.
+func TestNoRefundWhenTheResponseHasErrors(t *testing.T) {
+	cfg := withRefunds(testConfig(t, newClock()))
+	lim := newLimiter(t, cfg)
+	s := newTestSchema()
+	exec := s.executable().(*graphql.ExecutableSchemaMock)
+	exec.ExecFunc = func(context.Context) graphql.ResponseHandler {
+		return graphql.OneShot(&graphql.Response{Data: json.RawMessage(`{"user":null}`), Errors: gqlerror.List{gqlerror.Errorf("backend down")}})
+	}
+	srv := handler.New(exec)
+	srv.AddTransport(transport.POST{})
+	h := lim.Handler(srv)
+	w, resp := query(t, h, query61, bearer(aliceKey))
+	if resp.Extensions.Cost.ActualQueryCost == nil || *resp.Extensions.Cost.ActualQueryCost != 1 || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
+		t.Errorf("actual %v, remaining %s", resp.Extensions.Cost.ActualQueryCost, w.Header().Get(middleware.HeaderXRateLimitRemaining))
+	}
+}
+
+// A Take-only store cannot refund: the requested cost stays.
+func TestNoRefundWithoutStoreRefund(t *testing.T) {
+	cfg := withRefunds(testConfig(t, newClock()))
+	cfg.Store = takeOnly{cfg.Store.(limiter.Store)}
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	w, resp := query(t, h, query61, bearer(aliceKey))
+	if *resp.Extensions.Cost.ActualQueryCost != 1 || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
+		t.Errorf("actual %d, remaining %s", *resp.Extensions.Cost.ActualQueryCost, w.Header().Get(middleware.HeaderXRateLimitRemaining))
+	}
+}
