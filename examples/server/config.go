@@ -85,6 +85,9 @@ type planConfig struct {
 	// Introspection false refuses __schema and __type for this plan; unset
 	// means allowed.
 	Introspection *bool `yaml:"introspection,omitempty"`
+	// CostReport false refuses "GraphQL-Cost: report" for this plan (400
+	// COST_REPORT_DISABLED); unset means allowed.
+	CostReport *bool `yaml:"cost_report,omitempty"`
 }
 
 type apiKeyConfig struct {
@@ -418,6 +421,7 @@ func (c config) limiterConfig() middleware.Config {
 			FailureMode:          middleware.FailureMode(p.FailureMode),
 			SplitBudget:          p.SplitBudget,
 			DisableIntrospection: p.Introspection != nil && !*p.Introspection,
+			DisableCostReport:    p.CostReport != nil && !*p.CostReport,
 		}
 	}
 	keys := make(map[string]middleware.APIKey, len(c.APIKeys))
