@@ -170,7 +170,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 			Totals:    &totals,
 		}
 	}
-	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), &r.FieldsTruncated)
+	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
 	return r, nil
 }
 
