@@ -352,3 +352,33 @@ func mustParse(t *testing.T, s *testSchema, q string) *ast.QueryDocument {
 	}
 	return doc
 }
+
+// A report's paths repeat every enclosing response key: one long alias
+// above many fields would make the breakdown a thousand copies of it. The
+// paths are capped in bytes (complexity.DefaultBreakdownBytes), so the
+// response stays about the size of the request.
+func TestCostReportLongAliases(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.MaxBodyBytes = 2 << 20
+	cfg.MaxBodyBytesInFlight = 2 << 20
+	lim := newLimiter(t, cfg)
+	h := graphQLServer(lim, newTestSchema())
+	var q strings.Builder
+	q.WriteString("{ " + strings.Repeat("a", 900<<10) + `: user(login: "a") {`)
+	for i := range 33 {
+		fmt.Fprintf(&q, " r%d: repos(first: 1) { ...R }", i)
+	}
+	q.WriteString(" } } fragment R on Repository {")
+	for i := range 30 {
+		fmt.Fprintf(&q, " n%d: name", i)
+	}
+	q.WriteString(" }")
+	w, resp := query(t, h, q.String(), withCost(bearer(aliceKey), "report"))
+	if w.Code != http.StatusOK {
+		t.Fatalf("%d %.300s", w.Code, w.Body)
+	}
+	if c := resp.Extensions.Cost; !c.FieldsTruncated || len(c.Fields) == 0 || w.Body.Len() > 3<<20 {
+		t.Errorf("%d fields, truncated %v, body %d bytes", len(c.Fields), c.FieldsTruncated, w.Body.Len())
+	}
+}

@@ -76,7 +76,8 @@ type Cost struct {
 	// Fields is the per-field breakdown of RequestedQueryCost, for an
 	// admitted operation sent with "GraphQL-Cost: report"; absent
 	// otherwise. FieldsTruncated: it stopped at
-	// complexity.DefaultBreakdownLimit entries.
+	// complexity.DefaultBreakdownLimit entries or DefaultBreakdownBytes of
+	// paths.
 	Fields          []FieldCost `json:"fields,omitempty"`
 	FieldsTruncated bool        `json:"fieldsTruncated,omitempty"`
 }
