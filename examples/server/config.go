@@ -43,6 +43,9 @@ type config struct {
 	// FailureMode is "open" or "closed": what a store failure does to plans
 	// that do not choose for themselves.
 	FailureMode string `yaml:"failure_mode"`
+	// Mode is "enforce" or "shadow": whether plans that do not choose for
+	// themselves refuse what they would refuse, or only report it.
+	Mode modeName `yaml:"mode"`
 	// TrustedProxies lists CIDRs whose X-Forwarded-For is believed.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// RetryAfterJitter is the largest fraction added, at random, to
@@ -79,6 +82,8 @@ type planConfig struct {
 	Rate        whole         `yaml:"rate"`
 	Per         time.Duration `yaml:"per"`
 	FailureMode string        `yaml:"failure_mode,omitempty"`
+	// Mode overrides the top-level mode for this plan; unset inherits it.
+	Mode modeName `yaml:"mode,omitempty"`
 	// SplitBudget trades exactness for fewer store round trips (UX-grade
 	// limits only; docs/scaling.md bounds the overshoot).
 	SplitBudget bool `yaml:"split_budget,omitempty"`
@@ -164,6 +169,7 @@ func defaultConfig() config {
 			Routes:      map[string]whole{"GET /api/search": 10},
 		},
 		FailureMode:      string(middleware.FailOpen),
+		Mode:             modeName(middleware.Enforce),
 		TrustedProxies:   []string{},
 		RetryAfterJitter: 0,
 		OverLimitCache:   string(middleware.OverLimitCacheAuto),
@@ -335,10 +341,19 @@ func (c config) validate() error {
 	if err := checkFailureMode("failure_mode", c.FailureMode); err != nil {
 		return err
 	}
-	for name, p := range c.Plans {
+	if err := c.Mode.check(); err != nil {
+		return fmt.Errorf("mode: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Plans)) {
+		p, key := c.Plans[name], mapPath("plans", name)
 		if p.FailureMode != "" {
-			if err := checkFailureMode(fmt.Sprintf("plans.%s.failure_mode", name), p.FailureMode); err != nil {
+			if err := checkFailureMode(key+".failure_mode", p.FailureMode); err != nil {
 				return err
+			}
+		}
+		if p.Mode != "" {
+			if err := p.Mode.check(); err != nil {
+				return fmt.Errorf("%s.mode: %w", key, err)
 			}
 		}
 	}
@@ -419,6 +434,7 @@ func (c config) limiterConfig() middleware.Config {
 		plans[name] = middleware.Plan{
 			Burst: int64(p.Burst), Rate: int64(p.Rate), Per: p.Per,
 			FailureMode:          middleware.FailureMode(p.FailureMode),
+			Mode:                 middleware.Mode(p.Mode),
 			SplitBudget:          p.SplitBudget,
 			DisableIntrospection: p.Introspection != nil && !*p.Introspection,
 			DisableCostReport:    p.CostReport != nil && !*p.CostReport,
@@ -463,6 +479,7 @@ func (c config) limiterConfig() middleware.Config {
 			Routes:      routes,
 		},
 		FailureMode:      middleware.FailureMode(c.FailureMode),
+		Mode:             middleware.Mode(c.Mode),
 		RetryAfterJitter: c.RetryAfterJitter,
 		OverLimitCache:   middleware.OverLimitCache(c.OverLimitCache),
 		SplitBudget: middleware.SplitBudgetOptions{
@@ -489,4 +506,33 @@ func (w *whole) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*w = whole(v)
 	return nil
+}
+
+var _ yaml.Unmarshaler = (*modeName)(nil)
+
+// modeName is an enforcement mode in the YAML file: "enforce" or "shadow"
+// (middleware.Enforce, middleware.Shadow). Decoding refuses anything else,
+// so checkDocument names the line and key path of a bad one.
+type modeName string
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (m *modeName) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return fmt.Errorf("%s is not %q or %q", describe(n), middleware.Enforce, middleware.Shadow)
+	}
+	v := modeName(n.Value)
+	if err := v.check(); err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+// check refuses a mode the middleware does not have.
+func (m modeName) check() error {
+	switch middleware.Mode(m) {
+	case middleware.Enforce, middleware.Shadow:
+		return nil
+	}
+	return fmt.Errorf("%q is not %q or %q", string(m), middleware.Enforce, middleware.Shadow)
 }

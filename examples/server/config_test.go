@@ -108,6 +108,7 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	assert.Equal(t, 100_000, m.MemoryStore.MaxKeys)
 	assert.Equal(t, middleware.RESTOptions{DefaultCost: 1, Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
 	assert.Equal(t, middleware.FailOpen, m.FailureMode)
+	assert.Equal(t, middleware.Enforce, m.Mode)
 	assert.Empty(t, m.TrustedProxies)
 	assert.Zero(t, m.RetryAfterJitter)
 	assert.Equal(t, middleware.OverLimitCacheAuto, m.OverLimitCache)
@@ -115,6 +116,36 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	principal, plan, err := m.APIKeys.LookupAPIKey(t.Context(), demoAPIKey)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"alice", "free"}, []string{principal, plan})
+}
+
+// The top-level mode applies to every plan that names none; a plan's own
+// mode overrides it. The middleware resolves the inheritance; the file
+// maps each key onto its field.
+func TestModesMapOntoMiddleware(t *testing.T) {
+	cfg, err := parseConfig([]byte(`
+mode: shadow
+plans:
+  anon: {burst: 10, rate: 10, per: 1m}
+  free: {burst: 100, rate: 100, per: 1m, mode: enforce}
+  trial: {burst: 100, rate: 100, per: 1m, mode: shadow}
+`))
+	require.NoError(t, err)
+	m := cfg.limiterConfig()
+	assert.Equal(t, middleware.Shadow, m.Mode)
+	assert.Equal(t, middleware.Mode(""), m.Plans["anon"].Mode, "unset: inherits the top-level mode")
+	assert.Equal(t, middleware.Enforce, m.Plans["free"].Mode)
+	assert.Equal(t, middleware.Shadow, m.Plans["trial"].Mode)
+	_, cleanup, err := newServer(cfg, deps{})
+	require.NoError(t, err, "the middleware takes both modes")
+	require.NoError(t, cleanup())
+
+	// A configuration built in code is checked too.
+	cfg = defaultConfig()
+	cfg.Mode = "observe"
+	assert.ErrorContains(t, cfg.validate(), `mode: "observe" is not "enforce" or "shadow"`)
+	cfg = defaultConfig()
+	cfg.Plans["free"] = planConfig{Burst: 1, Rate: 1, Per: time.Hour, Mode: "off"}
+	assert.ErrorContains(t, cfg.validate(), `plans.free.mode: "off" is not "enforce" or "shadow"`)
 }
 
 func TestParseOverrides(t *testing.T) {
@@ -193,6 +224,18 @@ func TestParseOverrides(t *testing.T) {
 			},
 		},
 		{
+			"modes",
+			"mode: shadow\nplans: {free: {burst: 100, rate: 100, per: 1m, mode: enforce}, anon: {burst: 10, rate: 10, per: 1m}}",
+			func(c *config) {
+				c.Mode = "shadow"
+				c.Plans = map[string]planConfig{
+					"free": {Burst: 100, Rate: 100, Per: time.Minute, Mode: "enforce"},
+					"anon": {Burst: 10, Rate: 10, Per: time.Minute},
+				}
+				c.APIKeys = map[string]apiKeyConfig{}
+			},
+		},
+		{
 			"a free route",
 			`rest: {routes: {"GET /api/search": 0}}`,
 			func(c *config) { c.REST.Routes = map[string]whole{"GET /api/search": 0} },
@@ -229,7 +272,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", "plan: {}", "line 1: plan: unknown key; the keys here are plans, anonymous_plan, api_keys, graphql,"},
 		{"unknown nested key", "graphql: {max_dept: 3}", "line 1: graphql.max_dept: unknown key; the keys here are max_depth,"},
-		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, split_budget, introspection, cost_report"},
+		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, introspection, cost_report"},
 		{"unknown API key field", "api_keys: {s3cret-key: {principal: p, plna: free}}", "api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + "].plna: unknown key"},
 		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", "line 1: plans.free.burst: 1.5 is not a whole number"},
 		{"string count", "graphql: {max_depth: ten}", `graphql.max_depth: "ten" is not a whole number`},
@@ -259,6 +302,11 @@ func TestParseErrors(t *testing.T) {
 		{"zero default_cost", "rest: {default_cost: 0}", "rest.default_cost is 0"},
 		{"negative route", `rest: {routes: {"GET /x": -1}}`, `rest.routes["GET /x"] is -1; a cost must not be negative`},
 		{"failure mode", "failure_mode: maybe", `failure_mode is "maybe"; it must be "open" or "closed"`},
+		{"mode", "mode: shadw", `line 1: mode: "shadw" is not "enforce" or "shadow"`},
+		{"mode not a string", "mode: [shadow]", `line 1: mode: a list is not "enforce" or "shadow"`},
+		{"mode in capitals", "mode: Shadow", `line 1: mode: "Shadow" is not "enforce" or "shadow"`},
+		{"plan mode", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, mode: dry-run}", `line 2: plans.anon.mode: "dry-run" is not "enforce" or "shadow"`},
+		{"empty plan mode", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, mode: \"\"}", `line 2: plans.anon.mode: "" is not "enforce" or "shadow"`},
 		{"plan failure mode", "plans: {anon: {burst: 1, rate: 1, per: 1h, failure_mode: shut}}", `plans.anon.failure_mode is "shut"`},
 		{"jitter above 1", "retry_after_jitter: 1.5", "retry_after_jitter is 1.5; it must be between 0 and 1"},
 		{"negative jitter", "retry_after_jitter: -0.1", "retry_after_jitter is -0.1"},

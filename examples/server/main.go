@@ -13,15 +13,22 @@
 //	GET  /graphql, POST /graphql
 //	GET  /api/users/{login}    costs 1 point (rest.default_cost)
 //	GET  /api/search?q=        costs 10 points (rest.routes)
+//	GET  /healthz              200 while serving; unlimited
+//	GET  /readyz               200 when the budget store answers a ping, else 503; unlimited
+//	GET  /metrics              Prometheus metrics (docs/operations.md); unlimited
 //
 // Requests with "Authorization: Bearer demo-free-key" (or X-API-Key) spend
 // alice's budget on the free plan (5000 points an hour); requests without a
 // key spend their IP address's budget on the anon plan (500 an hour).
 // docs/server.md describes the flags and every configuration key.
 //
-// The process is a thin shell around run (flags, store, listener, graceful
-// shutdown on SIGINT or SIGTERM) and newServer (the handler), which the
-// tests drive directly.
+// SIGHUP re-reads the -config file and swaps plans, API keys, modes, route
+// costs and GraphQL limits without dropping a request; docs/server.md's
+// "Reloading" says what takes a restart instead.
+//
+// The process is a thin shell around run (flags, store, listener, reloads
+// on SIGHUP, graceful shutdown on SIGINT or SIGTERM) and newServer (the
+// handler), which the tests drive directly.
 package main
 
 import (
@@ -37,6 +44,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/costguard/costguard/limiter/redisstore"
 )
 
 // HTTP server bounds: no client can hold a connection or a handler forever.
@@ -50,7 +59,12 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// SIGHUP reloads the -config file. One pending signal is enough: those
+	// that arrive during a reload ask for the same file again.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup)
+	signal.Stop(hup)
 	stop()
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
@@ -67,9 +81,11 @@ func main() {
 var errUsage = errors.New("usage")
 
 // run serves until ctx is done, then shuts down gracefully. It prints the
-// address it listens on to stdout, and flag errors and logs to stderr. Its
-// errors carry no "server:" prefix: main adds the one prefix.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// address it listens on to stdout, and flag errors and logs to stderr. Each
+// value reload delivers re-reads the -config file (main feeds it SIGHUP;
+// nil: never). Its errors carry no "server:" prefix: main adds the one
+// prefix.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-chan os.Signal) error {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", ":8080", "listen `address`")
@@ -93,6 +109,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	// go-redis logs through a process-wide logger of its own: send its
+	// pool messages to ours, at debug level, rather than to stderr.
+	redisstore.SetGoRedisLogger(logger)
 
 	st, err := openStore(ctx, *redisURL, *cluster)
 	if err != nil {
@@ -100,11 +119,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer st.close()
 
-	h, cleanup, err := newServer(cfg, deps{store: st.store, logger: logger})
+	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger})
 	if err != nil {
 		return err
 	}
 	defer cleanup()
+
+	// Reloads run in this goroutine, which ends before cleanup closes the
+	// limiter it reloads.
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		h.watchReloads(watchCtx, reload, *cfgPath)
+	}()
+	defer func() {
+		stopWatching()
+		<-watching
+	}()
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

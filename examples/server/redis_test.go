@@ -67,7 +67,7 @@ func TestRunWithRedisCluster(t *testing.T) {
 func TestRunRedisUnreachable(t *testing.T) {
 	rs := redistest.StartServer(t)
 	require.NoError(t, rs.Stop())
-	err := run(t.Context(), []string{"-addr", "127.0.0.1:0", "-redis", "redis://" + rs.Addr()}, io.Discard, io.Discard)
+	err := run(t.Context(), []string{"-addr", "127.0.0.1:0", "-redis", "redis://" + rs.Addr()}, io.Discard, io.Discard, nil)
 	require.Error(t, err)
 	assert.True(t, strings.HasPrefix(err.Error(), "Redis at "+rs.Addr()+", db 0 does not answer"),
 		"main adds the only prefix: %v", err)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,16 +53,30 @@ func (l *lines) Write(p []byte) (int, error) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
+// syncBuffer is a bytes.Buffer safe for the server's concurrent logging,
+// which a test can wait on.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // signalled after a write; made by the first
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.b.Write(p)
+	n, err := s.b.Write(p)
+	select {
+	case s.wake() <- struct{}{}:
+	default: // a signal is pending already
+	}
+	return n, err
+}
+
+func (s *syncBuffer) wake() chan struct{} {
+	if s.written == nil {
+		s.written = make(chan struct{}, 1)
+	}
+	return s.written
 }
 
 func (s *syncBuffer) String() string {
@@ -69,6 +84,31 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// waitFor waits until text occurs n times in what was written, and returns
+// all of it. It fails the test after waitLimit, which only guards against
+// a hang: nothing is timed.
+func (s *syncBuffer) waitFor(t *testing.T, text string, n int) string {
+	t.Helper()
+	s.mu.Lock()
+	wake := s.wake()
+	s.mu.Unlock()
+	limit := time.NewTimer(waitLimit)
+	defer limit.Stop()
+	for {
+		if got := s.String(); strings.Count(got, text) >= n {
+			return got
+		}
+		select {
+		case <-wake:
+		case <-limit.C:
+			t.Fatalf("%q was not written %d times; got:\n%s", text, n, s.String())
+		}
+	}
+}
+
+// waitLimit bounds a wait for something the server does in the background.
+const waitLimit = 30 * time.Second
 
 var startLine = regexp.MustCompile(`^costguard example server on (http://\S+) \(budgets: (.*)\)$`)
 
@@ -83,10 +123,16 @@ type running struct {
 // test if run returns first.
 func startRun(t *testing.T, args ...string) *running {
 	t.Helper()
+	return startRunReloading(t, nil, args...)
+}
+
+// startRunReloading is startRun with reload as run's reload trigger.
+func startRunReloading(t *testing.T, reload <-chan os.Signal, args ...string) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errs := newLines(), &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, out, errs) }()
+	go func() { done <- run(ctx, args, out, errs, reload) }()
 
 	var once sync.Once
 	var runErr error
@@ -195,7 +241,7 @@ func TestRunRefusesToStart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("REDIS_URL", tt.env)
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), append([]string{"-addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr)
+			err := run(context.Background(), append([]string{"-addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr, nil)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, tt.is)
 			assert.Contains(t, err.Error(), tt.errMsg)
@@ -210,7 +256,7 @@ func TestRunRefusesToStart(t *testing.T) {
 func TestRunListenFailure(t *testing.T) {
 	srv := startRun(t, "-addr", "127.0.0.1:0")
 	addr := strings.TrimPrefix(srv.url, "http://")
-	err := run(context.Background(), []string{"-addr", addr}, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"-addr", addr}, io.Discard, io.Discard, nil)
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, errUsage) || errors.Is(err, errConfig), "a busy port is not a usage error: %v", err)
 	assert.Contains(t, err.Error(), "address already in use")

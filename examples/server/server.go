@@ -7,16 +7,21 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/graph/model"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/prommetrics"
 )
 
 // searchResults is how many hits GET /api/search returns at most.
@@ -27,7 +32,11 @@ const searchResults = 20
 type deps struct {
 	// store holds the budgets; nil: an in-memory store owned by the server.
 	store middleware.Store
-	// clock is the limiter's time source; nil: the system clock.
+	// ping asks store whether it answers, for /readyz; nil: always ready,
+	// as the in-memory store is.
+	ping func(ctx context.Context) error
+	// clock is the time source of the limiter and of /readyz's reuse of a
+	// ping's answer; nil: the system clock.
 	clock limiter.Clock
 	// logger receives store-failure warnings; nil: slog.Default().
 	logger *slog.Logger
@@ -35,41 +44,55 @@ type deps struct {
 	resolver *graph.Resolver
 }
 
+// server is the example API, an http.Handler, and what a reload swaps in
+// it (reload.go).
+type server struct {
+	http.Handler // the routes
+
+	lim     *middleware.Limiter
+	metrics *prommetrics.Metrics // every decision, served at /metrics
+	reg     *prometheus.Registry // this server's metrics, Go's and the process's
+	d       deps                 // the store, clock and logger every limiter configuration gets
+	log     *slog.Logger
+	res     *graph.Resolver
+	cache   *middleware.QueryCache // shared by every gqlgen server built
+	gql     swappable              // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
+
+	mu  sync.Mutex // one reload at a time; guards cfg
+	cfg config     // the configuration in force
+}
+
 // newServer builds the example API: the GraphiQL page on /, GraphQL on
 // /graphql (GET and POST) and the REST demo routes under /api/, all drawing
-// on one per-principal budget. cleanup releases what the server owns (not
+// on one per-principal budget, and the probes /healthz and /readyz, which
+// draw on none. cleanup releases what the server owns (not
 // d.store); call it after the HTTP server has shut down.
-func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err error) {
-	mcfg := cfg.limiterConfig()
-	mcfg.Store, mcfg.Clock, mcfg.Logger = d.store, d.clock, d.logger
-	lim, err := middleware.New(mcfg)
-	if err != nil {
+func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) {
+	s = &server{d: d, log: d.logger, res: d.resolver, cfg: cfg}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.res == nil {
+		s.res = graph.NewResolver()
+	}
+	// A registry of its own, not Prometheus's default: a process (or a
+	// test) may build several servers.
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.metrics, err = prommetrics.New(prommetrics.WithRegisterer(s.reg)); err != nil {
+		return nil, nil, err
+	}
+	mcfg := s.limiterConfig(cfg)
+	if s.lim, err = middleware.New(mcfg); err != nil {
 		return nil, nil, refusedConfig{file: cfg.file, err: err}
 	}
-	res := d.resolver
-	if res == nil {
-		res = graph.NewResolver()
-	}
-
-	cache, err := middleware.NewQueryCache(int(cfg.GraphQL.QueryCacheEntries), int64(cfg.GraphQL.QueryCacheBytes))
-	if err != nil {
-		lim.Close()
+	if s.cache, err = middleware.NewQueryCache(int(cfg.GraphQL.QueryCacheEntries), int64(cfg.GraphQL.QueryCacheBytes)); err != nil {
+		s.lim.Close()
 		return nil, nil, refusedConfig{file: cfg.file, err: err}
 	}
-	gql := handler.New(res.Schema())
-	gql.AddTransport(transport.GET{})
-	gql.AddTransport(transport.POST{})
-	gql.SetQueryCache(cache) // bounded by bytes too: documents can be a megabyte each
-	// The Extension refuses longer documents before gqlgen parses them; the
-	// parser's own limit is the same bound, should a transport skip it.
-	gql.SetParserTokenLimit(int(cfg.GraphQL.MaxTokens))
-	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
+	s.gql.set(s.graphQL(cfg))
 
-	logger := d.logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	rest := &restAPI{res: res, log: logger}
+	rest := &restAPI{res: s.res, log: s.log}
 	api := http.NewServeMux()
 	api.HandleFunc("GET /api/users/{login}", rest.getUser)
 	api.HandleFunc("GET /api/search", rest.search)
@@ -77,11 +100,50 @@ func newServer(cfg config, d deps) (h http.Handler, cleanup func() error, err er
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not_found"})
 	})
 
+	// The probes and /metrics are outside the limiter: never identified,
+	// priced or debited, so an exhausted budget never fails a health check
+	// or hides the metrics.
+	timeout := mcfg.StoreTimeout
+	if timeout == 0 {
+		timeout = middleware.DefaultStoreTimeout
+	}
+	clock := d.clock
+	if clock == nil {
+		clock = limiter.SystemClock{}
+	}
+
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	mux.Handle("GET /readyz", newReadiness(d.ping, timeout, clock, s.log))
 	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
-	mux.Handle("/graphql", lim.Handler(gql)) // adds the extension, wraps for statuses and headers
-	mux.Handle("/api/", lim.REST(api))       // both wrappers bound the body (max_body_bytes)
-	return mux, lim.Close, nil
+	mux.Handle("/graphql", &s.gql)
+	mux.Handle("/api/", s.lim.REST(api)) // both wrappers bound the body (max_body_bytes)
+	s.Handler = mux
+	return s, s.lim.Close, nil
+}
+
+// limiterConfig is cfg's middleware configuration with the injected store,
+// clock and logger.
+func (s *server) limiterConfig(cfg config) middleware.Config {
+	mcfg := cfg.limiterConfig()
+	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
+	mcfg.Observer = s.metrics
+	return mcfg
+}
+
+// graphQL builds the gqlgen server for cfg behind the limiter: the
+// Extension is added and the wrapper sets the statuses and headers.
+func (s *server) graphQL(cfg config) http.Handler {
+	gql := handler.New(s.res.Schema())
+	gql.AddTransport(transport.GET{})
+	gql.AddTransport(transport.POST{})
+	gql.SetQueryCache(s.cache) // bounded by bytes too: documents can be a megabyte each
+	// The Extension refuses longer documents before gqlgen parses them; the
+	// parser's own limit is the same bound, should a transport skip it.
+	gql.SetParserTokenLimit(int(cfg.GraphQL.MaxTokens))
+	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
+	return s.lim.Handler(gql)
 }
 
 // refusedConfig is a configuration the middleware refused. It reads

@@ -22,9 +22,12 @@ const pingTimeout = 3 * time.Second
 
 // budgetStore is where the budgets live and how to let go of it.
 type budgetStore struct {
-	store    middleware.Store // nil: the limiter's own in-memory store
-	describe string           // for the start-up line; never holds a password
-	close    func() error     // run calls it after the HTTP server has shut down
+	store middleware.Store // nil: the limiter's own in-memory store
+	// ping asks the store whether it answers, within ctx (the start-up
+	// check and /readyz); nil for the in-memory store, which always does.
+	ping     func(ctx context.Context) error
+	describe string       // for the start-up line; never holds a password
+	close    func() error // run calls it after the HTTP server has shut down
 }
 
 // openStore connects to a single Redis (redisURL, else $REDIS_URL) or a
@@ -40,6 +43,7 @@ func openStore(ctx context.Context, redisURL, clusterAddrs string) (*budgetStore
 	}
 	var (
 		client   redis.UniversalClient
+		ping     func(context.Context) error
 		describe string
 	)
 	switch {
@@ -50,14 +54,16 @@ func openStore(ctx context.Context, redisURL, clusterAddrs string) (*budgetStore
 		}
 		// Honour the middleware's per-call deadline on the socket too.
 		opts.ContextTimeoutEnabled = true
-		client = redis.NewClient(opts)
+		c := redis.NewClient(opts)
+		client, ping = c, func(ctx context.Context) error { return c.Ping(ctx).Err() }
 		describe = fmt.Sprintf("Redis at %s, db %d", opts.Addr, opts.DB)
 	case clusterAddrs != "":
 		addrs, err := splitAddrs(clusterAddrs)
 		if err != nil {
 			return nil, fmt.Errorf("%w: -redis-cluster: %w", errUsage, err)
 		}
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		client, ping = c, func(ctx context.Context) error { return pingMasters(ctx, c) }
 		describe = "Redis Cluster via " + strings.Join(addrs, ",")
 	default:
 		return &budgetStore{describe: "in memory", close: func() error { return nil }}, nil
@@ -65,7 +71,7 @@ func openStore(ctx context.Context, redisURL, clusterAddrs string) (*budgetStore
 
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
+	if err := ping(pctx); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("%s does not answer: %w", describe, err)
 	}
@@ -78,7 +84,20 @@ func openStore(ctx context.Context, redisURL, clusterAddrs string) (*budgetStore
 	// them (after the round trips in flight) before closing the client they
 	// use.
 	closeAll := func() error { return errors.Join(st.Close(), client.Close()) }
-	return &budgetStore{store: st, describe: describe, close: closeAll}, nil
+	return &budgetStore{store: st, ping: ping, describe: describe, close: closeAll}, nil
+}
+
+// pingMasters pings every master of the Cluster, at once. Each master
+// holds the budgets of its hash slots, so one that does not answer fails
+// the requests of the principals it holds: the Cluster is ready only when
+// all of them answer. Replicas hold no budget the store reads.
+func pingMasters(ctx context.Context, c *redis.ClusterClient) error {
+	return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		if err := m.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("master %s: %w", m.Options().Addr, err)
+		}
+		return nil
+	})
 }
 
 // splitAddrs parses "host:port,host:port".

@@ -16,8 +16,8 @@ import (
 const durationForm = "a Go duration with a unit, such as 1h or 90s"
 
 var (
-	durationType = reflect.TypeFor[time.Duration]()
-	wholeType    = reflect.TypeFor[whole]()
+	durationType    = reflect.TypeFor[time.Duration]()
+	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 	// plainKey is a map key that reads well after a dot: plans.anon.
 	plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 )
@@ -48,13 +48,15 @@ func checkNode(path string, n *yaml.Node, t reflect.Type) error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("line %d: %s: %s", n.Line, path, fmt.Sprintf(format, args...))
 	}
-	switch t {
-	case wholeType:
-		var w whole
-		if err := w.UnmarshalYAML(n); err != nil {
+	if reflect.PointerTo(t).Implements(unmarshalerType) {
+		// The type checks itself (whole, modeName); checking it here
+		// puts the line and key path in front of its message.
+		if err := reflect.New(t).Interface().(yaml.Unmarshaler).UnmarshalYAML(n); err != nil {
 			return fail("%v", err)
 		}
 		return nil
+	}
+	switch t {
 	case durationType:
 		var d time.Duration
 		if n.Kind != yaml.ScalarNode || n.Decode(&d) != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,4 +63,13 @@ func ExampleConfig() {
 	// Output:
 	// redisstore: invalid config: max batch wait 50ms outside [0, 10ms]
 	// <nil>
+}
+
+// go-redis's pool lines ("failed to dial", …) go to the program's slog
+// logger at Debug instead of standard error. go-redis's logger is
+// process-wide, so this is done once, at start-up. Compiled, not run: it
+// would change the logger of every test in this package.
+func ExampleSetGoRedisLogger() {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	redisstore.SetGoRedisLogger(logger) // at Info, go-redis's lines are dropped unformatted
 }

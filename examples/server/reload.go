@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+)
+
+// watchReloads reloads the configuration file at path each time reload
+// delivers (main feeds it SIGHUP), one reload at a time, until ctx is
+// done. Without a file there is nothing to re-read, and it says so.
+func (s *server) watchReloads(ctx context.Context, reload <-chan os.Signal, path string) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reload:
+			if path == "" {
+				s.log.WarnContext(ctx, "server: reload asked, but there is no -config file to re-read; the built-in defaults stay")
+				continue
+			}
+			_ = s.reload(path) // logged
+		}
+	}
+}
+
+// reload re-reads the file at path and swaps in, atomically, everything
+// Limiter.Reload can change: plans, anonymous_plan, api_keys, mode and
+// failure_mode, trusted_proxies, the graphql limits and costs, and the
+// REST costs. Requests in flight finish under the configuration they
+// started with; none is dropped. The keys that shape what was built at
+// start (keepRestartKeys) keep their running values, and a warning names
+// those the file changed. A file that fails to load or that the middleware
+// refuses changes nothing. The outcome is logged, and returned for tests.
+func (s *server) reload(path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	next, err := loadConfig(path)
+	if err == nil {
+		kept := next.keepRestartKeys(s.cfg)
+		if err = s.apply(next); err == nil {
+			if len(kept) > 0 {
+				s.log.Warn("server: reload: these keys take a restart to change; their running values stay",
+					"file", path, "keys", strings.Join(kept, ", "))
+			}
+			s.log.Info("server: configuration reloaded", "file", path)
+			return nil
+		}
+		err = refusedConfig{file: path, err: err}
+	}
+	// err names the file and the key path, and the line of a mistake of shape.
+	s.log.Warn("server: reload refused; the running configuration stays", "file", path, "err", err)
+	return err
+}
+
+// apply swaps next in: the limiter's settings, and the gqlgen server when
+// graphql.max_tokens changed, since its parser's token limit is fixed
+// when it is built. The order keeps the parser's limit at or above the
+// Extension's at every moment: a raised limit reaches the parser first, a
+// lowered one the Extension first.
+func (s *server) apply(next config) error {
+	before, after := s.cfg.GraphQL.MaxTokens, next.GraphQL.MaxTokens
+	old := s.gql.get()
+	if after > before {
+		s.gql.set(s.graphQL(next))
+	}
+	if err := s.lim.Reload(s.limiterConfig(next)); err != nil {
+		s.gql.set(old)
+		return err
+	}
+	if after < before {
+		s.gql.set(s.graphQL(next))
+	}
+	s.cfg = next
+	return nil
+}
+
+// keepRestartKeys sets back to running's values the keys a running server
+// cannot change, because they size what was built at start (the body
+// bounds, the memory store, gqlgen's query cache, the over-limit cache and
+// split-budget layers) or are fixed in the Limiter (the Retry-After
+// jitter), and names those c had changed.
+func (c *config) keepRestartKeys(running config) (changed []string) {
+	keep(&changed, "max_body_bytes", &c.MaxBodyBytes, running.MaxBodyBytes)
+	keep(&changed, "max_body_bytes_in_flight", &c.MaxBodyBytesInFlight, running.MaxBodyBytesInFlight)
+	keep(&changed, "memory_store.max_keys", &c.MemoryStore.MaxKeys, running.MemoryStore.MaxKeys)
+	keep(&changed, "graphql.query_cache_entries", &c.GraphQL.QueryCacheEntries, running.GraphQL.QueryCacheEntries)
+	keep(&changed, "graphql.query_cache_bytes", &c.GraphQL.QueryCacheBytes, running.GraphQL.QueryCacheBytes)
+	keep(&changed, "over_limit_cache", &c.OverLimitCache, running.OverLimitCache)
+	keep(&changed, "split_budget.lease_fraction", &c.SplitBudget.LeaseFraction, running.SplitBudget.LeaseFraction)
+	keep(&changed, "split_budget.settle_interval", &c.SplitBudget.SettleInterval, running.SplitBudget.SettleInterval)
+	keep(&changed, "retry_after_jitter", &c.RetryAfterJitter, running.RetryAfterJitter)
+	return changed
+}
+
+// keep sets *next to running, noting key when they differed.
+func keep[T comparable](changed *[]string, key string, next *T, running T) {
+	if *next != running {
+		*changed = append(*changed, key)
+		*next = running
+	}
+}
+
+// swappable serves through the handler set last. A request loads it once.
+type swappable struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swappable) set(h http.Handler) { s.h.Store(&h) }
+func (s *swappable) get() http.Handler  { return *s.h.Load() }
+
+func (s *swappable) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.get().ServeHTTP(w, r) }
