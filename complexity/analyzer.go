@@ -82,8 +82,48 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	if op == nil {
 		return nil, fmt.Errorf("%w: nil operation", ErrInvalidDocument)
 	}
+	w := a.acquire(doc, op, variables)
+	defer a.release(w)
+	w.explain = a.cfg.breakdownLimit > 0
+	set, _, totals, err := w.run()
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{
+		Operation:     op.Name,
+		OperationType: string(op.Operation),
+		Introspection: w.introspection,
+		Totals:        totals,
+		Points:        totals.Cost.Points(),
+	}
+	if r.OperationType == "" {
+		r.OperationType = string(ast.Query)
+	}
+	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
+	return r, nil
+}
+
+// acquire takes a walker from the pool, set up to price op.
+func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any) *walker {
+	w, _ := a.walkers.Get().(*walker)
+	if w == nil {
+		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
+	}
+	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
+	w.introspection, w.explain, w.plan = false, false, false
+	w.maxDepth = AbsoluteMaxDepth
+	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
+		w.maxDepth = a.cfg.maxDepth
+	}
+	return w
+}
+
+// run prices w.op and holds it to every limit: the one walk behind
+// AnalyzeOperation and ActualCost. It returns the root selection's priced
+// set, the operation's base cost and its totals.
+func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
+	a, op := w.a, w.op
 	var root *typeInfo
-	base := Cost(0)
 	switch op.Operation {
 	case ast.Mutation:
 		root, base = a.c.mutation, a.cfg.mutationBaseCost
@@ -93,22 +133,11 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 		root = a.c.query
 	}
 	if root == nil {
-		return nil, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
-	}
-	w, _ := a.walkers.Get().(*walker)
-	if w == nil {
-		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
-	}
-	defer a.release(w)
-	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
-	w.introspection = false
-	w.maxDepth, w.explain = AbsoluteMaxDepth, a.cfg.breakdownLimit > 0
-	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
-		w.maxDepth = a.cfg.maxDepth
+		return set, 0, totals, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
 	}
 	if a.cfg.maxAliases > 0 {
 		if err := w.checkAliases(); err != nil {
-			return nil, err
+			return set, 0, totals, err
 		}
 	}
 	groups, _, err := w.collect(root, nil, op.SelectionSet)
@@ -116,12 +145,12 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 		err = w.refused
 	}
 	if err != nil {
-		return nil, err
+		return set, 0, totals, err
 	}
 	if a.cfg.maxRootFields > 0 {
 		// Every response key counts, introspection and __typename included.
 		if n := len(groups); n > a.cfg.maxRootFields {
-			return nil, &Error{
+			return set, 0, totals, &Error{
 				Code:      CodeMaxRootFieldsExceeded,
 				Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
 				Locations: locationsOf(op.Position),
@@ -130,55 +159,41 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 			}
 		}
 	}
-	var set pricedSet
 	if err := w.priceGroups(&set, root, groups, noSizes, 1, 0, false); err != nil {
-		return nil, err
+		return set, 0, totals, err
 	}
-	r := &Report{
-		Operation:     op.Name,
-		OperationType: string(op.Operation),
-		Introspection: w.introspection,
-		Totals: Totals{
-			Cost:  addCost(base, set.cost),
-			Depth: set.depth,
-			Nodes: set.nodes,
-		},
-	}
-	if r.OperationType == "" {
-		r.OperationType = string(ast.Query)
-	}
-	r.Points = r.Cost.Points()
-	if a.cfg.maxNodes > 0 && r.Nodes > a.cfg.maxNodes {
-		totals := r.Totals
-		return nil, &Error{
+	totals = Totals{Cost: addCost(base, set.cost), Depth: set.depth, Nodes: set.nodes}
+	if a.cfg.maxNodes > 0 && totals.Nodes > a.cfg.maxNodes {
+		t := totals
+		return set, 0, totals, &Error{
 			Code:      CodeMaxNodesExceeded,
-			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), r.Nodes, a.cfg.maxNodes),
+			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), t.Nodes, a.cfg.maxNodes),
 			Locations: locationsOf(op.Position),
-			Value:     float64(r.Nodes),
+			Value:     float64(t.Nodes),
 			Limit:     float64(a.cfg.maxNodes),
-			Totals:    &totals,
+			Totals:    &t,
 		}
 	}
-	if a.cfg.hasMaxCost && r.Cost > a.cfg.maxCost {
-		totals := r.Totals
-		return nil, &Error{
+	if a.cfg.hasMaxCost && totals.Cost > a.cfg.maxCost {
+		t := totals
+		return set, 0, totals, &Error{
 			Code:      CodeMaxCostExceeded,
-			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), r.Cost, a.cfg.maxCost),
+			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), t.Cost, a.cfg.maxCost),
 			Locations: locationsOf(op.Position),
-			Value:     r.Cost.Float64(),
+			Value:     t.Cost.Float64(),
 			Limit:     a.cfg.maxCost.Float64(),
-			Totals:    &totals,
+			Totals:    &t,
 		}
 	}
-	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
-	return r, nil
+	return set, base, totals, nil
 }
 
 // release returns w to the pool, dropping references into the finished
 // analysis, and scratch space that grew unusually large.
 func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
-	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 {
+	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
+		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
 	}
 	clear(w.groups[:cap(w.groups)])
@@ -191,6 +206,11 @@ func (a *Analyzer) release(w *walker) {
 	clear(w.visited)
 	w.scope, w.spilled = 0, false
 	w.fragments = nil // built for one document only
+	w.seen, w.nest, w.text = w.seen[:0], w.nest[:0], w.text[:0]
+	clear(w.planFields)
+	clear(w.planSets)
+	w.planFields, w.planSets = w.planFields[:0], w.planSets[:0]
+	w.keyIndex = nil
 	a.walkers.Put(w)
 }
 
@@ -210,6 +230,9 @@ type walker struct {
 	vars     map[string]any
 	maxDepth int
 	explain  bool // keep every priced field for the breakdown
+	// plan keeps the priced tree for ActualCost: every field's set, and
+	// each member's set under an interface or union.
+	plan bool
 	// introspection is set once a __schema or __type field is priced.
 	introspection bool
 	memo          map[memoKey]*pricedSet
@@ -234,6 +257,15 @@ type walker struct {
 	// refused is the first @skip/@include condition the executor would
 	// fail on, found while collecting; see included.
 	refused *Error
+	// planFields and planSets hold the priced tree while planning, reused
+	// from one ActualCost to the next (see newFields).
+	planFields []pricedField
+	planSets   []pricedSet
+	// Scratch space for reading a response (see response).
+	seen     []bool
+	nest     []byte
+	text     []byte
+	keyIndex map[*pricedField]map[string]int
 }
 
 // sizes is the size a field hands down to some of its descendants: the
@@ -288,10 +320,28 @@ type pricedSet struct {
 	fields []pricedField // only when explaining
 	lines  int64         // explain entries below, expanded (saturating)
 	deep   pricedLink    // the field that reaches depth
-	// members is each member's price when the set is an abstract type's
-	// with several members, only when explaining. A pointer keeps the set
-	// in its allocation size class off the explain path.
-	members *[]MemberCost
+	// members is set when the set is an abstract type's with several
+	// members, only when explaining or planning. A pointer keeps the set in
+	// its allocation size class off those paths.
+	members *memberSets
+}
+
+// memberSets is what a set priced for an interface or union with several
+// possible types keeps of each of them.
+type memberSets struct {
+	// costs is each member's cost, for the explain view.
+	costs []MemberCost
+	// sets is each member's priced set, in the order of the abstract
+	// type's possible types, for ActualCost; typenames are the response
+	// keys that select __typename in them.
+	sets      []pricedSet
+	typenames []typenameKey
+}
+
+// typenameKey is a response key selecting __typename in member sets[member].
+type typenameKey struct {
+	key    string
+	member int
 }
 
 // pricedLink names the deepest field of a set, so a depth violation found
@@ -303,14 +353,20 @@ type pricedLink struct {
 }
 
 type pricedField struct {
-	key      string // response key
-	field    *ast.Field
-	info     *fieldInfo
-	n        int64
-	cost     Cost
-	depth    int
-	nodes    int64
-	children *pricedSet // nil for leaves, and unless memoised or explaining
+	key   string // response key
+	field *ast.Field
+	info  *fieldInfo
+	n     int64
+	cost  Cost
+	// own is fieldWeight + argCost: what the field costs for its parent
+	// whatever it returns.
+	own   Cost
+	depth int
+	nodes int64
+	// fixed marks an introspection field (__typename, __schema, __type, or
+	// a field of an introspection type): its actual cost is its cost.
+	fixed    bool
+	children *pricedSet // nil for leaves, and unless memoised, explaining or planning
 }
 
 // fieldGroup is the fields sharing one response key, merged as the
@@ -574,15 +630,18 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		if multi && w.explain {
 			members = make([]MemberCost, 0, len(ret.possible))
 		}
+		var sets []pricedSet
+		if multi && w.plan {
+			sets = w.newSets(len(ret.possible))
+		}
 		winner := 0
 		for i, t := range ret.possible {
-			weight := t.weight
-			if !t.hasWeight && ret.hasWeight {
-				weight = ret.weight
-			}
 			var s pricedSet
-			if err := w.priceObject(&s, t, g, sz, depth, weight, shared || multi); err != nil {
+			if err := w.priceObject(&s, t, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
 				return nil, err
+			}
+			if sets != nil {
+				sets[i] = s
 			}
 			if i == 0 || s.cost > set.cost {
 				*set, winner = s, i
@@ -598,19 +657,89 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		set.depth, set.nodes, set.deep = maxDepth, maxNodes, deep
 		if members != nil {
 			members[winner].Winner = true
-			explained := members // only this copy escapes, and only here
-			set.members = &explained
+		}
+		if members != nil || sets != nil {
+			// Only these copies escape, and only here.
+			set.members = &memberSets{costs: members, sets: sets, typenames: typenameKeys(sets)}
 		}
 	}
 	if shared {
 		if w.memo == nil {
 			w.memo = make(map[memoKey]*pricedSet)
 		}
-		memo = new(pricedSet)
+		memo = w.newSet()
 		*memo = *set
 		w.memo[key] = memo
 	}
 	return memo, nil
+}
+
+// newFields returns room for n priced fields. While planning, fields come
+// from one chunk kept by the walker: a chunk is never moved (the tree points
+// into it), so one that is full is left to the tree and a chunk twice as
+// large kept instead, until one call's tree fits in one chunk.
+func (w *walker) newFields(n int) []pricedField {
+	if !w.plan {
+		return make([]pricedField, 0, n)
+	}
+	used := len(w.planFields)
+	if used+n > cap(w.planFields) {
+		w.planFields = make([]pricedField, 0, max(2*cap(w.planFields), n, 16))
+		used = 0
+	}
+	w.planFields = w.planFields[:used+n]
+	return w.planFields[used : used : used+n]
+}
+
+// newSets returns n zero priced sets, from the walker's chunk while
+// planning (see newFields).
+func (w *walker) newSets(n int) []pricedSet {
+	if !w.plan {
+		return make([]pricedSet, n)
+	}
+	used := len(w.planSets)
+	if used+n > cap(w.planSets) {
+		w.planSets = make([]pricedSet, 0, max(2*cap(w.planSets), n, 16))
+		used = 0
+	}
+	w.planSets = w.planSets[:used+n]
+	return w.planSets[used : used+n : used+n]
+}
+
+func (w *walker) newSet() *pricedSet { return &w.newSets(1)[0] }
+
+// memberWeight is the weight of one object of member t of abstract type
+// ret: t's own, else a weight declared on ret, else t's default.
+func memberWeight(ret, t *typeInfo) Cost {
+	if !t.hasWeight && ret.hasWeight {
+		return ret.weight
+	}
+	return t.weight
+}
+
+// typenameKeys lists the response keys selecting __typename in each of an
+// abstract field's member sets.
+func typenameKeys(sets []pricedSet) []typenameKey {
+	n := 0
+	for i := range sets {
+		for _, pf := range sets[i].fields {
+			if pf.field.Name == "__typename" {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	keys := make([]typenameKey, 0, n)
+	for i := range sets {
+		for _, pf := range sets[i].fields {
+			if pf.field.Name == "__typename" {
+				keys = append(keys, typenameKey{key: pf.key, member: i})
+			}
+		}
+	}
+	return keys
 }
 
 func (w *walker) groupID(g *fieldGroup) string {
@@ -649,7 +778,10 @@ func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz size
 // depth; the set's cost starts from weight (t's own, or 0 for the root).
 func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	*set = pricedSet{cost: weight}
-	if w.explain {
+	switch {
+	case w.plan:
+		set.fields = w.newFields(len(groups))
+	case w.explain:
 		set.fields = make([]pricedField, 0, len(groups))
 	}
 	for i := range groups {
@@ -669,6 +801,7 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 			return err
 		}
 		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
+			pf.fixed = true
 			if w.free(t, g.first.Name) {
 				pf.cost = 0
 			}
@@ -685,7 +818,7 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 			set.depth = pf.depth
 			set.deep = pricedLink{key: g.key, field: g.first, child: pf.children}
 		}
-		if w.explain {
+		if w.explain || w.plan {
 			set.fields = append(set.fields, pf)
 			set.lines = addCount(set.lines, 1)
 			if pf.children != nil {
@@ -741,6 +874,7 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 		}
 		cost = addCost(cost, c)
 	}
+	pf.own = cost
 	if !fi.ret.composite {
 		pf.cost = clampZero(addCost(cost, mulCost(fi.ret.weight, pf.n)))
 		return nil
@@ -753,8 +887,8 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 	switch {
 	case memo != nil:
 		pf.children = memo
-	case w.explain:
-		pf.children = new(pricedSet)
+	case w.explain || w.plan:
+		pf.children = w.newSet()
 		*pf.children = children
 	}
 	pf.depth = 1 + children.depth

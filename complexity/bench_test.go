@@ -2,6 +2,7 @@ package complexity_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -221,6 +222,93 @@ func BenchmarkFragmentSpreads(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/spread")
+		})
+	}
+}
+
+// actualPage is the data of actualPageQuery(repos, issues) on the example
+// schema: repos repositories of issues issues each, with titles and bodies
+// as gqlgen writes them (HTML characters escaped).
+func actualPage(repos, issues int) []byte {
+	b := []byte(`{"user":{"login":"octocat","repos":[`)
+	for r := range repos {
+		if r > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"name":"repository-%d","issues":[`, r)
+		for i := range issues {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `{"title":"Issue %d: the \u003cem\u003eparser\u003c/em\u003e drops a field","body":"Steps to reproduce: run the query twice.\nExpected the same result both times; got %d."}`, i, r)
+		}
+		b = append(b, "]}"...)
+	}
+	return append(b, "]}}"...)
+}
+
+func actualPageQuery(repos, issues int) string {
+	return fmt.Sprintf(`{ user(login: "octocat") { login repos(first: %d) { name issues(first: %d) { title body } } } }`, repos, issues)
+}
+
+// BenchmarkActualCost prices responses after execution, next to the
+// requested price of the same operation (Analyze) and to decoding the same
+// bytes with encoding/json into any, the peer a middleware would otherwise
+// reach for. readme is the README's response (4 repositories, 9 issues,
+// 394 bytes of data); page-110 a full page of 10 repositories of 10 issues
+// (17 KB); 1MB 100 repositories of 60 issues (1.03 MB).
+//
+//	go test ./complexity -run '^$' -bench ActualCost -benchmem
+func BenchmarkActualCost(b *testing.B) {
+	schema := exampleSchema(b)
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		query string
+		data  []byte
+	}{
+		{"readme", readmeQuery, []byte(readmeData)},
+		{"page-110", actualPageQuery(10, 10), actualPage(10, 10)},
+		{"1MB", actualPageQuery(100, 60), actualPage(100, 60)},
+	} {
+		p := prepare(b, schema, c.query, nil)
+		r, err := a.AnalyzeOperation(p.doc, p.op, p.vars)
+		if err != nil {
+			b.Fatal(err)
+		}
+		actual, err := a.ActualCost(p.doc, p.op, p.vars, c.data)
+		if err != nil || actual > r.Points {
+			b.Fatalf("%s: actual %d of %d, %v", c.name, actual, r.Points, err)
+		}
+		b.Run(c.name+"/ActualCost", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				if _, err := a.ActualCost(p.doc, p.op, p.vars, c.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/Analyze", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := a.AnalyzeOperation(p.doc, p.op, p.vars); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/json.Unmarshal", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				var v any
+				if err := json.Unmarshal(c.data, &v); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

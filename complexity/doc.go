@@ -67,6 +67,20 @@
 //     fragments add no level. nodes is the sum over composite list fields of
 //     n × the n of every enclosing list field (GitHub's node count).
 //
+// # Actual cost
+//
+// After execution, Analyzer.ActualCost prices the operation again from the
+// response's data (raw JSON): the same walk and the same formulas, with
+// each list's size replaced by the items it returned, each object priced
+// from its own fields. A null or missing value costs its field's own
+// weight and arguments only; an interface or union object is priced as
+// the member its __typename names if the operation selected it, else as
+// the costliest member; introspection fields keep their requested price;
+// a null data costs the base. Every field is capped at its requested cost,
+// so the actual cost never exceeds Report.Points and requested − actual
+// is a refund that is never negative. The response is read in one pass
+// without decoding it, and a call allocates nothing.
+//
 // # Numbers
 //
 // Costs are Cost values: fixed point in thousandths of a point, so

@@ -46,6 +46,9 @@ var (
 	// ErrInvalidDocument: the operation does not match the schema, or the
 	// named operation does not exist. Analyze expects validated documents.
 	ErrInvalidDocument = errors.New("complexity: invalid document")
+	// ErrInvalidResponse: ActualCost was given response data that is not
+	// JSON, or whose shape does not match the operation.
+	ErrInvalidResponse = errors.New("complexity: invalid response")
 )
 
 // Location is a line and column in the query document, 1-based.

@@ -80,3 +80,37 @@ func ExampleCost_Points() {
 	fmt.Println(c, c.Points())
 	// Output: 12.25 13
 }
+
+// After the operation has run, ActualCost prices the response's data (in
+// gqlgen, graphql.Response.Data) by the same model, each list counted as
+// returned: 4 repositories of 3, 2, 2 and 2 issues cost 1 + 4 + 9.
+func ExampleAnalyzer_ActualCost() {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "schema.graphql", Input: seedSDL})
+	if err != nil {
+		panic(err)
+	}
+	a, err := complexity.New(schema)
+	if err != nil {
+		panic(err)
+	}
+	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ user { repos(first: 10) { issues(first: 5) { title } } } }`, nil)
+	if errs != nil {
+		panic(errs)
+	}
+	op := doc.Operations[0]
+	r, err := a.AnalyzeOperation(doc, op, nil)
+	if err != nil {
+		panic(err)
+	}
+	data := []byte(`{"user":{"repos":[
+		{"issues":[{"title":"a"},{"title":"b"},{"title":"c"}]},
+		{"issues":[{"title":"d"},{"title":"e"}]},
+		{"issues":[{"title":"f"},{"title":"g"}]},
+		{"issues":[{"title":"h"},{"title":"i"}]}]}}`)
+	actual, err := a.ActualCost(doc, op, nil, data)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("requested %d, actual %d, refund %d\n", r.Points, actual, r.Points-actual)
+	// Output: requested 61, actual 14, refund 47
+}

@@ -107,10 +107,10 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 				Multiplier: pf.n,
 				Cost:       pf.cost,
 			}
-			if pf.children != nil && pf.children.members != nil {
+			if pf.children != nil && pf.children.members != nil && pf.children.members.costs != nil {
 				// A memoised set is expanded at every place it is reached:
 				// each entry gets its own copy.
-				fc.Members = slices.Clone(*pf.children.members)
+				fc.Members = slices.Clone(pf.children.members.costs)
 			}
 			out = append(out, fc)
 			if pf.children != nil && !walk(pf.children.fields, depth+1) {

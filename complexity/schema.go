@@ -100,13 +100,16 @@ type typeInfo struct {
 }
 
 type fieldInfo struct {
-	name     string
-	coord    string // "Type.field"
-	weight   Cost
-	ret      *typeInfo
-	list     bool
-	args     []*inputInfo
-	argsFree bool // no argument can ever cost anything
+	name   string
+	coord  string // "Type.field"
+	weight Cost
+	ret    *typeInfo
+	list   bool
+	// listDepth is how many lists the type nests: 0 for T, 1 for [T],
+	// 2 for [[T]]…
+	listDepth int
+	args      []*inputInfo
+	argsFree  bool // no argument can ever cost anything
 	// slicing are the arguments that size the list: the ones @listSize
 	// names, or first/last by convention.
 	slicing    []*inputInfo
@@ -218,6 +221,9 @@ func (c *compiled) compileFields(ti *typeInfo, cfg *config) error {
 	for _, fd := range ti.def.Fields {
 		coord := ti.name + "." + fd.Name
 		fi := &fieldInfo{name: fd.Name, coord: coord, list: isList(fd.Type), argsFree: true}
+		for t := fd.Type; t != nil && t.Elem != nil; t = t.Elem {
+			fi.listDepth++
+		}
 		fi.ret = c.types[fd.Type.Name()]
 		if fi.ret == nil {
 			return fmt.Errorf("%w: field %s: unknown type %s", ErrInvalidSchema, coord, fd.Type.Name())

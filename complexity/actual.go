@@ -1,0 +1,686 @@
+package complexity
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// ActualCost prices op once it has run: the requested price (what
+// AnalyzeOperation computes) with each list's size replaced by the number of
+// items data, the response's "data" member as raw JSON, really holds. It is
+// Shopify's actualQueryCost; requested − actual is what a budget can give
+// back.
+//
+// The operation is walked exactly as AnalyzeOperation walks it (the same
+// coercion, @skip/@include, fragments, sizes and limits, and the same errors
+// for an operation it refuses), then the priced tree is read alongside the
+// JSON in one pass:
+//
+//   - a field costs its own weight and argument cost, plus, for each item
+//     it returned (a list's non-null elements, or the one object or value
+//     of a non-list field), the type's weight and the item's own fields,
+//     priced the same way;
+//   - a null or missing value returned nothing: the field costs its own
+//     weight and arguments alone, and nothing below it is priced;
+//   - an object of an interface or union is priced as the member its
+//     __typename names, when the operation selected __typename for it;
+//     otherwise as the requested price assumed (the costliest member);
+//   - introspection fields (__typename, __schema, __type) cost what they
+//     were priced at;
+//   - no field costs more than its requested price: a list that returned
+//     more items than it was priced for costs its requested price.
+//
+// So the result, rounded up to points like Report.Points, is never more than
+// the requested points, whatever data holds. Empty or null data leaves the
+// base cost alone (a mutation's). data that is not JSON, or whose shape does
+// not match the operation (a list where an object belongs, a key twice in
+// one object, a string for an object), fails with an error wrapping
+// ErrInvalidResponse. Values the operation does not select are skipped
+// unread, without recursion; a value nested deeper than 10,000 levels is
+// refused.
+func (a *Analyzer) ActualCost(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, data []byte) (int64, error) {
+	if op == nil {
+		return 0, fmt.Errorf("%w: nil operation", ErrInvalidDocument)
+	}
+	w := a.acquire(doc, op, variables)
+	defer a.release(w)
+	w.plan = true
+	set, base, _, err := w.run()
+	if err != nil {
+		return 0, err
+	}
+	r := response{b: data, w: w}
+	c, err := r.data(&set)
+	if err != nil {
+		return 0, err
+	}
+	return addCost(base, c).Points(), nil
+}
+
+// maxSkipDepth bounds the nesting of a value ActualCost skips, as
+// encoding/json bounds what it decodes. The values it prices are bounded by
+// the operation's depth.
+const maxSkipDepth = 10000
+
+// response reads a response's data alongside the operation's priced tree.
+// Scratch space lives in the walker: w.seen (which fields of the objects
+// being read were found), w.nest (the containers a skipped value has open),
+// w.text (a decoded key or __typename) and w.path (the response path, for
+// errors).
+type response struct {
+	b []byte
+	i int
+	w *walker
+}
+
+// data prices the whole data member: null, or the root object.
+func (r *response) data(root *pricedSet) (Cost, error) {
+	if len(r.b) == 0 {
+		return 0, nil // no data member: nothing ran
+	}
+	var c Cost
+	switch r.peek() {
+	case 'n':
+		if err := r.literal("null"); err != nil {
+			return 0, err
+		}
+	case '{':
+		var err error
+		if c, err = r.object(root, 0); err != nil {
+			return 0, err
+		}
+	default:
+		return 0, r.fail("data is neither an object nor null")
+	}
+	if r.ws(); r.i < len(r.b) {
+		return 0, r.fail("data continues after its value")
+	}
+	return c, nil
+}
+
+// object prices the object at r.i against set, the fields priced for one
+// type, starting from the type's weight. A field whose key is missing costs
+// as if it were null; a key no field has is skipped.
+func (r *response) object(set *pricedSet, weight Cost) (Cost, error) {
+	if r.peek() != '{' {
+		return 0, r.fail("expected an object")
+	}
+	r.i++
+	fields := set.fields
+	mark := len(r.w.seen)
+	r.w.seen = append(r.w.seen, make([]bool, len(fields))...)
+	total := weight
+	if r.peek() == '}' {
+		r.i++
+	} else {
+		hint := 0 // gqlgen writes the keys in the order they were priced
+		for {
+			key, err := r.key()
+			if err != nil {
+				return 0, err
+			}
+			if i := r.find(set, key, hint); i < 0 {
+				if err := r.skip(); err != nil {
+					return 0, err
+				}
+			} else {
+				if r.w.seen[mark+i] {
+					return 0, r.fail(fmt.Sprintf("key %q appears twice in one object", fields[i].key))
+				}
+				r.w.seen[mark+i], hint = true, i+1
+				c, err := r.field(&fields[i])
+				if err != nil {
+					return 0, err
+				}
+				total = addCost(total, c)
+			}
+			if r.next('}') {
+				break
+			}
+			if !r.next(',') {
+				return 0, r.fail("expected ',' or '}' in an object")
+			}
+		}
+	}
+	for i := range fields {
+		if !r.w.seen[mark+i] {
+			total = addCost(total, fields[i].absent())
+		}
+	}
+	r.w.seen = r.w.seen[:mark]
+	return total, nil
+}
+
+// find returns the index of the field with response key key, -1 if none;
+// hint is where the key is expected.
+func (r *response) find(set *pricedSet, key []byte, hint int) int {
+	f := set.fields
+	if hint < len(f) && f[hint].key == string(key) {
+		return hint
+	}
+	if len(f) <= 16 {
+		for i := range f {
+			if f[i].key == string(key) {
+				return i
+			}
+		}
+		return -1
+	}
+	// Keys out of order in a large object: index them once per set of
+	// fields.
+	idx := r.w.keyIndex[&f[0]]
+	if idx == nil {
+		if r.w.keyIndex == nil {
+			r.w.keyIndex = make(map[*pricedField]map[string]int)
+		}
+		idx = make(map[string]int, len(f))
+		for i := range f {
+			idx[f[i].key] = i
+		}
+		r.w.keyIndex[&f[0]] = idx
+	}
+	if i, ok := idx[string(key)]; ok {
+		return i
+	}
+	return -1
+}
+
+// field prices the value of pf at r.i.
+func (r *response) field(pf *pricedField) (Cost, error) {
+	if pf.fixed {
+		return pf.cost, r.skip()
+	}
+	if r.peek() == 'n' {
+		return pf.absent(), r.literal("null")
+	}
+	r.w.path = append(r.w.path, pf.key)
+	items, err := r.values(pf, pf.info.listDepth)
+	r.w.path = r.w.path[:len(r.w.path)-1]
+	if err != nil {
+		return 0, err
+	}
+	return min(clampZero(addCost(pf.own, items)), pf.cost), nil
+}
+
+// absent is the actual cost of a field whose value is null or missing: it
+// returned nothing, so it costs its own weight and arguments alone.
+func (pf *pricedField) absent() Cost {
+	if pf.fixed {
+		return pf.cost
+	}
+	return min(clampZero(pf.own), pf.cost)
+}
+
+// values prices the non-null value at r.i of a field of pf's type with
+// levels lists still to open: the sum over the items it holds.
+func (r *response) values(pf *pricedField, levels int) (Cost, error) {
+	if levels == 0 {
+		return r.item(pf)
+	}
+	if r.peek() != '[' {
+		return 0, r.fail("expected a list")
+	}
+	r.i++
+	if r.peek() == ']' {
+		r.i++
+		return 0, nil
+	}
+	var sum Cost
+	for {
+		if r.peek() == 'n' {
+			if err := r.literal("null"); err != nil {
+				return 0, err
+			}
+		} else {
+			c, err := r.values(pf, levels-1)
+			if err != nil {
+				return 0, err
+			}
+			sum = addCost(sum, c)
+		}
+		if r.next(']') {
+			return sum, nil
+		}
+		if !r.next(',') {
+			return 0, r.fail("expected ',' or ']' in a list")
+		}
+	}
+}
+
+// item prices one non-null item of pf's type at r.i: a leaf value costs
+// its type's weight; an object, its type's weight and its fields.
+func (r *response) item(pf *pricedField) (Cost, error) {
+	ret := pf.info.ret
+	if !ret.composite {
+		return ret.weight, r.skip()
+	}
+	set := pf.children
+	if set == nil {
+		// Planning keeps every composite field's set; without one the
+		// object can only cost its requested price.
+		return pf.cost, r.skip()
+	}
+	switch {
+	case !ret.abstract || len(ret.possible) == 0:
+		return r.object(set, ret.weight)
+	case len(ret.possible) == 1:
+		return r.object(set, memberWeight(ret, ret.possible[0]))
+	}
+	if m := set.members; m != nil && len(m.typenames) > 0 {
+		if i := r.member(ret, m); i >= 0 {
+			return r.object(&m.sets[i], memberWeight(ret, ret.possible[i]))
+		}
+	}
+	// The concrete type is not known: one object costs what the requested
+	// price assumed, the costliest member.
+	if r.peek() != '{' {
+		return 0, r.fail("expected an object")
+	}
+	return set.cost, r.skip()
+}
+
+// member reads the __typename of the object at r.i, without moving past
+// it, and returns the member of ret it names, -1 if the object has no
+// __typename where the operation selected one, or names no member that
+// selected it under that key. Malformed JSON is left for the caller to
+// find.
+func (r *response) member(ret *typeInfo, m *memberSets) int {
+	start := r.i
+	defer func() { r.i = start }()
+	if r.peek() != '{' {
+		return -1
+	}
+	r.i++
+	if r.next('}') {
+		return -1
+	}
+	for {
+		key, err := r.key()
+		if err != nil {
+			return -1
+		}
+		if k := typenameKeyIndex(m.typenames, key); k >= 0 && r.peek() == '"' {
+			name, escaped, err := r.str()
+			if err != nil {
+				return -1
+			}
+			if escaped {
+				r.w.text = unescape(r.w.text[:0], name)
+				name = r.w.text
+			}
+			i := memberIndex(ret.possible, name)
+			for _, t := range m.typenames {
+				if t.member == i && t.key == m.typenames[k].key {
+					return i
+				}
+			}
+			return -1
+		}
+		if r.skip() != nil || !r.next(',') {
+			return -1
+		}
+	}
+}
+
+// typenameKeyIndex returns the index of a typename key equal to key.
+func typenameKeyIndex(keys []typenameKey, key []byte) int {
+	for k := range keys {
+		if keys[k].key == string(key) {
+			return k
+		}
+	}
+	return -1
+}
+
+// memberIndex finds the type named name among possible, sorted by name.
+func memberIndex(possible []*typeInfo, name []byte) int {
+	lo, hi := 0, len(possible)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if possible[mid].name < string(name) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo < len(possible) && possible[lo].name == string(name) {
+		return lo
+	}
+	return -1
+}
+
+// key reads an object key and the colon after it. The bytes are data's own
+// unless the key holds escapes; then they are decoded into w.text and last
+// until the next key is read.
+func (r *response) key() ([]byte, error) {
+	if r.peek() != '"' {
+		return nil, r.fail("expected a key")
+	}
+	k, escaped, err := r.str()
+	if err != nil {
+		return nil, err
+	}
+	if escaped {
+		r.w.text = unescape(r.w.text[:0], k)
+		k = r.w.text
+	}
+	if !r.next(':') {
+		return nil, r.fail("expected ':' after a key")
+	}
+	return k, nil
+}
+
+// skip reads past the value at r.i, checking its syntax. Containers are
+// tracked in w.nest rather than by recursion, so any nesting costs one
+// byte each, up to maxSkipDepth.
+func (r *response) skip() error {
+	nest := r.w.nest[:0]
+	for {
+		// A value: a scalar, an empty container, or the start of one.
+		if c := r.peek(); c == '{' || c == '[' {
+			end := byte(']')
+			if c == '{' {
+				end = '}'
+			}
+			r.i++
+			if !r.next(end) {
+				if len(nest) == maxSkipDepth {
+					return r.fail(fmt.Sprintf("value nested more than %d levels deep", maxSkipDepth))
+				}
+				nest = append(nest, end)
+				if end == '}' {
+					if err := r.skipKey(); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+		} else if err := r.scalar(); err != nil {
+			return err
+		}
+		// The value is complete: close the containers that end with it,
+		// then move on to the next element.
+		for {
+			if len(nest) == 0 {
+				r.w.nest = nest
+				return nil
+			}
+			end := nest[len(nest)-1]
+			if r.next(end) {
+				nest = nest[:len(nest)-1]
+				continue
+			}
+			if !r.next(',') {
+				return r.fail(fmt.Sprintf("expected ',' or '%c'", end))
+			}
+			if end == '}' {
+				if err := r.skipKey(); err != nil {
+					return err
+				}
+			}
+			break
+		}
+	}
+}
+
+// skipKey reads past an object key and its colon.
+func (r *response) skipKey() error {
+	if r.peek() != '"' {
+		return r.fail("expected a key")
+	}
+	if _, _, err := r.str(); err != nil {
+		return err
+	}
+	if !r.next(':') {
+		return r.fail("expected ':' after a key")
+	}
+	return nil
+}
+
+// scalar reads past a string, number, true, false or null.
+func (r *response) scalar() error {
+	switch c := r.peek(); {
+	case c == '"':
+		_, _, err := r.str()
+		return err
+	case c == 't':
+		return r.literal("true")
+	case c == 'f':
+		return r.literal("false")
+	case c == 'n':
+		return r.literal("null")
+	case c == '-' || '0' <= c && c <= '9':
+		return r.number()
+	}
+	return r.fail("expected a value")
+}
+
+// plain marks the bytes a string holds as they are: not a quote, a
+// backslash or a control character.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// str reads the string at r.i (its opening quote), returning its contents
+// as written and whether they hold escapes.
+func (r *response) str() (raw []byte, escaped bool, err error) {
+	b, i := r.b, r.i+1
+	start := i
+	for {
+		// Eight bytes at a time to the first that ends the plain run; the
+		// last few one by one.
+		for {
+			if i+8 > len(b) {
+				for i < len(b) && plain[b[i]] {
+					i++
+				}
+				break
+			}
+			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		r.i = i
+		if i >= len(b) {
+			return nil, false, r.fail("unterminated string")
+		}
+		switch b[i] {
+		case '"':
+			r.i = i + 1
+			return b[start:i], escaped, nil
+		case '\\':
+			escaped = true
+			if i+1 >= len(b) {
+				return nil, false, r.fail("unterminated string")
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || hex4(b[i+2:i+6]) < 0 {
+					return nil, false, r.fail(`invalid \u escape`)
+				}
+				i += 6
+			default:
+				return nil, false, r.fail("invalid escape")
+			}
+		default:
+			return nil, false, r.fail("control character in a string")
+		}
+	}
+}
+
+// special marks the bytes of x (eight bytes of data, the first lowest)
+// that are a quote, a backslash or a control character, with their high
+// bit: the zero-byte and less-than tests done on all eight at once. A borrow
+// may also mark a byte above a marked one, never below, so the lowest mark
+// is exact; bytes from 0x80 up are never marked.
+func special(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote := x ^ (ones * '"')
+	backslash := x ^ (ones * '\\')
+	return ((quote-ones)&^quote | (backslash-ones)&^backslash | (x-ones*0x20)&^x) & highs
+}
+
+// hex4 reads four hex digits, -1 if they are not.
+func hex4(b []byte) rune {
+	var n rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		n = n<<4 | rune(c)
+	}
+	return n
+}
+
+// unescape appends the contents of raw, a string str has checked, to dst
+// with its escapes decoded. A lone surrogate becomes U+FFFD, as in
+// encoding/json.
+func unescape(dst, raw []byte) []byte {
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if c != '\\' {
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		switch e := raw[i+1]; e {
+		case 'u':
+			rn := hex4(raw[i+2 : i+6])
+			i += 6
+			if utf16.IsSurrogate(rn) {
+				// A pair of escapes, else U+FFFD and the next escape on its own.
+				pair := utf8.RuneError
+				if i+6 <= len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
+					if pair = utf16.DecodeRune(rn, hex4(raw[i+2:i+6])); pair != utf8.RuneError {
+						i += 6
+					}
+				}
+				rn = pair
+			}
+			dst = utf8.AppendRune(dst, rn)
+			continue
+		case 'b':
+			c = '\b'
+		case 'f':
+			c = '\f'
+		case 'n':
+			c = '\n'
+		case 'r':
+			c = '\r'
+		case 't':
+			c = '\t'
+		default: // '"', '\\', '/'
+			c = e
+		}
+		dst = append(dst, c)
+		i += 2
+	}
+	return dst
+}
+
+// number reads past a JSON number.
+func (r *response) number() error {
+	b, i := r.b, r.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	default:
+		return r.fail("invalid number")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return r.fail("invalid number")
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return r.fail("invalid number")
+		}
+	}
+	r.i = i
+	return nil
+}
+
+// literal reads past word (true, false or null), which must be next.
+func (r *response) literal(word string) error {
+	r.ws()
+	if len(r.b)-r.i < len(word) || string(r.b[r.i:r.i+len(word)]) != word {
+		return r.fail("invalid literal")
+	}
+	r.i += len(word)
+	return nil
+}
+
+// ws skips whitespace.
+func (r *response) ws() {
+	b, i := r.b, r.i
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
+	r.i = i
+}
+
+// peek skips whitespace and returns the next byte, 0 at the end.
+func (r *response) peek() byte {
+	r.ws()
+	if r.i < len(r.b) {
+		return r.b[r.i]
+	}
+	return 0
+}
+
+// next reads past c if it comes next (after whitespace).
+func (r *response) next(c byte) bool {
+	if r.peek() == c && r.i < len(r.b) {
+		r.i++
+		return true
+	}
+	return false
+}
+
+func (r *response) fail(what string) error {
+	if len(r.w.path) > 0 {
+		return fmt.Errorf("%w: %s at byte %d (under %s)", ErrInvalidResponse, what, r.i, strings.Join(r.w.path, "."))
+	}
+	return fmt.Errorf("%w: %s at byte %d", ErrInvalidResponse, what, r.i)
+}
