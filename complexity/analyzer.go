@@ -99,7 +99,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	if r.OperationType == "" {
 		r.OperationType = string(ast.Query)
 	}
-	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), &r.FieldsTruncated)
+	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
 	return r, nil
 }
 

@@ -213,6 +213,31 @@ func TestFragmentFanOutIsLinear(t *testing.T) {
 	}
 }
 
+// Every path repeats its ancestors' keys: a long alias above a thousand
+// fields is capped in bytes, not copied a thousand times.
+func TestBreakdownBytes(t *testing.T) {
+	long := strings.Repeat("k", 100_000)
+	q := "{ " + long + ": node { ...F1 } }\n" + strings.SplitN(fanout(12), "\n", 2)[1]
+	r, err := analyze(t, fanoutSDL, q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, f := range r.Fields {
+		total += len(f.Path)
+	}
+	// The default 1 MiB holds ten paths of 100,000-odd bytes.
+	if len(r.Fields) != 10 || !r.FieldsTruncated || total > complexity.DefaultBreakdownBytes {
+		t.Errorf("%d fields, %d bytes of paths, truncated %v", len(r.Fields), total, r.FieldsTruncated)
+	}
+	if r, err = analyze(t, fanoutSDL, q, nil, complexity.WithBreakdownBytes(0)); err != nil || len(r.Fields) != complexity.DefaultBreakdownLimit {
+		t.Errorf("no byte cap: %d fields, err %v", len(r.Fields), err)
+	}
+	if r, err = analyze(t, fanoutSDL, `{ node { a { leaf } } }`, nil, complexity.WithBreakdownBytes(10)); err != nil || len(r.Fields) != 2 || !r.FieldsTruncated {
+		t.Errorf("10 bytes: %+v, err %v", r.Fields, err) // node (4), node.a (6), node.a.leaf would pass
+	}
+}
+
 func TestManyFragmentSpreadsInOneSelection(t *testing.T) {
 	// 30,000 distinct fragments in one cycle, each spread in the same
 	// selection set as the one before it, in a document that was never
@@ -332,6 +357,7 @@ func TestOptionsValidated(t *testing.T) {
 		"max aliases":       complexity.WithMaxAliases(-1),
 		"max root fields":   complexity.WithMaxRootFields(-1),
 		"breakdown limit":   complexity.WithBreakdownLimit(-1),
+		"breakdown bytes":   complexity.WithBreakdownBytes(-1),
 		"introspection":     complexity.WithIntrospectionCost(-1),
 		"introspection NaN": complexity.WithIntrospectionCost(math.NaN()),
 		"introspection Inf": complexity.WithIntrospectionCost(math.Inf(1)),
@@ -549,7 +575,8 @@ func TestConcurrentUse(t *testing.T) {
 // state, through behaviour as well as constants.
 func TestDocumentedDefaults(t *testing.T) {
 	if complexity.DefaultListSize != 10 || complexity.DefaultMutationBaseCost != 10 ||
-		complexity.DefaultBreakdownLimit != 1000 || complexity.AbsoluteMaxDepth != 10000 {
+		complexity.DefaultBreakdownLimit != 1000 || complexity.DefaultBreakdownBytes != 1<<20 ||
+		complexity.AbsoluteMaxDepth != 10000 {
 		t.Fatal("a documented default changed; update README.md and docs/cost-model.md")
 	}
 	const sdl = `type Query { xs: [X] x: X } type X { y: Int } type Mutation { m: Int }`

@@ -119,5 +119,6 @@
 // is memoised per (merged fields, concrete type, handed-down size), so a
 // fragment reached through many spreads is priced once per context. The
 // explain view (Report.Fields) expands shared subtrees and is therefore
-// capped (WithBreakdownLimit).
+// capped, in entries (WithBreakdownLimit) and in the bytes of their paths
+// (WithBreakdownBytes).
 package complexity

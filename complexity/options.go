@@ -18,6 +18,11 @@ const (
 	// DefaultBreakdownLimit caps Report.Fields so an explain view stays
 	// bounded even when a small document expands to millions of fields.
 	DefaultBreakdownLimit = 1000
+	// DefaultBreakdownBytes caps the bytes of the paths in Report.Fields,
+	// summed: each path repeats every enclosing response key, so without
+	// it one long alias above a thousand fields would be copied a thousand
+	// times.
+	DefaultBreakdownBytes = 1 << 20
 	// AbsoluteMaxDepth bounds nesting even when no maximum depth is set, so
 	// hostile documents cannot exhaust the stack. Exceeding it is reported
 	// as MAX_DEPTH_EXCEEDED.
@@ -43,6 +48,7 @@ type config struct {
 	freeIntrospection bool
 	introspectionCost Cost
 	breakdownLimit    int
+	breakdownBytes    int64
 }
 
 func defaultConfig() config {
@@ -53,6 +59,7 @@ func defaultConfig() config {
 		connections:       true,
 		freeIntrospection: true,
 		breakdownLimit:    DefaultBreakdownLimit,
+		breakdownBytes:    DefaultBreakdownBytes,
 	}
 }
 
@@ -210,5 +217,16 @@ func WithBreakdownLimit(n int) Option {
 	return func(c *config) error {
 		c.breakdownLimit = n
 		return nonNegative("breakdown limit", int64(n))
+	}
+}
+
+// WithBreakdownBytes caps the bytes of the paths in Report.Fields, summed
+// (default DefaultBreakdownBytes): the breakdown stops, with
+// FieldsTruncated, before the entry that would pass n. 0 lifts the cap,
+// leaving only the breakdown limit.
+func WithBreakdownBytes(n int64) Option {
+	return func(c *config) error {
+		c.breakdownBytes = n
+		return nonNegative("breakdown bytes", n)
 	}
 }

@@ -27,7 +27,8 @@ type Report struct {
 	// WithBreakdownLimit). A fragment reached many times appears once per
 	// place it is reached.
 	Fields []FieldCost `json:"fields"`
-	// FieldsTruncated is set when Fields stopped at the breakdown limit.
+	// FieldsTruncated is set when Fields stopped at the breakdown limit, or
+	// at the cap on the bytes of its paths (WithBreakdownBytes).
 	FieldsTruncated bool `json:"fieldsTruncated,omitempty"`
 	// Introspection is set when the operation selects __schema or __type
 	// anywhere (after @skip/@include), so a caller can refuse
@@ -70,15 +71,18 @@ type MemberCost struct {
 	Winner bool `json:"winner,omitempty"`
 }
 
-// breakdown expands the priced tree into at most limit FieldCost entries.
-// Shared (memoised) subtrees are expanded at each place they occur, so the
-// limit is what keeps this bounded.
-func (w *walker) breakdown(root []pricedField, limit int64, truncated *bool) []FieldCost {
+// breakdown expands the priced tree into at most limit FieldCost entries
+// whose paths hold at most maxBytes bytes together (0: no cap). Shared
+// (memoised) subtrees are expanded at each place they occur, and every
+// path repeats its ancestors' keys, so the two caps are what keep this
+// bounded.
+func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated *bool) []FieldCost {
 	out := make([]FieldCost, 0, limit)
 	if limit == 0 {
 		return out
 	}
 	path := make([]byte, 0, 64) // the dotted response path, grown and cut per level
+	var pathBytes int64         // the paths copied into out so far
 	var walk func(fields []pricedField, depth int) bool
 	walk = func(fields []pricedField, depth int) bool {
 		for i := range fields {
@@ -92,6 +96,10 @@ func (w *walker) breakdown(root []pricedField, limit int64, truncated *bool) []F
 				path = append(path, '.')
 			}
 			path = append(path, pf.key...)
+			if pathBytes += int64(len(path)); maxBytes > 0 && pathBytes > maxBytes {
+				*truncated = true
+				return false
+			}
 			fc := FieldCost{
 				Path:       string(path),
 				Field:      pf.info.coord,

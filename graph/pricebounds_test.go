@@ -597,6 +597,10 @@ var priceBoundsSeeds = []struct{ query, variables string }{
 	{`mutation { a: createIssue(repo: "hello-world", title: "Bug") { id title } b: createIssue(repo: "linguist", title: "Bug") { bodyHTML } }`, ``},
 	{`query($f: Int) { user(login: "octocat") { repos(first: $f) { name } } }`, `{"f": 2}`},
 	{`{ node(id: "R_hello-world") { ... on Repository { issues(first: 2) { id } } } }`, ``},
+	// rateLimit weighs nothing; served without the limiter it is null (with
+	// an error), and its dryRun changes nothing here.
+	{`query($d: Boolean) { rateLimit(dryRun: $d) { limit cost remaining used resetAt nodeCount } user(login: "octocat") { repos(first: 2) { issues(first: 1) { title } } } }`, `{"d": true}`},
+	{`mutation { rateLimit(dryRun: true) { cost } createIssue(repo: "linguist", title: "Bug") { id } }`, ``},
 }
 
 func FuzzPriceBoundsExecution(f *testing.F) {

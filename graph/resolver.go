@@ -10,7 +10,9 @@
 //	query { user(login: "octocat") { repos(first: 100) { issues(first: 50) { title } } } }
 //
 // prices to 1 + 100 × (1 + 50 × 1) = 5101 points. Other fields show @cost,
-// @listSize, an interface (Node) and a union (SearchResult).
+// @listSize, an interface (Node) and a union (SearchResult); rateLimit is
+// GitHub's, served from costguard's middleware.RateLimitFrom and free to
+// select (@cost(weight: "0") on its type).
 //
 // Resolver counts its resolver calls so tests can prove that an operation the
 // limiter refused ran none of them.

@@ -29,6 +29,12 @@ func (r *mutationResolver) CreateIssue(ctx context.Context, repo string, title s
 	return data.createIssue(repo, title)
 }
 
+// RateLimit is the resolver for the rateLimit field.
+func (r *mutationResolver) RateLimit(ctx context.Context, dryRun *bool) (*model.RateLimit, error) {
+	r.enter(ctx, "Mutation.rateLimit")
+	return rateLimit(ctx)
+}
+
 // User is the resolver for the user field.
 func (r *queryResolver) User(ctx context.Context, login string) (*model.User, error) {
 	data := r.enter(ctx, "Query.user")
@@ -67,6 +73,12 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 func (r *queryResolver) Search(ctx context.Context, query string, first *int) ([]model.SearchResult, error) {
 	data := r.enter(ctx, "Query.search")
 	return data.search(query, first)
+}
+
+// RateLimit is the resolver for the rateLimit field.
+func (r *queryResolver) RateLimit(ctx context.Context, dryRun *bool) (*model.RateLimit, error) {
+	r.enter(ctx, "Query.rateLimit")
+	return rateLimit(ctx)
 }
 
 // Owner is the resolver for the owner field.

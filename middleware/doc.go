@@ -45,6 +45,16 @@
 // gqlgen's errcode as protocol errors, so an Extension used without the
 // wrapper still never turns a rejection into a 200.
 //
+// # Asking before spending
+//
+// A request with "GraphQL-Cost: validate" (HeaderGraphQLCost) is priced and
+// answered without running or debiting anything; "GraphQL-Cost: report"
+// runs and adds the per-field breakdown of its price (Cost.Fields). A
+// resolver serves GitHub's rateLimit field from RateLimitFrom, and when the
+// schema's Query has that field (GraphQLOptions.RateLimitField) with a
+// Boolean dryRun argument, rateLimit(dryRun: true) makes the operation a
+// dry run: priced, nothing debited, no other root field run.
+//
 // # Identity and plans
 //
 // One identity, one budget: GraphQL and REST requests of the same principal

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -108,4 +110,37 @@ func ExampleLimiter_REST() {
 	// 200 5  []
 	// 429 5 4 {"error":"rate_limited","retry_after_seconds":4}
 	// 401   {"error":"unknown_api_key"}
+}
+
+// GitHub's rateLimit field: the example schema's resolver returns
+// RateLimitFrom(ctx); with dryRun: true the operation is priced, nothing is
+// debited and no other root field runs.
+func ExampleRateLimitFrom() {
+	lim, err := middleware.New(middleware.Config{
+		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
+		AnonymousPlan: "anon",
+		Clock:         stoppedClock{},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+
+	srv := handler.New(graph.NewResolver().Schema()) // Query.rateLimit(dryRun: Boolean = false): RateLimit
+	srv.AddTransport(transport.POST{})
+	h := lim.Handler(srv)
+
+	for _, dryRun := range []string{"true", "false"} {
+		q := `{ rateLimit(dryRun: ` + dryRun + `) { cost remaining used resetAt nodeCount } user(login: \"octocat\") { repos(first: 3) { name } } }`
+		r := httptest.NewRequest("POST", "/graphql", strings.NewReader(`{"query":"`+q+`"}`))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var resp struct{ Data json.RawMessage }
+		_ = json.Unmarshal(w.Body.Bytes(), &resp)
+		fmt.Println(w.Code, string(resp.Data))
+	}
+	// Output:
+	// 200 {"rateLimit":{"cost":4,"remaining":500,"used":0,"resetAt":"2023-11-14T22:13:20Z","nodeCount":3},"user":null}
+	// 200 {"rateLimit":{"cost":4,"remaining":496,"used":4,"resetAt":"2023-11-14T22:13:49Z","nodeCount":3},"user":{"repos":[{"name":"hello-world"},{"name":"spoon-knife"},{"name":"linguist"}]}}
 }

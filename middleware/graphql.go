@@ -52,6 +52,7 @@ func init() {
 	for _, code := range []string{
 		CodeRateLimited, CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
 		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge,
+		CodeInvalidCostHeader, CodeCostReportDisabled,
 		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
 		complexity.CodeMaxDepthExceeded, complexity.CodeMaxBreadthExceeded, complexity.CodeMaxNodesExceeded,
 		complexity.CodeMaxCostExceeded, complexity.CodeSlicingArgumentRequired,
@@ -70,8 +71,17 @@ type Cost struct {
 	// model with each list sized by the items returned (null until the
 	// operation has executed).
 	ActualQueryCost *int64 `json:"actualQueryCost"`
-	// ThrottleStatus is the bucket after this operation's debit.
+	// ThrottleStatus is the bucket after this operation's debit (for
+	// "GraphQL-Cost: validate" or a dry run, which debit nothing, the
+	// bucket as it stands).
 	ThrottleStatus ThrottleStatus `json:"throttleStatus"`
+	// Fields is the per-field breakdown of RequestedQueryCost, for an
+	// admitted operation sent with "GraphQL-Cost: report"; absent
+	// otherwise. FieldsTruncated: it stopped at
+	// complexity.DefaultBreakdownLimit entries or DefaultBreakdownBytes of
+	// paths.
+	Fields          []FieldCost `json:"fields,omitempty"`
+	FieldsTruncated bool        `json:"fieldsTruncated,omitempty"`
 }
 
 // ThrottleStatus describes the principal's bucket.
@@ -97,6 +107,7 @@ type Extension struct {
 	// new one (buildMu keeps that to one at a time).
 	priced  atomic.Pointer[boundAnalyzer]
 	buildMu sync.Mutex
+	ask     extensionAsk // GraphQL-Cost reports and the rate-limit field
 }
 
 // boundAnalyzer is an analyzer and the settings whose options it prices by.
@@ -110,6 +121,8 @@ var (
 	_ graphql.OperationParameterMutator = (*Extension)(nil)
 	_ graphql.OperationContextMutator   = (*Extension)(nil)
 	_ graphql.ResponseInterceptor       = (*Extension)(nil)
+	_ graphql.OperationInterceptor      = (*Extension)(nil)
+	_ graphql.RootFieldInterceptor      = (*Extension)(nil)
 )
 
 // Extension returns a new gqlgen extension drawing on l's budgets. Add it
@@ -127,6 +140,9 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 	if err != nil {
 		return fmt.Errorf("middleware: %w", err)
 	}
+	if err := e.checkRateLimitField(schema.Schema(), set); err != nil {
+		return err
+	}
 	e.schema = schema.Schema()
 	e.priced.Store(&boundAnalyzer{set: set, a: a})
 	e.l.installed.Store(true)
@@ -135,19 +151,26 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 
 // analyzer returns the analyzer pricing by set's GraphQL options.
 func (e *Extension) analyzer(set *settings) (*complexity.Analyzer, error) {
-	if b := e.priced.Load(); b.set == set || b.set.gql == set.gql {
+	return e.analyzerFor(&e.priced, set)
+}
+
+// analyzerFor returns the analyzer p holds when it prices by set's GraphQL
+// options, else builds one (with extra options after set's) and keeps it
+// in p.
+func (e *Extension) analyzerFor(p *atomic.Pointer[boundAnalyzer], set *settings, extra ...complexity.Option) (*complexity.Analyzer, error) {
+	if b := p.Load(); b != nil && (b.set == set || b.set.gql == set.gql) {
 		return b.a, nil
 	}
 	e.buildMu.Lock()
 	defer e.buildMu.Unlock()
-	if b := e.priced.Load(); b.set == set || b.set.gql == set.gql {
+	if b := p.Load(); b != nil && (b.set == set || b.set.gql == set.gql) {
 		return b.a, nil
 	}
-	a, err := complexity.New(e.schema, set.complexityOptions()...)
+	a, err := complexity.New(e.schema, append(set.complexityOptions(), extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	e.priced.Store(&boundAnalyzer{set: set, a: a})
+	p.Store(&boundAnalyzer{set: set, a: a})
 	return a, nil
 }
 
@@ -169,6 +192,9 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 	st, gerr := e.requestState(ctx, opCtx)
 	if gerr != nil {
 		return gerr
+	}
+	if ref := st.readCostHeader(params.Headers); ref != nil {
+		return e.refuseUnpriced(ctx, st, codedError(ref.code, 0, "%s", ref.message), false)
 	}
 	_, err := complexity.CheckDocument(params.Query, st.set.documentLimits())
 	if err == nil {
@@ -275,6 +301,9 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 			"introspection is disabled for plan %q", st.plan.name), false)
 	}
 	cost := max(rep.Points, st.set.gql.MinCost)
+	if e.priceOnly(ctx, st, opCtx, rep, cost) {
+		return nil // answered without running: GraphQL-Cost: validate, a dry run
+	}
 	o := l.spend(ctx, st.id, st.plan, cost)
 	if o.verdict == overBudget {
 		// It can never run: it pays InvalidCost, as a static cap would.
@@ -288,6 +317,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	}
 	l.shadow(ctx, st.plan, &o)
 	st.record(o, cost, codeOf(o, nil))
+	e.noteDecision(ctx, st, opCtx, rep, cost, o)
 	return l.verdictError(o, cost, st.plan)
 }
 
@@ -353,7 +383,9 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 	if resp.Extensions == nil {
 		resp.Extensions = make(map[string]any, 1)
 	}
-	resp.Extensions[CostExtensionKey] = st.costReport()
+	c := st.costReport()
+	c.Fields, c.FieldsTruncated = st.explained()
+	resp.Extensions[CostExtensionKey] = c
 	if !st.wrapped {
 		st.report(ctx, e.l) // the wrapper reports once the response is written
 	}
@@ -430,6 +462,8 @@ type requestState struct {
 	actual    int64
 	hasActual bool
 	refunded  int64
+
+	ask askState // GraphQL-Cost and the rate-limit field (ask.go)
 }
 
 type stateKey struct{}
@@ -542,6 +576,10 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet, wrapped: true}
+		if ref := st.readCostHeader(r.Header); ref != nil {
+			l.refuseRequest(w, r, st, ref)
+			return
+		}
 		// A large body waits for room before it is read when its length is
 		// declared (waiting bodies then hold no memory; the read that
 		// follows has a deadline, so a slow sender cannot keep the room),

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -171,14 +172,26 @@ func newLimiter(t *testing.T, cfg middleware.Config) *middleware.Limiter {
 }
 
 // testSDL is a small schema in the shape of the example API. No cost
-// directives: a list without a slicing argument is DefaultListSize long.
+// directives but the rate-limit field's, which is free: a list without a
+// slicing argument is DefaultListSize long.
 const testSDL = `
+directive @cost(weight: String!) on FIELD_DEFINITION | OBJECT
 type Query {
   user(login: String!): User
   viewer: User
+  rateLimit(dryRun: Boolean = false): RateLimit
 }
 type Mutation {
   createIssue(repo: String!, title: String!): Issue!
+  rateLimit(dryRun: Boolean = false): RateLimit
+}
+type RateLimit @cost(weight: "0") {
+  limit: Int!
+  cost: Int!
+  remaining: Int!
+  used: Int!
+  resetAt: String!
+  nodeCount: Int!
 }
 type User {
   login: String!
@@ -198,8 +211,11 @@ type Issue {
 
 // testSchema is an executable schema without generated code: "executing"
 // an operation counts one resolver call per root field and, for
-// createIssue, records the new issue. The data returned is a stand-in; the
-// tests look at statuses, headers, extensions and the counters.
+// createIssue, records the new issue; rateLimit answers from
+// middleware.RateLimitFrom. Root fields go through the root-field
+// middleware, as generated code does. The other data returned is a
+// stand-in; the tests look at statuses, headers, extensions and the
+// counters.
 type testSchema struct {
 	schema    *ast.Schema
 	resolvers atomic.Int64
@@ -218,29 +234,75 @@ func (s *testSchema) executable() graphql.ExecutableSchema {
 			return 0, false
 		},
 		ExecFunc: func(ctx context.Context) graphql.ResponseHandler {
-			opCtx := graphql.GetOperationContext(ctx)
-			data := map[string]any{}
-			for _, sel := range opCtx.Operation.SelectionSet {
-				f, ok := sel.(*ast.Field)
-				if !ok {
-					continue
+			done := false
+			return func(ctx context.Context) *graphql.Response {
+				if done {
+					return nil
 				}
-				s.resolvers.Add(1)
-				switch f.Name {
-				case "createIssue":
-					title, _ := f.ArgumentMap(opCtx.Variables)["title"].(string)
-					s.mu.Lock()
-					s.issues = append(s.issues, title)
-					s.mu.Unlock()
-					data[f.Alias] = map[string]any{"id": "1", "title": title}
-				default:
-					data[f.Alias] = nil
-				}
+				done = true
+				return &graphql.Response{Data: s.exec(ctx)}
 			}
-			b, _ := json.Marshal(data)
-			return graphql.OneShot(&graphql.Response{Data: b})
 		},
 	}
+}
+
+// exec resolves the operation's root fields (in the response's context, as
+// generated code does, so errors the middleware adds reach the response).
+func (s *testSchema) exec(ctx context.Context) json.RawMessage {
+	opCtx := graphql.GetOperationContext(ctx)
+	root := "Query"
+	if opCtx.Operation.Operation == ast.Mutation {
+		root = "Mutation"
+	}
+	data := map[string]json.RawMessage{}
+	for _, f := range graphql.CollectFields(opCtx, opCtx.Operation.SelectionSet, []string{root}) {
+		fctx := graphql.WithRootFieldContext(ctx, &graphql.RootFieldContext{Object: f.Name, Field: f})
+		m := opCtx.RootResolverMiddleware(fctx, func(ctx context.Context) graphql.Marshaler {
+			s.resolvers.Add(1)
+			return s.resolve(ctx, opCtx, f)
+		})
+		if m == graphql.Null && f.Definition.Type.NonNull {
+			return json.RawMessage("null") // a null where the schema forbids one nulls the data
+		}
+		var b bytes.Buffer
+		m.MarshalGQL(&b)
+		data[f.Alias] = b.Bytes()
+	}
+	b, _ := json.Marshal(data)
+	return b
+}
+
+func (s *testSchema) resolve(ctx context.Context, opCtx *graphql.OperationContext, f graphql.CollectedField) graphql.Marshaler {
+	switch f.Name {
+	case "createIssue":
+		title, _ := f.ArgumentMap(opCtx.Variables)["title"].(string)
+		s.mu.Lock()
+		s.issues = append(s.issues, title)
+		s.mu.Unlock()
+		return jsonValue(map[string]any{"id": "1", "title": title})
+	case "user":
+		login, _ := f.ArgumentMap(opCtx.Variables)["login"].(string)
+		return jsonValue(map[string]any{"login": login})
+	case "rateLimit":
+		rl, ok := middleware.RateLimitFrom(ctx)
+		if !ok {
+			return graphql.Null
+		}
+		return jsonValue(map[string]any{
+			"limit": rl.Limit, "cost": rl.Cost, "remaining": rl.Remaining, "used": rl.Used,
+			"resetAt": rl.ResetAt.UTC().Format(time.RFC3339), "nodeCount": rl.NodeCount,
+		})
+	}
+	return graphql.Null
+}
+
+// jsonValue marshals v as a root field's value (every member, whatever
+// the selection: the tests read what they selected).
+func jsonValue(v any) graphql.Marshaler {
+	return graphql.WriterFunc(func(w io.Writer) {
+		b, _ := json.Marshal(v)
+		w.Write(b)
+	})
 }
 
 func (s *testSchema) issueCount() int {

@@ -67,6 +67,11 @@ type Plan struct {
 	// DisableIntrospection refuses operations of this plan that select
 	// __schema or __type (INTROSPECTION_DISABLED).
 	DisableIntrospection bool
+	// DisableCostReport refuses the per-field breakdown a request asks for
+	// with "GraphQL-Cost: report" (400 COST_REPORT_DISABLED): a report prices
+	// the operation a second time and tells the client how the schema is
+	// priced.
+	DisableCostReport bool
 	// SplitBudget serves this plan from local leases of each principal's
 	// budget (limiter/splitbudget, tuned by Config.SplitBudget): most
 	// requests skip the store's round trip, at the price of up to
@@ -182,6 +187,16 @@ type GraphQLOptions struct {
 	// __type like any other, against the introspection types, on top of
 	// IntrospectionCost (by default they cost nothing).
 	PriceIntrospectionFields bool
+
+	// RateLimitField names the root field that reports the budget in the
+	// response, GitHub's rateLimit (see RateLimitFrom). When the schema's
+	// Query type has a field of this name with a Boolean argument dryRun,
+	// an operation selecting it with dryRun: true is priced and answered
+	// without running any other root field or debiting anything. Default
+	// DefaultRateLimitField ("rateLimit"); a schema without that field
+	// simply has no dry runs, while another name the schema lacks is an
+	// error when the Extension is added to a server.
+	RateLimitField string
 }
 
 // MemoryStoreOptions size the in-memory stores the Limiter creates: the

@@ -55,6 +55,9 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	if cost == 0 || o.verdict != admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
 		return // not executed as priced, or a stream: the requested cost stands
 	}
+	if o.charged == 0 && o.shadowed == 0 {
+		return // a dry run: priced, not executed, nothing debited
+	}
 	a, err := e.analyzer(st.set)
 	if err != nil {
 		return

@@ -211,6 +211,9 @@ func orDefault[T int | int64](name string, v *T, def T) error {
 // normalizeGraphQL resolves the options to their effective values, where 0
 // means no cap (or no cost) for every field but DefaultListSize.
 func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
+	if o.RateLimitField == "" {
+		o.RateLimitField = DefaultRateLimitField
+	}
 	if o.DefaultListSize == None {
 		return o, fmt.Errorf("%w: GraphQL option DefaultListSize cannot be None: a list needs a size", ErrInvalidConfig)
 	}

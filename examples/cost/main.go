@@ -8,7 +8,7 @@
 //	    [-connection-convention=false] [-free-introspection=false] \
 //	    [-introspection-cost N] [-max-depth N] [-max-breadth N] [-max-nodes N] \
 //	    [-max-cost N] [-max-aliases N] [-max-root-fields N] \
-//	    [-breakdown-limit N] [-json]
+//	    [-breakdown-limit N] [-breakdown-bytes N] [-json]
 //
 // Every analyzer option has a flag, with the library's default.
 //
@@ -96,6 +96,7 @@ type flags struct {
 	maxAliases        int
 	maxRootFields     int
 	breakdownLimit    int
+	breakdownBytes    int64
 	json              bool
 }
 
@@ -115,6 +116,7 @@ func (f *flags) options() []complexity.Option {
 		complexity.WithMaxAliases(f.maxAliases),
 		complexity.WithMaxRootFields(f.maxRootFields),
 		complexity.WithBreakdownLimit(f.breakdownLimit),
+		complexity.WithBreakdownBytes(f.breakdownBytes),
 	}
 }
 
@@ -122,7 +124,7 @@ const usageLine = "usage: cost -schema FILE [-schema FILE ...] -query FILE|- [-v
 	"            [-default-list-size N] [-mutation-base-cost N] [-first-last-convention=false]\n" +
 	"            [-connection-convention=false] [-free-introspection=false] [-introspection-cost N]\n" +
 	"            [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-max-aliases N]\n" +
-	"            [-max-root-fields N] [-breakdown-limit N] [-json]\n"
+	"            [-max-root-fields N] [-breakdown-limit N] [-breakdown-bytes N] [-json]\n"
 
 // parseFlags returns the flags, or a usage problem to report with exit 2.
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -146,6 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&f.maxRootFields, "max-root-fields", 0, "reject operations selecting more than `N` root fields, __typename, __schema and __type included (0: no limit)")
 	fs.Float64Var(&f.introspection, "introspection-cost", 0, "charge `N` points for each __schema or __type selection, per response key, on top of its fields")
 	fs.IntVar(&f.breakdownLimit, "breakdown-limit", complexity.DefaultBreakdownLimit, "list at most `N` fields in the explain view (0: totals only)")
+	fs.Int64Var(&f.breakdownBytes, "breakdown-bytes", complexity.DefaultBreakdownBytes, "stop the explain view once its paths hold `N` bytes (0: no cap)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the text report")
 	usage := func() {
 		fmt.Fprint(stderr, usageLine+"\n")
@@ -170,9 +173,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		problem = "-query is required"
 	case fs.NArg() > 0:
 		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
-	case f.defaultListSize < 0 || !finite(f.mutationBaseCost) || !finite(f.introspection) || f.breakdownLimit < 0 ||
+	case f.defaultListSize < 0 || !finite(f.mutationBaseCost) || !finite(f.introspection) || f.breakdownLimit < 0 || f.breakdownBytes < 0 ||
 		f.maxDepth < 0 || f.maxBreadth < 0 || f.maxNodes < 0 || !finite(f.maxCost) || f.maxAliases < 0 || f.maxRootFields < 0:
-		problem = "-default-list-size, -mutation-base-cost, -introspection-cost, -breakdown-limit and the -max-* limits must be finite and not negative"
+		problem = "-default-list-size, -mutation-base-cost, -introspection-cost, -breakdown-limit, -breakdown-bytes and the -max-* limits must be finite and not negative"
 	}
 	if problem != "" {
 		fmt.Fprintf(stderr, "cost: %s\n", problem)
@@ -406,7 +409,7 @@ func (o output) report(r *complexity.Report) int {
 	}
 	tw.Flush()
 	if r.FieldsTruncated {
-		fmt.Fprintf(o.stdout, "… the breakdown stops after %d fields\n", len(r.Fields))
+		fmt.Fprintf(o.stdout, "… the breakdown stops after %d fields\n", len(r.Fields)) // -breakdown-limit or -breakdown-bytes
 	}
 	return exitOK
 }

@@ -308,6 +308,7 @@ func TestWrongUsageExitsTwo(t *testing.T) {
 		"NaN cost":           {"-schema", plain, "-query", seed, "-max-cost", "NaN"},
 		"infinite base":      {"-schema", plain, "-query", seed, "-mutation-base-cost", "+Inf"},
 		"negative breakdown": {"-schema", plain, "-query", seed, "-breakdown-limit", "-1"},
+		"negative bytes":     {"-schema", plain, "-query", seed, "-breakdown-bytes", "-1"},
 		"bool with a value":  {"-schema", plain, "-query", seed, "-free-introspection", "no"},
 	}
 	for name, args := range tests {
@@ -474,6 +475,20 @@ func TestBreakdownLimitFlag(t *testing.T) {
 	r = runCost(t, "", append(args, "-breakdown-limit", "0")...)
 	if head, _, _ := strings.Cut(seedText, "\n\n"); r.code != 0 || r.stdout != head+"\n" {
 		t.Errorf("text view with -breakdown-limit 0:\n%q", r.stdout)
+	}
+}
+
+// -breakdown-bytes caps the bytes of the paths: the seed's are 4, 10, 17
+// and 23 bytes long (54 together).
+func TestBreakdownBytesFlag(t *testing.T) {
+	args := []string{"-schema", schemaPath("plain.graphql"), "-query", filepath.Join(casesDir, "seed.graphql")}
+	for bytes, want := range map[string]int{"0": 4, "31": 3, "53": 3, "54": 4, "1": 0} {
+		r := runCost(t, "", append(args, "-json", "-breakdown-bytes", bytes)...)
+		doc := decode(t, r.stdout)
+		fields, _ := doc["fields"].([]any)
+		if r.code != 0 || doc["cost"] != float64(5101) || len(fields) != want || (doc["fieldsTruncated"] == true) != (want < 4) {
+			t.Errorf("-breakdown-bytes %s: exit %d, %d fields, want %d: %s", bytes, r.code, len(fields), want, r.stdout)
+		}
 	}
 }
 

@@ -93,6 +93,9 @@ type planConfig struct {
 	// RefundUnused false keeps the whole requested cost of a GraphQL
 	// operation; unset means the unused part is refunded.
 	RefundUnused *bool `yaml:"refund_unused,omitempty"`
+	// CostReport false refuses "GraphQL-Cost: report" for this plan (400
+	// COST_REPORT_DISABLED); unset means allowed.
+	CostReport *bool `yaml:"cost_report,omitempty"`
 }
 
 type apiKeyConfig struct {
@@ -438,6 +441,7 @@ func (c config) limiterConfig() middleware.Config {
 			SplitBudget:          p.SplitBudget,
 			DisableIntrospection: p.Introspection != nil && !*p.Introspection,
 			DisableRefund:        p.RefundUnused != nil && !*p.RefundUnused,
+			DisableCostReport:    p.CostReport != nil && !*p.CostReport,
 		}
 	}
 	keys := make(map[string]middleware.APIKey, len(c.APIKeys))

@@ -240,6 +240,17 @@ func TestParseOverrides(t *testing.T) {
 			`rest: {routes: {"GET /api/search": 0}}`,
 			func(c *config) { c.REST.Routes = map[string]whole{"GET /api/search": 0} },
 		},
+		{
+			"per-plan switches",
+			"plans: {free: {burst: 100, rate: 100, per: 1m, introspection: false, cost_report: false}, anon: {burst: 10, rate: 10, per: 1m, cost_report: true}}",
+			func(c *config) {
+				c.Plans = map[string]planConfig{
+					"free": {Burst: 100, Rate: 100, Per: time.Minute, Introspection: new(false), CostReport: new(false)},
+					"anon": {Burst: 10, Rate: 10, Per: time.Minute, CostReport: new(true)},
+				}
+				c.APIKeys = map[string]apiKeyConfig{}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,7 +272,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", "plan: {}", "line 1: plan: unknown key; the keys here are plans, anonymous_plan, api_keys, graphql,"},
 		{"unknown nested key", "graphql: {max_dept: 3}", "line 1: graphql.max_dept: unknown key; the keys here are max_depth,"},
-		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, introspection"},
+		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, introspection, refund_unused, cost_report"},
 		{"unknown API key field", "api_keys: {s3cret-key: {principal: p, plna: free}}", "api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + "].plna: unknown key"},
 		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", "line 1: plans.free.burst: 1.5 is not a whole number"},
 		{"string count", "graphql: {max_depth: ten}", `graphql.max_depth: "ten" is not a whole number`},

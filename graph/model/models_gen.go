@@ -13,6 +13,22 @@ type SearchResult interface {
 	IsSearchResult()
 }
 
+// The caller's budget, in points. Free to select: its weight is 0.
+type RateLimit struct {
+	// The plan's burst: the most points the budget holds.
+	Limit int `json:"limit"`
+	// This operation's price, as debited (at least the minimum cost); a dry run debits nothing and shows what it would debit.
+	Cost int `json:"cost"`
+	// The whole points left after this operation's debit; for a dry run, the budget as it stands.
+	Remaining int `json:"remaining"`
+	// limit - remaining.
+	Used int `json:"used"`
+	// When the budget is full again: RFC 3339 in UTC, rounded up to the second, as X-RateLimit-Reset.
+	ResetAt string `json:"resetAt"`
+	// The objects the operation may return through lists (GitHub's node count).
+	NodeCount int `json:"nodeCount"`
+}
+
 // A page of users.
 type UserConnection struct {
 	TotalCount int     `json:"totalCount"`

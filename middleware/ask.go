@@ -1,0 +1,107 @@
+package middleware
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/99designs/gqlgen/graphql"
+
+	"github.com/costguard/costguard/complexity"
+)
+
+// askState is what a request asks to learn about its price besides
+// running: the GraphQL-Cost header (costheader.go) and the rate-limit
+// field (ratelimitfield.go). Part of requestState.
+type askState struct {
+	// Written before execution starts (by the wrapper, or by the Extension
+	// before any resolver), read by the hooks after.
+	headerRead bool     // the GraphQL-Cost header was read
+	mode       costMode // what the header asks for
+	dryRun     bool     // rateLimit(dryRun: true): no other root field runs
+
+	// Under requestState.mu.
+	rate      RateLimitStatus // what RateLimitFrom returns
+	rateKnown bool            // rate holds a bucket that was read
+	fields    []FieldCost     // the breakdown of a report
+	truncated bool            // fields stopped at the breakdown limit
+}
+
+// extensionAsk is the Extension's part of it: built lazily, kept across
+// requests.
+type extensionAsk struct {
+	// explaining prices with the breakdown on, for reports.
+	explaining atomic.Pointer[boundAnalyzer]
+	// rateField is where the schema has the configured rate-limit field.
+	rateField atomic.Pointer[rateLimitField]
+}
+
+// stateOf returns the requestState of the operation ctx belongs to, if the
+// Extension (or the wrapper) made one; unlike Extension.requestState it
+// never identifies anyone.
+func stateOf(ctx context.Context) (*requestState, bool) {
+	if st, ok := ctx.Value(stateKey{}).(*requestState); ok {
+		return st, true
+	}
+	if !graphql.HasOperationContext(ctx) {
+		return nil, false
+	}
+	st, ok := graphql.GetOperationContext(ctx).Stats.GetExtension(statsKey).(*requestState)
+	return st, ok
+}
+
+// priceOnly decides an operation that asks for its price instead of
+// running: "GraphQL-Cost: validate", or a selection of the rate-limit field
+// with dryRun: true. It reads the bucket without spending from it (a
+// peek), records the price and reports true; the caller then admits the
+// operation, whose hooks answer it without running anything else. It
+// reports false for any other operation, and for one whose price is above
+// the plan's burst, which is refused (and pays InvalidCost) as if it were
+// to run.
+func (e *Extension) priceOnly(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64) bool {
+	if st.ask.mode != modeValidate {
+		if !e.dryRun(st.set, opCtx.Operation, opCtx.Variables) {
+			return false
+		}
+		st.ask.dryRun = true
+	}
+	if cost > st.plan.Burst {
+		return false
+	}
+	o := e.l.peek(ctx, st.id, st.plan)
+	st.recordPeek(o, cost)
+	st.noteRate(rep, cost, o, e.l)
+	return true
+}
+
+// noteDecision completes what an operation asked to learn, once its cost
+// was decided by a debit: the status RateLimitFrom returns and, for an
+// admitted "GraphQL-Cost: report", the breakdown of its price.
+func (e *Extension) noteDecision(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64, o outcome) {
+	st.noteRate(rep, cost, o, e.l)
+	if st.ask.mode == modeReport && o.verdict == admitted {
+		e.explain(ctx, st, opCtx)
+	}
+}
+
+// peek reads p's bucket for id without spending from it: a Take of cost 0,
+// under the store timeout and the plan's failure mode. When the bucket
+// cannot be read (the store failed and the plan fails closed), the outcome
+// is admitted with nothing known: a price asked for runs nothing, so a
+// store failure refuses nothing either.
+func (l *Limiter) peek(ctx context.Context, id Identity, p *plan) outcome {
+	o := l.spend(ctx, id, p, 0)
+	if o.verdict != admitted {
+		o = outcome{verdict: admitted, trace: o.trace}
+	}
+	return o
+}
+
+// recordPeek records the price of an operation that asked for it, and the
+// bucket as the peek found it. Nothing was debited and nothing was refused,
+// so there is no decision to report: no Event, no debug line.
+func (s *requestState) recordPeek(o outcome, cost int64) {
+	s.mu.Lock()
+	s.outcome, s.cost, s.code, s.decided = o, cost, "", true
+	s.reported = true
+	s.mu.Unlock()
+}

@@ -1,0 +1,146 @@
+package middleware
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+
+	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/internal/echo"
+)
+
+// HeaderGraphQLCost is the request header (Hot Chocolate's) that asks what
+// an operation costs. Its value is one of CostValidate or CostReport,
+// exactly, in lower case (surrounding spaces are ignored); any other value,
+// or the header sent twice, is refused with 400 INVALID_COST_HEADER. Without
+// the header nothing changes.
+const HeaderGraphQLCost = "GraphQL-Cost"
+
+// The values of HeaderGraphQLCost.
+const (
+	// CostValidate prices the operation and answers without running it or
+	// debiting anything: 200, no data, extensions.cost with the price and
+	// the bucket as it stands. Static caps refuse it as usual.
+	CostValidate = "validate"
+	// CostReport runs the operation as usual and adds the per-field
+	// breakdown of its price to extensions.cost (Cost.Fields).
+	CostReport = "report"
+)
+
+// GraphQL error codes of the GraphQL-Cost header. Both are refused before
+// the operation is priced, pay InvalidCost and answer 400 behind the
+// GraphQL wrapper (422 without it, like the other protocol codes).
+const (
+	// CodeInvalidCostHeader: GraphQL-Cost is neither "validate" nor
+	// "report", or is sent more than once.
+	CodeInvalidCostHeader = "INVALID_COST_HEADER"
+	// CodeCostReportDisabled: "GraphQL-Cost: report" from a principal whose
+	// plan has DisableCostReport.
+	CodeCostReportDisabled = "COST_REPORT_DISABLED"
+)
+
+// FieldCost is one entry of Cost.Fields: the JSON shape of the fields of
+// the cost CLI's -json output (path, field, depth, multiplier, cost and,
+// for an interface or union, members).
+type FieldCost = complexity.FieldCost
+
+// costMode is what a request's GraphQL-Cost header asks for.
+type costMode uint8
+
+const (
+	modeRun      costMode = iota // no header: price, debit, run
+	modeValidate                 // price only
+	modeReport                   // run, and explain the price
+)
+
+// readCostHeader records in s what h's GraphQL-Cost header asks for, once
+// per request (the GraphQL wrapper reads it before gqlgen, the Extension
+// without the wrapper). It returns the refusal of a value it does not
+// accept, or of a report the plan forbids.
+func (s *requestState) readCostHeader(h http.Header) *refusal {
+	if s.ask.headerRead {
+		return nil
+	}
+	s.ask.headerRead = true
+	values := h.Values(HeaderGraphQLCost)
+	if len(values) == 0 {
+		return nil
+	}
+	v := strings.TrimSpace(values[0])
+	switch {
+	case len(values) > 1:
+		return refuse(http.StatusBadRequest, CodeInvalidCostHeader,
+			"the %s header is sent %d times; send it once, as %q or %q", HeaderGraphQLCost, len(values), CostValidate, CostReport)
+	case v == CostValidate:
+		s.ask.mode = modeValidate
+	case v == CostReport && s.plan.DisableCostReport:
+		return refuse(http.StatusBadRequest, CodeCostReportDisabled,
+			"cost reports (%s: %s) are disabled for plan %q", HeaderGraphQLCost, CostReport, s.plan.name)
+	case v == CostReport:
+		s.ask.mode = modeReport
+	default:
+		return refuse(http.StatusBadRequest, CodeInvalidCostHeader,
+			"the %s header is %q; the accepted values are %q (price the operation without running it) and %q (run it and explain its price)",
+			HeaderGraphQLCost, echo.Cut(v), CostValidate, CostReport)
+	}
+	return nil
+}
+
+// validateResponse answers an operation sent with "GraphQL-Cost: validate"
+// in its stead: the price and the bucket as the peek found it, no data.
+// It returns nil for any other operation, which runs.
+func (e *Extension) validateResponse(ctx context.Context) *graphql.Response {
+	st, ok := stateOf(ctx)
+	if !ok || st.ask.mode != modeValidate {
+		return nil
+	}
+	st.settle(ctx, e.l)
+	resp := &graphql.Response{Extensions: map[string]any{CostExtensionKey: st.costReport()}}
+	if !st.wrapped {
+		st.report(ctx, e.l)
+	}
+	return resp
+}
+
+// InterceptOperation implements graphql.OperationInterceptor: an operation
+// sent with "GraphQL-Cost: validate" is answered with its price and never
+// executed (no resolver runs, no other extension's response hook either).
+func (e *Extension) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	if resp := e.validateResponse(ctx); resp != nil {
+		return graphql.OneShot(resp)
+	}
+	return next(ctx)
+}
+
+// reportAnalyzer returns the analyzer that prices like analyzer(set) and
+// keeps the per-field breakdown, built on the first report under set's
+// GraphQL options: the analyzer of every request keeps none.
+func (e *Extension) reportAnalyzer(set *settings) (*complexity.Analyzer, error) {
+	return e.analyzerFor(&e.ask.explaining, set, complexity.WithBreakdownLimit(complexity.DefaultBreakdownLimit))
+}
+
+// explain prices an admitted "GraphQL-Cost: report" operation a second
+// time, with the breakdown, for its response.
+func (e *Extension) explain(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) {
+	a, err := e.reportAnalyzer(st.set)
+	if err == nil {
+		var rep *complexity.Report
+		if rep, err = a.AnalyzeOperation(opCtx.Doc, opCtx.Operation, opCtx.Variables); err == nil {
+			st.mu.Lock()
+			st.ask.fields, st.ask.truncated = rep.Fields, rep.FieldsTruncated
+			st.mu.Unlock()
+			return
+		}
+	}
+	// The same operation was just priced by the same options: this is a bug.
+	e.l.log.ErrorContext(ctx, "middleware: cannot explain the price of an admitted operation", "err", err)
+}
+
+// explained returns the breakdown explain recorded, if any.
+func (s *requestState) explained() ([]FieldCost, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ask.fields, s.ask.truncated
+}
