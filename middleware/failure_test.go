@@ -181,3 +181,39 @@ func TestClientGoneIsNotAStoreFailure(t *testing.T) {
 		t.Errorf("logged:\n%s", logs.text())
 	}
 }
+
+// Store-failure warnings are gated once a minute for each plan: two plans
+// failing at once (one failing open, one closed) get a line each, and the
+// next failures of either within the minute none.
+func TestStoreFailureWarningPerPlan(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.Store = &failingStore{err: errTest}
+	plans := testPlans()
+	anon := plans["anon"]
+	anon.FailureMode = middleware.FailClosed
+	plans["anon"] = anon
+	cfg.Plans = plans
+	logs := &countingHandler{}
+	cfg.Logger = slog.New(logs)
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	for range 3 {
+		do(t, h, request{method: "GET", path: "/api/x", header: bearer(aliceKey)})
+		do(t, h, request{method: "GET", path: "/api/x", remoteAddr: "192.0.2.1:1"})
+	}
+	text := logs.text()
+	if n := strings.Count(text, "rate-limit store failed"); n != 2 {
+		t.Fatalf("%d store warnings, want 2 (one per plan):\n%s", n, text)
+	}
+	if !strings.Contains(text, "plan=free failure_mode=open") || !strings.Contains(text, "plan=anon failure_mode=closed") {
+		t.Errorf("warnings do not name each plan and mode:\n%s", text)
+	}
+	clock.Advance(time.Minute)
+	do(t, h, request{method: "GET", path: "/api/x", header: bearer(aliceKey)})
+	if n := strings.Count(logs.text(), "rate-limit store failed"); n != 3 {
+		t.Errorf("%d store warnings after a minute, want 3", n)
+	}
+	if !strings.Contains(logs.text(), "failures_since_last_warning=2") {
+		t.Errorf("the minute's suppressed failures are not counted:\n%s", logs.text())
+	}
+}

@@ -52,6 +52,16 @@ func BenchmarkGraphQL(b *testing.B) {
 		defer cleanup()
 		benchServe(b, h, http.MethodPost, "/graphql", benchBody)
 	})
+	// The same without refunds: what pricing the response and giving the
+	// unused points back cost.
+	b.Run("costguard-no-refund", func(b *testing.B) {
+		h, cleanup, err := newServer(withoutRefunds(benchConfig()), deps{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cleanup()
+		benchServe(b, h, http.MethodPost, "/graphql", benchBody)
+	})
 	b.Run("peer=bare-gqlgen", func(b *testing.B) {
 		srv := handler.New(graph.NewResolver().Schema())
 		srv.AddTransport(transport.POST{})
