@@ -73,7 +73,8 @@ type Event struct {
 	Time time.Time
 	// Plan is the name of the principal's plan.
 	Plan string
-	// Lane is the priority lane of the request; empty until lanes exist.
+	// Lane is the name of the request's lane (Config.Lanes); empty when
+	// no lanes are configured.
 	Lane string
 	// Key is the bucket key of the principal ("user:…", "key:<sha256 of
 	// the API key>", "ip:…"): never a raw API key, but it may name a user
@@ -149,10 +150,11 @@ func (l *Limiter) observing(ctx context.Context) bool {
 }
 
 // newEvent describes outcome o of a request of kind by id on plan p.
-func (l *Limiter) newEvent(kind Kind, id Identity, p *plan, o outcome, requested int64, code string) Event {
+func (l *Limiter) newEvent(kind Kind, id Identity, p *plan, ln *lane, o outcome, requested int64, code string) Event {
 	e := Event{
 		Time:          l.clock.Now(),
 		Plan:          p.name,
+		Lane:          ln.name(),
 		Key:           id.Key,
 		Kind:          kind,
 		Outcome:       outcomeOf(o.verdict),
@@ -186,6 +188,7 @@ func (l *Limiter) report(ctx context.Context, e *Event) {
 		l.log.LogAttrs(ctx, slog.LevelDebug, "middleware: decision",
 			slog.String("principal", HashKey(e.Key)),
 			slog.String("plan", e.Plan),
+			slog.String("lane", e.Lane),
 			slog.String("kind", string(e.Kind)),
 			slog.String("outcome", string(e.Outcome)),
 			slog.Int64("cost", e.RequestedCost),

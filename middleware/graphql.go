@@ -263,6 +263,9 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		return gerr
 	}
 	l := e.l
+	st.mu.Lock()
+	st.lane, st.laned = st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, st.id), true
+	st.mu.Unlock()
 	if st.get && opCtx.Operation.Operation != ast.Query {
 		// gqlgen's GET transport refuses it (406) once this returns:
 		// nothing runs, so nothing is charged.
@@ -464,6 +467,11 @@ type requestState struct {
 	refunded  int64
 
 	ask askState // GraphQL-Cost and the rate-limit field (ask.go)
+
+	// lane is the operation's lane once laned (decided from its root
+	// fields when it was parsed).
+	lane  *lane
+	laned bool
 }
 
 type stateKey struct{}
@@ -487,7 +495,11 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 		return
 	}
 	s.reported = true
-	e := l.newEvent(KindGraphQL, s.id, s.plan, s.outcome, s.cost, s.code)
+	ln := s.lane
+	if !s.laned {
+		ln = s.set.laneForGraphQL(nil, nil, s.id) // refused before it was parsed
+	}
+	e := l.newEvent(KindGraphQL, s.id, s.plan, ln, s.outcome, s.cost, s.code)
 	e.ActualCost, e.HasActualCost, e.Refunded = s.actual, s.hasActual, s.refunded
 	s.mu.Unlock()
 	l.report(ctx, &e)

@@ -264,6 +264,9 @@ type Config struct {
 	// MemoryStore sizes the in-memory stores the Limiter creates.
 	MemoryStore MemoryStoreOptions
 
+	// Lanes classify requests by priority (first match wins; a request no
+	// lane matches goes to the last). None: every request is in no lane.
+	Lanes []Lane
 	// Mode applies to the plans that set none: Enforce (the default) or
 	// Shadow, to watch what the Limiter would refuse before it does.
 	Mode Mode

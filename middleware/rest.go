@@ -115,9 +115,10 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			return
 		}
 		cost := set.routeCostOf(r)
+		ln := set.laneForREST(r, id)
 		if !l.boundRESTBody(w, r) {
 			if l.observing(r.Context()) {
-				e := l.newEvent(KindREST, id, p, outcome{verdict: capExceeded}, cost, "request_too_large")
+				e := l.newEvent(KindREST, id, p, ln, outcome{verdict: capExceeded}, cost, "request_too_large")
 				l.report(r.Context(), &e)
 			}
 			return
@@ -132,7 +133,7 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			if o.shadowed != 0 {
 				code = answers[o.shadowed].restCode
 			}
-			e := l.newEvent(KindREST, id, p, o, cost, code)
+			e := l.newEvent(KindREST, id, p, ln, o, cost, code)
 			l.report(r.Context(), &e)
 		}
 		switch o.verdict {

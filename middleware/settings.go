@@ -20,6 +20,7 @@ type settings struct {
 	gql      GraphQLOptions
 	routes   *http.ServeMux
 	restCost int64
+	lanes    []*lane // in order; empty: no lanes
 }
 
 // compileSettings validates the reloadable part of cfg.
@@ -75,6 +76,9 @@ func compileSettings(cfg Config) (*settings, error) {
 			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.name)
 	}
 	if err := s.buildRoutes(cfg.REST); err != nil {
+		return nil, err
+	}
+	if err := s.buildLanes(cfg.Lanes); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -62,10 +62,29 @@ type config struct {
 	MaxBodyBytesInFlight whole `yaml:"max_body_bytes_in_flight"`
 	// MemoryStore sizes the in-memory budgets (and the fail-open fallback).
 	MemoryStore memoryStoreConfig `yaml:"memory_store"`
+	// Lanes classify requests by priority, in order: the first whose match
+	// holds takes a request; one no lane matches goes to the last.
+	Lanes []laneConfig `yaml:"lanes"`
 
 	// file is where the configuration was read from, for error messages;
 	// "" for the built-in defaults and for tests.
 	file string `yaml:"-"`
+}
+
+// laneConfig is one lane (middleware.Lane).
+type laneConfig struct {
+	Name     string          `yaml:"name"`
+	Priority string          `yaml:"priority"`
+	Match    laneMatchConfig `yaml:"match"`
+}
+
+// laneMatchConfig says which requests a lane takes (middleware.LaneMatch).
+type laneMatchConfig struct {
+	GraphQL       []string `yaml:"graphql,omitempty"`
+	REST          []string `yaml:"rest,omitempty"`
+	Plans         []string `yaml:"plans,omitempty"`
+	Authenticated bool     `yaml:"authenticated,omitempty"`
+	Anonymous     bool     `yaml:"anonymous,omitempty"`
 }
 
 type memoryStoreConfig struct {
@@ -183,6 +202,14 @@ func defaultConfig() config {
 		MaxBodyBytes:         middleware.DefaultMaxBodyBytes,
 		MaxBodyBytesInFlight: middleware.DefaultMaxBodyBytesInFlight,
 		MemoryStore:          memoryStoreConfig{MaxKeys: memorystore.DefaultMaxKeys},
+		// The seed documents' lanes over the example schema: opening an
+		// issue stands for checkout.
+		Lanes: []laneConfig{
+			{Name: "checkout", Priority: string(middleware.PriorityCritical),
+				Match: laneMatchConfig{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}}},
+			{Name: "authenticated", Priority: string(middleware.PriorityNormal), Match: laneMatchConfig{Authenticated: true}},
+			{Name: "anonymous", Priority: string(middleware.PrioritySheddable), Match: laneMatchConfig{Anonymous: true}},
+		},
 	}
 }
 
@@ -452,7 +479,19 @@ func (c config) limiterConfig() middleware.Config {
 	for pattern, cost := range c.REST.Routes {
 		routes[pattern] = int64(cost)
 	}
+	lanes := make([]middleware.Lane, 0, len(c.Lanes))
+	for _, l := range c.Lanes {
+		lanes = append(lanes, middleware.Lane{
+			Name:     l.Name,
+			Priority: middleware.Priority(l.Priority),
+			Match: middleware.LaneMatch{
+				GraphQL: l.Match.GraphQL, REST: l.Match.REST, Plans: l.Match.Plans,
+				Authenticated: l.Match.Authenticated, Anonymous: l.Match.Anonymous,
+			},
+		})
+	}
 	return middleware.Config{
+		Lanes:          lanes,
 		Plans:          plans,
 		AnonymousPlan:  c.AnonymousPlan,
 		APIKeys:        middleware.NewStaticKeys(keys),

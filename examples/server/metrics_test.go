@@ -70,11 +70,11 @@ func TestMetricsCountEveryDecision(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{
-		`costguard_decisions_total{kind="graphql",outcome="admitted",plan="free"} 3`,
-		`costguard_decisions_total{kind="graphql",outcome="cost_exceeded",plan="free"} 1`,
-		`costguard_decisions_total{kind="rest",outcome="admitted",plan="free"} 2`,
-		`costguard_decisions_total{kind="rest",outcome="admitted",plan="anon"} 2`,
-		`costguard_decisions_total{kind="rest",outcome="rate_limited",plan="anon"} 1`,
+		`costguard_decisions_total{kind="graphql",lane="authenticated",outcome="admitted",plan="free"} 3`,
+		`costguard_decisions_total{kind="graphql",lane="authenticated",outcome="cost_exceeded",plan="free"} 1`,
+		`costguard_decisions_total{kind="rest",lane="authenticated",outcome="admitted",plan="free"} 2`,
+		`costguard_decisions_total{kind="rest",lane="anonymous",outcome="admitted",plan="anon"} 2`,
+		`costguard_decisions_total{kind="rest",lane="anonymous",outcome="rate_limited",plan="anon"} 1`,
 	}, decisions)
 	body := string(b)
 	for _, want := range []string{

@@ -54,10 +54,10 @@ func TestShadowModeOverHTTP(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	for _, want := range []string{
-		`costguard_decisions_total{kind="rest",outcome="admitted",plan="anon"} 2`,
-		`costguard_decisions_total{kind="rest",outcome="shadow_rejected",plan="anon"} 2`,
-		`costguard_decisions_total{kind="graphql",outcome="shadow_rejected",plan="anon"} 1`,
-		`costguard_decisions_total{kind="graphql",outcome="cost_exceeded",plan="anon"} 1`,
+		`costguard_decisions_total{kind="rest",lane="anonymous",outcome="admitted",plan="anon"} 2`,
+		`costguard_decisions_total{kind="rest",lane="anonymous",outcome="shadow_rejected",plan="anon"} 2`,
+		`costguard_decisions_total{kind="graphql",lane="anonymous",outcome="shadow_rejected",plan="anon"} 1`,
+		`costguard_decisions_total{kind="graphql",lane="anonymous",outcome="cost_exceeded",plan="anon"} 1`,
 	} {
 		assert.Contains(t, string(b), want)
 	}

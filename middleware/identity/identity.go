@@ -44,6 +44,10 @@ type Identity struct {
 	Plan string
 }
 
+// Anonymous reports whether id is a client known only by its address (a
+// key of the form "ip:…"), not a principal or an API key.
+func (id Identity) Anonymous() bool { return strings.HasPrefix(id.Key, "ip:") }
+
 // Identifier decides who pays for a request. Identify returns
 // ErrUnknownAPIKey for a credential it does not recognise (answered 401); any
 // other error is answered 503 (the limiter cannot decide) and logged.

@@ -89,6 +89,7 @@ const (
 	labelKind    = "kind"
 	labelOutcome = "outcome"
 	labelResult  = "result"
+	labelLane    = "lane"
 )
 
 // The expected label values, in the order of the arrays of series.
@@ -154,7 +155,7 @@ type Metrics struct {
 	// writers. The lane label planned for costguard_decisions_total would
 	// come as an option (series of setups without it unchanged) and join
 	// the plan in this key: one planSeries per (plan, lane).
-	plans atomic.Pointer[map[string]*planSeries]
+	plans atomic.Pointer[map[seriesID]*planSeries]
 	mu    sync.Mutex
 	bound bool // only the plans of WithPlans have their own label value
 }
@@ -167,6 +168,7 @@ var (
 // planSeries holds one plan's series for the expected label values.
 type planSeries struct {
 	name      string
+	lane      string
 	decisions [len(kinds)][len(outcomes)]prometheus.Counter
 	cost      [len(kinds)]prometheus.Observer
 	charged   [len(kinds)]prometheus.Counter
@@ -218,8 +220,8 @@ func New(opts ...Option) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "costguard_decisions_total",
-			Help: "Rate-limit decisions, by plan, adapter (kind) and what became of the request (outcome).",
-		}, []string{labelPlan, labelKind, labelOutcome}),
+			Help: "Rate-limit decisions, by plan, adapter (kind), what became of the request (outcome) and priority lane (empty without lanes).",
+		}, []string{labelPlan, labelKind, labelOutcome, labelLane}),
 		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "costguard_fallback_decisions_total",
 			Help: "Decisions made by the fail-open local bucket because the store failed.",
@@ -252,10 +254,10 @@ func New(opts ...Option) (*Metrics, error) {
 	for i, r := range results {
 		m.storeBy[i] = m.store.WithLabelValues(string(r))
 	}
-	series := make(map[string]*planSeries, len(o.plans))
+	series := make(map[seriesID]*planSeries, len(o.plans))
 	for _, p := range o.plans {
-		if series[p] == nil {
-			series[p] = m.newPlanSeries(p)
+		if series[seriesKey(p, "")] == nil {
+			series[seriesKey(p, "")] = m.newPlanSeries(p, "")
 		}
 	}
 	m.plans.Store(&series)
@@ -266,16 +268,22 @@ func New(opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) newPlanSeries(plan string) *planSeries {
+// seriesID names the series of a plan and a lane in Metrics.plans.
+type seriesID struct{ plan, lane string }
+
+func seriesKey(plan, lane string) seriesID { return seriesID{plan, lane} }
+
+func (m *Metrics) newPlanSeries(plan, lane string) *planSeries {
 	s := &planSeries{
 		name:     plan,
+		lane:     lane,
 		fallback: m.fallback.WithLabelValues(plan),
 		actual:   m.actual.WithLabelValues(plan),
 		refunded: m.refunded.WithLabelValues(plan),
 	}
 	for k, kind := range kinds {
 		for o, outcome := range outcomes {
-			s.decisions[k][o] = m.decisions.WithLabelValues(plan, string(kind), string(outcome))
+			s.decisions[k][o] = m.decisions.WithLabelValues(plan, string(kind), string(outcome), lane)
 		}
 		s.cost[k] = m.cost.WithLabelValues(plan, string(kind))
 		s.charged[k] = m.charged.WithLabelValues(plan, string(kind))
@@ -283,26 +291,32 @@ func (m *Metrics) newPlanSeries(plan string) *planSeries {
 	return s
 }
 
-// series returns plan's series, creating them the first time.
-func (m *Metrics) series(plan string) *planSeries {
-	if s := (*m.plans.Load())[plan]; s != nil {
+// series returns the series of plan and lane, creating them the first
+// time. Lanes come from the configuration, so they are bounded as plans
+// are.
+func (m *Metrics) series(plan, lane string) *planSeries {
+	key := seriesKey(plan, lane)
+	if s := (*m.plans.Load())[key]; s != nil {
 		return s
 	}
 	if m.bound {
-		plan = Other
-		if s := (*m.plans.Load())[plan]; s != nil {
+		if _, known := (*m.plans.Load())[seriesKey(plan, "")]; !known {
+			plan = Other
+		}
+		key = seriesKey(plan, lane)
+		if s := (*m.plans.Load())[key]; s != nil {
 			return s
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur := *m.plans.Load()
-	if s := cur[plan]; s != nil {
+	if s := cur[key]; s != nil {
 		return s // another writer was first
 	}
 	next := maps.Clone(cur)
-	s := m.newPlanSeries(plan)
-	next[plan] = s
+	s := m.newPlanSeries(plan, lane)
+	next[key] = s
 	m.plans.Store(&next)
 	return s
 }
@@ -313,14 +327,14 @@ func (m *Metrics) ObserveDecision(e *middleware.Event) {
 	if e == nil {
 		return
 	}
-	s := m.series(e.Plan)
+	s := m.series(e.Plan, e.Lane)
 	k := indexOf(kinds[:], e.Kind)
 	o := indexOf(outcomes[:], e.Outcome)
 
 	if k >= 0 && o >= 0 {
 		s.decisions[k][o].Inc()
 	} else {
-		m.decisions.WithLabelValues(s.name, label(kinds[:], k), label(outcomes[:], o)).Inc()
+		m.decisions.WithLabelValues(s.name, label(kinds[:], k), label(outcomes[:], o), s.lane).Inc()
 	}
 	if e.Fallback {
 		s.fallback.Inc()

@@ -75,28 +75,28 @@ var script = []middleware.Event{
 // The expected exposition of script, one metric at a time.
 var want = map[string]string{
 	"costguard_decisions_total": `
-# HELP costguard_decisions_total Rate-limit decisions, by plan, adapter (kind) and what became of the request (outcome).
+# HELP costguard_decisions_total Rate-limit decisions, by plan, adapter (kind), what became of the request (outcome) and priority lane (empty without lanes).
 # TYPE costguard_decisions_total counter
-costguard_decisions_total{kind="graphql",outcome="admitted",plan="free"} 1
-costguard_decisions_total{kind="graphql",outcome="admitted",plan="pro"} 2
-costguard_decisions_total{kind="graphql",outcome="cost_exceeded",plan="free"} 0
-costguard_decisions_total{kind="graphql",outcome="cost_exceeded",plan="pro"} 1
-costguard_decisions_total{kind="graphql",outcome="rate_limited",plan="free"} 0
-costguard_decisions_total{kind="graphql",outcome="rate_limited",plan="pro"} 1
-costguard_decisions_total{kind="graphql",outcome="shadow_rejected",plan="free"} 1
-costguard_decisions_total{kind="graphql",outcome="shadow_rejected",plan="pro"} 0
-costguard_decisions_total{kind="graphql",outcome="unavailable",plan="free"} 0
-costguard_decisions_total{kind="graphql",outcome="unavailable",plan="pro"} 0
-costguard_decisions_total{kind="rest",outcome="admitted",plan="free"} 1
-costguard_decisions_total{kind="rest",outcome="admitted",plan="pro"} 1
-costguard_decisions_total{kind="rest",outcome="cost_exceeded",plan="free"} 0
-costguard_decisions_total{kind="rest",outcome="cost_exceeded",plan="pro"} 0
-costguard_decisions_total{kind="rest",outcome="rate_limited",plan="free"} 0
-costguard_decisions_total{kind="rest",outcome="rate_limited",plan="pro"} 0
-costguard_decisions_total{kind="rest",outcome="shadow_rejected",plan="free"} 0
-costguard_decisions_total{kind="rest",outcome="shadow_rejected",plan="pro"} 0
-costguard_decisions_total{kind="rest",outcome="unavailable",plan="free"} 1
-costguard_decisions_total{kind="rest",outcome="unavailable",plan="pro"} 0
+costguard_decisions_total{kind="graphql",lane="",outcome="admitted",plan="free"} 1
+costguard_decisions_total{kind="graphql",lane="",outcome="admitted",plan="pro"} 2
+costguard_decisions_total{kind="graphql",lane="",outcome="cost_exceeded",plan="free"} 0
+costguard_decisions_total{kind="graphql",lane="",outcome="cost_exceeded",plan="pro"} 1
+costguard_decisions_total{kind="graphql",lane="",outcome="rate_limited",plan="free"} 0
+costguard_decisions_total{kind="graphql",lane="",outcome="rate_limited",plan="pro"} 1
+costguard_decisions_total{kind="graphql",lane="",outcome="shadow_rejected",plan="free"} 1
+costguard_decisions_total{kind="graphql",lane="",outcome="shadow_rejected",plan="pro"} 0
+costguard_decisions_total{kind="graphql",lane="",outcome="unavailable",plan="free"} 0
+costguard_decisions_total{kind="graphql",lane="",outcome="unavailable",plan="pro"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="admitted",plan="free"} 1
+costguard_decisions_total{kind="rest",lane="",outcome="admitted",plan="pro"} 1
+costguard_decisions_total{kind="rest",lane="",outcome="cost_exceeded",plan="free"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="cost_exceeded",plan="pro"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="rate_limited",plan="free"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="rate_limited",plan="pro"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="shadow_rejected",plan="free"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="shadow_rejected",plan="pro"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="unavailable",plan="free"} 1
+costguard_decisions_total{kind="rest",lane="",outcome="unavailable",plan="pro"} 0
 `,
 	"costguard_fallback_decisions_total": `
 # HELP costguard_fallback_decisions_total Decisions made by the fail-open local bucket because the store failed.
@@ -449,7 +449,9 @@ func value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) f
 		for _, s := range f.GetMetric() {
 			have := map[string]string{}
 			for _, l := range s.GetLabel() {
-				have[l.GetName()] = l.GetValue()
+				if l.GetValue() != "" { // an empty value is no label, as in PromQL
+					have[l.GetName()] = l.GetValue()
+				}
 			}
 			for i := 0; i < len(labels); i += 2 {
 				if v, ok := have[labels[i]]; !ok || v != labels[i+1] {

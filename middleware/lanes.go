@@ -1,0 +1,249 @@
+package middleware
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// Priority orders lanes when the service is overloaded: the lowest is shed
+// first, critical last.
+type Priority string
+
+// The priorities, from the first kept to the first shed.
+const (
+	PriorityCritical  Priority = "critical"
+	PriorityHigh      Priority = "high"
+	PriorityNormal    Priority = "normal"
+	PrioritySheddable Priority = "sheddable"
+)
+
+// ChallengePoW is the Lane.Challenge of a proof-of-work challenge.
+const ChallengePoW = "pow"
+
+// Lane is a class of traffic: the requests its Match holds for, served at
+// its Priority. Config.Lanes lists lanes in order; the first whose Match
+// holds takes a request, and a request no lane matches goes to the last.
+type Lane struct {
+	// Name labels the lane in events, metrics and logs: printable ASCII.
+	Name     string
+	Priority Priority
+	Match    LaneMatch
+	// Queue is how long a request of a critical lane waits for capacity
+	// under overload instead of being refused (0: it is not queued).
+	Queue time.Duration
+	// Challenge "pow" makes refused or shed requests of the lane carry a
+	// proof-of-work challenge.
+	Challenge string
+}
+
+// LaneMatch says which requests a lane takes. GraphQL and REST are
+// alternatives (a GraphQL operation selecting one of the GraphQL root
+// fields, or a REST request matching one of the REST patterns); Plans,
+// Authenticated and Anonymous narrow the match further. A LaneMatch that
+// sets nothing matches every request.
+type LaneMatch struct {
+	// GraphQL lists root-field coordinates ("Mutation.createIssue",
+	// "Query.search"): an operation selecting any of them at its root,
+	// through fragments too, matches.
+	GraphQL []string
+	// REST lists net/http ServeMux patterns ("POST /api/orders").
+	REST []string
+	// Plans lists plan names; the request's plan must be one of them.
+	Plans []string
+	// Authenticated: only requests of a principal or an API key.
+	Authenticated bool
+	// Anonymous: only requests known by their address alone.
+	Anonymous bool
+}
+
+// lane is a validated Lane.
+type lane struct {
+	Lane
+	index  int
+	fields map[string]bool // GraphQL root coordinates
+	routes *http.ServeMux  // REST patterns; nil when none
+	plans  map[string]bool
+}
+
+// name is the lane's name, "" for no lane.
+func (ln *lane) name() string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Name
+}
+
+// buildLanes validates the lanes of cfg against s's plans.
+func (s *settings) buildLanes(lanes []Lane) error {
+	seen := make(map[string]bool, len(lanes))
+	for i, l := range lanes {
+		where := fmt.Sprintf("lane %d", i)
+		if !validPlanName(l.Name) {
+			return fmt.Errorf("%w: %s: name %q must be non-empty printable ASCII", ErrInvalidConfig, where, l.Name)
+		}
+		where = fmt.Sprintf("lane %q", l.Name)
+		if seen[l.Name] {
+			return fmt.Errorf("%w: %s is declared twice", ErrInvalidConfig, where)
+		}
+		seen[l.Name] = true
+		switch l.Priority {
+		case PriorityCritical, PriorityHigh, PriorityNormal, PrioritySheddable:
+		default:
+			return fmt.Errorf("%w: %s: priority %q is none of %q, %q, %q, %q", ErrInvalidConfig, where, l.Priority,
+				PriorityCritical, PriorityHigh, PriorityNormal, PrioritySheddable)
+		}
+		if l.Queue < 0 || (l.Queue > 0 && l.Priority != PriorityCritical) {
+			return fmt.Errorf("%w: %s: queue %v: only a critical lane may queue, for a positive time", ErrInvalidConfig, where, l.Queue)
+		}
+		if l.Challenge != "" && l.Challenge != ChallengePoW {
+			return fmt.Errorf("%w: %s: challenge %q is not %q", ErrInvalidConfig, where, l.Challenge, ChallengePoW)
+		}
+		if l.Match.Authenticated && l.Match.Anonymous {
+			return fmt.Errorf("%w: %s: a match cannot ask for both authenticated and anonymous requests", ErrInvalidConfig, where)
+		}
+		ln := &lane{Lane: l, index: i}
+		if len(l.Match.GraphQL) > 0 {
+			ln.fields = make(map[string]bool, len(l.Match.GraphQL))
+			for _, c := range l.Match.GraphQL {
+				typ, field, ok := strings.Cut(c, ".")
+				if !ok || typ == "" || field == "" || strings.ContainsAny(field, ". ") {
+					return fmt.Errorf("%w: %s: GraphQL match %q is not a coordinate such as \"Mutation.createIssue\"", ErrInvalidConfig, where, c)
+				}
+				ln.fields[c] = true
+			}
+		}
+		if len(l.Match.REST) > 0 {
+			ln.routes = http.NewServeMux()
+			for _, pattern := range l.Match.REST {
+				if err := handlePattern(ln.routes, pattern, routeCost(0)); err != nil {
+					return fmt.Errorf("%w: %s: REST match %q: %v", ErrInvalidConfig, where, pattern, err)
+				}
+			}
+		}
+		if len(l.Match.Plans) > 0 {
+			ln.plans = make(map[string]bool, len(l.Match.Plans))
+			for _, p := range l.Match.Plans {
+				if _, ok := s.plans[p]; !ok {
+					return fmt.Errorf("%w: %s: plan %q is not among the plans (%s)", ErrInvalidConfig, where, p, s.planList())
+				}
+				ln.plans[p] = true
+			}
+		}
+		s.lanes = append(s.lanes, ln)
+	}
+	return nil
+}
+
+// laneForREST picks the lane of a REST request: nil when no lanes are
+// configured.
+func (s *settings) laneForREST(r *http.Request, id Identity) *lane {
+	for _, ln := range s.lanes {
+		if ln.fields != nil && ln.routes == nil {
+			continue // a GraphQL-only match
+		}
+		if ln.routes != nil {
+			if handler, _ := ln.routes.Handler(r); !isRoute(handler) {
+				continue
+			}
+		}
+		if ln.holdsFor(id) {
+			return ln
+		}
+	}
+	return s.lastLane()
+}
+
+// isRoute reports whether a ServeMux answered with one of its patterns
+// (not its not-found handler).
+func isRoute(h http.Handler) bool {
+	_, ok := h.(routeCost)
+	return ok
+}
+
+// laneForGraphQL picks the lane of a GraphQL operation from its root
+// fields: nil when no lanes are configured. A request refused before it
+// was parsed (op nil) has no root fields: only lanes that do not match on
+// GraphQL fields can take it.
+func (s *settings) laneForGraphQL(doc *ast.QueryDocument, op *ast.OperationDefinition, id Identity) *lane {
+	if len(s.lanes) == 0 {
+		return nil
+	}
+	var roots map[string]bool
+	for _, ln := range s.lanes {
+		if ln.routes != nil && ln.fields == nil {
+			continue // a REST-only match
+		}
+		if ln.fields != nil {
+			if roots == nil && op != nil {
+				roots = rootCoordinates(doc, op)
+			}
+			if !anyIn(roots, ln.fields) {
+				continue
+			}
+		}
+		if ln.holdsFor(id) {
+			return ln
+		}
+	}
+	return s.lastLane()
+}
+
+// holdsFor checks the identity conditions of ln's match.
+func (ln *lane) holdsFor(id Identity) bool {
+	if ln.plans != nil && !ln.plans[id.Plan] {
+		return false
+	}
+	anonymous := id.Anonymous()
+	return !(ln.Match.Authenticated && anonymous) && !(ln.Match.Anonymous && !anonymous)
+}
+
+func (s *settings) lastLane() *lane {
+	if len(s.lanes) == 0 {
+		return nil
+	}
+	return s.lanes[len(s.lanes)-1]
+}
+
+func anyIn(have, want map[string]bool) bool {
+	for c := range have {
+		if want[c] {
+			return true
+		}
+	}
+	return false
+}
+
+// rootCoordinates lists the "Type.field" coordinates an operation selects
+// at its root, through fragment spreads and inline fragments (validation
+// has ruled out cycles; seen bounds the walk anyway).
+func rootCoordinates(doc *ast.QueryDocument, op *ast.OperationDefinition) map[string]bool {
+	roots := make(map[string]bool, len(op.SelectionSet))
+	seen := map[string]bool{}
+	var walk func(ast.SelectionSet)
+	walk = func(set ast.SelectionSet) {
+		for _, sel := range set {
+			switch sel := sel.(type) {
+			case *ast.Field:
+				if sel.ObjectDefinition != nil {
+					roots[sel.ObjectDefinition.Name+"."+sel.Name] = true
+				}
+			case *ast.InlineFragment:
+				walk(sel.SelectionSet)
+			case *ast.FragmentSpread:
+				if seen[sel.Name] {
+					continue
+				}
+				seen[sel.Name] = true
+				if f := doc.Fragments.ForName(sel.Name); f != nil {
+					walk(f.SelectionSet)
+				}
+			}
+		}
+	}
+	walk(op.SelectionSet)
+	return roots
+}

@@ -1,0 +1,103 @@
+package middleware_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/costguard/costguard/middleware"
+)
+
+// The issue's three lanes over the test schema.
+func testLanes() []middleware.Lane {
+	return []middleware.Lane{
+		{Name: "checkout", Priority: middleware.PriorityCritical, Queue: 2 * time.Second,
+			Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}}},
+		{Name: "authenticated", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true}},
+		{Name: "anonymous", Priority: middleware.PrioritySheddable, Match: middleware.LaneMatch{Anonymous: true}, Challenge: middleware.ChallengePoW},
+	}
+}
+
+// The first lane whose match holds takes a request; the lane is in its
+// decision event.
+func TestLanesClassify(t *testing.T) {
+	cfg := testConfig(t, newClock())
+	cfg.Lanes = testLanes()
+	rec := &recorder{}
+	cfg.Observer = rec
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	anon := "192.0.2.44:1"
+
+	for _, tc := range []struct {
+		name string
+		run  func()
+		lane string
+	}{
+		{"mutation by a principal", func() { query(t, h, mutation11, bearer(aliceKey)) }, "checkout"},
+		{"mutation through a fragment", func() {
+			query(t, h, `mutation { ...M } fragment M on Mutation { createIssue(repo: "r", title: "t") { id } }`, bearer(aliceKey))
+		}, "checkout"},
+		{"anonymous mutation", func() {
+			do(t, h, request{path: "/graphql", body: `{"query":"mutation { createIssue(repo: \"r\", title: \"t\") { id } }"}`, remoteAddr: anon})
+		}, "checkout"},
+		{"query by a principal", func() { query(t, h, `{ viewer { login } }`, bearer(aliceKey)) }, "authenticated"},
+		{"anonymous query", func() {
+			do(t, h, request{path: "/graphql", body: `{"query":"{ viewer { login } }"}`, remoteAddr: anon})
+		}, "anonymous"},
+		{"REST order", func() { do(t, h, request{method: http.MethodPost, path: "/api/orders", header: bearer(aliceKey)}) }, "checkout"},
+		{"REST GET of orders is not the pattern", func() { do(t, h, request{method: http.MethodGet, path: "/api/orders", header: bearer(aliceKey)}) }, "authenticated"},
+		{"anonymous REST", func() { do(t, h, request{method: http.MethodGet, path: "/api/x", remoteAddr: anon}) }, "anonymous"},
+		{"refused before parsing", func() { query(t, h, "{ viewer(", bearer(aliceKey)) }, "authenticated"},
+	} {
+		tc.run()
+		got := rec.take()
+		if len(got) != 1 || got[0].Lane != tc.lane {
+			t.Errorf("%s: events %+v, want one in lane %q", tc.name, got, tc.lane)
+		}
+	}
+}
+
+// A request no lane matches goes to the last lane; a plan match narrows.
+func TestLanesFallThroughToTheLast(t *testing.T) {
+	cfg := testConfig(t, newClock())
+	cfg.Lanes = []middleware.Lane{
+		{Name: "free-users", Priority: middleware.PriorityHigh, Match: middleware.LaneMatch{Plans: []string{"free"}, Authenticated: true}},
+		{Name: "search", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}}},
+		{Name: "rest", Priority: middleware.PrioritySheddable, Match: middleware.LaneMatch{GraphQL: []string{"Query.nothing"}}},
+	}
+	rec := &recorder{}
+	cfg.Observer = rec
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	do(t, h, request{method: http.MethodGet, path: "/api/search", header: bearer(aliceKey)})
+	do(t, h, request{method: http.MethodGet, path: "/api/search", remoteAddr: "192.0.2.1:1"})
+	do(t, h, request{method: http.MethodGet, path: "/api/other", remoteAddr: "192.0.2.1:1"})
+	var lanes []string
+	for _, e := range rec.take() {
+		lanes = append(lanes, e.Lane)
+	}
+	if want := []string{"free-users", "search", "rest"}; len(lanes) != 3 || lanes[0] != want[0] || lanes[1] != want[1] || lanes[2] != want[2] {
+		t.Errorf("lanes %v, want %v", lanes, want)
+	}
+}
+
+func TestLanesInvalid(t *testing.T) {
+	for name, lanes := range map[string][]middleware.Lane{
+		"no name":            {{Priority: middleware.PriorityNormal}},
+		"twice":              {{Name: "a", Priority: middleware.PriorityNormal}, {Name: "a", Priority: middleware.PriorityNormal}},
+		"bad priority":       {{Name: "a", Priority: "urgent"}},
+		"queue not critical": {{Name: "a", Priority: middleware.PriorityHigh, Queue: time.Second}},
+		"negative queue":     {{Name: "a", Priority: middleware.PriorityCritical, Queue: -time.Second}},
+		"bad challenge":      {{Name: "a", Priority: middleware.PriorityNormal, Challenge: "captcha"}},
+		"both kinds of user": {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true, Anonymous: true}}},
+		"bad coordinate":     {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{GraphQL: []string{"createIssue"}}}},
+		"bad pattern":        {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET api"}}}},
+		"unknown plan":       {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Plans: []string{"gold"}}}},
+	} {
+		cfg := testConfig(t, newClock())
+		cfg.Lanes = lanes
+		if _, err := middleware.New(cfg); !errors.Is(err, middleware.ErrInvalidConfig) {
+			t.Errorf("%s: New error %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
