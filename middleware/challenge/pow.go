@@ -104,8 +104,8 @@ type PoW struct {
 	ttlMS  int64
 	skewMS int64
 	rand   io.Reader
-	header string // `"; bits=N` ending every challenge
-	macs   sync.Pool
+	header string    // `"; bits=N` ending every challenge
+	macs   sync.Pool // of *signer
 	used   usedSet
 }
 
@@ -152,7 +152,7 @@ func NewPoW(cfg Config) (*PoW, error) {
 		rand:   cfg.Rand,
 		header: `"; bits=` + strconv.Itoa(cfg.Bits),
 	}
-	p.macs.New = func() any { return hmac.New(sha256.New, secret) }
+	p.macs.New = func() any { return &signer{h: hmac.New(sha256.New, secret)} }
 	p.used.init(cfg.MaxUsed, p.ttlMS+p.skewMS)
 	return p, nil
 }
@@ -175,7 +175,10 @@ func (p *PoW) Challenge(_ context.Context, identity string, now time.Time) (stri
 	if _, err := io.ReadFull(p.rand, raw[offSalt:offMAC]); err != nil {
 		return "", fmt.Errorf("challenge: reading a salt: %w", err)
 	}
-	p.sign((*[sha256.Size]byte)(raw[offMAC:]), raw[:offMAC], identity)
+	s := p.macs.Get().(*signer)
+	mac := s.sign(raw[:offMAC], identity)
+	p.macs.Put(s)
+	copy(raw[offMAC:], mac[:])
 	var enc [encodedLen]byte
 	tokenEncoding.Encode(enc[:], raw[:])
 	return `pow; token="` + string(enc[:]) + p.header, nil
@@ -192,12 +195,14 @@ func (p *PoW) Verify(_ context.Context, identity, response string, now time.Time
 	if !ok || len(token) != encodedLen {
 		return ErrMalformed
 	}
+	s := p.macs.Get().(*signer)
+	defer p.macs.Put(s)
+	s.buf = append(s.buf[:0], token...)
 	var raw [tokenLen]byte
-	if n, err := tokenEncoding.Decode(raw[:], []byte(token)); err != nil || n != tokenLen || raw[0] != tokenVersion {
+	if n, err := tokenEncoding.Decode(raw[:], s.buf); err != nil || n != tokenLen || raw[0] != tokenVersion {
 		return ErrMalformed
 	}
-	var mac [sha256.Size]byte
-	p.sign(&mac, raw[:offMAC], identity)
+	mac := s.sign(raw[:offMAC], identity)
 	if !hmac.Equal(mac[:], raw[offMAC:]) {
 		return ErrInvalidToken
 	}
@@ -214,15 +219,23 @@ func (p *PoW) Verify(_ context.Context, identity, response string, now time.Time
 	return p.used.add(usedKey(mac[:usedKeyLen]), issued+p.ttlMS, nowMS)
 }
 
-// sign writes into mac the HMAC of the token's fields and identity.
-func (p *PoW) sign(mac *[sha256.Size]byte, fields []byte, identity string) {
-	h := p.macs.Get().(hash.Hash)
-	h.Reset()
-	h.Write([]byte(macDomain))
-	h.Write(fields)
-	h.Write([]byte(identity))
-	h.Sum(mac[:0])
-	p.macs.Put(h)
+// signer computes token MACs. PoW pools them: an HMAC keyed once and a
+// scratch buffer, so that computing a MAC allocates nothing.
+type signer struct {
+	h   hash.Hash // HMAC-SHA256 under the secret
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+// sign returns the MAC of a token's fields for identity.
+func (s *signer) sign(fields []byte, identity string) *[sha256.Size]byte {
+	s.buf = append(s.buf[:0], macDomain...)
+	s.buf = append(s.buf, fields...)
+	s.buf = append(s.buf, identity...)
+	s.h.Reset()
+	s.h.Write(s.buf)
+	s.h.Sum(s.sum[:0])
+	return &s.sum
 }
 
 // splitResponse cuts a response into its token and nonce, refusing any

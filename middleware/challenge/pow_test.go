@@ -605,3 +605,35 @@ func TestConcurrentVerify(t *testing.T) {
 		t.Fatalf("one token, 64 goroutines: %d accepted, %d replayed; want 1 and 63", accepted.Load(), replayed.Load())
 	}
 }
+
+// Refusing costs the server no allocation, whatever the client sends.
+func TestRefusalsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops Puts under -race")
+	}
+	p := newPoW(t, challenge.Config{})
+	token := issue(t, p, alice, t0)
+	good := token + ":" + challenge.Solve(token, testBits)
+	if err := p.Verify(ctx, alice, good, t0); err != nil {
+		t.Fatal(err)
+	}
+	refusals := []struct {
+		name, identity, response string
+		at                       time.Time
+		want                     error
+	}{
+		{"malformed", alice, strings.Repeat("x", 300), t0, challenge.ErrMalformed},
+		{"not base64", alice, "!" + token[1:] + ":1", t0, challenge.ErrMalformed},
+		{"other identity", "user:mallory", good, t0, challenge.ErrInvalidToken},
+		{"expired", alice, good, t0.Add(time.Hour), challenge.ErrExpired},
+		{"insufficient work", alice, token + ":" + nonceWith(t, token, 0), t0, challenge.ErrInsufficientWork},
+		{"replayed", alice, good, t0, challenge.ErrReplayed},
+	}
+	for _, r := range refusals {
+		var err error
+		allocs := testing.AllocsPerRun(100, func() { err = p.Verify(ctx, r.identity, r.response, r.at) })
+		if err != r.want || allocs != 0 {
+			t.Errorf("%s: Verify = %v with %.1f allocations, want %v with none", r.name, err, allocs, r.want)
+		}
+	}
+}
