@@ -20,7 +20,8 @@ import (
 // Bounds and defaults of Config.
 const (
 	// DefaultBits is the work asked for when Config.Bits is zero: about
-	// 65,536 hashes, tens of milliseconds for a client.
+	// 65,536 hashes on average, about 15 ms of one core for a Go client
+	// (BenchmarkSolve16).
 	DefaultBits = 16
 	// MinBits and MaxBits bound Config.Bits. Every bit doubles the client's
 	// expected work; 32 bits is about four billion hashes.
