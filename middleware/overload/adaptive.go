@@ -1,0 +1,90 @@
+package overload
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// outcome is what a released permit tells the adaptive capacity.
+type outcome uint8
+
+const (
+	ignored   outcome = iota // no sample: Permit.Ignore, or a negative latency
+	completed                // a latency sample: Permit.Done
+	dropped                  // an overload signal: Permit.Drop
+)
+
+// adaptive is the adaptive capacity: additive increase, multiplicative
+// decrease, driven by a latency gradient (see the package documentation).
+// Its fields are guarded by mu, except epoch, which Admit reads without
+// it.
+type adaptive struct {
+	mu sync.Mutex
+	aimd
+	// epoch counts the decreases. A permit carries the epoch it was
+	// admitted in; only a permit admitted since the last decrease may
+	// cause the next one, so a burst of slow responses that were all in
+	// flight together counts once.
+	epoch atomic.Uint64
+}
+
+// aimd is the pure state of the adaptive capacity. next moves it by one
+// sample; nothing in it reads a clock or touches shared memory.
+type aimd struct {
+	min, max int64
+	t        tuning
+
+	limit       int64
+	good        int64   // uncongested samples since the last change
+	short, long float64 // moving averages of latency, in nanoseconds
+	seeded      bool    // short and long hold at least one sample
+}
+
+func newAdaptive(s settings) *adaptive {
+	return &adaptive{aimd: aimd{min: s.min, max: s.max, t: s.tuning, limit: s.max}}
+}
+
+// next applies one released permit, admitted in epoch, to a whose current
+// epoch is now, and returns the new limit and whether it was a decrease
+// (which ends the epoch).
+//
+//   - A completed sample of latency x moves the averages:
+//     short += (x − short) / ShortWindow, long += (x − long) / LongWindow
+//     (the first sample sets both).
+//   - Congestion is a dropped permit, or short > Tolerance × long, or
+//     short > Target when a Target is set.
+//   - On congestion from a permit of the current epoch, the limit becomes
+//     max(MinInFlight, ⌊limit × Backoff⌋) and the count of good samples
+//     restarts. Congestion from an older epoch changes nothing.
+//   - Otherwise the sample is good; after limit good samples in a row
+//     the limit grows by one, up to MaxInFlight.
+func (a *aimd) next(epoch, now uint64, o outcome, latency time.Duration) (limit int64, decreased bool) {
+	congested := o == dropped
+	if o == completed {
+		x := float64(latency)
+		if a.seeded {
+			a.short += (x - a.short) / float64(a.t.short)
+			a.long += (x - a.long) / float64(a.t.long)
+		} else {
+			a.short, a.long, a.seeded = x, x, true
+		}
+		congested = a.short > a.t.tolerance*a.long || (a.t.target > 0 && a.short > a.t.target)
+	}
+	switch {
+	case o == ignored:
+	case congested:
+		if epoch == now {
+			a.limit = max(a.min, a.limit*a.t.backoff/ppm)
+			a.good = 0
+			return a.limit, true
+		}
+	default:
+		a.good++
+		if a.good >= a.limit {
+			a.good = 0
+			a.limit = min(a.limit+1, a.max)
+		}
+	}
+	return a.limit, false
+}
