@@ -94,8 +94,11 @@ type holder struct {
 }
 
 // to admits or releases critical requests until n are in flight.
+// When requests are queued, released slots go to them, so the count is
+// checked only when nobody waits.
 func (h *holder) to(n int) {
 	h.t.Helper()
+	queued := h.s.Waiting() > 0
 	for len(h.permits) < n {
 		p, err := h.s.Admit(h.t.Context(), overload.Critical, 0)
 		if err != nil {
@@ -107,7 +110,7 @@ func (h *holder) to(n int) {
 		h.permits[len(h.permits)-1].Ignore()
 		h.permits = h.permits[:len(h.permits)-1]
 	}
-	if got := h.s.InFlight(); got != n {
+	if got := h.s.InFlight(); got != n && !queued {
 		h.t.Fatalf("InFlight %d, want %d", got, n)
 	}
 }
