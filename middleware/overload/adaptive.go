@@ -52,8 +52,9 @@ func newAdaptive(s settings) *adaptive {
 //   - A completed sample of latency x moves the averages:
 //     short += (x − short) / ShortWindow, long += (x − long) / LongWindow
 //     (the first sample sets both).
-//   - Congestion is a dropped permit, or short > Tolerance × long, or
-//     short > Target when a Target is set.
+//   - Congestion is a dropped permit, or a completed one where both x and
+//     short exceed the ceiling: Tolerance × long, or Target when one is
+//     set and lower.
 //   - On congestion from a permit of the current epoch, the limit becomes
 //     max(MinInFlight, ⌊limit × Backoff⌋) and the count of good samples
 //     restarts. Congestion from an older epoch changes nothing.
@@ -69,7 +70,14 @@ func (a *aimd) next(epoch, now uint64, o outcome, latency time.Duration) (limit 
 		} else {
 			a.short, a.long, a.seeded = x, x, true
 		}
-		congested = a.short > a.t.tolerance*a.long || (a.t.target > 0 && a.short > a.t.target)
+		// Both the sample and the short average must be slow: the average
+		// keeps one outlier from counting, the sample keeps the average's
+		// lag from counting once responses are fast again.
+		ceiling := a.t.tolerance * a.long
+		if a.t.target > 0 {
+			ceiling = min(ceiling, a.t.target)
+		}
+		congested = a.short > ceiling && x > ceiling
 	}
 	switch {
 	case o == ignored:

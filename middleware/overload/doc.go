@@ -56,9 +56,12 @@
 // Permit.Drop reports a timeout or other overload failure; Permit.Ignore
 // reports nothing. Two moving averages of latency are kept, a short one
 // (Tuning.ShortWindow, 10 samples) and a long one (Tuning.LongWindow, 500):
-// each sample x moves an average m by (x − m) / window. Congestion is a
-// drop, a short average above Tuning.Tolerance (1.5) times the long one,
-// or, when Tuning.Target is set, a short average above it.
+// each sample x moves an average m by (x − m) / window. The ceiling is
+// Tuning.Tolerance (1.5) times the long average, or Tuning.Target when one
+// is set and lower. Congestion is a drop, or a sample where both x and the
+// short average are above the ceiling: the average keeps a lone slow
+// request from counting, the sample keeps the average's lag from counting
+// once responses are fast again.
 //
 //   - On congestion the capacity becomes ⌊capacity × Tuning.Backoff⌋
 //     (0.9), never below Tuning.MinInFlight (default ⌈MaxInFlight/10⌉,
@@ -67,14 +70,14 @@
 //     the responses of one slow burst, in flight together, cut the
 //     capacity once, not once each.
 //   - After as many good samples in a row as the capacity, it grows by
-//     one, never above MaxInFlight, where it starts.
+//     one, never above MaxInFlight, where it starts: from 51 back to 64
+//     takes 51 + 52 + … + 63 = 741 good requests.
 //
-// The capacity so falls fast when latency climbs and comes back over
-// about capacity² requests. A latency that stays high becomes the long
-// average's normal after a few LongWindow samples; set Target to keep an
-// absolute ceiling. When the capacity shrinks below the requests already
-// running, none is interrupted: new ones wait or are shed until enough
-// finish.
+// The capacity so falls fast when latency climbs and comes back slowly. A
+// latency that stays high becomes the long average's normal after a few
+// LongWindow samples; set Target to keep an absolute ceiling. When the
+// capacity shrinks below the requests already running, none is
+// interrupted: new ones wait or are shed until enough finish.
 //
 // # Degradation
 //
