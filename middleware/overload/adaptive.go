@@ -1,10 +1,6 @@
 package overload
 
-import (
-	"sync"
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // outcome is what a released permit tells the adaptive capacity.
 type outcome uint8
@@ -15,22 +11,13 @@ const (
 	dropped                  // an overload signal: Permit.Drop
 )
 
-// adaptive is the adaptive capacity: additive increase, multiplicative
+// aimd is the adaptive capacity: additive increase, multiplicative
 // decrease, driven by a latency gradient (see the package documentation).
-// Its fields are guarded by mu, except epoch, which Admit reads without
-// it.
-type adaptive struct {
-	mu sync.Mutex
-	aimd
-	// epoch counts the decreases. A permit carries the epoch it was
-	// admitted in; only a permit admitted since the last decrease may
-	// cause the next one, so a burst of slow responses that were all in
-	// flight together counts once.
-	epoch atomic.Uint64
-}
-
-// aimd is the pure state of the adaptive capacity. next moves it by one
-// sample; nothing in it reads a clock or touches shared memory.
+// next moves it by one sample; nothing in it reads a clock or touches
+// shared memory. The Shedder keeps it under its mutex, and counts the
+// epochs: the decreases. A permit carries the epoch it was admitted in;
+// only a permit admitted since the last decrease may cause the next, so a
+// burst of slow responses that were all in flight together counts once.
 type aimd struct {
 	min, max int64
 	t        tuning
@@ -41,8 +28,8 @@ type aimd struct {
 	seeded      bool    // short and long hold at least one sample
 }
 
-func newAdaptive(s settings) *adaptive {
-	return &adaptive{aimd: aimd{min: s.min, max: s.max, t: s.tuning, limit: s.max}}
+func newAIMD(s settings) *aimd {
+	return &aimd{min: s.min, max: s.max, t: s.tuning, limit: s.max}
 }
 
 // next applies one released permit, admitted in epoch, to a whose current

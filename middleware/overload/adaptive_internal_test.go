@@ -11,7 +11,7 @@ func newTestAIMD(t *testing.T, maxInFlight int, tu Tuning) *aimd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &newAdaptive(s).aimd
+	return newAIMD(s)
 }
 
 // The documented rules of next, one sample at a time.

@@ -33,9 +33,9 @@ const (
 	DefaultShortWindow = 10
 	DefaultLongWindow  = 500
 
-	// MaxCapacity bounds MaxInFlight, so that the fixed-point arithmetic
-	// of thresholds (capacity × parts per million) cannot overflow.
-	MaxCapacity = 1 << 30
+	// MaxCapacity bounds MaxInFlight (a Shedder allocates 12 bytes per
+	// slot, so 12 MiB at most).
+	MaxCapacity = 1 << 20
 )
 
 // ppm is one whole in the fixed-point fractions: ShedAt, Feature.At,

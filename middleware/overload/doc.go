@@ -32,9 +32,11 @@
 // of it. At capacity 64 the thresholds are 32, 51, 57 and 64. Validation
 // requires every priority to get at least one slot.
 //
-// The count is exact: one atomic counter, incremented by a compare-and-swap
-// only below the threshold, so in flight never exceeds the capacity. An
-// admission that does not queue never blocks and never reads ctx.
+// The count is exact: one counter, moved under one mutex and only below
+// the threshold, so in flight never exceeds the capacity; a request the
+// count already refuses is refused without taking the mutex, so shedding
+// stays cheap under overload. An admission that does not queue never
+// blocks and never reads ctx, and none allocates.
 //
 // # Queueing
 //

@@ -44,10 +44,14 @@ func ValidateLane(p Priority, queue time.Duration) error {
 // Shedder counts the requests in flight in one process and admits or sheds
 // each new one by its priority. It is safe for concurrent use and owns no
 // goroutine, so there is nothing to close.
+//
+// One mutex guards the count, the queue, the tickets and the adaptive
+// state, as x/sync/semaphore does; the counters are also atomics so that
+// metrics, the degradation list and a refusal can read them without it.
 type Shedder struct {
-	inFlight atomic.Int64 // admitted and not yet released
-	capacity atomic.Int64 // MaxInFlight, or the adaptive limit
-	waiting  atomic.Int64 // queued critical requests; changed under mu
+	inFlight atomic.Int64 // admitted and not yet released; written under mu
+	capacity atomic.Int64 // MaxInFlight, or the adaptive limit; written under mu
+	waiting  atomic.Int64 // queued critical requests; written under mu
 
 	set   settings
 	timer limiter.Timer
@@ -55,15 +59,24 @@ type Shedder struct {
 
 	mu    sync.Mutex
 	queue list.List // of *waiter, oldest first
+	// Tickets make a second release harmless without allocating: one per
+	// slot of MaxInFlight, free ones stacked in free. A Permit names its
+	// ticket and the ticket's generation, which its release moves on, so
+	// a second release, or a copy released after the ticket went to
+	// another request, finds it moved and does nothing. No more tickets
+	// are out than requests in flight, never more than MaxInFlight.
+	free []uint32
+	gen  []uint64
 
-	adapt   *adaptive    // nil unless Config.Adaptive
-	degrade *degradation // nil without a degradation list
-	tickets sync.Pool    // of *ticket
+	adapt   *aimd         // nil unless Config.Adaptive
+	epoch   atomic.Uint64 // decreases of the adaptive capacity; written under mu
+	degrade *degradation  // nil without a degradation list
 }
 
 var _ Degrader = (*Shedder)(nil)
 
-// New returns a Shedder for cfg, or an error wrapping ErrInvalidConfig.
+// New returns a Shedder for cfg, or an error wrapping ErrInvalidConfig. It
+// allocates 12 bytes per slot of MaxInFlight.
 func New(cfg Config) (*Shedder, error) {
 	set, err := cfg.resolve()
 	if err != nil {
@@ -78,12 +91,21 @@ func New(cfg Config) (*Shedder, error) {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
 	}
-	s := &Shedder{set: set, timer: cfg.Timer, rand: cfg.Rand, degrade: newDegradation(set, cfg.Clock)}
+	s := &Shedder{
+		set:     set,
+		timer:   cfg.Timer,
+		rand:    cfg.Rand,
+		free:    make([]uint32, set.max),
+		gen:     make([]uint64, set.max),
+		degrade: newDegradation(set, cfg.Clock),
+	}
+	for i := range s.free {
+		s.free[i] = uint32(len(s.free) - 1 - i) // ticket 0 on top
+	}
 	if set.adaptive {
-		s.adapt = newAdaptive(set)
+		s.adapt = newAIMD(set)
 	}
 	s.capacity.Store(set.max)
-	s.tickets.New = func() any { return &ticket{s: s} }
 	return s, nil
 }
 
@@ -113,80 +135,91 @@ func (s *Shedder) Admit(ctx context.Context, p Priority, queue time.Duration) (P
 		}
 	}
 	share := s.set.shed[p]
-	for s.waiting.Load() == 0 {
-		n, c := s.inFlight.Load(), s.capacity.Load()
-		if n >= slots(c, share) {
-			break
-		}
-		if s.inFlight.CompareAndSwap(n, n+1) {
-			if s.degrade != nil {
-				s.degrade.observe(n+1, c)
-			}
-			return s.permit(), nil
-		}
-	}
-	if queue == 0 {
+	// Shedding must stay cheap when it matters most: a request the count
+	// already refuses is refused without the lock.
+	if queue == 0 && (s.inFlight.Load() >= slots(s.capacity.Load(), share) || s.waiting.Load() > 0) {
 		return Permit{}, ErrOverloaded
 	}
-	return s.wait(ctx, queue)
-}
-
-// waiter is a critical request in the queue. granted is set, and ready
-// closed, when a slot is handed to it; both under Shedder.mu.
-type waiter struct {
-	elem    *list.Element
-	ready   chan struct{}
-	granted bool
-}
-
-// wait queues a critical request for up to queue.
-func (s *Shedder) wait(ctx context.Context, queue time.Duration) (Permit, error) {
-	if err := ctx.Err(); err != nil {
-		return Permit{}, fmt.Errorf("overload: before queueing: %w", err)
-	}
-	w := &waiter{ready: make(chan struct{})}
 	s.mu.Lock()
+	if s.queue.Len() == 0 && s.inFlight.Load() < slots(s.capacity.Load(), share) {
+		permit := s.takeLocked()
+		s.mu.Unlock()
+		s.observe()
+		return permit, nil
+	}
+	if queue == 0 {
+		s.mu.Unlock()
+		return Permit{}, ErrOverloaded
+	}
+	return s.wait(ctx, queue) // unlocks
+}
+
+// takeLocked counts one more request in flight and gives it a ticket.
+func (s *Shedder) takeLocked() Permit {
+	s.inFlight.Add(1)
+	i := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	return Permit{s: s, i: i, gen: s.gen[i], epoch: s.epoch.Load()}
+}
+
+// observe re-evaluates the degradation list after the count moved.
+func (s *Shedder) observe() {
+	if s.degrade != nil {
+		s.degrade.observe(s.inFlight.Load(), s.capacity.Load())
+	}
+}
+
+// waiter is a critical request in the queue. When a slot is handed to it,
+// permit is set and ready closed, under Shedder.mu.
+type waiter struct {
+	elem   *list.Element
+	ready  chan struct{}
+	permit Permit
+}
+
+// wait queues a critical request for up to queue. It is called with s.mu
+// held and releases it.
+func (s *Shedder) wait(ctx context.Context, queue time.Duration) (Permit, error) {
 	if s.queue.Len() >= s.set.maxQueue {
 		s.mu.Unlock()
 		return Permit{}, errQueueFull
 	}
+	if err := ctx.Err(); err != nil {
+		s.mu.Unlock()
+		return Permit{}, fmt.Errorf("overload: before queueing: %w", err)
+	}
+	w := &waiter{ready: make(chan struct{})}
 	w.elem = s.queue.PushBack(w)
 	s.waiting.Add(1)
-	// A slot may have come free between the failed admission and the
-	// enqueue, released by someone who saw no waiter: look again.
-	s.grantLocked()
-	now := w.granted
 	s.mu.Unlock()
-	if now {
-		return s.granted(), nil
-	}
 
 	fire, stop := s.timer(queue)
 	select {
 	case <-w.ready:
 		stop()
-		return s.granted(), nil
+		s.observe()
+		return w.permit, nil
 	case <-fire:
 		s.mu.Lock()
-		late := w.granted // handed a slot as time ran out: take it
-		if !late {
+		permit := w.permit // handed a slot as time ran out: take it
+		if !permit.Admitted() {
 			s.leaveLocked(w)
 		}
 		s.mu.Unlock()
-		if late {
-			return s.granted(), nil
+		if permit.Admitted() {
+			s.observe()
+			return permit, nil
 		}
 		return Permit{}, errQueueTimeout
 	case <-ctx.Done():
 		stop()
 		s.mu.Lock()
-		if w.granted { // handed a slot as the client left: give it back
-			s.mu.Unlock()
-			s.release(0, ignored, 0)
-		} else {
+		permit := w.permit
+		if !permit.Admitted() {
 			s.leaveLocked(w)
-			s.mu.Unlock()
 		}
+		s.mu.Unlock()
+		permit.Ignore() // handed a slot as the client left: give it back
 		return Permit{}, fmt.Errorf("overload: queued: %w", ctx.Err())
 	}
 }
@@ -200,53 +233,37 @@ func (s *Shedder) leaveLocked(w *waiter) {
 // grantLocked hands the free slots, up to the capacity, to the waiters
 // from the front of the queue.
 func (s *Shedder) grantLocked() {
-	for s.queue.Len() > 0 {
-		n, c := s.inFlight.Load(), s.capacity.Load()
-		if n >= c {
-			return
-		}
-		if !s.inFlight.CompareAndSwap(n, n+1) {
-			continue // a release moved it; look again
-		}
+	for s.queue.Len() > 0 && s.inFlight.Load() < s.capacity.Load() {
 		w := s.queue.Remove(s.queue.Front()).(*waiter)
 		s.waiting.Add(-1)
-		w.granted = true
+		w.permit = s.takeLocked()
 		close(w.ready)
 	}
 }
 
-// granted is the permit of a waiter handed a slot.
-func (s *Shedder) granted() Permit {
-	if s.degrade != nil {
-		s.degrade.observe(s.inFlight.Load(), s.capacity.Load())
+// release gives back p's slot, unless it already was: it feeds the
+// adaptive capacity and hands the slot to the queue if anyone waits.
+func (s *Shedder) release(p Permit, o outcome, latency time.Duration) {
+	s.mu.Lock()
+	if s.gen[p.i] != p.gen {
+		s.mu.Unlock()
+		return
 	}
-	return s.permit()
-}
-
-// release gives back one slot, feeds the adaptive capacity, hands the slot
-// to the queue if anyone waits, and re-evaluates the degradation list.
-func (s *Shedder) release(epoch uint64, o outcome, latency time.Duration) {
+	s.gen[p.i]++
+	s.free = append(s.free, p.i)
 	s.inFlight.Add(-1)
 	if s.adapt != nil && o != ignored {
-		a := s.adapt
-		a.mu.Lock()
-		limit, decreased := a.next(epoch, a.epoch.Load(), o, latency)
+		limit, decreased := s.adapt.next(p.epoch, s.epoch.Load(), o, latency)
 		if decreased {
-			a.epoch.Add(1)
+			s.epoch.Add(1)
 		}
 		s.capacity.Store(limit)
-		a.mu.Unlock()
 	}
-	// Read after the decrement: a waiter enqueued before it is seen here,
-	// one enqueued after it sees the free slot itself (wait).
-	if s.waiting.Load() > 0 {
-		s.mu.Lock()
+	if s.queue.Len() > 0 {
 		s.grantLocked()
-		s.mu.Unlock()
 	}
-	if s.degrade != nil {
-		s.degrade.observe(s.inFlight.Load(), s.capacity.Load())
-	}
+	s.mu.Unlock()
+	s.observe()
 }
 
 // InFlight returns the requests admitted and not yet released.
@@ -300,38 +317,20 @@ func (s *Shedder) DegradedFeatures() []string {
 // not come back together (see the function RetryAfter).
 func (s *Shedder) RetryAfter() int64 { return RetryAfter(s.set.retryMax, s.rand) }
 
-// ticket is the shared part of a Permit. Tickets are pooled; gen counts the
-// releases of this ticket, so a Permit released once more, or a copy of
-// one whose ticket has since been reused, finds gen moved and does
-// nothing.
-type ticket struct {
-	s   *Shedder
-	gen atomic.Uint64
-}
-
-// permit takes a ticket for a slot already counted in inFlight.
-func (s *Shedder) permit() Permit {
-	t := s.tickets.Get().(*ticket)
-	p := Permit{t: t, gen: t.gen.Load()}
-	if s.adapt != nil {
-		p.epoch = s.adapt.epoch.Load()
-	}
-	return p
-}
-
 // Permit is an admitted request's slot. Release it exactly once, when the
 // request is finished, with Done, Drop or Ignore; further calls, and calls
 // on the zero Permit of a refused request, do nothing. A Permit is a small
 // value: copies share one release.
 type Permit struct {
-	t     *ticket
-	gen   uint64
-	epoch uint64
+	s     *Shedder
+	i     uint32 // the ticket
+	gen   uint64 // the ticket's generation when it was taken
+	epoch uint64 // the adaptive capacity's epoch at admission
 }
 
 // Admitted reports whether p holds a slot (is not the zero Permit). It
 // stays true after release.
-func (p Permit) Admitted() bool { return p.t != nil }
+func (p Permit) Admitted() bool { return p.s != nil }
 
 // Done releases the slot of a request that completed in latency, a sample
 // for the adaptive capacity. A negative latency is released as Ignore.
@@ -354,11 +353,7 @@ func (p Permit) Drop() { p.release(dropped, 0) }
 func (p Permit) Ignore() { p.release(ignored, 0) }
 
 func (p Permit) release(o outcome, latency time.Duration) {
-	t := p.t
-	if t == nil || !t.gen.CompareAndSwap(p.gen, p.gen+1) {
-		return
+	if p.s != nil {
+		p.s.release(p, o, latency)
 	}
-	s := t.s
-	s.tickets.Put(t)
-	s.release(p.epoch, o, latency)
 }

@@ -332,3 +332,35 @@ func TestHammer(t *testing.T) {
 		})
 	}
 }
+
+// Admission, release, refusal and asking for a feature allocate nothing
+// (the package documentation says so).
+func TestNoAllocations(t *testing.T) {
+	s, _, _ := newShedder(t, overload.Config{MaxInFlight: 4, Adaptive: true, Degradation: features})
+	ctx := overload.WithDegradation(context.Background(), s)
+	h := &holder{t: t, s: s}
+	tests := []struct {
+		name string
+		f    func()
+	}{
+		{"admit and release", func() {
+			p, _ := s.Admit(ctx, overload.Normal, 0)
+			p.Done(time.Millisecond)
+			p.Done(time.Millisecond)
+		}},
+		{"refuse", func() {
+			h.to(2)
+			if _, err := s.Admit(ctx, overload.Sheddable, 0); !errors.Is(err, overload.ErrOverloaded) {
+				t.Fatal(err)
+			}
+		}},
+		{"degraded", func() { _ = overload.Degraded(ctx, "search") }},
+	}
+	for _, tc := range tests {
+		tc.f() // warm up
+		if n := testing.AllocsPerRun(100, tc.f); n != 0 {
+			t.Errorf("%s: %v allocations", tc.name, n)
+		}
+	}
+	h.to(0)
+}
