@@ -116,7 +116,8 @@ func TestDefaults(t *testing.T) {
 	}
 	if overload.DefaultHysteresis != 0.1 || overload.DefaultHold != 5*time.Second ||
 		overload.DefaultRetryAfterMax != 3*time.Second || overload.DefaultBackoff != 0.9 ||
-		overload.DefaultTolerance != 1.5 || overload.DefaultShortWindow != 10 || overload.DefaultLongWindow != 500 {
+		overload.DefaultTolerance != 1.5 || overload.DefaultShortWindow != 10 || overload.DefaultLongWindow != 500 ||
+		overload.MaxCapacity != 1<<20 {
 		t.Error("a documented default moved; update docs/overload.md and the package documentation")
 	}
 

@@ -15,10 +15,11 @@
 //	if errors.Is(err, overload.ErrOverloaded) {
 //		// 503, Retry-After: shed.RetryAfter(); nothing is debited
 //	}
-//	defer permit.Done(elapsed) // or Drop, or Ignore: exactly once
+//	start := time.Now()
+//	defer func() { permit.Done(time.Since(start)) }() // or Drop, or Ignore: exactly once
 //	ctx = overload.WithDegradation(ctx, shed)
 //	…
-//	if !overload.Degraded(ctx, "recommendations") { … }
+//	if !overload.Degraded(ctx, "recommendations") { … } // in a resolver
 //
 // # Shedding
 //
@@ -36,7 +37,7 @@
 // the threshold, so in flight never exceeds the capacity; a request the
 // count already refuses is refused without taking the mutex, so shedding
 // stays cheap under overload. An admission that does not queue never
-// blocks and never reads ctx, and none allocates.
+// waits for capacity and never reads ctx, and none allocates.
 //
 // # Queueing
 //
@@ -45,8 +46,8 @@
 // instead of being refused: each release hands its slot to the oldest
 // waiter. The wait ends with a slot, with ErrOverloaded when the queue
 // time passes, or with the context's error when the client goes (leaving
-// no slot taken). While anyone waits, every other admission is refused: the
-// slots freed belong to the queue. Config.MaxQueue bounds the waiters
+// no slot taken). While anyone waits, nothing else is admitted: the slots
+// freed belong to the queue, and a new queueing request joins its back. Config.MaxQueue bounds the waiters
 // (default MaxInFlight); one more is refused at once. Only critical lanes
 // may queue (ValidateLane).
 //
