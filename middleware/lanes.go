@@ -7,18 +7,21 @@ import (
 	"time"
 
 	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/middleware/overload"
 )
 
 // Priority orders lanes when the service is overloaded: the lowest is shed
-// first, critical last.
-type Priority string
+// first, critical last (package middleware/overload; its zero value is
+// normal).
+type Priority = overload.Priority
 
 // The priorities, from the first kept to the first shed.
 const (
-	PriorityCritical  Priority = "critical"
-	PriorityHigh      Priority = "high"
-	PriorityNormal    Priority = "normal"
-	PrioritySheddable Priority = "sheddable"
+	PriorityCritical  = overload.Critical
+	PriorityHigh      = overload.High
+	PriorityNormal    = overload.Normal
+	PrioritySheddable = overload.Sheddable
 )
 
 // ChallengePoW is the Lane.Challenge of a proof-of-work challenge.
@@ -90,14 +93,8 @@ func (s *settings) buildLanes(lanes []Lane) error {
 			return fmt.Errorf("%w: %s is declared twice", ErrInvalidConfig, where)
 		}
 		seen[l.Name] = true
-		switch l.Priority {
-		case PriorityCritical, PriorityHigh, PriorityNormal, PrioritySheddable:
-		default:
-			return fmt.Errorf("%w: %s: priority %q is none of %q, %q, %q, %q", ErrInvalidConfig, where, l.Priority,
-				PriorityCritical, PriorityHigh, PriorityNormal, PrioritySheddable)
-		}
-		if l.Queue < 0 || (l.Queue > 0 && l.Priority != PriorityCritical) {
-			return fmt.Errorf("%w: %s: queue %v: only a critical lane may queue, for a positive time", ErrInvalidConfig, where, l.Queue)
+		if err := overload.ValidateLane(l.Priority, l.Queue); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, where, err)
 		}
 		if l.Challenge != "" && l.Challenge != ChallengePoW {
 			return fmt.Errorf("%w: %s: challenge %q is not %q", ErrInvalidConfig, where, l.Challenge, ChallengePoW)

@@ -85,7 +85,7 @@ func TestLanesInvalid(t *testing.T) {
 	for name, lanes := range map[string][]middleware.Lane{
 		"no name":            {{Priority: middleware.PriorityNormal}},
 		"twice":              {{Name: "a", Priority: middleware.PriorityNormal}, {Name: "a", Priority: middleware.PriorityNormal}},
-		"bad priority":       {{Name: "a", Priority: "urgent"}},
+		"bad priority":       {{Name: "a", Priority: 99}},
 		"queue not critical": {{Name: "a", Priority: middleware.PriorityHigh, Queue: time.Second}},
 		"negative queue":     {{Name: "a", Priority: middleware.PriorityCritical, Queue: -time.Second}},
 		"bad challenge":      {{Name: "a", Priority: middleware.PriorityNormal, Challenge: "captcha"}},

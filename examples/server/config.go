@@ -17,6 +17,7 @@ import (
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/overload"
 )
 
 // errConfig wraps every configuration error, so run can tell a bad file
@@ -205,10 +206,10 @@ func defaultConfig() config {
 		// The seed documents' lanes over the example schema: opening an
 		// issue stands for checkout.
 		Lanes: []laneConfig{
-			{Name: "checkout", Priority: string(middleware.PriorityCritical),
+			{Name: "checkout", Priority: middleware.PriorityCritical.String(),
 				Match: laneMatchConfig{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}}},
-			{Name: "authenticated", Priority: string(middleware.PriorityNormal), Match: laneMatchConfig{Authenticated: true}},
-			{Name: "anonymous", Priority: string(middleware.PrioritySheddable), Match: laneMatchConfig{Anonymous: true}},
+			{Name: "authenticated", Priority: middleware.PriorityNormal.String(), Match: laneMatchConfig{Authenticated: true}},
+			{Name: "anonymous", Priority: middleware.PrioritySheddable.String(), Match: laneMatchConfig{Anonymous: true}},
 		},
 	}
 }
@@ -331,6 +332,11 @@ func mappingValue(n *yaml.Node, key string) *yaml.Node {
 func (c config) validate() error {
 	if err := c.validatePlans(); err != nil {
 		return err
+	}
+	for i, l := range c.Lanes {
+		if _, err := overload.ParsePriority(l.Priority); err != nil {
+			return fmt.Errorf("lanes[%d].priority is %q; it must be critical, high, normal or sheddable", i, l.Priority)
+		}
 	}
 	for _, f := range []struct {
 		key      string
@@ -481,9 +487,10 @@ func (c config) limiterConfig() middleware.Config {
 	}
 	lanes := make([]middleware.Lane, 0, len(c.Lanes))
 	for _, l := range c.Lanes {
+		priority, _ := overload.ParsePriority(l.Priority) // checked by validate
 		lanes = append(lanes, middleware.Lane{
 			Name:     l.Name,
-			Priority: middleware.Priority(l.Priority),
+			Priority: priority,
 			Match: middleware.LaneMatch{
 				GraphQL: l.Match.GraphQL, REST: l.Match.REST, Plans: l.Match.Plans,
 				Authenticated: l.Match.Authenticated, Anonymous: l.Match.Anonymous,
