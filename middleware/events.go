@@ -54,6 +54,9 @@ const (
 	// OutcomeShadowRejected: enforce mode would have refused the request
 	// (rate limited or cost exceeded); shadow mode let it run.
 	OutcomeShadowRejected Outcome = "shadow_rejected"
+	// OutcomeShed: the process was overloaded for the request's priority
+	// (Config.Overload); it was refused with 503 and never debited.
+	OutcomeShed Outcome = "shed"
 )
 
 // StoreResult is how the store calls of a decision ended. Its values are
@@ -139,6 +142,8 @@ func outcomeOf(v verdict) Outcome {
 		return OutcomeCostExceeded
 	case unavailable:
 		return OutcomeUnavailable
+	case shed:
+		return OutcomeShed
 	}
 	return OutcomeAdmitted // invalid too: its InvalidCost was paid; gqlgen refused it
 }

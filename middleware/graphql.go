@@ -263,9 +263,13 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		return gerr
 	}
 	l := e.l
+	ln := st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, st.id)
 	st.mu.Lock()
-	st.lane, st.laned = st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, st.id), true
+	st.lane, st.laned = ln, true
 	st.mu.Unlock()
+	if gerr := e.admit(ctx, st, ln); gerr != nil {
+		return gerr
+	}
 	if st.get && opCtx.Operation.Operation != ast.Query {
 		// gqlgen's GET transport refuses it (406) once this returns:
 		// nothing runs, so nothing is charged.
@@ -390,6 +394,7 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 	c.Fields, c.FieldsTruncated = st.explained()
 	resp.Extensions[CostExtensionKey] = c
 	if !st.wrapped {
+		st.release()
 		st.report(ctx, e.l) // the wrapper reports once the response is written
 	}
 	return resp
@@ -472,6 +477,11 @@ type requestState struct {
 	// fields when it was parsed).
 	lane  *lane
 	laned bool
+	// admission is its slot among the requests in flight (Config.Overload),
+	// given back when the response is written.
+	admission admission
+	// r is the HTTP request, with the wrapper (for the challenge answer).
+	r *http.Request
 }
 
 type stateKey struct{}
@@ -480,6 +490,14 @@ func (s *requestState) record(o outcome, cost int64, code string) {
 	s.mu.Lock()
 	s.outcome, s.cost, s.code, s.decided = o, cost, code, true
 	s.mu.Unlock()
+}
+
+// currentLane is the lane decided so far (nil before the operation was
+// parsed, or without lanes).
+func (s *requestState) currentLane() *lane {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lane
 }
 
 // report sends the request's decision to the Limiter's Observer and debug
@@ -624,9 +642,11 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.refuseRequest(w, r, st, ref)
 			return
 		}
+		st.r = r
 		gw := &graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
-		h.ServeHTTP(gw, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+		h.ServeHTTP(gw, l.withDegradation(r.WithContext(context.WithValue(r.Context(), stateKey{}, st))))
 		gw.finish()
+		st.release()
 		st.report(r.Context(), l)
 	})
 }
@@ -798,6 +818,9 @@ func (w *graphQLWriter) writeHeader() {
 	status := cmp.Or(w.status, http.StatusOK)
 	if o, decided := w.st.current(); decided {
 		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.plan, o, status)
+		if o.verdict == shed || o.verdict == rateLimited {
+			w.l.challenge(w.r.Context(), w.ResponseWriter.Header(), w.st.id, w.st.currentLane())
+		}
 	}
 	w.ResponseWriter.WriteHeader(status)
 }

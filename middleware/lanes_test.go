@@ -3,11 +3,23 @@ package middleware_test
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/challenge"
 )
+
+// testChallenger is a proof-of-work challenger asking for bits.
+func testChallenger(t *testing.T, bits int) *challenge.PoW {
+	t.Helper()
+	pow, err := challenge.NewPoW(challenge.Config{Secret: []byte(strings.Repeat("s", 32)), Bits: bits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pow
+}
 
 // The three lanes over the test schema.
 func testLanes() []middleware.Lane {
@@ -24,6 +36,7 @@ func testLanes() []middleware.Lane {
 func TestLanesClassify(t *testing.T) {
 	cfg := testConfig(t, newClock())
 	cfg.Lanes = testLanes()
+	cfg.Challenger = testChallenger(t, 8)
 	rec := &recorder{}
 	cfg.Observer = rec
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())

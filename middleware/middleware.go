@@ -16,7 +16,9 @@ import (
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/stack"
+	"github.com/costguard/costguard/middleware/challenge"
 	"github.com/costguard/costguard/middleware/identity"
+	"github.com/costguard/costguard/middleware/overload"
 )
 
 // Store is what the middleware needs from a budget store: Take, which must
@@ -267,6 +269,15 @@ type Config struct {
 	// Lanes classify requests by priority (first match wins; a request no
 	// lane matches goes to the last). None: every request is in no lane.
 	Lanes []Lane
+	// Overload, when set, sheds requests by their lane's priority once this
+	// process has too many in flight, and switches named features off as
+	// load rises (package middleware/overload). Nil: nothing is shed. Fixed
+	// at New: Reload keeps the running shedder.
+	Overload *overload.Config
+	// Challenger issues and checks the challenge of lanes with Challenge
+	// "pow" (middleware/challenge.NewPoW). Required when a lane asks for
+	// one.
+	Challenger challenge.Challenger
 	// Mode applies to the plans that set none: Enforce (the default) or
 	// Shadow, to watch what the Limiter would refuse before it does.
 	Mode Mode
@@ -388,6 +399,8 @@ type Limiter struct {
 	overflowRoom int
 	maxBody      int64
 	observer     Observer
+	shed         *overload.Shedder // nil: nothing is shed
+	challenger   challenge.Challenger
 	bodies       *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
 	timeout      time.Duration
 	jitter       float64
@@ -455,7 +468,19 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.observer = cfg.Observer
+	l.observer, l.challenger = cfg.Observer, cfg.Challenger
+	if cfg.Overload != nil {
+		oc := *cfg.Overload
+		if oc.Clock == nil {
+			oc.Clock = l.clock
+		}
+		if l.shed, err = overload.New(oc); err != nil {
+			return nil, fmt.Errorf("%w: Overload: %w", ErrInvalidConfig, err)
+		}
+	}
+	if err := l.checkChallenges(st); err != nil {
+		return nil, err
+	}
 	if l.stores, err = l.buildStores(cfg, st); err != nil {
 		return nil, err
 	}
@@ -516,6 +541,7 @@ const (
 	unavailable         // store failed and the plan fails closed
 	capExceeded         // a static GraphQL cap refused it before pricing; InvalidCost paid
 	invalid             // gqlgen refused it before pricing; InvalidCost paid, gqlgen's status
+	shed                // the process was overloaded for its lane's priority; nothing paid
 )
 
 // answers is the one table from a verdict to what a client is told: the
@@ -535,6 +561,7 @@ var answers = [...]struct {
 	unavailable: {CodeRateLimiterUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable, "rate_limiter_unavailable"},
 	capExceeded: {"", http.StatusUnprocessableEntity, 0, ""},
 	invalid:     {},
+	shed:        {CodeOverloaded, http.StatusServiceUnavailable, http.StatusServiceUnavailable, "overloaded"},
 }
 
 // outcome is a budget decision ready to be rendered.

@@ -104,6 +104,7 @@ func (l *Limiter) boundRESTBody(w http.ResponseWriter, r *http.Request) bool {
 //	413 {"error":"request_too_large"}    (Config.MaxBodyBytes; nothing debited)
 //	429 {"error":"rate_limited","retry_after_seconds":N}
 //	503 {"error":"rate_limiter_unavailable","retry_after_seconds":N}
+//	503 {"error":"overloaded","retry_after_seconds":N}   (Config.Overload; nothing debited)
 //
 // Admitted requests reach next with the rate-limit headers already set.
 func (l *Limiter) REST(next http.Handler) http.Handler {
@@ -123,6 +124,17 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			}
 			return
 		}
+		adm, ok := l.admit(r.Context(), r, id, ln)
+		if !ok {
+			l.challenge(r.Context(), w.Header(), id, ln)
+			if l.observing(r.Context()) && r.Context().Err() == nil {
+				e := l.newEvent(KindREST, id, p, ln, outcome{verdict: shed}, cost, answers[shed].restCode)
+				l.report(r.Context(), &e)
+			}
+			writeRESTError(w, http.StatusServiceUnavailable, answers[shed].restCode, l.shedRetryAfter())
+			return
+		}
+		defer adm.done()
 		o := l.spend(r.Context(), id, p, cost)
 		l.shadow(r.Context(), p, &o)
 		if o.known {
@@ -138,8 +150,11 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 		}
 		switch o.verdict {
 		case admitted:
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, l.withDegradation(r))
 		case rateLimited, overBudget, unavailable:
+			if o.verdict == rateLimited {
+				l.challenge(r.Context(), w.Header(), id, ln)
+			}
 			a := answers[o.verdict]
 			retry := o.retryAfter
 			if a.restStatus == http.StatusTooManyRequests {

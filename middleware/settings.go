@@ -114,7 +114,7 @@ func (l *Limiter) attachStores(s *settings) error {
 // The fields that shape the stores and the body bounds are fixed when New
 // runs and Reload ignores them: Store, MemoryStore, OverLimitCache,
 // SplitBudget, StoreTimeout, MaxBodyBytes, MaxBodyBytesInFlight,
-// RetryAfterJitter, Observer, Logger and Clock. A plan may turn
+// RetryAfterJitter, Observer, Overload, Challenger, Logger and Clock. A plan may turn
 // SplitBudget on only if some plan had it at New.
 func (l *Limiter) Reload(cfg Config) error {
 	s, err := compileSettings(cfg)
@@ -122,6 +122,9 @@ func (l *Limiter) Reload(cfg Config) error {
 		return err
 	}
 	if err := l.attachStores(s); err != nil {
+		return err
+	}
+	if err := l.checkChallenges(s); err != nil {
 		return err
 	}
 	l.settings.Store(s)

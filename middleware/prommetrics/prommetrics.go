@@ -21,7 +21,7 @@
 //
 //	costguard_decisions_total{plan, kind, outcome}            counter
 //	    every Event; outcome is Event.Outcome (admitted, rate_limited,
-//	    cost_exceeded, unavailable, shadow_rejected), kind is graphql or rest
+//	    cost_exceeded, unavailable, shadow_rejected, shed), kind is graphql or rest
 //	costguard_fallback_decisions_total{plan}                  counter
 //	    Events decided by the fail-open local bucket (Event.Fallback)
 //	costguard_operation_cost_points{plan, kind}               histogram
@@ -101,6 +101,7 @@ var (
 		middleware.OutcomeCostExceeded,
 		middleware.OutcomeUnavailable,
 		middleware.OutcomeShadowRejected,
+		middleware.OutcomeShed,
 	}
 	results = [...]middleware.StoreResult{middleware.StoreOK, middleware.StoreError, middleware.StoreTimeout}
 )

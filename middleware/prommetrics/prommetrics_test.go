@@ -84,7 +84,9 @@ costguard_decisions_total{kind="graphql",lane="",outcome="cost_exceeded",plan="p
 costguard_decisions_total{kind="graphql",lane="",outcome="rate_limited",plan="free"} 0
 costguard_decisions_total{kind="graphql",lane="",outcome="rate_limited",plan="pro"} 1
 costguard_decisions_total{kind="graphql",lane="",outcome="shadow_rejected",plan="free"} 1
+costguard_decisions_total{kind="graphql",lane="",outcome="shed",plan="free"} 0
 costguard_decisions_total{kind="graphql",lane="",outcome="shadow_rejected",plan="pro"} 0
+costguard_decisions_total{kind="graphql",lane="",outcome="shed",plan="pro"} 0
 costguard_decisions_total{kind="graphql",lane="",outcome="unavailable",plan="free"} 0
 costguard_decisions_total{kind="graphql",lane="",outcome="unavailable",plan="pro"} 0
 costguard_decisions_total{kind="rest",lane="",outcome="admitted",plan="free"} 1
@@ -94,7 +96,9 @@ costguard_decisions_total{kind="rest",lane="",outcome="cost_exceeded",plan="pro"
 costguard_decisions_total{kind="rest",lane="",outcome="rate_limited",plan="free"} 0
 costguard_decisions_total{kind="rest",lane="",outcome="rate_limited",plan="pro"} 0
 costguard_decisions_total{kind="rest",lane="",outcome="shadow_rejected",plan="free"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="shed",plan="free"} 0
 costguard_decisions_total{kind="rest",lane="",outcome="shadow_rejected",plan="pro"} 0
+costguard_decisions_total{kind="rest",lane="",outcome="shed",plan="pro"} 0
 costguard_decisions_total{kind="rest",lane="",outcome="unavailable",plan="free"} 1
 costguard_decisions_total{kind="rest",lane="",outcome="unavailable",plan="pro"} 0
 `,
@@ -183,9 +187,9 @@ func TestScript(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Per plan: 10 decisions, 2 cost, 2 charged, fallback, actual,
+			// Per plan: 12 decisions, 2 cost, 2 charged, fallback, actual,
 			// refunded; and the 3 store results.
-			if want := 2*17 + 3; n != want {
+			if want := 2*19 + 3; n != want {
 				t.Errorf("%d series, want %d", n, want)
 			}
 		})
@@ -219,7 +223,7 @@ costguard_fallback_decisions_total{plan="pro"} 0
 		t.Error(err)
 	}
 	for name, series := range map[string]int{
-		"costguard_decisions_total":              2 * 2 * 5,
+		"costguard_decisions_total":              2 * 2 * 6,
 		"costguard_operation_cost_points":        2 * 2,
 		"costguard_operation_actual_cost_points": 2,
 		"costguard_store_duration_seconds":       3,
@@ -239,8 +243,8 @@ func TestPlanSeriesAppearWithFirstEvent(t *testing.T) {
 		t.Fatalf("%d decision series before any event", n)
 	}
 	m.ObserveDecision(&middleware.Event{Plan: "team", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted})
-	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 10 {
-		t.Errorf("%d decision series, want 10", n)
+	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 12 {
+		t.Errorf("%d decision series, want 12", n)
 	}
 	if v := value(t, reg, "costguard_decisions_total", "plan", "team", "kind", "rest", "outcome", "admitted"); v != 1 {
 		t.Errorf("decisions{team,rest,admitted} = %v, want 1", v)
@@ -279,8 +283,8 @@ func TestUnexpectedLabelValues(t *testing.T) {
 	}
 	// free's 10 expected series, free's three with "other", and the 10
 	// expected series of plan "other".
-	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 23 {
-		t.Errorf("%d decision series, want 23", n)
+	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 27 {
+		t.Errorf("%d decision series, want 27", n)
 	}
 }
 
@@ -292,8 +296,8 @@ func TestWithPlansBoundsCardinality(t *testing.T) {
 		m.ObserveDecision(&middleware.Event{Plan: fmt.Sprint("plan", i), Kind: middleware.KindGraphQL,
 			Outcome: middleware.OutcomeAdmitted, RequestedCost: 1})
 	}
-	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 20 {
-		t.Errorf("%d decision series, want 20", n)
+	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 24 {
+		t.Errorf("%d decision series, want 24", n)
 	}
 	if v := value(t, reg, "costguard_decisions_total", "plan", "other", "kind", "graphql", "outcome", "admitted"); v != 1000 {
 		t.Errorf("decisions{other,graphql,admitted} = %v, want 1000", v)
@@ -408,8 +412,8 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != plans*10 {
-		t.Errorf("%d decision series, want %d", n, plans*10)
+	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != plans*12 {
+		t.Errorf("%d decision series, want %d", n, plans*12)
 	}
 	var total float64
 	for p := range plans {

@@ -1,0 +1,145 @@
+package middleware
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/costguard/costguard/middleware/challenge"
+	"github.com/costguard/costguard/middleware/overload"
+)
+
+// CodeOverloaded: the process has too many requests in flight for the
+// request's lane's priority (Config.Overload); 503 with Retry-After,
+// nothing debited. REST: {"error":"overloaded","retry_after_seconds":N}.
+const CodeOverloaded = "OVERLOADED"
+
+// checkChallenges refuses lanes asking for a challenge nobody can issue.
+func (l *Limiter) checkChallenges(s *settings) error {
+	for _, ln := range s.lanes {
+		if ln.Challenge != "" && l.challenger == nil {
+			return fmt.Errorf("%w: lane %q asks for challenge %q, but Config.Challenger is nil", ErrInvalidConfig, ln.Name, ln.Challenge)
+		}
+	}
+	return nil
+}
+
+// admission is a request's slot among the process's requests in flight:
+// the zero value holds none (no Overload configured, or refused).
+type admission struct {
+	permit overload.Permit
+	began  time.Time
+}
+
+// done gives the slot back, with the request's latency for the adaptive
+// capacity.
+func (a admission) done() {
+	if a.permit.Admitted() {
+		a.permit.Done(time.Since(a.began)) // a latency, not the limiter's clock
+	}
+}
+
+// admit asks the shedder for a slot for a request of lane ln (nil: no
+// lane, normal priority). A request that answers its lane's challenge runs
+// at normal priority at least. ok is false when the request is shed (or
+// its client left while it queued).
+func (l *Limiter) admit(ctx context.Context, r *http.Request, id Identity, ln *lane) (a admission, ok bool) {
+	if l.shed == nil {
+		return admission{}, true
+	}
+	p, queue := PriorityNormal, time.Duration(0)
+	if ln != nil {
+		p, queue = ln.Priority, ln.Queue
+		if ln.Challenge != "" && below(p, PriorityNormal) && l.solved(ctx, r, id) {
+			p = PriorityNormal
+		}
+	}
+	permit, err := l.shed.Admit(ctx, p, queue)
+	if err != nil {
+		return admission{}, false
+	}
+	return admission{permit: permit, began: time.Now()}, true
+}
+
+// below reports whether p is shed before q.
+func below(p, q Priority) bool {
+	for _, x := range overload.Priorities() { // in shed order: the first is shed first
+		switch x {
+		case p:
+			return p != q
+		case q:
+			return false
+		}
+	}
+	return false
+}
+
+// solved reports whether r answers its identity's challenge.
+func (l *Limiter) solved(ctx context.Context, r *http.Request, id Identity) bool {
+	answer := r.Header.Get(challenge.HeaderChallengeResponse)
+	return answer != "" && l.challenger.Verify(ctx, id.Key, answer, l.clock.Now()) == nil
+}
+
+// challenge sets the challenge header on a shed or refused response of a
+// lane that asks for one.
+func (l *Limiter) challenge(ctx context.Context, h http.Header, id Identity, ln *lane) {
+	if ln == nil || ln.Challenge == "" {
+		return
+	}
+	if v, err := l.challenger.Challenge(ctx, id.Key, l.clock.Now()); err == nil {
+		h.Set(challenge.HeaderChallenge, v)
+	}
+}
+
+// shedRetryAfter is the jittered Retry-After of a shed request.
+func (l *Limiter) shedRetryAfter() int64 { return l.shed.RetryAfter() }
+
+// withDegradation lets handlers and resolvers ask Degraded(ctx, feature).
+func (l *Limiter) withDegradation(r *http.Request) *http.Request {
+	if l.shed == nil {
+		return r
+	}
+	return r.WithContext(overload.WithDegradation(r.Context(), l.shed))
+}
+
+// Degraded reports whether feature is switched off by the degradation
+// list of Config.Overload (false without one). Handlers behind the REST
+// and GraphQL wrappers can ask their request's context instead:
+// overload.Degraded(ctx, feature).
+func (l *Limiter) Degraded(feature string) bool { return l.shed != nil && l.shed.Degraded(feature) }
+
+// admit takes the operation's slot among the requests in flight, before
+// anything is priced or debited; a shed operation is refused with 503
+// OVERLOADED and pays nothing.
+func (e *Extension) admit(ctx context.Context, st *requestState, ln *lane) *gqlerror.Error {
+	r := st.r
+	if r == nil {
+		r = &http.Request{Header: graphql.GetOperationContext(ctx).Headers}
+		if r.Header == nil {
+			r.Header = http.Header{}
+		}
+	}
+	a, ok := e.l.admit(ctx, r, st.id, ln)
+	if ok {
+		st.mu.Lock()
+		st.admission = a
+		st.mu.Unlock()
+		return nil
+	}
+	ra := e.l.shedRetryAfter()
+	st.record(outcome{verdict: shed, retryAfter: ra}, 0, CodeOverloaded)
+	return codedError(CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra))
+}
+
+// release gives the operation's slot back, once.
+func (s *requestState) release() {
+	s.mu.Lock()
+	a := s.admission
+	s.admission = admission{}
+	s.mu.Unlock()
+	a.done()
+}

@@ -1,0 +1,150 @@
+package middleware_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+
+	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/challenge"
+	"github.com/costguard/costguard/middleware/overload"
+)
+
+// shedServer is the test wiring with a process capacity of 4 (sheddable
+// shed at 2 in flight, normal and high at 3, critical at 4) and REST
+// handlers that hold their slot until release is closed.
+type shedServer struct {
+	h       http.Handler
+	rec     *recorder
+	release chan struct{}
+	entered chan bool // each held handler sends whether "recommendations" was degraded
+	holding sync.WaitGroup
+}
+
+func newShedServer(t *testing.T) *shedServer {
+	cfg := testConfig(t, newClock())
+	cfg.Lanes = testLanes()
+	cfg.Challenger = testChallenger(t, 8)
+	cfg.Overload = &overload.Config{MaxInFlight: 4, Degradation: []overload.Feature{{Name: "recommendations", At: 0.5}}}
+	s := &shedServer{rec: &recorder{}, release: make(chan struct{}), entered: make(chan bool, 8)}
+	cfg.Observer = s.rec
+	lim := newLimiter(t, cfg)
+
+	gql := handler.New(newTestSchema().executable())
+	gql.AddTransport(transport.POST{})
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("hold") {
+			s.entered <- overload.Degraded(r.Context(), "recommendations")
+			<-s.release
+		}
+		io.WriteString(w, `{"ok":true}`)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/graphql", lim.Handler(gql))
+	mux.Handle("/api/", lim.REST(api))
+	s.h = mux
+	t.Cleanup(func() {
+		close(s.release)
+		s.holding.Wait()
+	})
+	return s
+}
+
+// hold starts a request that keeps its slot until the test ends, and
+// returns once it holds it, with whether recommendations were degraded.
+func (s *shedServer) hold(t *testing.T, req request) bool {
+	s.holding.Add(1)
+	go func() {
+		defer s.holding.Done()
+		do(t, s.h, req)
+	}()
+	return <-s.entered
+}
+
+// Under overload the lowest priority is shed first, with 503, a jittered
+// Retry-After, the lane's challenge and nothing debited; a solved
+// challenge runs at normal priority; degradation follows load.
+func TestShedding(t *testing.T) {
+	s := newShedServer(t)
+	anon := func(path string) request {
+		return request{method: http.MethodGet, path: path, remoteAddr: "192.0.2.50:1"}
+	}
+	// Load counts the request asking: 1 of 4, then 2 of 4 (0.5, the
+	// feature's threshold).
+	if s.hold(t, anon("/api/a?hold")) {
+		t.Error("recommendations degraded at 1 of 4 in flight")
+	}
+	if !s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", header: bearer(aliceKey)}) {
+		t.Error("recommendations not degraded at 2 of 4 in flight")
+	}
+	s.rec.take()
+
+	// 2 in flight: anonymous (sheddable, at 2) is shed, REST and GraphQL.
+	w := do(t, s.h, anon("/api/a"))
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"error":"overloaded"`) || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("shed REST: %d %s %v", w.Code, w.Body, w.Header())
+	}
+	header := w.Header().Get(challenge.HeaderChallenge)
+	if !strings.HasPrefix(header, "pow; ") {
+		t.Fatalf("no challenge on a shed anonymous request: %q", header)
+	}
+	gw, resp := query(t, s.h, `{ viewer { login } }`, nil)
+	if gw.Code != http.StatusServiceUnavailable || resp.code() != middleware.CodeOverloaded || gw.Header().Get(challenge.HeaderChallenge) == "" {
+		t.Errorf("shed GraphQL: %d %q %v", gw.Code, resp.code(), gw.Header())
+	}
+	events := s.rec.take()
+	if len(events) != 2 || events[0].Outcome != middleware.OutcomeShed || events[1].Outcome != middleware.OutcomeShed || events[0].Charged != 0 {
+		t.Errorf("events %+v", events)
+	}
+
+	// A solved challenge runs the same request at normal priority.
+	token, bits, err := challenge.ParseChallenge(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	solved := anon("/api/a")
+	solved.header = http.Header{challenge.HeaderChallengeResponse: {token + ":" + challenge.Solve(token, bits)}}
+	if w := do(t, s.h, solved); w.Code != http.StatusOK {
+		t.Errorf("solved challenge: %d %s", w.Code, w.Body)
+	}
+	if w := do(t, s.h, solved); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("replayed answer: %d, want 503", w.Code)
+	}
+
+	// Authenticated (normal) runs up to 3 in flight, then is shed; the
+	// critical lane still gets the fourth slot.
+	s.hold(t, request{method: http.MethodGet, path: "/api/b?hold", header: bearer(aliceKey)})
+	if w := do(t, s.h, request{method: http.MethodGet, path: "/api/b", header: bearer(aliceKey)}); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("normal at 3 of 4: %d, want 503", w.Code)
+	}
+	if w := do(t, s.h, request{method: http.MethodPost, path: "/api/orders", header: bearer(aliceKey)}); w.Code != http.StatusOK {
+		t.Errorf("critical at 3 of 4: %d, want 200", w.Code)
+	}
+	if w, _ := query(t, s.h, mutation11, bearer(aliceKey)); w.Code != http.StatusOK {
+		t.Errorf("critical GraphQL mutation at 3 of 4: %d %s", w.Code, w.Body)
+	}
+}
+
+// A shed request is never debited: the budget is whole after it.
+func TestShedRequestsPayNothing(t *testing.T) {
+	s := newShedServer(t)
+	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", remoteAddr: "192.0.2.60:1"})
+	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", remoteAddr: "192.0.2.61:1"})
+	for range 30 {
+		do(t, s.h, request{method: http.MethodGet, path: "/api/search", remoteAddr: "192.0.2.62:1"})
+	}
+	events := s.rec.take()
+	for _, e := range events {
+		if e.Outcome == middleware.OutcomeShed && e.Charged != 0 {
+			t.Fatalf("a shed request was charged: %+v", e)
+		}
+	}
+	if len(events) < 30 {
+		t.Errorf("%d events", len(events))
+	}
+}
