@@ -76,6 +76,9 @@ type memShard struct {
 type holders struct {
 	leases []memLease
 	until  int64
+	// first backs leases while the key holds one lease, so a key costs
+	// one allocation, not two.
+	first [1]memLease
 }
 
 type memLease struct {
@@ -143,23 +146,30 @@ func (m *Memory) Acquire(ctx context.Context, key string, limit int64, ttl time.
 			return Decision{}, m.errFull
 		}
 		id := m.newID()
-		h = &holders{leases: []memLease{{id, now + int64(ttl)}}, until: now + int64(ttl)}
+		h = &holders{until: now + int64(ttl), first: [1]memLease{{id, now + int64(ttl)}}}
+		h.leases = h.first[:]
 		sh.InsertDue(key, h, now, holdersUntil) // there is room: cannot fail
 		return Decision{Allowed: true, Lease: Lease{key, id}, Limit: limit, Held: 1}, nil
 	}
-	// Forget the expired leases, noting the earliest of the others.
-	live, earliest := h.leases[:0], int64(-1)
-	for _, l := range h.leases {
-		if l.exp > now {
-			live = append(live, l)
-			if earliest < 0 || l.exp < earliest {
-				earliest = l.exp
+	// Forget the expired leases, moving only what follows one.
+	leases, n := h.leases, 0
+	for i := range leases {
+		if leases[i].exp > now {
+			if n != i {
+				leases[n] = leases[i]
 			}
+			n++
 		}
 	}
-	clear(h.leases[len(live):])
-	h.leases = live
-	if held := int64(len(live)); held >= limit {
+	if n < len(leases) {
+		clear(leases[n:])
+		h.leases = leases[:n]
+	}
+	if held := int64(n); held >= limit {
+		earliest := h.leases[0].exp // held ≥ limit ≥ 1
+		for _, l := range h.leases[1:] {
+			earliest = min(earliest, l.exp)
+		}
 		return Decision{Limit: limit, Held: held, RetryAfter: RetryAfter(time.Duration(earliest - now))}, nil
 	}
 	id := m.newID()
