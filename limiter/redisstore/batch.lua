@@ -33,17 +33,7 @@ local STRIDE = 6
 local RECORD = '<i8i8i8i8i8i8'
 local RECORD_SIZE = 48
 
-local now = ARGV[1]
-if now == '' then
-  -- Redis < 5 replicates scripts verbatim unless told to replicate their
-  -- effects, and would refuse a write after TIME; later versions ignore this.
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
-if now < 0 then now = 0 elseif now > MAX_NOW then now = MAX_NOW end
+local now = now_us(ARGV[1]) -- read once: every decision of the call shares it
 local margin = tonumber(ARGV[2])
 local records = ARGV[3]
 if #records ~= #KEYS * RECORD_SIZE then

@@ -302,3 +302,75 @@ func BenchmarkClientOverhead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAcquireRelease is one concurrency slot taken and given back
+// (Acquire, then Release: two script calls, two round trips) on a private
+// standalone server and on the shared 3-master Cluster, against the floor
+// of the same workload: two PINGs, two round trips that do nothing.
+// "take_refund" is the budget store's own pair, Take then Refund of one
+// token, uncoalesced, for comparison. parallel runs 8 goroutines per
+// GOMAXPROCS, each on its own identity.
+func BenchmarkAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	srv := redistest.StartServer(b)
+	targets := []struct {
+		name string
+		rdb  func(b *testing.B) redis.UniversalClient
+	}{
+		{"standalone", func(b *testing.B) redis.UniversalClient { return srv.Client(b) }},
+		{"cluster", func(b *testing.B) redis.UniversalClient { return redistest.SharedCluster(b).Client(b) }},
+	}
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 1 << 30, Rate: 1 << 30, Period: time.Second}
+	var next atomic.Int64
+	for _, target := range targets {
+		workloads := []struct {
+			name string
+			op   func(b *testing.B, rdb redis.UniversalClient, s *redisstore.Store, key string)
+		}{
+			{"acquire_release", func(b *testing.B, _ redis.UniversalClient, s *redisstore.Store, key string) {
+				d, err := s.Acquire(ctx, key, 1, time.Minute)
+				if err != nil || !d.Allowed {
+					b.Fatalf("Acquire: %+v, %v", d, err)
+				}
+				if held, err := s.Release(ctx, d.Lease); err != nil || !held {
+					b.Fatalf("Release: %v, %v", held, err)
+				}
+			}},
+			{"take_refund", func(b *testing.B, _ redis.UniversalClient, s *redisstore.Store, key string) {
+				if _, err := s.Take(ctx, key, l, 1); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Refund(ctx, key, l, 1); err != nil {
+					b.Fatal(err)
+				}
+			}},
+			{"ping_ping", func(b *testing.B, rdb redis.UniversalClient, _ *redisstore.Store, _ string) {
+				for range 2 {
+					if err := rdb.Ping(ctx).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}},
+		}
+		for _, w := range workloads {
+			b.Run(target.name+"/"+w.name+"/serial", func(b *testing.B) {
+				rdb := target.rdb(b)
+				s := newStoreWith(b, rdb, nil, redisstore.Config{DisableCoalescing: true})
+				for b.Loop() {
+					w.op(b, rdb, s, "user:42")
+				}
+			})
+			b.Run(target.name+"/"+w.name+"/parallel", func(b *testing.B) {
+				rdb := target.rdb(b)
+				s := newStoreWith(b, rdb, nil, redisstore.Config{DisableCoalescing: true})
+				b.SetParallelism(8)
+				b.RunParallel(func(pb *testing.PB) {
+					key := "user:" + strconv.FormatInt(next.Add(1), 10)
+					for pb.Next() {
+						w.op(b, rdb, s, key)
+					}
+				})
+			})
+		}
+	}
+}

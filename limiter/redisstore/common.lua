@@ -13,6 +13,24 @@ local MAX_NOW = 4503599627370495
 -- The op of a decision, as batch.lua reads it.
 local TAKE, REFUND = 0, 1
 
+-- now_us is a call's time in µs since the Unix epoch, clamped to
+-- [0, MAX_NOW]: arg, a script argument in µs, or Redis TIME when arg is ''
+-- (production always passes '').
+local function now_us(arg)
+  local now
+  if arg == '' then
+    -- Redis < 5 replicates scripts verbatim unless told to replicate their
+    -- effects, and would refuse a write after TIME; later versions ignore this.
+    if redis.replicate_commands then redis.replicate_commands() end
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = tonumber(arg)
+  end
+  if now < 0 then return 0 elseif now > MAX_NOW then return MAX_NOW end
+  return now
+end
+
 -- fmt formats an integer for a Redis argument with '%d': a bare Lua number
 -- would be sent in %.17g or shortest form, which may use an exponent.
 local fmt = string.format

@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/concurrency"
 )
 
 // Test hooks into the batcher, for the external tests. Set them right after
@@ -67,4 +69,10 @@ func MaxInFlight(s *Store) int {
 		return 0
 	}
 	return s.batch.maxInFlight
+}
+
+// AcquireWithID is Acquire with the lease id given, as a client's retry
+// would send it again.
+func AcquireWithID(ctx context.Context, s *Store, key string, id concurrency.LeaseID, limit int64, ttl time.Duration) (concurrency.Decision, error) {
+	return s.acquire(ctx, key, id, limit, ttl)
 }

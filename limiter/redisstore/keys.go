@@ -46,7 +46,12 @@ func (s *Store) Key(identity string, a limiter.Algorithm) string {
 
 // keyFor is Key for an identity already turned into its tag.
 func (s *Store) keyFor(t string, a limiter.Algorithm) string {
-	name := a.String()
+	return s.keyName(t, a.String())
+}
+
+// keyName is prefix:{t}:name, the one layout of every key the store
+// writes: name is an algorithm's (keyFor) or concurrencyName.
+func (s *Store) keyName(t, name string) string {
 	var b strings.Builder
 	b.Grow(len(s.prefix) + len(t) + len(name) + 4)
 	b.WriteString(s.prefix)

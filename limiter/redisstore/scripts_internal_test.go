@@ -4,10 +4,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/concurrency"
 )
 
 // TestLuaConstants pins the constants the script shares with the Go code.
@@ -71,6 +73,8 @@ func TestScriptsDocumentTheirInterface(t *testing.T) {
 		}
 	}
 	check("batch.lua", batchLua, "-- KEYS[i]", "-- ARGV[1]", "-- Returns")
+	check("concurrency.lua", concurrencyLua, "-- KEYS[1]", "-- ARGV[1]  op: 'acquire', 'release' or 'refresh'",
+		"-- ARGV[2]", "-- ARGV[3]", "-- ARGV[4]", "-- ARGV[5]", "-- ARGV[6]", "-- Returns")
 	for name, src := range map[string]string{
 		"bucket.lua": bucketLua, "fixed_window.lua": fixedWindowLua,
 		"sliding_counter.lua": slidingCounterLua, "sliding_log.lua": slidingLogLua,
@@ -104,5 +108,26 @@ func TestScriptPerFamily(t *testing.T) {
 	}
 	if len(seen) != 4 {
 		t.Errorf("%d distinct scripts, want 4 (one per family)", len(seen))
+	}
+}
+
+// TestConcurrencyScript: concurrency.lua runs after common.lua, whose
+// now_us and cdiv it uses, and names the ops the Go code sends; the bounds
+// its header states are the concurrency package's.
+func TestConcurrencyScript(t *testing.T) {
+	if concurrencyScript.Hash() != redis.NewScript(commonLua+concurrencyLua).Hash() {
+		t.Errorf("the concurrency script is not common.lua + concurrency.lua")
+	}
+	for _, op := range []string{opAcquire, opRelease, opRefresh} {
+		if !strings.Contains(concurrencyLua, "op == '"+op+"'") {
+			t.Errorf("concurrency.lua does not handle op %q", op)
+		}
+	}
+	if concurrency.MaxTTL != 24*time.Hour || concurrency.MaxLimit != 1<<16 {
+		t.Errorf("MaxTTL %v, MaxLimit %d; concurrency.lua's header says a day and 2^16", concurrency.MaxTTL, concurrency.MaxLimit)
+	}
+	// Every score and expiry stays an exact Lua number: now ≤ MaxNow.
+	if limiter.MaxNow+int64(concurrency.MaxTTL/time.Microsecond) > limiter.MaxSafeInteger {
+		t.Errorf("MaxNow + MaxTTL passes 2^53")
 	}
 }

@@ -73,6 +73,15 @@
 // again plus Config.ExpiryMargin, and a budget that is whole deletes its
 // key: an absent key decides exactly like a whole budget.
 //
+// # Concurrency slots
+//
+// A Store is also a concurrency.Slots (Acquire, Release, Refresh): at most
+// N leases per identity in flight across every process on the Redis, in
+// one ZSET per identity, <prefix>:{<identity>}:concurrency, whose members
+// are lease ids scored by their expiry in µs of Redis TIME. Each call is
+// one run of concurrency.lua (after common.lua), one key, sent from the
+// caller's goroutine and never coalesced. See concurrency.go.
+//
 // docs/redis.md has the details: coalescing, expiry, time, Cluster
 // behaviour, failures and retries.
 package redisstore
