@@ -381,9 +381,9 @@ func TestMixedPathsUnderConcurrency(t *testing.T) {
 			if taken != callers*calls {
 				t.Errorf("%d tokens debited, want %d", taken, callers*calls)
 			}
-			if q, f := redisstore.Queued(s), redisstore.InFlight(s); q != 0 || f != 0 {
-				t.Errorf("%d calls queued and %d round trips in flight at rest", q, f)
-			}
+			// A sender gives its token back just after answering its
+			// callers, so rest is awaited, not read at once.
+			waitFor(t, "the store to rest", func() bool { return redisstore.Queued(s) == 0 && redisstore.InFlight(s) == 0 })
 			t.Logf("%d inline and %d handed-off round trips for %d calls", inline.Load(), handoff.Load(), callers*calls)
 		})
 	}
