@@ -136,7 +136,7 @@ func HashKey(key string) string {
 // outcomeOf names a verdict for an Event.
 func outcomeOf(v verdict) Outcome {
 	switch v {
-	case rateLimited:
+	case rateLimited, concurrencyLimited:
 		return OutcomeRateLimited
 	case overBudget, capExceeded:
 		return OutcomeCostExceeded

@@ -51,6 +51,7 @@ const CostExtensionKey = "cost"
 func init() {
 	for _, code := range []string{
 		CodeRateLimited, CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
+		CodeOverloaded, CodeConcurrencyLimited,
 		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge,
 		CodeInvalidCostHeader, CodeCostReportDisabled,
 		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
@@ -477,9 +478,11 @@ type requestState struct {
 	// fields when it was parsed).
 	lane  *lane
 	laned bool
-	// admission is its slot among the requests in flight (Config.Overload),
-	// given back when the response is written.
+	// admission is its slot among the requests in flight (Config.Overload)
+	// and slot its lease among its principal's (Config.Concurrency), given
+	// back when the response is written.
 	admission admission
+	slot      slot
 	// r is the HTTP request, with the wrapper (for the challenge answer).
 	r *http.Request
 }

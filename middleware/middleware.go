@@ -15,6 +15,7 @@ import (
 
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware/challenge"
 	"github.com/costguard/costguard/middleware/identity"
@@ -82,6 +83,10 @@ type Plan struct {
 	// the store then keeps exact. It needs a Config.Store with Refund (a
 	// limiter.Store).
 	SplitBudget bool
+	// MaxConcurrent caps this plan's principals' requests in flight at
+	// once, overriding Config.Concurrency.PerPrincipal (0: that; None: no
+	// cap).
+	MaxConcurrent int
 	// DisableRefund keeps the whole requested cost of a GraphQL operation
 	// even when its response shows it cost less: by default the unused
 	// part (requested − actual) is given back before the response is
@@ -274,6 +279,9 @@ type Config struct {
 	// load rises (package middleware/overload). Nil: nothing is shed. Fixed
 	// at New: Reload keeps the running shedder.
 	Overload *overload.Config
+	// Concurrency caps the requests one principal has in flight at once,
+	// REST and GraphQL together (per plan: Plan.MaxConcurrent).
+	Concurrency ConcurrencyOptions
 	// Challenger issues and checks the challenge of lanes with Challenge
 	// "pow" (middleware/challenge.NewPoW). Required when a lane asks for
 	// one.
@@ -372,15 +380,17 @@ type plan struct {
 	limit    limiter.Limit
 	failOpen bool
 	shadow   bool // refusals are reported, not enforced (Mode Shadow)
+	// maxConcurrent caps the principal's requests in flight (0: no cap).
+	maxConcurrent int64
+	quotedName    string
+	policyHeader  string
+	restoreRate   float64 // points per second
+	store         Store   // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
 
 	// Warnings logged at most once a minute for each plan: a store failure
 	// (under the plan's failure mode), a full memory store, a refusal shadow
 	// mode let through, a refund that failed.
 	storeWarn, fullWarn, shadowWarn, refundWarn everyMinute
-	quotedName                                  string
-	policyHeader                                string
-	restoreRate                                 float64 // points per second
-	store                                       Store   // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
 }
 
 // Limiter prices requests and debits them from per-principal budgets. Build
@@ -401,6 +411,8 @@ type Limiter struct {
 	observer     Observer
 	shed         *overload.Shedder // nil: nothing is shed
 	challenger   challenge.Challenger
+	slots        concurrency.Slots // the leases of Concurrency
+	slotTTL      time.Duration
 	bodies       *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
 	timeout      time.Duration
 	jitter       float64
@@ -481,6 +493,9 @@ func New(cfg Config) (*Limiter, error) {
 	if err := l.checkChallenges(st); err != nil {
 		return nil, err
 	}
+	if err := l.buildSlots(cfg); err != nil {
+		return nil, err
+	}
 	if l.stores, err = l.buildStores(cfg, st); err != nil {
 		return nil, err
 	}
@@ -535,13 +550,14 @@ func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 type verdict uint8
 
 const (
-	admitted    verdict = iota
-	rateLimited         // not enough tokens now
-	overBudget          // costs more than the plan's burst: never admitted
-	unavailable         // store failed and the plan fails closed
-	capExceeded         // a static GraphQL cap refused it before pricing; InvalidCost paid
-	invalid             // gqlgen refused it before pricing; InvalidCost paid, gqlgen's status
-	shed                // the process was overloaded for its lane's priority; nothing paid
+	admitted           verdict = iota
+	rateLimited                // not enough tokens now
+	overBudget                 // costs more than the plan's burst: never admitted
+	unavailable                // store failed and the plan fails closed
+	capExceeded                // a static GraphQL cap refused it before pricing; InvalidCost paid
+	invalid                    // gqlgen refused it before pricing; InvalidCost paid, gqlgen's status
+	shed                       // the process was overloaded for its lane's priority; nothing paid
+	concurrencyLimited         // the principal had its plan's requests in flight already; nothing paid
 )
 
 // answers is the one table from a verdict to what a client is told: the
@@ -562,6 +578,8 @@ var answers = [...]struct {
 	capExceeded: {"", http.StatusUnprocessableEntity, 0, ""},
 	invalid:     {},
 	shed:        {CodeOverloaded, http.StatusServiceUnavailable, http.StatusServiceUnavailable, "overloaded"},
+
+	concurrencyLimited: {CodeConcurrencyLimited, http.StatusTooManyRequests, http.StatusTooManyRequests, "concurrency_limited"},
 }
 
 // outcome is a budget decision ready to be rendered.

@@ -105,6 +105,7 @@ func (l *Limiter) boundRESTBody(w http.ResponseWriter, r *http.Request) bool {
 //	429 {"error":"rate_limited","retry_after_seconds":N}
 //	503 {"error":"rate_limiter_unavailable","retry_after_seconds":N}
 //	503 {"error":"overloaded","retry_after_seconds":N}   (Config.Overload; nothing debited)
+//	429 {"error":"concurrency_limited","retry_after_seconds":N}   (Config.Concurrency; nothing debited)
 //
 // Admitted requests reach next with the rate-limit headers already set.
 func (l *Limiter) REST(next http.Handler) http.Handler {
@@ -135,6 +136,17 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			return
 		}
 		defer adm.done()
+		sl, refused := l.takeSlot(r.Context(), id, p)
+		if refused != nil {
+			a := answers[refused.verdict]
+			if l.observing(r.Context()) && r.Context().Err() == nil {
+				e := l.newEvent(KindREST, id, p, ln, *refused, cost, a.restCode)
+				l.report(r.Context(), &e)
+			}
+			writeRESTError(w, a.restStatus, a.restCode, max(refused.retryAfter, 1))
+			return
+		}
+		defer sl.release()
 		o := l.spend(r.Context(), id, p, cost)
 		l.shadow(r.Context(), p, &o)
 		if o.known {

@@ -81,6 +81,9 @@ func compileSettings(cfg Config) (*settings, error) {
 	if err := s.buildLanes(cfg.Lanes); err != nil {
 		return nil, err
 	}
+	if err := s.buildConcurrency(cfg); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

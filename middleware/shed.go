@@ -125,21 +125,33 @@ func (e *Extension) admit(ctx context.Context, st *requestState, ln *lane) *gqle
 	}
 	a, ok := e.l.admit(ctx, r, st.id, ln)
 	if ok {
+		sl, refused := e.l.takeSlot(ctx, st.id, st.plan)
 		st.mu.Lock()
-		st.admission = a
+		st.admission, st.slot = a, sl
 		st.mu.Unlock()
-		return nil
+		if refused == nil {
+			return nil
+		}
+		code := answers[refused.verdict].code
+		st.record(*refused, 0, code)
+		if refused.verdict == unavailable {
+			return codedError(code, refused.retryAfter, "rate limiter unavailable; retry in %s", seconds(refused.retryAfter))
+		}
+		return codedError(code, refused.retryAfter, "too many requests in flight: plan %q allows %d at once; retry in %s",
+			st.plan.name, st.plan.maxConcurrent, seconds(refused.retryAfter))
 	}
 	ra := e.l.shedRetryAfter()
 	st.record(outcome{verdict: shed, retryAfter: ra}, 0, CodeOverloaded)
 	return codedError(CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra))
 }
 
-// release gives the operation's slot back, once.
+// release gives the operation's slots back (among the process's requests
+// in flight, and among its principal's), once.
 func (s *requestState) release() {
 	s.mu.Lock()
-	a := s.admission
-	s.admission = admission{}
+	a, sl := s.admission, s.slot
+	s.admission, s.slot = admission{}, slot{}
 	s.mu.Unlock()
+	sl.release()
 	a.done()
 }
