@@ -457,3 +457,71 @@ func TestCallgrindEndToEnd(t *testing.T) {
 		t.Fatalf("report:\n%s", out.String())
 	}
 }
+
+// TestOverloadScenario runs the overload scenario briefly, at a small
+// capacity, and checks its JSON line: every key of the contract, sane
+// values, and a server that never ran more than its capacity with lanes
+// on.
+func TestOverloadScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the overload scenario for a few seconds")
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"-only", "overload", "-capacity", "4", "-latency", "50ms", "-duration", "1s", "-outage", "300ms", "-recovery", "700ms"}
+	if err := runMain(args, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
+	var top map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &top); err != nil {
+		t.Fatalf("last line is not JSON: %v\n%s", err, stdout.String())
+	}
+	off, ok := top["lanes_off"].(map[string]any)
+	if !ok {
+		t.Fatalf("no lanes_off object: %s", lines[len(lines)-1])
+	}
+	keys := []string{"critical_success_pct", "sheddable_shed_pct", "max_in_flight_observed", "capacity", "p99_admitted_ms", "recovery_peak_over_capacity"}
+	for name, figs := range map[string]map[string]any{"lanes on": top, "lanes off": off} {
+		for _, k := range keys {
+			if _, ok := figs[k]; !ok {
+				t.Errorf("%s: JSON lacks %q", name, k)
+			}
+		}
+		for _, k := range []string{"critical_success_pct", "sheddable_shed_pct"} {
+			if v, ok := figs[k].(float64); !ok || v < 0 || v > 100 {
+				t.Errorf("%s: %s = %v, want a percentage", name, k, figs[k])
+			}
+		}
+		if figs["capacity"] != 4.0 {
+			t.Errorf("%s: capacity %v, want 4", name, figs["capacity"])
+		}
+		if v, ok := figs["p99_admitted_ms"].(float64); !ok || v < 50 {
+			t.Errorf("%s: p99_admitted_ms = %v, want at least the 50ms the resolvers take", name, figs["p99_admitted_ms"])
+		}
+		if v, ok := figs["recovery_peak_over_capacity"].(float64); !ok || v <= 0 {
+			t.Errorf("%s: recovery_peak_over_capacity = %v, want a positive ratio", name, figs["recovery_peak_over_capacity"])
+		}
+		if v, ok := figs["max_in_flight_observed"].(float64); !ok || v < 1 || v > 4 {
+			t.Errorf("%s: max_in_flight_observed = %v, want 1 to the capacity, 4", name, figs["max_in_flight_observed"])
+		}
+	}
+	for _, h := range []string{"IN-PROCESS", "checkout", "authenticated", "anonymous", "recovery peak"} {
+		if !strings.Contains(stdout.String(), h) {
+			t.Errorf("table lacks %q:\n%s", h, stdout.String())
+		}
+	}
+}
+
+func TestOverloadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-only", "overload,redis"},
+		{"-only", "overload", "-capacity", "1"},
+		{"-only", "overload", "-outage", "0s"},
+		{"-only", "overload", "-queue", "-1s"},
+		{"-only", "overload", "-duration", "10m"}, // more checkouts than the seeded repositories hold
+	} {
+		if _, err := parseFlags(args, new(bytes.Buffer)); err == nil {
+			t.Errorf("parseFlags(%q) accepted it", args)
+		}
+	}
+}

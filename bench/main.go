@@ -70,7 +70,7 @@ func main() {
 }
 
 // workloadGroups are the values -only accepts.
-var workloadGroups = []string{"redis", "memory", "split", "callgrind"}
+var workloadGroups = []string{"redis", "memory", "split", "callgrind", "overload"}
 
 // options are the command-line flags.
 type options struct {
@@ -83,6 +83,8 @@ type options struct {
 	// that store kind (internal: the bench starts them itself).
 	childKind string
 	child     childOptions
+	// overload shapes the overload scenario (-only overload).
+	overload overloadSpec
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -93,7 +95,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per limiter per workload, split over the rounds")
 	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per workload")
 	fs.IntVar(&o.keys, "keys", 10_000, "distinct keys of the all-admitted workloads")
-	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split, and the opt-in callgrind (Redis instructions per decision under valgrind; always its own redis-server); the JSON reports null for those not run")
+	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split, and the opt-in callgrind (Redis instructions per decision under valgrind; always its own redis-server); the JSON reports null for those not run. The opt-in overload (a server at 4× its capacity, an outage, the retry wave; no Redis) runs alone, with its own table and JSON; -duration is then its loaded phase")
+	fs.IntVar(&o.overload.capacity, "capacity", 16, "overload: the server's requests in flight at most")
+	fs.DurationVar(&o.overload.latency, "latency", 50*time.Millisecond, "overload: what each resolver of the server takes")
+	fs.DurationVar(&o.overload.outage, "outage", 2*time.Second, "overload: how long the backend fails after the loaded phase")
+	fs.DurationVar(&o.overload.queue, "queue", 500*time.Millisecond, "overload: how long a checkout request may wait for a slot with lanes on (its lane's Queue; 0: none)")
+	fs.DurationVar(&o.overload.recovery, "recovery", 3*time.Second, "overload: how long the scenario goes on after the outage")
 	fs.StringVar(&o.childKind, "child", "", "internal: run as a split-budget worker of the given store kind")
 	fs.StringVar(&o.child.prefix, "child-prefix", "", "internal: key prefix of a split-budget worker")
 	fs.IntVar(&o.child.callers, "child-callers", 0, "internal: callers of a split-budget worker")
@@ -106,9 +113,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.only = map[string]bool{}
 	for g := range strings.SplitSeq(*only, ",") {
 		if g = strings.TrimSpace(g); !slices.Contains(workloadGroups, g) {
-			return o, fmt.Errorf("bench: -only: unknown workload group %q (want redis, memory, split or callgrind)", g)
+			return o, fmt.Errorf("bench: -only: unknown workload group %q (want redis, memory, split, callgrind or overload)", g)
 		}
 		o.only[g] = true
+	}
+	if o.only["overload"] {
+		if len(o.only) > 1 {
+			return o, fmt.Errorf("bench: -only: overload runs alone (it prints its own JSON line)")
+		}
+		o.overload.load = o.duration
+		if err := o.overload.validate(); err != nil {
+			return o, err
+		}
+		return o, nil
 	}
 	switch {
 	case o.duration <= 0:
@@ -135,6 +152,9 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	if o.childKind != "" {
 		return runChild(ctx, o, os.Stdin, stdout)
+	}
+	if o.only["overload"] {
+		return runOverload(ctx, o, stdout, stderr)
 	}
 	return runBench(ctx, o, stdout, stderr)
 }

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// overloadServerDesc names the server under test in the header and the
+// JSON.
+const overloadServerDesc = "in-process"
+
+// overloadFigures are the JSON of the scenario's last line: the figures of
+// one run. A nil number could not be measured and prints as null.
+type overloadFigures struct {
+	Server string `json:"server"`
+	// CriticalSuccessPct: checkout attempts sent in the loaded phase that
+	// succeeded, in percent.
+	CriticalSuccessPct *float64 `json:"critical_success_pct"`
+	// SheddableShedPct: anonymous attempts sent in the loaded phase that
+	// were shed, in percent.
+	SheddableShedPct *float64 `json:"sheddable_shed_pct"`
+	// MaxInFlightObserved: the most operations inside their resolvers at
+	// once, over the whole run.
+	MaxInFlightObserved int64 `json:"max_in_flight_observed"`
+	Capacity            int   `json:"capacity"`
+	// P99AdmittedMs: p99 latency of the successful attempts sent in the
+	// loaded phase, every class together; UnloadedMs the p50 of the
+	// unloaded probes.
+	P99AdmittedMs *float64 `json:"p99_admitted_ms"`
+	UnloadedMs    *float64 `json:"unloaded_ms"`
+	// RecoveryPeakOverCapacity: the highest rate of operations the server
+	// finished in a window after the outage, ÷ (capacity ÷ latency).
+	RecoveryPeakOverCapacity *float64 `json:"recovery_peak_over_capacity"`
+	// The time after the outage until each class's successes in a window
+	// first reach recoveredShare of their loaded mean; null: not within
+	// the recovery phase.
+	CheckoutRecoveryMs      *float64 `json:"checkout_recovery_ms"`
+	AuthenticatedRecoveryMs *float64 `json:"authenticated_recovery_ms"`
+	AnonymousRecoveryMs     *float64 `json:"anonymous_recovery_ms"`
+	// CheckoutRecoveredFirst: checkout recovered, no later than the other
+	// classes that did.
+	CheckoutRecoveredFirst bool `json:"checkout_recovered_first"`
+
+	LanesOff *overloadFigures `json:"lanes_off,omitempty"`
+}
+
+// pct is 100 × n ÷ of, nil when of is 0.
+func pct(n, of int64) *float64 { return number(100*float64(n)/float64(of), of > 0) }
+
+func ms(d time.Duration) *float64 { return number(float64(d)/1e6, d > 0) }
+
+// sent sums an outcome row.
+func sent(row [numOutcomes]int64) int64 {
+	var n int64
+	for _, v := range row {
+		n += v
+	}
+	return n
+}
+
+// recoveryWindows returns the index of the first window wholly after the
+// outage and the index past the last whole window of the run.
+func (s overloadSpec) recoveryWindows() (first, past int) {
+	first = int((s.load + s.outage + window - 1) / window)
+	past = int((s.load + s.outage + s.recovery) / window)
+	return first, past
+}
+
+// recoveryTime is how long after the outage class c's successes in a
+// window first reached recoveredShare of their mean per window over the
+// second half of the loaded phase; ok false when they never did or there
+// is no mean to reach.
+func (r *overloadRun) recoveryTime(s overloadSpec, c class) (time.Duration, bool) {
+	loadEnd := int(s.load / window)
+	from := loadEnd / 2
+	if loadEnd-from < 1 {
+		return 0, false
+	}
+	var sum int64
+	for _, v := range r.ok[c][from:loadEnd] {
+		sum += v
+	}
+	mean := float64(sum) / float64(loadEnd-from)
+	if mean == 0 {
+		return 0, false
+	}
+	first, past := s.recoveryWindows()
+	for k := first; k < past && k < len(r.ok[c]); k++ {
+		if float64(r.ok[c][k]) >= recoveredShare*mean {
+			return time.Duration(k-first+1) * window, true
+		}
+	}
+	return 0, false
+}
+
+// recoveryPeak is the most operations the server finished in one window
+// after the outage, as a rate ÷ the capacity rate.
+func (r *overloadRun) recoveryPeak(s overloadSpec) (float64, bool) {
+	first, past := s.recoveryWindows()
+	best, any := 0.0, false
+	for k := first; k < past && k < len(r.admitted); k++ {
+		best, any = max(best, float64(r.admitted[k])/window.Seconds()/s.capacityRate()), true
+	}
+	return best, any
+}
+
+func (r *overloadRun) figures(s overloadSpec) overloadFigures {
+	f := overloadFigures{
+		Server:              overloadServerDesc,
+		CriticalSuccessPct:  pct(r.counts[loaded][checkout][succeeded], sent(r.counts[loaded][checkout])),
+		SheddableShedPct:    pct(r.counts[loaded][anonymous][shedOut], sent(r.counts[loaded][anonymous])),
+		MaxInFlightObserved: r.peak,
+		Capacity:            s.capacity,
+		P99AdmittedMs:       ms(r.latAll.quantile(0.99)),
+		UnloadedMs:          ms(r.unloaded.quantile(0.5)),
+	}
+	peak, ok := r.recoveryPeak(s)
+	f.RecoveryPeakOverCapacity = number(peak, ok)
+	var rec [numClasses]*float64
+	for c := range numClasses {
+		if d, ok := r.recoveryTime(s, c); ok {
+			rec[c] = ms(d)
+		}
+	}
+	f.CheckoutRecoveryMs, f.AuthenticatedRecoveryMs, f.AnonymousRecoveryMs = rec[checkout], rec[authenticated], rec[anonymous]
+	f.CheckoutRecoveredFirst = rec[checkout] != nil
+	for _, other := range rec[checkout+1:] {
+		if other != nil && f.CheckoutRecoveredFirst && *other < *rec[checkout] {
+			f.CheckoutRecoveredFirst = false
+		}
+	}
+	return f
+}
+
+// runOverload runs the scenario with lanes, then without, and prints the
+// table and the JSON line.
+func runOverload(ctx context.Context, o options, stdout, stderr io.Writer) error {
+	spec := o.overload
+	var runs [2]*overloadRun
+	for i, lanes := range []bool{true, false} {
+		fmt.Fprintf(stderr, "bench: overload: lanes %s, %v loaded, %v outage, %v recovery\n", onOff(lanes), spec.load, spec.outage, spec.recovery)
+		r, err := runOverloadOnce(ctx, spec, lanes)
+		if err != nil {
+			return err
+		}
+		if r.latAll.n == 0 {
+			return errNoOverload
+		}
+		runs[i] = r
+	}
+	return writeOverload(stdout, spec, runs[0], runs[1])
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// writeOverload prints the header, one table row per run, class and phase,
+// the figures side by side, and the JSON line last.
+func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
+	fmt.Fprintf(out, "costguard bench, overload: %s\n", goInfo())
+	fmt.Fprintln(out, "Server under test: IN-PROCESS (middleware.Limiter + gqlgen over graph.Resolver, on a loopback port), not the example-server")
+	fmt.Fprintln(out, "process: its YAML keys for overload and demo latency are not on main yet.")
+	fmt.Fprintf(out, "Capacity %d in flight (overload MaxInFlight), resolvers take %v: %.0f requests/s. Offered %d× that, %.0f/s, for the whole run:\n",
+		s.capacity, s.latency, s.capacityRate(), overloadFactor, overloadFactor*s.capacityRate())
+	fmt.Fprintf(out, "10%% checkout (createIssue, %d API keys), 40%% authenticated queries (the same keys), 50%% anonymous queries (%d addresses\n", apiKeys, anonymousAddrs)
+	fmt.Fprintln(out, "in X-Forwarded-For, from a trusted loopback proxy). Phases: loaded, then outage (every request answered 503 with a")
+	fmt.Fprintf(out, "Retry-After to the outage's end), then recovery: %v, %v, %v. Refused clients retry after Retry-After, %d attempts at most.\n",
+		s.load, s.outage, s.recovery, maxAttempts)
+	fmt.Fprintf(out, "Lanes on: checkout critical (queue %v), authenticated normal, anonymous sheddable; lanes off: every request normal.\n", s.queue)
+
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "lanes\tphase\tclass\tattempts\tretries\tsucceeded\tshed\t429\toutage 503\tother\tp50 ok\tp99 ok\t")
+	for i, r := range []*overloadRun{on, off} {
+		for p := range numPhases {
+			for c := range numClasses {
+				row := r.counts[p][c]
+				n := sent(row)
+				lanes, ph, retries := "", "", ""
+				if c == 0 {
+					ph, retries = phaseNames[p], fmt.Sprint(r.retries[p])
+					if p == 0 {
+						lanes = onOff(i == 0)
+					}
+				}
+				p50, p99 := "", ""
+				if p == loaded {
+					p50, p99 = fmtLatency(r.lat[c].quantile(0.5)), fmtLatency(r.lat[c].quantile(0.99))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", lanes, ph, classNames[c], thousands(float64(n)), retries,
+					fmtPct(row[succeeded], n), fmtPct(row[shedOut], n), fmtPct(row[limitedOut], n), fmtPct(row[outageOut], n), fmtPct(row[failedOut], n), p50, p99)
+			}
+		}
+	}
+	tw.Flush()
+
+	fon, foff := on.figures(s), off.figures(s)
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "figure\tlanes on\tlanes off\tgoal (lanes on)\t")
+	goal := func(name string, a, b *float64, g string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", name, fmtNum(a), fmtNum(b), g)
+	}
+	peakOn, peakOff := float64(fon.MaxInFlightObserved), float64(foff.MaxInFlightObserved)
+	goal("checkout succeeded %", fon.CriticalSuccessPct, foff.CriticalSuccessPct, "≥ 99 "+verdict(fon.CriticalSuccessPct != nil && *fon.CriticalSuccessPct >= 99))
+	goal("anonymous shed %", fon.SheddableShedPct, foff.SheddableShedPct, "")
+	goal("max in flight observed", &peakOn, &peakOff, fmt.Sprintf("≤ %d %s", s.capacity, verdict(fon.MaxInFlightObserved <= int64(s.capacity))))
+	goal("unloaded p50 ms", fon.UnloadedMs, foff.UnloadedMs, "")
+	goal("p99 admitted ms (loaded)", fon.P99AdmittedMs, foff.P99AdmittedMs, "≤ 2 × unloaded p50 "+verdict(within2x(fon)))
+	goal("recovery peak ÷ capacity", fon.RecoveryPeakOverCapacity, foff.RecoveryPeakOverCapacity, "≤ 1 "+verdict(fon.RecoveryPeakOverCapacity != nil && *fon.RecoveryPeakOverCapacity <= 1))
+	goal("checkout recovered after ms", fon.CheckoutRecoveryMs, foff.CheckoutRecoveryMs, "first "+verdict(fon.CheckoutRecoveredFirst))
+	goal("authenticated recovered after ms", fon.AuthenticatedRecoveryMs, foff.AuthenticatedRecoveryMs, "")
+	goal("anonymous recovered after ms", fon.AnonymousRecoveryMs, foff.AnonymousRecoveryMs, "")
+	tw.Flush()
+	fmt.Fprintln(out, "In flight and the recovery peak are counted by the server, around the resolvers (the peak: operations finished per")
+	fmt.Fprintf(out, "%v window after the outage). The percentages and p99 cover attempts sent in the loaded phase. \"Recovered\": the first window\n", window)
+	fmt.Fprintf(out, "after the outage in which the class's successes, as the clients saw them, reach %.0f%% of its loaded mean per window (- never).\n", 100*recoveredShare)
+	for i, r := range []*overloadRun{on, off} {
+		if r.firstErr != nil {
+			fmt.Fprintf(out, "note: lanes %s: other failures, the first: %v\n", onOff(i == 0), r.firstErr)
+		}
+		if r.gaveUp > 0 {
+			fmt.Fprintf(out, "note: lanes %s: %d requests refused on their last attempt, or whose retry fell after the run's end\n", onOff(i == 0), r.gaveUp)
+		}
+	}
+
+	fon.LanesOff = &foff
+	b, err := json.Marshal(fon)
+	if err != nil {
+		return fmt.Errorf("bench: overload summary: %w", err)
+	}
+	line := strings.NewReplacer(`":`, `": `, `,"`, `, "`).Replace(string(b))
+	_, err = fmt.Fprintln(out, line)
+	return err
+}
+
+func within2x(f overloadFigures) bool {
+	return f.P99AdmittedMs != nil && f.UnloadedMs != nil && *f.P99AdmittedMs <= 2**f.UnloadedMs
+}
+
+func verdict(met bool) string {
+	if met {
+		return "(met)"
+	}
+	return "(MISSED)"
+}
+
+func fmtPct(n, of int64) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(of))
+}
+
+func fmtNum(v *float64) string {
+	if v == nil || math.IsNaN(*v) {
+		return "-"
+	}
+	if *v == math.Trunc(*v) {
+		return fmt.Sprintf("%.0f", *v)
+	}
+	return fmt.Sprintf("%.2f", *v)
+}
