@@ -67,8 +67,8 @@ type server struct {
 	// challenger is the PoW of lanes with challenge: pow; nil when no lane
 	// asked for one at start.
 	challenger *challenge.PoW
-	cache   *middleware.QueryCache // shared by every gqlgen server built
-	gql     swappable              // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
+	cache      *middleware.QueryCache // shared by every gqlgen server built
+	gql        swappable              // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
 
 	mu  sync.Mutex // one reload at a time; guards cfg
 	cfg config     // the configuration in force
