@@ -101,6 +101,24 @@ type laneConfig struct {
 	// Challenge "pow" puts a proof-of-work challenge on the lane's shed
 	// and rate-limited answers; "" none.
 	Challenge string `yaml:"challenge,omitempty"`
+	// Budget is a token bucket per principal for this lane, paid on top
+	// of the plan's; unset: none.
+	Budget *laneBudgetConfig `yaml:"budget,omitempty"`
+}
+
+// plan is the middleware's form of b (nil for none).
+func (b *laneBudgetConfig) plan() *middleware.Plan {
+	if b == nil {
+		return nil
+	}
+	return &middleware.Plan{Burst: int64(b.Burst), Rate: int64(b.Rate), Per: b.Per}
+}
+
+// laneBudgetConfig is a lane's own bucket, in points.
+type laneBudgetConfig struct {
+	Burst whole         `yaml:"burst"`
+	Rate  whole         `yaml:"rate"`
+	Per   time.Duration `yaml:"per"`
 }
 
 // overloadConfig is middleware/overload's Config, less the degradation
@@ -562,6 +580,16 @@ func (c config) validateLanes() error {
 		if l.Challenge != "" && l.Challenge != middleware.ChallengePoW {
 			return fmt.Errorf("lanes[%d].challenge is %q; it must be %q or unset", i, l.Challenge, middleware.ChallengePoW)
 		}
+		if b := l.Budget; b != nil {
+			switch {
+			case b.Burst < 1:
+				return fmt.Errorf("lanes[%d].budget.burst is %d; it must be at least 1", i, b.Burst)
+			case b.Rate < 1:
+				return fmt.Errorf("lanes[%d].budget.rate is %d; it must be at least 1", i, b.Rate)
+			case b.Per <= 0:
+				return fmt.Errorf("lanes[%d].budget.per is %v; it must be positive, a Go duration with a unit, such as 1h or 90s", i, b.Per)
+			}
+		}
 	}
 	return nil
 }
@@ -695,6 +723,7 @@ func (c config) limiterConfig() middleware.Config {
 			},
 			Queue:     l.Queue,
 			Challenge: l.Challenge,
+			Budget:    l.Budget.plan(),
 		})
 	}
 	oc := c.overloadConfig()

@@ -363,3 +363,23 @@ func TestNoDegradationWithoutLoad(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	assert.Contains(t, string(body), `"results"`)
 }
+
+// lanes[i].budget maps onto the lane's own bucket and is checked key by key.
+func TestLaneBudgetKey(t *testing.T) {
+	cfg, err := parseConfig([]byte("lanes:\n  - {name: search, priority: normal, match: {rest: [\"GET /api/search\"]}, budget: {burst: 20, rate: 20, per: 1h}}\n  - {name: rest, priority: normal}\n"))
+	require.NoError(t, err)
+	b := cfg.limiterConfig().Lanes[0].Budget
+	require.NotNil(t, b)
+	require.Equal(t, middleware.Plan{Burst: 20, Rate: 20, Per: time.Hour}, *b)
+	_, err = parseConfig([]byte("lanes:\n  - {name: search, priority: normal, budget: {burst: 20, rate: 0, per: 1h}}\n"))
+	require.ErrorContains(t, err, "lanes[0].budget.rate is 0")
+
+	ts := newTestServer(t, cfg, deps{})
+	for i := range 2 {
+		w := ts.do(alice, http.MethodGet, "/api/search?q=octo", nil)
+		require.Equal(t, http.StatusOK, w.Code, "search %d", i+1)
+	}
+	w := ts.do(alice, http.MethodGet, "/api/search?q=octo", nil)
+	require.Equal(t, http.StatusTooManyRequests, w.Code, "the lane's 20 points are spent")
+	require.Equal(t, "4980", w.Header().Get(middleware.HeaderXRateLimitRemaining), "the plan's debit was given back")
+}
