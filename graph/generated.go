@@ -78,11 +78,12 @@ type ComplexityRoot struct {
 	}
 
 	User struct {
-		Followers func(childComplexity int, first int) int
-		ID        func(childComplexity int) int
-		Login     func(childComplexity int) int
-		Name      func(childComplexity int) int
-		Repos     func(childComplexity int, first *int, last *int) int
+		Followers       func(childComplexity int, first int) int
+		ID              func(childComplexity int) int
+		Login           func(childComplexity int) int
+		Name            func(childComplexity int) int
+		Recommendations func(childComplexity int) int
+		Repos           func(childComplexity int, first *int, last *int) int
 	}
 
 	UserConnection struct {
@@ -116,6 +117,7 @@ type RepositoryResolver interface {
 type UserResolver interface {
 	Repos(ctx context.Context, obj *model.User, first *int, last *int) ([]*model.Repository, error)
 	Followers(ctx context.Context, obj *model.User, first int) (*model.UserConnection, error)
+	Recommendations(ctx context.Context, obj *model.User) ([]*model.Repository, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -342,6 +344,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.User.Name(childComplexity), true
+	case "User.recommendations":
+		if e.ComplexityRoot.User.Recommendations == nil {
+			break
+		}
+
+		return e.ComplexityRoot.User.Recommendations(childComplexity), true
 	case "User.repos":
 		if e.ComplexityRoot.User.Repos == nil {
 			break
@@ -530,6 +538,8 @@ func (ec *executionContext) childFields_User(ctx context.Context, field graphql.
 		return ec.fieldContext_User_repos(ctx, field)
 	case "followers":
 		return ec.fieldContext_User_followers(ctx, field)
+	case "recommendations":
+		return ec.fieldContext_User_recommendations(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type User", field.Name)
 }
@@ -1832,6 +1842,38 @@ func (ec *executionContext) fieldContext_User_followers(ctx context.Context, fie
 	if fc.Args, err = ec.field_User_followers_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _User_recommendations(ctx context.Context, field graphql.CollectedField, obj *model.User) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_User_recommendations(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.User().Recommendations(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.Repository) graphql.Marshaler {
+			return ec.marshalNRepository2ᚕᚖgithubᚗcomᚋcostguardᚋcostguardᚋgraphᚋmodelᚐRepositoryᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_User_recommendations(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "User",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Repository(ctx, field)
+		},
 	}
 	return fc, nil
 }
@@ -3369,6 +3411,12 @@ func (ec *executionContext) _User(ctx context.Context, sel ast.SelectionSet, obj
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._User_followers(ctx, field, obj)
+				})
+		case "recommendations":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._User_recommendations(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))

@@ -252,6 +252,7 @@ var genFields = map[string][]genField{
 		{"name", nil, ""},
 		{"repos", (*opGen).firstLast, "Repository"},
 		{"followers", func(g *opGen) string { return "(first: " + g.sliceArg(true) + ")" }, "UserConnection"},
+		{"recommendations", nil, "Repository"},
 		{"__typename", nil, ""},
 	},
 	"Repository": {

@@ -22,6 +22,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 )
@@ -35,6 +36,7 @@ type Resolver struct {
 	data      *store
 	calls     atomic.Int64
 	onResolve func(ctx context.Context, field string)
+	latency   time.Duration
 }
 
 // Option configures a Resolver.
@@ -46,6 +48,15 @@ type Option func(*Resolver)
 // have no resolver and are not reported. f must be safe for concurrent use.
 func WithOnResolve(f func(ctx context.Context, field string)) Option {
 	return func(r *Resolver) { r.onResolve = f }
+}
+
+// WithLatency makes every root data field (Query.user, Query.repository,
+// Query.node, Query.search, Mutation.createIssue) take d before it answers,
+// as a slow backend would, so a demo can fill a server with requests in
+// flight. A request whose context ends first gets the context's error, and
+// a mutation then changes nothing. Zero (the default) adds nothing.
+func WithLatency(d time.Duration) Option {
+	return func(r *Resolver) { r.latency = d }
 }
 
 // NewResolver returns a root resolver over a fresh copy of the seeded data.
@@ -78,6 +89,21 @@ func (r *Resolver) enter(ctx context.Context, field string) *store {
 		r.data.seed()
 	})
 	return r.data
+}
+
+// pause waits out r's latency, or returns ctx's error if it ends first.
+func (r *Resolver) pause(ctx context.Context) error {
+	if r.latency <= 0 {
+		return nil
+	}
+	t := time.NewTimer(r.latency)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 var _ ResolverRoot = (*Resolver)(nil)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/costguard/costguard/graph/model"
+	"github.com/costguard/costguard/middleware/overload"
 )
 
 // BodyHTML is the resolver for the bodyHTML field.
@@ -26,6 +27,9 @@ func (r *issueResolver) BodyHTML(ctx context.Context, obj *model.Issue) (*string
 // CreateIssue is the resolver for the createIssue field.
 func (r *mutationResolver) CreateIssue(ctx context.Context, repo string, title string) (*model.Issue, error) {
 	data := r.enter(ctx, "Mutation.createIssue")
+	if err := r.pause(ctx); err != nil {
+		return nil, err
+	}
 	return data.createIssue(repo, title)
 }
 
@@ -38,6 +42,9 @@ func (r *mutationResolver) RateLimit(ctx context.Context, dryRun *bool) (*model.
 // User is the resolver for the user field.
 func (r *queryResolver) User(ctx context.Context, login string) (*model.User, error) {
 	data := r.enter(ctx, "Query.user")
+	if err := r.pause(ctx); err != nil {
+		return nil, err
+	}
 	u, _ := data.user(login)
 	return u, nil
 }
@@ -45,6 +52,9 @@ func (r *queryResolver) User(ctx context.Context, login string) (*model.User, er
 // Repository is the resolver for the repository field.
 func (r *queryResolver) Repository(ctx context.Context, name string) (*model.Repository, error) {
 	data := r.enter(ctx, "Query.repository")
+	if err := r.pause(ctx); err != nil {
+		return nil, err
+	}
 	repo, _ := data.repository(name)
 	return repo, nil
 }
@@ -52,6 +62,9 @@ func (r *queryResolver) Repository(ctx context.Context, name string) (*model.Rep
 // Node is the resolver for the node field.
 func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error) {
 	data := r.enter(ctx, "Query.node")
+	if err := r.pause(ctx); err != nil {
+		return nil, err
+	}
 	switch {
 	case strings.HasPrefix(id, userIDPrefix):
 		if u, ok := data.user(strings.TrimPrefix(id, userIDPrefix)); ok {
@@ -72,6 +85,9 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 // Search is the resolver for the search field.
 func (r *queryResolver) Search(ctx context.Context, query string, first *int) ([]model.SearchResult, error) {
 	data := r.enter(ctx, "Query.search")
+	if err := r.pause(ctx); err != nil {
+		return nil, err
+	}
 	return data.search(query, first)
 }
 
@@ -112,6 +128,15 @@ func (r *userResolver) Followers(ctx context.Context, obj *model.User, first int
 		return nil, err
 	}
 	return &model.UserConnection{TotalCount: total, Nodes: nodes}, nil
+}
+
+// Recommendations is the resolver for the recommendations field.
+func (r *userResolver) Recommendations(ctx context.Context, obj *model.User) ([]*model.Repository, error) {
+	data := r.enter(ctx, "User.recommendations")
+	if overload.Degraded(ctx, FeatureRecommendations) {
+		return []*model.Repository{}, nil
+	}
+	return data.recommendationsFor(obj.Login, maxRecommendations), nil
 }
 
 // Issue returns IssueResolver implementation.

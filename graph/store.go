@@ -26,10 +26,18 @@ var (
 const (
 	// MaxIssuesPerRepository caps createIssue, so memory stays bounded.
 	MaxIssuesPerRepository = 1000
+	// maxRecommendations is the most repositories User.recommendations
+	// returns: its @listSize(assumedSize: 5).
+	maxRecommendations = 5
 	// MaxTitleLength is the longest issue title createIssue accepts, in
 	// characters.
 	MaxTitleLength = 256
 )
+
+// FeatureRecommendations names User.recommendations in the degradation list
+// (middleware/overload): while it is switched off, the field answers an
+// empty list.
+const FeatureRecommendations = "recommendations"
 
 // Global IDs are a type prefix and the object's natural key.
 const (
@@ -213,6 +221,23 @@ func (s *store) search(query string, first *int) ([]model.SearchResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// recommendationsFor returns at most n repositories owned by other users
+// than login, in seeding order.
+func (s *store) recommendationsFor(login string, n int) []*model.Repository {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*model.Repository, 0, n)
+	for _, name := range s.repoNames {
+		if len(out) == n {
+			break
+		}
+		if r := s.repos[name]; r.repo.OwnerLogin != login {
+			out = append(out, copyRepo(r.repo))
+		}
+	}
+	return out
 }
 
 // createIssue appends a new issue to the named repository.

@@ -312,12 +312,12 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	if e.priceOnly(ctx, st, opCtx, rep, cost) {
 		return nil // answered without running: GraphQL-Cost: validate, a dry run
 	}
-	o := l.spend(ctx, st.id, st.plan, cost)
+	o := l.spendIn(ctx, st.id, st.plan, ln, cost)
 	if o.verdict == overBudget {
 		// It can never run: it pays InvalidCost, as a static cap would.
 		if paid := l.chargeInvalid(ctx, st.set, st.id, st.plan); paid.verdict == capExceeded {
 			trace := o.trace
-			o = outcome{verdict: overBudget, decision: paid.decision, known: paid.known, charged: paid.charged, trace: trace}
+			o = outcome{verdict: overBudget, decision: paid.decision, known: paid.known, charged: paid.charged, trace: trace, byLane: o.byLane}
 			o.trace.add(paid.trace)
 		} else {
 			o = paid
@@ -335,9 +335,18 @@ func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
 	code := answers[o.verdict].code
 	switch o.verdict {
 	case overBudget:
+		if o.byLane != nil {
+			return pricedError(code, cost, 0,
+				"operation cost %d exceeds the budget of lane %q, %d points", cost, o.byLane.Name, o.byLane.Budget.Burst)
+		}
 		return pricedError(code, cost, 0,
 			"operation cost %d exceeds the plan's capacity of %d points", cost, p.Burst)
 	case rateLimited:
+		if o.byLane != nil {
+			return pricedError(code, cost, o.retryAfter,
+				"rate limited by the budget of lane %q: the operation costs %d points; retry in %s",
+				o.byLane.Name, cost, seconds(o.retryAfter))
+		}
 		return pricedError(code, cost, o.retryAfter,
 			"rate limited: the operation costs %d points and %d are available; retry in %s",
 			cost, o.decision.Remaining, seconds(o.retryAfter))

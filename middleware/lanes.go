@@ -8,6 +8,7 @@ import (
 
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware/overload"
 )
 
@@ -41,6 +42,10 @@ type Lane struct {
 	// Challenge "pow" makes refused or shed requests of the lane carry a
 	// proof-of-work challenge.
 	Challenge string
+	// Budget, when set, is a token bucket per principal for this lane
+	// (Burst, Rate and Per; its other fields are not used), debited on top
+	// of the plan's: a request pays both or neither.
+	Budget *Plan
 }
 
 // LaneMatch says which requests a lane takes. GraphQL and REST are
@@ -70,7 +75,11 @@ type lane struct {
 	fields map[string]bool // GraphQL root coordinates
 	routes *http.ServeMux  // REST patterns; nil when none
 	plans  map[string]bool
+	budget *plan // Budget's bucket, decided as a plan is; nil without
 }
+
+// key is the bucket key of the lane's budget for the principal of id.
+func (ln *lane) key(id Identity) string { return "lane:" + ln.Name + ":" + id.Key }
 
 // name is the lane's name, "" for no lane.
 func (ln *lane) name() string {
@@ -129,6 +138,16 @@ func (s *settings) buildLanes(lanes []Lane) error {
 				}
 				ln.plans[p] = true
 			}
+		}
+		if b := l.Budget; b != nil {
+			if b.Burst <= 0 || b.Rate <= 0 || b.Per <= 0 {
+				return fmt.Errorf("%w: %s: budget burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, where, b.Burst, b.Rate, b.Per)
+			}
+			limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: b.Burst, Rate: b.Rate, Period: b.Per}
+			if err := limit.Validate(); err != nil {
+				return fmt.Errorf("%w: %s: budget: %w", ErrInvalidConfig, where, err)
+			}
+			ln.budget = &plan{Plan: Plan{Burst: b.Burst, Rate: b.Rate, Per: b.Per}, name: "lane:" + l.Name, limit: limit, failOpen: s.failOpen}
 		}
 		s.lanes = append(s.lanes, ln)
 	}

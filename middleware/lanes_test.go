@@ -96,21 +96,71 @@ func TestLanesFallThroughToTheLast(t *testing.T) {
 
 func TestLanesInvalid(t *testing.T) {
 	for name, lanes := range map[string][]middleware.Lane{
-		"no name":            {{Priority: middleware.PriorityNormal}},
-		"twice":              {{Name: "a", Priority: middleware.PriorityNormal}, {Name: "a", Priority: middleware.PriorityNormal}},
-		"bad priority":       {{Name: "a", Priority: 99}},
-		"queue not critical": {{Name: "a", Priority: middleware.PriorityHigh, Queue: time.Second}},
-		"negative queue":     {{Name: "a", Priority: middleware.PriorityCritical, Queue: -time.Second}},
-		"bad challenge":      {{Name: "a", Priority: middleware.PriorityNormal, Challenge: "captcha"}},
-		"both kinds of user": {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true, Anonymous: true}}},
-		"bad coordinate":     {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{GraphQL: []string{"createIssue"}}}},
-		"bad pattern":        {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET api"}}}},
-		"unknown plan":       {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Plans: []string{"gold"}}}},
+		"no name":             {{Priority: middleware.PriorityNormal}},
+		"twice":               {{Name: "a", Priority: middleware.PriorityNormal}, {Name: "a", Priority: middleware.PriorityNormal}},
+		"bad priority":        {{Name: "a", Priority: 99}},
+		"queue not critical":  {{Name: "a", Priority: middleware.PriorityHigh, Queue: time.Second}},
+		"negative queue":      {{Name: "a", Priority: middleware.PriorityCritical, Queue: -time.Second}},
+		"bad challenge":       {{Name: "a", Priority: middleware.PriorityNormal, Challenge: "captcha"}},
+		"both kinds of user":  {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true, Anonymous: true}}},
+		"bad coordinate":      {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{GraphQL: []string{"createIssue"}}}},
+		"bad pattern":         {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET api"}}}},
+		"budget without rate": {{Name: "a", Priority: middleware.PriorityNormal, Budget: &middleware.Plan{Burst: 10, Per: time.Second}}},
+		"unknown plan":        {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Plans: []string{"gold"}}}},
 	} {
 		cfg := testConfig(t, newClock())
 		cfg.Lanes = lanes
 		if _, err := middleware.New(cfg); !errors.Is(err, middleware.ErrInvalidConfig) {
 			t.Errorf("%s: New error %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+// A lane's budget is debited on top of the plan's: a request pays both or
+// neither, and refunds of unused cost reach both.
+func TestLaneBudget(t *testing.T) {
+	cfg := withRefunds(testConfig(t, newClock()))
+	cfg.Lanes = []middleware.Lane{
+		{Name: "search", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
+			Budget: &middleware.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
+		{Name: "writes", Priority: middleware.PriorityHigh, Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}},
+			Budget: &middleware.Plan{Burst: 11, Rate: 1, Per: time.Hour}},
+		{Name: "reads", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{GraphQL: []string{"Query.user"}},
+			Budget: &middleware.Plan{Burst: 70, Rate: 1, Per: time.Hour}},
+		{Name: "rest", Priority: middleware.PriorityNormal},
+	}
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	search := request{method: http.MethodGet, path: "/api/search", header: bearer(aliceKey)}
+	for i := range 2 {
+		if w := do(t, h, search); w.Code != http.StatusOK {
+			t.Fatalf("search %d: %d", i+1, w.Code)
+		}
+	}
+	w := do(t, h, search)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Errorf("search past the lane's budget: %d %v", w.Code, w.Header())
+	}
+	if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "80" {
+		t.Errorf("plan bucket after the lane refused: %s left, want 80 (its debit given back)", got)
+	}
+	if w := do(t, h, request{method: http.MethodGet, path: "/api/other", header: bearer(aliceKey)}); w.Code != http.StatusOK {
+		t.Errorf("another route: %d", w.Code)
+	}
+
+	// The mutation lane holds one createIssue (11 points).
+	if w, _ := query(t, h, mutation11, bearer(aliceKey)); w.Code != http.StatusOK {
+		t.Fatalf("first mutation: %d %s", w.Code, w.Body)
+	}
+	w, resp := query(t, h, mutation11, bearer(aliceKey))
+	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeRateLimited || !strings.Contains(resp.Errors[0].Message, `lane "writes"`) {
+		t.Errorf("second mutation: %d %+v", w.Code, resp.Errors)
+	}
+
+	// Reads: 61 priced, 1 actual (the test schema answers null): both
+	// buckets get 60 back, so the lane's 70 pays for a second read.
+	for i := range 3 {
+		if w, resp := query(t, h, query61, bearer(aliceKey)); w.Code != http.StatusOK {
+			t.Fatalf("read %d: %d %+v", i+1, w.Code, resp.Errors)
 		}
 	}
 }

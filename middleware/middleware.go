@@ -525,7 +525,7 @@ func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 	st, err := stack.New(stack.Config{
 		Store:          cfg.Store,
 		MemoryMaxKeys:  cfg.MemoryStore.MaxKeys,
-		OverflowKeys:   overflowKeys(len(set.plans)),
+		OverflowKeys:   overflowKeys(len(set.plans) + len(set.lanes)),
 		OverLimitCache: cfg.OverLimitCache,
 		SplitBudget:    split != "",
 		LeaseFraction:  cfg.SplitBudget.LeaseFraction,
@@ -536,7 +536,7 @@ func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 		Clock: l.clock,
 	})
 	l.splitBudget = split != ""
-	l.overflowRoom = overflowKeys(len(set.plans))
+	l.overflowRoom = overflowKeys(len(set.plans) + len(set.lanes))
 	if err != nil {
 		if errors.Is(err, stack.ErrSplitBudgetNeedsRefund) {
 			return nil, fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, split, stack.ErrSplitBudgetNeedsRefund)
@@ -595,6 +595,12 @@ type outcome struct {
 	// charged is what was debited.
 	charged int64
 	trace   storeTrace
+	// laneCharged is what was debited from the lane's budget, and
+	// laneTrace how (for refunds); byLane names the lane whose budget
+	// refused the request.
+	laneCharged int64
+	laneTrace   storeTrace
+	byLane      *lane
 }
 
 // storeTrace is what the store calls of a decision took, for its Event.
@@ -641,6 +647,31 @@ func (l *Limiter) spend(ctx context.Context, id Identity, p *plan, cost int64) o
 		o.verdict, o.decision, o.known, o.retryAfter = rateLimited, d, true, l.retryAfter(d.RetryAfter)
 	default:
 		o.verdict, o.decision, o.known, o.charged = admitted, d, true, cost
+	}
+	return o
+}
+
+// spendIn debits cost from id's bucket on plan p and, when lane ln has a
+// budget, from id's bucket of that lane too: both or neither. A refusal by
+// the lane's budget gives the plan's debit back; the headers then describe
+// the plan's bucket, the error and Retry-After the lane's.
+func (l *Limiter) spendIn(ctx context.Context, id Identity, p *plan, ln *lane, cost int64) outcome {
+	o := l.spend(ctx, id, p, cost)
+	if o.verdict != admitted || ln == nil || ln.budget == nil {
+		return o
+	}
+	lo := l.spend(ctx, Identity{Key: ln.key(id)}, ln.budget, cost)
+	o.trace.took += lo.trace.took
+	if lo.verdict == admitted {
+		o.laneCharged, o.laneTrace = cost, lo.trace
+		return o
+	}
+	if d, ok := l.refund(ctx, p, o.trace, cost); ok {
+		o.decision = d
+	}
+	o.verdict, o.retryAfter, o.charged, o.byLane = lo.verdict, lo.retryAfter, 0, ln
+	if lo.verdict == overBudget {
+		o.known = false // the caller charges InvalidCost and reports that decision
 	}
 	return o
 }

@@ -73,6 +73,9 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 		if d, ok := e.l.refund(ctx, st.plan, o.trace, cost-actual); ok {
 			o.decision, refunded = d, cost-actual
 		}
+		if ln := st.currentLane(); o.laneCharged == cost && ln != nil && ln.budget != nil {
+			e.l.refund(ctx, ln.budget, o.laneTrace, cost-actual)
+		}
 	}
 	st.mu.Lock()
 	st.outcome, st.actual, st.hasActual, st.refunded = o, actual, true, refunded

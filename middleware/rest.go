@@ -147,7 +147,7 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			return
 		}
 		defer sl.release()
-		o := l.spend(r.Context(), id, p, cost)
+		o := l.spendIn(r.Context(), id, p, ln, cost)
 		l.shadow(r.Context(), p, &o)
 		if o.known {
 			setBudgetHeaders(w.Header(), p, o.decision, l.clock.Now())

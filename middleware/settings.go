@@ -21,6 +21,7 @@ type settings struct {
 	routes   *http.ServeMux
 	restCost int64
 	lanes    []*lane // in order; empty: no lanes
+	failOpen bool    // the global failure mode, for lane budgets
 }
 
 // compileSettings validates the reloadable part of cfg.
@@ -40,6 +41,7 @@ func compileSettings(cfg Config) (*settings, error) {
 	if mode != Enforce && mode != Shadow {
 		return nil, fmt.Errorf("%w: mode %q is neither %q nor %q", ErrInvalidConfig, mode, Enforce, Shadow)
 	}
+	s.failOpen = failure == FailOpen
 	if err := s.buildPlans(cfg.Plans, failure, mode); err != nil {
 		return nil, err
 	}
@@ -94,8 +96,15 @@ func overflowKeys(plans int) int { return max(2*plans, 64) }
 // attachStores gives each plan of s its store: exact, or leased for a
 // SplitBudget plan when the stores have leases.
 func (l *Limiter) attachStores(s *settings) error {
-	if len(s.plans) > l.overflowRoom {
-		return fmt.Errorf("%w: %d plans: the Limiter has room for %d without a restart", ErrInvalidConfig, len(s.plans), l.overflowRoom)
+	buckets := len(s.plans)
+	for _, ln := range s.lanes {
+		if ln.budget != nil {
+			buckets++
+			ln.budget.store = l.stores.Store(false)
+		}
+	}
+	if buckets > l.overflowRoom {
+		return fmt.Errorf("%w: %d plans and lane budgets: the Limiter has room for %d without a restart", ErrInvalidConfig, buckets, l.overflowRoom)
 	}
 	for _, p := range s.plans {
 		if p.SplitBudget && !l.splitBudget {

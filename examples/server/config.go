@@ -14,9 +14,12 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/challenge"
 	"github.com/costguard/costguard/middleware/overload"
 )
 
@@ -66,6 +69,21 @@ type config struct {
 	// Lanes classify requests by priority, in order: the first whose match
 	// holds takes a request; one no lane matches goes to the last.
 	Lanes []laneConfig `yaml:"lanes"`
+	// Overload sheds requests by their lane's priority when this process
+	// has too many in flight (middleware/overload).
+	Overload overloadConfig `yaml:"overload"`
+	// Concurrency caps one principal's requests in flight (per plan:
+	// plans.<name>.concurrency).
+	Concurrency concurrencyConfig `yaml:"concurrency"`
+	// Degradation lists the features switched off, in order, as load rises.
+	Degradation []featureConfig `yaml:"degradation"`
+	// Challenge configures the proof-of-work challenge of lanes with
+	// challenge: pow.
+	Challenge challengeConfig `yaml:"challenge"`
+	// DemoLatency makes the example's root resolvers and REST handlers
+	// take this long, to fill the server with requests in flight in a
+	// demo. 0: none.
+	DemoLatency time.Duration `yaml:"demo_latency"`
 
 	// file is where the configuration was read from, for error messages;
 	// "" for the built-in defaults and for tests.
@@ -77,7 +95,67 @@ type laneConfig struct {
 	Name     string          `yaml:"name"`
 	Priority string          `yaml:"priority"`
 	Match    laneMatchConfig `yaml:"match"`
+	// Queue is how long a request of a critical lane waits for a slot
+	// under overload before it is shed (0: not at all).
+	Queue time.Duration `yaml:"queue,omitempty"`
+	// Challenge "pow" puts a proof-of-work challenge on the lane's shed
+	// and rate-limited answers; "" none.
+	Challenge string `yaml:"challenge,omitempty"`
+	// Budget is a token bucket per principal for this lane, paid on top
+	// of the plan's; unset: none.
+	Budget *laneBudgetConfig `yaml:"budget,omitempty"`
 }
+
+// plan is the middleware's form of b (nil for none).
+func (b *laneBudgetConfig) plan() *middleware.Plan {
+	if b == nil {
+		return nil
+	}
+	return &middleware.Plan{Burst: int64(b.Burst), Rate: int64(b.Rate), Per: b.Per}
+}
+
+// laneBudgetConfig is a lane's own bucket, in points.
+type laneBudgetConfig struct {
+	Burst whole         `yaml:"burst"`
+	Rate  whole         `yaml:"rate"`
+	Per   time.Duration `yaml:"per"`
+}
+
+// overloadConfig is middleware/overload's Config, less the degradation
+// list, which is a top-level key.
+type overloadConfig struct {
+	MaxInFlight whole `yaml:"max_in_flight"`
+	// ShedAt maps a priority name to the fraction of max_in_flight at or
+	// above which its requests are shed. A file's map merges with the
+	// default one: a priority it leaves out keeps its default.
+	ShedAt   map[string]float64 `yaml:"shed_at"`
+	Adaptive bool               `yaml:"adaptive"`
+}
+
+// concurrencyConfig caps one principal's requests in flight; 0: no cap.
+type concurrencyConfig struct {
+	PerPrincipal whole `yaml:"per_principal"`
+}
+
+// featureConfig is one entry of the degradation list (overload.Feature).
+type featureConfig struct {
+	Name string  `yaml:"name"`
+	At   float64 `yaml:"at"`
+}
+
+// challengeConfig configures challenge.NewPoW.
+type challengeConfig struct {
+	// Secret keys the tokens; at least 32 bytes, shared by every process
+	// that may verify a token. "": 32 random bytes drawn at start.
+	Secret secret `yaml:"secret,omitempty"`
+	Bits   whole  `yaml:"bits"`
+}
+
+// secret is a string that never prints: fmt shows it redacted.
+type secret string
+
+func (secret) String() string   { return "[redacted]" }
+func (secret) GoString() string { return `"[redacted]"` }
 
 // laneMatchConfig says which requests a lane takes (middleware.LaneMatch).
 type laneMatchConfig struct {
@@ -116,6 +194,9 @@ type planConfig struct {
 	// CostReport false refuses "GraphQL-Cost: report" for this plan (400
 	// COST_REPORT_DISABLED); unset means allowed.
 	CostReport *bool `yaml:"cost_report,omitempty"`
+	// Concurrency overrides the top-level concurrency for this plan; unset
+	// inherits it, per_principal 0 lifts the cap.
+	Concurrency *concurrencyConfig `yaml:"concurrency,omitempty"`
 }
 
 type apiKeyConfig struct {
@@ -206,11 +287,27 @@ func defaultConfig() config {
 		// The seed documents' lanes over the example schema: opening an
 		// issue stands for checkout.
 		Lanes: []laneConfig{
-			{Name: "checkout", Priority: middleware.PriorityCritical.String(),
+			{Name: "checkout", Priority: middleware.PriorityCritical.String(), Queue: 2 * time.Second,
 				Match: laneMatchConfig{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}}},
 			{Name: "authenticated", Priority: middleware.PriorityNormal.String(), Match: laneMatchConfig{Authenticated: true}},
-			{Name: "anonymous", Priority: middleware.PrioritySheddable.String(), Match: laneMatchConfig{Anonymous: true}},
+			{Name: "anonymous", Priority: middleware.PrioritySheddable.String(), Match: laneMatchConfig{Anonymous: true},
+				Challenge: middleware.ChallengePoW},
 		},
+		Overload: overloadConfig{
+			MaxInFlight: 64,
+			ShedAt: map[string]float64{
+				overload.Sheddable.String(): overload.DefaultShedSheddable,
+				overload.Normal.String():    overload.DefaultShedNormal,
+				overload.High.String():      overload.DefaultShedHigh,
+			},
+		},
+		Concurrency: concurrencyConfig{PerPrincipal: 100},
+		Degradation: []featureConfig{
+			{Name: graph.FeatureRecommendations, At: 0.7},
+			{Name: featureSearch, At: 0.85},
+		},
+		Challenge:   challengeConfig{Bits: challenge.DefaultBits},
+		DemoLatency: 0,
 	}
 }
 
@@ -333,10 +430,17 @@ func (c config) validate() error {
 	if err := c.validatePlans(); err != nil {
 		return err
 	}
-	for i, l := range c.Lanes {
-		if _, err := overload.ParsePriority(l.Priority); err != nil {
-			return fmt.Errorf("lanes[%d].priority is %q; it must be critical, high, normal or sheddable", i, l.Priority)
-		}
+	if err := c.validateLanes(); err != nil {
+		return err
+	}
+	if err := c.validateOverload(); err != nil {
+		return err
+	}
+	if err := c.validateChallenge(); err != nil {
+		return err
+	}
+	if c.DemoLatency < 0 {
+		return fmt.Errorf("demo_latency is %v; it must not be negative", c.DemoLatency)
 	}
 	for _, f := range []struct {
 		key      string
@@ -364,6 +468,7 @@ func (c config) validate() error {
 		{"max_body_bytes_in_flight", c.MaxBodyBytesInFlight, 1, math.MaxInt64},
 		{"memory_store.max_keys", c.MemoryStore.MaxKeys, 1, math.MaxInt32},
 		{"rest.default_cost", c.REST.DefaultCost, 1, math.MaxInt64},
+		{"concurrency.per_principal", c.Concurrency.PerPrincipal, 0, concurrency.MaxLimit},
 	} {
 		if int64(f.v) < f.min || int64(f.v) > f.max {
 			return fmt.Errorf("%s is %d; it must be between %d and %d", f.key, f.v, f.min, f.max)
@@ -390,6 +495,11 @@ func (c config) validate() error {
 		if p.Mode != "" {
 			if err := p.Mode.check(); err != nil {
 				return fmt.Errorf("%s.mode: %w", key, err)
+			}
+		}
+		if p.Concurrency != nil {
+			if n := p.Concurrency.PerPrincipal; n < 0 || n > concurrency.MaxLimit {
+				return fmt.Errorf("%s.concurrency.per_principal is %d; it must be between 0 (no cap) and %d", key, n, concurrency.MaxLimit)
 			}
 		}
 	}
@@ -454,6 +564,121 @@ func (c config) validatePlans() error {
 	return nil
 }
 
+// validateLanes checks each lane's priority, queue and challenge.
+func (c config) validateLanes() error {
+	for i, l := range c.Lanes {
+		p, err := overload.ParsePriority(l.Priority)
+		if err != nil {
+			return fmt.Errorf("lanes[%d].priority is %q; it must be critical, high, normal or sheddable", i, l.Priority)
+		}
+		switch {
+		case l.Queue < 0:
+			return fmt.Errorf("lanes[%d].queue is %v; it must not be negative", i, l.Queue)
+		case l.Queue > 0 && p != overload.Critical:
+			return fmt.Errorf("lanes[%d].queue is %v; only a critical lane may queue, and this one is %s", i, l.Queue, p)
+		}
+		if l.Challenge != "" && l.Challenge != middleware.ChallengePoW {
+			return fmt.Errorf("lanes[%d].challenge is %q; it must be %q or unset", i, l.Challenge, middleware.ChallengePoW)
+		}
+		if b := l.Budget; b != nil {
+			switch {
+			case b.Burst < 1:
+				return fmt.Errorf("lanes[%d].budget.burst is %d; it must be at least 1", i, b.Burst)
+			case b.Rate < 1:
+				return fmt.Errorf("lanes[%d].budget.rate is %d; it must be at least 1", i, b.Rate)
+			case b.Per <= 0:
+				return fmt.Errorf("lanes[%d].budget.per is %v; it must be positive, a Go duration with a unit, such as 1h or 90s", i, b.Per)
+			}
+		}
+	}
+	return nil
+}
+
+// validateOverload checks overload and degradation key by key, then asks
+// the overload package about what only the whole decides (whether every
+// priority gets a slot).
+func (c config) validateOverload() error {
+	o := c.Overload
+	if o.MaxInFlight < 1 || o.MaxInFlight > overload.MaxCapacity {
+		return fmt.Errorf("overload.max_in_flight is %d; it must be between 1 and %d", o.MaxInFlight, overload.MaxCapacity)
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.ShedAt)) {
+		f, key := o.ShedAt[name], "overload.shed_at."+name
+		p, err := overload.ParsePriority(name)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: unknown priority; the keys here are sheddable, normal, high and critical", mapPath("overload.shed_at", name))
+		case math.IsNaN(f) || f <= 0 || f > 1:
+			return fmt.Errorf("%s is %v; it must be above 0 and at most 1", key, f)
+		case p == overload.Critical && f != 1:
+			return fmt.Errorf("%s is %v; critical may always use the whole capacity: 1", key, f)
+		}
+	}
+	shed := c.shedAt()
+	order := overload.Priorities() // the first is shed first
+	for i := 1; i < len(order); i++ {
+		lo, hi := order[i-1], order[i]
+		if shed[lo] > shed[hi] {
+			return fmt.Errorf("overload.shed_at.%s is %v, above overload.shed_at.%s (%v); a lower priority must be shed first",
+				lo, shed[lo], hi, shed[hi])
+		}
+	}
+	seen := make(map[string]bool, len(c.Degradation))
+	for i, f := range c.Degradation {
+		switch {
+		case f.Name == "":
+			return fmt.Errorf("degradation[%d].name is empty; every feature needs one", i)
+		case seen[f.Name]:
+			return fmt.Errorf("degradation[%d].name %q is listed twice", i, f.Name)
+		case math.IsNaN(f.At) || f.At <= overload.DefaultHysteresis || f.At > 1:
+			return fmt.Errorf("degradation[%d].at is %v; it must be above %v (a feature comes back %v below its at) and at most 1",
+				i, f.At, overload.DefaultHysteresis, overload.DefaultHysteresis)
+		case i > 0 && f.At < c.Degradation[i-1].At:
+			return fmt.Errorf("degradation[%d].at is %v, below degradation[%d].at (%v); features go off in list order",
+				i, f.At, i-1, c.Degradation[i-1].At)
+		}
+		seen[f.Name] = true
+	}
+	if err := c.overloadConfig().Validate(); err != nil {
+		return fmt.Errorf("overload: %w", err)
+	}
+	return nil
+}
+
+// shedAt is overload.shed_at by priority, the defaults filled in.
+func (c config) shedAt() map[overload.Priority]float64 {
+	shed := overload.DefaultShedAt()
+	for name, f := range c.Overload.ShedAt {
+		if p, err := overload.ParsePriority(name); err == nil {
+			shed[p] = f
+		}
+	}
+	return shed
+}
+
+// validateChallenge checks challenge.bits and, without ever printing it,
+// challenge.secret.
+func (c config) validateChallenge() error {
+	if b := c.Challenge.Bits; b < challenge.MinBits || b > challenge.MaxBits {
+		return fmt.Errorf("challenge.bits is %d; it must be between %d and %d", b, challenge.MinBits, challenge.MaxBits)
+	}
+	if n := len(c.Challenge.Secret); n > 0 && n < challenge.MinSecretLen {
+		return fmt.Errorf("challenge.secret is %d bytes; it must be at least %d (32 random bytes, e.g. `openssl rand -base64 32`), or unset for a random one per process",
+			n, challenge.MinSecretLen)
+	}
+	return nil
+}
+
+// needsChallenger reports whether some lane asks for the PoW challenge.
+func (c config) needsChallenger() bool {
+	for _, l := range c.Lanes {
+		if l.Challenge == middleware.ChallengePoW {
+			return true
+		}
+	}
+	return false
+}
+
 func checkFailureMode(key, mode string) error {
 	switch middleware.FailureMode(mode) {
 	case middleware.FailOpen, middleware.FailClosed:
@@ -475,6 +700,7 @@ func (c config) limiterConfig() middleware.Config {
 			DisableIntrospection: p.Introspection != nil && !*p.Introspection,
 			DisableRefund:        p.RefundUnused != nil && !*p.RefundUnused,
 			DisableCostReport:    p.CostReport != nil && !*p.CostReport,
+			MaxConcurrent:        p.Concurrency.maxConcurrent(),
 		}
 	}
 	keys := make(map[string]middleware.APIKey, len(c.APIKeys))
@@ -495,10 +721,16 @@ func (c config) limiterConfig() middleware.Config {
 				GraphQL: l.Match.GraphQL, REST: l.Match.REST, Plans: l.Match.Plans,
 				Authenticated: l.Match.Authenticated, Anonymous: l.Match.Anonymous,
 			},
+			Queue:     l.Queue,
+			Challenge: l.Challenge,
+			Budget:    l.Budget.plan(),
 		})
 	}
+	oc := c.overloadConfig()
 	return middleware.Config{
 		Lanes:          lanes,
+		Overload:       &oc,
+		Concurrency:    middleware.ConcurrencyOptions{PerPrincipal: int(c.Concurrency.PerPrincipal)},
 		Plans:          plans,
 		AnonymousPlan:  c.AnonymousPlan,
 		APIKeys:        middleware.NewStaticKeys(keys),
@@ -537,6 +769,34 @@ func (c config) limiterConfig() middleware.Config {
 			SettleInterval: c.SplitBudget.SettleInterval,
 		},
 	}
+}
+
+// overloadConfig maps overload and degradation onto the shedder's
+// configuration.
+func (c config) overloadConfig() overload.Config {
+	features := make([]overload.Feature, 0, len(c.Degradation))
+	for _, f := range c.Degradation {
+		features = append(features, overload.Feature{Name: f.Name, At: f.At})
+	}
+	return overload.Config{
+		MaxInFlight: int(c.Overload.MaxInFlight),
+		ShedAt:      c.shedAt(),
+		Adaptive:    c.Overload.Adaptive,
+		Degradation: features,
+	}
+}
+
+// maxConcurrent maps a plan's concurrency onto middleware.Plan.MaxConcurrent:
+// unset inherits the top-level cap (0 there), per_principal 0 lifts the cap
+// for the plan (middleware.None), any other value is the plan's cap.
+func (pc *concurrencyConfig) maxConcurrent() int {
+	switch {
+	case pc == nil:
+		return 0
+	case pc.PerPrincipal == 0:
+		return middleware.None
+	}
+	return int(pc.PerPrincipal)
 }
 
 var _ yaml.Unmarshaler = (*whole)(nil)

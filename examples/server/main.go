@@ -12,7 +12,7 @@
 //	GET  /                     GraphiQL, to explore the schema
 //	GET  /graphql, POST /graphql
 //	GET  /api/users/{login}    costs 1 point (rest.default_cost)
-//	GET  /api/search?q=        costs 10 points (rest.routes)
+//	GET  /api/search?q=        costs 10 points (rest.routes); 503 degraded under load
 //	GET  /healthz              200 while serving; unlimited
 //	GET  /readyz               200 when the budget store answers a ping, else 503; unlimited
 //	GET  /metrics              Prometheus metrics (docs/operations.md); unlimited
@@ -21,6 +21,10 @@
 // alice's budget on the free plan (5000 points an hour); requests without a
 // key spend their IP address's budget on the anon plan (500 an hour).
 // docs/server.md describes the flags and every configuration key.
+//
+// Under load, requests are shed by lane: anonymous ones first, with a
+// proof-of-work challenge a client can solve to be admitted; checkout
+// (createIssue) last. demo_latency slows the resolvers for a demo.
 //
 // SIGHUP re-reads the -config file and swaps plans, API keys, modes, route
 // costs and GraphQL limits without dropping a request; docs/server.md's

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -28,8 +31,9 @@ func (s *server) watchReloads(ctx context.Context, reload <-chan os.Signal, path
 
 // reload re-reads the file at path and swaps in, atomically, everything
 // Limiter.Reload can change: plans, anonymous_plan, api_keys, mode and
-// failure_mode, trusted_proxies, the graphql limits and costs, and the
-// REST costs. Requests in flight finish under the configuration they
+// failure_mode, trusted_proxies, the graphql limits and costs, the REST
+// costs, the lanes (with their queue and challenge) and the concurrency
+// caps (top-level and per plan). Requests in flight finish under the configuration they
 // started with; none is dropped. The keys that shape what was built at
 // start (keepRestartKeys) keep their running values, and a warning names
 // those the file changed. A file that fails to load or that the middleware
@@ -62,6 +66,13 @@ func (s *server) reload(path string) error {
 // Extension's at every moment: a raised limit reaches the parser first, a
 // lowered one the Extension first.
 func (s *server) apply(next config) error {
+	if s.challenger == nil {
+		for i, l := range next.Lanes {
+			if l.Challenge != "" {
+				return fmt.Errorf("lanes[%d].challenge is %q, but the server started with no lane asking for a challenge, so it has no challenger: restart to add one", i, l.Challenge)
+			}
+		}
+	}
 	before, after := s.cfg.GraphQL.MaxTokens, next.GraphQL.MaxTokens
 	old := s.gql.get()
 	if after > before {
@@ -81,8 +92,9 @@ func (s *server) apply(next config) error {
 // keepRestartKeys sets back to running's values the keys a running server
 // cannot change, because they size what was built at start (the body
 // bounds, the memory store, gqlgen's query cache, the over-limit cache and
-// split-budget layers) or are fixed in the Limiter (the Retry-After
-// jitter), and names those c had changed.
+// split-budget layers, the shedder with its degradation list, the
+// challenge's secret and work, the resolvers' demo latency) or are fixed in
+// the Limiter (the Retry-After jitter), and names those c had changed.
 func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "max_body_bytes", &c.MaxBodyBytes, running.MaxBodyBytes)
 	keep(&changed, "max_body_bytes_in_flight", &c.MaxBodyBytesInFlight, running.MaxBodyBytesInFlight)
@@ -93,7 +105,22 @@ func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "split_budget.lease_fraction", &c.SplitBudget.LeaseFraction, running.SplitBudget.LeaseFraction)
 	keep(&changed, "split_budget.settle_interval", &c.SplitBudget.SettleInterval, running.SplitBudget.SettleInterval)
 	keep(&changed, "retry_after_jitter", &c.RetryAfterJitter, running.RetryAfterJitter)
+	keep(&changed, "overload.max_in_flight", &c.Overload.MaxInFlight, running.Overload.MaxInFlight)
+	keepFunc(&changed, "overload.shed_at", &c.Overload.ShedAt, running.Overload.ShedAt, maps.Equal)
+	keep(&changed, "overload.adaptive", &c.Overload.Adaptive, running.Overload.Adaptive)
+	keepFunc(&changed, "degradation", &c.Degradation, running.Degradation, slices.Equal)
+	keep(&changed, "challenge.secret", &c.Challenge.Secret, running.Challenge.Secret)
+	keep(&changed, "challenge.bits", &c.Challenge.Bits, running.Challenge.Bits)
+	keep(&changed, "demo_latency", &c.DemoLatency, running.DemoLatency)
 	return changed
+}
+
+// keepFunc is keep for values == cannot compare.
+func keepFunc[T any](changed *[]string, key string, next *T, running T, equal func(T, T) bool) {
+	if !equal(*next, running) {
+		*changed = append(*changed, key)
+		*next = running
+	}
 }
 
 // keep sets *next to running, noting key when they differed.

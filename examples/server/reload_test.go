@@ -391,16 +391,28 @@ func TestKeepRestartKeys(t *testing.T) {
 	next.OverLimitCache = "off"
 	next.SplitBudget = splitBudgetConfig{LeaseFraction: 0.5, SettleInterval: time.Second}
 	next.RetryAfterJitter = 0.5
+	next.Overload.MaxInFlight = 8
+	next.Overload.ShedAt["sheddable"] = 0.25
+	next.Overload.Adaptive = true
+	next.Degradation = next.Degradation[:1]
+	next.Challenge = challengeConfig{Secret: testSecret, Bits: 20}
+	next.DemoLatency = 50 * time.Millisecond
 	next.GraphQL.MaxDepth = 3 // reloadable: not held
+	next.Concurrency.PerPrincipal = 7
+	next.Lanes[0].Queue = time.Second
 	changed := next.keepRestartKeys(running)
 
 	want := defaultConfig()
 	want.GraphQL.MaxDepth = 3
+	want.Concurrency.PerPrincipal = 7
+	want.Lanes[0].Queue = time.Second
 	assert.Equal(t, want, next)
 	assert.Equal(t, []string{
 		"max_body_bytes", "max_body_bytes_in_flight", "memory_store.max_keys",
 		"graphql.query_cache_entries", "graphql.query_cache_bytes", "over_limit_cache",
 		"split_budget.lease_fraction", "split_budget.settle_interval", "retry_after_jitter",
+		"overload.max_in_flight", "overload.shed_at", "overload.adaptive", "degradation",
+		"challenge.secret", "challenge.bits", "demo_latency",
 	}, changed)
 	same := defaultConfig()
 	assert.Empty(t, same.keepRestartKeys(running))
@@ -412,4 +424,34 @@ func TestKeepRestartKeys(t *testing.T) {
 	for _, key := range changed {
 		assert.Contains(t, string(m[1]), "`"+key+"`", "docs/server.md's Reloading section does not name %s", key)
 	}
+}
+
+// Lanes and concurrency caps reload; a lane that asks for a challenge the
+// server was started without is refused, naming the key, since the
+// challenger is built at start.
+func TestReloadLanesAndChallenge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "costguard.yaml")
+	noChallenge := `
+lanes:
+  - {name: checkout, priority: critical, match: {graphql: ["Mutation.createIssue"]}, queue: 1s}
+  - {name: anonymous, priority: sheddable, match: {anonymous: true}}
+concurrency: {per_principal: 10}
+`
+	writeConfig(t, path, noChallenge)
+	cfg, err := loadConfig(path)
+	require.NoError(t, err)
+	s := newTestServer(t, cfg, deps{logger: slog.New(slog.DiscardHandler)})
+	srv := s.h.(*server)
+	require.Nil(t, srv.challenger)
+
+	writeConfig(t, path, noChallenge+"plans:\n  anon: {burst: 500, rate: 500, per: 1h, concurrency: {per_principal: 0}}\n")
+	require.NoError(t, srv.reload(path))
+	assert.Equal(t, middleware.None, srv.limiterConfig(srv.cfg).Plans["anon"].MaxConcurrent)
+
+	writeConfig(t, path, strings.Replace(noChallenge, "anonymous: true}}", "anonymous: true}, challenge: pow}", 1))
+	err = srv.reload(path)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, errConfig)
+	assert.Contains(t, err.Error(), `lanes[1].challenge is "pow", but the server started with no lane asking for a challenge`)
+	assert.Empty(t, srv.cfg.Lanes[1].Challenge, "the running configuration stays")
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -21,11 +24,17 @@ import (
 	"github.com/costguard/costguard/graph/model"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/challenge"
+	"github.com/costguard/costguard/middleware/overload"
 	"github.com/costguard/costguard/middleware/prommetrics"
 )
 
 // searchResults is how many hits GET /api/search returns at most.
 const searchResults = 20
+
+// featureSearch names GET /api/search in the degradation list: while it is
+// switched off the route answers 503 {"error":"degraded"}.
+const featureSearch = "search"
 
 // deps are what a caller may inject into newServer; zero fields take the
 // production defaults.
@@ -55,8 +64,11 @@ type server struct {
 	d       deps                 // the store, clock and logger every limiter configuration gets
 	log     *slog.Logger
 	res     *graph.Resolver
-	cache   *middleware.QueryCache // shared by every gqlgen server built
-	gql     swappable              // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
+	// challenger is the PoW of lanes with challenge: pow; nil when no lane
+	// asked for one at start.
+	challenger *challenge.PoW
+	cache      *middleware.QueryCache // shared by every gqlgen server built
+	gql        swappable              // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
 
 	mu  sync.Mutex // one reload at a time; guards cfg
 	cfg config     // the configuration in force
@@ -73,7 +85,12 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		s.log = slog.Default()
 	}
 	if s.res == nil {
-		s.res = graph.NewResolver()
+		s.res = graph.NewResolver(graph.WithLatency(cfg.DemoLatency))
+	}
+	if cfg.needsChallenger() {
+		if s.challenger, err = newChallenger(cfg.Challenge, s.log); err != nil {
+			return nil, nil, err
+		}
 	}
 	// A registry of its own, not Prometheus's default: a process (or a
 	// test) may build several servers.
@@ -92,7 +109,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	}
 	s.gql.set(s.graphQL(cfg))
 
-	rest := &restAPI{res: s.res, log: s.log}
+	rest := &restAPI{res: s.res, log: s.log, retryAfter: func() int64 {
+		return overload.RetryAfter(overload.DefaultRetryAfterMax, rand.Float64)
+	}}
 	api := http.NewServeMux()
 	api.HandleFunc("GET /api/users/{login}", rest.getUser)
 	api.HandleFunc("GET /api/search", rest.search)
@@ -129,7 +148,31 @@ func (s *server) limiterConfig(cfg config) middleware.Config {
 	mcfg := cfg.limiterConfig()
 	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
 	mcfg.Observer = s.metrics
+	if s.challenger != nil {
+		mcfg.Challenger = s.challenger
+	}
 	return mcfg
+}
+
+// newChallenger builds the PoW of cfg. Without a configured secret it
+// draws 32 random bytes, and says once that tokens then verify only in
+// this process. The secret itself is never logged.
+func newChallenger(cfg challengeConfig, log *slog.Logger) (*challenge.PoW, error) {
+	key := []byte(cfg.Secret)
+	if len(key) == 0 {
+		key = make([]byte, challenge.MinSecretLen)
+		if _, err := cryptorand.Read(key); err != nil {
+			return nil, fmt.Errorf("challenge secret: %w", err)
+		}
+		log.Info("server: challenge.secret is unset, so a random one was drawn: challenge tokens verify only in this process; " +
+			"give every process the same challenge.secret to share them")
+	}
+	pow, err := challenge.NewPoW(challenge.Config{Secret: key, Bits: int(cfg.Bits)})
+	if err != nil {
+		// validate checked both keys; this is the backstop.
+		return nil, fmt.Errorf("%w: challenge: %w", errConfig, err)
+	}
+	return pow, nil
 }
 
 // graphQL builds the gqlgen server for cfg behind the limiter: the
@@ -169,6 +212,12 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
+// degradedBody answers a route whose feature is switched off under load.
+type degradedBody struct {
+	Error             string `json:"error"`
+	RetryAfterSeconds int64  `json:"retry_after_seconds"`
+}
+
 // userBody is GET /api/users/{login}'s answer.
 type userBody struct {
 	Login string   `json:"login"`
@@ -181,6 +230,8 @@ type userBody struct {
 type restAPI struct {
 	res *graph.Resolver
 	log *slog.Logger
+	// retryAfter is the Retry-After, in seconds, of a degraded answer.
+	retryAfter func() int64
 }
 
 // getUser serves GET /api/users/{login}.
@@ -222,6 +273,12 @@ type searchHit struct {
 // at most searchResults hits.
 func (a *restAPI) search(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	if overload.Degraded(ctx, featureSearch) {
+		ra := a.retryAfter()
+		w.Header().Set(middleware.HeaderRetryAfter, strconv.FormatInt(ra, 10))
+		writeJSON(w, http.StatusServiceUnavailable, degradedBody{Error: "degraded", RetryAfterSeconds: ra})
+		return
+	}
 	q := r.URL.Query().Get("q")
 	if q == "" {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "missing_query"})
