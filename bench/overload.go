@@ -7,9 +7,9 @@ package main
 //
 // The server under test is built in this process from the pieces the
 // example server is made of (middleware.Limiter in front of gqlgen over
-// graph.Resolver, served by net/http on a loopback port), because the
-// example server's YAML keys for overload and demo latency are not on main
-// yet. Its resolvers take spec.latency; an outage switch in front of the
+// graph.Resolver, served by net/http on a loopback port): it was written
+// before the example server had its overload and demo_latency keys, and
+// does not yet start that server as a subprocess. Its resolvers take spec.latency; an outage switch in front of the
 // limiter answers 503 with a Retry-After pointing at the outage's end.
 
 import (

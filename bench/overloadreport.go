@@ -169,7 +169,7 @@ func onOff(b bool) string {
 func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	fmt.Fprintf(out, "costguard bench, overload: %s\n", goInfo())
 	fmt.Fprintln(out, "Server under test: IN-PROCESS (middleware.Limiter + gqlgen over graph.Resolver, on a loopback port), not the example-server")
-	fmt.Fprintln(out, "process: its YAML keys for overload and demo latency are not on main yet.")
+	fmt.Fprintln(out, "process: the scenario does not yet run examples/server with its overload and demo_latency keys.")
 	fmt.Fprintf(out, "Capacity %d in flight (overload MaxInFlight), resolvers take %v: %.0f requests/s. Offered %d× that, %.0f/s, for the whole run:\n",
 		s.capacity, s.latency, s.capacityRate(), overloadFactor, overloadFactor*s.capacityRate())
 	fmt.Fprintf(out, "10%% checkout (createIssue, %d API keys), 40%% authenticated queries (the same keys), 50%% anonymous queries (%d addresses\n", apiKeys, anonymousAddrs)
