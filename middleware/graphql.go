@@ -655,10 +655,10 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		st.r = r
+		defer st.release() // even if the handler panics: a leaked slot would shed forever
 		gw := &graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
 		h.ServeHTTP(gw, l.withDegradation(r.WithContext(context.WithValue(r.Context(), stateKey{}, st))))
 		gw.finish()
-		st.release()
 		st.report(r.Context(), l)
 	})
 }
