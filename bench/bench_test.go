@@ -559,3 +559,36 @@ func TestMaxOverlap(t *testing.T) {
 		t.Errorf("maxOverlap(lastOf) = %d, want 2", got)
 	}
 }
+
+func TestParseAdmitted(t *testing.T) {
+	text := `# HELP costguard_decisions_total Rate-limit decisions.
+# TYPE costguard_decisions_total counter
+costguard_decisions_total{kind="graphql",lane="checkout",outcome="admitted",plan="member"} 12
+costguard_decisions_total{kind="graphql",lane="anonymous",outcome="admitted",plan="anon"} 3
+costguard_decisions_total{kind="graphql",lane="anonymous",outcome="shed",plan="anon"} 40
+costguard_charged_points_total{plan="anon"} 99
+`
+	if n, err := parseAdmitted(strings.NewReader(text)); err != nil || n != 15 {
+		t.Errorf("parseAdmitted = %d, %v; want 15", n, err)
+	}
+	if _, err := parseAdmitted(strings.NewReader("go_goroutines 7\n")); err == nil {
+		t.Error("parseAdmitted accepted a page without costguard_decisions_total")
+	}
+}
+
+func TestPeakAdmittedRate(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int, n int64) admittedSample {
+		return admittedSample{at: t0.Add(time.Duration(ms) * time.Millisecond), admitted: n}
+	}
+	// 20 admitted in the 10 ms after a late scrape would be 2,000/s; over
+	// samples at least 200 ms apart the peak is 100/s.
+	samples := []admittedSample{at(0, 0), at(200, 20), at(210, 40), at(400, 40), at(600, 60), at(900, 60)}
+	got, ok := peakAdmittedRate(samples, t0, t0.Add(time.Second), 200*time.Millisecond)
+	if !ok || got != 100 {
+		t.Errorf("peakAdmittedRate = %v, %v; want 100/s", got, ok)
+	}
+	if _, ok := peakAdmittedRate(samples, t0.Add(800*time.Millisecond), t0.Add(time.Second), 200*time.Millisecond); ok {
+		t.Error("peakAdmittedRate found a pair in a span with one sample")
+	}
+}

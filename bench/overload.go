@@ -210,9 +210,15 @@ type overloadRun struct {
 	// spans are the [sent, done] intervals of the successful attempts,
 	// over the whole run: their most at once is an upper bound of the
 	// server's requests in flight.
-	spans    []span
-	firstErr error
-	unloaded histogram
+	spans []span
+	// start is when the loaded phase began; admitted the server's count
+	// of admitted requests, read from its /metrics every window from
+	// then on, and scrapeErr the first scrape that failed.
+	start     time.Time
+	admitted  []admittedSample
+	scrapeErr error
+	firstErr  error
+	unloaded  histogram
 }
 
 // span is one successful attempt, from sent to answered, at the client.
@@ -370,6 +376,18 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 	}
 
 	start := time.Now()
+	r.start = start
+	scrapeCtx, stopScraping := context.WithCancel(ctx)
+	defer stopScraping()
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		r.admitted, r.scrapeErr = scrapeAdmitted(scrapeCtx, srv.url, window)
+	}()
+	defer func() {
+		stopScraping()
+		<-scraped
+	}()
 	outageAt := start.Add(spec.load)
 	outageEnd := outageAt.Add(spec.outage)
 	end := outageEnd.Add(spec.recovery)
@@ -460,6 +478,8 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 		}
 	}
 	wg.Wait()
+	stopScraping()
+	<-scraped
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bench: interrupted: %w", err)
 	}

@@ -45,10 +45,15 @@ type overloadFigures struct {
 	// unloaded probes.
 	P99AdmittedMs *float64 `json:"p99_admitted_ms"`
 	UnloadedMs    *float64 `json:"unloaded_ms"`
-	// RecoveryPeakOverCapacity: the highest rate of successful attempts
-	// answered in a window after the outage, as the clients counted them,
-	// ÷ (capacity ÷ latency).
+	// RecoveryPeakOverCapacity: the server's highest admission rate
+	// after the outage, from its costguard_decisions_total{outcome=
+	// "admitted"} read every window, over samples at least peakSpan
+	// apart, ÷ (capacity ÷ latency).
 	RecoveryPeakOverCapacity *float64 `json:"recovery_peak_over_capacity"`
+	// RecoveryPeakAnsweredOverCapacity: the same from the clients'
+	// successes answered per window; the answers bunch up when the
+	// clients are short of CPU.
+	RecoveryPeakAnsweredOverCapacity *float64 `json:"recovery_peak_answered_over_capacity"`
 	// The time after the outage until each class's successes in a window
 	// first reach recoveredShare of their loaded mean; null: not within
 	// the recovery phase.
@@ -111,6 +116,18 @@ func (r *overloadRun) recoveryTime(s overloadSpec, c class) (time.Duration, bool
 	return 0, false
 }
 
+// peakSpan is the shortest interval between two /metrics samples the
+// server's admission rate is measured over.
+const peakSpan = 2 * window
+
+// serverRecoveryPeak is the server's highest admission rate after the
+// outage, ÷ the capacity rate.
+func (r *overloadRun) serverRecoveryPeak(s overloadSpec) (float64, bool) {
+	from := r.start.Add(s.load + s.outage)
+	peak, ok := peakAdmittedRate(r.admitted, from, from.Add(s.recovery), peakSpan)
+	return peak / s.capacityRate(), ok
+}
+
 // recoveryPeak is the most successful attempts answered in one window
 // after the outage, every class together, as a rate ÷ the capacity rate.
 func (r *overloadRun) recoveryPeak(s overloadSpec) (float64, bool) {
@@ -137,8 +154,10 @@ func (r *overloadRun) figures(s overloadSpec) overloadFigures {
 		P99AdmittedMs:        ms(r.latAll.quantile(0.99)),
 		UnloadedMs:           ms(r.unloaded.quantile(0.5)),
 	}
-	peak, ok := r.recoveryPeak(s)
+	peak, ok := r.serverRecoveryPeak(s)
 	f.RecoveryPeakOverCapacity = number(peak, ok)
+	answered, ok := r.recoveryPeak(s)
+	f.RecoveryPeakAnsweredOverCapacity = number(answered, ok)
 	var rec [numClasses]*float64
 	for c := range numClasses {
 		if d, ok := r.recoveryTime(s, c); ok {
@@ -249,6 +268,7 @@ func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	goal("unloaded p50 ms", fon.UnloadedMs, foff.UnloadedMs, "")
 	goal("p99 admitted ms (loaded)", fon.P99AdmittedMs, foff.P99AdmittedMs, "≤ 2 × unloaded p50 "+verdict(within2x(fon)))
 	goal("recovery peak ÷ capacity", fon.RecoveryPeakOverCapacity, foff.RecoveryPeakOverCapacity, "≤ 1 "+verdict(fon.RecoveryPeakOverCapacity != nil && *fon.RecoveryPeakOverCapacity <= 1))
+	goal("recovery peak, answered (client)", fon.RecoveryPeakAnsweredOverCapacity, foff.RecoveryPeakAnsweredOverCapacity, "")
 	goal("checkout recovered after ms", fon.CheckoutRecoveryMs, foff.CheckoutRecoveryMs, "first "+verdict(fon.CheckoutRecoveredFirst))
 	goal("authenticated recovered after ms", fon.AuthenticatedRecoveryMs, foff.AuthenticatedRecoveryMs, "")
 	goal("anonymous recovered after ms", fon.AnonymousRecoveryMs, foff.AnonymousRecoveryMs, "")
@@ -256,12 +276,16 @@ func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	fmt.Fprintln(out, "Everything is counted at the client. Max in flight: the most successful attempts whose [sent, answered] intervals")
 	fmt.Fprintln(out, "overlap, an upper bound of the server's in flight (a queued checkout waits outside it; the server exposes no gauge).")
 	fmt.Fprintln(out, "The estimate: the same over the last demo_latency of each interval, where the server runs the root field.")
-	fmt.Fprintf(out, "Recovery peak: successes answered per %v window after the outage, ÷ capacity. The percentages and p99 cover attempts\n", window)
-	fmt.Fprintln(out, "sent in the loaded phase. \"Recovered\": the first window")
+	fmt.Fprintf(out, "Recovery peak: the server's admissions per second after the outage (its costguard_decisions_total, admitted, read from\n")
+	fmt.Fprintf(out, "/metrics every %v; rates over samples ≥ %v apart) ÷ capacity; \"answered\": the clients' successes per %v window.\n", window, peakSpan, window)
+	fmt.Fprintln(out, "The percentages and p99 cover attempts sent in the loaded phase. \"Recovered\": the first window")
 	fmt.Fprintf(out, "after the outage in which the class's successes, as the clients saw them, reach %.0f%% of its loaded mean per window (- never).\n", 100*recoveredShare)
 	for i, r := range []*overloadRun{on, off} {
 		if r.firstErr != nil {
 			fmt.Fprintf(out, "note: lanes %s: other failures, the first: %v\n", onOff(i == 0), r.firstErr)
+		}
+		if r.scrapeErr != nil {
+			fmt.Fprintf(out, "note: lanes %s: a /metrics scrape failed, the first: %v\n", onOff(i == 0), r.scrapeErr)
 		}
 		if r.gaveUp > 0 {
 			fmt.Fprintf(out, "note: lanes %s: %d requests refused on their last attempt, or whose retry fell after the run's end\n", onOff(i == 0), r.gaveUp)
