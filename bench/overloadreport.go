@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,6 +35,9 @@ type overloadFigures struct {
 	// checkout waits outside the capacity). The example server exposes no
 	// in-flight gauge to read instead.
 	MaxInFlightObserved int64 `json:"max_in_flight_observed"`
+	// MaxInFlightObservedLoaded: the same over the attempts sent in the
+	// loaded phase only, before the retry wave crowds the clients.
+	MaxInFlightObservedLoaded int64 `json:"max_in_flight_observed_loaded"`
 	// MaxInFlightEstimated: the same over the last latency of each
 	// interval (all of it when shorter), where the server runs the
 	// request's root field: an estimate, not a bound, off by the network
@@ -117,14 +121,17 @@ func (r *overloadRun) recoveryTime(s overloadSpec, c class) (time.Duration, bool
 }
 
 // peakSpan is the shortest interval between two /metrics samples the
-// server's admission rate is measured over.
-const peakSpan = 2 * window
+// server's admission rate is measured over: 1 s, or half the recovery
+// when shorter. Over a span T a server that never runs more than its
+// capacity C, each request taking the latency L, admits at most C × (T/L
+// + 1): the figure's slack above 1 is L ÷ T (0.1 with the defaults).
+func (s overloadSpec) peakSpan() time.Duration { return min(time.Second, s.recovery/2) }
 
 // serverRecoveryPeak is the server's highest admission rate after the
 // outage, ÷ the capacity rate.
 func (r *overloadRun) serverRecoveryPeak(s overloadSpec) (float64, bool) {
 	from := r.start.Add(s.load + s.outage)
-	peak, ok := peakAdmittedRate(r.admitted, from, from.Add(s.recovery), peakSpan)
+	peak, ok := peakAdmittedRate(r.admitted, from, from.Add(s.recovery), s.peakSpan())
 	return peak / s.capacityRate(), ok
 }
 
@@ -150,9 +157,12 @@ func (r *overloadRun) figures(s overloadSpec) overloadFigures {
 		SheddableShedPct:     pct(r.counts[loaded][anonymous][shedOut], sent(r.counts[loaded][anonymous])),
 		MaxInFlightObserved:  maxOverlap(r.spans),
 		MaxInFlightEstimated: maxOverlap(lastOf(r.spans, s.latency)),
-		Capacity:             s.capacity,
-		P99AdmittedMs:        ms(r.latAll.quantile(0.99)),
-		UnloadedMs:           ms(r.unloaded.quantile(0.5)),
+		MaxInFlightObservedLoaded: maxOverlap(slices.DeleteFunc(slices.Clone(r.spans), func(sp span) bool {
+			return !sp.from.Before(r.start.Add(s.load))
+		})),
+		Capacity:      s.capacity,
+		P99AdmittedMs: ms(r.latAll.quantile(0.99)),
+		UnloadedMs:    ms(r.unloaded.quantile(0.5)),
 	}
 	peak, ok := r.serverRecoveryPeak(s)
 	f.RecoveryPeakOverCapacity = number(peak, ok)
@@ -263,6 +273,8 @@ func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	goal("checkout succeeded %", fon.CriticalSuccessPct, foff.CriticalSuccessPct, "≥ 99 "+verdict(fon.CriticalSuccessPct != nil && *fon.CriticalSuccessPct >= 99))
 	goal("anonymous shed %", fon.SheddableShedPct, foff.SheddableShedPct, "")
 	goal("max in flight (client bound)", &peakOn, &peakOff, fmt.Sprintf("≤ %d %s", s.capacity, verdict(fon.MaxInFlightObserved <= int64(s.capacity))))
+	loadedOn, loadedOff := float64(fon.MaxInFlightObservedLoaded), float64(foff.MaxInFlightObservedLoaded)
+	goal("… sent in the loaded phase", &loadedOn, &loadedOff, "")
 	estOn, estOff := float64(fon.MaxInFlightEstimated), float64(foff.MaxInFlightEstimated)
 	goal("max in flight (estimate)", &estOn, &estOff, "")
 	goal("unloaded p50 ms", fon.UnloadedMs, foff.UnloadedMs, "")
@@ -277,7 +289,8 @@ func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	fmt.Fprintln(out, "overlap, an upper bound of the server's in flight (a queued checkout waits outside it; the server exposes no gauge).")
 	fmt.Fprintln(out, "The estimate: the same over the last demo_latency of each interval, where the server runs the root field.")
 	fmt.Fprintf(out, "Recovery peak: the server's admissions per second after the outage (its costguard_decisions_total, admitted, read from\n")
-	fmt.Fprintf(out, "/metrics every %v; rates over samples ≥ %v apart) ÷ capacity; \"answered\": the clients' successes per %v window.\n", window, peakSpan, window)
+	fmt.Fprintf(out, "/metrics every %v; rates over samples ≥ %v apart) ÷ capacity: a server at exactly its capacity may show up to %.2f\n", window, s.peakSpan(), 1+s.latency.Seconds()/s.peakSpan().Seconds())
+	fmt.Fprintf(out, "(a request admitted just before the span's end). \"Answered\": the clients' successes per %v window, ÷ capacity.\n", window)
 	fmt.Fprintln(out, "The percentages and p99 cover attempts sent in the loaded phase. \"Recovered\": the first window")
 	fmt.Fprintf(out, "after the outage in which the class's successes, as the clients saw them, reach %.0f%% of its loaded mean per window (- never).\n", 100*recoveredShare)
 	for i, r := range []*overloadRun{on, off} {
