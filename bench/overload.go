@@ -71,7 +71,7 @@ type overloadSpec struct {
 	capacity int           // the server's overload.max_in_flight
 	latency  time.Duration // the server's demo_latency: what every root field takes
 	load     time.Duration // the loaded phase
-	outage   time.Duration // the backend fails
+	outage   time.Duration // the outage, emulated at the clients
 	recovery time.Duration // observed after the outage, at the same offered load
 	queue    time.Duration // how long a checkout request waits for a slot (Lane.Queue)
 }
