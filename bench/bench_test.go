@@ -459,12 +459,17 @@ func TestCallgrindEndToEnd(t *testing.T) {
 }
 
 // TestOverloadScenario runs the overload scenario briefly, at a small
-// capacity, and checks its JSON line: every key of the contract, sane
-// values, and a server that never ran more than its capacity with lanes
-// on.
+// capacity, against the example server built and started as a subprocess,
+// and checks its JSON line: every key of the contract and sane values.
 func TestOverloadScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the overload scenario for a few seconds")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the overload scenario builds ./examples/server, and there is no go command: %v", err)
+		}
+		t.Skipf("the overload scenario builds ./examples/server, and there is no go command: %v", err)
 	}
 	var stdout, stderr bytes.Buffer
 	args := []string{"-only", "overload", "-capacity", "4", "-latency", "50ms", "-duration", "1s", "-outage", "300ms", "-recovery", "700ms"}
@@ -501,11 +506,16 @@ func TestOverloadScenario(t *testing.T) {
 		if v, ok := figs["recovery_peak_over_capacity"].(float64); !ok || v <= 0 {
 			t.Errorf("%s: recovery_peak_over_capacity = %v, want a positive ratio", name, figs["recovery_peak_over_capacity"])
 		}
-		if v, ok := figs["max_in_flight_observed"].(float64); !ok || v < 1 || v > 4 {
-			t.Errorf("%s: max_in_flight_observed = %v, want 1 to the capacity, 4", name, figs["max_in_flight_observed"])
+		// Counted at the client, an upper bound: a queued checkout
+		// overlaps the requests the server runs.
+		if v, ok := figs["max_in_flight_observed"].(float64); !ok || v < 1 {
+			t.Errorf("%s: max_in_flight_observed = %v, want at least 1", name, figs["max_in_flight_observed"])
+		}
+		if figs["server"] != "example-server" {
+			t.Errorf("%s: server %v, want example-server", name, figs["server"])
 		}
 	}
-	for _, h := range []string{"IN-PROCESS", "checkout", "authenticated", "anonymous", "recovery peak"} {
+	for _, h := range []string{"examples/server process", "checkout", "authenticated", "anonymous", "recovery peak"} {
 		if !strings.Contains(stdout.String(), h) {
 			t.Errorf("table lacks %q:\n%s", h, stdout.String())
 		}
@@ -523,5 +533,62 @@ func TestOverloadFlags(t *testing.T) {
 		if _, err := parseFlags(args, new(bytes.Buffer)); err == nil {
 			t.Errorf("parseFlags(%q) accepted it", args)
 		}
+	}
+}
+
+func TestMaxOverlap(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name  string
+		spans []span
+		want  int64
+	}{
+		{"none", nil, 0},
+		{"one", []span{{at(0), at(10)}}, 1},
+		{"touching ends do not overlap", []span{{at(0), at(10)}, {at(10), at(20)}}, 1},
+		{"nested", []span{{at(0), at(100)}, {at(10), at(20)}, {at(15), at(30)}}, 3},
+		{"apart", []span{{at(0), at(10)}, {at(5), at(12)}, {at(50), at(60)}}, 2},
+	} {
+		if got := maxOverlap(tc.spans); got != tc.want {
+			t.Errorf("%s: maxOverlap = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// The last 10 ms of each: the long span no longer covers the short ones.
+	if got := maxOverlap(lastOf([]span{{at(0), at(100)}, {at(10), at(20)}, {at(5), at(25)}}, 10*time.Millisecond)); got != 2 {
+		t.Errorf("maxOverlap(lastOf) = %d, want 2", got)
+	}
+}
+
+func TestParseAdmitted(t *testing.T) {
+	text := `# HELP costguard_decisions_total Rate-limit decisions.
+# TYPE costguard_decisions_total counter
+costguard_decisions_total{kind="graphql",lane="checkout",outcome="admitted",plan="member"} 12
+costguard_decisions_total{kind="graphql",lane="anonymous",outcome="admitted",plan="anon"} 3
+costguard_decisions_total{kind="graphql",lane="anonymous",outcome="shed",plan="anon"} 40
+costguard_charged_points_total{plan="anon"} 99
+`
+	if n, err := parseAdmitted(strings.NewReader(text)); err != nil || n != 15 {
+		t.Errorf("parseAdmitted = %d, %v; want 15", n, err)
+	}
+	if _, err := parseAdmitted(strings.NewReader("go_goroutines 7\n")); err == nil {
+		t.Error("parseAdmitted accepted a page without costguard_decisions_total")
+	}
+}
+
+func TestPeakAdmittedRate(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int, n int64) admittedSample {
+		return admittedSample{at: t0.Add(time.Duration(ms) * time.Millisecond), admitted: n}
+	}
+	// 20 admitted in the 10 ms after a late scrape would be 2,000/s; over
+	// samples at least 200 ms apart the peak is 100/s.
+	samples := []admittedSample{at(0, 0), at(200, 20), at(210, 40), at(400, 40), at(600, 60), at(900, 60)}
+	got, ok := peakAdmittedRate(samples, t0, t0.Add(time.Second), 200*time.Millisecond)
+	if !ok || got != 100 {
+		t.Errorf("peakAdmittedRate = %v, %v; want 100/s", got, ok)
+	}
+	if _, ok := peakAdmittedRate(samples, t0.Add(800*time.Millisecond), t0.Add(time.Second), 200*time.Millisecond); ok {
+		t.Error("peakAdmittedRate found a pair in a span with one sample")
 	}
 }

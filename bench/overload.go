@@ -1,40 +1,45 @@
 package main
 
-// The overload scenario (-only overload, issue 12 item 8): one server with
-// a small capacity, offered overloadFactor times that capacity by a fixed
-// mix of clients, then an outage and the retry wave that follows it, run
-// twice: with the lanes of docs/middleware.md and without any.
+// The overload scenario (-only overload, issue 12 item 8): one example
+// server process with a small capacity, offered overloadFactor times that
+// capacity by a fixed mix of clients, then an outage and the retry wave
+// that follows it, run twice: with the example server's lanes and without
+// any (`lanes: []`).
 //
-// The server under test is built in this process from the pieces the
-// example server is made of (middleware.Limiter in front of gqlgen over
-// graph.Resolver, served by net/http on a loopback port): it was written
-// before the example server had its overload and demo_latency keys, and
-// does not yet start that server as a subprocess. Its resolvers take spec.latency; an outage switch in front of the
-// limiter answers 503 with a Retry-After pointing at the outage's end.
+// The server under test is examples/server, built once and started once
+// per run (exampleserver.go) with a configuration written by overloadYAML:
+// overload.max_in_flight is the capacity, demo_latency what every root
+// field takes, plans too large to refuse anything, so only shedding
+// matters.
+//
+// The example server has no switch that fails its backend, so the outage
+// is emulated by the clients: no attempt is sent while it lasts. Each
+// attempt that falls in it (a new arrival or a retry that comes due) is
+// counted as refused by the outage and held until the outage ends, when
+// all of them are sent at once: a synchronized retry wave, as if every
+// client had been answered 503 with a Retry-After pointing at the end.
+// Requests already at the server when the outage starts finish normally.
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"math"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/99designs/gqlgen/graphql"
-	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/middleware"
-	"github.com/costguard/costguard/middleware/overload"
 )
 
 // overloadFactor is the offered load, as a multiple of capacity.
@@ -63,10 +68,10 @@ const (
 
 // overloadSpec is the scenario's shape, from the flags.
 type overloadSpec struct {
-	capacity int           // the server's MaxInFlight
-	latency  time.Duration // what every resolver takes
+	capacity int           // the server's overload.max_in_flight
+	latency  time.Duration // the server's demo_latency: what every root field takes
 	load     time.Duration // the loaded phase
-	outage   time.Duration // the backend fails
+	outage   time.Duration // the outage, emulated at the clients
 	recovery time.Duration // observed after the outage, at the same offered load
 	queue    time.Duration // how long a checkout request waits for a slot (Lane.Queue)
 }
@@ -118,105 +123,45 @@ func checkoutQuery(n int) string {
 	return `{"query":"mutation { createIssue(repo: \"` + checkoutRepos[(n/10)%len(checkoutRepos)] + `\", title: \"bench\") { id } }"}`
 }
 
-// benchLanes are the example server's default lanes (docs/middleware.md,
-// "Lanes"), the checkout lane queueing for up to queue.
-func benchLanes(queue time.Duration) []middleware.Lane {
-	return []middleware.Lane{
-		{Name: "checkout", Priority: middleware.PriorityCritical, Queue: queue,
-			Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}}},
-		{Name: "authenticated", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true}},
-		{Name: "anonymous", Priority: middleware.PrioritySheddable, Match: middleware.LaneMatch{Anonymous: true}},
-	}
-}
-
-// sut is the server under test.
-type sut struct {
-	url  string
-	http *httptest.Server
-	lim  *middleware.Limiter
-	// downUntil is when the outage ends, in Unix nanoseconds; 0: up.
-	downUntil atomic.Int64
-	// running counts the operations inside their resolvers; peak is its
-	// highest value.
-	running, peak atomic.Int64
-	// from and finished count the operations that left their resolvers,
-	// per window since from (Unix nanoseconds; 0: not counting yet): the
-	// admitted rate, as the server saw it.
-	from     atomic.Int64
-	finished []atomic.Int64
-}
-
-// startInProcess builds the server: generous budgets (the scenario is
-// about capacity, not budgets), the overload shedder at spec.capacity, the
-// lanes when lanes is set, and resolvers that take spec.latency.
-func startInProcess(spec overloadSpec, lanes bool) (*sut, error) {
-	total := spec.load + spec.outage + spec.recovery
-	keys := make(map[string]middleware.APIKey, apiKeys)
+// overloadYAML is the example server's configuration for one run. Plans
+// so large that no budget ever refuses; the API keys of the checkout and
+// authenticated clients; the loopback proxy trusted, so the anonymous
+// clients' X-Forwarded-For is their address; no per-principal cap and no
+// degradation, so only the shedder refuses; with lanes, the server's
+// default lanes with the checkout queue of spec.queue; without, none.
+func overloadYAML(spec overloadSpec, lanes bool, secret string) string {
+	var b strings.Builder
+	b.WriteString("plans:\n")
+	b.WriteString("  member: {burst: 1000000000, rate: 1000000000, per: 1s}\n")
+	b.WriteString("  anon: {burst: 1000000000, rate: 1000000000, per: 1s}\n")
+	b.WriteString("anonymous_plan: anon\napi_keys:\n")
 	for i := range apiKeys {
-		keys[apiKey(i)] = middleware.APIKey{Principal: "member-" + strconv.Itoa(i), Plan: "member"}
+		fmt.Fprintf(&b, "  %s: {principal: member-%d, plan: member}\n", apiKey(i), i)
 	}
-	generous := middleware.Plan{Burst: 1_000_000_000, Rate: 1_000_000_000, Per: time.Second}
-	cfg := middleware.Config{
-		Plans:          map[string]middleware.Plan{"member": generous, "anon": generous},
-		AnonymousPlan:  "anon",
-		APIKeys:        middleware.NewStaticKeys(keys),
-		TrustedProxies: []string{"127.0.0.1/32", "::1/128"},
-		Overload:       &overload.Config{MaxInFlight: spec.capacity},
-		Logger:         slog.New(slog.DiscardHandler),
-	}
+	b.WriteString(`trusted_proxies: ["127.0.0.1/32", "::1/128"]` + "\n")
 	if lanes {
-		cfg.Lanes = benchLanes(spec.queue)
+		b.WriteString("lanes:\n")
+		fmt.Fprintf(&b, "  - {name: checkout, priority: critical, match: {graphql: [\"Mutation.createIssue\"], rest: [\"POST /api/orders\"]}, queue: %s}\n", spec.queue)
+		b.WriteString("  - {name: authenticated, priority: normal, match: {authenticated: true}}\n")
+		b.WriteString("  - {name: anonymous, priority: sheddable, match: {anonymous: true}, challenge: pow}\n")
+	} else {
+		b.WriteString("lanes: []\n")
 	}
-	lim, err := middleware.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("bench: overload server: %w", err)
-	}
-	s := &sut{lim: lim, finished: make([]atomic.Int64, int(total/window)+1)}
-	gql := handler.New(graph.NewResolver().Schema())
-	gql.AddTransport(transport.POST{})
-	gql.AroundRootFields(func(ctx context.Context, next graphql.RootResolver) graphql.Marshaler {
-		n := s.running.Add(1)
-		defer s.running.Add(-1)
-		for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
-		}
-		t := time.NewTimer(spec.latency)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		m := next(ctx)
-		if from := s.from.Load(); from != 0 {
-			s.finished[min(int(time.Since(time.Unix(0, from))/window), len(s.finished)-1)].Add(1)
-		}
-		return m
-	})
-	limited := lim.Handler(gql)
-	s.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if until := s.downUntil.Load(); until != 0 {
-			if left := time.Until(time.Unix(0, until)); left > 0 {
-				w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(left.Seconds())), 10))
-				writeJSONStatus(w, http.StatusServiceUnavailable, `{"error":"backend_unavailable"}`)
-				return
-			}
-		}
-		limited.ServeHTTP(w, r)
-	}))
-	s.url = s.http.URL + "/graphql"
-	return s, nil
+	fmt.Fprintf(&b, "overload: {max_in_flight: %d}\n", spec.capacity)
+	b.WriteString("concurrency: {per_principal: 0}\n")
+	b.WriteString("degradation: []\n")
+	fmt.Fprintf(&b, "challenge: {secret: %q, bits: 16}\n", secret)
+	fmt.Fprintf(&b, "demo_latency: %s\n", spec.latency)
+	return b.String()
 }
 
-func writeJSONStatus(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	io.WriteString(w, body)
-}
-
-func (s *sut) fail(until time.Time) { s.downUntil.Store(until.UnixNano()) }
-
-func (s *sut) Close() error {
-	s.http.Close()
-	return s.lim.Close()
+// randomSecret is a challenge.secret for one run: 32 random bytes in hex.
+func randomSecret() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("bench: overload: challenge secret: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 func apiKey(i int) string { return "bench-key-" + strconv.Itoa(i) }
@@ -228,7 +173,7 @@ const (
 	succeeded  outcome = iota // 200 without errors
 	shedOut                   // 503 OVERLOADED
 	limitedOut                // 429
-	outageOut                 // the outage's 503
+	outageOut                 // held by the outage, never sent
 	failedOut                 // anything else, transport errors included
 	numOutcomes
 )
@@ -262,12 +207,58 @@ type overloadRun struct {
 	// ok[class][w] counts successes by the window they completed in,
 	// from the start of the loaded phase.
 	ok [numClasses][]int64
-	// admitted counts the operations that finished their resolvers, per
-	// window, as the server counted them.
-	admitted []int64
-	firstErr error
-	unloaded histogram
-	peak     int64
+	// spans are the [sent, done] intervals of the successful attempts,
+	// over the whole run: their most at once is an upper bound of the
+	// server's requests in flight.
+	spans []span
+	// start is when the loaded phase began; admitted the server's count
+	// of admitted requests, read from its /metrics every window from
+	// then on, and scrapeErr the first scrape that failed.
+	start     time.Time
+	admitted  []admittedSample
+	scrapeErr error
+	firstErr  error
+	unloaded  histogram
+}
+
+// span is one successful attempt, from sent to answered, at the client.
+type span struct{ from, to time.Time }
+
+// lastOf is the last d of each span, or all of it when shorter.
+func lastOf(spans []span, d time.Duration) []span {
+	out := make([]span, len(spans))
+	for i, s := range spans {
+		out[i] = span{from: s.from, to: s.to}
+		if from := s.to.Add(-d); from.After(s.from) {
+			out[i].from = from
+		}
+	}
+	return out
+}
+
+// maxOverlap is the most spans open at one instant; a span that ends when
+// another starts does not overlap it.
+func maxOverlap(spans []span) int64 {
+	type edge struct {
+		at    time.Time
+		delta int64
+	}
+	edges := make([]edge, 0, 2*len(spans))
+	for _, s := range spans {
+		edges = append(edges, edge{s.from, 1}, edge{s.to, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return int(a.delta - b.delta) // ends first
+	})
+	var open, most int64
+	for _, e := range edges {
+		open += e.delta
+		most = max(most, open)
+	}
+	return most
 }
 
 // overloadClient sends the scenario's requests.
@@ -320,15 +311,13 @@ func (oc *overloadClient) send(ctx context.Context, c class, n int) attempt {
 }
 
 // classify reads a response: its status, its Retry-After, and for a 503
-// whether the limiter shed it (GraphQL code OVERLOADED) or the outage
-// refused it.
+// whether the limiter shed it (GraphQL code OVERLOADED).
 func classify(status int, retryAfter string, body []byte) attempt {
 	var a attempt
 	if s, err := strconv.Atoi(retryAfter); err == nil && s >= 0 {
 		a.retryAfter = time.Duration(s) * time.Second
 	}
 	var parsed struct {
-		Error  string `json:"error"`
 		Errors []struct {
 			Message    string `json:"message"`
 			Extensions struct {
@@ -340,8 +329,6 @@ func classify(status int, retryAfter string, body []byte) attempt {
 	switch {
 	case status == http.StatusOK && len(parsed.Errors) == 0:
 		a.outcome = succeeded
-	case status == http.StatusServiceUnavailable && parsed.Error == "backend_unavailable":
-		a.outcome = outageOut
 	case status == http.StatusServiceUnavailable && len(parsed.Errors) > 0 && parsed.Errors[0].Extensions.Code == middleware.CodeOverloaded:
 		a.outcome = shedOut
 	case status == http.StatusTooManyRequests:
@@ -356,16 +343,25 @@ func classify(status int, retryAfter string, body []byte) attempt {
 	return a
 }
 
-// runOverloadOnce runs the scenario against a fresh server: the unloaded
-// probes, then the loaded phase, the outage and the recovery, with arrivals
-// at overloadFactor × capacity throughout.
-func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool) (*overloadRun, error) {
-	srv, err := startInProcess(spec, lanes)
+// runOverloadOnce runs the scenario against a fresh example server
+// started from bin, its configuration written into dir: the unloaded
+// probes, then the loaded phase, the outage and the recovery, with
+// arrivals at overloadFactor × capacity throughout.
+func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, dir string) (_ *overloadRun, err error) {
+	secret, err := randomSecret()
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Close()
-	oc := newOverloadClient(srv.url, 4*overloadFactor*spec.capacity)
+	cfg := filepath.Join(dir, "overload-lanes-"+onOff(lanes)+".yaml")
+	if err := os.WriteFile(cfg, []byte(overloadYAML(spec, lanes, secret)), 0o600); err != nil {
+		return nil, fmt.Errorf("bench: overload: %w", err)
+	}
+	srv, err := startExampleServer(ctx, bin, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, srv.Close()) }()
+	oc := newOverloadClient(srv.url+"/graphql", 4*overloadFactor*spec.capacity)
 	defer oc.hc.CloseIdleConnections()
 	r := &overloadRun{}
 
@@ -378,10 +374,20 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool) (*overl
 		}
 		r.unloaded.record(time.Since(t0))
 	}
-	srv.peak.Store(0)
 
 	start := time.Now()
-	srv.from.Store(start.UnixNano())
+	r.start = start
+	scrapeCtx, stopScraping := context.WithCancel(ctx)
+	defer stopScraping()
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		r.admitted, r.scrapeErr = scrapeAdmitted(scrapeCtx, srv.url, window)
+	}()
+	defer func() {
+		stopScraping()
+		<-scraped
+	}()
 	outageAt := start.Add(spec.load)
 	outageEnd := outageAt.Add(spec.outage)
 	end := outageEnd.Add(spec.recovery)
@@ -402,14 +408,21 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool) (*overl
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	// try sends attempt k (1-based) of arrival n and schedules the next
-	// after a refusal, honouring Retry-After.
+	// try makes attempt k (1-based) of arrival n: during the outage it is
+	// held until the outage's end, otherwise sent; a refusal schedules
+	// the next attempt after its Retry-After.
 	var try func(c class, n, k int)
 	try = func(c class, n, k int) {
 		sent := time.Now()
 		p := phaseOf(sent)
-		a := oc.send(runCtx, c, n)
-		done := time.Now()
+		var a attempt
+		done := sent
+		if p == outage {
+			a = attempt{outcome: outageOut, retryAfter: outageEnd.Sub(sent)}
+		} else {
+			a = oc.send(runCtx, c, n)
+			done = time.Now()
+		}
 		r.mu.Lock()
 		r.counts[p][c][a.outcome]++
 		if k > 1 {
@@ -421,6 +434,7 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool) (*overl
 				r.latAll.record(done.Sub(sent))
 			}
 			r.ok[c][min(int(done.Sub(start)/window), nWindows-1)]++
+			r.spans = append(r.spans, span{sent, done})
 		}
 		if a.outcome == failedOut && r.firstErr == nil && runCtx.Err() == nil {
 			r.firstErr = a.err
@@ -446,7 +460,6 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool) (*overl
 		}
 	}
 
-	srvFailed := false
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	interval := spec.interval()
@@ -454,10 +467,6 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool) (*overl
 		now := time.Now()
 		if !now.Before(end) || ctx.Err() != nil {
 			break
-		}
-		if !srvFailed && !now.Before(outageAt) {
-			srv.fail(outageEnd)
-			srvFailed = true
 		}
 		for due := int(now.Sub(start) / interval); n <= due; n++ {
 			c, i := classOf(n), n
@@ -469,13 +478,10 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool) (*overl
 		}
 	}
 	wg.Wait()
+	stopScraping()
+	<-scraped
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bench: interrupted: %w", err)
-	}
-	r.peak = srv.peak.Load()
-	r.admitted = make([]int64, len(srv.finished))
-	for i := range srv.finished {
-		r.admitted[i] = srv.finished[i].Load()
 	}
 	return r, nil
 }

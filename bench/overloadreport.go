@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,7 +16,7 @@ import (
 
 // overloadServerDesc names the server under test in the header and the
 // JSON.
-const overloadServerDesc = "in-process"
+const overloadServerDesc = "example-server"
 
 // overloadFigures are the JSON of the scenario's last line: the figures of
 // one run. A nil number could not be measured and prints as null.
@@ -25,18 +28,36 @@ type overloadFigures struct {
 	// SheddableShedPct: anonymous attempts sent in the loaded phase that
 	// were shed, in percent.
 	SheddableShedPct *float64 `json:"sheddable_shed_pct"`
-	// MaxInFlightObserved: the most operations inside their resolvers at
-	// once, over the whole run.
+	// MaxInFlightObserved: the most successful attempts whose [sent,
+	// answered] intervals at the client overlap, over the whole run: an
+	// upper bound of the server's requests in flight (the server holds a
+	// request for less than the client waits for it, and a queued
+	// checkout waits outside the capacity). The example server exposes no
+	// in-flight gauge to read instead.
 	MaxInFlightObserved int64 `json:"max_in_flight_observed"`
-	Capacity            int   `json:"capacity"`
+	// MaxInFlightObservedLoaded: the same over the attempts sent in the
+	// loaded phase only, before the retry wave crowds the clients.
+	MaxInFlightObservedLoaded int64 `json:"max_in_flight_observed_loaded"`
+	// MaxInFlightEstimated: the same over the last latency of each
+	// interval (all of it when shorter), where the server runs the
+	// request's root field: an estimate, not a bound, off by the network
+	// and the middleware's own time.
+	MaxInFlightEstimated int64 `json:"max_in_flight_estimated"`
+	Capacity             int   `json:"capacity"`
 	// P99AdmittedMs: p99 latency of the successful attempts sent in the
 	// loaded phase, every class together; UnloadedMs the p50 of the
 	// unloaded probes.
 	P99AdmittedMs *float64 `json:"p99_admitted_ms"`
 	UnloadedMs    *float64 `json:"unloaded_ms"`
-	// RecoveryPeakOverCapacity: the highest rate of operations the server
-	// finished in a window after the outage, ÷ (capacity ÷ latency).
+	// RecoveryPeakOverCapacity: the server's highest admission rate
+	// after the outage, from its costguard_decisions_total{outcome=
+	// "admitted"} read every window, over samples at least peakSpan
+	// apart, ÷ (capacity ÷ latency).
 	RecoveryPeakOverCapacity *float64 `json:"recovery_peak_over_capacity"`
+	// RecoveryPeakAnsweredOverCapacity: the same from the clients'
+	// successes answered per window; the answers bunch up when the
+	// clients are short of CPU.
+	RecoveryPeakAnsweredOverCapacity *float64 `json:"recovery_peak_answered_over_capacity"`
 	// The time after the outage until each class's successes in a window
 	// first reach recoveredShare of their loaded mean; null: not within
 	// the recovery phase.
@@ -99,29 +120,54 @@ func (r *overloadRun) recoveryTime(s overloadSpec, c class) (time.Duration, bool
 	return 0, false
 }
 
-// recoveryPeak is the most operations the server finished in one window
-// after the outage, as a rate ÷ the capacity rate.
+// peakSpan is the shortest interval between two /metrics samples the
+// server's admission rate is measured over: 1 s, or half the recovery
+// when shorter. Over a span T a server that never runs more than its
+// capacity C, each request taking the latency L, admits at most C × (T/L
+// + 1): the figure's slack above 1 is L ÷ T (0.1 with the defaults).
+func (s overloadSpec) peakSpan() time.Duration { return min(time.Second, s.recovery/2) }
+
+// serverRecoveryPeak is the server's highest admission rate after the
+// outage, ÷ the capacity rate.
+func (r *overloadRun) serverRecoveryPeak(s overloadSpec) (float64, bool) {
+	from := r.start.Add(s.load + s.outage)
+	peak, ok := peakAdmittedRate(r.admitted, from, from.Add(s.recovery), s.peakSpan())
+	return peak / s.capacityRate(), ok
+}
+
+// recoveryPeak is the most successful attempts answered in one window
+// after the outage, every class together, as a rate ÷ the capacity rate.
 func (r *overloadRun) recoveryPeak(s overloadSpec) (float64, bool) {
 	first, past := s.recoveryWindows()
 	best, any := 0.0, false
-	for k := first; k < past && k < len(r.admitted); k++ {
-		best, any = max(best, float64(r.admitted[k])/window.Seconds()/s.capacityRate()), true
+	for k := first; k < past && k < len(r.ok[0]); k++ {
+		var n int64
+		for c := range numClasses {
+			n += r.ok[c][k]
+		}
+		best, any = max(best, float64(n)/window.Seconds()/s.capacityRate()), true
 	}
 	return best, any
 }
 
 func (r *overloadRun) figures(s overloadSpec) overloadFigures {
 	f := overloadFigures{
-		Server:              overloadServerDesc,
-		CriticalSuccessPct:  pct(r.counts[loaded][checkout][succeeded], sent(r.counts[loaded][checkout])),
-		SheddableShedPct:    pct(r.counts[loaded][anonymous][shedOut], sent(r.counts[loaded][anonymous])),
-		MaxInFlightObserved: r.peak,
-		Capacity:            s.capacity,
-		P99AdmittedMs:       ms(r.latAll.quantile(0.99)),
-		UnloadedMs:          ms(r.unloaded.quantile(0.5)),
+		Server:               overloadServerDesc,
+		CriticalSuccessPct:   pct(r.counts[loaded][checkout][succeeded], sent(r.counts[loaded][checkout])),
+		SheddableShedPct:     pct(r.counts[loaded][anonymous][shedOut], sent(r.counts[loaded][anonymous])),
+		MaxInFlightObserved:  maxOverlap(r.spans),
+		MaxInFlightEstimated: maxOverlap(lastOf(r.spans, s.latency)),
+		MaxInFlightObservedLoaded: maxOverlap(slices.DeleteFunc(slices.Clone(r.spans), func(sp span) bool {
+			return !sp.from.Before(r.start.Add(s.load))
+		})),
+		Capacity:      s.capacity,
+		P99AdmittedMs: ms(r.latAll.quantile(0.99)),
+		UnloadedMs:    ms(r.unloaded.quantile(0.5)),
 	}
-	peak, ok := r.recoveryPeak(s)
+	peak, ok := r.serverRecoveryPeak(s)
 	f.RecoveryPeakOverCapacity = number(peak, ok)
+	answered, ok := r.recoveryPeak(s)
+	f.RecoveryPeakAnsweredOverCapacity = number(answered, ok)
 	var rec [numClasses]*float64
 	for c := range numClasses {
 		if d, ok := r.recoveryTime(s, c); ok {
@@ -140,12 +186,22 @@ func (r *overloadRun) figures(s overloadSpec) overloadFigures {
 
 // runOverload runs the scenario with lanes, then without, and prints the
 // table and the JSON line.
-func runOverload(ctx context.Context, o options, stdout, stderr io.Writer) error {
+func runOverload(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	spec := o.overload
+	dir, err := os.MkdirTemp("", "costguard-bench-overload-")
+	if err != nil {
+		return fmt.Errorf("bench: overload: %w", err)
+	}
+	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	fmt.Fprintln(stderr, "bench: overload: building ./examples/server")
+	bin, err := buildExampleServer(ctx, dir)
+	if err != nil {
+		return err
+	}
 	var runs [2]*overloadRun
 	for i, lanes := range []bool{true, false} {
 		fmt.Fprintf(stderr, "bench: overload: lanes %s, %v loaded, %v outage, %v recovery\n", onOff(lanes), spec.load, spec.outage, spec.recovery)
-		r, err := runOverloadOnce(ctx, spec, lanes)
+		r, err := runOverloadOnce(ctx, spec, lanes, bin, dir)
 		if err != nil {
 			return err
 		}
@@ -168,15 +224,17 @@ func onOff(b bool) string {
 // the figures side by side, and the JSON line last.
 func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	fmt.Fprintf(out, "costguard bench, overload: %s\n", goInfo())
-	fmt.Fprintln(out, "Server under test: IN-PROCESS (middleware.Limiter + gqlgen over graph.Resolver, on a loopback port), not the example-server")
-	fmt.Fprintln(out, "process: the scenario does not yet run examples/server with its overload and demo_latency keys.")
-	fmt.Fprintf(out, "Capacity %d in flight (overload MaxInFlight), resolvers take %v: %.0f requests/s. Offered %d× that, %.0f/s, for the whole run:\n",
+	fmt.Fprintln(out, "Server under test: one examples/server process (go build), on a loopback port, budgets in memory; plans too large")
+	fmt.Fprintln(out, "to refuse, no per-principal cap, no degradation: only the shedder refuses.")
+	fmt.Fprintf(out, "Capacity %d in flight (overload.max_in_flight), demo_latency %v: %.0f requests/s. Offered %d× that, %.0f/s, for the whole run:\n",
 		s.capacity, s.latency, s.capacityRate(), overloadFactor, overloadFactor*s.capacityRate())
 	fmt.Fprintf(out, "10%% checkout (createIssue, %d API keys), 40%% authenticated queries (the same keys), 50%% anonymous queries (%d addresses\n", apiKeys, anonymousAddrs)
-	fmt.Fprintln(out, "in X-Forwarded-For, from a trusted loopback proxy). Phases: loaded, then outage (every request answered 503 with a")
-	fmt.Fprintf(out, "Retry-After to the outage's end), then recovery: %v, %v, %v. Refused clients retry after Retry-After, %d attempts at most.\n",
-		s.load, s.outage, s.recovery, maxAttempts)
-	fmt.Fprintf(out, "Lanes on: checkout critical (queue %v), authenticated normal, anonymous sheddable; lanes off: every request normal.\n", s.queue)
+	fmt.Fprintln(out, "in X-Forwarded-For, from a trusted loopback proxy). Phases: loaded, outage, recovery:")
+	fmt.Fprintf(out, "%v, %v, %v. The outage is emulated by the clients (the server has no backend switch): no attempt is sent while it\n", s.load, s.outage, s.recovery)
+	fmt.Fprintln(out, "lasts; each one due then (arrival or retry) counts as \"outage\" and is held, and all are sent at once when it ends.")
+	fmt.Fprintf(out, "Refused clients retry after Retry-After, %d attempts at most.\n", maxAttempts)
+	fmt.Fprintf(out, "Lanes on: the server's default lanes, checkout critical (queue %v), authenticated normal, anonymous sheddable (pow\n", s.queue)
+	fmt.Fprintln(out, "challenge, never solved); lanes off (lanes: []): every request normal.")
 
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -214,20 +272,33 @@ func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	peakOn, peakOff := float64(fon.MaxInFlightObserved), float64(foff.MaxInFlightObserved)
 	goal("checkout succeeded %", fon.CriticalSuccessPct, foff.CriticalSuccessPct, "≥ 99 "+verdict(fon.CriticalSuccessPct != nil && *fon.CriticalSuccessPct >= 99))
 	goal("anonymous shed %", fon.SheddableShedPct, foff.SheddableShedPct, "")
-	goal("max in flight observed", &peakOn, &peakOff, fmt.Sprintf("≤ %d %s", s.capacity, verdict(fon.MaxInFlightObserved <= int64(s.capacity))))
+	goal("max in flight (client bound)", &peakOn, &peakOff, fmt.Sprintf("≤ %d %s", s.capacity, verdict(fon.MaxInFlightObserved <= int64(s.capacity))))
+	loadedOn, loadedOff := float64(fon.MaxInFlightObservedLoaded), float64(foff.MaxInFlightObservedLoaded)
+	goal("… sent in the loaded phase", &loadedOn, &loadedOff, "")
+	estOn, estOff := float64(fon.MaxInFlightEstimated), float64(foff.MaxInFlightEstimated)
+	goal("max in flight (estimate)", &estOn, &estOff, "")
 	goal("unloaded p50 ms", fon.UnloadedMs, foff.UnloadedMs, "")
 	goal("p99 admitted ms (loaded)", fon.P99AdmittedMs, foff.P99AdmittedMs, "≤ 2 × unloaded p50 "+verdict(within2x(fon)))
 	goal("recovery peak ÷ capacity", fon.RecoveryPeakOverCapacity, foff.RecoveryPeakOverCapacity, "≤ 1 "+verdict(fon.RecoveryPeakOverCapacity != nil && *fon.RecoveryPeakOverCapacity <= 1))
+	goal("recovery peak, answered (client)", fon.RecoveryPeakAnsweredOverCapacity, foff.RecoveryPeakAnsweredOverCapacity, "")
 	goal("checkout recovered after ms", fon.CheckoutRecoveryMs, foff.CheckoutRecoveryMs, "first "+verdict(fon.CheckoutRecoveredFirst))
 	goal("authenticated recovered after ms", fon.AuthenticatedRecoveryMs, foff.AuthenticatedRecoveryMs, "")
 	goal("anonymous recovered after ms", fon.AnonymousRecoveryMs, foff.AnonymousRecoveryMs, "")
 	tw.Flush()
-	fmt.Fprintln(out, "In flight and the recovery peak are counted by the server, around the resolvers (the peak: operations finished per")
-	fmt.Fprintf(out, "%v window after the outage). The percentages and p99 cover attempts sent in the loaded phase. \"Recovered\": the first window\n", window)
+	fmt.Fprintln(out, "Everything is counted at the client. Max in flight: the most successful attempts whose [sent, answered] intervals")
+	fmt.Fprintln(out, "overlap, an upper bound of the server's in flight (a queued checkout waits outside it; the server exposes no gauge).")
+	fmt.Fprintln(out, "The estimate: the same over the last demo_latency of each interval, where the server runs the root field.")
+	fmt.Fprintf(out, "Recovery peak: the server's admissions per second after the outage (its costguard_decisions_total, admitted, read from\n")
+	fmt.Fprintf(out, "/metrics every %v; rates over samples ≥ %v apart) ÷ capacity: a server at exactly its capacity may show up to %.2f\n", window, s.peakSpan(), 1+s.latency.Seconds()/s.peakSpan().Seconds())
+	fmt.Fprintf(out, "(a request admitted just before the span's end). \"Answered\": the clients' successes per %v window, ÷ capacity.\n", window)
+	fmt.Fprintln(out, "The percentages and p99 cover attempts sent in the loaded phase. \"Recovered\": the first window")
 	fmt.Fprintf(out, "after the outage in which the class's successes, as the clients saw them, reach %.0f%% of its loaded mean per window (- never).\n", 100*recoveredShare)
 	for i, r := range []*overloadRun{on, off} {
 		if r.firstErr != nil {
 			fmt.Fprintf(out, "note: lanes %s: other failures, the first: %v\n", onOff(i == 0), r.firstErr)
+		}
+		if r.scrapeErr != nil {
+			fmt.Fprintf(out, "note: lanes %s: a /metrics scrape failed, the first: %v\n", onOff(i == 0), r.scrapeErr)
 		}
 		if r.gaveUp > 0 {
 			fmt.Fprintf(out, "note: lanes %s: %d requests refused on their last attempt, or whose retry fell after the run's end\n", onOff(i == 0), r.gaveUp)
