@@ -506,10 +506,13 @@ func TestOverloadScenario(t *testing.T) {
 		if v, ok := figs["recovery_peak_over_capacity"].(float64); !ok || v <= 0 {
 			t.Errorf("%s: recovery_peak_over_capacity = %v, want a positive ratio", name, figs["recovery_peak_over_capacity"])
 		}
-		// Counted at the client, an upper bound: a queued checkout
-		// overlaps the requests the server runs.
-		if v, ok := figs["max_in_flight_observed"].(float64); !ok || v < 1 {
-			t.Errorf("%s: max_in_flight_observed = %v, want at least 1", name, figs["max_in_flight_observed"])
+		// The server's own high-water mark: the shedder never admits more
+		// than its capacity.
+		if v, ok := figs["max_in_flight_observed"].(float64); !ok || v < 1 || v > 4 {
+			t.Errorf("%s: max_in_flight_observed = %v, want between 1 and the capacity, 4", name, figs["max_in_flight_observed"])
+		}
+		if v, ok := figs["max_in_flight_client_bound"].(float64); !ok || v < figs["max_in_flight_observed"].(float64) {
+			t.Errorf("%s: max_in_flight_client_bound = %v, want at least the server's peak", name, figs["max_in_flight_client_bound"])
 		}
 		if figs["server"] != "example-server" {
 			t.Errorf("%s: server %v, want example-server", name, figs["server"])
@@ -590,5 +593,17 @@ func TestPeakAdmittedRate(t *testing.T) {
 	}
 	if _, ok := peakAdmittedRate(samples, t0.Add(800*time.Millisecond), t0.Add(time.Second), 200*time.Millisecond); ok {
 		t.Error("peakAdmittedRate found a pair in a span with one sample")
+	}
+}
+
+// parseGauge reads an unlabelled gauge's sample and nothing that merely
+// starts like it.
+func TestParseGauge(t *testing.T) {
+	const text = "# HELP costguard_requests_in_flight_peak x\ncostguard_requests_in_flight_peak_other 9\ncostguard_requests_in_flight_peak 7\n"
+	if v, err := parseGauge(strings.NewReader(text), peakMetric); err != nil || v != 7 {
+		t.Errorf("parseGauge = %v, %v; want 7", v, err)
+	}
+	if _, err := parseGauge(strings.NewReader("other 1\n"), peakMetric); err == nil {
+		t.Error("a missing gauge is not an error")
 	}
 }

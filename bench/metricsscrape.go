@@ -135,3 +135,44 @@ func peakAdmittedRate(samples []admittedSample, from, to time.Time, span time.Du
 	}
 	return best, ok
 }
+
+// peakMetric is the example server's high-water mark of the requests its
+// load shedder admitted at once.
+const peakMetric = "costguard_requests_in_flight_peak"
+
+// scrapeGauge reads one unlabelled gauge from base+"/metrics".
+func scrapeGauge(ctx context.Context, base, name string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("bench: /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	return parseGauge(io.LimitReader(resp.Body, 8<<20), name)
+}
+
+// parseGauge finds the sample of the unlabelled metric name.
+func parseGauge(r io.Reader, name string) (float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		value, ok := strings.CutPrefix(sc.Text(), name+" ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: /metrics: %s: %w", name, err)
+		}
+		return v, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("bench: /metrics: %w", err)
+	}
+	return 0, fmt.Errorf("bench: /metrics: no %s sample", name)
+}

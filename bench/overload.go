@@ -217,8 +217,12 @@ type overloadRun struct {
 	start     time.Time
 	admitted  []admittedSample
 	scrapeErr error
-	firstErr  error
-	unloaded  histogram
+	// serverPeak is the server's own high-water mark of requests in
+	// flight (costguard_requests_in_flight_peak), read once the run ends;
+	// -1 when it could not be read.
+	serverPeak int64
+	firstErr   error
+	unloaded   histogram
 }
 
 // span is one successful attempt, from sent to answered, at the client.
@@ -482,6 +486,12 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 	<-scraped
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bench: interrupted: %w", err)
+	}
+	r.serverPeak = -1
+	if peak, err := scrapeGauge(ctx, srv.url, peakMetric); err == nil {
+		r.serverPeak = int64(peak)
+	} else if r.scrapeErr == nil {
+		r.scrapeErr = err
 	}
 	return r, nil
 }

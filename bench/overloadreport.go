@@ -28,13 +28,17 @@ type overloadFigures struct {
 	// SheddableShedPct: anonymous attempts sent in the loaded phase that
 	// were shed, in percent.
 	SheddableShedPct *float64 `json:"sheddable_shed_pct"`
-	// MaxInFlightObserved: the most successful attempts whose [sent,
+	// MaxInFlightObserved: the most requests the server's load shedder
+	// admitted at once over the run, read from its own high-water mark
+	// (costguard_requests_in_flight_peak); the client bound below when
+	// that could not be read.
+	MaxInFlightObserved int64 `json:"max_in_flight_observed"`
+	// MaxInFlightClientBound: the most successful attempts whose [sent,
 	// answered] intervals at the client overlap, over the whole run: an
 	// upper bound of the server's requests in flight (the server holds a
 	// request for less than the client waits for it, and a queued
-	// checkout waits outside the capacity). The example server exposes no
-	// in-flight gauge to read instead.
-	MaxInFlightObserved int64 `json:"max_in_flight_observed"`
+	// checkout waits outside the capacity).
+	MaxInFlightClientBound int64 `json:"max_in_flight_client_bound"`
 	// MaxInFlightObservedLoaded: the same over the attempts sent in the
 	// loaded phase only, before the retry wave crowds the clients.
 	MaxInFlightObservedLoaded int64 `json:"max_in_flight_observed_loaded"`
@@ -152,17 +156,21 @@ func (r *overloadRun) recoveryPeak(s overloadSpec) (float64, bool) {
 
 func (r *overloadRun) figures(s overloadSpec) overloadFigures {
 	f := overloadFigures{
-		Server:               overloadServerDesc,
-		CriticalSuccessPct:   pct(r.counts[loaded][checkout][succeeded], sent(r.counts[loaded][checkout])),
-		SheddableShedPct:     pct(r.counts[loaded][anonymous][shedOut], sent(r.counts[loaded][anonymous])),
-		MaxInFlightObserved:  maxOverlap(r.spans),
-		MaxInFlightEstimated: maxOverlap(lastOf(r.spans, s.latency)),
+		Server:                 overloadServerDesc,
+		CriticalSuccessPct:     pct(r.counts[loaded][checkout][succeeded], sent(r.counts[loaded][checkout])),
+		SheddableShedPct:       pct(r.counts[loaded][anonymous][shedOut], sent(r.counts[loaded][anonymous])),
+		MaxInFlightObserved:    r.serverPeak,
+		MaxInFlightClientBound: maxOverlap(r.spans),
+		MaxInFlightEstimated:   maxOverlap(lastOf(r.spans, s.latency)),
 		MaxInFlightObservedLoaded: maxOverlap(slices.DeleteFunc(slices.Clone(r.spans), func(sp span) bool {
 			return !sp.from.Before(r.start.Add(s.load))
 		})),
 		Capacity:      s.capacity,
 		P99AdmittedMs: ms(r.latAll.quantile(0.99)),
 		UnloadedMs:    ms(r.unloaded.quantile(0.5)),
+	}
+	if f.MaxInFlightObserved < 0 {
+		f.MaxInFlightObserved = f.MaxInFlightClientBound
 	}
 	peak, ok := r.serverRecoveryPeak(s)
 	f.RecoveryPeakOverCapacity = number(peak, ok)
@@ -272,7 +280,9 @@ func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	peakOn, peakOff := float64(fon.MaxInFlightObserved), float64(foff.MaxInFlightObserved)
 	goal("checkout succeeded %", fon.CriticalSuccessPct, foff.CriticalSuccessPct, "≥ 99 "+verdict(fon.CriticalSuccessPct != nil && *fon.CriticalSuccessPct >= 99))
 	goal("anonymous shed %", fon.SheddableShedPct, foff.SheddableShedPct, "")
-	goal("max in flight (client bound)", &peakOn, &peakOff, fmt.Sprintf("≤ %d %s", s.capacity, verdict(fon.MaxInFlightObserved <= int64(s.capacity))))
+	goal("max in flight (server peak)", &peakOn, &peakOff, fmt.Sprintf("≤ %d %s", s.capacity, verdict(fon.MaxInFlightObserved <= int64(s.capacity))))
+	boundOn, boundOff := float64(fon.MaxInFlightClientBound), float64(foff.MaxInFlightClientBound)
+	goal("max in flight (client bound)", &boundOn, &boundOff, "")
 	loadedOn, loadedOff := float64(fon.MaxInFlightObservedLoaded), float64(foff.MaxInFlightObservedLoaded)
 	goal("… sent in the loaded phase", &loadedOn, &loadedOff, "")
 	estOn, estOff := float64(fon.MaxInFlightEstimated), float64(foff.MaxInFlightEstimated)
@@ -285,8 +295,9 @@ func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	goal("authenticated recovered after ms", fon.AuthenticatedRecoveryMs, foff.AuthenticatedRecoveryMs, "")
 	goal("anonymous recovered after ms", fon.AnonymousRecoveryMs, foff.AnonymousRecoveryMs, "")
 	tw.Flush()
-	fmt.Fprintln(out, "Everything is counted at the client. Max in flight: the most successful attempts whose [sent, answered] intervals")
-	fmt.Fprintln(out, "overlap, an upper bound of the server's in flight (a queued checkout waits outside it; the server exposes no gauge).")
+	fmt.Fprintln(out, "Max in flight (server peak): the server's own high-water mark of requests its shedder admitted at once")
+	fmt.Fprintln(out, "(costguard_requests_in_flight_peak, read from /metrics when the run ends). The client bound: the most successful")
+	fmt.Fprintln(out, "attempts whose [sent, answered] intervals overlap at the clients (a queued checkout waits outside the server's count).")
 	fmt.Fprintln(out, "The estimate: the same over the last demo_latency of each interval, where the server runs the root field.")
 	fmt.Fprintf(out, "Recovery peak: the server's admissions per second after the outage (its costguard_decisions_total, admitted, read from\n")
 	fmt.Fprintf(out, "/metrics every %v; rates over samples ≥ %v apart) ÷ capacity: a server at exactly its capacity may show up to %.2f\n", window, s.peakSpan(), 1+s.latency.Seconds()/s.peakSpan().Seconds())

@@ -155,3 +155,13 @@ func (s *requestState) release() {
 	sl.release()
 	a.done()
 }
+
+// InFlight reports the requests this process has admitted and not yet
+// answered under Config.Overload, and the most at once since New (both 0
+// without Overload).
+func (l *Limiter) InFlight() (now, peak int) {
+	if l.shed == nil {
+		return 0, 0
+	}
+	return l.shed.InFlight(), l.shed.Peak()
+}

@@ -103,6 +103,18 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	if s.lim, err = middleware.New(mcfg); err != nil {
 		return nil, nil, refusedConfig{file: cfg.file, err: err}
 	}
+	// The shedder's count, and its high-water mark, which sampling the
+	// count between two scrapes would miss.
+	s.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "costguard_requests_in_flight",
+			Help: "Requests admitted by the load shedder (overload) and not yet answered.",
+		}, func() float64 { now, _ := s.lim.InFlight(); return float64(now) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "costguard_requests_in_flight_peak",
+			Help: "The most requests admitted by the load shedder at once since the server started.",
+		}, func() float64 { _, peak := s.lim.InFlight(); return float64(peak) }),
+	)
 	if s.cache, err = middleware.NewQueryCache(int(cfg.GraphQL.QueryCacheEntries), int64(cfg.GraphQL.QueryCacheBytes)); err != nil {
 		s.lim.Close()
 		return nil, nil, refusedConfig{file: cfg.file, err: err}

@@ -50,6 +50,7 @@ func ValidateLane(p Priority, queue time.Duration) error {
 // metrics, the degradation list and a refusal can read them without it.
 type Shedder struct {
 	inFlight atomic.Int64 // admitted and not yet released; written under mu
+	peak     atomic.Int64 // the most in flight at once since New; written under mu
 	capacity atomic.Int64 // MaxInFlight, or the adaptive limit; written under mu
 	waiting  atomic.Int64 // queued critical requests; written under mu
 
@@ -156,7 +157,9 @@ func (s *Shedder) Admit(ctx context.Context, p Priority, queue time.Duration) (P
 
 // takeLocked counts one more request in flight and gives it a ticket.
 func (s *Shedder) takeLocked() Permit {
-	s.inFlight.Add(1)
+	if n := s.inFlight.Add(1); n > s.peak.Load() {
+		s.peak.Store(n)
+	}
 	i := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
 	return Permit{s: s, i: i, gen: s.gen[i], epoch: s.epoch.Load()}
@@ -268,6 +271,11 @@ func (s *Shedder) release(p Permit, o outcome, latency time.Duration) {
 
 // InFlight returns the requests admitted and not yet released.
 func (s *Shedder) InFlight() int { return int(s.inFlight.Load()) }
+
+// Peak is the most requests that were in flight at once since New: what a
+// benchmark or an alert compares with the capacity, which sampling
+// InFlight would miss between two samples.
+func (s *Shedder) Peak() int { return int(s.peak.Load()) }
 
 // Capacity returns the current capacity: MaxInFlight, or the adaptive
 // limit.
