@@ -69,6 +69,7 @@ const (
 // overloadSpec is the scenario's shape, from the flags.
 type overloadSpec struct {
 	capacity int           // the server's overload.max_in_flight
+	maxQueue int           // the server's overload.max_queue (0: capacity)
 	latency  time.Duration // the server's demo_latency: what every root field takes
 	load     time.Duration // the loaded phase
 	outage   time.Duration // the outage, emulated at the clients
@@ -147,7 +148,7 @@ func overloadYAML(spec overloadSpec, lanes bool, secret string) string {
 	} else {
 		b.WriteString("lanes: []\n")
 	}
-	fmt.Fprintf(&b, "overload: {max_in_flight: %d}\n", spec.capacity)
+	fmt.Fprintf(&b, "overload: {max_in_flight: %d, max_queue: %d}\n", spec.capacity, spec.maxQueue)
 	b.WriteString("concurrency: {per_principal: 0}\n")
 	b.WriteString("degradation: []\n")
 	fmt.Fprintf(&b, "challenge: {secret: %q, bits: 16}\n", secret)

@@ -130,6 +130,9 @@ type overloadConfig struct {
 	// default one: a priority it leaves out keeps its default.
 	ShedAt   map[string]float64 `yaml:"shed_at"`
 	Adaptive bool               `yaml:"adaptive"`
+	// MaxQueue bounds the critical requests waiting for a slot at once;
+	// unset (0): max_in_flight.
+	MaxQueue whole `yaml:"max_queue,omitempty"`
 }
 
 // concurrencyConfig caps one principal's requests in flight; 0: no cap.
@@ -602,6 +605,9 @@ func (c config) validateOverload() error {
 	if o.MaxInFlight < 1 || o.MaxInFlight > overload.MaxCapacity {
 		return fmt.Errorf("overload.max_in_flight is %d; it must be between 1 and %d", o.MaxInFlight, overload.MaxCapacity)
 	}
+	if o.MaxQueue < 0 || o.MaxQueue > overload.MaxCapacity {
+		return fmt.Errorf("overload.max_queue is %d; it must be between 0 (max_in_flight) and %d", o.MaxQueue, overload.MaxCapacity)
+	}
 	for _, name := range slices.Sorted(maps.Keys(o.ShedAt)) {
 		f, key := o.ShedAt[name], "overload.shed_at."+name
 		p, err := overload.ParsePriority(name)
@@ -780,6 +786,7 @@ func (c config) overloadConfig() overload.Config {
 	}
 	return overload.Config{
 		MaxInFlight: int(c.Overload.MaxInFlight),
+		MaxQueue:    int(c.Overload.MaxQueue),
 		ShedAt:      c.shedAt(),
 		Adaptive:    c.Overload.Adaptive,
 		Degradation: features,

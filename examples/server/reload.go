@@ -108,6 +108,7 @@ func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "overload.max_in_flight", &c.Overload.MaxInFlight, running.Overload.MaxInFlight)
 	keepFunc(&changed, "overload.shed_at", &c.Overload.ShedAt, running.Overload.ShedAt, maps.Equal)
 	keep(&changed, "overload.adaptive", &c.Overload.Adaptive, running.Overload.Adaptive)
+	keep(&changed, "overload.max_queue", &c.Overload.MaxQueue, running.Overload.MaxQueue)
 	keepFunc(&changed, "degradation", &c.Degradation, running.Degradation, slices.Equal)
 	keep(&changed, "challenge.secret", &c.Challenge.Secret, running.Challenge.Secret)
 	keep(&changed, "challenge.bits", &c.Challenge.Bits, running.Challenge.Bits)
