@@ -61,7 +61,8 @@ const (
 	// unloadedProbes is how many requests, one at a time, measure the
 	// unloaded latency.
 	unloadedProbes = 30
-	// recoveredShare: a lane has recovered once its successes in a window
+	// recoveredShare: a lane has recovered once the share of its answered
+	// attempts that succeed in a window
 	// reach this share of its mean per window in the loaded phase.
 	recoveredShare = 0.9
 )
@@ -208,6 +209,9 @@ type overloadRun struct {
 	// ok[class][w] counts successes by the window they completed in,
 	// from the start of the loaded phase.
 	ok [numClasses][]int64
+	// answered[class][w] counts the attempts that reached the server and
+	// were answered (any outcome but the outage's), by the same windows.
+	answered [numClasses][]int64
 	// spans are the [sent, done] intervals of the successful attempts,
 	// over the whole run: their most at once is an upper bound of the
 	// server's requests in flight.
@@ -408,6 +412,7 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 	nWindows := int(end.Sub(start)/window) + 1
 	for c := range r.ok {
 		r.ok[c] = make([]int64, nWindows)
+		r.answered[c] = make([]int64, nWindows)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -432,6 +437,9 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 		r.counts[p][c][a.outcome]++
 		if k > 1 {
 			r.retries[p]++
+		}
+		if a.outcome != outageOut {
+			r.answered[c][min(int(done.Sub(start)/window), nWindows-1)]++
 		}
 		if a.outcome == succeeded {
 			if p == loaded {
