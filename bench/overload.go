@@ -209,9 +209,12 @@ type overloadRun struct {
 	// ok[class][w] counts successes by the window they completed in,
 	// from the start of the loaded phase.
 	ok [numClasses][]int64
-	// answered[class][w] counts the attempts that reached the server and
-	// were answered (any outcome but the outage's), by the same windows.
+	// answered[class][w] counts the attempts sent in window w that reached
+	// the server (any outcome but the outage's), and sentOK those of them
+	// that succeeded: by the window a client asked in, not the one it was
+	// answered in, so that a queued request counts when it was sent.
 	answered [numClasses][]int64
+	sentOK   [numClasses][]int64
 	// spans are the [sent, done] intervals of the successful attempts,
 	// over the whole run: their most at once is an upper bound of the
 	// server's requests in flight.
@@ -413,6 +416,7 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 	for c := range r.ok {
 		r.ok[c] = make([]int64, nWindows)
 		r.answered[c] = make([]int64, nWindows)
+		r.sentOK[c] = make([]int64, nWindows)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -439,7 +443,11 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 			r.retries[p]++
 		}
 		if a.outcome != outageOut {
-			r.answered[c][min(int(done.Sub(start)/window), nWindows-1)]++
+			w := min(int(sent.Sub(start)/window), nWindows-1)
+			r.answered[c][w]++
+			if a.outcome == succeeded {
+				r.sentOK[c][w]++
+			}
 		}
 		if a.outcome == succeeded {
 			if p == loaded {

@@ -62,9 +62,9 @@ type overloadFigures struct {
 	// successes answered per window; the answers bunch up when the
 	// clients are short of CPU.
 	RecoveryPeakAnsweredOverCapacity *float64 `json:"recovery_peak_answered_over_capacity"`
-	// The time after the outage until the share of each class's answered
-	// attempts that succeed in a window first reaches recoveredShare of
-	// that share in the loaded phase; null: not within the recovery phase.
+	// The time after the outage until the share of each class's attempts
+	// sent in a window that succeed first reaches recoveredShare of that
+	// share in the loaded phase; null: not within the recovery phase.
 	CheckoutRecoveryMs      *float64 `json:"checkout_recovery_ms"`
 	AuthenticatedRecoveryMs *float64 `json:"authenticated_recovery_ms"`
 	AnonymousRecoveryMs     *float64 `json:"anonymous_recovery_ms"`
@@ -97,12 +97,15 @@ func (s overloadSpec) recoveryWindows() (first, past int) {
 	return first, past
 }
 
-// recoveryTime is how long after the outage class c's success ratio (its
-// successful attempts over its answered attempts) in a window first
-// reached recoveredShare of its ratio over the second half of the loaded
-// phase; ok false when it never did or there is no ratio to reach. A ratio
-// rather than a count, so that a class that got little in the loaded phase
-// does not "recover" with the first few requests that slip through.
+// recoveryTime is how long after the outage the attempts class c sends
+// first succeed as often as before it: the first window whose attempts
+// (sent in it, answered whenever) succeed in at least recoveredShare of
+// the share that succeeded over the second half of the loaded phase; ok
+// false when none did or there is no share to reach. By the window a
+// client asked in, so that a checkout that waits in the critical queue
+// counts when it was sent; a share rather than a count, so that a class
+// that got little under load does not "recover" with the first few
+// requests that slip through.
 func (r *overloadRun) recoveryTime(s overloadSpec, c class) (time.Duration, bool) {
 	loadEnd := int(s.load / window)
 	from := loadEnd / 2
@@ -111,15 +114,15 @@ func (r *overloadRun) recoveryTime(s overloadSpec, c class) (time.Duration, bool
 	}
 	var ok, answered int64
 	for k := from; k < loadEnd; k++ {
-		ok, answered = ok+r.ok[c][k], answered+r.answered[c][k]
+		ok, answered = ok+r.sentOK[c][k], answered+r.answered[c][k]
 	}
 	if ok == 0 || answered == 0 {
 		return 0, false
 	}
 	ratio := float64(ok) / float64(answered)
 	first, past := s.recoveryWindows()
-	for k := first; k < past && k < len(r.ok[c]); k++ {
-		if n := r.answered[c][k]; n > 0 && float64(r.ok[c][k])/float64(n) >= recoveredShare*ratio {
+	for k := first; k < past && k < len(r.sentOK[c]); k++ {
+		if n := r.answered[c][k]; n > 0 && float64(r.sentOK[c][k])/float64(n) >= recoveredShare*ratio {
 			return time.Duration(k-first+1) * window, true
 		}
 	}
@@ -309,7 +312,7 @@ func writeOverload(out io.Writer, s overloadSpec, on, off *overloadRun) error {
 	fmt.Fprintf(out, "/metrics every %v; rates over samples ≥ %v apart) ÷ capacity: a server at exactly its capacity may show up to %.2f\n", window, s.peakSpan(), 1+s.latency.Seconds()/s.peakSpan().Seconds())
 	fmt.Fprintf(out, "(a request admitted just before the span's end). \"Answered\": the clients' successes per %v window, ÷ capacity.\n", window)
 	fmt.Fprintln(out, "The percentages and p99 cover attempts sent in the loaded phase. \"Recovered\": the first window")
-	fmt.Fprintf(out, "after the outage in which the share of the class's answered attempts that succeed reaches %.0f%% of that share in the loaded phase (- never).\n", 100*recoveredShare)
+	fmt.Fprintf(out, "after the outage whose attempts (by when they were sent) succeed in %.0f%% of the share that did in the loaded phase (- never).\n", 100*recoveredShare)
 	for i, r := range []*overloadRun{on, off} {
 		if r.firstErr != nil {
 			fmt.Fprintf(out, "note: lanes %s: other failures, the first: %v\n", onOff(i == 0), r.firstErr)
