@@ -15,6 +15,8 @@ import (
 type Analyzer struct {
 	cfg config
 	c   *compiled
+	// counting resolves WithCountedFields; nil without it.
+	counting *counting
 	// walkers recycles the scratch stacks of finished analyses, so pricing
 	// a typical operation allocates little beyond its Report.
 	walkers sync.Pool
@@ -40,7 +42,11 @@ func New(schema *ast.Schema, opts ...Option) (*Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Analyzer{cfg: cfg, c: c}, nil
+	ct, err := compileCounted(c, cfg.counted)
+	if err != nil {
+		return nil, err
+	}
+	return &Analyzer{cfg: cfg, c: c, counting: ct}, nil
 }
 
 // Schema returns the schema the Analyzer was built for.
@@ -85,6 +91,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	w := a.acquire(doc, op, variables)
 	defer a.release(w)
 	w.explain = a.cfg.breakdownLimit > 0
+	w.counting = a.counting != nil
 	set, _, totals, err := w.run()
 	if err != nil {
 		return nil, err
@@ -100,6 +107,9 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 		r.OperationType = string(ast.Query)
 	}
 	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
+	if w.counting {
+		r.FieldCounts = a.counting.fieldCounts(w.counts)
+	}
 	return r, nil
 }
 
@@ -110,7 +120,7 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
 	}
 	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
-	w.introspection, w.explain, w.plan = false, false, false
+	w.introspection, w.explain, w.plan, w.counting, w.counts = false, false, false, false, nil
 	w.maxDepth = AbsoluteMaxDepth
 	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
 		w.maxDepth = a.cfg.maxDepth
@@ -191,7 +201,8 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 // release returns w to the pool, dropping references into the finished
 // analysis, and scratch space that grew unusually large.
 func (a *Analyzer) release(w *walker) {
-	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
+	w.doc, w.op, w.vars, w.refused, w.counts = nil, nil, nil, nil, nil
+	w.memoCounts = nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
 		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
@@ -266,6 +277,13 @@ type walker struct {
 	nest     []byte
 	text     []byte
 	keyIndex map[*pricedField]map[string]int
+
+	// counting counts the fields of WithCountedFields: counts holds the
+	// counts of the set priced last (nil unless counting), and memoCounts
+	// those of each memoised set (see fields.go).
+	counting   bool
+	counts     *setCounts
+	memoCounts map[*pricedSet]*setCounts
 }
 
 // sizes is the size a field hands down to some of its descendants: the
@@ -611,6 +629,9 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 				return nil, w.depthErrorIn(s, depth)
 			}
 			*set = *s
+			if w.counting {
+				w.counts = w.memoCounts[s]
+			}
 			return s, nil
 		}
 	}
@@ -635,10 +656,15 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			sets = w.newSets(len(ret.possible))
 		}
 		winner := 0
+		var counts *setCounts
+		var ownCounts bool
 		for i, t := range ret.possible {
 			var s pricedSet
 			if err := w.priceObject(&s, t, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
 				return nil, err
+			}
+			if w.counting {
+				counts, ownCounts = maxCounts(counts, ownCounts, w.counts)
 			}
 			if sets != nil {
 				sets[i] = s
@@ -654,7 +680,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			}
 			maxNodes = max(maxNodes, s.nodes)
 		}
-		set.depth, set.nodes, set.deep = maxDepth, maxNodes, deep
+		set.depth, set.nodes, set.deep, w.counts = maxDepth, maxNodes, deep, counts
 		if members != nil {
 			members[winner].Winner = true
 		}
@@ -670,6 +696,9 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		memo = w.newSet()
 		*memo = *set
 		w.memo[key] = memo
+		if w.counting {
+			w.memoCount(memo)
+		}
 	}
 	return memo, nil
 }
@@ -778,6 +807,7 @@ func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz size
 // depth; the set's cost starts from weight (t's own, or 0 for the root).
 func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	*set = pricedSet{cost: weight}
+	var counts *setCounts // only when counting
 	switch {
 	case w.plan:
 		set.fields = w.newFields(len(groups))
@@ -812,6 +842,9 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 				pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
 			}
 		}
+		if w.counting {
+			w.countField(&counts, fi, g.key, pf.n)
+		}
 		set.cost = addCost(set.cost, pf.cost)
 		set.nodes = addCount(set.nodes, pf.nodes)
 		if pf.depth > set.depth {
@@ -826,6 +859,7 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 			}
 		}
 	}
+	w.counts = counts
 	return nil
 }
 

@@ -67,6 +67,18 @@
 //     fragments add no level. nodes is the sum over composite list fields of
 //     n × the n of every enclosing list field (GitHub's node count).
 //
+// # Field counts
+//
+// WithCountedFields names schema coordinates ("Mutation.createIssue") whose
+// executions a caller limits on their own. Report.FieldCounts says, for
+// each one selected, how many times it would execute and the response path
+// of its first selection: each response key once per parent object
+// (fields the executor merges count once, aliases apart), times the priced
+// size n of every enclosing list, as nodes are counted. Under an interface
+// or union the count is the largest over the possible types, per
+// coordinate, as depth and nodes are. Counting happens in the pricing
+// walk, memoised sets included; without the option it costs nothing.
+//
 // # Actual cost
 //
 // After execution, Analyzer.ActualCost prices the operation again from the

@@ -49,6 +49,7 @@ type config struct {
 	introspectionCost Cost
 	breakdownLimit    int
 	breakdownBytes    int64
+	counted           []string // WithCountedFields
 }
 
 func defaultConfig() config {

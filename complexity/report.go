@@ -35,6 +35,10 @@ type Report struct {
 	// introspection per plan. __typename alone does not set it. (Last, beside
 	// FieldsTruncated, so the Report stays in a smaller size class.)
 	Introspection bool `json:"introspection,omitempty"`
+	// FieldCounts counts the fields named by WithCountedFields: one entry
+	// per coordinate selected with a count above zero, in the order they
+	// were given. Nil without WithCountedFields, or when none is selected.
+	FieldCounts []FieldCount `json:"fieldCounts,omitempty"`
 }
 
 // FieldCost is one line of the explain view.
