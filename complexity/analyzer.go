@@ -133,15 +133,7 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 // set, the operation's base cost and its totals.
 func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 	a, op := w.a, w.op
-	var root *typeInfo
-	switch op.Operation {
-	case ast.Mutation:
-		root, base = a.c.mutation, a.cfg.mutationBaseCost
-	case ast.Subscription:
-		root = a.c.subscription
-	default:
-		root = a.c.query
-	}
+	root, base := a.rootType(op)
 	if root == nil {
 		return set, 0, totals, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
 	}
@@ -173,9 +165,29 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 		return set, 0, totals, err
 	}
 	totals = Totals{Cost: addCost(base, set.cost), Depth: set.depth, Nodes: set.nodes}
+	if err := a.checkTotals(op, totals); err != nil {
+		return set, 0, totals, err
+	}
+	return set, base, totals, nil
+}
+
+// rootType is the type op's root fields belong to (nil if the schema has
+// none) and the cost op starts from.
+func (a *Analyzer) rootType(op *ast.OperationDefinition) (*typeInfo, Cost) {
+	switch op.Operation {
+	case ast.Mutation:
+		return a.c.mutation, a.cfg.mutationBaseCost
+	case ast.Subscription:
+		return a.c.subscription, 0
+	}
+	return a.c.query, 0
+}
+
+// checkTotals holds an operation's totals to the node and cost limits.
+func (a *Analyzer) checkTotals(op *ast.OperationDefinition, totals Totals) error {
 	if a.cfg.maxNodes > 0 && totals.Nodes > a.cfg.maxNodes {
 		t := totals
-		return set, 0, totals, &Error{
+		return &Error{
 			Code:      CodeMaxNodesExceeded,
 			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), t.Nodes, a.cfg.maxNodes),
 			Locations: locationsOf(op.Position),
@@ -186,7 +198,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 	}
 	if a.cfg.hasMaxCost && totals.Cost > a.cfg.maxCost {
 		t := totals
-		return set, 0, totals, &Error{
+		return &Error{
 			Code:      CodeMaxCostExceeded,
 			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), t.Cost, a.cfg.maxCost),
 			Locations: locationsOf(op.Position),
@@ -195,7 +207,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 			Totals:    &t,
 		}
 	}
-	return set, base, totals, nil
+	return nil
 }
 
 // release returns w to the pool, dropping references into the finished

@@ -126,13 +126,18 @@ func (w *walker) countField(counts **setCounts, fi *fieldInfo, key string, n int
 	if fi.ret.composite {
 		child = w.counts
 	}
-	own := w.a.counting.byField[fi]
+	w.a.counting.field(counts, w.a.counting.byField[fi], key, n, child)
+}
+
+// field adds to *counts (allocated on first use) a field at response key
+// key, counting toward coordinates own itself, whose n items hold child.
+func (ct *counting) field(counts **setCounts, own []int, key string, n int64, child *setCounts) {
 	if len(own) == 0 && (child == nil || n == 0) {
 		return
 	}
 	set := *counts
 	if set == nil {
-		set = newSetCounts(len(w.a.counting.coords))
+		set = newSetCounts(len(ct.coords))
 		*counts = set
 	}
 	for _, j := range own {
