@@ -1,0 +1,722 @@
+package complexity
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// MaxPlanConditions is the most variables a Plan compiles @skip/@include
+// conditions for: one sub-plan per assignment of true and false, so at
+// most 2^MaxPlanConditions sub-plans. An operation whose conditions read
+// more variables is priced from scratch by Evaluate.
+const MaxPlanConditions = 4
+
+// Plan is the price of one operation of one document, compiled by
+// Analyzer.Compile for repeated pricing: Evaluate gives, for any variables,
+// exactly what AnalyzeOperation gives. A Plan is immutable and safe for
+// concurrent use. It keeps the document and the operation it was compiled
+// from (Evaluate may price them from scratch), so it belongs next to them
+// in a query cache.
+type Plan struct {
+	a   *Analyzer
+	doc *ast.QueryDocument
+	op  *ast.OperationDefinition
+	// conds are the variables @skip and @include read, in document order;
+	// bit i of an index into subs is conds[i]'s value. Nil when there are
+	// too many (see MaxPlanConditions): then subs is empty.
+	conds []condVar
+	subs  []subPlan
+	size  int64
+}
+
+// condVar is a variable read as a @skip/@include condition, and the
+// default it takes when the request leaves it out (ok false: none usable).
+type condVar struct {
+	name string
+	def  bool
+	ok   bool
+}
+
+// subPlan is the price under one assignment of the condition variables:
+// a constant result, a compiled tree to evaluate, or neither (priced from
+// scratch).
+type subPlan struct {
+	constant bool
+	report   *Report
+	err      error
+	root     *planSet // compiled: the root selection
+	base     Cost
+	depth    int
+	intro    bool       // the operation selects __schema or __type
+	slots    int        // memoised sets, see planSet.slot
+	pool     *sync.Pool // *planEval
+}
+
+// planSet is a selection set compiled for one concrete type, or for an
+// interface or union (members set, one set per possible type). Its shape
+// (the fields collected, merged and typed) is fixed by the document and
+// the conditions; what varies with the variables are sizes and argument
+// costs, which Evaluate computes in the walker's order with its
+// arithmetic, so the numbers are the same to the last saturation.
+type planSet struct {
+	weight  Cost
+	fields  []planField
+	members []*planSet
+	depth   int   // levels below the parent, as pricedSet.depth
+	slot    int32 // index of its memo entry when reached more than once, else -1
+}
+
+// planField is one response key of a planSet.
+type planField struct {
+	key   string
+	field *ast.Field
+	fi    *fieldInfo
+	// own is fieldWeight + argCost, and declared the size the field
+	// declares, when they read no variable; dynOwn and dynSlice mark those
+	// recomputed from the request's variables.
+	own         Cost
+	declared    int64
+	hasDeclared bool
+	dynOwn      bool
+	dynSlice    bool
+	// Introspection: fixed for a field of or into the introspection
+	// types, free when it costs nothing, intro when it is __schema or
+	// __type (charged the introspection cost).
+	fixed, free, intro bool
+	counted            []int // coordinates the field counts toward
+	children           *planSet
+}
+
+// errFallback stops an evaluation that meets a value the compiled plan
+// does not price (a refusal to report, a condition that is not a
+// Boolean): Evaluate then prices from scratch.
+var errFallback = errors.New("complexity: price from scratch")
+
+// Compile prepares op, an operation of doc, for repeated pricing (see
+// Plan). It fails only for a nil operation; an operation AnalyzeOperation
+// refuses compiles to a Plan that refuses it the same way.
+//
+// What a Plan holds depends on what the price reads of the variables:
+//
+//   - nothing: the Report (or the error) is computed once, and Evaluate
+//     returns a copy of it;
+//   - @skip/@include conditions only: one constant result per assignment
+//     of the condition variables (at most MaxPlanConditions of them);
+//   - slicing arguments (first, last, @listSize slicingArguments,
+//     including sizes handed to sizedFields) and arguments priced by
+//     argCost: a compiled tree of the collected fields per assignment,
+//     which Evaluate prices with the request's values without walking the
+//     document again.
+//
+// Evaluate prices from scratch (AnalyzeOperation) when the conditions read
+// more than MaxPlanConditions variables, when a condition's value is not a
+// Boolean, when a value is refused (a breadth, a negative size, a value
+// that does not coerce, a missing required slicing argument), when the
+// operation fails a document limit (depth, root fields) after reading a
+// variable, and when a breakdown (WithBreakdownLimit above 0) is asked of
+// an operation whose price reads variables.
+func (a *Analyzer) Compile(doc *ast.QueryDocument, op *ast.OperationDefinition) (*Plan, error) {
+	if op == nil {
+		return nil, fmt.Errorf("%w: nil operation", ErrInvalidDocument)
+	}
+	p := &Plan{a: a, doc: doc, op: op}
+	p.size = int64(unsafe.Sizeof(*p))
+	conds, ok := conditionVariables(doc, op)
+	if !ok {
+		return p, nil // every evaluation from scratch
+	}
+	p.conds = conds
+	p.subs = make([]subPlan, 1<<len(conds))
+	p.size += int64(len(conds))*int64(unsafe.Sizeof(condVar{})) + int64(len(p.subs))*int64(unsafe.Sizeof(subPlan{}))
+	for idx := range p.subs {
+		var vars map[string]any
+		if len(conds) > 0 {
+			vars = make(map[string]any, len(conds))
+			for i, c := range conds {
+				vars[c.name] = idx&(1<<i) != 0
+			}
+		}
+		p.size += a.compileSub(&p.subs[idx], doc, op, vars)
+	}
+	return p, nil
+}
+
+// Size is the approximate number of bytes the Plan retains of its own (not
+// counting the document it prices), for a cache bounded by bytes.
+func (p *Plan) Size() int64 { return p.size }
+
+// Evaluate prices the plan's operation with variables: it returns exactly
+// what AnalyzeOperation(doc, op, variables) returns, the same Report values
+// or the same error. A constant plan returns a fresh copy of its Report
+// (or *Error) whose slices (Fields, FieldCounts, their paths, an error's
+// Locations and Path) are shared with the plan and every other caller:
+// they must not be modified.
+func (p *Plan) Evaluate(variables map[string]any) (*Report, error) {
+	if len(p.subs) == 0 {
+		return p.a.AnalyzeOperation(p.doc, p.op, variables)
+	}
+	idx := 0
+	for i := range p.conds {
+		c := &p.conds[i]
+		b, ok := c.def, c.ok
+		if v, given := variables[c.name]; given {
+			b, ok = v.(bool)
+		}
+		if !ok {
+			return p.a.AnalyzeOperation(p.doc, p.op, variables)
+		}
+		if b {
+			idx |= 1 << i
+		}
+	}
+	s := &p.subs[idx]
+	switch {
+	case s.constant:
+		return copyResult(s.report, s.err)
+	case s.root == nil:
+		return p.a.AnalyzeOperation(p.doc, p.op, variables)
+	}
+	r, err := p.evaluate(s, variables)
+	if errors.Is(err, errFallback) {
+		return p.a.AnalyzeOperation(p.doc, p.op, variables)
+	}
+	return r, err
+}
+
+// copyResult returns a shallow copy of a stored result.
+func copyResult(r *Report, err error) (*Report, error) {
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			return nil, err
+		}
+		c := *e
+		if c.Totals != nil {
+			t := *c.Totals
+			c.Totals = &t
+		}
+		return nil, &c
+	}
+	c := *r
+	return &c, nil
+}
+
+// conditionVariables lists the variables read as @skip/@include conditions
+// in op and the fragments it spreads; ok is false when there are more than
+// MaxPlanConditions.
+func conditionVariables(doc *ast.QueryDocument, op *ast.OperationDefinition) (conds []condVar, ok bool) {
+	seenFrag := map[string]bool{}
+	add := func(dirs ast.DirectiveList) {
+		for _, d := range dirs {
+			if d.Name != "skip" && d.Name != "include" {
+				continue
+			}
+			a := d.Arguments.ForName("if")
+			if a == nil || a.Value == nil || a.Value.Kind != ast.Variable {
+				continue
+			}
+			name := a.Value.Raw
+			for _, c := range conds {
+				if c.name == name {
+					return
+				}
+			}
+			c := condVar{name: name}
+			def := a.Value.VariableDefinition
+			if def == nil {
+				def = op.VariableDefinitions.ForName(name)
+			}
+			if def != nil && def.DefaultValue != nil && def.DefaultValue.Kind == ast.BooleanValue {
+				c.def, c.ok = def.DefaultValue.Raw == "true", true
+			}
+			conds = append(conds, c)
+		}
+	}
+	var walk func(ast.SelectionSet)
+	walk = func(sel ast.SelectionSet) {
+		for _, s := range sel {
+			switch s := s.(type) {
+			case *ast.Field:
+				add(s.Directives)
+				walk(s.SelectionSet)
+			case *ast.InlineFragment:
+				add(s.Directives)
+				walk(s.SelectionSet)
+			case *ast.FragmentSpread:
+				add(s.Directives)
+				if seenFrag[s.Name] {
+					continue
+				}
+				seenFrag[s.Name] = true
+				def := s.Definition
+				if def == nil && doc != nil {
+					def = doc.Fragments.ForName(s.Name)
+				}
+				if def != nil {
+					walk(def.SelectionSet)
+				}
+			}
+		}
+	}
+	walk(op.SelectionSet)
+	return conds, len(conds) <= MaxPlanConditions
+}
+
+// compileSub fills s, the sub-plan for the condition values in vars, and
+// returns the bytes it retains.
+func (a *Analyzer) compileSub(s *subPlan, doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any) int64 {
+	c := planCompiler{a: a}
+	root, err := c.compile(doc, op, vars)
+	switch {
+	case err == nil && c.dynamic:
+		s.root, s.depth, s.intro, s.slots = root, root.depth, c.intro, c.slots
+		_, s.base = a.rootType(op)
+		s.pool = &sync.Pool{}
+		return c.bytes
+	case err != nil && c.dynamic:
+		// A refusal, or a document limit met after a variable was read:
+		// which error comes first depends on the variables.
+		return 0
+	}
+	// Nothing read of the variables but the conditions, up to the result
+	// or the first refusal: it is the same for any variables.
+	s.constant = true
+	s.report, s.err = a.AnalyzeOperation(doc, op, vars)
+	return resultSize(s.report, s.err)
+}
+
+// resultSize approximates the bytes a stored result retains.
+func resultSize(r *Report, err error) int64 {
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			n := int64(unsafe.Sizeof(*e)) + int64(len(e.Message))
+			for _, p := range e.Path {
+				n += 16 + int64(len(p))
+			}
+			return n + 64
+		}
+		return int64(len(err.Error())) + 64
+	}
+	n := int64(unsafe.Sizeof(*r))
+	for _, f := range r.Fields {
+		n += int64(unsafe.Sizeof(f)) + int64(len(f.Path)) + int64(len(f.Members))*int64(unsafe.Sizeof(MemberCost{}))
+	}
+	for _, f := range r.FieldCounts {
+		n += int64(unsafe.Sizeof(f)) + 16*int64(len(f.Path))
+	}
+	return n
+}
+
+// planCompiler walks an operation once, under fixed conditions, into
+// planSets: the walker collects the fields (fragments, merging, type
+// conditions) exactly as it does for pricing.
+type planCompiler struct {
+	a       *Analyzer
+	w       *walker
+	memo    map[memoKey]*planSet // by shape: sizes are left out of the key
+	dynamic bool                 // some value priced reads a variable
+	intro   bool
+	slots   int
+	bytes   int64
+}
+
+// errPlanDepth aborts a compilation beyond the maximum depth.
+var errPlanDepth = errors.New("complexity: plan exceeds the maximum depth")
+
+func (c *planCompiler) compile(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any) (*planSet, error) {
+	a := c.a
+	w := a.acquire(doc, op, vars)
+	defer a.release(w)
+	c.w = w
+	root, _ := a.rootType(op)
+	if root == nil {
+		return nil, ErrInvalidDocument
+	}
+	if a.cfg.maxAliases > 0 {
+		if err := w.checkAliases(); err != nil {
+			return nil, err
+		}
+	}
+	groups, start, err := w.collect(root, nil, op.SelectionSet)
+	if err == nil && w.refused != nil {
+		err = w.refused
+	}
+	if err != nil {
+		return nil, err
+	}
+	if a.cfg.maxRootFields > 0 && len(groups) > a.cfg.maxRootFields {
+		return nil, ErrMaxRootFields
+	}
+	set, err := c.groups(root, groups, 1, 0)
+	w.groups = w.groups[:start]
+	return set, err
+}
+
+// groups compiles the collected fields of concrete type t at absolute
+// depth depth, as priceGroups prices them.
+func (c *planCompiler) groups(t *typeInfo, groups []fieldGroup, depth int, weight Cost) (*planSet, error) {
+	w := c.w
+	set := &planSet{weight: weight, fields: make([]planField, 0, len(groups)), slot: -1}
+	c.bytes += int64(unsafe.Sizeof(*set)) + int64(len(groups))*int64(unsafe.Sizeof(planField{}))
+	for i := range groups {
+		g := &groups[i]
+		fi := t.fields[g.first.Name]
+		if fi == nil && g.first.Name == "__typename" {
+			fi = w.c.typename
+		}
+		if fi == nil {
+			return nil, ErrInvalidDocument
+		}
+		if depth > w.maxDepth {
+			return nil, errPlanDepth
+		}
+		pf := planField{key: g.key, field: g.first, fi: fi}
+		if err := c.values(&pf); err != nil {
+			return nil, err
+		}
+		if fi.ret.composite {
+			ch, err := c.children(g, fi.ret, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			pf.children = ch
+			set.depth = max(set.depth, 1+ch.depth)
+		} else {
+			set.depth = max(set.depth, 1)
+		}
+		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
+			pf.fixed, pf.free = true, w.free(t, g.first.Name)
+			if introspectionRoot(g.first.Name) {
+				pf.intro, c.intro = true, true
+			}
+		}
+		if c.a.counting != nil {
+			pf.counted = c.a.counting.byField[fi]
+		}
+		set.fields = append(set.fields, pf)
+	}
+	return set, nil
+}
+
+// values compiles what pf's price reads of its arguments: its slicing size
+// and its argument cost, each computed now when it reads no variable.
+func (c *planCompiler) values(pf *planField) error {
+	w, f, fi := c.w, pf.field, pf.fi
+	pf.declared, pf.hasDeclared = fi.assumed, fi.hasAssumed
+	if len(fi.slicing) > 0 {
+		if readsVariables(f, fi.slicing) {
+			pf.dynSlice, c.dynamic = true, true
+		} else {
+			sliced, hasSliced, err := w.slicingSize(f, fi)
+			if err != nil {
+				return err
+			}
+			if hasSliced {
+				pf.declared, pf.hasDeclared = sliced, true
+			}
+		}
+	}
+	pf.own = fi.weight
+	if !fi.argsFree {
+		if readsVariables(f, fi.args) {
+			pf.dynOwn, c.dynamic = true, true
+		} else {
+			ac, err := w.argCost(f, fi)
+			if err != nil {
+				return err
+			}
+			pf.own = addCost(pf.own, ac)
+		}
+	}
+	return nil
+}
+
+// readsVariables reports whether any of the arguments ins, as f gives
+// them, holds a variable.
+func readsVariables(f *ast.Field, ins []*inputInfo) bool {
+	for _, in := range ins {
+		if a := f.Arguments.ForName(in.name); a != nil && hasVariable(a.Value) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasVariable(v *ast.Value) bool {
+	if v == nil {
+		return false
+	}
+	if v.Kind == ast.Variable {
+		return true
+	}
+	for _, ch := range v.Children {
+		if hasVariable(ch.Value) {
+			return true
+		}
+	}
+	return false
+}
+
+// children compiles the merged sub-selections of g for ret at absolute
+// depth depth, once per shape: a selection reached again is shared.
+func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planSet, error) {
+	w := c.w
+	key := memoKey{typ: ret}
+	if g.size() == 1 {
+		key.field = g.first
+	} else {
+		key.merged = w.groupID(g)
+	}
+	if s, ok := c.memo[key]; ok {
+		if s.depth > 0 && depth+s.depth-1 > w.maxDepth {
+			return nil, errPlanDepth
+		}
+		if s.slot < 0 {
+			s.slot = int32(c.slots)
+			c.slots++
+		}
+		return s, nil
+	}
+	var set *planSet
+	if !ret.abstract || len(ret.possible) == 0 {
+		s, err := c.object(ret, g, depth, ret.weight)
+		if err != nil {
+			return nil, err
+		}
+		set = s
+	} else {
+		set = &planSet{slot: -1, members: make([]*planSet, len(ret.possible))}
+		c.bytes += int64(unsafe.Sizeof(*set)) + 8*int64(len(ret.possible))
+		for i, t := range ret.possible {
+			m, err := c.object(t, g, depth, memberWeight(ret, t))
+			if err != nil {
+				return nil, err
+			}
+			set.members[i] = m
+			set.depth = max(set.depth, m.depth)
+		}
+	}
+	if c.memo == nil {
+		c.memo = make(map[memoKey]*planSet)
+	}
+	c.memo[key] = set
+	return set, nil
+}
+
+func (c *planCompiler) object(t *typeInfo, g *fieldGroup, depth int, weight Cost) (*planSet, error) {
+	w := c.w
+	groups, start, err := w.collect(t, g, nil)
+	if err == nil && w.refused != nil {
+		err = w.refused
+	}
+	if err != nil {
+		w.groups = w.groups[:start]
+		return nil, err
+	}
+	set, err := c.groups(t, groups, depth, weight)
+	w.groups = w.groups[:start]
+	return set, err
+}
+
+// planEval is the scratch space of one evaluation: the memoised sets'
+// values, by slot, and by (set, sizes) when sizes are handed down.
+type planEval struct {
+	w     *walker
+	slots []planMemo
+	sized map[planSizedKey]planValue
+}
+
+type planMemo struct {
+	done bool
+	sz   sizes
+	v    planValue
+}
+
+type planSizedKey struct {
+	set *planSet
+	sz  sizes
+}
+
+// planValue is a set's price per parent object.
+type planValue struct {
+	cost   Cost
+	nodes  int64
+	counts *setCounts
+}
+
+// evaluate prices sub-plan s with variables, as run prices the operation.
+func (p *Plan) evaluate(s *subPlan, variables map[string]any) (*Report, error) {
+	a := p.a
+	if a.cfg.breakdownLimit > 0 {
+		return nil, errFallback // the breakdown is the walker's
+	}
+	e, _ := s.pool.Get().(*planEval)
+	if e == nil {
+		e = &planEval{slots: make([]planMemo, s.slots)}
+	}
+	e.w = a.acquire(p.doc, p.op, variables)
+	v, err := e.set(s.root, noSizes)
+	a.release(e.w)
+	e.w = nil
+	clear(e.slots)
+	if e.sized != nil {
+		clear(e.sized)
+	}
+	s.pool.Put(e)
+	if err != nil {
+		return nil, err
+	}
+	totals := Totals{Cost: addCost(s.base, v.cost), Depth: s.depth, Nodes: v.nodes}
+	if err := a.checkTotals(p.op, totals); err != nil {
+		return nil, err
+	}
+	r := &Report{
+		Operation:     p.op.Name,
+		OperationType: string(p.op.Operation),
+		Introspection: s.intro,
+		Totals:        totals,
+		Points:        totals.Cost.Points(),
+		Fields:        make([]FieldCost, 0),
+	}
+	if r.OperationType == "" {
+		r.OperationType = string(ast.Query)
+	}
+	if a.counting != nil {
+		r.FieldCounts = a.counting.fieldCounts(v.counts)
+	}
+	return r, nil
+}
+
+// set prices a compiled set for sizes sz, as priceChildren does.
+func (e *planEval) set(s *planSet, sz sizes) (planValue, error) {
+	if s.slot >= 0 {
+		m := &e.slots[s.slot]
+		switch {
+		case !m.done:
+		case m.sz == sz:
+			return m.v, nil
+		default:
+			if v, ok := e.sized[planSizedKey{s, sz}]; ok {
+				return v, nil
+			}
+		}
+	}
+	var v planValue
+	if s.members == nil {
+		var err error
+		if v, err = e.object(s, sz); err != nil {
+			return v, err
+		}
+	} else {
+		// The costliest member, the first on a tie; nodes and counts are
+		// maxima of their own.
+		var owned bool
+		for i, m := range s.members {
+			mv, err := e.object(m, sz)
+			if err != nil {
+				return v, err
+			}
+			if i == 0 || mv.cost > v.cost {
+				v.cost = mv.cost
+			}
+			v.nodes = max(v.nodes, mv.nodes)
+			v.counts, owned = maxCounts(v.counts, owned, mv.counts)
+		}
+	}
+	if s.slot >= 0 {
+		m := &e.slots[s.slot]
+		if !m.done {
+			m.done, m.sz, m.v = true, sz, v
+		} else {
+			if e.sized == nil {
+				e.sized = make(map[planSizedKey]planValue)
+			}
+			e.sized[planSizedKey{s, sz}] = v
+		}
+	}
+	return v, nil
+}
+
+// object prices the fields of a compiled object set, as priceGroups and
+// priceField do.
+func (e *planEval) object(s *planSet, sz sizes) (planValue, error) {
+	w := e.w
+	a := w.a
+	v := planValue{cost: s.weight}
+	for i := range s.fields {
+		pf := &s.fields[i]
+		fi := pf.fi
+		handed, hasHanded, inherit := sz.lookup(fi.name)
+		declared, hasDeclared := pf.declared, pf.hasDeclared
+		if pf.dynSlice {
+			sliced, hasSliced, err := w.slicingSize(pf.field, fi)
+			if err != nil {
+				return v, errFallback
+			}
+			if hasSliced {
+				declared, hasDeclared = sliced, true
+			}
+		}
+		n := int64(1)
+		if fi.list {
+			switch {
+			case hasHanded:
+				n = handed
+			case hasDeclared && len(fi.sized) == 0:
+				n = declared
+			default:
+				n = a.cfg.defaultListSize
+			}
+		}
+		own := pf.own
+		if pf.dynOwn {
+			c, err := w.argCost(pf.field, fi)
+			if err != nil {
+				return v, errFallback
+			}
+			own = addCost(fi.weight, c)
+		}
+		var cost Cost
+		var nodes int64
+		var child *setCounts
+		if pf.children == nil {
+			cost = clampZero(addCost(own, mulCost(fi.ret.weight, n)))
+		} else {
+			childSizes := inherit
+			if len(fi.sized) > 0 && hasDeclared {
+				childSizes = sizes{spec: fi, size: declared}
+			}
+			cv, err := e.set(pf.children, childSizes)
+			if err != nil {
+				return v, err
+			}
+			var perObject int64
+			if fi.list {
+				perObject = 1
+			}
+			nodes = mulCount(n, addCount(perObject, cv.nodes))
+			cost = clampZero(addCost(own, mulCost(cv.cost, n)))
+			child = cv.counts
+		}
+		if pf.fixed {
+			if pf.free {
+				cost = 0
+			}
+			if pf.intro {
+				cost = addCost(cost, a.cfg.introspectionCost)
+			}
+		}
+		if a.counting != nil {
+			a.counting.field(&v.counts, pf.counted, pf.key, n, child)
+		}
+		v.cost = addCost(v.cost, cost)
+		v.nodes = addCount(v.nodes, nodes)
+	}
+	return v, nil
+}
