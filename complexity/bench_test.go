@@ -312,3 +312,68 @@ func BenchmarkActualCost(b *testing.B) {
 		})
 	}
 }
+
+// planVarsQuery is the plain case with its sizes taken from variables, so
+// its plan is a compiled tree rather than a constant.
+const planVarsQuery = `query($f: Int, $r: Int, $i: Int) { viewer { login followers(first: $f) { totalCount edges { node { login } } }
+	repositories(first: $r) { totalCount nodes { name issues(first: $i) { totalCount } } } } }`
+
+// BenchmarkPlanEvaluate measures a compiled plan's Evaluate on the cases of
+// BenchmarkAnalyze (whose prices read no variable: constant plans), and
+// plain+vars, the plain case sized by variables (a compiled tree), also
+// with a counted field (+count).
+//
+//	go test ./complexity -run '^$' -bench 'Analyze$|PlanEvaluate|GqlgenComplexity' -benchmem -count 3
+func BenchmarkPlanEvaluate(b *testing.B) {
+	schema := benchSchema(b)
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	counted, err := complexity.New(schema, complexity.WithBreakdownLimit(0), complexity.WithCountedFields("Repository.issues"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	vars := map[string]any{"f": int64(5), "r": int64(10), "i": int64(3)}
+	cases := append(benchCases(b), benchCase{"plain+vars", planVarsQuery})
+	for _, c := range cases {
+		doc, op := benchDoc(b, schema, c.query)
+		for _, v := range []struct {
+			suffix string
+			a      *complexity.Analyzer
+		}{{"", a}, {"+count", counted}} {
+			if v.suffix != "" && c.name != "plain+vars" {
+				continue
+			}
+			p, err := v.a.Compile(doc, op)
+			if err != nil {
+				b.Fatal(err)
+			}
+			want, err := v.a.AnalyzeOperation(doc, op, vars)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got, err := p.Evaluate(vars); err != nil || got.Cost != want.Cost {
+				b.Fatalf("%s: plan %v, %v; scratch %v", c.name, got, err, want.Cost)
+			}
+			b.Run(c.name+v.suffix, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := p.Evaluate(vars); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			if c.name == "plain+vars" && v.suffix == "" {
+				b.Run(c.name+"/Analyze", func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, err := v.a.AnalyzeOperation(doc, op, vars); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}

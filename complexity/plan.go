@@ -104,7 +104,7 @@ var errFallback = errors.New("complexity: price from scratch")
 // What a Plan holds depends on what the price reads of the variables:
 //
 //   - nothing: the Report (or the error) is computed once, and Evaluate
-//     returns a copy of it;
+//     returns it;
 //   - @skip/@include conditions only: one constant result per assignment
 //     of the condition variables (at most MaxPlanConditions of them);
 //   - slicing arguments (first, last, @listSize slicingArguments,
@@ -152,10 +152,12 @@ func (p *Plan) Size() int64 { return p.size }
 
 // Evaluate prices the plan's operation with variables: it returns exactly
 // what AnalyzeOperation(doc, op, variables) returns, the same Report values
-// or the same error. A constant plan returns a fresh copy of its Report
-// (or *Error) whose slices (Fields, FieldCounts, their paths, an error's
-// Locations and Path) are shared with the plan and every other caller:
-// they must not be modified.
+// or the same error.
+//
+// The result is read-only: where the price reads no variable, every
+// evaluation returns the plan's own *Report (or *Error), without
+// allocating, so a caller must not modify it or anything it points to
+// (copy it first: r2 := *r).
 func (p *Plan) Evaluate(variables map[string]any) (*Report, error) {
 	if len(p.subs) == 0 {
 		return p.a.AnalyzeOperation(p.doc, p.op, variables)
@@ -177,7 +179,7 @@ func (p *Plan) Evaluate(variables map[string]any) (*Report, error) {
 	s := &p.subs[idx]
 	switch {
 	case s.constant:
-		return copyResult(s.report, s.err)
+		return s.report, s.err
 	case s.root == nil:
 		return p.a.AnalyzeOperation(p.doc, p.op, variables)
 	}
@@ -186,24 +188,6 @@ func (p *Plan) Evaluate(variables map[string]any) (*Report, error) {
 		return p.a.AnalyzeOperation(p.doc, p.op, variables)
 	}
 	return r, err
-}
-
-// copyResult returns a shallow copy of a stored result.
-func copyResult(r *Report, err error) (*Report, error) {
-	if err != nil {
-		var e *Error
-		if !errors.As(err, &e) {
-			return nil, err
-		}
-		c := *e
-		if c.Totals != nil {
-			t := *c.Totals
-			c.Totals = &t
-		}
-		return nil, &c
-	}
-	c := *r
-	return &c, nil
 }
 
 // conditionVariables lists the variables read as @skip/@include conditions
@@ -525,9 +509,11 @@ func (c *planCompiler) object(t *typeInfo, g *fieldGroup, depth int, weight Cost
 }
 
 // planEval is the scratch space of one evaluation: the memoised sets'
-// values, by slot, and by (set, sizes) when sizes are handed down.
+// values, by slot, and by (set, sizes) when sizes are handed down. Its
+// walker only reads values (slicingSize, argCost): it collects nothing, so
+// it needs none of the pooled walkers' stacks.
 type planEval struct {
-	w     *walker
+	w     walker
 	slots []planMemo
 	sized map[planSizedKey]planValue
 }
@@ -560,10 +546,9 @@ func (p *Plan) evaluate(s *subPlan, variables map[string]any) (*Report, error) {
 	if e == nil {
 		e = &planEval{slots: make([]planMemo, s.slots)}
 	}
-	e.w = a.acquire(p.doc, p.op, variables)
+	e.w.a, e.w.c, e.w.doc, e.w.op, e.w.vars = a, a.c, p.doc, p.op, variables
 	v, err := e.set(s.root, noSizes)
-	a.release(e.w)
-	e.w = nil
+	e.w.doc, e.w.op, e.w.vars, e.w.path = nil, nil, nil, e.w.path[:0]
 	clear(e.slots)
 	if e.sized != nil {
 		clear(e.sized)
@@ -646,7 +631,7 @@ func (e *planEval) set(s *planSet, sz sizes) (planValue, error) {
 // object prices the fields of a compiled object set, as priceGroups and
 // priceField do.
 func (e *planEval) object(s *planSet, sz sizes) (planValue, error) {
-	w := e.w
+	w := &e.w
 	a := w.a
 	v := planValue{cost: s.weight}
 	for i := range s.fields {

@@ -78,6 +78,41 @@ func allCoordinates(schema *ast.Schema) []string {
 	return coords
 }
 
+// A constant plan returns its own Report, shared and read-only, with no
+// work: no allocation.
+func TestConstantPlanAllocatesNothing(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "fuzz.graphql", Input: fuzzSDL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := complexity.New(schema, complexity.WithCountedFields("Item.id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`query($n: ID) { node(id: $n) { id } items(first: 5) { id level } }`,
+		`query($c: Boolean!) { items(first: 5) @include(if: $c) { id } }`,
+		`{ items(first: -1) { id } }`,
+	} {
+		doc := mustParse(t, q)
+		p, err := a.Compile(doc, doc.Operations[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		vars := map[string]any{"n": "1", "c": true}
+		r1, err1 := p.Evaluate(vars)
+		allocs := testing.AllocsPerRun(100, func() {
+			r2, err2 := p.Evaluate(vars)
+			if r2 != r1 || err2 != err1 {
+				t.Fatalf("%s: a constant plan returned another result", q)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per evaluation, want 0", q, allocs)
+		}
+	}
+}
+
 // TestPlanMatchesGolden prices every golden case from scratch and through
 // Compile and Evaluate, with the case's options and again without the
 // breakdown and counting every field of the schema.
