@@ -93,6 +93,47 @@
 // is a refund that is never negative. The response is read in one pass
 // without decoding it, and a call allocates nothing.
 //
+// # Compiled plans
+//
+// The price of an operation depends on the document and the variables
+// only, so Analyzer.Compile prepares it once per (document, operation) and
+// Plan.Evaluate prices each request's variables with it, returning exactly
+// what AnalyzeOperation returns (reports deep-equal, errors with the same
+// code, message, location and path: a test runs every golden case both
+// ways, another random variable values, and FuzzPlanMatchesScratch
+// arbitrary operations).
+//
+//   - Constant: a price that reads no variable (variables only in free
+//     arguments, such as user(login: $login), count as none) is computed
+//     at Compile, refusals that depend on the document alone (aliases,
+//     root fields, depth, a literal breadth) included. Evaluate returns
+//     the plan's own Report or error: a pointer, no work, no allocation.
+//     The result is read-only for every caller.
+//   - Conditions: the variables read by @skip and @include (up to
+//     MaxPlanConditions) select one sub-plan per assignment of true and
+//     false, each compiled as below.
+//   - Evaluated: when slicing arguments (first, last, @listSize
+//     slicingArguments, the sizes handed to sizedFields and to a
+//     Connection's edges and nodes) or priced arguments read variables,
+//     the sub-plan is a tree of the fields already collected (fragments
+//     applied, merged, typed; a fragment spread in many places is one
+//     shared node) holding each field's weight, its constant sizes and
+//     argument costs, and which of them to read from the variables.
+//     Evaluate walks the tree with the walker's order and arithmetic,
+//     memoising shared nodes, without touching the document.
+//   - From scratch: Evaluate calls AnalyzeOperation when the conditions
+//     read more than MaxPlanConditions variables, a condition is not a
+//     Boolean, a value is refused (negative or above the maximum breadth,
+//     not coercible, a required slicing argument missing: rare, and the
+//     error must come out as the walk finds it), a document limit is met
+//     after a variable was read, or a breakdown (WithBreakdownLimit > 0)
+//     is asked of a price that reads variables.
+//
+// A Plan keeps the document and operation it prices and, beside them,
+// about Plan.Size bytes: a constant plan its Report (and breakdown), an
+// evaluated one a node per collected field. A cache should bound plans by
+// count and by Size, as gqlgen's query cache bounds documents.
+//
 // # Numbers
 //
 // Costs are Cost values: fixed point in thousandths of a point, so

@@ -114,3 +114,40 @@ func ExampleAnalyzer_ActualCost() {
 	fmt.Printf("requested %d, actual %d, refund %d\n", r.Points, actual, r.Points-actual)
 	// Output: requested 61, actual 14, refund 47
 }
+
+func ExampleAnalyzer_Compile() {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "schema.graphql", Input: seedSDL})
+	if err != nil {
+		panic(err)
+	}
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0), complexity.WithMaxCost(1000),
+		complexity.WithCountedFields("Repo.issues"))
+	if err != nil {
+		panic(err)
+	}
+	doc, errs := gqlparser.LoadQueryWithRules(schema, `query($repos: Int, $issues: Int) {
+		user { repos(first: $repos) { issues(first: $issues) { title } } } }`, nil)
+	if errs != nil {
+		panic(errs)
+	}
+	// Compile once per document (next to the query cache), evaluate per request.
+	plan, err := a.Compile(doc, doc.Operations[0])
+	if err != nil {
+		panic(err)
+	}
+	for _, vars := range []map[string]any{
+		{"repos": 10, "issues": 5},
+		{"repos": 100, "issues": 50},
+	} {
+		r, err := plan.Evaluate(vars)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fc := r.FieldCounts[0]
+		fmt.Printf("cost %s, %s ×%d at %v\n", r.Cost, fc.Coordinate, fc.Count, fc.Path)
+	}
+	// Output:
+	// cost 61, Repo.issues ×10 at [user repos issues]
+	// complexity: operation (anonymous) costs 5101, which exceeds the maximum of 1000 (line 1, column 1)
+}
