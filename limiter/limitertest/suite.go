@@ -35,6 +35,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clock limiter.Clock) limiter.
 	t.Run("negative_costs", s.negativeCosts)
 	t.Run("wait", s.wait)
 	t.Run("hammer", s.hammer)
+	t.Run("take_all", s.takeAll)
 }
 
 type suite struct {

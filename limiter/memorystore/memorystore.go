@@ -111,10 +111,27 @@ type Store struct {
 
 var _ limiter.Store = (*Store)(nil)
 
-// shard is one partition of the keys; its mutex guards its table.
+// shard is one partition of the keys; its mutex guards its tables: the
+// plain keys of Take and Refund, and the named budgets of TakeAll, which
+// live in the shard of their owner's key.
 type shard struct {
 	sync.Mutex
 	shardmap.Table[*entry]
+	named shardmap.KeyedTable[budget, *entry]
+}
+
+// budget is a named budget's key in its shard: its owner's key and its
+// name, never "" (the budget named "" is the owner's plain key). Being a
+// pair, not an encoded string, it can meet no plain key.
+type budget struct{ key, name string }
+
+// Len is how many keys the shard holds, plain and named.
+func (sh *shard) Len() int { return sh.Table.Len() + sh.named.Len() }
+
+// Clear drops every key, plain and named.
+func (sh *shard) Clear() {
+	sh.Table.Clear()
+	sh.named.Clear()
 }
 
 // entry is one key's state. a, b, c hold the BucketState (Level, Last) or
@@ -172,6 +189,7 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 			ErrFull, size.MaxKeys, size.PerShard()),
 		sweeper: periodic.New(cfg.SweepInterval, tick),
 	}
+	s.shards.Each(func(sh *shard) { sh.named.Init(size.PerShard()) })
 	go s.sweepLoop()
 	return s, nil
 }
@@ -431,6 +449,8 @@ func (s *Store) sweepLoop() { s.sweeper.Run(s.sweep) }
 // through the shard's heap: the steps are those the keys' writes paid for.
 func (s *Store) sweep() {
 	s.shards.Each(func(sh *shard) {
-		sh.DeleteDue(s.now(), entryWholeAt)
+		now := s.now()
+		sh.DeleteDue(now, entryWholeAt)
+		sh.named.DeleteDue(now, entryWholeAt)
 	})
 }

@@ -122,10 +122,20 @@ func New[S any, P interface {
 
 // Shard returns key's shard, unlocked.
 func (m *Map[S, P]) Shard(key string) P {
+	return &m.shards[m.Index(key)].s
+}
+
+// Index is the position of key's shard among the Map's shards, in
+// [0, Size().Shards): a caller locking several shards at once locks them
+// in ascending Index order, so two such callers never deadlock.
+func (m *Map[S, P]) Index(key string) int {
 	// Map the hash onto the shards by multiplication, not division.
 	i, _ := bits.Mul64(maphash.String(m.seed, key), uint64(len(m.shards)))
-	return &m.shards[i].s
+	return int(i)
 }
+
+// At returns the shard at index i (see Index), unlocked.
+func (m *Map[S, P]) At(i int) P { return &m.shards[i].s }
 
 // Size returns the size the Map was built with.
 func (m *Map[S, P]) Size() Size { return m.size }
@@ -147,11 +157,17 @@ func (m *Map[S, P]) Each(f func(P)) {
 	}
 }
 
-// Table is one shard's keys, at most a fixed number of them. It is not
-// safe for concurrent use: the shard's lock guards it. The zero Table is
-// unusable; New makes the Tables of a Map.
-type Table[V any] struct {
-	keys map[string]V
+// Table is one shard's keys, at most a fixed number of them: a
+// KeyedTable with string keys, the kind a Map's shards embed.
+type Table[V any] = KeyedTable[string, V]
+
+// KeyedTable is one shard's keys of type K, at most a fixed number of
+// them. It is not safe for concurrent use: the shard's lock guards it. The
+// zero KeyedTable is unusable; New makes the Tables of a Map, and Init a
+// shard's further tables (memorystore keeps named budgets, keyed by
+// owner and name, next to its plain keys).
+type KeyedTable[K comparable, V any] struct {
+	keys map[K]V
 	max  int
 	// order is a min-heap of keys by due time, kept only by InsertDue and
 	// Sooner. An item may be stale: its key gone (Delete drops no item),
@@ -159,12 +175,12 @@ type Table[V any] struct {
 	// live key has an item at or before its due time. Stale items are
 	// dropped or moved when they reach the top, and the heap is rebuilt
 	// from the keys before it grows past twice the Table's bound.
-	order []dueItem
+	order []dueItem[K]
 }
 
-type dueItem struct {
+type dueItem[K comparable] struct {
 	at  int64
-	key string
+	key K
 }
 
 // Rank orders a full Table's entries for eviction. free reports that v
@@ -172,16 +188,20 @@ type dueItem struct {
 // at once. Otherwise the sampled entry of lowest rank is.
 type Rank[V any] func(v V) (rank int64, free bool)
 
-func (t *Table[V]) reset(max int) {
-	t.keys = make(map[string]V)
+func (t *KeyedTable[K, V]) reset(max int) {
+	t.keys = make(map[K]V)
 	t.max = max
 }
 
+// Init makes t an empty table of at most max keys, for a table a shard
+// keeps besides the one New made.
+func (t *KeyedTable[K, V]) Init(max int) { t.reset(max) }
+
 // Len reports how many keys t holds.
-func (t *Table[V]) Len() int { return len(t.keys) }
+func (t *KeyedTable[K, V]) Len() int { return len(t.keys) }
 
 // Get returns key's value and whether t holds key.
-func (t *Table[V]) Get(key string) (V, bool) {
+func (t *KeyedTable[K, V]) Get(key K) (V, bool) {
 	v, ok := t.keys[key]
 	return v, ok
 }
@@ -189,7 +209,7 @@ func (t *Table[V]) Get(key string) (V, bool) {
 // Insert stores v under key and reports whether it did. A key already held
 // is replaced. A new key in a full Table first evicts the entry rank picks
 // from a sample of Sample entries, or, when rank is nil, is refused.
-func (t *Table[V]) Insert(key string, v V, rank Rank[V]) bool {
+func (t *KeyedTable[K, V]) Insert(key K, v V, rank Rank[V]) bool {
 	if len(t.keys) >= t.max {
 		if _, ok := t.keys[key]; !ok {
 			if rank == nil {
@@ -204,9 +224,9 @@ func (t *Table[V]) Insert(key string, v V, rank Rank[V]) bool {
 
 // evict drops one entry: the first free one of a random sample (Go map
 // iteration starts at a random position), else the sample's lowest ranked.
-func (t *Table[V]) evict(rank Rank[V]) {
+func (t *KeyedTable[K, V]) evict(rank Rank[V]) {
 	var (
-		victim string
+		victim K
 		lowest int64
 		seen   int
 	)
@@ -240,7 +260,7 @@ type Due[V any] func(v V) int64
 // An entry that is not yet due is never dropped.
 //
 // Every entry of the Table must have been stored by InsertDue.
-func (t *Table[V]) InsertDue(key string, v V, now int64, due Due[V]) bool {
+func (t *KeyedTable[K, V]) InsertDue(key K, v V, now int64, due Due[V]) bool {
 	old, held := t.keys[key]
 	switch {
 	case !held:
@@ -258,18 +278,18 @@ func (t *Table[V]) InsertDue(key string, v V, now int64, due Due[V]) bool {
 // Room reports whether InsertDue would store a new key now, dropping the
 // entry it would drop to make room. A caller that builds the value only
 // once it knows it will be kept calls Room first.
-func (t *Table[V]) Room(now int64, due Due[V]) bool {
+func (t *KeyedTable[K, V]) Room(now int64, due Due[V]) bool {
 	return len(t.keys) < t.max || t.reclaim(now, due)
 }
 
 // Sooner records that key's entry, held and stored by InsertDue, is now
 // due at at, earlier than before.
-func (t *Table[V]) Sooner(key string, at int64, due Due[V]) { t.push(at, key, due) }
+func (t *KeyedTable[K, V]) Sooner(key K, at int64, due Due[V]) { t.push(at, key, due) }
 
 // DeleteDue drops every entry due at or before now, and returns how many it
 // dropped. It walks the heap, not the keys: a few steps per entry dropped
 // or come due since the last call.
-func (t *Table[V]) DeleteDue(now int64, due Due[V]) int {
+func (t *KeyedTable[K, V]) DeleteDue(now int64, due Due[V]) int {
 	n := 0
 	for len(t.order) > 0 && t.order[0].at <= now {
 		if t.step(now, due) {
@@ -281,7 +301,7 @@ func (t *Table[V]) DeleteDue(now int64, due Due[V]) int {
 
 // reclaim drops the earliest due entry if it is due at or before now, in
 // at most Sample steps, and reports whether it dropped one.
-func (t *Table[V]) reclaim(now int64, due Due[V]) bool {
+func (t *KeyedTable[K, V]) reclaim(now int64, due Due[V]) bool {
 	for range Sample {
 		if len(t.order) == 0 || t.order[0].at > now {
 			return false // every live key is due later
@@ -299,7 +319,7 @@ func (t *Table[V]) reclaim(now int64, due Due[V]) bool {
 // reports whether it dropped a key. Each step is paid for by an earlier
 // push or by the write that moved the key's due time on, so reclaiming is
 // amortised O(log n) per write.
-func (t *Table[V]) step(now int64, due Due[V]) bool {
+func (t *KeyedTable[K, V]) step(now int64, due Due[V]) bool {
 	top := t.order[0]
 	v, held := t.keys[top.key]
 	if held {
@@ -317,35 +337,35 @@ func (t *Table[V]) step(now int64, due Due[V]) bool {
 // push adds an item, first rebuilding the heap from the keys when it holds
 // twice as many items as the Table holds keys at most: the rebuild costs
 // O(max) and comes at most once per max pushes.
-func (t *Table[V]) push(at int64, key string, due Due[V]) {
+func (t *KeyedTable[K, V]) push(at int64, key K, due Due[V]) {
 	if len(t.order) >= 2*t.max+Sample {
 		t.rebuild(due)
 	}
-	t.order = append(t.order, dueItem{at, key})
+	t.order = append(t.order, dueItem[K]{at, key})
 	t.up(len(t.order) - 1)
 }
 
 // rebuild replaces the heap by one exact item per held key.
-func (t *Table[V]) rebuild(due Due[V]) {
-	clear(t.order) // let go of the dropped keys' strings
+func (t *KeyedTable[K, V]) rebuild(due Due[V]) {
+	clear(t.order) // let go of the dropped keys
 	t.order = t.order[:0]
 	for k, v := range t.keys {
-		t.order = append(t.order, dueItem{due(v), k})
+		t.order = append(t.order, dueItem[K]{due(v), k})
 	}
 	for i := len(t.order)/2 - 1; i >= 0; i-- {
 		t.down(i)
 	}
 }
 
-func (t *Table[V]) pop() {
+func (t *KeyedTable[K, V]) pop() {
 	last := len(t.order) - 1
 	t.order[0] = t.order[last]
-	t.order[last] = dueItem{}
+	t.order[last] = dueItem[K]{}
 	t.order = t.order[:last]
 	t.down(0)
 }
 
-func (t *Table[V]) up(i int) {
+func (t *KeyedTable[K, V]) up(i int) {
 	h := t.order
 	for i > 0 {
 		p := (i - 1) / 2
@@ -357,7 +377,7 @@ func (t *Table[V]) up(i int) {
 	}
 }
 
-func (t *Table[V]) down(i int) {
+func (t *KeyedTable[K, V]) down(i int) {
 	h := t.order
 	for {
 		c := 2*i + 1
@@ -376,10 +396,10 @@ func (t *Table[V]) down(i int) {
 }
 
 // Delete drops key, if held.
-func (t *Table[V]) Delete(key string) { delete(t.keys, key) }
+func (t *KeyedTable[K, V]) Delete(key K) { delete(t.keys, key) }
 
 // DeleteFunc drops every entry for which del returns true.
-func (t *Table[V]) DeleteFunc(del func(key string, v V) bool) {
+func (t *KeyedTable[K, V]) DeleteFunc(del func(key K, v V) bool) {
 	for k, v := range t.keys {
 		if del(k, v) {
 			delete(t.keys, k)
@@ -388,7 +408,7 @@ func (t *Table[V]) DeleteFunc(del func(key string, v V) bool) {
 }
 
 // Clear drops every entry.
-func (t *Table[V]) Clear() {
+func (t *KeyedTable[K, V]) Clear() {
 	clear(t.keys)
 	clear(t.order)
 	t.order = t.order[:0]

@@ -242,6 +242,29 @@ func TestInsertDue(t *testing.T) {
 	}
 }
 
+// TestKeyedTable: a table of struct keys, set up by Init, bounds and
+// reclaims like a Table; keys equal as strings in no way meet.
+func TestKeyedTable(t *testing.T) {
+	type pair struct{ a, b string }
+	var tb KeyedTable[pair, *timed]
+	tb.Init(2)
+	if !tb.InsertDue(pair{"x", "y"}, &timed{10}, 0, byDue) || !tb.InsertDue(pair{"xy", ""}, &timed{20}, 0, byDue) {
+		t.Fatal("InsertDue refused with room left")
+	}
+	if tb.InsertDue(pair{"x", "z"}, &timed{30}, 9, byDue) {
+		t.Fatal("a full table took a key with nothing due")
+	}
+	if !tb.InsertDue(pair{"x", "z"}, &timed{30}, 10, byDue) {
+		t.Fatal("a full table kept an entry that was due")
+	}
+	if _, held := tb.Get(pair{"x", "y"}); held || tb.Len() != 2 {
+		t.Fatalf("the due entry is still held (Len %d)", tb.Len())
+	}
+	if v, _ := tb.Get(pair{"xy", ""}); v == nil || v.due != 20 {
+		t.Fatalf("Get(xy) = %v", v)
+	}
+}
+
 // TestInsertDueFollowsMovedTimes moves due times after insertion: later
 // without a word, earlier with Sooner. The Table still drops exactly the
 // entries due by now.
@@ -413,6 +436,9 @@ func TestMap(t *testing.T) {
 		sh := m.Shard(key)
 		if m.Shard(key) != sh {
 			t.Fatalf("%q moved shards", key)
+		}
+		if i := m.Index(key); i < 0 || i >= 4 || m.At(i) != sh {
+			t.Fatalf("%q: Index %d does not name its Shard", key, i)
 		}
 		seen[sh] = true
 		sh.Lock()
