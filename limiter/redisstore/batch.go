@@ -92,22 +92,25 @@ func newBatcher(s *Store, maxSize int, maxWait time.Duration, maxInFlight int, d
 }
 
 // submit runs c's round trip inline when it may, or queues c and waits
-// for its outcome or for ctx to end.
-func (b *batcher) submit(ctx context.Context, c *call) (limiter.Decision, error) {
+// for its outcome or for ctx to end. It returns nil once c is decided
+// (its outcome is in c's fields, the caller's again), or the error that
+// kept c from being decided: then c's fields may still belong to a sender
+// and must be left alone.
+func (b *batcher) submit(ctx context.Context, c *call) error {
 	if err := ctx.Err(); err != nil {
-		return limiter.Decision{}, c.wrap(err) // never queued: nothing debited
+		return c.wrap(err) // never queued: nothing debited
 	}
 	inline := b.inlineSafe(ctx)
 
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return limiter.Decision{}, ErrClosed
+		return ErrClosed
 	}
 	if inline && b.queued == 0 && b.tryAcquire() {
 		b.mu.Unlock()
 		b.runInline(ctx, c)
-		return c.d, c.err
+		return nil
 	}
 	c.done = make(chan struct{})
 	c.deadline, _ = ctx.Deadline()
@@ -119,7 +122,7 @@ func (b *batcher) submit(ctx context.Context, c *call) (limiter.Decision, error)
 
 	select {
 	case <-c.done:
-		return c.d, c.err
+		return nil
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
@@ -130,12 +133,12 @@ func (b *batcher) submit(ctx context.Context, c *call) (limiter.Decision, error)
 	b.mu.Unlock()
 	select {
 	case <-c.done: // decided meanwhile: the outcome beats the ctx error
-		return c.d, c.err
+		return nil
 	default:
 	}
 	// Dropped, or sent and still in flight: its outcome, debit included,
 	// is discarded. c's fields now belong to the sender; leave them alone.
-	return limiter.Decision{}, c.wrap(ctx.Err())
+	return c.wrap(ctx.Err())
 }
 
 // tryAcquire takes a round-trip token if one is free.
@@ -358,6 +361,9 @@ func (b *batcher) close() {
 			if c.state == queued {
 				c.state = sent
 				c.d, c.err = limiter.Decision{}, ErrClosed
+				for _, p := range c.parts {
+					p.d = limiter.Decision{}
+				}
 				close(c.done)
 			}
 		}

@@ -7,7 +7,7 @@
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
 -- alg      the limiter.Algorithm value: SHAPING (LeakyBucketShaping)
 --          reports the departure delay.
--- op       TAKE or REFUND.
+-- op       TAKE, REFUND or DRY (a TAKE that writes nothing).
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- burst    capacity in whole tokens.
 -- p        units per token, Period_µs / gcd(Rate, Period_µs).
@@ -69,7 +69,9 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
   end
 
   local reset = cdiv(level, r)
-  persist(key, reset, margin, 'l', level, 't', last)
+  if op ~= DRY then
+    persist(key, reset, margin, 'l', level, 't', last)
+  end
   out[at + 1], out[at + 2], out[at + 3] = status, allowed, idiv(capacity - level, p)
   out[at + 4], out[at + 5], out[at + 6] = retry, reset, delay
 end

@@ -10,8 +10,11 @@
 -- MAX_NOW is limiter.MaxNow (2^52 - 1 µs, early 2112).
 local MAX_NOW = 4503599627370495
 
--- The op of a decision, as batch.lua reads it.
-local TAKE, REFUND = 0, 1
+-- The op of a decision, as batch.lua reads it. DRY (multi.lua only)
+-- decides as TAKE does and reports the same, but writes nothing the take
+-- would change: a budget's key is left as it was, or (SlidingLog) only
+-- rid of expired entries, which decides the same.
+local TAKE, REFUND, DRY = 0, 1, 2
 
 -- now_us is a call's time in µs since the Unix epoch, clamped to
 -- [0, MAX_NOW]: arg, a script argument in µs, or Redis TIME when arg is ''

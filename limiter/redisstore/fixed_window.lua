@@ -6,7 +6,7 @@
 --          admitted in window w.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
 -- alg      the limiter.Algorithm value (unused).
--- op       TAKE or REFUND.
+-- op       TAKE, REFUND or DRY (a TAKE that writes nothing).
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     cost admitted per window.
 -- P        the period in µs.
@@ -48,7 +48,9 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
 
   local reset = 0
   if count > 0 then reset = P - e end
-  persist(key, reset, margin, 'w', w, 'c', count)
+  if op ~= DRY then
+    persist(key, reset, margin, 'w', w, 'c', count)
+  end
   out[at + 1], out[at + 2], out[at + 3] = status, allowed, rate - count
   out[at + 4], out[at + 5], out[at + 6] = retry, reset, 0
 end

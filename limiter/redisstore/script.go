@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,8 @@ var (
 	slidingLogLua string
 	//go:embed batch.lua
 	batchLua string
+	//go:embed multi.lua
+	multiLua string
 )
 
 // luaScript is one of the store's scripts, with the leading arguments of
@@ -37,7 +40,10 @@ type luaScript struct {
 }
 
 func newLuaScript(algorithmLua string) *luaScript {
-	src := commonLua + algorithmLua + batchLua
+	return luaScriptOf(commonLua + algorithmLua + batchLua)
+}
+
+func luaScriptOf(src string) *luaScript {
 	return &luaScript{
 		source:      src,
 		evalshaHead: [2]any{"evalsha", redis.NewScript(src).Hash()},
@@ -60,6 +66,26 @@ var scripts = func() [limiter.SlidingCounter + 1]*luaScript {
 		limiter.SlidingLog:          newLuaScript(slidingLogLua),
 		limiter.SlidingCounter:      newLuaScript(slidingCounterLua),
 	}
+}()
+
+// multiScript is TakeAll's script (see multi.lua): common.lua, every
+// family's file in a block of its own that files its decide in the DECIDE
+// table, and multi.lua. The blocks keep each family's locals (decide
+// first of all) apart. Immutable after package initialisation.
+var multiScript = func() *luaScript {
+	var b strings.Builder
+	b.WriteString(commonLua)
+	b.WriteString("local DECIDE = {}\n")
+	for _, f := range []struct{ name, src string }{
+		{"bucket", bucketLua},
+		{"fixed_window", fixedWindowLua},
+		{"sliding_log", slidingLogLua},
+		{"sliding_counter", slidingCounterLua},
+	} {
+		fmt.Fprintf(&b, "do\n%s\nDECIDE.%s = decide\nend\n", f.src, f.name)
+	}
+	b.WriteString(multiLua)
+	return luaScriptOf(b.String())
 }()
 
 // maxArg caps costs sent to the script at 2^53, the last integer a Lua
@@ -99,6 +125,12 @@ type call struct {
 	d   limiter.Decision
 	err error
 
+	// parts are a TakeAll's budgets, in its requests' order: the call is
+	// then one script call of multi.lua over their keys, alone in its
+	// chunk, and each part's d and err are its budget's outcome. The call's
+	// own key, limit and n are unused, its d is zero.
+	parts []*call
+
 	// Owned by the batcher (guarded by its mutex until sent).
 	state    callState
 	done     chan struct{} // closed once d and err are set
@@ -119,7 +151,12 @@ func (s *Store) newCall(identity string, l limiter.Limit, op string, n int64) *c
 }
 
 // script is the script that decides c.
-func (c *call) script() *luaScript { return scripts[c.limit.Algorithm] }
+func (c *call) script() *luaScript {
+	if c.parts != nil {
+		return multiScript
+	}
+	return scripts[c.limit.Algorithm]
+}
 
 // appendRecord appends c's record: op, algorithm, n, then a, b, c (see
 // batch.lua).
@@ -144,12 +181,39 @@ func (c *call) appendRecord(rec []byte) []byte {
 
 // wrap prefixes err with the package, the algorithm and the op.
 func (c *call) wrap(err error) error {
+	if c.parts != nil {
+		return fmt.Errorf("redisstore: TakeAll: %w", err)
+	}
 	return fmt.Errorf("redisstore: %s %s: %w", c.limit.Algorithm, c.op, err)
 }
 
 // fail sets c's outcome to err, wrapped, with no decision.
 func (c *call) fail(err error) {
 	c.d, c.err = limiter.Decision{}, c.wrap(err)
+	for _, p := range c.parts {
+		p.d, p.err = limiter.Decision{}, nil
+	}
+}
+
+// settleParts sets a TakeAll call's error from its parts' outcomes: the
+// first part's error, naming the request.
+func (c *call) settleParts() {
+	c.err = nil
+	for i, p := range c.parts {
+		if p.err != nil {
+			c.err = fmt.Errorf("redisstore: TakeAll request %d: %w", i, p.err)
+			return
+		}
+	}
+}
+
+// decisions are the calls a chunk's script call decides, one per key: its
+// calls, or the parts of its one TakeAll.
+func (ch *chunk) decisions() []*call {
+	if len(ch.calls) == 1 && ch.calls[0].parts != nil {
+		return ch.calls[0].parts
+	}
+	return ch.calls
 }
 
 // settle sets c's outcome from its stride of the script's reply.
@@ -279,24 +343,52 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 	}
 	for _, ch := range chunks {
 		reply, err := ch.cmd.Slice()
-		if err == nil && len(reply) != stride*len(ch.calls) {
-			err = fmt.Errorf("malformed script reply of %d values for %d keys", len(reply), len(ch.calls))
+		units := ch.decisions()
+		if err == nil && len(reply) != stride*len(units) {
+			err = fmt.Errorf("malformed script reply of %d values for %d keys", len(reply), len(units))
 		}
-		for i, c := range ch.calls {
-			if err != nil {
+		if err != nil {
+			for _, c := range ch.calls {
 				c.fail(err)
-				continue
 			}
+			continue
+		}
+		for i, c := range units {
 			c.settle(reply[i*stride : (i+1)*stride])
+		}
+		if c := ch.calls[0]; c.parts != nil {
+			c.settleParts()
 		}
 	}
 }
 
 // split groups calls into script calls by route and by script, keeping
-// their order within each group, at most MaxScriptKeys per call.
+// their order within each group, at most MaxScriptKeys per call. A
+// TakeAll is a script call of its own, sent after the others.
 func (s *Store) split(calls []*call) []*chunk {
 	if len(calls) == 1 { // a lone call: nothing to group
 		return []*chunk{{calls: calls}}
+	}
+	var multi []*chunk
+	for i, c := range calls {
+		if c.parts == nil {
+			continue
+		}
+		// Rare: move the TakeAlls out, keeping the order of the rest.
+		rest := make([]*call, 0, len(calls))
+		rest = append(rest, calls[:i]...)
+		for _, c := range calls[i:] {
+			if c.parts != nil {
+				multi = append(multi, &chunk{calls: []*call{c}})
+			} else {
+				rest = append(rest, c)
+			}
+		}
+		if len(rest) == 0 {
+			return multi
+		}
+		calls = rest
+		break
 	}
 	type slotScript struct {
 		slot   uint16
@@ -323,7 +415,7 @@ func (s *Store) split(calls []*call) []*chunk {
 			g = g[n:]
 		}
 	}
-	return chunks
+	return append(chunks, multi...) // after the others: queued calls of one key keep their order
 }
 
 // group splits calls by key, in order of first appearance, keeping their
@@ -348,7 +440,7 @@ func group[K comparable](calls []*call, key func(*call) K) [][]*call {
 // several in a pipeline. Each chunk's cmd holds its outcome.
 func (s *Store) send(ctx context.Context, chunks []*chunk, now string, eval bool) {
 	for _, ch := range chunks {
-		ch.cmd = command(ctx, ch.calls, now, s.margin, eval)
+		ch.cmd = command(ctx, ch.calls[0].script(), ch.decisions(), now, s.margin, eval)
 	}
 	proc, ok := s.client.(processor)
 	if !ok {
@@ -373,11 +465,10 @@ func (s *Store) send(ctx context.Context, chunks []*chunk, now string, eval bool
 	}
 }
 
-// command builds the EVALSHA (or EVAL) of one chunk, whose calls share
-// their first call's script.
-func command(ctx context.Context, calls []*call, now string, margin any, eval bool) *redis.Cmd {
+// command builds the EVALSHA (or EVAL) of sc over calls, one key each.
+func command(ctx context.Context, sc *luaScript, calls []*call, now string, margin any, eval bool) *redis.Cmd {
 	args := make([]any, 0, 3+len(calls)+3)
-	if sc := calls[0].script(); eval {
+	if eval {
 		args = append(args, sc.evalHead[:]...)
 	} else {
 		args = append(args, sc.evalshaHead[:]...)

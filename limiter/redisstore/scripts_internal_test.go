@@ -30,8 +30,12 @@ func TestLuaConstants(t *testing.T) {
 		if !strings.Contains(batchLua, want) {
 			t.Errorf("batch.lua does not declare %q", strings.TrimSpace(want))
 		}
+		if !strings.Contains(multiLua, want) {
+			t.Errorf("multi.lua does not declare %q", strings.TrimSpace(want))
+		}
 	}
-	if want := "local TAKE, REFUND = " + strconv.Itoa(recordTake) + ", " + strconv.Itoa(recordRefund) + "\n"; !strings.Contains(commonLua, want) {
+	// DRY is multi.lua's own op, never sent from Go: any value but these two.
+	if want := "local TAKE, REFUND, DRY = " + strconv.Itoa(recordTake) + ", " + strconv.Itoa(recordRefund) + ", 2\n"; !strings.Contains(commonLua, want) {
 		t.Errorf("common.lua does not declare %q", strings.TrimSpace(want))
 	}
 	// The algorithm values the script dispatches on.
@@ -51,7 +55,7 @@ func TestLuaAlgorithmNames(t *testing.T) {
 	if want := "local SHAPING = " + strconv.Itoa(int(limiter.LeakyBucketShaping)) + "\n"; !strings.Contains(bucketLua, want) {
 		t.Errorf("bucket.lua does not declare %q", strings.TrimSpace(want))
 	}
-	for _, src := range []string{commonLua, bucketLua, fixedWindowLua, slidingCounterLua, slidingLogLua, batchLua} {
+	for _, src := range []string{commonLua, bucketLua, fixedWindowLua, slidingCounterLua, slidingLogLua, batchLua, multiLua} {
 		for _, bad := range []string{"alg <", "alg >", "alg == 0", "alg == 1", "alg == 2", "alg == 3", "alg == 4", "alg == 5"} {
 			if strings.Contains(src, bad) {
 				t.Errorf("a script compares %q: name the algorithm instead", bad)
@@ -73,6 +77,7 @@ func TestScriptsDocumentTheirInterface(t *testing.T) {
 		}
 	}
 	check("batch.lua", batchLua, "-- KEYS[i]", "-- ARGV[1]", "-- Returns")
+	check("multi.lua", multiLua, "-- KEYS[i]", "-- ARGV[1]", "-- ARGV[2]", "-- ARGV[3]", "-- Returns")
 	check("concurrency.lua", concurrencyLua, "-- KEYS[1]", "-- ARGV[1]  op: 'acquire', 'release' or 'refresh'",
 		"-- ARGV[2]", "-- ARGV[3]", "-- ARGV[4]", "-- ARGV[5]", "-- ARGV[6]", "-- Returns")
 	for name, src := range map[string]string{
@@ -108,6 +113,36 @@ func TestScriptPerFamily(t *testing.T) {
 	}
 	if len(seen) != 4 {
 		t.Errorf("%d distinct scripts, want 4 (one per family)", len(seen))
+	}
+}
+
+// TestMultiScript: TakeAll's script is common.lua, each family's file in a
+// block of its own filing its decide, and multi.lua, which dispatches
+// each limiter.Algorithm value to its family.
+func TestMultiScript(t *testing.T) {
+	src := multiScript.source
+	if !strings.HasPrefix(src, commonLua+"local DECIDE = {}\n") || !strings.HasSuffix(src, multiLua) {
+		t.Error("the multi script is not common.lua, the families, multi.lua")
+	}
+	family := map[limiter.Algorithm]string{
+		limiter.TokenBucket: "bucket", limiter.LeakyBucketPolicing: "bucket", limiter.LeakyBucketShaping: "bucket",
+		limiter.FixedWindow: "fixed_window", limiter.SlidingLog: "sliding_log", limiter.SlidingCounter: "sliding_counter",
+	}
+	files := map[string]string{"bucket": bucketLua, "fixed_window": fixedWindowLua, "sliding_log": slidingLogLua, "sliding_counter": slidingCounterLua}
+	for name, file := range files {
+		if !strings.Contains(src, "do\n"+file+"\nDECIDE."+name+" = decide\nend\n") {
+			t.Errorf("%s.lua is not in a block of its own filing DECIDE.%s", name, name)
+		}
+	}
+	var by []string
+	for a := limiter.TokenBucket; a <= limiter.SlidingCounter; a++ {
+		by = append(by, "DECIDE."+family[a])
+	}
+	if want := "local BY_ALG = {" + strings.Join(by, ", ") + "}\n"; !strings.Contains(multiLua, want) {
+		t.Errorf("multi.lua does not declare %q", strings.TrimSpace(want))
+	}
+	if multiScript.evalshaHead[1] != redis.NewScript(src).Hash() {
+		t.Error("EVALSHA does not name the multi script")
 	}
 }
 

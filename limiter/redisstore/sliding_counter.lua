@@ -8,7 +8,7 @@
 --          window w, p = cost in window w - 1.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
 -- alg      the limiter.Algorithm value (unused).
--- op       TAKE or REFUND.
+-- op       TAKE, REFUND or DRY (a TAKE that writes nothing).
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     cost admitted per trailing period; rate × P < 2^53.
 -- P        the period in µs.
@@ -79,7 +79,9 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   elseif prev > 0 then
     reset = rest
   end
-  persist(key, reset, margin, 'w', w, 'c', cur, 'p', prev)
+  if op ~= DRY then
+    persist(key, reset, margin, 'w', w, 'c', cur, 'p', prev)
+  end
   out[at + 1], out[at + 2], out[at + 3] = status, allowed, math.max(0, rate - cur - cdiv(prev * rest, P))
   out[at + 4], out[at + 5], out[at + 6] = retry, reset, 0
 end

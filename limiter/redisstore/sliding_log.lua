@@ -11,7 +11,8 @@
 --          it first in the set and outside every pruned time range.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
 -- alg      the limiter.Algorithm value (unused).
--- op       TAKE or REFUND.
+-- op       TAKE, REFUND or DRY (a TAKE that writes only the pruning of
+--          expired entries, and reports the take).
 -- n        the cost (take) or amount (refund), 0 <= n <= 2^53.
 -- rate     units per trailing period.
 -- P        the period in µs.
@@ -101,6 +102,8 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
     end
   end
   count = math.max(0, count)
+  -- What the key holds once pruned: a DRY admission writes only that.
+  local kept, keptAt = count, newestAt
 
   local status, allowed, retry = 0, 1, 0
   if op == REFUND then
@@ -129,22 +132,31 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   elseif n > rate - count then
     allowed, retry = 0, log_retry(key, now, n, rate, P, count)
   elseif n > 0 then
-    local N = n
-    if newestMember and newestAt == now then
-      N = N + log_units(newestMember)
-      redis.call('ZREM', key, newestMember)
+    if op ~= DRY then
+      local N = n
+      if newestMember and newestAt == now then
+        N = N + log_units(newestMember)
+        redis.call('ZREM', key, newestMember)
+      end
+      redis.call('ZADD', key, fmt('%d', now), fmt('%d', now) .. ':' .. fmt('%d', N))
     end
-    redis.call('ZADD', key, fmt('%d', now), fmt('%d', now) .. ':' .. fmt('%d', N))
     count = count + n
     newestAt = now
+  end
+  if op ~= DRY then
+    kept, keptAt = count, newestAt
   end
 
   local reset = 0
   if count > 0 then
     reset = newestAt + P - now
-    redis.call('ZADD', key, fmt('%d', -(1 + count)), LOG_TOTAL)
   end
-  persist(key, reset, margin)
+  local keep = 0
+  if kept > 0 then
+    keep = keptAt + P - now
+    redis.call('ZADD', key, fmt('%d', -(1 + kept)), LOG_TOTAL)
+  end
+  persist(key, keep, margin)
   out[at + 1], out[at + 2], out[at + 3] = status, allowed, math.max(0, rate - count)
   out[at + 4], out[at + 5], out[at + 6] = retry, reset, 0
 end

@@ -312,7 +312,10 @@ func (s *Store) run(ctx context.Context, key string, l limiter.Limit, op string,
 	}
 	c := s.newCall(key, l, op, n)
 	if s.batch != nil {
-		return s.batch.submit(ctx, c)
+		if err := s.batch.submit(ctx, c); err != nil {
+			return limiter.Decision{}, err
+		}
+		return c.d, c.err
 	}
 	s.roundTrip(ctx, c.single())
 	return c.d, c.err

@@ -1,0 +1,61 @@
+-- multi.lua closes the TakeAll script: common.lua, then every algorithm
+-- file wrapped in its own block that files its decide under its family
+-- (script.go writes those few lines of glue:
+-- `do <file> DECIDE[family] = decide end`), then this file. One call takes
+-- every key's cost when each fits, or none: Redis runs the whole script
+-- atomically, so no other command sees the keys between the two passes.
+--
+-- KEYS[i]  the i-th budget's key, each named once (on a Cluster, all in one
+--          hash slot: the budgets of one owner share its hash tag).
+-- ARGV[1]  now in µs since the Unix epoch, or '' to read Redis TIME once.
+--          Production always passes ''.
+-- ARGV[2]  expiry margin in ms.
+-- ARGV[3]  the keys' records, as in batch.lua: op (ignored: every record
+--          is a take), algorithm, n, a, b, c.
+--
+-- Returns what batch.lua returns, 6 integers per key in KEYS order:
+-- {status, allowed, remaining, retry_us, reset_us, delay_us}.
+--
+-- The first pass decides every key DRY: what a take of it alone would
+-- answer, writing nothing a take would change. Only when every key is
+-- admitted (status 0, allowed 1) does the second pass take them all, and
+-- each is then admitted with the same answer: its key is as the first pass
+-- found it and now is the same. So a refusal, a cost above capacity or a
+-- key of the wrong type (status 2, found in the first pass before anything
+-- is written) debits nothing, and the answers are the first pass's.
+--
+-- Top level: common.lua's and the families' function definitions, four
+-- small tables and this loop; the decisions cost what batch.lua's do,
+-- twice over for an admission.
+
+local STRIDE = 6
+local RECORD = '<i8i8i8i8i8i8'
+local RECORD_SIZE = 48
+
+local now = now_us(ARGV[1])
+local margin = tonumber(ARGV[2])
+local records = ARGV[3]
+if #records ~= #KEYS * RECORD_SIZE then
+  return redis.error_reply('costguard: ' .. #records .. ' bytes of records for ' .. #KEYS .. ' keys')
+end
+
+-- limiter.Algorithm value + 1 to its family's decide.
+local BY_ALG = {DECIDE.bucket, DECIDE.bucket, DECIDE.bucket, DECIDE.fixed_window, DECIDE.sliding_log, DECIDE.sliding_counter}
+
+local out = {}
+local all = true
+for i = 1, #KEYS do
+  local _, alg, n, a, b, c = struct.unpack(RECORD, records, (i - 1) * RECORD_SIZE + 1)
+  local at = (i - 1) * STRIDE
+  BY_ALG[alg + 1](out, at, KEYS[i], now, alg, DRY, n, a, b, c, margin)
+  if out[at + 1] ~= 0 or out[at + 2] ~= 1 then
+    all = false
+  end
+end
+if all then
+  for i = 1, #KEYS do
+    local _, alg, n, a, b, c = struct.unpack(RECORD, records, (i - 1) * RECORD_SIZE + 1)
+    BY_ALG[alg + 1](out, (i - 1) * STRIDE, KEYS[i], now, alg, TAKE, n, a, b, c, margin)
+  end
+end
+return out
