@@ -53,6 +53,9 @@ var (
 	ErrDuplicateBudget = errors.New("limiter: duplicate budget in TakeAll")
 	// ErrTooManyBudgets: a TakeAll of more than MaxTakeAll requests.
 	ErrTooManyBudgets = errors.New("limiter: too many budgets in TakeAll")
+	// ErrTakeAllUnsupported: a decorator's TakeAll over a store that has
+	// none (split-budget leases never have one: a lease is one budget's).
+	ErrTakeAllUnsupported = errors.New("limiter: TakeAll not supported by this store")
 )
 
 // AllAllowed reports whether every decision is Allowed: after a TakeAll

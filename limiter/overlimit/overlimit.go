@@ -94,6 +94,9 @@ var _ limiter.Store = (*Store)(nil)
 type shard struct {
 	sync.RWMutex
 	shardmap.Table[*entry]
+	// named holds the rejections of TakeAll's named budgets, by owner and
+	// name, in the shard of the owner's key (see TakeAll).
+	named shardmap.KeyedTable[budget, *entry]
 	// gen counts the refunds that passed through this shard. A Take reads
 	// it before calling the store and records its rejection only if it has
 	// not moved, so a rejection decided before a refund is never
@@ -123,7 +126,9 @@ func New(next limiter.Store, cfg Config) (*Store, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = limiter.SystemClock{}
 	}
-	return &Store{next: next, clock: cfg.Clock, shards: shardmap.New[shard](size)}, nil
+	s := &Store{next: next, clock: cfg.Clock, shards: shardmap.New[shard](size)}
+	s.shards.Each(func(sh *shard) { sh.named.Init(size.PerShard()) })
+	return s, nil
 }
 
 // Take answers a remembered rejection locally when one applies (see the
@@ -182,9 +187,24 @@ func (s *Store) Len() int { return s.shards.Len() }
 // remember records the store's rejection of cost, unless a refund passed
 // through the shard since gen was read.
 func (s *Store) remember(sh *shard, gen uint64, key string, limit limiter.Limit, cost int64, d limiter.Decision) {
+	e := s.rejection(limit, cost, d)
+	if e == nil {
+		return
+	}
+	sh.Lock()
+	defer sh.Unlock()
+	if sh.gen.Load() != gen {
+		return
+	}
+	sh.Insert(key, e, e.rank)
+}
+
+// rejection is the entry remembering the store's rejection d of cost, or
+// nil when there is nothing sound to remember.
+func (s *Store) rejection(limit limiter.Limit, cost int64, d limiter.Decision) *entry {
 	b, err := levelbound.New(limit)
 	if err != nil || cost > b.Burst {
-		return // the store should have refused it; nothing sound to keep
+		return nil // the store should have refused it; nothing sound to keep
 	}
 	e := &entry{limit: limit, Rejection: levelbound.Rejection{
 		Bucket: b,
@@ -196,19 +216,16 @@ func (s *Store) remember(sh *shard, gen uint64, key string, limit limiter.Limit,
 		Level: b.MaxLevel(d, cost),
 	}}
 	if e.Retry <= 0 {
-		return
+		return nil
 	}
-	sh.Lock()
-	defer sh.Unlock()
-	if sh.gen.Load() != gen {
-		return
-	}
-	// A full shard replaces an expired entry of a sample, else the sampled
-	// entry that expires soonest.
-	sh.Insert(key, e, func(old *entry) (int64, bool) {
-		left := old.Expires().Sub(e.At)
-		return int64(left), left <= 0
-	})
+	return e
+}
+
+// rank is the eviction order of a full shard taking e: an expired entry
+// of a sample goes first, else the sampled entry that expires soonest.
+func (e *entry) rank(old *entry) (int64, bool) {
+	left := old.Expires().Sub(e.At)
+	return int64(left), left <= 0
 }
 
 // forget drops key's entry, if any, unless the call was a peek under the

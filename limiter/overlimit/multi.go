@@ -1,0 +1,153 @@
+package overlimit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/internal/levelbound"
+)
+
+var _ limiter.MultiTaker = (*Store)(nil)
+
+// budget is a named budget's key in its shard: owner and name, never ""
+// (Name "" is the owner's plain key). A pair can meet no plain key.
+type budget struct{ key, name string }
+
+// Len is how many rejections the shard remembers, plain and named.
+func (sh *shard) Len() int { return sh.Table.Len() + sh.named.Len() }
+
+// TakeAll is limiter.MultiTaker's TakeAll in front of a store that is one
+// (otherwise it returns an error wrapping limiter.ErrTakeAllUnsupported).
+//
+// When a request is remembered as rejected (same Limit, a cost at least
+// the remembered one, less than its RetryAfter ago, TokenBucket or
+// LeakyBucketPolicing, as for Take), the store would refuse the whole
+// call: TakeAll answers without asking it and nothing is debited
+// anywhere. Then the remembered requests carry their rejection (as Take
+// would answer them from here) and the others a zero Decision: not
+// asked, which a caller tells by Limit 0. That is the one way this
+// TakeAll departs from the contract's "each decision as if alone", and
+// the price of saving the round trip.
+//
+// Otherwise the store decides. When it refuses, each refused request is
+// remembered exactly as Take remembers a rejection, under the request's
+// (Key, Name); when it admits, the admitted budgets' entries are dropped.
+// The cache never admits anything, so it admits nothing the store would
+// not.
+func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limiter.Decision) error {
+	next, ok := s.next.(limiter.MultiTaker)
+	if !ok {
+		clear(ds)
+		return fmt.Errorf("overlimit: %T: %w", s.next, limiter.ErrTakeAllUnsupported)
+	}
+	if err := limiter.CheckTakeAll(reqs, ds); err != nil {
+		return err
+	}
+	if s.answer(reqs, ds) {
+		if err := ctx.Err(); err != nil {
+			clear(ds)
+			return fmt.Errorf("overlimit: %w", err)
+		}
+		for i := range reqs { // as the store would say
+			if r := &reqs[i]; r.Cost > r.Limit.Capacity() {
+				return fmt.Errorf("overlimit: TakeAll request %d: %w", i, limiter.ExceedsCapacity(r.Cost, r.Limit.Capacity()))
+			}
+		}
+		return nil
+	}
+	var genBuf [8]uint64
+	gens := genBuf[:0]
+	for i := range reqs {
+		gens = append(gens, s.shards.Shard(reqs[i].Key).gen.Load())
+	}
+	err := next.TakeAll(ctx, reqs, ds)
+	if err != nil {
+		return err // an error teaches nothing about the budgets
+	}
+	all := limiter.AllAllowed(ds)
+	for i := range reqs {
+		r, d := &reqs[i], ds[i]
+		sh := s.shards.Shard(r.Key)
+		switch {
+		case !d.Allowed && r.Cost > 0 && d.RetryAfter > 0 && levelbound.Applies(r.Limit.Algorithm):
+			if e := s.rejection(r.Limit, r.Cost, d); e != nil {
+				sh.Lock()
+				if sh.gen.Load() == gens[i] {
+					sh.insertFor(r, e)
+				}
+				sh.Unlock()
+			}
+		case all:
+			// Debited (or peeked): as Take, drop what may now be wrong.
+			s.forgetFor(sh, r)
+		}
+	}
+	return nil
+}
+
+// answer writes the remembered rejections of reqs into ds, zero for the
+// others, and reports whether there was any; with none, ds is untouched.
+func (s *Store) answer(reqs []limiter.Request, ds []limiter.Decision) bool {
+	found := false
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Cost <= 0 || !levelbound.Applies(r.Limit.Algorithm) {
+			continue
+		}
+		sh := s.shards.Shard(r.Key)
+		sh.RLock()
+		e := sh.lookup(r)
+		sh.RUnlock()
+		if e == nil || e.limit != r.Limit || r.Cost < e.Cost {
+			continue
+		}
+		d, ok := e.Answer(s.clock.Now(), r.Cost)
+		if !ok {
+			continue
+		}
+		if !found {
+			clear(ds)
+			found = true
+		}
+		ds[i] = d
+	}
+	return found
+}
+
+// forgetFor drops r's entry unless the call was a peek under its limit.
+func (s *Store) forgetFor(sh *shard, r *limiter.Request) {
+	if r.Name == "" {
+		s.forget(sh, r.Key, r.Limit, r.Cost == 0)
+		return
+	}
+	sh.RLock()
+	e := sh.lookup(r)
+	sh.RUnlock()
+	if e == nil || r.Cost == 0 && e.limit == r.Limit {
+		return
+	}
+	sh.Lock()
+	sh.named.Delete(budget{r.Key, r.Name})
+	sh.Unlock()
+}
+
+// lookup returns r's remembered rejection, or nil.
+func (sh *shard) lookup(r *limiter.Request) *entry {
+	var e *entry
+	if r.Name == "" {
+		e, _ = sh.Get(r.Key)
+	} else {
+		e, _ = sh.named.Get(budget{r.Key, r.Name})
+	}
+	return e
+}
+
+// insertFor remembers e for r's budget.
+func (sh *shard) insertFor(r *limiter.Request, e *entry) {
+	if r.Name == "" {
+		sh.Insert(r.Key, e, e.rank)
+	} else {
+		sh.named.Insert(budget{r.Key, r.Name}, e, e.rank)
+	}
+}
