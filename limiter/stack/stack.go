@@ -7,6 +7,12 @@
 // knows which decorator goes where; package middleware builds its stores
 // with it, and so can a program that decides budgets without HTTP.
 //
+// StoreAll hands out the store as a limiter.MultiTaker for the several
+// budgets of one request (TakeAll), or says why it cannot: split-budget
+// leases never decide several budgets at once, so a configuration that
+// combines them with multi-limits is refused when it is loaded. Fallback
+// and Overflow are memory stores, with TakeAll.
+//
 //	st, err := stack.New(stack.Config{Store: redisStore})
 //	defer st.Close()
 //	d, err := st.Store(false).Take(ctx, "user:42", limit, cost)
