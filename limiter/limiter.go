@@ -7,6 +7,15 @@
 // default) and redisstore (one atomic Lua script per decision, Cluster safe).
 // limitertest holds the behaviour suite every store must pass.
 //
+// MultiTaker is the contract for the several budgets one request meets (a
+// cost bucket, a quota, per-field limits): TakeAll debits them all or none,
+// in one atomic step of the store (one lock set in memorystore, one script
+// call in redisstore, where the budgets must share a Cluster slot). A
+// Request names its budget by Key and Name; Name "" is Take's own budget.
+// CheckTakeAll is the validation every store runs first, and Admits the
+// rule ("a peek allows it and cost ≤ Remaining") by which a store can
+// decide a cost without taking it.
+//
 // All arithmetic is integer and exact: time is counted in microseconds, and a
 // bucket level is kept in units of 1/p of a token, where p is the refill
 // period in microseconds divided by gcd(rate, period). A refill over e

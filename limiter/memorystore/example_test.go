@@ -81,3 +81,39 @@ func ExampleNew() {
 	// memorystore: invalid config: Shards (2000) exceeds MaxKeys (1000)
 	// true
 }
+
+// One request meets three budgets of its principal: the cost bucket, a
+// daily quota and a per-field limit. TakeAll debits all three or none.
+func ExampleStore_TakeAll() {
+	clock := limitertest.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	store, err := memorystore.New(memorystore.Config{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	cost := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 20, Rate: 100, Period: time.Minute}
+	quota := limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 1000, Period: 24 * time.Hour}
+	search := limiter.Limit{Algorithm: limiter.SlidingLog, Rate: 2, Period: time.Second}
+	request := func(points, searches int64) []limiter.Request {
+		return []limiter.Request{
+			{Key: "user:42", Limit: cost, Cost: points}, // Name "": the budget Take("user:42") spends
+			{Key: "user:42", Name: "quota", Limit: quota, Cost: points},
+			{Key: "user:42", Name: "field:search", Limit: search, Cost: searches},
+		}
+	}
+	ds := make([]limiter.Decision, 3)
+	for _, searches := range []int64{2, 1} {
+		if err := store.TakeAll(ctx, request(5, searches), ds); err != nil {
+			panic(err)
+		}
+		fmt.Printf("all=%v cost-remaining=%d quota-remaining=%d search-remaining=%d retry-after=%v\n",
+			limiter.AllAllowed(ds), ds[0].Remaining, ds[1].Remaining, ds[2].Remaining, ds[2].RetryAfter)
+	}
+	d, _ := store.Take(ctx, "user:42", cost, 0)
+	fmt.Println("cost bucket after the refusal:", d.Remaining)
+	// Output:
+	// all=true cost-remaining=15 quota-remaining=995 search-remaining=0 retry-after=0s
+	// all=false cost-remaining=10 quota-remaining=990 search-remaining=0 retry-after=1s
+	// cost bucket after the refusal: 15
+}

@@ -24,6 +24,16 @@
 // Refusing costs at most those 8 steps and no allocation, so a flood of
 // new keys costs the store little more than it costs to answer them.
 //
+// # Several budgets at once
+//
+// TakeAll (limiter.MultiTaker) locks the shards of its requests' keys in
+// ascending order, decides each request on a copy of its state and commits
+// only when all fit: no other call sees part of it. A budget it would
+// have to store in a full shard fails the call with ErrFull and nothing
+// stored or debited. Named budgets (Request.Name ≠ "") live in their
+// owner's shard, in a table of their own keyed by (Key, Name), bounded
+// like the plain keys; Name "" is Take's key itself.
+//
 // The bucket algorithms, the default, run on a fast path (bucket.go): the
 // store validates each Limit value once and caches its scaled form, then
 // does limiter's exact integer arithmetic itself, with multiplications by
@@ -67,7 +77,8 @@ var (
 	// to store a key the store does not hold while the key's shard holds
 	// its share of MaxKeys and none of their budgets is whole. The call
 	// returns a zero Decision and changes nothing; keys already held keep
-	// working, and room appears as budgets become whole.
+	// working, and room appears as budgets become whole. A TakeAll that
+	// meets it stores and debits nothing.
 	ErrFull = errors.New("memorystore: store full")
 	// ErrInvalidConfig wraps every Config validation error.
 	ErrInvalidConfig = errors.New("memorystore: invalid config")
@@ -80,7 +91,8 @@ type Config struct {
 	Clock limiter.Clock
 	// MaxKeys bounds the number of keys held; each shard holds at most
 	// MaxKeys / Shards. A new key finding its shard full of budgets that
-	// are not whole is refused with ErrFull. Default: DefaultMaxKeys
+	// are not whole is refused with ErrFull. TakeAll's named budgets are
+	// bounded by the same numbers, separately. Default: DefaultMaxKeys
 	// (100,000).
 	MaxKeys int
 	// Shards is the number of independently locked partitions, at most

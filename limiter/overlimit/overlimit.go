@@ -33,6 +33,15 @@
 // anything, so the budget stays exact; a refund elsewhere can only make it
 // reject a little longer than necessary, at most until R.
 //
+// # Several budgets at once
+//
+// When the wrapped store is a limiter.MultiTaker, so is the cache: a
+// TakeAll with a request remembered as rejected is answered here, nothing
+// debited, the other requests left zero (not asked); otherwise the store
+// decides and its refused requests are remembered, each under its (Key,
+// Name). See TakeAll. Over another store, TakeAll returns
+// limiter.ErrTakeAllUnsupported.
+//
 // # Cost
 //
 // A remembered key costs one small entry. MaxKeys bounds them; a full

@@ -389,3 +389,38 @@ func TestTakeAllHelperProcess(t *testing.T) {
 	wg.Wait()
 	fmt.Printf("%s%d %d %d %d\n", multiLine, admitted[0], admitted[1], admitted[2], admitted[3])
 }
+
+// BenchmarkTakeAll measures, on one server, a TakeAll of three budgets of
+// one owner (one script call) against three Takes of the same budgets
+// (three round trips), one caller, coalescing off.
+func BenchmarkTakeAll(b *testing.B) {
+	rdb := redistest.SharedServer(b).Client(b)
+	s := newStoreWith(b, rdb, nil, redisstore.Config{DisableCoalescing: true})
+	ctx := context.Background()
+	big := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 1 << 30, Rate: 1 << 30, Period: time.Second}
+	quota := limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 1 << 40, Period: time.Hour}
+	reqs := []limiter.Request{
+		{Key: "owner", Limit: big, Cost: 1},
+		{Key: "owner", Name: "quota", Limit: quota, Cost: 1},
+		{Key: "owner", Name: "field", Limit: big, Cost: 1},
+	}
+	b.Run("take_all_3", func(b *testing.B) {
+		ds := make([]limiter.Decision, 3)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.TakeAll(ctx, reqs, ds); err != nil || !limiter.AllAllowed(ds) {
+				b.Fatal(ds, err)
+			}
+		}
+	})
+	b.Run("take_3", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for i, l := range []limiter.Limit{big, quota, big} {
+				if _, err := s.Take(ctx, "owner"+strconv.Itoa(i), l, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}

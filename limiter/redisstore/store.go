@@ -73,6 +73,22 @@
 // again plus Config.ExpiryMargin, and a budget that is whole deletes its
 // key: an absent key decides exactly like a whole budget.
 //
+// # Several budgets at once
+//
+// TakeAll (limiter.MultiTaker) debits several budgets all or none in one
+// run of one script, multi.lua, which holds every algorithm family's
+// decide: it decides all of them without writing, then takes them all
+// only if each fits. A budget with Request.Name "" is Take's key; a named
+// one is
+//
+//	<prefix>:{<identity>}:<algorithm>:<name>    e.g. costguard:{user42}:fixed_window:quota
+//
+// under the same hash tag. On a Cluster every budget of one call must hash
+// to one slot (on a Ring, share one tag): one TakeAll per owner. Otherwise
+// TakeAll fails with ErrCrossSlot and sends nothing. With coalescing on, a
+// TakeAll shares round trips with Take and Refund, as a script call of its
+// own. See multi.go.
+//
 // # Concurrency slots
 //
 // A Store is also a concurrency.Slots (Acquire, Release, Refresh): at most

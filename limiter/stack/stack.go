@@ -7,6 +7,12 @@
 // knows which decorator goes where; package middleware builds its stores
 // with it, and so can a program that decides budgets without HTTP.
 //
+// StoreAll hands out the store as a limiter.MultiTaker for the several
+// budgets of one request (TakeAll), or says why it cannot: split-budget
+// leases never decide several budgets at once, so a configuration that
+// combines them with multi-limits is refused when it is loaded. Fallback
+// and Overflow are memory stores, with TakeAll.
+//
 //	st, err := stack.New(stack.Config{Store: redisStore})
 //	defer st.Close()
 //	d, err := st.Store(false).Take(ctx, "user:42", limit, cost)
@@ -34,6 +40,13 @@ type Taker interface {
 }
 
 var _ Taker = limiter.Store(nil)
+
+// TakeAller is a Taker that also decides several budgets of one request
+// in one atomic step (limiter.MultiTaker).
+type TakeAller interface {
+	Taker
+	limiter.MultiTaker
+}
 
 // OverLimitCache chooses whether rejections are remembered in this process.
 type OverLimitCache string
@@ -93,6 +106,7 @@ type Config struct {
 // the store); it never closes Config.Store.
 type Stack struct {
 	exact    Taker // the store, behind the over-limit cache when on
+	multi    bool  // the store is a limiter.MultiTaker, and so is exact
 	leased   Taker // split-budget leases, behind the cache when on; nil without SplitBudget
 	owned    *memorystore.Store
 	fallback *memorystore.Store
@@ -143,6 +157,10 @@ func New(cfg Config) (*Stack, error) {
 		}
 		s.exact, full = s.owned, s.owned
 	}
+	_, s.multi = full.(limiter.MultiTaker)
+	if cfg.Store != nil && !hasRefund {
+		_, s.multi = cfg.Store.(limiter.MultiTaker)
+	}
 	wrap := func(st limiter.Store) (Taker, error) {
 		if !cache {
 			return st, nil
@@ -174,13 +192,26 @@ func New(cfg Config) (*Stack, error) {
 			s.Close()
 			return nil, err
 		}
+		if cache {
+			// The cache has a TakeAll, which leases cannot serve: hide it.
+			s.leased = oneAtATime{s.leased.(limiter.Store)}
+		}
 	}
 	return s, nil
 }
 
+// oneAtATime is the over-limit cache in front of split-budget leases,
+// with Take and Refund only: Store(true) of a Stack with SplitBudget is
+// never a limiter.MultiTaker.
+type oneAtATime struct{ limiter.Store }
+
 // Store returns the store of a budget: exact (the store, behind the
 // over-limit cache when it is on), or split-budget leases on it when
-// leased is true and the Stack was built with SplitBudget.
+// leased is true and the Stack was built with SplitBudget. Leases are
+// one budget's each, so Store(true) of such a Stack never implements
+// limiter.MultiTaker. Store(false) may implement it and still refuse
+// (the over-limit cache in front of a Config.Store without TakeAll
+// answers ErrTakeAllUnsupported): StoreAll is the one to ask.
 func (s *Stack) Store(leased bool) Taker {
 	if leased && s.leased != nil {
 		return s.leased
@@ -188,14 +219,34 @@ func (s *Stack) Store(leased bool) Taker {
 	return s.exact
 }
 
+// StoreAll returns the store that decides several budgets of one request
+// at once (limiter.MultiTaker), as Store(leased) would decide each alone:
+// the store, behind the over-limit cache when it is on. It fails with an
+// error wrapping limiter.ErrTakeAllUnsupported when leased is true and
+// the Stack was built with SplitBudget (leases split one budget between
+// processes; several cannot be debited atomically), or when Config.Store
+// is not a limiter.MultiTaker. A caller checks it when it loads its
+// configuration, so a plan combining split budgets with several limits
+// per request is refused at start.
+func (s *Stack) StoreAll(leased bool) (TakeAller, error) {
+	if leased && s.leased != nil {
+		return nil, fmt.Errorf("stack: split-budget leases: %w", limiter.ErrTakeAllUnsupported)
+	}
+	if !s.multi {
+		return nil, fmt.Errorf("stack: store %T: %w", s.exact, limiter.ErrTakeAllUnsupported)
+	}
+	return s.exact.(TakeAller), nil
+}
+
 // Fallback is this process's local buckets, for a fail-open policy to
-// decide with while the store is away. It may answer ErrFull too.
-func (s *Stack) Fallback() Taker { return s.fallback }
+// decide with while the store is away. It may answer ErrFull too. It
+// decides several budgets at once as the store does (TakeAll).
+func (s *Stack) Fallback() TakeAller { return s.fallback }
 
 // Overflow holds the buckets shared by the identities a full memory store
 // cannot hold (IsFull): a flood of new identities spends these, never
-// another identity's budget.
-func (s *Stack) Overflow() Taker { return s.overflow }
+// another identity's budget. It has TakeAll too.
+func (s *Stack) Overflow() TakeAller { return s.overflow }
 
 // IsFull reports whether err says a memory store could not take a new
 // identity without resetting another's budget (memorystore.ErrFull).

@@ -107,3 +107,70 @@ func TestIsFull(t *testing.T) {
 		t.Errorf("overflow: %+v, %v", d, err)
 	}
 }
+
+// sharedAll stands for a shared store with TakeAll (as redisstore has).
+type sharedAll struct{ *memorystore.Store }
+
+// TestStoreAll: the store decides several budgets at once when it can,
+// behind the cache when that is on; split-budget leases never do, and say
+// so when the Stack is asked, not at the first request.
+func TestStoreAll(t *testing.T) {
+	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
+	mem, err := memorystore.New(memorystore.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Minute}
+	reqs := []limiter.Request{{Key: "k", Limit: limit, Cost: 1}, {Key: "k", Name: "field", Limit: limit, Cost: 2}}
+	tests := []struct {
+		name          string
+		cfg           stack.Config
+		exact, leased bool // StoreAll(false), StoreAll(true) succeed
+	}{
+		{"owned memory store", stack.Config{}, true, true},
+		{"memory store", stack.Config{Store: mem}, true, true},
+		{"shared store with TakeAll, cached", stack.Config{Store: sharedAll{mem}}, true, true},
+		{"shared store without TakeAll", stack.Config{Store: shared{mem}}, false, false},
+		{"split budget", stack.Config{Store: mem, SplitBudget: true}, true, false},
+		{"split budget, cached", stack.Config{Store: sharedAll{mem}, SplitBudget: true}, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Clock = clock
+			st, err := stack.New(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for _, leased := range []bool{false, true} {
+				want := tc.exact
+				if leased {
+					want = tc.leased
+				}
+				all, err := st.StoreAll(leased)
+				if !want {
+					if !errors.Is(err, limiter.ErrTakeAllUnsupported) || all != nil {
+						t.Errorf("StoreAll(%v): %T, %v; want ErrTakeAllUnsupported", leased, all, err)
+					}
+					if _, ok := st.Store(leased).(limiter.MultiTaker); ok && leased && tc.cfg.SplitBudget {
+						t.Errorf("Store(true) is %T, a MultiTaker over leases", st.Store(leased))
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("StoreAll(%v): %v", leased, err)
+				}
+				if all != st.Store(leased) {
+					t.Errorf("StoreAll(%v) is not Store(%v)", leased, leased)
+				}
+			}
+			for name, s := range map[string]stack.TakeAller{"fallback": st.Fallback(), "overflow": st.Overflow()} {
+				ds := make([]limiter.Decision, 2)
+				if err := s.TakeAll(context.Background(), reqs, ds); err != nil || !limiter.AllAllowed(ds) {
+					t.Errorf("%s: %+v, %v", name, ds, err)
+				}
+			}
+		})
+	}
+}
