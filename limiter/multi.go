@@ -25,10 +25,11 @@ type MultiTaker interface {
 	//
 	// decisions must have len(reqs); decisions[i] answers reqs[i]. When all
 	// fit, each is Allowed and debited. Otherwise nothing is debited and
-	// each decision is what a Take of that request alone would answer now:
-	// Allowed (with the Remaining, ResetAfter and Delay that Take would
-	// report) when it alone fits, and the refusing ones carry RetryAfter.
-	// AllAllowed tells the two outcomes apart.
+	// each decision describes its budget as it stands, so that what a
+	// client is told matches what it has: a request that alone would fit
+	// answers Allowed with what a peek (Cost 0) reports, and the refusing
+	// ones answer as a Take of them alone would (not Allowed, with
+	// RetryAfter). AllAllowed tells the two outcomes apart.
 	//
 	// A request whose Cost exceeds its capacity makes TakeAll return an
 	// error wrapping ErrCostExceedsCapacity with nothing debited (that

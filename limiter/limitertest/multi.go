@@ -66,8 +66,9 @@ func (m *Model) Take(r limiter.Request, now int64, commit bool) (limiter.Decisio
 
 // TakeAll is limiter.MultiTaker.TakeAll at now, by its definition: every
 // request is decided alone on the state before the call, and all are
-// committed only when each is admitted. Its error wraps the first error a
-// request met (ErrCostExceedsCapacity), or CheckTakeAll's.
+// committed only when each is admitted; otherwise the requests that alone
+// would fit answer as a peek. Its error wraps the first error a request
+// met (ErrCostExceedsCapacity), or CheckTakeAll's.
 func (m *Model) TakeAll(reqs []limiter.Request, now int64, ds []limiter.Decision) error {
 	if err := limiter.CheckTakeAll(reqs, ds); err != nil {
 		return err
@@ -81,6 +82,12 @@ func (m *Model) TakeAll(reqs []limiter.Request, now int64, ds []limiter.Decision
 		}
 	}
 	if first != nil || !limiter.AllAllowed(ds) {
+		for i, r := range reqs {
+			if ds[i].Allowed && r.Cost > 0 {
+				r.Cost = 0
+				ds[i], _ = m.Take(r, now, false)
+			}
+		}
 		return first
 	}
 	for _, r := range reqs {
@@ -110,6 +117,7 @@ func (s suite) takeAll(t *testing.T) {
 	t.Run("name_empty_is_take", s.takeAllSharesTake)
 	t.Run("model", s.takeAllModel)
 	t.Run("concurrent", s.takeAllConcurrent)
+	t.Run("refund_all", s.refundAll)
 }
 
 func (s suite) setupMulti(t *testing.T) (multiStore, *FakeClock, string) {
@@ -179,7 +187,7 @@ func (s suite) takeAllFit(t *testing.T) {
 }
 
 // takeAllOneRefuses puts the refusing budget at each position: nothing is
-// debited, the others are answered as if alone, and the refuser's
+// debited, the others are answered as peeks, and the refuser's
 // RetryAfter is exact: refused 1 µs before it, everything fits at it.
 func (s suite) takeAllOneRefuses(t *testing.T) {
 	limits := []limiter.Limit{multiBucket, multiFixed, multiLog, multiCount}
@@ -255,7 +263,8 @@ func (s suite) takeAllExceeds(t *testing.T) {
 	if !errors.Is(err, limiter.ErrCostExceedsCapacity) {
 		t.Fatalf("TakeAll: %v; want ErrCostExceedsCapacity", err)
 	}
-	want := []limiter.Decision{allow(5, 3, 400*ms), deny(4, 4, 0, 0), allow(3, 2, s1)}
+	// The other two fit, and answer as peeks: nothing was debited.
+	want := []limiter.Decision{allow(5, 5, 0), deny(4, 4, 0, 0), allow(3, 3, 0)}
 	for i := range want {
 		if ds[i] != want[i] {
 			t.Errorf("decision %d: %+v, want %+v", i, ds[i], want[i])

@@ -83,7 +83,8 @@ func ExampleNew() {
 }
 
 // One request meets three budgets of its principal: the cost bucket, a
-// daily quota and a per-field limit. TakeAll debits all three or none.
+// daily quota and a per-field limit. TakeAll debits all three or none; a
+// refused call reports every budget as it stands.
 func ExampleStore_TakeAll() {
 	clock := limitertest.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	store, err := memorystore.New(memorystore.Config{Clock: clock})
@@ -114,6 +115,6 @@ func ExampleStore_TakeAll() {
 	fmt.Println("cost bucket after the refusal:", d.Remaining)
 	// Output:
 	// all=true cost-remaining=15 quota-remaining=995 search-remaining=0 retry-after=0s
-	// all=false cost-remaining=10 quota-remaining=990 search-remaining=0 retry-after=1s
+	// all=false cost-remaining=15 quota-remaining=995 search-remaining=0 retry-after=1s
 	// cost bucket after the refusal: 15
 }

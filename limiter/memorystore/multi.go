@@ -86,6 +86,15 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 		all = all && fits
 	}
 	if !all || firstErr != nil {
+		// Nothing is debited: the requests that would fit report their
+		// budgets as they stand.
+		for i := range reqs {
+			if ds[i].Allowed && reqs[i].Cost > 0 {
+				peek := reqs[i]
+				peek.Cost = 0
+				s.decide(&pend[i], &peek, now, &ds[i]) // a peek cannot fail
+			}
+		}
 		return firstErr
 	}
 

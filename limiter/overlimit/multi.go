@@ -27,7 +27,7 @@ func (sh *shard) Len() int { return sh.Table.Len() + sh.named.Len() }
 // anywhere. Then the remembered requests carry their rejection (as Take
 // would answer them from here) and the others a zero Decision: not
 // asked, which a caller tells by Limit 0. That is the one way this
-// TakeAll departs from the contract's "each decision as if alone", and
+// TakeAll departs from the contract's "each budget as it stands", and
 // the price of saving the round trip.
 //
 // Otherwise the store decides. When it refuses, each refused request is

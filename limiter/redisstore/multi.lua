@@ -22,7 +22,8 @@
 -- each is then admitted with the same answer: its key is as the first pass
 -- found it and now is the same. So a refusal, a cost above capacity or a
 -- key of the wrong type (status 2, found in the first pass before anything
--- is written) debits nothing, and the answers are the first pass's.
+-- is written) debits nothing; the refusing keys answer as the first pass
+-- found them, and the others as a peek does.
 --
 -- Top level: common.lua's and the families' function definitions, four
 -- small tables and this loop; the decisions cost what batch.lua's do,
@@ -56,6 +57,16 @@ if all then
   for i = 1, #KEYS do
     local _, alg, n, a, b, c = struct.unpack(RECORD, records, (i - 1) * RECORD_SIZE + 1)
     BY_ALG[alg + 1](out, (i - 1) * STRIDE, KEYS[i], now, alg, TAKE, n, a, b, c, margin)
+  end
+  return out
+end
+-- Nothing is taken: a key that would have fitted reports its budget as it
+-- stands (a dry take of 0, a peek), not as the take would have left it.
+for i = 1, #KEYS do
+  local at = (i - 1) * STRIDE
+  local _, alg, n, a, b, c = struct.unpack(RECORD, records, (i - 1) * RECORD_SIZE + 1)
+  if n > 0 and out[at + 1] == 0 and out[at + 2] == 1 then
+    BY_ALG[alg + 1](out, at, KEYS[i], now, alg, DRY, 0, a, b, c, margin)
   end
 end
 return out

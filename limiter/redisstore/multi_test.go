@@ -137,7 +137,7 @@ func TestTakeAllWrongType(t *testing.T) {
 				t.Fatalf("TakeAll: %v; want WRONGTYPE for request 1", err)
 			}
 			if !ds[0].Allowed || ds[1].Allowed || !ds[2].Allowed {
-				t.Errorf("decisions %+v; want the others answered as if alone", ds)
+				t.Errorf("decisions %+v; want the others answered as peeks", ds)
 			}
 			for i, r := range []limiter.Request{reqs[0], reqs[2]} {
 				r.Cost = 0
@@ -201,8 +201,8 @@ func TestTakeAllCoalesced(t *testing.T) {
 	if !limiter.AllAllowed(dsA) || dsA[1].Remaining != roomy.Burst-3 {
 		t.Errorf("user:1's TakeAll: %+v; want both admitted after its Take", dsA)
 	}
-	if dsB[0].Allowed || !dsB[1].Allowed || dsB[1].Remaining != roomy.Burst-3 {
-		t.Errorf("user:2's TakeAll: %+v; want the quota over capacity", dsB)
+	if dsB[0].Allowed || !dsB[1].Allowed || dsB[1].Remaining != roomy.Burst-1 {
+		t.Errorf("user:2's TakeAll: %+v; want the quota over capacity and the bucket as it stands", dsB)
 	}
 	if d, _ := s.Take(ctx, "user:2", roomy, 0); d.Remaining != roomy.Burst-1 {
 		t.Errorf("user:2 debited by a refused TakeAll: %+v", d)
