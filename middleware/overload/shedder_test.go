@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -247,10 +248,15 @@ func TestHammer(t *testing.T) {
 			}
 			var running, peak, admitted, shed, left atomic.Int64
 			var wg sync.WaitGroup
+			// All start at once, and each yields after every step: on a
+			// loaded machine a goroutine could otherwise run its 500 steps
+			// before the next one starts, never filling the slots.
+			start := make(chan struct{})
 			for g := range 32 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					<-start
 					r := rand.New(rand.NewPCG(uint64(g), 1))
 					// Each goroutine holds up to two permits, so the 32 of
 					// them keep the 8 slots full and the thresholds busy.
@@ -305,6 +311,7 @@ func TestHammer(t *testing.T) {
 							_ = overload.Degraded(overload.WithDegradation(ctx, s), "a")
 							held = append(held, permit)
 						}
+						runtime.Gosched()
 						if len(held) > 0 && (len(held) == 2 || r.IntN(2) == 0) {
 							release(held[0])
 							held = held[1:]
@@ -315,6 +322,7 @@ func TestHammer(t *testing.T) {
 					}
 				}()
 			}
+			close(start)
 			wg.Wait()
 			if peak.Load() > capacity {
 				t.Errorf("%d running at once, above %d", peak.Load(), capacity)
