@@ -30,8 +30,9 @@ type planKey struct {
 }
 
 type planEntry struct {
-	key  planKey
-	plan *Plan
+	key   planKey
+	plan  *Plan
+	bytes int64 // what the entry is charged: the plan's size and its document's
 }
 
 // NewPlanCache returns a cache of a's plans holding at most maxEntries
@@ -42,8 +43,18 @@ func (a *Analyzer) NewPlanCache(maxEntries int, maxBytes int64) *PlanCache {
 }
 
 // Get returns the plan of op in doc, compiling it on a miss. Two callers
-// missing at once may both compile; the plans are the same.
+// missing at once may both compile; the plans are the same. An entry is
+// charged its Plan.Size only: use GetCharging when the cache may outlive
+// the documents' own cache.
 func (c *PlanCache) Get(doc *ast.QueryDocument, op *ast.OperationDefinition) (*Plan, error) {
+	return c.GetCharging(doc, op, nil)
+}
+
+// GetCharging is Get, charging a new entry documentBytes() on top of its
+// plan's size: an entry keeps its document alive, so once the server's
+// query cache has dropped the document, only this charge bounds the
+// memory it holds. documentBytes runs on a miss only.
+func (c *PlanCache) GetCharging(doc *ast.QueryDocument, op *ast.OperationDefinition, documentBytes func() int64) (*Plan, error) {
 	key := planKey{doc, op}
 	c.mu.Lock()
 	if e, ok := c.index[key]; ok {
@@ -58,6 +69,9 @@ func (c *PlanCache) Get(doc *ast.QueryDocument, op *ast.OperationDefinition) (*P
 		return nil, err
 	}
 	size := p.Size()
+	if documentBytes != nil {
+		size += documentBytes()
+	}
 	if c.maxEntries <= 0 || (c.maxBytes > 0 && size > c.maxBytes) {
 		return p, nil
 	}
@@ -66,17 +80,18 @@ func (c *PlanCache) Get(doc *ast.QueryDocument, op *ast.OperationDefinition) (*P
 	if _, ok := c.index[key]; ok {
 		return p, nil
 	}
-	c.index[key] = c.lru.PushFront(&planEntry{key: key, plan: p})
+	c.index[key] = c.lru.PushFront(&planEntry{key: key, plan: p, bytes: size})
 	c.bytes += size
 	for c.lru.Len() > c.maxEntries || (c.maxBytes > 0 && c.bytes > c.maxBytes) {
 		old := c.lru.Remove(c.lru.Back()).(*planEntry)
 		delete(c.index, old.key)
-		c.bytes -= old.plan.Size()
+		c.bytes -= old.bytes
 	}
 	return p, nil
 }
 
-// Len returns the number of plans kept and their bytes (Plan.Size).
+// Len returns the number of plans kept and the bytes they are charged
+// (Plan.Size, and GetCharging's document bytes).
 func (c *PlanCache) Len() (plans int, bytes int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -70,6 +70,22 @@ func TestPlanCacheBounds(t *testing.T) {
 		t.Errorf("%d plans, %d bytes kept of an oversized plan", n, bytes)
 	}
 
+	// GetCharging charges the document's bytes too, on a miss only.
+	c = a.NewPlanCache(100, 3*(size+1000))
+	calls := 0
+	charge := func() int64 { calls++; return 1000 }
+	for i := range docs {
+		if _, err := c.GetCharging(docs[i], docs[i].Operations[0], charge); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.GetCharging(docs[9], docs[9].Operations[0], charge); err != nil {
+		t.Fatal(err)
+	}
+	if n, bytes := c.Len(); n != 3 || bytes != 3*(size+1000) || calls != len(docs) {
+		t.Errorf("%d plans, %d bytes kept, %d charges; want 3, %d and %d", n, bytes, calls, 3*(size+1000), len(docs))
+	}
+
 	// Concurrent use (run with -race).
 	c = a.NewPlanCache(5, 0)
 	var wg sync.WaitGroup
