@@ -44,7 +44,9 @@ type Outcome string
 const (
 	// OutcomeAdmitted: the cost was debited and the request ran.
 	OutcomeAdmitted Outcome = "admitted"
-	// OutcomeRateLimited: the budget could not pay now (429).
+	// OutcomeRateLimited: the budget could not pay now (429): the bucket,
+	// the quota (Code QUOTA_EXCEEDED), a field limit (FIELD_RATE_LIMITED) or
+	// the concurrency cap (CONCURRENCY_LIMITED).
 	OutcomeRateLimited Outcome = "rate_limited"
 	// OutcomeCostExceeded: a static cap refused the request, or its cost
 	// is above the plan's burst (422, or 413 for a body too large).
@@ -136,7 +138,7 @@ func HashKey(key string) string {
 // outcomeOf names a verdict for an Event.
 func outcomeOf(v verdict) Outcome {
 	switch v {
-	case rateLimited, concurrencyLimited:
+	case rateLimited, concurrencyLimited, quotaExceeded, fieldLimited:
 		return OutcomeRateLimited
 	case overBudget, capExceeded:
 		return OutcomeCostExceeded

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,7 +52,7 @@ const CostExtensionKey = "cost"
 func init() {
 	for _, code := range []string{
 		CodeRateLimited, CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
-		CodeOverloaded, CodeConcurrencyLimited,
+		CodeOverloaded, CodeConcurrencyLimited, CodeQuotaExceeded, CodeFieldRateLimited,
 		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge,
 		CodeInvalidCostHeader, CodeCostReportDisabled,
 		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
@@ -111,10 +112,37 @@ type Extension struct {
 	ask     extensionAsk // GraphQL-Cost reports and the rate-limit field
 }
 
-// boundAnalyzer is an analyzer and the settings whose options it prices by.
+// boundAnalyzer is an analyzer and the settings whose options it prices
+// by, with the compiled plans of the operations it has priced.
 type boundAnalyzer struct {
-	set *settings
-	a   *complexity.Analyzer
+	set   *settings
+	a     *complexity.Analyzer
+	plans *complexity.PlanCache
+}
+
+// newBoundAnalyzer binds a to set, with an empty plan cache.
+func newBoundAnalyzer(set *settings, a *complexity.Analyzer) *boundAnalyzer {
+	return &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(DefaultPlanCacheEntries, DefaultPlanCacheBytes)}
+}
+
+// Bounds of the compiled cost plans an Extension keeps (one per priced
+// operation of a parsed document), as NewQueryCache's defaults bound the
+// documents: an entry is charged its plan's size and its document's
+// estimated size, which it keeps alive.
+const (
+	DefaultPlanCacheEntries = DefaultQueryCacheEntries
+	DefaultPlanCacheBytes   = DefaultQueryCacheBytes
+)
+
+// price prices op of doc with variables through its compiled plan,
+// compiling it on the first request of that parsed document. query is the
+// document's text, for the plan cache's charge.
+func (b *boundAnalyzer) price(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, query string) (*complexity.Report, error) {
+	plan, err := b.plans.GetCharging(doc, op, func() int64 { return documentBytes(query) })
+	if err != nil {
+		return nil, err
+	}
+	return plan.Evaluate(variables)
 }
 
 var (
@@ -145,34 +173,87 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 		return err
 	}
 	e.schema = schema.Schema()
-	e.priced.Store(&boundAnalyzer{set: set, a: a})
+	e.l.addSchema(e.schema)
+	e.priced.Store(newBoundAnalyzer(set, a))
 	e.l.installed.Store(true)
+	return nil
+}
+
+// CheckSchema reports whether the Limiter's GraphQL options and field
+// limits can price schema (a field limit's coordinate the schema lacks is
+// an error wrapping ErrInvalidConfig), as adding its Extension to a server
+// for schema will check, but without gqlgen's panic.
+func (l *Limiter) CheckSchema(schema *ast.Schema) error {
+	return l.current().checkSchema(schema)
+}
+
+// checkSchema reports whether s's options can price schema.
+func (s *settings) checkSchema(schema *ast.Schema) error {
+	if _, err := complexity.New(schema, s.complexityOptions()...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// addSchema remembers a schema an Extension of l prices, so that Reload
+// can check new options against it.
+func (l *Limiter) addSchema(schema *ast.Schema) {
+	l.schemasMu.Lock()
+	defer l.schemasMu.Unlock()
+	if !slices.Contains(l.schemas, schema) {
+		l.schemas = append(l.schemas, schema)
+	}
+}
+
+// checkSchemas checks s against every schema an Extension of l prices.
+func (l *Limiter) checkSchemas(s *settings) error {
+	l.schemasMu.Lock()
+	defer l.schemasMu.Unlock()
+	for _, schema := range l.schemas {
+		if err := s.checkSchema(schema); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // analyzer returns the analyzer pricing by set's GraphQL options.
 func (e *Extension) analyzer(set *settings) (*complexity.Analyzer, error) {
-	return e.analyzerFor(&e.priced, set)
+	b, err := e.boundFor(&e.priced, set)
+	if err != nil {
+		return nil, err
+	}
+	return b.a, nil
 }
 
 // analyzerFor returns the analyzer p holds when it prices by set's GraphQL
 // options, else builds one (with extra options after set's) and keeps it
 // in p.
 func (e *Extension) analyzerFor(p *atomic.Pointer[boundAnalyzer], set *settings, extra ...complexity.Option) (*complexity.Analyzer, error) {
-	if b := p.Load(); b != nil && (b.set == set || b.set.gql == set.gql) {
-		return b.a, nil
+	b, err := e.boundFor(p, set, extra...)
+	if err != nil {
+		return nil, err
+	}
+	return b.a, nil
+}
+
+// boundFor is analyzerFor with the analyzer's plan cache.
+func (e *Extension) boundFor(p *atomic.Pointer[boundAnalyzer], set *settings, extra ...complexity.Option) (*boundAnalyzer, error) {
+	if b := p.Load(); b != nil && b.set.pricesLike(set) {
+		return b, nil
 	}
 	e.buildMu.Lock()
 	defer e.buildMu.Unlock()
-	if b := p.Load(); b != nil && (b.set == set || b.set.gql == set.gql) {
-		return b.a, nil
+	if b := p.Load(); b != nil && b.set.pricesLike(set) {
+		return b, nil
 	}
 	a, err := complexity.New(e.schema, append(set.complexityOptions(), extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	p.Store(&boundAnalyzer{set: set, a: a})
-	return a, nil
+	b := newBoundAnalyzer(set, a)
+	p.Store(b)
+	return b, nil
 }
 
 // statsKey is where, without the GraphQL wrapper, an operation's
@@ -278,14 +359,14 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		return nil
 	}
 
-	analyzer, err := e.analyzer(st.set)
+	bound, err := e.boundFor(&e.priced, st.set)
 	if err != nil {
 		l.log.ErrorContext(ctx, "middleware: cannot build the analyzer for the reloaded GraphQL options", "err", err)
 		ge := gqlerror.Errorf("the operation cannot be priced")
 		errcode.Set(ge, errcode.ValidationFailed)
 		return e.refuseUnpriced(ctx, st, ge, false)
 	}
-	rep, err := analyzer.AnalyzeOperation(opCtx.Doc, opCtx.Operation, opCtx.Variables)
+	rep, err := bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery)
 	if err != nil {
 		var cerr *complexity.Error
 		if !errors.As(err, &cerr) {
@@ -312,12 +393,13 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	if e.priceOnly(ctx, st, opCtx, rep, cost) {
 		return nil // answered without running: GraphQL-Cost: validate, a dry run
 	}
-	o := l.spendIn(ctx, st.id, st.plan, ln, cost)
-	if o.verdict == overBudget {
+	o := l.spendAll(ctx, st.set, st.id, st.addr, st.plan, ln, cost, rep.FieldCounts)
+	if o.verdict == overBudget || o.never {
 		// It can never run: it pays InvalidCost, as a static cap would.
 		if paid := l.chargeInvalid(ctx, st.set, st.id, st.plan); paid.verdict == capExceeded {
 			trace := o.trace
-			o = outcome{verdict: overBudget, decision: paid.decision, known: paid.known, charged: paid.charged, trace: trace, byLane: o.byLane}
+			o = outcome{verdict: o.verdict, decision: paid.decision, known: paid.known, charged: paid.charged, trace: trace,
+				byLane: o.byLane, limits: o.limits, byLimit: o.byLimit, never: o.never}
 			o.trace.add(paid.trace)
 		} else {
 			o = paid
@@ -353,6 +435,27 @@ func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
 	case unavailable:
 		return pricedError(code, cost, o.retryAfter,
 			"rate limiter unavailable; retry in %s", seconds(o.retryAfter))
+	case quotaExceeded:
+		return pricedError(code, cost, o.retryAfter,
+			"quota exceeded: plan %q allows %d points per %s and %d are left in this window; the operation costs %d; retry in %s",
+			p.name, p.Quota.Limit, p.Quota.Per, max(o.byLimit.d.Remaining, 0), cost, seconds(o.retryAfter))
+	case fieldLimited:
+		u := o.byLimit
+		var ge *gqlerror.Error
+		if o.never {
+			ge = pricedError(code, cost, 0,
+				"field %s is limited to %d selections per %s and the operation selects it %d times: it can never run",
+				u.field.coord, u.field.limit.Burst, u.field.limit.Period, u.count)
+		} else {
+			ge = pricedError(code, cost, o.retryAfter,
+				"field %s is limited to %d selections per %s; the operation selects it %d times and %d are left; retry in %s",
+				u.field.coord, u.field.limit.Burst, u.field.limit.Period, u.count, max(u.d.Remaining, 0), seconds(o.retryAfter))
+		}
+		ge.Extensions["field"] = u.field.coord
+		for _, name := range u.path {
+			ge.Path = append(ge.Path, ast.PathName(name))
+		}
+		return ge
 	}
 	return nil
 }
@@ -361,7 +464,7 @@ func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
 // status it calls for, given the status gqlgen chose.
 func (l *Limiter) answer(h http.Header, r *http.Request, p *plan, o outcome, status int) int {
 	if o.known {
-		setBudgetHeaders(h, p, o.decision, l.clock.Now())
+		setOutcomeHeaders(h, p, &o, l.clock.Now())
 	}
 	if o.retryAfter > 0 {
 		h.Set(HeaderRetryAfter, strconv.FormatInt(o.retryAfter, 10))
@@ -462,6 +565,9 @@ type requestState struct {
 	// get: the request came by GET, whose transport refuses mutations
 	// after the Extension has run.
 	get bool
+	// addr keys the client address, for field limits ByIP: "ip:unknown"
+	// without the wrapper.
+	addr string
 	// documentChecked is the query the wrapper found within the document
 	// bounds, so the Extension need not count it again.
 	documentChecked string
@@ -588,7 +694,7 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 		ra := e.l.retryAfter(unavailableRetryAfter)
 		return nil, codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
 	}
-	st := &requestState{set: set, id: id, plan: p}
+	st := &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r)}
 	opCtx.Stats.SetExtension(statsKey, st)
 	return st, nil
 }
@@ -617,7 +723,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.graphQLIdentifyFailed(w, r, err)
 			return
 		}
-		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet, wrapped: true}
+		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet, wrapped: true, addr: set.clientAddr(r)}
 		if ref := st.readCostHeader(r.Header); ref != nil {
 			l.refuseRequest(w, r, st, ref)
 			return
@@ -728,7 +834,7 @@ func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requ
 	st.record(o, 0, code)
 	defer st.report(r.Context(), l)
 	if o.known {
-		setBudgetHeaders(w.Header(), st.plan, o.decision, l.clock.Now())
+		setOutcomeHeaders(w.Header(), st.plan, &o, l.clock.Now())
 	}
 	if ge := l.verdictError(o, st.set.gql.InvalidCost, st.plan); ge != nil {
 		status := http.StatusTooManyRequests
@@ -851,7 +957,7 @@ func isGraphQLResponse(contentType string, r *http.Request) bool {
 // complexityOptions maps the GraphQL options onto the analyzer's.
 func (s *settings) complexityOptions() []complexity.Option {
 	o := s.gql
-	return []complexity.Option{
+	opts := []complexity.Option{
 		complexity.WithMaxDepth(o.MaxDepth),
 		complexity.WithMaxBreadth(o.MaxBreadth),
 		complexity.WithMaxNodes(o.MaxNodes),
@@ -866,6 +972,16 @@ func (s *settings) complexityOptions() []complexity.Option {
 		complexity.WithFreeIntrospection(!o.PriceIntrospectionFields),
 		complexity.WithBreakdownLimit(0), // totals only: the explain view is not served
 	}
+	if len(s.fieldCoords) > 0 {
+		opts = append(opts, complexity.WithCountedFields(s.fieldCoords...))
+	}
+	return opts
+}
+
+// pricesLike reports whether an analyzer built for s prices as one built
+// for t: the same GraphQL options and the same counted fields.
+func (s *settings) pricesLike(t *settings) bool {
+	return s == t || s.gql == t.gql && slices.Equal(s.fieldCoords, t.fieldCoords)
 }
 
 func (s *settings) documentLimits() complexity.DocumentLimits {

@@ -8,9 +8,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/vektah/gqlparser/v2/ast"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/costguard/costguard/complexity"
@@ -87,6 +89,9 @@ type Plan struct {
 	// once, overriding Config.Concurrency.PerPrincipal (0: that; None: no
 	// cap).
 	MaxConcurrent int
+	// Quota, when set, is a second budget the same cost is drawn from, in
+	// fixed windows aligned to UTC ("100,000 a day"): see Quota.
+	Quota *Quota
 	// DisableRefund keeps the whole requested cost of a GraphQL operation
 	// even when its response shows it cost less: by default the unused
 	// part (requested − actual) is given back before the response is
@@ -256,6 +261,12 @@ type Config struct {
 
 	GraphQL GraphQLOptions
 	REST    RESTOptions
+	// FieldLimits attach a rate to schema coordinates ("Mutation.login"),
+	// counted per selection, every alias and list item included, and
+	// decided with the plan's bucket and quota, all or nothing (429
+	// FIELD_RATE_LIMITED). Coordinates the schema lacks are an error when
+	// the Extension is added to a server.
+	FieldLimits map[string]FieldLimit
 
 	// MaxBodyBytes bounds a request body in the GraphQL and REST wrappers:
 	// a larger one, declared or chunked, is answered 413 before anything
@@ -384,8 +395,12 @@ type plan struct {
 	maxConcurrent int64
 	quotedName    string
 	policyHeader  string
-	restoreRate   float64 // points per second
-	store         Store   // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
+	quota         *quotaLimit // nil: no quota
+	restoreRate   float64     // points per second
+	store         Store       // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
+	// multi decides several budgets at once (the quota, field limits);
+	// nil for a plan they never apply to.
+	multi limiter.MultiTaker
 
 	// Warnings logged at most once a minute for each plan: a store failure
 	// (under the plan's failure mode), a full memory store, a refusal shadow
@@ -405,7 +420,7 @@ type Limiter struct {
 	// splitBudget: the stores were built with split-budget leases, so a
 	// plan may ask for them (a Reload cannot add the layer).
 	splitBudget bool
-	// overflowRoom is how many plans the overflow store has buckets for.
+	// overflowRoom is how many budgets the overflow store has room for.
 	overflowRoom int
 	maxBody      int64
 	observer     Observer
@@ -425,6 +440,10 @@ type Limiter struct {
 	notInstalledWarn everyMinute
 	// installed: an Extension of this Limiter was added to a gqlgen server.
 	installed atomic.Bool
+	// schemas are those the Extensions of this Limiter price, for Reload
+	// to check new options and field limits against.
+	schemasMu sync.Mutex
+	schemas   []*ast.Schema
 
 	// randFloat returns a number in [0, 1) for the jitter; tests pin it.
 	randFloat func() float64
@@ -525,7 +544,7 @@ func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 	st, err := stack.New(stack.Config{
 		Store:          cfg.Store,
 		MemoryMaxKeys:  cfg.MemoryStore.MaxKeys,
-		OverflowKeys:   overflowKeys(len(set.plans) + len(set.lanes)),
+		OverflowKeys:   overflowKeys(set.overflowBudgets()),
 		OverLimitCache: cfg.OverLimitCache,
 		SplitBudget:    split != "",
 		LeaseFraction:  cfg.SplitBudget.LeaseFraction,
@@ -536,7 +555,7 @@ func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 		Clock: l.clock,
 	})
 	l.splitBudget = split != ""
-	l.overflowRoom = overflowKeys(len(set.plans) + len(set.lanes))
+	l.overflowRoom = overflowKeys(set.overflowBudgets())
 	if err != nil {
 		if errors.Is(err, stack.ErrSplitBudgetNeedsRefund) {
 			return nil, fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, split, stack.ErrSplitBudgetNeedsRefund)
@@ -558,6 +577,8 @@ const (
 	invalid                    // gqlgen refused it before pricing; InvalidCost paid, gqlgen's status
 	shed                       // the process was overloaded for its lane's priority; nothing paid
 	concurrencyLimited         // the principal had its plan's requests in flight already; nothing paid
+	quotaExceeded              // the plan's quota cannot pay in this window; nothing paid
+	fieldLimited               // a field limit cannot pay the selections; nothing paid
 )
 
 // answers is the one table from a verdict to what a client is told: the
@@ -580,6 +601,8 @@ var answers = [...]struct {
 	shed:        {CodeOverloaded, http.StatusServiceUnavailable, http.StatusServiceUnavailable, "overloaded"},
 
 	concurrencyLimited: {CodeConcurrencyLimited, http.StatusTooManyRequests, http.StatusTooManyRequests, "concurrency_limited"},
+	quotaExceeded:      {CodeQuotaExceeded, http.StatusTooManyRequests, http.StatusTooManyRequests, "quota_exceeded"},
+	fieldLimited:       {CodeFieldRateLimited, http.StatusTooManyRequests, http.StatusTooManyRequests, "field_rate_limited"},
 }
 
 // outcome is a budget decision ready to be rendered.
@@ -601,6 +624,14 @@ type outcome struct {
 	laneCharged int64
 	laneTrace   storeTrace
 	byLane      *lane
+	// limits are the budgets decided with the bucket (the quota, field
+	// limits), byLimit the one that refused, never whether it never can
+	// (a field selected more often than its limit), and groups what the
+	// debit took, store by store (spendAll).
+	limits  []limitUse
+	byLimit *limitUse
+	never   bool
+	groups  []takenGroup
 }
 
 // storeTrace is what the store calls of a decision took, for its Event.
@@ -685,7 +716,7 @@ func (l *Limiter) shadow(ctx context.Context, p *plan, o *outcome) bool {
 		return false
 	}
 	switch o.verdict {
-	case rateLimited, overBudget, capExceeded:
+	case rateLimited, overBudget, capExceeded, quotaExceeded, fieldLimited:
 	default:
 		return false
 	}
@@ -758,11 +789,17 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 // not anyone else's budget, and never gets a fresh burst per identity.
 func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
 	tr.from, tr.key = l.stores.Overflow(), overflowKey+p.name
+	l.overflowing(p)
+	return l.stores.Overflow().Take(ctx, overflowKey+p.name, p.limit, cost)
+}
+
+// overflowing logs, at most once a minute per plan, that identities of p
+// are decided by its overflow bucket.
+func (l *Limiter) overflowing(p *plan) {
 	if held, due := p.fullWarn.due(l.clock.Now().Sub(l.start)); due {
 		l.log.Warn("middleware: memory store full (MemoryStore.MaxKeys) and no budget in it is whole; new identities share their plan's overflow bucket",
 			"plan", p.name, "identities_since_last_warning", held+1)
 	}
-	return l.stores.Overflow().Take(ctx, overflowKey+p.name, p.limit, cost)
 }
 
 // storeFailed logs a store failure, at most once per storeFailureLogEvery

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/middleware"
 )
@@ -160,5 +164,112 @@ func TestRedisDown(t *testing.T) {
 	last := do(t, closed, search)
 	if last.Code != http.StatusOK || last.Header().Get(middleware.HeaderXRateLimitRemaining) != "490" {
 		t.Errorf("Redis back: %d %v", last.Code, last.Header())
+	}
+}
+
+// Twelve clients through three server instances on one Redis (standalone
+// and Cluster) spend one principal's bucket, quota and field limit with
+// mutations of one and three createIssue selections and queries of none:
+// every budget ends debited by exactly what the admitted requests cost, so
+// no refusal by one left another debited.
+func TestSharedRedisMultiLimitAllOrNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.StartServer(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, err := redisstore.New(tc.client(t), redisstore.Config{Prefix: "mw-multi-" + tc.name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bucket := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 300, Rate: 1, Period: time.Hour}
+			quota := limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 400, Period: 24 * time.Hour}
+			field := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 20, Rate: 20, Period: time.Hour}
+			var urls []string
+			for range 3 {
+				cfg := middleware.Config{
+					Store: store,
+					Plans: map[string]middleware.Plan{
+						"free": {Burst: bucket.Burst, Rate: bucket.Rate, Per: bucket.Period, DisableRefund: true,
+							Quota: &middleware.Quota{Limit: quota.Rate, Per: quota.Period}},
+						"anon": {Burst: 20, Rate: 20, Per: time.Hour},
+					},
+					FieldLimits:   map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: field.Burst, Per: field.Period}},
+					AnonymousPlan: "anon",
+					APIKeys:       middleware.NewStaticKeys(map[string]middleware.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
+					FailureMode:   middleware.FailClosed,
+					StoreTimeout:  time.Minute, // exactness, not timeouts
+					Logger:        discardLogger(),
+				}
+				ts := httptest.NewServer(graphQLServer(newLimiter(t, cfg), newTestSchema()))
+				t.Cleanup(ts.Close)
+				urls = append(urls, ts.URL)
+			}
+			type call struct {
+				q                string
+				cost, selections int64
+			}
+			calls := []call{{query61, 61, 0}, {mutation11, 11, 1}, {aliasedIssues(3), 13, 3}}
+			var cost, selections, unavailable atomic.Int64
+			var wg sync.WaitGroup
+			for client := range 12 {
+				wg.Go(func() {
+					for i := range 20 {
+						c := calls[(client+i)%len(calls)]
+						body, _ := json.Marshal(map[string]string{"query": c.q})
+						req, _ := http.NewRequest(http.MethodPost, urls[client%3]+"/graphql", bytes.NewReader(body))
+						req.Header.Set("Authorization", "Bearer "+aliceKey)
+						req.Header.Set("Content-Type", "application/json")
+						resp, err := http.DefaultClient.Do(req)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						resp.Body.Close()
+						switch resp.StatusCode {
+						case http.StatusOK:
+							cost.Add(c.cost)
+							selections.Add(c.selections)
+						case http.StatusServiceUnavailable:
+							unavailable.Add(1)
+						case http.StatusTooManyRequests:
+						default:
+							t.Errorf("status %d", resp.StatusCode)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if unavailable.Load() != 0 {
+				t.Errorf("%d store failures", unavailable.Load())
+			}
+			ds := make([]limiter.Decision, 3)
+			err = store.TakeAll(context.Background(), []limiter.Request{
+				{Key: "user:alice", Limit: bucket},
+				{Key: "user:alice", Name: "quota", Limit: quota},
+				{Key: "user:alice", Name: "field:Mutation.createIssue", Limit: field},
+			}, ds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The refill over the test (1 point an hour, 20 selections an
+			// hour) is below one whole token for runs under three minutes.
+			if spent := bucket.Burst - ds[0].Remaining; spent != cost.Load() {
+				t.Errorf("bucket spent %d, admitted requests cost %d", spent, cost.Load())
+			}
+			if spent := quota.Rate - ds[1].Remaining; spent != cost.Load() {
+				t.Errorf("quota spent %d, admitted requests cost %d", spent, cost.Load())
+			}
+			if spent := field.Burst - ds[2].Remaining; spent != selections.Load() {
+				t.Errorf("field limit spent %d, admitted requests selected it %d times", spent, selections.Load())
+			}
+			if cost.Load() == 0 || selections.Load() == 0 {
+				t.Errorf("nothing admitted: cost %d, selections %d", cost.Load(), selections.Load())
+			}
+			t.Logf("admitted cost %d, selections %d", cost.Load(), selections.Load())
+		})
 	}
 }

@@ -29,13 +29,18 @@ func (l *Limiter) refund(ctx context.Context, p *plan, tr storeTrace, amount int
 	d, err := r.Refund(tctx, tr.key, p.limit, amount)
 	cancel()
 	if err != nil {
-		if held, due := p.refundWarn.due(l.clock.Now().Sub(l.start)); due && ctx.Err() == nil {
-			l.log.WarnContext(ctx, "middleware: refunding an operation's unused cost failed; the points return by refill",
-				"err", err, "plan", p.name, "failures_since_last_warning", held+1)
-		}
+		l.refundFailed(ctx, p, err)
 		return limiter.Decision{}, false
 	}
 	return d, true
+}
+
+// refundFailed logs a refund that failed, at most once a minute per plan.
+func (l *Limiter) refundFailed(ctx context.Context, p *plan, err error) {
+	if held, due := p.refundWarn.due(l.clock.Now().Sub(l.start)); due && ctx.Err() == nil {
+		l.log.WarnContext(ctx, "middleware: giving points back failed; they return by refill",
+			"err", err, "plan", p.name, "failures_since_last_warning", held+1)
+	}
 }
 
 // settleActual prices what an executed operation's response holds (its
@@ -73,6 +78,7 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 		if d, ok := e.l.refund(ctx, st.plan, o.trace, cost-actual); ok {
 			o.decision, refunded = d, cost-actual
 		}
+		e.l.refundQuota(ctx, st.plan, &o, cost-actual)
 		if ln := st.currentLane(); o.laneCharged == cost && ln != nil && ln.budget != nil {
 			e.l.refund(ctx, ln.budget, o.laneTrace, cost-actual)
 		}

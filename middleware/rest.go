@@ -103,6 +103,7 @@ func (l *Limiter) boundRESTBody(w http.ResponseWriter, r *http.Request) bool {
 //	401 {"error":"unknown_api_key"}
 //	413 {"error":"request_too_large"}    (Config.MaxBodyBytes; nothing debited)
 //	429 {"error":"rate_limited","retry_after_seconds":N}
+//	429 {"error":"quota_exceeded","retry_after_seconds":N}   (Plan.Quota; N is the window's end)
 //	503 {"error":"rate_limiter_unavailable","retry_after_seconds":N}
 //	503 {"error":"overloaded","retry_after_seconds":N}   (Config.Overload; nothing debited)
 //	429 {"error":"concurrency_limited","retry_after_seconds":N}   (Config.Concurrency; nothing debited)
@@ -147,10 +148,10 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			return
 		}
 		defer sl.release()
-		o := l.spendIn(r.Context(), id, p, ln, cost)
+		o := l.spendAll(r.Context(), set, id, "", p, ln, cost, nil)
 		l.shadow(r.Context(), p, &o)
 		if o.known {
-			setBudgetHeaders(w.Header(), p, o.decision, l.clock.Now())
+			setOutcomeHeaders(w.Header(), p, &o, l.clock.Now())
 		}
 		if l.observing(r.Context()) {
 			code := answers[o.verdict].restCode
@@ -163,7 +164,7 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 		switch o.verdict {
 		case admitted:
 			next.ServeHTTP(w, l.withDegradation(r))
-		case rateLimited, overBudget, unavailable:
+		case rateLimited, overBudget, unavailable, quotaExceeded:
 			if o.verdict == rateLimited {
 				l.challenge(r.Context(), w.Header(), id, ln)
 			}

@@ -22,6 +22,12 @@ type settings struct {
 	restCost int64
 	lanes    []*lane // in order; empty: no lanes
 	failOpen bool    // the global failure mode, for lane budgets
+	// fieldLimits by coordinate (nil: none); fieldCoords are their
+	// coordinates, sorted, as the analyzer counts them.
+	fieldLimits map[string]*fieldLimit
+	fieldCoords []string
+	// addrKey keys a request by its client address, for limits ByIP.
+	addrKey func(*http.Request) string
 }
 
 // compileSettings validates the reloadable part of cfg.
@@ -77,6 +83,12 @@ func compileSettings(cfg Config) (*settings, error) {
 		return nil, fmt.Errorf("%w: GraphQL InvalidCost (%d) and MinCost (%d) must not exceed the burst %d of plan %q",
 			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.name)
 	}
+	if err := s.buildFieldLimits(cfg.FieldLimits); err != nil {
+		return nil, err
+	}
+	if s.addrKey, err = identity.NewAddressKey(identity.ChainConfig{TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader}); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	if err := s.buildRoutes(cfg.REST); err != nil {
 		return nil, err
 	}
@@ -93,24 +105,42 @@ func compileSettings(cfg Config) (*settings, error) {
 // room for the plans a Reload adds.
 func overflowKeys(plans int) int { return max(2*plans, 64) }
 
+// overflowBudgets is how many overflow budgets s may need: per plan a
+// bucket, a quota and the field limits, and a bucket per lane budget.
+func (s *settings) overflowBudgets() int {
+	n := len(s.plans) * (2 + len(s.fieldLimits))
+	for _, ln := range s.lanes {
+		if ln.budget != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // attachStores gives each plan of s its store: exact, or leased for a
 // SplitBudget plan when the stores have leases.
 func (l *Limiter) attachStores(s *settings) error {
-	buckets := len(s.plans)
+	buckets := s.overflowBudgets()
 	for _, ln := range s.lanes {
 		if ln.budget != nil {
-			buckets++
 			ln.budget.store = l.stores.Store(false)
 		}
 	}
 	if buckets > l.overflowRoom {
-		return fmt.Errorf("%w: %d plans and lane budgets: the Limiter has room for %d without a restart", ErrInvalidConfig, buckets, l.overflowRoom)
+		return fmt.Errorf("%w: %d overflow budgets (plans × (bucket, quota, field limits) and lane budgets): the Limiter has room for %d without a restart", ErrInvalidConfig, buckets, l.overflowRoom)
 	}
 	for _, p := range s.plans {
 		if p.SplitBudget && !l.splitBudget {
 			return fmt.Errorf("%w: plan %q: SplitBudget needs split-budget leases, which the Limiter was built without (no plan had SplitBudget); restart to add them", ErrInvalidConfig, p.name)
 		}
 		p.store = l.stores.Store(p.SplitBudget)
+		if s.multiLimited(p) {
+			multi, err := l.stores.StoreAll(p.SplitBudget)
+			if err != nil {
+				return fmt.Errorf("%w: plan %q: quotas and field limits need a Store that decides several budgets at once (limiter.MultiTaker: memorystore, redisstore): %w", ErrInvalidConfig, p.name, err)
+			}
+			p.multi = multi
+		}
 	}
 	return nil
 }
@@ -137,6 +167,9 @@ func (l *Limiter) Reload(cfg Config) error {
 		return err
 	}
 	if err := l.checkChallenges(s); err != nil {
+		return err
+	}
+	if err := l.checkSchemas(s); err != nil {
 		return err
 	}
 	l.settings.Store(s)
@@ -176,8 +209,13 @@ func (s *settings) buildPlans(plans map[string]Plan, mode FailureMode, global Mo
 		if pm != FailOpen && pm != FailClosed {
 			return fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, pm, FailOpen, FailClosed)
 		}
+		quota, err := buildQuota(name, p)
+		if err != nil {
+			return err
+		}
 		q := sfString(name)
 		s.plans[name] = &plan{
+			quota:        quota,
 			Plan:         p,
 			name:         name,
 			limit:        limit,

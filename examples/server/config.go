@@ -44,6 +44,10 @@ type config struct {
 	APIKeys map[string]apiKeyConfig `yaml:"api_keys"`
 	GraphQL graphQLConfig           `yaml:"graphql"`
 	REST    restConfig              `yaml:"rest"`
+	// FieldLimits maps a schema coordinate ("Mutation.createIssue") to a
+	// rate counted per selection (aliases, fragments and list items
+	// included).
+	FieldLimits map[string]fieldLimitConfig `yaml:"field_limits"`
 	// FailureMode is "open" or "closed": what a store failure does to plans
 	// that do not choose for themselves.
 	FailureMode string `yaml:"failure_mode"`
@@ -200,6 +204,26 @@ type planConfig struct {
 	// Concurrency overrides the top-level concurrency for this plan; unset
 	// inherits it, per_principal 0 lifts the cap.
 	Concurrency *concurrencyConfig `yaml:"concurrency,omitempty"`
+	// Quota is a second budget drawn by the same cost, in fixed windows
+	// aligned to UTC; unset: none.
+	Quota *quotaConfig `yaml:"quota,omitempty"`
+}
+
+// quotaConfig is plans.<name>.quota.
+type quotaConfig struct {
+	Limit whole         `yaml:"limit"`
+	Per   time.Duration `yaml:"per"`
+	// Name is the policy's name in RateLimit-Policy; unset: the plan's
+	// name with -daily, -hourly, -weekly or -quota.
+	Name string `yaml:"name,omitempty"`
+}
+
+// fieldLimitConfig is field_limits.<coordinate>.
+type fieldLimitConfig struct {
+	Limit whole         `yaml:"limit"`
+	Per   time.Duration `yaml:"per"`
+	// By is principal (the default) or ip.
+	By string `yaml:"by,omitempty"`
 }
 
 type apiKeyConfig struct {
@@ -553,6 +577,31 @@ func (c config) validatePlans() error {
 		if p.Per <= 0 {
 			return fmt.Errorf("%s.per is %v; it must be positive, %s", key, p.Per, durationForm)
 		}
+		if q := p.Quota; q != nil {
+			if q.Limit < p.Burst {
+				return fmt.Errorf("%s.quota.limit is %d; it must be at least the plan's burst, %d", key, q.Limit, p.Burst)
+			}
+			if q.Per <= 0 {
+				return fmt.Errorf("%s.quota.per is %v; it must be positive, %s", key, q.Per, durationForm)
+			}
+			if p.SplitBudget {
+				return fmt.Errorf("%s: quota and split_budget cannot be combined", key)
+			}
+		}
+	}
+	for _, coord := range slices.Sorted(maps.Keys(c.FieldLimits)) {
+		fl, key := c.FieldLimits[coord], mapPath("field_limits", coord)
+		if fl.Limit < 1 {
+			return fmt.Errorf("%s.limit is %d; it must be at least 1", key, fl.Limit)
+		}
+		if fl.Per <= 0 {
+			return fmt.Errorf("%s.per is %v; it must be positive, %s", key, fl.Per, durationForm)
+		}
+		switch middleware.FieldLimitBy(fl.By) {
+		case "", middleware.ByPrincipal, middleware.ByIP:
+		default:
+			return fmt.Errorf("%s.by is %q; it must be %q or %q", key, fl.By, middleware.ByPrincipal, middleware.ByIP)
+		}
 	}
 	list := strings.Join(names, ", ")
 	if _, ok := c.Plans[c.AnonymousPlan]; !ok {
@@ -708,6 +757,18 @@ func (c config) limiterConfig() middleware.Config {
 			DisableCostReport:    p.CostReport != nil && !*p.CostReport,
 			MaxConcurrent:        p.Concurrency.maxConcurrent(),
 		}
+		if p.Quota != nil {
+			pl := plans[name]
+			pl.Quota = &middleware.Quota{Limit: int64(p.Quota.Limit), Per: p.Quota.Per, Name: p.Quota.Name}
+			plans[name] = pl
+		}
+	}
+	var fieldLimits map[string]middleware.FieldLimit
+	if len(c.FieldLimits) > 0 {
+		fieldLimits = make(map[string]middleware.FieldLimit, len(c.FieldLimits))
+		for coord, fl := range c.FieldLimits {
+			fieldLimits[coord] = middleware.FieldLimit{Limit: int64(fl.Limit), Per: fl.Per, By: middleware.FieldLimitBy(fl.By)}
+		}
 	}
 	keys := make(map[string]middleware.APIKey, len(c.APIKeys))
 	for key, k := range c.APIKeys {
@@ -738,6 +799,7 @@ func (c config) limiterConfig() middleware.Config {
 		Overload:       &oc,
 		Concurrency:    middleware.ConcurrencyOptions{PerPrincipal: int(c.Concurrency.PerPrincipal)},
 		Plans:          plans,
+		FieldLimits:    fieldLimits,
 		AnonymousPlan:  c.AnonymousPlan,
 		APIKeys:        middleware.NewStaticKeys(keys),
 		TrustedProxies: c.TrustedProxies,

@@ -236,6 +236,22 @@ func TestParseOverrides(t *testing.T) {
 			},
 		},
 		{
+			"quota and field limits",
+			"plans: {free: {burst: 100, rate: 100, per: 1m, quota: {limit: 100000, per: 24h}}, anon: {burst: 10, rate: 10, per: 1m, quota: {limit: 10, per: 1h, name: anon-hour}}}\n" +
+				`field_limits: {"Mutation.createIssue": {limit: 3, per: 1m}, "Query.search": {limit: 10, per: 1h, by: ip}}`,
+			func(c *config) {
+				c.Plans = map[string]planConfig{
+					"free": {Burst: 100, Rate: 100, Per: time.Minute, Quota: &quotaConfig{Limit: 100000, Per: 24 * time.Hour}},
+					"anon": {Burst: 10, Rate: 10, Per: time.Minute, Quota: &quotaConfig{Limit: 10, Per: time.Hour, Name: "anon-hour"}},
+				}
+				c.APIKeys = map[string]apiKeyConfig{}
+				c.FieldLimits = map[string]fieldLimitConfig{
+					"Mutation.createIssue": {Limit: 3, Per: time.Minute},
+					"Query.search":         {Limit: 10, Per: time.Hour, By: "ip"},
+				}
+			},
+		},
+		{
 			"a free route",
 			`rest: {routes: {"GET /api/search": 0}}`,
 			func(c *config) { c.REST.Routes = map[string]whole{"GET /api/search": 0} },
@@ -322,6 +338,13 @@ func TestParseErrors(t *testing.T) {
 			`.plan is "free"; it must be one of the plans (anon)`},
 		{"key without principal", "api_keys: {s3cret-key: {plan: free}}", "api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + "].principal is empty"},
 		{"empty key", `api_keys: {"": {principal: x, plan: free}}`, "an API key must not be empty"},
+		{"quota below the burst", "plans: {anon: {burst: 10, rate: 1, per: 1h, quota: {limit: 5, per: 24h}}}", "plans.anon.quota.limit is 5; it must be at least the plan's burst, 10"},
+		{"quota without per", "plans: {anon: {burst: 10, rate: 1, per: 1h, quota: {limit: 50}}}", "plans.anon.quota.per is 0s; it must be positive"},
+		{"quota with split budget", "plans: {anon: {burst: 10, rate: 1, per: 1h, split_budget: true, quota: {limit: 50, per: 1h}}}", "plans.anon: quota and split_budget cannot be combined"},
+		{"field limit of zero", `field_limits: {"Mutation.createIssue": {limit: 0, per: 1m}}`, `field_limits["Mutation.createIssue"].limit is 0; it must be at least 1`},
+		{"field limit without per", `field_limits: {"Mutation.createIssue": {limit: 3}}`, `field_limits["Mutation.createIssue"].per is 0s`},
+		{"field limit by whom", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, by: user}}`, `field_limits["Mutation.createIssue"].by is "user"; it must be "principal" or "ip"`},
+		{"unknown field limit key", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, per_ip: true}}`, "per_ip: unknown key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -344,6 +367,7 @@ func TestNewServerRefusesConfig(t *testing.T) {
 		{"default cost more than a burst", `rest: {default_cost: 600}`, `REST default cost 600 is more than the burst 500 of plan "anon"`},
 		{"bad proxy", "trusted_proxies: [not-a-cidr]", "not-a-cidr"},
 		{"bad route pattern", `rest: {routes: {"GET": 1}}`, `REST route "GET"`},
+		{"field limit on a field the schema lacks", `field_limits: {"Mutation.deleteEverything": {limit: 1, per: 1m}}`, "Mutation.deleteEverything"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

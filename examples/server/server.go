@@ -119,6 +119,10 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		s.lim.Close()
 		return nil, nil, refusedConfig{file: cfg.file, err: err}
 	}
+	if err := s.lim.CheckSchema(s.res.Schema().Schema()); err != nil { // field limits name fields of the schema
+		s.lim.Close()
+		return nil, nil, refusedConfig{file: cfg.file, err: err}
+	}
 	s.gql.set(s.graphQL(cfg))
 
 	rest := &restAPI{res: s.res, log: s.log, retryAfter: func() int64 {

@@ -195,6 +195,21 @@ func NewChain(cfg ChainConfig) (Identifier, error) {
 	}, nil
 }
 
+// NewAddressKey returns the function that keys a request by its client
+// address exactly as the default chain keys anonymous clients ("ip:<addr>",
+// IPv6 grouped by /64), believing forwarding headers only from cfg's
+// TrustedProxies and ProxyHeader (the other fields are ignored). Limits kept
+// per client address whoever the principal is (a per-field limit "by: ip")
+// use it.
+func NewAddressKey(cfg ChainConfig) (func(*http.Request) string, error) {
+	id, err := NewChain(ChainConfig{TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader})
+	if err != nil {
+		return nil, err
+	}
+	proxies := id.(*defaultIdentifier).proxies
+	return func(r *http.Request) string { return "ip:" + clientKey(proxies.clientIP(r)) }, nil
+}
+
 // defaultIdentifier is the chain NewChain describes.
 type defaultIdentifier struct {
 	keys          KeyLookup
