@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -38,17 +39,51 @@ const (
 	HeaderAPIKey = identity.HeaderAPIKey
 )
 
+// The headers' canonical keys, so that setting them needs no
+// canonicalization (which allocates for keys such as "RateLimit").
+var (
+	keyRateLimitPolicy     = textproto.CanonicalMIMEHeaderKey(HeaderRateLimitPolicy)
+	keyRateLimit           = textproto.CanonicalMIMEHeaderKey(HeaderRateLimit)
+	keyXRateLimitLimit     = textproto.CanonicalMIMEHeaderKey(HeaderXRateLimitLimit)
+	keyXRateLimitRemaining = textproto.CanonicalMIMEHeaderKey(HeaderXRateLimitRemaining)
+	keyXRateLimitUsed      = textproto.CanonicalMIMEHeaderKey(HeaderXRateLimitUsed)
+	keyXRateLimitReset     = textproto.CanonicalMIMEHeaderKey(HeaderXRateLimitReset)
+	budgetHeaderKeys       = [...]string{keyRateLimitPolicy, keyRateLimit, keyXRateLimitLimit, keyXRateLimitRemaining, keyXRateLimitUsed, keyXRateLimitReset}
+)
+
+// budgetHeaderBytes is room for the values setBudgetHeaders builds: a
+// longer plan name only makes the buffer grow.
+const budgetHeaderBytes = 128
+
 // setBudgetHeaders writes the rate-limit headers for decision d on plan p,
-// as of now.
+// as of now. Every response of a limited route carries them, so they are
+// built with two allocations: one string holding every value but the
+// precomputed ones, and one array of the header values.
 func setBudgetHeaders(h http.Header, p *plan, d limiter.Decision, now time.Time) {
 	remaining := max(d.Remaining, 0)
-	toFull := ceilSeconds(d.ResetAfter)
-	h.Set(HeaderRateLimitPolicy, p.policyHeader)
-	h.Set(HeaderRateLimit, p.quotedName+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(toFull, 10))
-	h.Set(HeaderXRateLimitLimit, strconv.FormatInt(p.Burst, 10))
-	h.Set(HeaderXRateLimitRemaining, strconv.FormatInt(remaining, 10))
-	h.Set(HeaderXRateLimitUsed, strconv.FormatInt(max(p.Burst-remaining, 0), 10))
-	h.Set(HeaderXRateLimitReset, strconv.FormatInt(unixCeil(now, d.ResetAfter), 10))
+	var buf [budgetHeaderBytes]byte
+	b := append(buf[:0], p.quotedName...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	rateLimit := len(b)
+	b = strconv.AppendInt(b, remaining, 10)
+	left := len(b)
+	b = strconv.AppendInt(b, max(p.Burst-remaining, 0), 10)
+	used := len(b)
+	b = strconv.AppendInt(b, unixCeil(now, d.ResetAfter), 10)
+	text := string(b)
+	vals := make([]string, len(budgetHeaderKeys))
+	vals[0] = p.policyHeader
+	vals[1] = text[:rateLimit]
+	vals[2] = p.burstText
+	vals[3] = text[rateLimit:left]
+	vals[4] = text[left:used]
+	vals[5] = text[used:]
+	for i, k := range budgetHeaderKeys {
+		h[k] = vals[i : i+1 : i+1]
+	}
 }
 
 // ceilSeconds rounds d up to whole seconds; negative durations count as 0.

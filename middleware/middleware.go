@@ -395,6 +395,7 @@ type plan struct {
 	maxConcurrent int64
 	quotedName    string
 	policyHeader  string
+	burstText     string      // Burst in decimal, X-RateLimit-Limit
 	quota         *quotaLimit // nil: no quota
 	restoreRate   float64     // points per second
 	store         Store       // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
@@ -742,7 +743,7 @@ func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id Identity,
 // take is Store.Take under the timeout and the plan's failure mode; tr
 // records the call.
 func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	tctx, cancel := l.storeContext(ctx)
 	began := time.Now() // a latency, not the limiter's clock
 	d, err := p.store.Take(tctx, key, p.limit, cost)
 	tr.took += time.Since(began)
@@ -781,6 +782,18 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 	}
 	return d, err
 }
+
+// storeContext bounds a store call by StoreTimeout. The in-memory store
+// answers under a lock and never waits, so its calls keep ctx as it is:
+// a deadline costs a timer and four allocations a call.
+func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.stores.Local() {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, l.timeout)
+}
+
+func noCancel() {}
 
 // takeOverflow decides for an identity that a full memory store cannot
 // hold without resetting another identity's budget (memorystore.ErrFull):

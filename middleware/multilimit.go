@@ -85,6 +85,8 @@ type quotaLimit struct {
 	limit  limiter.Limit
 	quoted string // the policy's name, as a structured-field string
 	policy string // its RateLimit-Policy item
+	// bothPolicies is RateLimit-Policy for the plan and its quota.
+	bothPolicies string
 }
 
 // fieldLimit is a validated FieldLimit.
@@ -110,8 +112,9 @@ func quotaName(plan string, per time.Duration) string {
 	return plan + "-quota"
 }
 
-// buildQuota validates plan name's quota.
-func buildQuota(name string, p Plan) (*quotaLimit, error) {
+// buildQuota validates plan name's quota; policyHeader is the plan's
+// RateLimit-Policy item.
+func buildQuota(name string, p Plan, policyHeader string) (*quotaLimit, error) {
 	q := p.Quota
 	if q == nil {
 		return nil, nil
@@ -137,11 +140,13 @@ func buildQuota(name string, p Plan) (*quotaLimit, error) {
 		return nil, fmt.Errorf("%w: plan %q: quota: %w", ErrInvalidConfig, name, err)
 	}
 	quoted := sfString(qn)
-	return &quotaLimit{
+	ql := &quotaLimit{
 		limit:  limit,
 		quoted: quoted,
 		policy: quoted + ";q=" + strconv.FormatInt(q.Limit, 10) + ";w=" + strconv.FormatInt(ceilSeconds(q.Per), 10),
-	}, nil
+	}
+	ql.bothPolicies = policyHeader + ", " + ql.policy
+	return ql, nil
 }
 
 // buildFieldLimits validates the field limits. Coordinates are checked
@@ -214,6 +219,15 @@ type limitUse struct {
 	path           []string    // the field's first selection
 }
 
+// multiScratch holds a decision's requests, answers and uses in one
+// allocation: a request meets a handful of budgets.
+type multiScratch struct {
+	reqs   [4]limiter.Request
+	ds     [4]limiter.Decision
+	uses   [4]limitUse
+	groups [2]takenGroup
+}
+
 // takenGroup is what one TakeAll debited, to give back on a later refusal.
 type takenGroup struct {
 	from limiter.MultiTaker
@@ -236,39 +250,54 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id Identity, addr
 	if cost > p.Burst {
 		return outcome{verdict: overBudget}
 	}
-	var (
-		mine, theirs []limiter.Request
-		uses         []limitUse
-	)
-	mine = append(mine, limiter.Request{Key: id.Key, Limit: p.limit, Cost: cost})
-	if q := p.quota; q != nil {
-		mine = append(mine, limiter.Request{Key: id.Key, Name: quotaBudget, Limit: q.limit, Cost: cost})
-		uses = append(uses, limitUse{quoted: q.quoted, policy: q.policy, capacity: q.limit.Rate})
+	// The principal's requests come first (the bucket, the quota, its
+	// field limits), then the address's; uses[i] describes reqs[i+1].
+	n := 1
+	if p.quota != nil {
+		n++
 	}
 	for _, c := range counts {
-		fl := set.fieldLimits[c.Coordinate]
-		if fl == nil || c.Count <= 0 {
-			continue
+		if set.fieldLimits[c.Coordinate] != nil && c.Count > 0 {
+			n++
 		}
-		r := limiter.Request{Key: id.Key, Name: fl.budget, Limit: fl.limit, Cost: c.Count}
-		if fl.byIP && addr != id.Key {
-			r.Key = addr
-			theirs = append(theirs, r)
-		} else {
-			mine = append(mine, r)
-		}
-		uses = append(uses, limitUse{quoted: fl.quoted, policy: fl.policy, capacity: fl.limit.Burst, field: fl, count: c.Count, path: c.Path})
 	}
-	o := outcome{limits: uses}
-	// The uses follow the requests in order, the principal's first; the
-	// address's field limits are taken first but listed last.
-	ds := make([]limiter.Decision, len(mine)+len(theirs))
+	sc := new(multiScratch)
+	reqs, ds, uses := sc.reqs[:0], sc.ds[:n], sc.uses[:0]
+	if n > len(sc.reqs) {
+		reqs, ds, uses = make([]limiter.Request, 0, n), make([]limiter.Decision, n), make([]limitUse, 0, n)
+	}
+	reqs = append(reqs, limiter.Request{Key: id.Key, Limit: p.limit, Cost: cost})
+	if q := p.quota; q != nil {
+		reqs = append(reqs, limiter.Request{Key: id.Key, Name: quotaBudget, Limit: q.limit, Cost: cost})
+		uses = append(uses, limitUse{quoted: q.quoted, policy: q.policy, capacity: q.limit.Rate})
+	}
+	mineEnd := 0
+	for pass := range 2 { // the principal's field limits, then the address's
+		for _, c := range counts {
+			fl := set.fieldLimits[c.Coordinate]
+			if fl == nil || c.Count <= 0 || (fl.byIP && addr != id.Key) != (pass == 1) {
+				continue
+			}
+			key := id.Key
+			if pass == 1 {
+				key = addr
+			}
+			reqs = append(reqs, limiter.Request{Key: key, Name: fl.budget, Limit: fl.limit, Cost: c.Count})
+			uses = append(uses, limitUse{quoted: fl.quoted, policy: fl.policy, capacity: fl.limit.Burst, field: fl, count: c.Count, path: c.Path})
+		}
+		if pass == 0 {
+			mineEnd = len(reqs)
+		}
+	}
+	mine, theirs := reqs[:mineEnd], reqs[mineEnd:]
+	o := outcome{limits: uses, groups: sc.groups[:0]}
+	// The address's field limits are taken first.
 	if len(theirs) > 0 {
-		if !l.decideGroup(ctx, p, theirs, ds[len(mine):], &o, len(mine)-1) {
+		if !l.decideGroup(ctx, p, theirs, ds[mineEnd:], &o, mineEnd-1) {
 			return o
 		}
 	}
-	if !l.decideGroup(ctx, p, mine, ds[:len(mine)], &o, -1) {
+	if !l.decideGroup(ctx, p, mine, ds[:mineEnd], &o, -1) {
 		l.giveBack(ctx, p, o.groups)
 		o.groups = nil
 		return o
@@ -371,7 +400,7 @@ func (l *Limiter) decideGroup(ctx context.Context, p *plan, reqs []limiter.Reque
 // that decided, and tr records the call.
 func (l *Limiter) takeAll(ctx context.Context, p *plan, reqs []limiter.Request, ds []limiter.Decision, tr *storeTrace) (limiter.MultiTaker, error) {
 	store := p.multi
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	tctx, cancel := l.storeContext(ctx)
 	began := time.Now() // a latency, not the limiter's clock
 	err := store.TakeAll(tctx, reqs, ds)
 	tr.took += time.Since(began)
@@ -433,7 +462,7 @@ func (l *Limiter) giveBack(ctx context.Context, p *plan, groups []takenGroup) (a
 			continue
 		}
 		ds := make([]limiter.Decision, len(g.reqs))
-		tctx, cancel := context.WithTimeout(ctx, l.timeout)
+		tctx, cancel := l.storeContext(ctx)
 		err := r.RefundAll(tctx, g.reqs, ds)
 		cancel()
 		if err != nil {
@@ -458,7 +487,7 @@ func (l *Limiter) refundQuota(ctx context.Context, p *plan, o *outcome, amount i
 	req := g.reqs[1]
 	req.Cost = amount
 	ds := make([]limiter.Decision, 1)
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	tctx, cancel := l.storeContext(ctx)
 	err := r.RefundAll(tctx, []limiter.Request{req}, ds)
 	cancel()
 	if err != nil {
@@ -477,22 +506,32 @@ func setOutcomeHeaders(h http.Header, p *plan, o *outcome, now time.Time) {
 	if len(o.limits) == 0 {
 		return
 	}
-	var policies strings.Builder
-	policies.WriteString(p.policyHeader)
-	closest := h.Get(HeaderRateLimit)
+	policies := p.policyHeader
+	if len(o.limits) == 1 && o.limits[0].field == nil {
+		policies = p.quota.bothPolicies // the common case, written once
+	} else {
+		var b strings.Builder
+		b.WriteString(p.policyHeader)
+		for i := range o.limits {
+			b.WriteString(", ")
+			b.WriteString(o.limits[i].policy)
+		}
+		policies = b.String()
+	}
+	h[keyRateLimitPolicy][0] = policies // setBudgetHeaders made the slice
 	share := float64(max(o.decision.Remaining, 0)) / float64(p.Burst)
+	var closest *limitUse
 	for i := range o.limits {
 		u := &o.limits[i]
-		policies.WriteString(", ")
-		policies.WriteString(u.policy)
 		if u.d.Limit == 0 {
 			continue // not read (see decideGroup)
 		}
 		if s := float64(max(u.d.Remaining, 0)) / float64(u.capacity); s < share {
-			share = s
-			closest = u.quoted + ";r=" + strconv.FormatInt(max(u.d.Remaining, 0), 10) + ";t=" + strconv.FormatInt(ceilSeconds(u.d.ResetAfter), 10)
+			share, closest = s, u
 		}
 	}
-	h.Set(HeaderRateLimitPolicy, policies.String())
-	h.Set(HeaderRateLimit, closest)
+	if closest != nil {
+		h[keyRateLimit][0] = closest.quoted + ";r=" + strconv.FormatInt(max(closest.d.Remaining, 0), 10) +
+			";t=" + strconv.FormatInt(ceilSeconds(closest.d.ResetAfter), 10)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -439,5 +440,38 @@ func TestMultiLimitOverLimitCache(t *testing.T) {
 	// 77 = 100 − 2 × 11 − 1: the refusals took nothing.
 	if w, _ := query(t, h, `{ viewer { login } }`, bearer(aliceKey)); w.Header().Get(middleware.HeaderXRateLimitRemaining) != "77" {
 		t.Errorf("bucket after the refusals: %s, want 77", w.Header().Get(middleware.HeaderXRateLimitRemaining))
+	}
+}
+
+// Limits by address and by principal in one request are told apart: the
+// refusal names the field whose limit refused, and the headers list both.
+func TestFieldLimitsByIPAndPrincipal(t *testing.T) {
+	clock := newClock()
+	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{
+		"Issue.id":             {Limit: 100, Per: time.Hour, By: middleware.ByIP}, // sorts first
+		"Mutation.createIssue": {Limit: 2, Per: time.Hour},
+	})), newTestSchema())
+	post := func() (*httptest.ResponseRecorder, gqlResponse) {
+		body, _ := json.Marshal(map[string]any{"query": mutation11})
+		w := do(t, h, request{path: "/graphql", body: string(body), header: bearer(aliceKey), remoteAddr: "192.0.2.9:1"})
+		var resp gqlResponse
+		_ = json.Unmarshal(w.Body.Bytes(), &resp)
+		return w, resp
+	}
+	for range 2 {
+		if w, _ := post(); w.Code != http.StatusOK {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	w, resp := post()
+	if resp.code() != middleware.CodeFieldRateLimited || resp.Errors[0].Extensions["field"] != "Mutation.createIssue" {
+		t.Fatalf("third: %d %s", w.Code, w.Body)
+	}
+	want := `"free";q=100;w=100, "Mutation.createIssue";q=2;w=3600, "Issue.id";q=100;w=3600`
+	if got := w.Header().Get(middleware.HeaderRateLimitPolicy); got != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	if got := w.Header().Get(middleware.HeaderRateLimit); !strings.HasPrefix(got, `"Mutation.createIssue";r=0;`) {
+		t.Errorf("RateLimit = %q", got)
 	}
 }

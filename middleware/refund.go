@@ -25,7 +25,7 @@ func (l *Limiter) refund(ctx context.Context, p *plan, tr storeTrace, amount int
 	if !ok || amount <= 0 {
 		return limiter.Decision{}, false
 	}
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	tctx, cancel := l.storeContext(ctx)
 	d, err := r.Refund(tctx, tr.key, p.limit, amount)
 	cancel()
 	if err != nil {
@@ -63,16 +63,20 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	if o.charged == 0 && o.shadowed == 0 {
 		return // a dry run: priced, not executed, nothing debited
 	}
-	a, err := e.analyzer(st.set)
-	if err != nil {
-		return
+	actual := cost
+	if cost > st.set.gql.MinCost {
+		// At MinCost the actual cost is MinCost whatever the response holds
+		// (it is clamped to [MinCost, cost]): no need to read it.
+		a, err := e.analyzer(st.set)
+		if err != nil {
+			return
+		}
+		if actual, err = a.ActualCost(opCtx.Doc, op, opCtx.Variables, resp.Data); err != nil {
+			e.l.log.DebugContext(ctx, "middleware: cannot price the response; keeping the requested cost", "err", err)
+			return
+		}
+		actual = min(max(actual, st.set.gql.MinCost), cost)
 	}
-	actual, err := a.ActualCost(opCtx.Doc, op, opCtx.Variables, resp.Data)
-	if err != nil {
-		e.l.log.DebugContext(ctx, "middleware: cannot price the response; keeping the requested cost", "err", err)
-		return
-	}
-	actual = min(max(actual, st.set.gql.MinCost), cost)
 	var refunded int64
 	if o.shadowed == 0 && o.charged == cost && actual < cost && !st.plan.DisableRefund && len(resp.Errors) == 0 {
 		if d, ok := e.l.refund(ctx, st.plan, o.trace, cost-actual); ok {

@@ -160,25 +160,25 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		vars      []member // members of the variables object
 		varsStart int      // offsets of the variables object, '{' to '}'
 		varsEnd   int
-		seen      = map[string]bool{}
+		seen      [4]bool // of requestMembers
 		budget    = st.set.newJSONBudget()
 	)
 	for m := range s.members() {
-		canonical := ""
-		for _, name := range requestMembers {
+		canonical, at := "", 0
+		for i, name := range requestMembers {
 			if strings.EqualFold(m.name, name) {
-				canonical = name
+				canonical, at = name, i
 			}
 		}
 		if canonical == "" {
 			continue // encoding/json skips it without keeping it
 		}
-		if m.name != canonical || seen[canonical] {
+		if m.name != canonical || seen[at] {
 			return nil, refuse(http.StatusBadRequest, CodeInvalidRequest,
 				"the request body has a member %q; expected each of %s at most once, spelled so",
 				echo.Cut(m.name), strings.Join(requestMembers, ", "))
 		}
-		seen[canonical] = true
+		seen[at] = true
 		v := body[m.valueStart:m.valueEnd]
 		switch canonical {
 		case "query", "operationName":
@@ -186,7 +186,7 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 				return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be a string", canonical)
 			}
 			if canonical == "query" && v[0] == '"' {
-				_ = json.Unmarshal(v, &query) // valid JSON: it cannot fail
+				query = jsonString(v)
 			}
 		case "variables", "extensions":
 			if v[0] != '{' && !isNull(v) {
@@ -215,6 +215,18 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	out = append(out, body[:varsStart]...)
 	out = appendKept(out, body, vars, keep)
 	return append(out, body[varsEnd:]...), nil
+}
+
+// jsonString decodes v, a valid JSON string literal. Without a backslash
+// its content is the string itself (valid JSON holds no raw control
+// characters), so only an escaped one goes through encoding/json.
+func jsonString(v []byte) string {
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1])
+	}
+	var s string
+	_ = json.Unmarshal(v, &s) // valid JSON: it cannot fail
+	return s
 }
 
 // appendKept appends to out an object of the members of src that keep

@@ -1,6 +1,9 @@
 package middleware
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestSelectedOperation(t *testing.T) {
 	for _, tc := range []struct {
@@ -24,6 +27,19 @@ func TestSelectedOperation(t *testing.T) {
 	} {
 		if got := selectedOperation(tc.query, tc.name); got != tc.want {
 			t.Errorf("selectedOperation(%q, %q) = %q, want %q", tc.query, tc.name, got, tc.want)
+		}
+	}
+}
+
+// jsonString decodes what encoding/json decodes, with or without escapes.
+func TestJSONString(t *testing.T) {
+	for _, s := range []string{"", "{ viewer { login } }", `a "quoted" word`, "tab\tand\nnewline", `back\slash`, "ünïcødé ✓", "\u2028", "</script>"} {
+		v, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonString(v); got != s {
+			t.Errorf("jsonString(%s) = %q, want %q", v, got, s)
 		}
 	}
 }

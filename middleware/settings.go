@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/costguard/costguard/limiter"
@@ -209,11 +210,12 @@ func (s *settings) buildPlans(plans map[string]Plan, mode FailureMode, global Mo
 		if pm != FailOpen && pm != FailClosed {
 			return fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, pm, FailOpen, FailClosed)
 		}
-		quota, err := buildQuota(name, p)
+		q := sfString(name)
+		policy := fmt.Sprintf("%s;q=%d;w=%d", q, p.Burst, fillSeconds(p.Burst, p.Rate, p.Per))
+		quota, err := buildQuota(name, p, policy)
 		if err != nil {
 			return err
 		}
-		q := sfString(name)
 		s.plans[name] = &plan{
 			quota:        quota,
 			Plan:         p,
@@ -222,7 +224,8 @@ func (s *settings) buildPlans(plans map[string]Plan, mode FailureMode, global Mo
 			failOpen:     pm == FailOpen,
 			shadow:       shadow == Shadow,
 			quotedName:   q,
-			policyHeader: fmt.Sprintf("%s;q=%d;w=%d", q, p.Burst, fillSeconds(p.Burst, p.Rate, p.Per)),
+			burstText:    strconv.FormatInt(p.Burst, 10),
+			policyHeader: policy,
 			restoreRate:  float64(p.Rate) / p.Per.Seconds(),
 		}
 	}

@@ -107,6 +107,7 @@ type Config struct {
 type Stack struct {
 	exact    Taker // the store, behind the over-limit cache when on
 	multi    bool  // the store is a limiter.MultiTaker, and so is exact
+	local    bool  // the store is an in-memory store: it never waits
 	leased   Taker // split-budget leases, behind the cache when on; nil without SplitBudget
 	owned    *memorystore.Store
 	fallback *memorystore.Store
@@ -157,6 +158,8 @@ func New(cfg Config) (*Stack, error) {
 		}
 		s.exact, full = s.owned, s.owned
 	}
+	_, inMemory := cfg.Store.(*memorystore.Store)
+	s.local = cfg.Store == nil || inMemory
 	_, s.multi = full.(limiter.MultiTaker)
 	if cfg.Store != nil && !hasRefund {
 		_, s.multi = cfg.Store.(limiter.MultiTaker)
@@ -237,6 +240,11 @@ func (s *Stack) StoreAll(leased bool) (TakeAller, error) {
 	}
 	return s.exact.(TakeAller), nil
 }
+
+// Local reports whether the store is an in-memory one (the Stack's own,
+// or a *memorystore.Store), which answers under a lock and never waits:
+// a caller may skip the deadline it would give a network round trip.
+func (s *Stack) Local() bool { return s.local }
 
 // Fallback is this process's local buckets, for a fail-open policy to
 // decide with while the store is away. It may answer ErrFull too. It
