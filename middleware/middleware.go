@@ -730,10 +730,11 @@ func (l *Limiter) shadow(ctx context.Context, p *plan, o *outcome) bool {
 }
 
 // chargeInvalid debits InvalidCost for a request refused before it could be
-// priced. The verdict is capExceeded once paid, else what refused the
-// payment (rateLimited, unavailable).
+// priced, from the bucket and the quota. The verdict is capExceeded once
+// paid, else what refused the payment (rateLimited, quotaExceeded,
+// unavailable).
 func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id Identity, p *plan) outcome {
-	o := l.spend(ctx, id, p, set.gql.InvalidCost)
+	o := l.spendAll(ctx, set, id, "", p, nil, set.gql.InvalidCost, nil) // the quota pays it too
 	if o.verdict == admitted || o.verdict == overBudget {
 		o.verdict = capExceeded
 	}

@@ -438,17 +438,17 @@ func (l *Limiter) takeAll(ctx context.Context, p *plan, reqs []limiter.Request, 
 }
 
 // takeAllOverflow is takeOverflow for a TakeAll: the identity's budgets
-// become its plan's overflow budgets, under the same names.
+// become its plan's overflow budgets, under the same names. It rewrites
+// the keys of reqs in place, so that what was taken is given back to the
+// overflow budgets too.
 func (l *Limiter) takeAllOverflow(ctx context.Context, p *plan, reqs []limiter.Request, ds []limiter.Decision, tr *storeTrace) (limiter.MultiTaker, error) {
-	over := make([]limiter.Request, len(reqs))
-	for i, r := range reqs {
-		r.Key = overflowKey + p.name
-		over[i] = r
+	for i := range reqs {
+		reqs[i].Key = overflowKey + p.name
 	}
 	l.overflowing(p)
 	tr.from, tr.key = l.stores.Overflow(), overflowKey+p.name
 	store := l.stores.Overflow()
-	return store, store.TakeAll(ctx, over, ds)
+	return store, store.TakeAll(ctx, reqs, ds)
 }
 
 // giveBack refunds what the groups debited (a later budget refused) and

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -473,5 +475,25 @@ func TestFieldLimitsByIPAndPrincipal(t *testing.T) {
 	}
 	if got := w.Header().Get(middleware.HeaderRateLimit); !strings.HasPrefix(got, `"Mutation.createIssue";r=0;`) {
 		t.Errorf("RateLimit = %q", got)
+	}
+}
+
+// A request refused before it is priced pays InvalidCost from the quota
+// as from the bucket: the same cost draws from both.
+func TestQuotaPaysInvalidCost(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true,
+		Quota: &middleware.Quota{Limit: 500, Per: time.Hour}}
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	if w, _ := query(t, h, `{ nope }`, bearer(aliceKey)); w.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	ds := make([]limiter.Decision, 1)
+	err := cfg.Store.(limiter.MultiTaker).TakeAll(context.Background(), []limiter.Request{
+		{Key: "user:alice", Name: "quota", Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 500, Period: time.Hour}},
+	}, ds)
+	if err != nil || ds[0].Remaining != 499 {
+		t.Errorf("quota after an invalid request: %+v, %v; want 499 left", ds[0], err)
 	}
 }
