@@ -179,8 +179,8 @@ func (p *PoW) Challenge(_ context.Context, identity string, now time.Time) (stri
 	}
 	s := p.macs.Get().(*signer)
 	mac := s.sign(raw[:offMAC], identity)
+	copy(raw[offMAC:], mac[:]) // before Put: mac is the signer's own array
 	p.macs.Put(s)
-	copy(raw[offMAC:], mac[:])
 	var enc [encodedLen]byte
 	tokenEncoding.Encode(enc[:], raw[:])
 	return `pow; token="` + string(enc[:]) + p.header, nil
