@@ -85,6 +85,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	w := a.acquire(doc, op, variables)
 	defer a.release(w)
 	w.explain = a.cfg.breakdownLimit > 0
+	w.chunked = true // the priced tree is dropped once the report is built
 	set, _, totals, err := w.run()
 	if err != nil {
 		return nil, err
@@ -110,7 +111,7 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
 	}
 	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
-	w.introspection, w.explain, w.plan = false, false, false
+	w.introspection, w.explain, w.plan, w.chunked = false, false, false, false
 	w.maxDepth = AbsoluteMaxDepth
 	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
 		w.maxDepth = a.cfg.maxDepth
@@ -233,6 +234,10 @@ type walker struct {
 	// plan keeps the priced tree for ActualCost: every field's set, and
 	// each member's set under an interface or union.
 	plan bool
+	// chunked says the priced tree does not outlive the call, so its sets
+	// and fields may come from the walker's chunks (see newFields), as
+	// they do while planning.
+	chunked bool
 	// introspection is set once a __schema or __type field is priced.
 	introspection bool
 	memo          map[memoKey]*pricedSet
@@ -674,12 +679,13 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 	return memo, nil
 }
 
-// newFields returns room for n priced fields. While planning, fields come
-// from one chunk kept by the walker: a chunk is never moved (the tree points
-// into it), so one that is full is left to the tree and a chunk twice as
-// large kept instead, until one call's tree fits in one chunk.
+// newFields returns room for n priced fields. While planning, or when the
+// tree is chunked, fields come from one chunk kept by the walker: a chunk
+// is never moved (the tree points into it), so one that is full is left to
+// the tree and a chunk twice as large kept instead, until one call's tree
+// fits in one chunk.
 func (w *walker) newFields(n int) []pricedField {
-	if !w.plan {
+	if !w.plan && !w.chunked {
 		return make([]pricedField, 0, n)
 	}
 	used := len(w.planFields)
@@ -692,9 +698,9 @@ func (w *walker) newFields(n int) []pricedField {
 }
 
 // newSets returns n zero priced sets, from the walker's chunk while
-// planning (see newFields).
+// planning or chunked (see newFields).
 func (w *walker) newSets(n int) []pricedSet {
-	if !w.plan {
+	if !w.plan && !w.chunked {
 		return make([]pricedSet, n)
 	}
 	used := len(w.planSets)
@@ -778,11 +784,8 @@ func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz size
 // depth; the set's cost starts from weight (t's own, or 0 for the root).
 func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	*set = pricedSet{cost: weight}
-	switch {
-	case w.plan:
+	if w.plan || w.explain {
 		set.fields = w.newFields(len(groups))
-	case w.explain:
-		set.fields = make([]pricedField, 0, len(groups))
 	}
 	for i := range groups {
 		g := &groups[i]

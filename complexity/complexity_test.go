@@ -660,3 +660,33 @@ func TestAbstractMembersCostNothingWithoutBreakdown(t *testing.T) {
 		t.Errorf("%v allocations per analysis, want 2", allocs)
 	}
 }
+
+// The sets a fragment spread shares (memoised for the other places that
+// reach it) come from the walker's recycled chunks, as the rest of its
+// state does: with the breakdown off, an analysis allocates its Report and
+// nothing else, however many selections it memoises.
+func TestMemoisedSetsAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop Puts at random, so the walk's state is sometimes allocated afresh; run without -race to count allocations")
+	}
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "s.graphql", Input: `type Query { a: A b: A c: [A] }
+		type A { x: Int y: A z: [A] }`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := prepare(t, schema, `{ a { ...F } b { ...F } c { ...F } }
+		fragment F on A { x y { x z { x } } z { ...G } }
+		fragment G on A { x y { x } }`, nil)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := a.AnalyzeOperation(p.doc, p.op, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 1 {
+		t.Errorf("%v allocations per analysis, want 1 (the Report)", allocs)
+	}
+}
