@@ -160,7 +160,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 			}
 		}
 	}
-	if err := w.priceGroups(&set, root, groups, noSizes, 1, 0, false); err != nil {
+	if err := w.priceGroups(&set, root, nil, 0, groups, noSizes, 1, 0, false); err != nil {
 		return set, 0, totals, err
 	}
 	totals = Totals{Cost: addCost(base, set.cost), Depth: set.depth, Nodes: set.nodes}
@@ -431,7 +431,7 @@ func introspectionRoot(name string) bool {
 // held to the limits, like any other.
 func (w *walker) free(t *typeInfo, name string) bool {
 	return w.a.cfg.freeIntrospection &&
-		(name == "__typename" || introspectionRoot(name) || strings.HasPrefix(t.name, "__"))
+		(name == "__typename" || introspectionRoot(name) || t.reserved)
 }
 
 // collection is the state of one collect call.
@@ -620,7 +620,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		}
 	}
 	if !ret.abstract || len(ret.possible) == 0 {
-		if err := w.priceObject(set, ret, g, sz, depth, ret.weight, shared); err != nil {
+		if err := w.priceObject(set, ret, nil, 0, g, sz, depth, ret.weight, shared); err != nil {
 			return nil, err
 		}
 	} else {
@@ -642,7 +642,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		winner := 0
 		for i, t := range ret.possible {
 			var s pricedSet
-			if err := w.priceObject(&s, t, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
+			if err := w.priceObject(&s, t, ret, i, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
 				return nil, err
 			}
 			if sets != nil {
@@ -766,7 +766,9 @@ func (w *walker) groupID(g *fieldGroup) string {
 	return string(b)
 }
 
-func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
+// priceObject prices the merged sub-selections of g for object type t,
+// which is member i of abstract type via (via nil: t is the field's type).
+func (w *walker) priceObject(set *pricedSet, t, via *typeInfo, i int, g *fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	groups, start, err := w.collect(t, g, nil)
 	if err == nil && w.refused != nil {
 		w.groups = w.groups[:start]
@@ -775,21 +777,22 @@ func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz size
 	if err != nil {
 		return err
 	}
-	err = w.priceGroups(set, t, groups, sz, depth, weight, shared)
+	err = w.priceGroups(set, t, via, i, groups, sz, depth, weight, shared)
 	w.groups = w.groups[:start]
 	return err
 }
 
-// priceGroups prices collected fields of concrete type t at absolute depth
-// depth; the set's cost starts from weight (t's own, or 0 for the root).
-func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
+// priceGroups prices collected fields of concrete type t (member member of
+// abstract type via, when via is not nil) at absolute depth depth; the
+// set's cost starts from weight (t's own, or 0 for the root).
+func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	*set = pricedSet{cost: weight}
 	if w.plan || w.explain {
 		set.fields = w.newFields(len(groups))
 	}
 	for i := range groups {
 		g := &groups[i]
-		fi := t.fields[g.first.Name]
+		fi := t.field(via, member, g.first.Name)
 		if fi == nil && g.first.Name == "__typename" {
 			fi = w.c.typename
 		}
@@ -803,7 +806,7 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 		if err != nil {
 			return err
 		}
-		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
+		if t.reserved || strings.HasPrefix(g.first.Name, "__") {
 			pf.fixed = true
 			if w.free(t, g.first.Name) {
 				pf.cost = 0
