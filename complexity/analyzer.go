@@ -197,7 +197,16 @@ func (a *Analyzer) release(w *walker) {
 		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
 	}
-	clear(w.groups[:cap(w.groups)])
+	all := w.groups[:cap(w.groups)]
+	for i := range all {
+		g := &all[i]
+		more := g.more
+		if cap(more) > maxMergeRoom {
+			more = nil
+		}
+		clear(more[:cap(more)])
+		*g = fieldGroup{more: more[:0]}
+	}
 	clear(w.path[:cap(w.path)])
 	w.groups, w.path = w.groups[:0], w.path[:0]
 	clear(w.memo)
@@ -484,7 +493,7 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 				w.groups[i].add(s, viaSpread)
 				continue
 			}
-			w.groups = append(w.groups, fieldGroup{key: key, first: s, shared: viaSpread})
+			w.pushGroup(key, s, viaSpread)
 			switch n := len(w.groups) - c.start; {
 			case c.index != nil:
 				c.index[key] = len(w.groups) - 1
@@ -519,6 +528,23 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 	}
 	return nil
 }
+
+// pushGroup starts a group for response key key on the w.groups stack. A
+// slot the stack reuses keeps the room its earlier group had for merged
+// fields, so merging allocates only until the walker has warmed up.
+func (w *walker) pushGroup(key string, f *ast.Field, viaSpread bool) {
+	n := len(w.groups)
+	if n == cap(w.groups) {
+		w.groups = append(w.groups, fieldGroup{key: key, first: f, shared: viaSpread})
+		return
+	}
+	w.groups = w.groups[:n+1]
+	g := &w.groups[n]
+	*g = fieldGroup{key: key, first: f, more: g.more[:0], shared: viaSpread}
+}
+
+// maxMergeRoom bounds the merge room a released walker keeps per slot.
+const maxMergeRoom = 64
 
 // fewFragments is how many fragment names a scope keeps in a slice before
 // moving them to the map: most selections spread a handful, which a scan
