@@ -1,6 +1,9 @@
 package complexity
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Totals are an operation's three headline numbers.
 type Totals struct {
@@ -83,6 +86,16 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 	}
 	path := make([]byte, 0, 64) // the dotted response path, grown and cut per level
 	var pathBytes int64         // the paths copied into out so far
+	// Every entry's path goes into all, back to back, entry i's ending at
+	// ends[i]: one string is made of them at the end and each Path is a
+	// piece of it, rather than one allocation per entry.
+	room := limit * 32 // a guess: most paths are a few keys long
+	if maxBytes > 0 {
+		room = min(room, maxBytes)
+	}
+	var all strings.Builder // its String does not copy
+	all.Grow(int(room))
+	ends := make([]int, 0, limit)
 	var walk func(fields []pricedField, depth int) bool
 	walk = func(fields []pricedField, depth int) bool {
 		for i := range fields {
@@ -100,8 +113,9 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 				*truncated = true
 				return false
 			}
+			all.Write(path)
+			ends = append(ends, all.Len())
 			fc := FieldCost{
-				Path:       string(path),
 				Field:      pf.info.coord,
 				Depth:      depth,
 				Multiplier: pf.n,
@@ -121,5 +135,9 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 		return true
 	}
 	walk(root, 1)
+	paths, start := all.String(), 0
+	for i, end := range ends {
+		out[i].Path, start = paths[start:end], end
+	}
 	return out
 }
