@@ -7,6 +7,9 @@ package main
 //   - scratch: complexity's (*Analyzer).AnalyzeOperation with the limiter's
 //     default options (limiterPricing: its limits checked, totals only, no
 //     breakdown), as the limiter calls it on every request;
+//   - breakdown: the same with the default breakdown (up to 1,000
+//     FieldCost entries, complexity.DefaultBreakdownLimit), as the explain
+//     view prices;
 //   - plan: a plan compiled once per document and evaluated per call, when
 //     the complexity package offers one (see pricers);
 //   - gqlgen: github.com/99designs/gqlgen/complexity.Calculate with no
@@ -79,6 +82,7 @@ type pricer struct {
 // The columns, by their index in pricers.
 const (
 	pricerScratch = iota
+	pricerBreakdown
 	pricerPlan
 	pricerGqlgen
 )
@@ -88,17 +92,21 @@ const (
 //
 //	p, err := a.Compile(doc, op)
 //	return func() error { _, err := p.Evaluate(nil); return err }, err
-func pricers(a *complexity.Analyzer, schema *ast.Schema) []pricer {
+func pricers(a, explain *complexity.Analyzer, schema *ast.Schema) []pricer {
 	es := gqlgenSchema{schema: schema}
 	ctx := context.Background()
-	return []pricer{
-		pricerScratch: {"scratch", func(doc *ast.QueryDocument, op *ast.OperationDefinition) (call, error) {
+	fromScratch := func(a *complexity.Analyzer) func(*ast.QueryDocument, *ast.OperationDefinition) (call, error) {
+		return func(doc *ast.QueryDocument, op *ast.OperationDefinition) (call, error) {
 			return func() error {
 				_, err := a.AnalyzeOperation(doc, op, nil)
 				return err
 			}, nil
-		}},
-		pricerPlan: {"plan", nil},
+		}
+	}
+	return []pricer{
+		pricerScratch:   {"scratch", fromScratch(a)},
+		pricerBreakdown: {"breakdown", fromScratch(explain)},
+		pricerPlan:      {"plan", nil},
 		pricerGqlgen: {"gqlgen", func(_ *ast.QueryDocument, op *ast.OperationDefinition) (call, error) {
 			return func() error {
 				gqlcomplexity.Calculate(ctx, es, op, nil)
@@ -139,7 +147,8 @@ type pricingResult struct {
 type pricingResults struct {
 	schemaFile string
 	types      int
-	skipped    string // why the group did not run
+	names      []string // the pricers' names, by column
+	skipped    string   // why the group did not run
 	rows       []pricingResult
 }
 
@@ -167,11 +176,19 @@ func (e *inEnv) pricingWorkloads(ctx context.Context, r *inReport) error {
 	if err != nil {
 		return fmt.Errorf("bench: pricing: %w", err)
 	}
+	explain, err := complexity.New(schema, append(limiterPricing(), complexity.WithBreakdownLimit(complexity.DefaultBreakdownLimit))...)
+	if err != nil {
+		return fmt.Errorf("bench: pricing: %w", err)
+	}
 	root, err := repoRoot(ctx)
 	if err != nil {
 		return fmt.Errorf("bench: pricing: %w", err)
 	}
-	ps := pricers(a, schema)
+	ps := pricers(a, explain, schema)
+	res.names = make([]string, len(ps))
+	for i, p := range ps {
+		res.names[i] = p.name
+	}
 	for _, q := range pricingQueries {
 		row, err := measurePricing(ctx, e, schema, a, ps, root, q)
 		if err != nil {
@@ -266,12 +283,11 @@ func (res *pricingResults) write(out io.Writer, opts options, notes *[]string) {
 	}
 	fmt.Fprintf(out, "Pricing on GitHub's schema (%s, %d types): each pricer %v per query as %d interleaved rounds, ns/op the median of the rounds; allocations averaged over %d calls.\n",
 		filepath.Base(res.schemaFile), res.types, opts.duration, opts.rounds, allocRuns)
-	fmt.Fprintln(out, "scratch = AnalyzeOperation with the limiter's default limits (totals only); plan = Compile once, Evaluate per call; gqlgen = gqlgen's complexity.Calculate, default model.")
+	fmt.Fprintln(out, "scratch = AnalyzeOperation with the limiter's default limits (totals only); breakdown = the same with the default breakdown (the explain view); plan = Compile once, Evaluate per call; gqlgen = gqlgen's complexity.Calculate, default model.")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "query\tnodes\tpoints\tgqlgen complexity\tpricer\tns/op\tallocs/op\tB/op")
-	names := []string{"scratch", "plan", "gqlgen"}
 	for _, row := range res.rows {
-		for i, name := range names {
+		for i, name := range res.names {
 			var first [4]string
 			if i == 0 {
 				first = [4]string{row.q.name, thousands(float64(row.nodes)), thousands(float64(row.points)), thousands(float64(row.gqlgen))}
@@ -291,7 +307,12 @@ func (res *pricingResults) write(out io.Writer, opts options, notes *[]string) {
 		for _, pr := range []struct {
 			label string
 			a, b  int
-		}{{"scratch ÷ gqlgen", pricerScratch, pricerGqlgen}, {"plan ÷ gqlgen", pricerPlan, pricerGqlgen}, {"scratch ÷ plan", pricerScratch, pricerPlan}} {
+		}{
+			{"scratch ÷ gqlgen", pricerScratch, pricerGqlgen},
+			{"breakdown ÷ gqlgen", pricerBreakdown, pricerGqlgen},
+			{"plan ÷ gqlgen", pricerPlan, pricerGqlgen},
+			{"scratch ÷ plan", pricerScratch, pricerPlan},
+		} {
 			fmt.Fprintf(tw, "\t\t\t\t%s\t%s\t\t\n", pr.label, fmtRatioRange(row.ratio(pr.a, pr.b)))
 		}
 		if row.q.nodes > 0 && row.nodes != row.q.nodes {
