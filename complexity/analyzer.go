@@ -194,7 +194,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
-		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
+		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.paths) > 1<<16 || cap(w.pathEnds) > 1024 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
 	}
 	all := w.groups[:cap(w.groups)]
@@ -275,6 +275,10 @@ type walker struct {
 	// from one ActualCost to the next (see newFields).
 	planFields []pricedField
 	planSets   []pricedSet
+	// paths and pathEnds hold the breakdown's paths while it is built
+	// (see breakdown).
+	paths    []byte
+	pathEnds []int
 	// Scratch space for reading a response (see response).
 	seen     []bool
 	nest     []byte

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -689,5 +690,43 @@ func TestMemoisedSetsAllocateNothing(t *testing.T) {
 	})
 	if allocs != 1 {
 		t.Errorf("%v allocations per analysis, want 1 (the Report)", allocs)
+	}
+}
+
+// The breakdown's paths are built in scratch space the walker keeps for the
+// next analysis: a report's paths must not change when the Analyzer prices
+// something else afterwards.
+func TestBreakdownPathsOutliveTheWalk(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "s.graphql", Input: `type Query { a: A b: A }
+		type A { x: Int y: A }`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := complexity.New(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := prepare(t, schema, `{ a { x y { x } } }`, nil)
+	r, err := a.AnalyzeOperation(first.doc, first.op, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, f := range r.Fields {
+		want = append(want, f.Path)
+	}
+	second := prepare(t, schema, `{ b { y { y { x } } } longerAlias: a { x } }`, nil)
+	for range 3 {
+		if _, err := a.AnalyzeOperation(second.doc, second.op, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, f := range r.Fields {
+		if f.Path != want[i] {
+			t.Errorf("entry %d: path %q became %q", i, want[i], f.Path)
+		}
+	}
+	if !slices.Equal(want, []string{"a", "a.x", "a.y", "a.y.x"}) {
+		t.Errorf("paths %q", want)
 	}
 }

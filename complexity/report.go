@@ -1,9 +1,6 @@
 package complexity
 
-import (
-	"slices"
-	"strings"
-)
+import "slices"
 
 // Totals are an operation's three headline numbers.
 type Totals struct {
@@ -88,14 +85,10 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 	var pathBytes int64         // the paths copied into out so far
 	// Every entry's path goes into all, back to back, entry i's ending at
 	// ends[i]: one string is made of them at the end and each Path is a
-	// piece of it, rather than one allocation per entry.
-	room := limit * 32 // a guess: most paths are a few keys long
-	if maxBytes > 0 {
-		room = min(room, maxBytes)
-	}
-	var all strings.Builder // its String does not copy
-	all.Grow(int(room))
-	ends := make([]int, 0, limit)
+	// piece of it, rather than one allocation per entry. Both are the
+	// walker's, kept from one analysis to the next.
+	all, ends := w.paths[:0], w.pathEnds[:0]
+	defer func() { w.paths, w.pathEnds = all[:0], ends[:0] }()
 	var walk func(fields []pricedField, depth int) bool
 	walk = func(fields []pricedField, depth int) bool {
 		for i := range fields {
@@ -113,8 +106,8 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 				*truncated = true
 				return false
 			}
-			all.Write(path)
-			ends = append(ends, all.Len())
+			all = append(all, path...)
+			ends = append(ends, len(all))
 			fc := FieldCost{
 				Field:      pf.info.coord,
 				Depth:      depth,
@@ -135,7 +128,7 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 		return true
 	}
 	walk(root, 1)
-	paths, start := all.String(), 0
+	paths, start := string(all), 0
 	for i, end := range ends {
 		out[i].Path, start = paths[start:end], end
 	}
