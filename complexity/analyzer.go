@@ -194,7 +194,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
-		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.paths) > 1<<16 || cap(w.pathEnds) > 1024 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
+		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.paths) > 1<<16 || cap(w.pathEnds) > 1024 || cap(w.costChunk) > 4096 || cap(w.memberChunk) > 256 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
 	}
 	all := w.groups[:cap(w.groups)]
@@ -219,6 +219,9 @@ func (a *Analyzer) release(w *walker) {
 	w.seen, w.nest, w.text = w.seen[:0], w.nest[:0], w.text[:0]
 	clear(w.planFields)
 	clear(w.planSets)
+	clear(w.costChunk)
+	clear(w.memberChunk)
+	w.costChunk, w.memberChunk = w.costChunk[:0], w.memberChunk[:0]
 	w.planFields, w.planSets = w.planFields[:0], w.planSets[:0]
 	w.keyIndex = nil
 	a.walkers.Put(w)
@@ -275,6 +278,10 @@ type walker struct {
 	// from one ActualCost to the next (see newFields).
 	planFields []pricedField
 	planSets   []pricedSet
+	// costChunk and memberChunk hold the members of abstract sets while
+	// the tree is chunked (see newMemberCosts).
+	costChunk   []MemberCost
+	memberChunk []memberSets
 	// paths and pathEnds hold the breakdown's paths while it is built
 	// (see breakdown).
 	paths    []byte
@@ -663,7 +670,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		multi := len(ret.possible) > 1
 		var members []MemberCost
 		if multi && w.explain {
-			members = make([]MemberCost, 0, len(ret.possible))
+			members = w.newMemberCosts(len(ret.possible))
 		}
 		var sets []pricedSet
 		if multi && w.plan {
@@ -695,7 +702,8 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		}
 		if members != nil || sets != nil {
 			// Only these copies escape, and only here.
-			set.members = &memberSets{costs: members, sets: sets, typenames: typenameKeys(sets)}
+			set.members = w.newMemberSets()
+			*set.members = memberSets{costs: members, sets: sets, typenames: typenameKeys(sets)}
 		}
 	}
 	if shared {
@@ -743,6 +751,34 @@ func (w *walker) newSets(n int) []pricedSet {
 }
 
 func (w *walker) newSet() *pricedSet { return &w.newSets(1)[0] }
+
+// newMemberCosts returns room for n member costs, from the walker's chunk
+// when the tree is chunked (see newFields): the breakdown copies them.
+func (w *walker) newMemberCosts(n int) []MemberCost {
+	if !w.chunked {
+		return make([]MemberCost, 0, n)
+	}
+	used := len(w.costChunk)
+	if used+n > cap(w.costChunk) {
+		w.costChunk = make([]MemberCost, 0, max(2*cap(w.costChunk), n, 16))
+		used = 0
+	}
+	w.costChunk = w.costChunk[:used+n]
+	return w.costChunk[used : used : used+n]
+}
+
+// newMemberSets returns a zero memberSets, from the walker's chunk when
+// the tree is chunked (see newFields).
+func (w *walker) newMemberSets() *memberSets {
+	if !w.chunked {
+		return new(memberSets)
+	}
+	if len(w.memberChunk) == cap(w.memberChunk) {
+		w.memberChunk = make([]memberSets, 0, max(2*cap(w.memberChunk), 8))
+	}
+	w.memberChunk = w.memberChunk[:len(w.memberChunk)+1]
+	return &w.memberChunk[len(w.memberChunk)-1]
+}
 
 // memberWeight is the weight of one object of member t of abstract type
 // ret: t's own, else a weight declared on ret, else t's default.
