@@ -194,7 +194,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused = nil, nil, nil, nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
-		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.paths) > 1<<16 || cap(w.pathEnds) > 1024 || cap(w.costChunk) > 4096 || cap(w.memberChunk) > 256 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
+		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.paths) > maxPathRoom || cap(w.pathEnds) > 2*DefaultBreakdownLimit || cap(w.costChunk) > 4096 || cap(w.memberChunk) > 256 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
 	}
 	all := w.groups[:cap(w.groups)]
@@ -553,6 +553,10 @@ func (w *walker) pushGroup(key string, f *ast.Field, viaSpread bool) {
 	g := &w.groups[n]
 	*g = fieldGroup{key: key, first: f, more: g.more[:0], shared: viaSpread}
 }
+
+// maxPathRoom bounds the breakdown paths' room a released walker keeps:
+// a default breakdown of 1,000 entries with paths of up to 256 bytes.
+const maxPathRoom = 256 * DefaultBreakdownLimit
 
 // maxMergeRoom bounds the merge room a released walker keeps per slot.
 const maxMergeRoom = 64
