@@ -15,8 +15,10 @@ package main
 //   - gqlgen: github.com/99designs/gqlgen/complexity.Calculate with no
 //     complexity functions (its default model), the peer.
 //
-// The schema is read from the file -github-schema names (GitHub publishes
-// it; it is not in this repository). The queries are GitHub's documented
+// The schema is read from the file -github-schema names (GitHub's public
+// schema as octokit/graphql-schema publishes it, less the second definition
+// of the seven fields it defines twice, which gqlparser refuses; it is not
+// in this repository). The queries are GitHub's documented
 // examples (550, 22,060 and 305,100 nodes) and a fragment-heavy query of
 // our own (bench/testdata/fragments.graphql).
 
@@ -132,15 +134,14 @@ func (gqlgenSchema) Exec(context.Context) graphql.ResponseHandler { return nil }
 
 // pricingResult is one query's row group.
 type pricingResult struct {
-	q       pricingQuery
-	nodes   int64 // the analyzer's Totals.Nodes
-	points  int64 // the analyzer's price
-	gqlgen  int   // gqlgen's complexity
-	rounds  []roundsOf
-	allocs  []float64 // per pricer, NaN when not measured
-	bytes   []float64
-	errs    []error
-	skipped string // why the query was not measured
+	q      pricingQuery
+	nodes  int64 // the analyzer's Totals.Nodes
+	points int64 // the analyzer's price
+	gqlgen int   // gqlgen's complexity
+	rounds []roundsOf
+	allocs []float64 // per pricer, NaN when not measured
+	bytes  []float64
+	errs   []error
 }
 
 // pricingResults is the pricing group's outcome.
@@ -159,7 +160,7 @@ func (e *inEnv) pricingWorkloads(ctx context.Context, r *inReport) error {
 	res := &pricingResults{schemaFile: e.opts.githubSchema}
 	r.pricing = res
 	if e.opts.githubSchema == "" {
-		res.skipped = "no -github-schema given: the pricing group needs GitHub's public schema (its SDL, e.g. from https://docs.github.com/public/fpt/schema.docs.graphql) and skips without one"
+		res.skipped = "no -github-schema given: the pricing group needs GitHub's public schema (the SDL octokit/graphql-schema publishes as schema.graphql, with the second definition of each field it defines twice dropped) and skips without one"
 		fmt.Fprintln(e.log, "bench: pricing:", res.skipped)
 		return nil
 	}
