@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -199,6 +200,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-only", "callgrind"}, ""},
 		{[]string{"-only", "redis,callgrind"}, ""},
 		{[]string{"-only", "redis,cachegrind"}, `unknown workload group "cachegrind"`},
+		{[]string{"-only", "pricing"}, ""},
+		{[]string{"-only", "pricing,overhead", "-github-schema", "schema.graphql"}, ""},
+		{[]string{"-only", "overhead,memory"}, "run them apart from the Redis groups"},
 	}
 	for _, c := range cases {
 		_, err := parseFlags(c.args, new(bytes.Buffer))
@@ -605,5 +609,60 @@ func TestParseGauge(t *testing.T) {
 	}
 	if _, err := parseGauge(strings.NewReader("other 1\n"), peakMetric); err == nil {
 		t.Error("a missing gauge is not an error")
+	}
+}
+
+// TestInProcessEndToEnd runs the in-process groups briefly: without
+// -github-schema the pricing group says it is skipped, and the overhead
+// group measures every handler on every query.
+func TestInProcessEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the in-process benchmark")
+	}
+	var stdout, stderr bytes.Buffer
+	err := runMain([]string{"-only", "pricing,overhead", "-duration", "60ms", "-rounds", "3"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "Pricing: skipped: no -github-schema given") || !strings.Contains(stderr.String(), "no -github-schema given") {
+		t.Errorf("the skipped pricing group is not reported:\n%s\n%s", out, stderr.String())
+	}
+	for _, h := range []string{"End-to-end overhead", "one-field", "readme", "gqlgen-limit", "costguard"} {
+		if !strings.Contains(out, h) {
+			t.Errorf("table lacks %q:\n%s", h, out)
+		}
+	}
+	if strings.Contains(out, "note:") {
+		t.Errorf("a handler failed:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	var s map[string]*float64
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
+		t.Fatalf("last line is not JSON: %v\n%s", err, out)
+	}
+	for k, measured := range map[string]bool{"pricing_scratch_vs_gqlgen_max": false, "pricing_plan_vs_gqlgen_max": false, "overhead_readme_pct": true, "overhead_one_field_pct": true} {
+		v, ok := s[k]
+		if !ok || (v != nil) != measured {
+			t.Errorf("JSON %q: present %v, value %v; want measured %v: %s", k, ok, v, measured, lines[len(lines)-1])
+		}
+	}
+}
+
+func TestRatioRounds(t *testing.T) {
+	nan := math.NaN()
+	a := roundsOf{ns: []float64{200, 300, nan, 100}}
+	b := roundsOf{ns: []float64{100, 100, 100, 100}}
+	if med, lo, hi := ratioRounds(a, b); med != 2 || lo != 1 || hi != 3 {
+		t.Errorf("ratioRounds = %v, %v, %v; want 2, 1, 3 (the NaN round left out)", med, lo, hi)
+	}
+	if med, _, _ := ratioRounds(a, roundsOf{ns: []float64{nan, nan, nan, nan}}); !math.IsNaN(med) {
+		t.Errorf("ratio against a contender that never ran = %v, want NaN", med)
+	}
+	if m := medianOf([]float64{nan, 3, 1, 2, 10}); m != 2.5 {
+		t.Errorf("medianOf = %v, want 2.5", m)
+	}
+	if s := fmtRatioRange(nan, nan, nan); s != "n/a" {
+		t.Errorf("fmtRatioRange(NaN) = %q", s)
 	}
 }

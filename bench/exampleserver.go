@@ -39,13 +39,9 @@ const rootModule = "github.com/costguard/costguard"
 func buildExampleServer(ctx context.Context, dir string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	var stderr bytes.Buffer
-	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", rootModule)
-	list.Stderr = &stderr
-	out, err := list.Output()
-	root := strings.TrimSpace(string(out))
-	if err != nil || root == "" {
-		return "", fmt.Errorf("bench: overload: locating %s (run from the repository or bench/): %w: %s", rootModule, err, strings.TrimSpace(stderr.String()))
+	root, err := repoRoot(ctx)
+	if err != nil {
+		return "", fmt.Errorf("bench: overload: %w", err)
 	}
 	bin := filepath.Join(dir, "server")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/server")
@@ -54,6 +50,20 @@ func buildExampleServer(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("bench: overload: go build ./examples/server in %s: %w\n%s", root, err, out)
 	}
 	return bin, nil
+}
+
+// repoRoot is the directory of the repository that holds the bench module,
+// as the go command resolves rootModule from the working directory.
+func repoRoot(ctx context.Context) (string, error) {
+	var stderr bytes.Buffer
+	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", rootModule)
+	list.Stderr = &stderr
+	out, err := list.Output()
+	root := strings.TrimSpace(string(out))
+	if err != nil || root == "" {
+		return "", fmt.Errorf("locating %s (run from the repository or bench/): %w: %s", rootModule, err, strings.TrimSpace(stderr.String()))
+	}
+	return root, nil
 }
 
 // exampleServer is one running example-server process.

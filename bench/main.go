@@ -32,6 +32,15 @@
 //	go run ./bench                                   # starts its own redis-server
 //	go run ./bench -redis 127.0.0.1:6379 -duration 5s
 //	go run ./bench -only redis,callgrind
+//	go run ./bench -only pricing,overhead -github-schema path/to/schema.docs.graphql
+//
+// The in-process groups pricing (pricing one operation on GitHub's public
+// schema: from scratch, from a compiled plan, and gqlgen's
+// complexity.Calculate) and overhead (the limiter's end-to-end overhead
+// over bare gqlgen) are opt-in, need no Redis, and print their own tables
+// and, as the last line,
+//
+//	{"pricing_scratch_vs_gqlgen_max": X, "pricing_plan_vs_gqlgen_max": Y, "overhead_readme_pct": Z, "overhead_one_field_pct": W}
 //
 // Without -redis the bench starts a throwaway redis-server on a free
 // loopback port and removes it at exit. With -redis it writes only keys
@@ -70,7 +79,7 @@ func main() {
 }
 
 // workloadGroups are the values -only accepts.
-var workloadGroups = []string{"redis", "memory", "split", "callgrind", "overload"}
+var workloadGroups = []string{"redis", "memory", "split", "callgrind", "overload", "pricing", "overhead"}
 
 // options are the command-line flags.
 type options struct {
@@ -85,17 +94,25 @@ type options struct {
 	child     childOptions
 	// overload shapes the overload scenario (-only overload).
 	overload overloadSpec
+	// githubSchema is the SDL file of GitHub's public schema, for the
+	// pricing group (empty: the group is skipped).
+	githubSchema string
+	// cpuProfile, when set, receives a CPU profile of the in-process
+	// groups.
+	cpuProfile string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&o.githubSchema, "github-schema", "", "pricing: `path` of GitHub's public schema (SDL); empty: the pricing group is skipped")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "pricing, overhead: write a CPU profile of the run to `file`")
 	fs.StringVar(&o.redisAddr, "redis", "", "`host:port` of a Redis to use (only keys under a random prefix are written, and deleted at exit); empty: start a throwaway redis-server")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per limiter per workload, split over the rounds")
 	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per workload")
 	fs.IntVar(&o.keys, "keys", 10_000, "distinct keys of the all-admitted workloads")
-	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split, and the opt-in callgrind (Redis instructions per decision under valgrind; always its own redis-server); the JSON reports null for those not run. The opt-in overload (an examples/server process at 4× its capacity, an outage, the retry wave; no Redis) runs alone, with its own table and JSON; -duration is then its loaded phase")
+	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split, and the opt-in callgrind (Redis instructions per decision under valgrind; always its own redis-server); the JSON reports null for those not run. The opt-in overload (an examples/server process at 4× its capacity, an outage, the retry wave; no Redis) runs alone, with its own table and JSON; -duration is then its loaded phase. The opt-in pricing (pricing on GitHub's schema, -github-schema) and overhead (the limiter's end-to-end overhead in this process) run without Redis, together or alone, with their own tables and JSON")
 	fs.IntVar(&o.overload.capacity, "capacity", 8, "overload: the server's requests in flight at most (overload.max_in_flight)")
 	fs.DurationVar(&o.overload.latency, "latency", 100*time.Millisecond, "overload: what each root field of the server takes (demo_latency)")
 	fs.DurationVar(&o.overload.outage, "outage", 2*time.Second, "overload: how long the outage lasts after the loaded phase (emulated by the clients, which hold their attempts until it ends)")
@@ -114,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.only = map[string]bool{}
 	for g := range strings.SplitSeq(*only, ",") {
 		if g = strings.TrimSpace(g); !slices.Contains(workloadGroups, g) {
-			return o, fmt.Errorf("bench: -only: unknown workload group %q (want redis, memory, split, callgrind or overload)", g)
+			return o, fmt.Errorf("bench: -only: unknown workload group %q (want redis, memory, split, callgrind, overload, pricing or overhead)", g)
 		}
 		o.only[g] = true
 	}
@@ -127,6 +144,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, err
 		}
 		return o, nil
+	}
+	inProcess := 0
+	for _, g := range inProcessGroups {
+		if o.only[g] {
+			inProcess++
+		}
+	}
+	if inProcess > 0 && inProcess < len(o.only) {
+		return o, fmt.Errorf("bench: -only: pricing and overhead run in this process without Redis; run them apart from the Redis groups (they print their own JSON line)")
 	}
 	switch {
 	case o.duration <= 0:
@@ -156,6 +182,9 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.only["overload"] {
 		return runOverload(ctx, o, stdout, stderr)
+	}
+	if o.only["pricing"] || o.only["overhead"] {
+		return runInProcess(ctx, o, stdout, stderr)
 	}
 	return runBench(ctx, o, stdout, stderr)
 }

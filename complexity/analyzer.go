@@ -92,6 +92,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	defer a.release(w)
 	w.explain = a.cfg.breakdownLimit > 0
 	w.counting = a.counting != nil
+	w.chunked = true // the priced tree is dropped once the report is built
 	set, _, totals, err := w.run()
 	if err != nil {
 		return nil, err
@@ -120,7 +121,7 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
 	}
 	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
-	w.introspection, w.explain, w.plan, w.counting, w.counts = false, false, false, false, nil
+	w.introspection, w.explain, w.plan, w.chunked, w.counting, w.counts = false, false, false, false, false, nil
 	w.maxDepth = AbsoluteMaxDepth
 	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
 		w.maxDepth = a.cfg.maxDepth
@@ -161,7 +162,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 			}
 		}
 	}
-	if err := w.priceGroups(&set, root, groups, noSizes, 1, 0, false); err != nil {
+	if err := w.priceGroups(&set, root, nil, 0, groups, noSizes, 1, 0, false); err != nil {
 		return set, 0, totals, err
 	}
 	totals = Totals{Cost: addCost(base, set.cost), Depth: set.depth, Nodes: set.nodes}
@@ -216,10 +217,19 @@ func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused, w.counts = nil, nil, nil, nil, nil
 	w.memoCounts = nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
-		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
+		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.paths) > maxPathRoom || cap(w.pathEnds) > 2*DefaultBreakdownLimit || cap(w.costChunk) > 4096 || cap(w.memberChunk) > 256 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
 	}
-	clear(w.groups[:cap(w.groups)])
+	all := w.groups[:cap(w.groups)]
+	for i := range all {
+		g := &all[i]
+		more := g.more
+		if cap(more) > maxMergeRoom {
+			more = nil
+		}
+		clear(more[:cap(more)])
+		*g = fieldGroup{more: more[:0]}
+	}
 	clear(w.path[:cap(w.path)])
 	w.groups, w.path = w.groups[:0], w.path[:0]
 	clear(w.memo)
@@ -232,6 +242,9 @@ func (a *Analyzer) release(w *walker) {
 	w.seen, w.nest, w.text = w.seen[:0], w.nest[:0], w.text[:0]
 	clear(w.planFields)
 	clear(w.planSets)
+	clear(w.costChunk)
+	clear(w.memberChunk)
+	w.costChunk, w.memberChunk = w.costChunk[:0], w.memberChunk[:0]
 	w.planFields, w.planSets = w.planFields[:0], w.planSets[:0]
 	w.keyIndex = nil
 	a.walkers.Put(w)
@@ -256,6 +269,10 @@ type walker struct {
 	// plan keeps the priced tree for ActualCost: every field's set, and
 	// each member's set under an interface or union.
 	plan bool
+	// chunked says the priced tree does not outlive the call, so its sets
+	// and fields may come from the walker's chunks (see newFields), as
+	// they do while planning.
+	chunked bool
 	// introspection is set once a __schema or __type field is priced.
 	introspection bool
 	memo          map[memoKey]*pricedSet
@@ -284,6 +301,14 @@ type walker struct {
 	// from one ActualCost to the next (see newFields).
 	planFields []pricedField
 	planSets   []pricedSet
+	// costChunk and memberChunk hold the members of abstract sets while
+	// the tree is chunked (see newMemberCosts).
+	costChunk   []MemberCost
+	memberChunk []memberSets
+	// paths and pathEnds hold the breakdown's paths while it is built
+	// (see breakdown).
+	paths    []byte
+	pathEnds []int
 	// Scratch space for reading a response (see response).
 	seen     []bool
 	nest     []byte
@@ -456,7 +481,7 @@ func introspectionRoot(name string) bool {
 // held to the limits, like any other.
 func (w *walker) free(t *typeInfo, name string) bool {
 	return w.a.cfg.freeIntrospection &&
-		(name == "__typename" || introspectionRoot(name) || strings.HasPrefix(t.name, "__"))
+		(name == "__typename" || introspectionRoot(name) || t.reserved)
 }
 
 // collection is the state of one collect call.
@@ -509,7 +534,7 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 				w.groups[i].add(s, viaSpread)
 				continue
 			}
-			w.groups = append(w.groups, fieldGroup{key: key, first: s, shared: viaSpread})
+			w.pushGroup(key, s, viaSpread)
 			switch n := len(w.groups) - c.start; {
 			case c.index != nil:
 				c.index[key] = len(w.groups) - 1
@@ -544,6 +569,27 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 	}
 	return nil
 }
+
+// pushGroup starts a group for response key key on the w.groups stack. A
+// slot the stack reuses keeps the room its earlier group had for merged
+// fields, so merging allocates only until the walker has warmed up.
+func (w *walker) pushGroup(key string, f *ast.Field, viaSpread bool) {
+	n := len(w.groups)
+	if n == cap(w.groups) {
+		w.groups = append(w.groups, fieldGroup{key: key, first: f, shared: viaSpread})
+		return
+	}
+	w.groups = w.groups[:n+1]
+	g := &w.groups[n]
+	*g = fieldGroup{key: key, first: f, more: g.more[:0], shared: viaSpread}
+}
+
+// maxPathRoom bounds the breakdown paths' room a released walker keeps:
+// a default breakdown of 1,000 entries with paths of up to 256 bytes.
+const maxPathRoom = 256 * DefaultBreakdownLimit
+
+// maxMergeRoom bounds the merge room a released walker keeps per slot.
+const maxMergeRoom = 64
 
 // fewFragments is how many fragment names a scope keeps in a slice before
 // moving them to the map: most selections spread a handful, which a scan
@@ -648,7 +694,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		}
 	}
 	if !ret.abstract || len(ret.possible) == 0 {
-		if err := w.priceObject(set, ret, g, sz, depth, ret.weight, shared); err != nil {
+		if err := w.priceObject(set, ret, nil, 0, g, sz, depth, ret.weight, shared); err != nil {
 			return nil, err
 		}
 	} else {
@@ -661,7 +707,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		multi := len(ret.possible) > 1
 		var members []MemberCost
 		if multi && w.explain {
-			members = make([]MemberCost, 0, len(ret.possible))
+			members = w.newMemberCosts(len(ret.possible))
 		}
 		var sets []pricedSet
 		if multi && w.plan {
@@ -672,7 +718,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		var ownCounts bool
 		for i, t := range ret.possible {
 			var s pricedSet
-			if err := w.priceObject(&s, t, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
+			if err := w.priceObject(&s, t, ret, i, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
 				return nil, err
 			}
 			if w.counting {
@@ -698,7 +744,8 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 		}
 		if members != nil || sets != nil {
 			// Only these copies escape, and only here.
-			set.members = &memberSets{costs: members, sets: sets, typenames: typenameKeys(sets)}
+			set.members = w.newMemberSets()
+			*set.members = memberSets{costs: members, sets: sets, typenames: typenameKeys(sets)}
 		}
 	}
 	if shared {
@@ -715,12 +762,13 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 	return memo, nil
 }
 
-// newFields returns room for n priced fields. While planning, fields come
-// from one chunk kept by the walker: a chunk is never moved (the tree points
-// into it), so one that is full is left to the tree and a chunk twice as
-// large kept instead, until one call's tree fits in one chunk.
+// newFields returns room for n priced fields. While planning, or when the
+// tree is chunked, fields come from one chunk kept by the walker: a chunk
+// is never moved (the tree points into it), so one that is full is left to
+// the tree and a chunk twice as large kept instead, until one call's tree
+// fits in one chunk.
 func (w *walker) newFields(n int) []pricedField {
-	if !w.plan {
+	if !w.plan && !w.chunked {
 		return make([]pricedField, 0, n)
 	}
 	used := len(w.planFields)
@@ -733,9 +781,9 @@ func (w *walker) newFields(n int) []pricedField {
 }
 
 // newSets returns n zero priced sets, from the walker's chunk while
-// planning (see newFields).
+// planning or chunked (see newFields).
 func (w *walker) newSets(n int) []pricedSet {
-	if !w.plan {
+	if !w.plan && !w.chunked {
 		return make([]pricedSet, n)
 	}
 	used := len(w.planSets)
@@ -748,6 +796,34 @@ func (w *walker) newSets(n int) []pricedSet {
 }
 
 func (w *walker) newSet() *pricedSet { return &w.newSets(1)[0] }
+
+// newMemberCosts returns room for n member costs, from the walker's chunk
+// when the tree is chunked (see newFields): the breakdown copies them.
+func (w *walker) newMemberCosts(n int) []MemberCost {
+	if !w.chunked {
+		return make([]MemberCost, 0, n)
+	}
+	used := len(w.costChunk)
+	if used+n > cap(w.costChunk) {
+		w.costChunk = make([]MemberCost, 0, max(2*cap(w.costChunk), n, 16))
+		used = 0
+	}
+	w.costChunk = w.costChunk[:used+n]
+	return w.costChunk[used : used : used+n]
+}
+
+// newMemberSets returns a zero memberSets, from the walker's chunk when
+// the tree is chunked (see newFields).
+func (w *walker) newMemberSets() *memberSets {
+	if !w.chunked {
+		return new(memberSets)
+	}
+	if len(w.memberChunk) == cap(w.memberChunk) {
+		w.memberChunk = make([]memberSets, 0, max(2*cap(w.memberChunk), 8))
+	}
+	w.memberChunk = w.memberChunk[:len(w.memberChunk)+1]
+	return &w.memberChunk[len(w.memberChunk)-1]
+}
 
 // memberWeight is the weight of one object of member t of abstract type
 // ret: t's own, else a weight declared on ret, else t's default.
@@ -801,7 +877,9 @@ func (w *walker) groupID(g *fieldGroup) string {
 	return string(b)
 }
 
-func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
+// priceObject prices the merged sub-selections of g for object type t,
+// which is member i of abstract type via (via nil: t is the field's type).
+func (w *walker) priceObject(set *pricedSet, t, via *typeInfo, i int, g *fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	groups, start, err := w.collect(t, g, nil)
 	if err == nil && w.refused != nil {
 		w.groups = w.groups[:start]
@@ -810,25 +888,23 @@ func (w *walker) priceObject(set *pricedSet, t *typeInfo, g *fieldGroup, sz size
 	if err != nil {
 		return err
 	}
-	err = w.priceGroups(set, t, groups, sz, depth, weight, shared)
+	err = w.priceGroups(set, t, via, i, groups, sz, depth, weight, shared)
 	w.groups = w.groups[:start]
 	return err
 }
 
-// priceGroups prices collected fields of concrete type t at absolute depth
-// depth; the set's cost starts from weight (t's own, or 0 for the root).
-func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
+// priceGroups prices collected fields of concrete type t (member member of
+// abstract type via, when via is not nil) at absolute depth depth; the
+// set's cost starts from weight (t's own, or 0 for the root).
+func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	*set = pricedSet{cost: weight}
 	var counts *setCounts // only when counting
-	switch {
-	case w.plan:
+	if w.plan || w.explain {
 		set.fields = w.newFields(len(groups))
-	case w.explain:
-		set.fields = make([]pricedField, 0, len(groups))
 	}
 	for i := range groups {
 		g := &groups[i]
-		fi := t.fields[g.first.Name]
+		fi := t.field(via, member, g.first.Name)
 		if fi == nil && g.first.Name == "__typename" {
 			fi = w.c.typename
 		}
@@ -842,7 +918,7 @@ func (w *walker) priceGroups(set *pricedSet, t *typeInfo, groups []fieldGroup, s
 		if err != nil {
 			return err
 		}
-		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
+		if t.reserved || strings.HasPrefix(g.first.Name, "__") {
 			pf.fixed = true
 			if w.free(t, g.first.Name) {
 				pf.cost = 0

@@ -87,6 +87,12 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 	}
 	path := make([]byte, 0, 64) // the dotted response path, grown and cut per level
 	var pathBytes int64         // the paths copied into out so far
+	// Every entry's path goes into all, back to back, entry i's ending at
+	// ends[i]: one string is made of them at the end and each Path is a
+	// piece of it, rather than one allocation per entry. Both are the
+	// walker's, kept from one analysis to the next.
+	all, ends := w.paths[:0], w.pathEnds[:0]
+	defer func() { w.paths, w.pathEnds = all[:0], ends[:0] }()
 	var walk func(fields []pricedField, depth int) bool
 	walk = func(fields []pricedField, depth int) bool {
 		for i := range fields {
@@ -104,8 +110,9 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 				*truncated = true
 				return false
 			}
+			all = append(all, path...)
+			ends = append(ends, len(all))
 			fc := FieldCost{
-				Path:       string(path),
 				Field:      pf.info.coord,
 				Depth:      depth,
 				Multiplier: pf.n,
@@ -125,5 +132,9 @@ func (w *walker) breakdown(root []pricedField, limit, maxBytes int64, truncated 
 		return true
 	}
 	walk(root, 1)
+	paths, start := string(all), 0
+	for i, end := range ends {
+		out[i].Path, start = paths[start:end], end
+	}
 	return out
 }

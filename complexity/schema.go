@@ -94,7 +94,14 @@ type typeInfo struct {
 	possible []*typeInfo
 	// within holds the names of the interfaces and unions an object type
 	// belongs to, for matching fragment type conditions.
-	within      map[string]bool
+	within map[string]bool
+	// memberFields holds, for each field an interface declares, that
+	// field of each of its possible types, in the order of possible: the
+	// fields of member i, looked up in one table that stays in the cache
+	// while every member is priced, rather than in each member's own.
+	memberFields map[string][]*fieldInfo
+	// reserved says the name starts with "__": an introspection type.
+	reserved    bool
 	fields      map[string]*fieldInfo
 	inputFields []*inputInfo // input objects only
 }
@@ -135,7 +142,7 @@ type inputInfo struct {
 func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types))}
 	for name, def := range s.Types {
-		ti := &typeInfo{def: def, name: name}
+		ti := &typeInfo{def: def, name: name, reserved: strings.HasPrefix(name, "__")}
 		if def.Kind == ast.Scalar {
 			ti.scalar = builtinScalar(name)
 		}
@@ -184,6 +191,19 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+	}
+	for _, ti := range c.types {
+		if !ti.abstract || len(ti.def.Fields) == 0 || len(ti.possible) == 0 {
+			continue
+		}
+		ti.memberFields = make(map[string][]*fieldInfo, len(ti.def.Fields))
+		for _, fd := range ti.def.Fields {
+			fs := make([]*fieldInfo, len(ti.possible))
+			for i, pt := range ti.possible {
+				fs[i] = pt.fields[fd.Name]
+			}
+			ti.memberFields[fd.Name] = fs
 		}
 	}
 	if s.Query != nil {
@@ -458,3 +478,14 @@ func costDirective(dirs ast.DirectiveList, where string) (Cost, bool, error) {
 }
 
 func isList(t *ast.Type) bool { return t != nil && t.Elem != nil }
+
+// field returns t's field name; t is member i of abstract type via, or via
+// is nil.
+func (t *typeInfo) field(via *typeInfo, i int, name string) *fieldInfo {
+	if via != nil {
+		if fs, ok := via.memberFields[name]; ok {
+			return fs[i]
+		}
+	}
+	return t.fields[name]
+}
