@@ -65,12 +65,19 @@ const (
 var handlerNames = [numHandlers]string{"bare", "gqlgen-limit", "costguard"}
 
 // overheadLimiterConfig is the limiter the costguard column measures: the
-// in-memory store, one anonymous plan whose budget never runs out, every
-// other setting (refunds, the cost report, the GraphQL limits) its default.
+// in-memory store, one anonymous plan whose budget never runs out, with a
+// daily quota and a per-field limit configured but never refusing (as the
+// issue asks), every other setting (refunds, the cost report, the GraphQL
+// limits) its default.
 func overheadLimiterConfig() middleware.Config {
 	return middleware.Config{
 		Plans: map[string]middleware.Plan{
-			"anon": {Burst: 1_000_000_000_000, Rate: 1_000_000_000_000, Per: time.Second},
+			"anon": {Burst: 1_000_000_000_000, Rate: 1_000_000_000_000, Per: time.Second,
+				Quota: &middleware.Quota{Limit: 1_000_000_000_000_000, Per: 24 * time.Hour}},
+		},
+		FieldLimits: map[string]middleware.FieldLimit{
+			"Mutation.createIssue": {Limit: 3, Per: time.Minute},
+			"Repository.issues":    {Limit: 1_000_000_000, Per: time.Second},
 		},
 		AnonymousPlan: "anon",
 		Logger:        slog.New(slog.DiscardHandler),
@@ -177,7 +184,7 @@ func writeOverhead(out io.Writer, rows []overheadResult, opts options, notes *[]
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "End-to-end overhead (example schema, ServeHTTP on httptest recorders, one request at a time): each handler %v per query as %d interleaved rounds, µs/request the median of the rounds; overhead vs bare the median of the per-round ratios (lowest–highest).\n",
 		opts.duration, opts.rounds)
-	fmt.Fprintf(out, "bare = gqlgen; gqlgen-limit = gqlgen + extension.FixedComplexityLimit(%d); costguard = gqlgen behind the limiter (memory store, a budget that never runs out).\n", gqlgenLimit)
+	fmt.Fprintf(out, "bare = gqlgen; gqlgen-limit = gqlgen + extension.FixedComplexityLimit(%d); costguard = gqlgen behind the limiter (memory store, a budget that never runs out, a quota and two field limits that never refuse).\n", gqlgenLimit)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "query\thandler\tµs/request\tallocs/request\tB/request\toverhead vs bare")
 	for _, row := range rows {
