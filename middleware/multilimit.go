@@ -220,11 +220,12 @@ type limitUse struct {
 }
 
 // multiScratch holds a decision's requests, answers and uses in one
-// allocation: a request meets a handful of budgets.
+// allocation, sized for the common case of a bucket and a quota (more
+// budgets take slices of their own).
 type multiScratch struct {
-	reqs   [4]limiter.Request
-	ds     [4]limiter.Decision
-	uses   [4]limitUse
+	reqs   [2]limiter.Request
+	ds     [2]limiter.Decision
+	uses   [2]limitUse
 	groups [2]takenGroup
 }
 
@@ -262,8 +263,14 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id Identity, addr
 		}
 	}
 	sc := new(multiScratch)
-	reqs, ds, uses := sc.reqs[:0], sc.ds[:n], sc.uses[:0]
-	if n > len(sc.reqs) {
+	var (
+		reqs []limiter.Request
+		ds   []limiter.Decision
+		uses []limitUse
+	)
+	if n <= len(sc.reqs) {
+		reqs, ds, uses = sc.reqs[:0], sc.ds[:n], sc.uses[:0]
+	} else {
 		reqs, ds, uses = make([]limiter.Request, 0, n), make([]limiter.Decision, n), make([]limitUse, 0, n)
 	}
 	reqs = append(reqs, limiter.Request{Key: id.Key, Limit: p.limit, Cost: cost})
