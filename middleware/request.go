@@ -134,6 +134,9 @@ func (l *Limiter) screenGraphQL(r *http.Request, body []byte, st *requestState) 
 }
 
 func isJSON(contentType string) bool {
+	if contentType == jsonMIME {
+		return true // the usual spelling, without parsing (which allocates)
+	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	return err == nil && mt == jsonMIME
 }
