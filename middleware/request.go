@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -220,16 +222,78 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	return append(out, body[varsEnd:]...), nil
 }
 
-// jsonString decodes v, a valid JSON string literal. Without a backslash
-// its content is the string itself (valid JSON holds no raw control
-// characters), so only an escaped one goes through encoding/json.
+// jsonString decodes v, a valid JSON string literal, as encoding/json
+// does (FuzzJSONString holds the two equal) without its reflection: a
+// query string usually carries escaped quotes, and decoding it is on every
+// request's path. Without a backslash its content is the string itself
+// (valid JSON holds no raw control characters). Invalid UTF-8 and lone
+// surrogates become U+FFFD, as encoding/json makes them.
 func jsonString(v []byte) string {
-	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1])
+	v = v[1 : len(v)-1]
+	if bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) {
+		return string(v)
 	}
-	var s string
-	_ = json.Unmarshal(v, &s) // valid JSON: it cannot fail
-	return s
+	out := make([]byte, 0, len(v))
+	for i := 0; i < len(v); {
+		c := v[i]
+		switch {
+		case c == '\\':
+			i++
+			switch e := v[i]; e {
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r := hex4(v[i+1 : i+5])
+				i += 4
+				if utf16.IsSurrogate(r) {
+					if i+6 < len(v) && v[i+1] == '\\' && v[i+2] == 'u' { // a pair: \uD83D\uDE00
+						if r2 := utf16.DecodeRune(r, hex4(v[i+3:i+7])); r2 != utf8.RuneError {
+							out = utf8.AppendRune(out, r2)
+							i += 7
+							continue
+						}
+					}
+					r = utf8.RuneError
+				}
+				out = utf8.AppendRune(out, r)
+			default: // '"', '\\', '/'
+				out = append(out, e)
+			}
+			i++
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			i++
+		default:
+			r, size := utf8.DecodeRune(v[i:])
+			out = utf8.AppendRune(out, r) // RuneError for an invalid byte, as encoding/json
+			i += size
+		}
+	}
+	return string(out)
+}
+
+// hex4 is the value of four hexadecimal digits (valid JSON guarantees them).
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			r = r<<4 | rune(c-'a'+10)
+		}
+	}
+	return r
 }
 
 // appendKept appends to out an object of the members of src that keep

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -42,4 +43,22 @@ func TestJSONString(t *testing.T) {
 			t.Errorf("jsonString(%s) = %q, want %q", v, got, s)
 		}
 	}
+}
+
+// FuzzJSONString holds jsonString to encoding/json on any valid JSON
+// string literal: escapes, surrogate pairs, lone surrogates, invalid UTF-8.
+func FuzzJSONString(f *testing.F) {
+	for _, s := range []string{`""`, `"{ a }"`, `"\"q\" \\ \/ \b\f\n\r\t"`, `"\u00e9\u2028"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ude00\ud83d x"`, `"\ud83d\u0041"`, "\"\xff\xfe ok\"", `"\ud83d\\"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		var want string
+		v = bytes.TrimSpace(v) // jsonString gets the literal alone
+		if len(v) < 2 || v[0] != '"' || !json.Valid(v) || json.Unmarshal(v, &want) != nil {
+			return
+		}
+		if got := jsonString(v); got != want {
+			t.Fatalf("jsonString(%q) = %q, want %q", v, got, want)
+		}
+	})
 }
