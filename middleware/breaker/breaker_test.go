@@ -15,8 +15,8 @@ type step struct {
 	at      time.Duration
 	allowed bool
 	result  breaker.Result
-	hold    bool // keep the ticket; a later step with release ends it
-	release int  // 1 + index of the held step this one ends (no new call)
+	hold    bool           // keep the ticket; a later step with release ends it
+	release int            // 1 + index of the held step this one ends (no new call)
 	state   breaker.State  // after the step (zero: closed)
 	change  breaker.Change // the transition of Allow or Done, if any
 }
