@@ -448,9 +448,9 @@ type Limiter struct {
 	// fallback (a shared store), so that it starts from them.
 	remember bool
 	jitter   float64
-	log          *slog.Logger
-	clock        limiter.Clock
-	start        time.Time
+	log      *slog.Logger
+	clock    limiter.Clock
+	start    time.Time
 
 	// Warnings logged at most once a minute: a wrapper without its
 	// extension (the others are per plan).
