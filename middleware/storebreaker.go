@@ -53,12 +53,15 @@ var errBreakerOpen = errors.New("middleware: store circuit breaker open")
 // buildBreaker puts a breaker in front of a store that may wait.
 func (l *Limiter) buildBreaker(cfg BreakerOptions) error {
 	l.remember = !l.stores.Local()
-	if cfg.Failures == None || l.stores.Local() {
+	if cfg.Failures == None {
 		return nil
 	}
 	b, err := breaker.New(breaker.Config{Failures: cfg.Failures, CoolDown: cfg.CoolDown})
 	if err != nil {
 		return fmt.Errorf("%w: Breaker: %w", ErrInvalidConfig, err)
+	}
+	if l.stores.Local() {
+		return nil
 	}
 	l.brk = b
 	_, local := l.slots.(*concurrency.Memory)
