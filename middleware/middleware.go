@@ -37,8 +37,9 @@ type FailureMode string
 
 const (
 	// FailOpen admits through a local in-memory bucket per identity (the
-	// same limit, kept by this process only) and logs a warning at most once
-	// a minute.
+	// same limit, kept by this process only), started from the store's last
+	// decision this process saw for it, or empty (limiter/lastknown), and
+	// logs a warning at most once a minute.
 	FailOpen FailureMode = "open"
 	// FailClosed answers 503 with Retry-After (GraphQL code
 	// RATE_LIMITER_UNAVAILABLE).
