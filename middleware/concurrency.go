@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter/concurrency"
+	"github.com/costguard/costguard/middleware/breaker"
 )
 
 // CodeConcurrencyLimited: the principal already has its plan's requests in
@@ -109,17 +110,30 @@ func (l *Limiter) takeSlot(ctx context.Context, id Identity, p *plan) (slot, *ou
 	if p.maxConcurrent == 0 {
 		return slot{}, nil
 	}
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
-	d, err := l.slots.Acquire(tctx, id.Key, p.maxConcurrent, l.slotTTL) // the store keeps leases apart from budgets
-	cancel()
+	t := breaker.Ticket{Allowed: true}
+	if l.slotsBehindBreaker {
+		t = l.allowStore(nil)
+	}
+	var d concurrency.Decision
+	err := errBreakerOpen
+	if t.Allowed {
+		tctx, cancel := context.WithTimeout(ctx, l.timeout)
+		d, err = l.slots.Acquire(tctx, id.Key, p.maxConcurrent, l.slotTTL) // the store keeps leases apart from budgets
+		cancel()
+		if l.slotsBehindBreaker {
+			l.storeDone(ctx, t, err, nil)
+		}
+	}
 	switch {
 	case err != nil && (p.failOpen || ctx.Err() != nil) && !errors.Is(err, concurrency.ErrInvalidLimit):
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, errBreakerOpen) {
 			l.storeFailed(p, err)
 		}
 		return slot{}, nil
 	case err != nil:
-		l.storeFailed(p, err)
+		if !errors.Is(err, errBreakerOpen) {
+			l.storeFailed(p, err)
+		}
 		return slot{}, &outcome{verdict: unavailable, retryAfter: l.retryAfter(unavailableRetryAfter)}
 	case !d.Allowed:
 		return slot{}, &outcome{verdict: concurrencyLimited, retryAfter: l.retryAfter(d.RetryAfter)}

@@ -140,10 +140,11 @@ func TestCostValidateStoreDown(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			clock := newClock()
 			cfg := testConfig(t, clock)
-			cfg.Store = &failingStore{err: errTest}
+			broken := learn(t, &failingStore{err: errTest}, &cfg, request{method: "GET", path: "/api/free", header: bearer(aliceKey)})
 			cfg.FailureMode = mode
 			lim := newLimiter(t, cfg)
 			h := graphQLServer(lim, newTestSchema())
+			broken(h)
 			w, resp := query(t, h, query61, withCost(bearer(aliceKey), "validate"))
 			if w.Code != http.StatusOK || resp.Extensions.Cost.RequestedQueryCost != 61 || w.Header().Get(middleware.HeaderRetryAfter) != "" {
 				t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body)

@@ -70,6 +70,9 @@ const (
 	StoreOK      StoreResult = "ok"
 	StoreError   StoreResult = "error"
 	StoreTimeout StoreResult = "timeout"
+	// StoreSkipped: the store's circuit breaker was open, so the decision
+	// was made without calling it (by the failure mode), in no time.
+	StoreSkipped StoreResult = "skipped"
 )
 
 // Event describes one decision. Fields that do not apply are zero.
@@ -117,8 +120,13 @@ type Event struct {
 	StoreDuration time.Duration
 	StoreResult   StoreResult
 	// Fallback: the decision was made by the fail-open local bucket because
-	// the store failed.
+	// the store failed or its breaker was open.
 	Fallback bool
+	// Breaker is the state of the store's circuit breaker after the
+	// decision ("" when the Limiter has none: the in-memory store), and
+	// BreakerChanged says this decision's store call moved it there.
+	Breaker        BreakerState
+	BreakerChanged bool
 	// Remaining is the whole points left in the bucket after the decision,
 	// when Known.
 	Remaining int64
@@ -171,7 +179,9 @@ func (l *Limiter) newEvent(kind Kind, id Identity, p *plan, ln *lane, o outcome,
 		StoreDuration: o.trace.took,
 		StoreResult:   o.trace.result,
 		Fallback:      o.trace.fallback,
+		Breaker:       l.breakerState(),
 	}
+	e.BreakerChanged = o.trace.breakerChanged
 	if o.shadowed != 0 {
 		e.Outcome, e.Refused = OutcomeShadowRejected, outcomeOf(o.shadowed)
 	}

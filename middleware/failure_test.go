@@ -30,13 +30,16 @@ func TestStoreFailureModes(t *testing.T) {
 				store := newStore()
 				logs := &countingHandler{}
 				cfg := testConfig(t, clock)
-				cfg.Store = store
+				// The fallback learns alice's bucket (full) while the store
+				// answers: it starts from that, not from a fresh burst.
+				broken := learn(t, store, &cfg, request{method: "GET", path: "/api/free", header: bearer(aliceKey)})
 				cfg.FailureMode = mode
 				cfg.StoreTimeout = 5 * time.Millisecond
 				cfg.Logger = slog.New(logs)
 				lim := newLimiter(t, cfg)
 				schema := newTestSchema()
 				h := graphQLServer(lim, schema)
+				broken(h)
 
 				rest := do(t, h, request{method: "GET", path: "/api/search", header: bearer(aliceKey)})
 				gw, gresp := query(t, h, `{ user(login: "a") { login } }`, bearer(aliceKey))
@@ -110,11 +113,12 @@ func TestStoreFailureModes(t *testing.T) {
 func TestFailureModePerPlan(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
-	cfg.Store = &failingStore{err: errors.New("down")}
+	broken := learn(t, &failingStore{err: errors.New("down")}, &cfg, request{method: "GET", path: "/api/free"})
 	cfg.FailureMode = middleware.FailOpen
 	cfg.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, FailureMode: middleware.FailClosed}
 	lim := newLimiter(t, cfg)
 	h := graphQLServer(lim, newTestSchema())
+	broken(h)
 	if w := do(t, h, request{method: "GET", path: "/api/x", header: bearer(aliceKey)}); w.Code != http.StatusServiceUnavailable {
 		t.Errorf("closed plan: status %d, want 503", w.Code)
 	}
@@ -123,17 +127,28 @@ func TestFailureModePerPlan(t *testing.T) {
 	}
 }
 
-// Fail open still limits: the fallback bucket rejects once it is empty.
+// Fail open still limits: the fallback bucket starts from what the store
+// last said (20 points) and rejects once it is empty; a principal the
+// process never saw starts empty.
 func TestFailOpenFallbackLimits(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
-	cfg.Store = &failingStore{err: errors.New("down")}
+	broken := learn(t, &failingStore{err: errors.New("down")}, &cfg, request{method: "GET", path: "/api/free", remoteAddr: "192.0.2.1:1"})
 	lim := newLimiter(t, cfg)
 	h := graphQLServer(lim, newTestSchema())
+	broken(h)
 	anon := request{method: "GET", path: "/api/search", remoteAddr: "192.0.2.1:1"}
 	codes := []int{do(t, h, anon).Code, do(t, h, anon).Code, do(t, h, anon).Code}
 	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
 		t.Errorf("statuses %v, want [200 200 429]", codes)
+	}
+	stranger := request{method: "GET", path: "/api/x", remoteAddr: "192.0.2.2:1"}
+	if w := do(t, h, stranger); w.Code != http.StatusTooManyRequests || w.Header().Get(middleware.HeaderRetryAfter) != "5" {
+		t.Errorf("unknown principal: %d, Retry-After %q; want 429 after 5 s (its empty bucket's refill)", w.Code, w.Header().Get(middleware.HeaderRetryAfter))
+	}
+	clock.Advance(5 * time.Second)
+	if w := do(t, h, stranger); w.Code != http.StatusOK {
+		t.Errorf("unknown principal after one point's refill: %d", w.Code)
 	}
 }
 

@@ -49,20 +49,46 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // failingStore fails every call: err, or, when hang is set, blocks until
-// ctx is done as a store with an unreachable server does.
+// ctx is done as a store with an unreachable server does. While healthy is
+// set it hands calls to inner instead (learn).
 type failingStore struct {
-	err   error
-	hang  bool
-	calls atomic.Int64
+	err     error
+	hang    bool
+	calls   atomic.Int64
+	inner   limiter.Store
+	healthy atomic.Bool
 }
 
-func (s *failingStore) Take(ctx context.Context, _ string, _ limiter.Limit, _ int64) (limiter.Decision, error) {
+func (s *failingStore) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
+	if s.healthy.Load() {
+		return s.inner.Take(ctx, key, l, cost)
+	}
 	s.calls.Add(1)
 	if s.hang {
 		<-ctx.Done()
 		return limiter.Decision{}, ctx.Err()
 	}
 	return limiter.Decision{}, s.err
+}
+
+// learn puts store in front of cfg's memory store, lets h make the
+// requests while the store answers, then breaks it. The fail-open fallback
+// starts each budget from the store's last word on it, or empty: a test of
+// fail open first lets the process learn its principals.
+func learn(t *testing.T, store *failingStore, cfg *middleware.Config, requests ...request) func(h http.Handler) {
+	t.Helper()
+	store.inner = cfg.Store.(limiter.Store)
+	store.healthy.Store(true)
+	cfg.Store = store
+	return func(h http.Handler) {
+		t.Helper()
+		for _, r := range requests {
+			if w := do(t, h, r); w.Code != http.StatusOK {
+				t.Fatalf("learning %s %s: %d", r.method, r.path, w.Code)
+			}
+		}
+		store.healthy.Store(false)
+	}
 }
 
 // discardLogger drops everything.

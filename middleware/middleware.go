@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/stack"
+	"github.com/costguard/costguard/middleware/breaker"
 	"github.com/costguard/costguard/middleware/challenge"
 	"github.com/costguard/costguard/middleware/identity"
 	"github.com/costguard/costguard/middleware/overload"
@@ -35,8 +37,9 @@ type FailureMode string
 
 const (
 	// FailOpen admits through a local in-memory bucket per identity (the
-	// same limit, kept by this process only) and logs a warning at most once
-	// a minute.
+	// same limit, kept by this process only), started from the store's last
+	// decision this process saw for it, or empty (limiter/lastknown), and
+	// logs a warning at most once a minute.
 	FailOpen FailureMode = "open"
 	// FailClosed answers 503 with Retry-After (GraphQL code
 	// RATE_LIMITER_UNAVAILABLE).
@@ -305,6 +308,11 @@ type Config struct {
 	FailureMode FailureMode
 	// StoreTimeout bounds every store call. Default 100ms.
 	StoreTimeout time.Duration
+	// Breaker stops calling a shared store that keeps failing, for a
+	// cool-down: requests are then decided by their failure mode at once
+	// instead of each waiting StoreTimeout. Defaults: 5 failures in a
+	// row, 1 s (BreakerOptions).
+	Breaker BreakerOptions
 	// RetryAfterJitter adds up to this fraction of Retry-After, at random,
 	// so rejected clients do not return in lockstep. It only ever adds.
 	// Between 0 (default) and 1.
@@ -431,10 +439,19 @@ type Limiter struct {
 	slotTTL      time.Duration
 	bodies       *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
 	timeout      time.Duration
-	jitter       float64
-	log          *slog.Logger
-	clock        limiter.Clock
-	start        time.Time
+	// brk keeps calls off a failing shared store (nil: the in-memory
+	// store, or Breaker.Failures None); slotsBehindBreaker: the
+	// concurrency slots live in a shared store too.
+	brk                *breaker.Breaker
+	brkCoolDown        time.Duration
+	slotsBehindBreaker bool
+	// remember: the store's decisions are handed to the fail-open
+	// fallback (a shared store), so that it starts from them.
+	remember bool
+	jitter   float64
+	log      *slog.Logger
+	clock    limiter.Clock
+	start    time.Time
 
 	// Warnings logged at most once a minute: a wrapper without its
 	// extension (the others are per plan).
@@ -517,6 +534,11 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	if l.stores, err = l.buildStores(cfg, st); err != nil {
+		return nil, err
+	}
+	l.brkCoolDown = cmp.Or(cfg.Breaker.CoolDown, DefaultBreakerCoolDown)
+	if err := l.buildBreaker(cfg.Breaker); err != nil {
+		l.stores.Close()
 		return nil, err
 	}
 	if err := l.attachStores(st); err != nil {
@@ -643,6 +665,8 @@ type storeTrace struct {
 	// gone: the client left before the store answered; nothing was
 	// decided, so nothing is reported.
 	gone bool
+	// breakerChanged: a store call of this decision moved the breaker.
+	breakerChanged bool
 	// from and key say which store debited and under which key (the
 	// budget's, the fail-open fallback's, or the plan's overflow bucket),
 	// so that a refund goes back to it.
@@ -658,6 +682,7 @@ func (t *storeTrace) add(u storeTrace) {
 	}
 	t.fallback = t.fallback || u.fallback
 	t.gone = t.gone || u.gone
+	t.breakerChanged = t.breakerChanged || u.breakerChanged
 	if u.from != nil {
 		t.from, t.key = u.from, u.key
 	}
@@ -741,37 +766,38 @@ func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id Identity,
 	return o
 }
 
-// take is Store.Take under the timeout and the plan's failure mode; tr
-// records the call.
+// take is Store.Take under the timeout, the breaker and the plan's failure
+// mode; tr records the call.
 func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
-	tctx, cancel := l.storeContext(ctx)
-	began := time.Now() // a latency, not the limiter's clock
-	d, err := p.store.Take(tctx, key, p.limit, cost)
-	tr.took += time.Since(began)
 	tr.from, tr.key = p.store, key
-	switch {
-	case err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) || stack.IsFull(err):
-		tr.result = StoreOK
-	case ctx.Err() != nil:
-		tr.gone = true
-	case tctx.Err() == context.DeadlineExceeded:
-		tr.result = StoreTimeout
-	default:
-		tr.result = StoreError
+	var d limiter.Decision
+	var err error
+	if t := l.allowStore(tr); t.Allowed {
+		tctx, cancel := l.storeContext(ctx)
+		began := time.Now() // a latency, not the limiter's clock
+		d, err = p.store.Take(tctx, key, p.limit, cost)
+		tr.took += time.Since(began)
+		tr.result = storeResult(ctx, tctx, err, tr)
+		cancel()
+		l.storeDone(ctx, t, err, tr)
+		if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
+			if l.remember {
+				l.stores.Fallback().Observe(key, p.limit, cost, d)
+			}
+			return d, err
+		}
+		if stack.IsFull(err) {
+			return l.takeOverflow(ctx, p, cost, tr)
+		}
+		if ctx.Err() != nil {
+			// The client went away: not the store's failure, and nobody is
+			// left to admit.
+			return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, ctx.Err())
+		}
+		l.storeFailed(p, err)
+	} else {
+		tr.result, err = StoreSkipped, errBreakerOpen
 	}
-	cancel()
-	if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
-		return d, err
-	}
-	if stack.IsFull(err) {
-		return l.takeOverflow(ctx, p, cost, tr)
-	}
-	if ctx.Err() != nil {
-		// The client went away: not the store's failure, and nobody is
-		// left to admit.
-		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, ctx.Err())
-	}
-	l.storeFailed(p, err)
 	if !p.failOpen {
 		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
@@ -782,6 +808,21 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 		return l.takeOverflow(ctx, p, cost, tr)
 	}
 	return d, err
+}
+
+// storeResult names how a store call under tctx (from ctx) ended, and
+// marks tr gone when the client left first.
+func storeResult(ctx, tctx context.Context, err error, tr *storeTrace) StoreResult {
+	switch {
+	case err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) || stack.IsFull(err):
+		return StoreOK
+	case ctx.Err() != nil:
+		tr.gone = true
+		return tr.result
+	case tctx.Err() == context.DeadlineExceeded:
+		return StoreTimeout
+	}
+	return StoreError
 }
 
 // storeContext bounds a store call by StoreTimeout. The in-memory store

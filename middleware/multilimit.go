@@ -14,6 +14,7 @@ import (
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/stack"
+	"github.com/costguard/costguard/middleware/breaker"
 )
 
 // Quota is a plan's second budget: Limit points per fixed window of Per,
@@ -402,42 +403,42 @@ func (l *Limiter) decideGroup(ctx context.Context, p *plan, reqs []limiter.Reque
 	return false
 }
 
-// takeAll is MultiTaker.TakeAll on p's store under the timeout and the
-// plan's failure mode, as take is for one budget; it returns the store
-// that decided, and tr records the call.
+// takeAll is MultiTaker.TakeAll on p's store under the timeout, the
+// breaker and the plan's failure mode, as take is for one budget; it
+// returns the store that decided, and tr records the call.
 func (l *Limiter) takeAll(ctx context.Context, p *plan, reqs []limiter.Request, ds []limiter.Decision, tr *storeTrace) (limiter.MultiTaker, error) {
 	store := p.multi
-	tctx, cancel := l.storeContext(ctx)
-	began := time.Now() // a latency, not the limiter's clock
-	err := store.TakeAll(tctx, reqs, ds)
-	tr.took += time.Since(began)
 	tr.from, tr.key = p.store, reqs[0].Key
-	switch {
-	case err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) || stack.IsFull(err):
-		tr.result = StoreOK
-	case ctx.Err() != nil:
-		tr.gone = true
-	case tctx.Err() == context.DeadlineExceeded:
-		tr.result = StoreTimeout
-	default:
-		tr.result = StoreError
+	var err error
+	if t := l.allowStore(tr); t.Allowed {
+		tctx, cancel := l.storeContext(ctx)
+		began := time.Now() // a latency, not the limiter's clock
+		err = store.TakeAll(tctx, reqs, ds)
+		tr.took += time.Since(began)
+		tr.result = storeResult(ctx, tctx, err, tr)
+		cancel()
+		l.storeDone(ctx, t, err, tr)
+		if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
+			if l.remember {
+				l.stores.Fallback().ObserveAll(reqs, ds)
+			}
+			return store, err
+		}
+		if stack.IsFull(err) {
+			return l.takeAllOverflow(ctx, p, reqs, ds, tr)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", errUnavailable, ctx.Err())
+		}
+		l.storeFailed(p, err)
+	} else {
+		tr.result, err = StoreSkipped, errBreakerOpen
 	}
-	cancel()
-	if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
-		return store, err
-	}
-	if stack.IsFull(err) {
-		return l.takeAllOverflow(ctx, p, reqs, ds, tr)
-	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%w: %w", errUnavailable, ctx.Err())
-	}
-	l.storeFailed(p, err)
 	if !p.failOpen {
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	fallback := l.stores.Fallback()
-	tr.fallback, tr.from = true, l.stores.Fallback()
+	tr.fallback, tr.from = true, fallback
 	if err = fallback.TakeAll(ctx, reqs, ds); stack.IsFull(err) {
 		return l.takeAllOverflow(ctx, p, reqs, ds, tr)
 	}
@@ -469,15 +470,36 @@ func (l *Limiter) giveBack(ctx context.Context, p *plan, groups []takenGroup) (a
 			continue
 		}
 		ds := make([]limiter.Decision, len(g.reqs))
-		tctx, cancel := l.storeContext(ctx)
-		err := r.RefundAll(tctx, g.reqs, ds)
-		cancel()
-		if err != nil {
+		err := l.refundAll(ctx, r, g.from, g.reqs, ds)
+		if err != nil && !errors.Is(err, errBreakerOpen) {
 			l.refundFailed(ctx, p, err)
 		}
 		after, ok = ds, err == nil
 	}
 	return after, ok
+}
+
+// refundAll is r.RefundAll under the timeout and, when from is the shared
+// store, its breaker: while it is open nothing is given back (the points
+// return by refill) and the error wraps errBreakerOpen.
+func (l *Limiter) refundAll(ctx context.Context, r multiRefunder, from any, reqs []limiter.Request, ds []limiter.Decision) error {
+	remote := l.remote(from)
+	t := breaker.Ticket{Allowed: true}
+	if remote {
+		if t = l.allowStore(nil); !t.Allowed {
+			return errBreakerOpen
+		}
+	}
+	tctx, cancel := l.storeContext(ctx)
+	err := r.RefundAll(tctx, reqs, ds)
+	cancel()
+	if remote {
+		l.storeDone(ctx, t, err, nil)
+		if err == nil && l.remember {
+			l.stores.Fallback().ObserveAll(reqs, ds)
+		}
+	}
+	return err
 }
 
 // refundQuota gives amount back to the quota o debited with the bucket,
@@ -494,11 +516,10 @@ func (l *Limiter) refundQuota(ctx context.Context, p *plan, o *outcome, amount i
 	req := g.reqs[1]
 	req.Cost = amount
 	ds := make([]limiter.Decision, 1)
-	tctx, cancel := l.storeContext(ctx)
-	err := r.RefundAll(tctx, []limiter.Request{req}, ds)
-	cancel()
-	if err != nil {
-		l.refundFailed(ctx, p, err)
+	if err := l.refundAll(ctx, r, g.from, []limiter.Request{req}, ds); err != nil {
+		if !errors.Is(err, errBreakerOpen) {
+			l.refundFailed(ctx, p, err)
+		}
 		return
 	}
 	o.limits[0].d = ds[0]

@@ -139,11 +139,14 @@ func TestObserverStoreFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t, newClock())
-			cfg.Store, cfg.FailureMode = tc.store, tc.mode
+			broken := learn(t, tc.store, &cfg, request{method: http.MethodGet, path: "/api/free", header: bearer(aliceKey)})
+			cfg.FailureMode = tc.mode
 			rec := &recorder{}
 			cfg.Observer = rec
 			lim := newLimiter(t, cfg)
 			h := graphQLServer(lim, newTestSchema())
+			broken(h)
+			rec.take()
 			do(t, h, request{method: http.MethodGet, path: "/api/search", header: bearer(aliceKey)})
 			got := rec.take()
 			if len(got) != 1 {

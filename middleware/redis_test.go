@@ -143,6 +143,9 @@ func TestRedisDown(t *testing.T) {
 	if w := do(t, closed, search); w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "490" {
 		t.Fatalf("Redis up: %d %v", w.Code, w.Header())
 	}
+	if w := do(t, open, search); w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "480" {
+		t.Fatalf("Redis up, second process: %d %v", w.Code, w.Header())
+	}
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +155,15 @@ func TestRedisDown(t *testing.T) {
 	if w, resp := query(t, closed, query61, bearer(aliceKey)); w.Code != http.StatusServiceUnavailable || resp.code() != middleware.CodeRateLimiterUnavailable {
 		t.Errorf("closed, Redis down, GraphQL: %d %+v", w.Code, resp.Errors)
 	}
-	// The fallback bucket is local and starts full.
-	if w := do(t, open, search); w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "490" {
+	// The fallback bucket is local and starts from what this process last
+	// heard from Redis (480 left), not from a fresh burst of 500: an outage
+	// must not hand out spare capacity.
+	if w := do(t, open, search); w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "470" {
 		t.Errorf("open, Redis down: %d %v", w.Code, w.Header())
+	}
+	// A principal this process never saw starts empty.
+	if w := do(t, open, request{method: "GET", path: "/api/search", remoteAddr: "192.0.2.9:1"}); w.Code != http.StatusTooManyRequests {
+		t.Errorf("open, Redis down, unknown principal: %d %v", w.Code, w.Header())
 	}
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)

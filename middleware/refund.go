@@ -7,6 +7,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/middleware/breaker"
 )
 
 // refunder is the store method a refund needs: limiter.Store has it, a
@@ -19,18 +20,31 @@ type refunder interface {
 // the store timeout. It reports the bucket after the refund, and false when
 // nothing was given back (the store has no Refund, or it failed: the
 // points then return by refill, and a warning is logged at most once a
-// minute per plan).
+// minute per plan), or the store's breaker is open (skipped).
 func (l *Limiter) refund(ctx context.Context, p *plan, tr storeTrace, amount int64) (limiter.Decision, bool) {
 	r, ok := tr.from.(refunder)
 	if !ok || amount <= 0 {
 		return limiter.Decision{}, false
 	}
+	remote := l.remote(tr.from)
+	t := breaker.Ticket{Allowed: true}
+	if remote {
+		if t = l.allowStore(nil); !t.Allowed {
+			return limiter.Decision{}, false // the breaker is open: the points return by refill
+		}
+	}
 	tctx, cancel := l.storeContext(ctx)
 	d, err := r.Refund(tctx, tr.key, p.limit, amount)
 	cancel()
+	if remote {
+		l.storeDone(ctx, t, err, nil)
+	}
 	if err != nil {
 		l.refundFailed(ctx, p, err)
 		return limiter.Decision{}, false
+	}
+	if remote && l.remember {
+		l.stores.Fallback().Observe(tr.key, p.limit, 0, d)
 	}
 	return d, true
 }

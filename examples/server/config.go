@@ -51,6 +51,9 @@ type config struct {
 	// FailureMode is "open" or "closed": what a store failure does to plans
 	// that do not choose for themselves.
 	FailureMode string `yaml:"failure_mode"`
+	// Breaker stops calling a failing store for a cool-down, deciding by
+	// the failure mode at once.
+	Breaker breakerConfig `yaml:"breaker"`
 	// Mode is "enforce" or "shadow": whether plans that do not choose for
 	// themselves refuse what they would refuse, or only report it.
 	Mode modeName `yaml:"mode"`
@@ -177,6 +180,11 @@ type memoryStoreConfig struct {
 	MaxKeys whole `yaml:"max_keys"`
 }
 
+type breakerConfig struct {
+	Failures whole         `yaml:"failures"`
+	CoolDown time.Duration `yaml:"cool_down"`
+}
+
 type splitBudgetConfig struct {
 	LeaseFraction  float64       `yaml:"lease_fraction"`
 	SettleInterval time.Duration `yaml:"settle_interval"`
@@ -300,6 +308,7 @@ func defaultConfig() config {
 			Routes:      map[string]whole{"GET /api/search": 10},
 		},
 		FailureMode:      string(middleware.FailOpen),
+		Breaker:          breakerConfig{Failures: middleware.DefaultBreakerFailures, CoolDown: middleware.DefaultBreakerCoolDown},
 		Mode:             modeName(middleware.Enforce),
 		TrustedProxies:   []string{},
 		RetryAfterJitter: 0,
@@ -546,6 +555,9 @@ func (c config) validate() error {
 	}
 	if c.SplitBudget.SettleInterval <= 0 {
 		return fmt.Errorf("split_budget.settle_interval is %v; it must be positive", c.SplitBudget.SettleInterval)
+	}
+	if c.Breaker.Failures < 1 || c.Breaker.CoolDown <= 0 {
+		return fmt.Errorf("breaker: failures (%d) must be at least 1 and cool_down (%v) positive", c.Breaker.Failures, c.Breaker.CoolDown)
 	}
 	for key, k := range c.APIKeys {
 		if key == "" {
@@ -829,6 +841,7 @@ func (c config) limiterConfig() middleware.Config {
 			Routes:      routes,
 		},
 		FailureMode:      middleware.FailureMode(c.FailureMode),
+		Breaker:          middleware.BreakerOptions{Failures: int(c.Breaker.Failures), CoolDown: c.Breaker.CoolDown},
 		Mode:             middleware.Mode(c.Mode),
 		RetryAfterJitter: c.RetryAfterJitter,
 		OverLimitCache:   middleware.OverLimitCache(c.OverLimitCache),

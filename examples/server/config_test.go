@@ -108,6 +108,7 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	assert.Equal(t, 100_000, m.MemoryStore.MaxKeys)
 	assert.Equal(t, middleware.RESTOptions{DefaultCost: 1, Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
 	assert.Equal(t, middleware.FailOpen, m.FailureMode)
+	assert.Equal(t, middleware.BreakerOptions{Failures: 5, CoolDown: time.Second}, m.Breaker)
 	assert.Equal(t, middleware.Enforce, m.Mode)
 	assert.Empty(t, m.TrustedProxies)
 	assert.Zero(t, m.RetryAfterJitter)

@@ -2,16 +2,17 @@
 // budget store (a shared one such as redisstore, or an in-memory default it
 // owns), the over-limit cache in front of it (limiter/overlimit), split-
 // budget leases for the budgets that want them (limiter/splitbudget), the
-// local buckets a fail-open policy falls back to, and the overflow buckets
-// of identities a full memory store cannot hold. It is the one place that
+// local buckets a fail-open policy falls back to (limiter/lastknown: each
+// starts from the store's last word on it, or empty), and the overflow
+// buckets of identities a full memory store cannot hold. It is the one place that
 // knows which decorator goes where; package middleware builds its stores
 // with it, and so can a program that decides budgets without HTTP.
 //
 // StoreAll hands out the store as a limiter.MultiTaker for the several
 // budgets of one request (TakeAll), or says why it cannot: split-budget
 // leases never decide several budgets at once, so a configuration that
-// combines them with multi-limits is refused when it is loaded. Fallback
-// and Overflow are memory stores, with TakeAll.
+// combines them with multi-limits is refused when it is loaded. Overflow
+// is a memory store, Fallback a lastknown store, both with TakeAll.
 //
 //	st, err := stack.New(stack.Config{Store: redisStore})
 //	defer st.Close()
@@ -28,6 +29,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/lastknown"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/overlimit"
 	"github.com/costguard/costguard/limiter/splitbudget"
@@ -79,8 +81,8 @@ type Config struct {
 	// (released by Close), sized by MemoryMaxKeys.
 	Store Taker
 	// MemoryMaxKeys bounds the in-memory stores the Stack creates: the
-	// default Store and the fail-open fallback. Default
-	// memorystore.DefaultMaxKeys.
+	// default Store and the fail-open fallback (the budgets it knows).
+	// Default memorystore.DefaultMaxKeys.
 	MemoryMaxKeys int
 	// OverflowKeys is how many overflow buckets the Stack holds (one per
 	// plan, say). Default 1.
@@ -110,7 +112,7 @@ type Stack struct {
 	local    bool  // the store is an in-memory store: it never waits
 	leased   Taker // split-budget leases, behind the cache when on; nil without SplitBudget
 	owned    *memorystore.Store
-	fallback *memorystore.Store
+	fallback *lastknown.Store
 	overflow *memorystore.Store
 	split    *splitbudget.Store
 }
@@ -142,7 +144,7 @@ func New(cfg Config) (*Stack, error) {
 	s := &Stack{}
 	memCfg := memorystore.Config{Clock: cfg.Clock, MaxKeys: cfg.MemoryMaxKeys}
 	var err error
-	if s.fallback, err = memorystore.New(memCfg); err != nil {
+	if s.fallback, err = lastknown.New(lastknown.Config{Clock: cfg.Clock, MaxBudgets: cfg.MemoryMaxKeys}); err != nil {
 		return nil, fmt.Errorf("%w: fallback store: %w", ErrInvalidConfig, err)
 	}
 	// One shard, a key per overflow bucket: it is never full itself.
@@ -247,9 +249,11 @@ func (s *Stack) StoreAll(leased bool) (TakeAller, error) {
 func (s *Stack) Local() bool { return s.local }
 
 // Fallback is this process's local buckets, for a fail-open policy to
-// decide with while the store is away. It may answer ErrFull too. It
-// decides several budgets at once as the store does (TakeAll).
-func (s *Stack) Fallback() TakeAller { return s.fallback }
+// decide with while the store is away. It decides several budgets at once
+// as the store does (TakeAll). It starts each budget from what it was told
+// of it (lastknown.Store.Observe: hand it the store's decisions), or empty:
+// never from a fresh, full bucket.
+func (s *Stack) Fallback() *lastknown.Store { return s.fallback }
 
 // Overflow holds the buckets shared by the identities a full memory store
 // cannot hold (IsFull): a flood of new identities spends these, never
@@ -267,7 +271,10 @@ func (s *Stack) Close() error {
 	if s.split != nil {
 		err = s.split.Close()
 	}
-	for _, m := range []*memorystore.Store{s.fallback, s.overflow, s.owned} {
+	if s.fallback != nil {
+		err = errors.Join(err, s.fallback.Close())
+	}
+	for _, m := range []*memorystore.Store{s.overflow, s.owned} {
 		if m != nil {
 			err = errors.Join(err, m.Close())
 		}

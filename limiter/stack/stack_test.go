@@ -74,11 +74,17 @@ func TestComposition(t *testing.T) {
 				t.Error("without SplitBudget, Store(true) is the exact store")
 			}
 			// Every stack decides: the store, the fallback and the overflow.
+			// The fallback starts from what it was told (here: 10 left).
 			limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Minute}
+			st.Fallback().Observe("k", limit, 0, limiter.Decision{Allowed: true, Limit: 10, Remaining: 10})
 			for _, s := range []stack.Taker{exact, st.Fallback(), st.Overflow()} {
 				if d, err := s.Take(context.Background(), "k", limit, 1); err != nil || !d.Allowed {
 					t.Errorf("%T: %+v, %v", s, d, err)
 				}
+			}
+			// A key it was never told about is empty, never a fresh burst.
+			if d, err := st.Fallback().Take(context.Background(), "unknown", limit, 1); err != nil || d.Allowed {
+				t.Errorf("fallback, unknown key: %+v, %v", d, err)
 			}
 		})
 	}
@@ -165,6 +171,7 @@ func TestStoreAll(t *testing.T) {
 					t.Errorf("StoreAll(%v) is not Store(%v)", leased, leased)
 				}
 			}
+			st.Fallback().ObserveAll(reqs, []limiter.Decision{{Allowed: true, Limit: 10, Remaining: 10}, {Allowed: true, Limit: 10, Remaining: 10}})
 			for name, s := range map[string]stack.TakeAller{"fallback": st.Fallback(), "overflow": st.Overflow()} {
 				ds := make([]limiter.Decision, 2)
 				if err := s.TakeAll(context.Background(), reqs, ds); err != nil || !limiter.AllAllowed(ds) {

@@ -29,7 +29,11 @@
 //	costguard_operation_actual_cost_points{plan}              histogram
 //	    Event.ActualCost, for Events with HasActualCost (GraphQL)
 //	costguard_store_duration_seconds{result}                  histogram
-//	    Event.StoreDuration, for Events with a StoreResult (ok, error, timeout)
+//	    Event.StoreDuration, for Events with a StoreResult (ok, error, timeout,
+//	    skipped: the store's circuit breaker was open)
+//	costguard_store_breaker_open                               gauge
+//	    1 while the store's circuit breaker is open or half-open, 0 once
+//	    closed, as of the last Event with a Breaker state (Event.Breaker)
 //	costguard_charged_points_total{plan, kind}                counter
 //	    Event.Charged: points debited from budgets
 //	costguard_refunded_points_total{plan}                     counter
@@ -148,6 +152,7 @@ type Metrics struct {
 	store     *prometheus.HistogramVec
 	charged   *prometheus.CounterVec
 	refunded  *prometheus.CounterVec
+	breaker   *prometheus.GaugeVec // no labels: absent until a Limiter with a breaker reports
 
 	storeBy [len(results)]prometheus.Observer
 
@@ -250,6 +255,10 @@ func New(opts ...Option) (*Metrics, error) {
 			Name: "costguard_refunded_points_total",
 			Help: "Points given back to budgets once an operation's actual cost was known.",
 		}, []string{labelPlan}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "costguard_store_breaker_open",
+			Help: "1 while the rate-limit store's circuit breaker keeps requests off it (open or half-open), else 0.",
+		}, nil),
 		bound: o.bound,
 	}
 	for i, r := range results {
@@ -352,10 +361,19 @@ func (m *Metrics) ObserveDecision(e *middleware.Event) {
 	if e.Refunded > 0 {
 		s.refunded.Add(float64(e.Refunded))
 	}
+	switch e.Breaker {
+	case "":
+	case middleware.BreakerClosed:
+		m.breaker.WithLabelValues().Set(0)
+	default:
+		m.breaker.WithLabelValues().Set(1)
+	}
 	if e.StoreResult != "" {
 		d := max(e.StoreDuration.Seconds(), 0)
 		if r := indexOf(results[:], e.StoreResult); r >= 0 {
 			m.storeBy[r].Observe(d)
+		} else if e.StoreResult == middleware.StoreSkipped {
+			m.store.WithLabelValues(string(e.StoreResult)).Observe(d) // only while a breaker is open
 		} else {
 			m.store.WithLabelValues(Other).Observe(d)
 		}
@@ -411,6 +429,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *Metrics) collectors() [7]prometheus.Collector {
-	return [...]prometheus.Collector{m.decisions, m.fallback, m.cost, m.actual, m.store, m.charged, m.refunded}
+func (m *Metrics) collectors() [8]prometheus.Collector {
+	return [...]prometheus.Collector{m.decisions, m.fallback, m.cost, m.actual, m.store, m.charged, m.refunded, m.breaker}
 }

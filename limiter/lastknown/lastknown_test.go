@@ -1,0 +1,257 @@
+package lastknown_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/lastknown"
+	"github.com/costguard/costguard/limiter/limitertest"
+)
+
+var (
+	ctx = context.Background()
+	// 100 points at most, 10 a second.
+	bucket = limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 100, Rate: 10, Period: time.Second}
+	// 1,000 points an hour.
+	window = limiter.Limit{Algorithm: limiter.FixedWindow, Rate: 1000, Period: time.Hour}
+	start  = time.Date(2030, 1, 2, 3, 0, 0, 0, time.UTC) // on the hour
+)
+
+func newStore(t *testing.T, maxBudgets int) (*lastknown.Store, *limitertest.FakeClock) {
+	t.Helper()
+	clock := limitertest.NewFakeClock(start)
+	s, err := lastknown.New(lastknown.Config{Clock: clock, MaxBudgets: maxBudgets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, clock
+}
+
+// hammer takes cost every tick for d and returns what was admitted.
+func hammer(t *testing.T, s *lastknown.Store, clock *limitertest.FakeClock, key string, limit limiter.Limit, cost int64, tick, d time.Duration) int64 {
+	t.Helper()
+	var admitted int64
+	for end := clock.Now().Add(d); ; clock.Advance(tick) {
+		dec, err := s.Take(ctx, key, limit, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Allowed {
+			admitted += cost
+		}
+		if !clock.Now().Before(end) {
+			return admitted
+		}
+	}
+}
+
+// The bound of the package doc: from a bucket last seen with R tokens, an
+// outage of T admits at most R + rate × T, never more than the burst at
+// once; an unknown principal at most rate × T.
+func TestOutageBound(t *testing.T) {
+	tests := []struct {
+		name   string
+		known  int64 // remaining when last seen; -1: never seen
+		outage time.Duration
+		cost   int64
+	}{
+		{"unknown, 10 s", -1, 10 * time.Second, 1},
+		{"unknown, 1 s, cost 7", -1, time.Second, 7},
+		{"empty when seen, 5 s", 0, 5 * time.Second, 1},
+		{"30 left, 2 s", 30, 2 * time.Second, 1},
+		{"30 left, 2 s, cost 3", 30, 2 * time.Second, 3},
+		{"full when seen, 60 s", 100, time.Minute, 5},
+		{"90 left, 3 s: the burst caps the refill", 90, 3 * time.Second, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, clock := newStore(t, 0)
+			known := int64(0)
+			if tc.known >= 0 {
+				known = tc.known
+				s.Observe("user:1", bucket, 0, limiter.Decision{
+					Allowed: true, Limit: 100, Remaining: tc.known,
+					ResetAfter: time.Duration(100-tc.known) * 100 * time.Millisecond,
+				})
+			}
+			got := hammer(t, s, clock, "user:1", bucket, tc.cost, time.Millisecond, tc.outage)
+			rateT := int64(tc.outage/time.Second) * bucket.Rate
+			bound := known + rateT
+			if got > bound {
+				t.Fatalf("admitted %d, bound %d + %d = %d", got, known, rateT, bound)
+			}
+			// The bound is also what is reached, to a cost's rounding.
+			if got < bound-tc.cost-max(0, known+rateT-bucket.Burst) && known+rateT <= bucket.Burst {
+				t.Errorf("admitted %d, far below the bound %d", got, bound)
+			}
+		})
+	}
+}
+
+// A fresh word from the store replaces what the fallback debited.
+func TestObserveReplaces(t *testing.T) {
+	s, clock := newStore(t, 0)
+	s.Observe("k", bucket, 10, limiter.Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: 5 * time.Second})
+	if got := hammer(t, s, clock, "k", bucket, 1, 0, 0); got != 1 {
+		t.Fatalf("first take: %d", got)
+	}
+	for range 60 {
+		s.Take(ctx, "k", bucket, 1)
+	}
+	d, _ := s.Take(ctx, "k", bucket, 0)
+	if d.Remaining != 0 {
+		t.Fatalf("remaining %d after spending 50, want 0", d.Remaining)
+	}
+	s.Observe("k", bucket, 0, limiter.Decision{Allowed: true, Limit: 100, Remaining: 80, ResetAfter: 2 * time.Second})
+	if d, _ := s.Take(ctx, "k", bucket, 0); d.Remaining != 80 {
+		t.Errorf("after a fresh observation: remaining %d, want 80", d.Remaining)
+	}
+	// A rejection is observed too: its RetryAfter caps the level.
+	s.Observe("k", bucket, 30, limiter.Decision{Limit: 100, Remaining: 20, RetryAfter: time.Second, ResetAfter: 8 * time.Second})
+	if d, _ := s.Take(ctx, "k", bucket, 0); d.Remaining != 20 {
+		t.Errorf("after a rejection: remaining %d, want 20", d.Remaining)
+	}
+	// A decision that describes nothing is ignored.
+	s.Observe("k", bucket, 0, limiter.Decision{})
+	if d, _ := s.Take(ctx, "k", bucket, 0); d.Remaining != 20 {
+		t.Errorf("after an empty decision: remaining %d, want 20", d.Remaining)
+	}
+	// Under another limit (a reload) the budget is unknown: empty.
+	other := bucket
+	other.Burst = 200
+	if d, _ := s.Take(ctx, "k", other, 0); d.Remaining != 0 {
+		t.Errorf("under a new limit: remaining %d, want 0", d.Remaining)
+	}
+}
+
+func TestFixedWindow(t *testing.T) {
+	tests := []struct {
+		name      string
+		seen      *limiter.Decision
+		at        time.Duration // from the hour when the outage is hammered
+		wantFirst int64         // admitted in the rest of the window
+	}{
+		{"unknown: spent until the window ends", nil, 10 * time.Minute, 0},
+		{"known with 300 used", &limiter.Decision{Allowed: true, Limit: 1000, Remaining: 700, ResetAfter: 50 * time.Minute}, 10 * time.Minute, 700},
+		{"known in the previous window", &limiter.Decision{Allowed: true, Limit: 1000, Remaining: 0, ResetAfter: time.Minute}, 0, 1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, clock := newStore(t, 0)
+			if tc.seen != nil {
+				clock.Set(start.Add(tc.at).Add(-10 * time.Minute))
+				s.Observe("k", window, 0, *tc.seen)
+			}
+			clock.Set(start.Add(tc.at))
+			first := hammer(t, s, clock, "k", window, 10, time.Second, time.Hour-tc.at-time.Second)
+			if first != tc.wantFirst {
+				t.Errorf("admitted %d in the window, want %d", first, tc.wantFirst)
+			}
+			clock.Set(start.Add(time.Hour))
+			if next := hammer(t, s, clock, "k", window, 10, time.Millisecond, 200*time.Millisecond); next != 1000 {
+				t.Errorf("admitted %d in the next window, want 1000", next)
+			}
+		})
+	}
+}
+
+// TakeAll is all or nothing, from the budgets as last known, and a
+// budget never seen is empty.
+func TestTakeAll(t *testing.T) {
+	s, clock := newStore(t, 0)
+	field := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 5, Rate: 5, Period: time.Minute}
+	reqs := []limiter.Request{
+		{Key: "k", Limit: bucket, Cost: 10},
+		{Key: "k", Name: "quota", Limit: window, Cost: 10},
+		{Key: "k", Name: "field:Mutation.login", Limit: field, Cost: 1},
+	}
+	seen := []limiter.Decision{
+		{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: 5 * time.Second},
+		{Allowed: true, Limit: 1000, Remaining: 500, ResetAfter: 30 * time.Minute},
+		{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 12 * time.Second},
+	}
+	s.ObserveAll(reqs[:2], seen[:2]) // the field limit is unknown
+	ds := make([]limiter.Decision, 3)
+	if err := s.TakeAll(ctx, reqs, ds); err != nil || limiter.AllAllowed(ds) {
+		t.Fatalf("unknown field limit admitted: %+v, %v", ds, err)
+	}
+	if !ds[0].Allowed || ds[0].Remaining != 50 || ds[2].Allowed {
+		t.Errorf("refusal: %+v, want the bucket peeked at 50 and the field refused", ds)
+	}
+	clock.Advance(12 * time.Second) // one login refills
+	if err := s.TakeAll(ctx, reqs, ds); err != nil || !limiter.AllAllowed(ds) {
+		t.Fatalf("after a refill: %+v, %v", ds, err)
+	}
+	// 50 seen 12 s ago + 120 refilled, capped at 100, minus 10.
+	if ds[0].Remaining != 90 {
+		t.Errorf("bucket: remaining %d, want 90", ds[0].Remaining)
+	}
+	if ds[1].Remaining != 490 || ds[2].Remaining != 0 {
+		t.Errorf("quota %d (want 490), field %d (want 0)", ds[1].Remaining, ds[2].Remaining)
+	}
+	// Refunds give back to what is known.
+	if err := s.RefundAll(ctx, reqs[:2], ds[:2]); err != nil || ds[0].Remaining != 100 || ds[1].Remaining != 500 {
+		t.Errorf("refund: %+v, %v", ds[:2], err)
+	}
+	// Over a capacity: nothing is debited.
+	reqs[2].Cost = 6
+	if err := s.TakeAll(ctx, reqs, ds); !errors.Is(err, limiter.ErrCostExceedsCapacity) {
+		t.Errorf("over capacity: %v", err)
+	}
+	if d, _ := s.Take(ctx, "k", bucket, 0); d.Remaining != 100 {
+		t.Errorf("debited %d on a refused TakeAll", 100-d.Remaining)
+	}
+}
+
+// The table is bounded; an evicted budget is unknown again: empty.
+func TestBounded(t *testing.T) {
+	s, _ := newStore(t, 64)
+	full := limiter.Decision{Allowed: true, Limit: 100, Remaining: 100}
+	for i := range 1000 {
+		s.Observe(fmt.Sprint("user:", i), bucket, 0, full)
+	}
+	if n := s.Len(); n > 64 {
+		t.Fatalf("holds %d budgets, bound 64", n)
+	}
+	kept := 0
+	for i := range 1000 {
+		// A refund of 0 peeks without recording an unknown budget.
+		d, err := s.Refund(ctx, fmt.Sprint("user:", i), bucket, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch d.Remaining {
+		case 100:
+			kept++
+		case 0:
+		default:
+			t.Fatalf("user:%d: remaining %d, neither known nor empty", i, d.Remaining)
+		}
+	}
+	if kept == 0 || kept > 64 {
+		t.Errorf("%d budgets kept", kept)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	s, _ := newStore(t, 0)
+	sliding := limiter.Limit{Algorithm: limiter.SlidingCounter, Rate: 10, Period: time.Second}
+	if _, err := s.Take(ctx, "k", sliding, 1); !errors.Is(err, lastknown.ErrUnsupported) {
+		t.Errorf("sliding counter: %v", err)
+	}
+	if _, err := s.Take(ctx, "k", limiter.Limit{}, 1); !errors.Is(err, limiter.ErrInvalidLimit) {
+		t.Errorf("zero limit: %v", err)
+	}
+	if _, err := lastknown.New(lastknown.Config{MaxBudgets: -1}); !errors.Is(err, lastknown.ErrInvalidConfig) {
+		t.Errorf("negative MaxBudgets: %v", err)
+	}
+	// A refund of an unknown budget gives nothing: it stays empty.
+	if d, err := s.Refund(ctx, "new", bucket, 50); err != nil || d.Remaining != 0 {
+		t.Errorf("refund of an unknown budget: %+v, %v", d, err)
+	}
+}
