@@ -85,22 +85,26 @@ func (l *Limiter) buildSlots(cfg Config) error {
 type slot struct {
 	slots concurrency.Slots
 	lease concurrency.Lease
+	l     *Limiter
 }
 
 // release gives the lease back (a request whose client left still frees
-// its slot).
+// its slot). It runs before the response is complete, so it waits no
+// longer than any other store call (StoreTimeout), and not at all while
+// the store's breaker is not closed: a lease not given back expires
+// after its TTL.
 func (s slot) release() {
 	if s.slots == nil || s.lease == (concurrency.Lease{}) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), slotReleaseTimeout)
-	_, _ = s.slots.Release(ctx, s.lease) // on failure the lease expires by itself
+	l := s.l
+	if l.slotsBehindBreaker && l.brk.State() != breaker.Closed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	_, _ = s.slots.Release(ctx, s.lease)
 	cancel()
 }
-
-// slotReleaseTimeout bounds giving a lease back; a lease not given back
-// expires after its TTL.
-const slotReleaseTimeout = time.Second
 
 // takeSlot leases one of id's plan's concurrent slots. o is the refusal
 // when none is free (concurrencyLimited, or unavailable when the slot
@@ -138,5 +142,5 @@ func (l *Limiter) takeSlot(ctx context.Context, id Identity, p *plan) (slot, *ou
 	case !d.Allowed:
 		return slot{}, &outcome{verdict: concurrencyLimited, retryAfter: l.retryAfter(d.RetryAfter)}
 	}
-	return slot{slots: l.slots, lease: d.Lease}, nil
+	return slot{slots: l.slots, lease: d.Lease, l: l}, nil
 }

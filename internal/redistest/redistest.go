@@ -231,6 +231,7 @@ func (s *Server) startLocked() error {
 		"--logfile", "",
 		"--daemonize", "no",
 	}
+	args = append(args, debugArgs()...)
 	if s.cluster {
 		args = append(args,
 			"--cluster-enabled", "yes",
