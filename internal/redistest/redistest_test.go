@@ -194,3 +194,39 @@ func TestTailBufferIsBounded(t *testing.T) {
 		t.Fatalf("tail = %q, want %q", got, want)
 	}
 }
+
+func TestSentinelFailover(t *testing.T) {
+	t0 := time.Now()
+	s := StartSentinel(t)
+	t.Logf("start took %v", time.Since(t0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rdb := s.Client(t)
+	if err := rdb.Set(ctx, "k", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	oldPrimary := s.Primary()
+	start := time.Now()
+	if err := s.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover took %v", time.Since(start))
+	if s.Primary() == oldPrimary || s.Replica() != oldPrimary {
+		t.Fatal("Primary and Replica did not swap")
+	}
+	// The client follows the switch: a write goes to the new primary.
+	if err := rdb.Set(ctx, "k", "after", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Primary().Client(t).Get(ctx, "k").Result()
+	if err != nil || got != "after" {
+		t.Fatalf("new primary has k = %q, %v; want after", got, err)
+	}
+	// And back: the old primary is a healthy replica again.
+	if err := s.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Primary() != oldPrimary {
+		t.Fatal("second failover did not restore the first primary")
+	}
+}
