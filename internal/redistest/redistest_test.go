@@ -230,3 +230,53 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatal("second failover did not restore the first primary")
 	}
 }
+
+func TestClusterWithReplicasFailover(t *testing.T) {
+	t0 := time.Now()
+	cl := StartClusterWithReplicas(t)
+	t.Logf("start took %v", time.Since(t0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if n := len(cl.Replicas()); n != ClusterSize {
+		t.Fatalf("%d replicas, want %d", n, ClusterSize)
+	}
+	rdb := cl.Client(t)
+	if err := rdb.Set(ctx, "k", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Fail over the master of k's slot, coordinated, then another master,
+	// forced: the masters vote for one shard's failover only once per
+	// 2 × cluster-node-timeout.
+	k := masterIndex(ctx, t, cl, rdb.(*redis.ClusterClient), "k")
+	for j, mode := range []string{"", "FORCE"} {
+		i := (k + j) % ClusterSize
+		old := cl.Nodes()[i]
+		start := time.Now()
+		if err := cl.FailoverMaster(ctx, i, mode); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("CLUSTER FAILOVER %s took %v", mode, time.Since(start))
+		if cl.Nodes()[i] == old || cl.Replicas()[i] != old {
+			t.Fatal("master and replica did not swap")
+		}
+		if got, err := rdb.Get(ctx, "k").Result(); err != nil || got != "before" {
+			t.Fatalf("after failover k = %q, %v; want before", got, err)
+		}
+	}
+}
+
+// masterIndex returns the index in cl.Nodes() of the master holding key.
+func masterIndex(ctx context.Context, t *testing.T, cl *Cluster, rdb *redis.ClusterClient, key string) int {
+	t.Helper()
+	m, err := rdb.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range cl.Nodes() {
+		if n.Addr() == m.Options().Addr {
+			return i
+		}
+	}
+	t.Fatalf("no master %s", m.Options().Addr)
+	return -1
+}
