@@ -13,8 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ClusterSize is the number of masters in a Cluster (no replicas).
+// ClusterSize is the number of masters in a Cluster.
 const ClusterSize = 3
+
+// manualFailoverWait is how long FailoverMaster waits for one CLUSTER
+// FAILOVER before asking again: a little more than the 5 s after which a
+// replica abandons a manual failover.
+const manualFailoverWait = 6 * time.Second
 
 // Cluster is a Redis Cluster of ClusterSize masters, each a Server, with the
 // 16384 hash slots split between them by redis-cli --cluster create, and
@@ -140,18 +145,29 @@ func (c *Cluster) FailoverMaster(ctx context.Context, i int, mode string) error 
 	ctx, cancel := context.WithTimeout(ctx, failoverTimeout)
 	defer cancel()
 	oldMaster, newMaster := c.nodes[i], c.replicas[i]
-	rdb := redis.NewClient(&redis.Options{Addr: newMaster.Addr(), Protocol: 2, MaxRetries: -1})
 	args := []any{"cluster", "failover"}
 	if mode != "" {
 		args = append(args, mode)
 	}
-	err := rdb.Do(ctx, args...).Err()
-	_ = rdb.Close()
-	if err != nil {
-		return fmt.Errorf("redistest: CLUSTER FAILOVER %s on %s: %w", mode, newMaster.Addr(), err)
-	}
-	if err := waitRole(ctx, newMaster, nil); err != nil {
-		return err
+	// A manual failover that does not complete within 5 s (the master's
+	// pause, or an election a master declined) is dropped silently by
+	// the replica: ask again, as an operator would.
+	rdb := redis.NewClient(&redis.Options{Addr: newMaster.Addr(), Protocol: 2, MaxRetries: -1})
+	defer rdb.Close()
+	var err error
+	for attempt := 1; ; attempt++ {
+		if err = rdb.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("redistest: CLUSTER FAILOVER %s on %s: %w", mode, newMaster.Addr(), err)
+		}
+		actx, cancel := context.WithTimeout(ctx, manualFailoverWait)
+		err = waitRole(actx, newMaster, nil)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (after %d CLUSTER FAILOVER %s)\n%s", err, attempt, mode, newMaster.log())
+		}
 	}
 	if err := waitRole(ctx, oldMaster, newMaster); err != nil {
 		return err

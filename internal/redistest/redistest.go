@@ -183,6 +183,17 @@ func (s *Server) Pid() int {
 	return s.proc.cmd.Process.Pid
 }
 
+// log returns the tail of what the running server printed ("" while it is
+// stopped), for error messages.
+func (s *Server) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return ""
+	}
+	return s.proc.log.String()
+}
+
 // Dir returns the server's private working directory.
 func (s *Server) Dir() string { return s.dir }
 
