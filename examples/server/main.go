@@ -58,7 +58,9 @@ const (
 	readTimeout       = 30 * time.Second
 	writeTimeout      = 30 * time.Second
 	idleTimeout       = 2 * time.Minute
-	shutdownTimeout   = 10 * time.Second
+	// defaultShutdownTimeout is how long a shutdown waits, by default, for
+	// the requests in flight (-shutdown-timeout).
+	defaultShutdownTimeout = 10 * time.Second
 )
 
 func main() {
@@ -98,6 +100,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	cluster := fs.String("redis-cluster", "",
 		"keep budgets in the Redis Cluster reachable at these comma-separated `host:port`s")
 	cfgPath := fs.String("config", "", "YAML configuration `file` (docs/server.md); unset: built-in defaults")
+	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout,
+		"on SIGINT or SIGTERM, how long requests in flight may take to finish")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -106,6 +110,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *shutdownTimeout <= 0 {
+		return fmt.Errorf("%w: -shutdown-timeout %v: it must be positive", errUsage, *shutdownTimeout)
 	}
 
 	cfg, err := loadConfig(*cfgPath)
@@ -117,6 +124,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	// pool messages to ours, at debug level, rather than to stderr.
 	redisstore.SetGoRedisLogger(logger)
 
+	// The shutdown runs the deferred calls below in reverse: after the HTTP
+	// server has stopped (no request in flight), the limiter closes, which
+	// returns split-budget leases and refunds through the store, and then
+	// the store closes, which sends what its batcher holds and closes the
+	// client.
 	st, err := openStore(ctx, *redisURL, *cluster)
 	if err != nil {
 		return err
@@ -163,9 +175,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	// Shutdown closes the listener at once (new connections are refused)
+	// and waits for the requests in flight; past the deadline, Close cuts
+	// the connections of those still running.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *shutdownTimeout)
 	defer cancel()
 	err = srv.Shutdown(sctx)
+	if err != nil {
+		err = errors.Join(err, srv.Close())
+	}
 	<-served // http.ErrServerClosed
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)

@@ -21,6 +21,18 @@
 //	cl := redistest.StartCluster(t)      // three masters, all 16384 slots, cluster_state:ok
 //	rdb := cl.Client(t)                  // *redis.ClusterClient as redis.UniversalClient
 //
+// # Failover
+//
+//	s := redistest.StartSentinel(t)      // a primary, its replica, three Sentinels
+//	rdb := s.Client(t)                   // redis.NewFailoverClient over the Sentinels
+//	err := s.Failover(ctx)               // SENTINEL FAILOVER, then wait for the new topology
+//
+//	cl := redistest.StartClusterWithReplicas(t) // three masters with one replica each
+//	err := cl.FailoverMaster(ctx, 0, "")        // CLUSTER FAILOVER on master 0's replica
+//
+// A Sentinel runs as redis-sentinel when it is on PATH, else as
+// redis-server --sentinel (the same program).
+//
 // # Shared servers
 //
 // A Cluster takes a few seconds to form, so a package can start one standalone
@@ -169,6 +181,17 @@ func (s *Server) Pid() int {
 		return 0
 	}
 	return s.proc.cmd.Process.Pid
+}
+
+// log returns the tail of what the running server printed ("" while it is
+// stopped), for error messages.
+func (s *Server) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return ""
+	}
+	return s.proc.log.String()
 }
 
 // Dir returns the server's private working directory.

@@ -194,3 +194,89 @@ func TestTailBufferIsBounded(t *testing.T) {
 		t.Fatalf("tail = %q, want %q", got, want)
 	}
 }
+
+func TestSentinelFailover(t *testing.T) {
+	t0 := time.Now()
+	s := StartSentinel(t)
+	t.Logf("start took %v", time.Since(t0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rdb := s.Client(t)
+	if err := rdb.Set(ctx, "k", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	oldPrimary := s.Primary()
+	start := time.Now()
+	if err := s.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover took %v", time.Since(start))
+	if s.Primary() == oldPrimary || s.Replica() != oldPrimary {
+		t.Fatal("Primary and Replica did not swap")
+	}
+	// The client follows the switch: a write goes to the new primary.
+	if err := rdb.Set(ctx, "k", "after", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Primary().Client(t).Get(ctx, "k").Result()
+	if err != nil || got != "after" {
+		t.Fatalf("new primary has k = %q, %v; want after", got, err)
+	}
+	// And back: the old primary is a healthy replica again.
+	if err := s.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Primary() != oldPrimary {
+		t.Fatal("second failover did not restore the first primary")
+	}
+}
+
+func TestClusterWithReplicasFailover(t *testing.T) {
+	t0 := time.Now()
+	cl := StartClusterWithReplicas(t)
+	t.Logf("start took %v", time.Since(t0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if n := len(cl.Replicas()); n != ClusterSize {
+		t.Fatalf("%d replicas, want %d", n, ClusterSize)
+	}
+	rdb := cl.Client(t)
+	if err := rdb.Set(ctx, "k", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Fail over the master of k's slot, coordinated, then another master,
+	// forced: the masters vote for one shard's failover only once per
+	// 2 × cluster-node-timeout.
+	k := masterIndex(ctx, t, cl, rdb.(*redis.ClusterClient), "k")
+	for j, mode := range []string{"", "FORCE"} {
+		i := (k + j) % ClusterSize
+		old := cl.Nodes()[i]
+		start := time.Now()
+		if err := cl.FailoverMaster(ctx, i, mode); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("CLUSTER FAILOVER %s took %v", mode, time.Since(start))
+		if cl.Nodes()[i] == old || cl.Replicas()[i] != old {
+			t.Fatal("master and replica did not swap")
+		}
+		if got, err := rdb.Get(ctx, "k").Result(); err != nil || got != "before" {
+			t.Fatalf("after failover k = %q, %v; want before", got, err)
+		}
+	}
+}
+
+// masterIndex returns the index in cl.Nodes() of the master holding key.
+func masterIndex(ctx context.Context, t *testing.T, cl *Cluster, rdb *redis.ClusterClient, key string) int {
+	t.Helper()
+	m, err := rdb.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range cl.Nodes() {
+		if n.Addr() == m.Options().Addr {
+			return i
+		}
+	}
+	t.Fatalf("no master %s", m.Options().Addr)
+	return -1
+}

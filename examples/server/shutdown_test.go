@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/middleware"
+)
+
+// TestRunShutdownFinishesInFlight: a shutdown (the context SIGTERM
+// cancels) refuses new connections at once, lets a slow request in flight
+// finish with its refund, stores that refund (a second server on the same
+// Redis sees it), and leaves no goroutine behind.
+func TestRunShutdownFinishesInFlight(t *testing.T) {
+	srv := redistest.StartServer(t) // its process watcher is part of the baseline
+	path := filepath.Join(t.TempDir(), "costguard.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("demo_latency: 300ms\n"), 0o600))
+	args := []string{"-addr", "127.0.0.1:0", "-config", path, "-redis", "redis://" + srv.Addr() + "/0"}
+	client := &http.Client{Transport: &http.Transport{}, Timeout: waitLimit}
+	rdb := srv.Client(t)
+	require.NoError(t, rdb.Ping(t.Context()).Err())
+	baseline := runtime.NumGoroutine()
+
+	r := startRun(t, args...)
+	type answer struct {
+		status int
+		body   []byte
+		err    error
+		at     time.Time
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		body, _ := json.Marshal(map[string]string{"query": readmeQuery})
+		req, _ := http.NewRequest(http.MethodPost, r.url+"/graphql", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+		resp, err := client.Do(req)
+		if err != nil {
+			answered <- answer{err: err, at: time.Now()}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answered <- answer{status: resp.StatusCode, body: b, err: err, at: time.Now()}
+	}()
+	// The request is in flight once its price is debited: the bucket
+	// appears in Redis before the resolvers start their 300 ms.
+	require.Eventually(t, func() bool {
+		n, err := rdb.DBSize(t.Context()).Result()
+		return err == nil && n > 0
+	}, waitLimit, time.Millisecond, "the slow request was never debited")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.stop() }()
+	// New connections are refused while the slow request is still running.
+	host := strings.TrimPrefix(r.url, "http://")
+	var refusedAt time.Time
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", host, time.Second)
+		if err != nil {
+			refusedAt = time.Now()
+			return true
+		}
+		c.Close()
+		return false
+	}, waitLimit, time.Millisecond, "the listener stayed open during the shutdown")
+
+	a := <-answered
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	assert.True(t, refusedAt.Before(a.at), "a new connection was accepted until the slow request had finished")
+	var resp gqlResponse
+	require.NoError(t, json.Unmarshal(a.body, &resp), string(a.body))
+	require.NotNil(t, resp.Extensions.Cost.ActualQueryCost)
+	assert.EqualValues(t, 14, *resp.Extensions.Cost.ActualQueryCost, "the in-flight request was priced and refunded")
+	require.NoError(t, <-stopped, "a graceful shutdown returns nil")
+
+	// Everything run started has ended: the HTTP server, the limiter, the
+	// store's batcher and the Redis client's pool.
+	client.CloseIdleConnections()
+	deadline := time.Now().Add(waitLimit)
+	for runtime.NumGoroutine() > baseline && time.Now().Before(deadline) {
+		runtime.Gosched()
+		time.Sleep(5 * time.Millisecond) // polling a count; no result is timed
+	}
+	if n := runtime.NumGoroutine(); n > baseline {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines after shutdown, %d before start:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
+	}
+
+	// The refund reached Redis: a new server sees 5000 - 14 - 1 after a
+	// REST call of cost 1, not 5000 - 61 - 1.
+	r2 := startRun(t, args...)
+	req, _ := http.NewRequest(http.MethodGet, r2.url+"/api/users/octocat", nil)
+	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+	resp2, err := client.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp2.Body)
+	resp2.Body.Close()
+	require.Equal(t, http.StatusOK, resp2.StatusCode)
+	assert.Equal(t, fmt.Sprint(5000-14-1), resp2.Header.Get(middleware.HeaderXRateLimitRemaining))
+	require.NoError(t, r2.stop())
+	client.CloseIdleConnections()
+}
