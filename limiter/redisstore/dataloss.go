@@ -45,9 +45,10 @@ const epochName = "epoch"
 // each shard on a Ring) one round trip, pipelined: INFO server (for the
 // node's run_id, which every redis-server process draws afresh) and SET
 // NX then GET of the node's epoch key, a random token that outlives
-// nothing but the data set it lives in. A changed run_id, a changed token
-// or, on a Cluster or Ring, a master seen for the first time after the
-// first round (a failover promoted a replica, or slots moved) is data
+// nothing but the data set it lives in (each probe offers a fresh one;
+// the first to find the key missing sets it). A changed run_id, a changed
+// token or, on a Cluster or Ring, a master seen for the first time after
+// the first round (a failover promoted a replica, or slots moved) is data
 // loss. The decisions themselves carry nothing extra: detection costs no
 // round trip per decision. A probe that fails (the node is down) is
 // skipped; the next that succeeds compares.
@@ -201,12 +202,11 @@ func (d *lossDetector) close() {
 // proberFor returns how to probe client's nodes for the store's epoch
 // keys, or nil for a client it cannot reach node by node.
 func proberFor(client redis.Scripter, prefix string) prober {
-	token := newEpochToken()
 	switch c := client.(type) {
 	case *redis.Client:
 		key := prefix + ":" + epochName
 		return func(ctx context.Context) []observation {
-			o, err := probeNode(ctx, c, "", key, token)
+			o, err := probeNode(ctx, c, "", key)
 			if err != nil {
 				return nil
 			}
@@ -218,7 +218,7 @@ func proberFor(client redis.Scripter, prefix string) prober {
 			var mu sync.Mutex
 			var obs []observation
 			_ = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-				o, err := probeNode(ctx, shard, shard.Options().Addr, key, token)
+				o, err := probeNode(ctx, shard, shard.Options().Addr, key)
 				if err == nil {
 					mu.Lock()
 					obs = append(obs, o)
@@ -234,7 +234,7 @@ func proberFor(client redis.Scripter, prefix string) prober {
 			var mu sync.Mutex
 			var obs []observation
 			_ = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-				o, err := keys.probe(ctx, node, token)
+				o, err := keys.probe(ctx, node)
 				if err == nil {
 					mu.Lock()
 					obs = append(obs, o)
@@ -248,7 +248,7 @@ func proberFor(client redis.Scripter, prefix string) prober {
 	return nil
 }
 
-// newEpochToken is a token no other process or data set will draw.
+// newEpochToken is a token no other probe, process or data set will draw.
 func newEpochToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand crashes the program instead)
@@ -256,9 +256,11 @@ func newEpochToken() string {
 }
 
 // probeNode is one round trip to one node: INFO server, SET key token NX,
-// GET key. The token read back is whichever process's SET came first on
-// this data set.
-func probeNode(ctx context.Context, node *redis.Client, addr, key, token string) (observation, error) {
+// GET key. The token read back is whichever probe's SET came first on this
+// data set. Each probe draws a fresh token, so a data set that lost the
+// key never shows the token seen before, even to the probe that set it.
+func probeNode(ctx context.Context, node *redis.Client, addr, key string) (observation, error) {
+	token := newEpochToken()
 	var info *redis.StringCmd
 	var get *redis.StringCmd
 	_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -297,7 +299,7 @@ type clusterEpochKeys struct {
 	byNode map[string]string
 }
 
-func (k *clusterEpochKeys) probe(ctx context.Context, node *redis.Client, token string) (observation, error) {
+func (k *clusterEpochKeys) probe(ctx context.Context, node *redis.Client) (observation, error) {
 	addr := node.Options().Addr
 	k.mu.Lock()
 	key := k.byNode[addr]
@@ -312,7 +314,7 @@ func (k *clusterEpochKeys) probe(ctx context.Context, node *redis.Client, token 
 		k.byNode[addr] = key
 		k.mu.Unlock()
 	}
-	o, err := probeNode(ctx, node, addr, key, token)
+	o, err := probeNode(ctx, node, addr, key)
 	if err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
 		k.mu.Lock()
 		delete(k.byNode, addr) // the slot moved: choose again next round
