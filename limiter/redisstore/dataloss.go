@@ -40,8 +40,8 @@ const epochName = "epoch"
 // stale and f should drop it; package stack wires this up. f must not
 // block for long. stop removes f; it is safe to call more than once.
 //
-// The first OnDataLoss starts the probe goroutine, which Close stops. Every
-// Config.DataLossInterval it sends each node (each master on a Cluster,
+// The first OnDataLoss starts the probe goroutine, which Close stops. At
+// once, and then every Config.DataLossInterval, it sends each node (each master on a Cluster,
 // each shard on a Ring) one round trip, pipelined: INFO server (for the
 // node's run_id, which every redis-server process draws afresh) and SET
 // NX then GET of the node's epoch key, a random token that outlives
@@ -158,8 +158,10 @@ func (d *lossDetector) listen(f func()) (stop func()) {
 }
 
 // run is the probe goroutine, started by the first listener and stopped
-// by close.
+// by close. Its first round, at once, sets the baseline: a loss is found
+// only against a round before it, so the sooner the better.
 func (d *lossDetector) run() {
+	d.round()
 	d.loop.Run(d.round)
 }
 
