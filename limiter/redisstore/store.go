@@ -98,6 +98,14 @@
 // one run of concurrency.lua (after common.lua), one key, sent from the
 // caller's goroutine and never coalesced. See concurrency.go.
 //
+// # Data loss
+//
+// OnDataLoss reports that Redis lost the data a process learnt from (a
+// restart, a failover, a flush), so local state derived from it can be
+// dropped; package stack subscribes. Once someone listens, one probe per
+// node per Config.DataLossInterval checks the node's run_id and an epoch
+// key; decisions carry nothing extra. See dataloss.go.
+//
 // docs/redis.md has the details: coalescing, expiry, time, Cluster
 // behaviour, failures and retries.
 package redisstore
