@@ -189,6 +189,20 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 	return d, err
 }
 
+// Forget drops every remembered rejection, plain and named, and moves
+// every shard's generation on, so a rejection the store decided before
+// Forget is not recorded after it. Call it when the store's data may be
+// lost (a Redis restart without persistence, a failover, a flush): the
+// remembered rejections no longer describe its budgets. package stack
+// calls it when a redisstore reports data loss (OnDataLoss).
+func (s *Store) Forget() {
+	s.shards.Each(func(sh *shard) { // each shard locked in turn
+		sh.gen.Add(1)
+		sh.Clear()
+		sh.named.Clear()
+	})
+}
+
 // Len reports how many rejections are remembered, expired ones included
 // until they are replaced or evicted.
 func (s *Store) Len() int { return s.shards.Len() }

@@ -76,3 +76,10 @@ func MaxInFlight(s *Store) int {
 func AcquireWithID(ctx context.Context, s *Store, key string, id concurrency.LeaseID, limit int64, ttl time.Duration) (concurrency.Decision, error) {
 	return s.acquire(ctx, key, id, limit, ttl)
 }
+
+// SetDataLossHooks drives the data-loss probe with tick instead of a
+// ticker and calls onRound with each round's findings. Set them before the
+// first OnDataLoss.
+func SetDataLossHooks(s *Store, tick <-chan time.Time, onRound func(lost []string)) {
+	s.loss.tick, s.loss.onRound = tick, onRound
+}

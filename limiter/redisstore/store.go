@@ -98,6 +98,14 @@
 // one run of concurrency.lua (after common.lua), one key, sent from the
 // caller's goroutine and never coalesced. See concurrency.go.
 //
+// # Data loss
+//
+// OnDataLoss reports that Redis lost the data a process learnt from (a
+// restart, a failover, a flush), so local state derived from it can be
+// dropped; package stack subscribes. Once someone listens, one probe per
+// node per Config.DataLossInterval checks the node's run_id and an epoch
+// key; decisions carry nothing extra. See dataloss.go.
+//
 // docs/redis.md has the details: coalescing, expiry, time, Cluster
 // behaviour, failures and retries.
 package redisstore
@@ -196,6 +204,11 @@ type Config struct {
 	// New starts. More overlaps network time with Redis's work but makes
 	// batches smaller.
 	MaxInFlight int
+
+	// DataLossInterval is how often each node is probed for lost data once
+	// someone listens (see OnDataLoss): default DefaultDataLossInterval, at
+	// least MinDataLossInterval; negative turns probing off.
+	DataLossInterval time.Duration
 }
 
 // Store is a limiter.Store on Redis. It is safe for concurrent use. It
@@ -212,6 +225,7 @@ type Store struct {
 	margin any
 
 	batch  *batcher // nil when coalescing is off
+	loss   lossDetector
 	closed atomic.Bool
 }
 
@@ -242,6 +256,12 @@ func New(client redis.Scripter, cfg Config) (*Store, error) {
 	if err := cfg.coalescing(client); err != nil {
 		return nil, err
 	}
+	switch {
+	case cfg.DataLossInterval == 0:
+		cfg.DataLossInterval = DefaultDataLossInterval
+	case cfg.DataLossInterval > 0 && cfg.DataLossInterval < MinDataLossInterval:
+		return nil, fmt.Errorf("%w: data loss interval %v below %v", ErrInvalidConfig, cfg.DataLossInterval, MinDataLossInterval)
+	}
 	s := &Store{
 		client: client,
 		route:  routeFor(client),
@@ -249,6 +269,7 @@ func New(client redis.Scripter, cfg Config) (*Store, error) {
 		clock:  cfg.Clock,
 		// Whole milliseconds, rounded up: PEXPIRE's unit.
 		margin: int64((cfg.ExpiryMargin + time.Millisecond - 1) / time.Millisecond),
+		loss:   lossDetector{interval: cfg.DataLossInterval, probe: proberFor(client, cfg.Prefix)},
 	}
 	if !cfg.DisableCoalescing {
 		s.batch = newBatcher(s, cfg.MaxBatchSize, cfg.MaxBatchWait, cfg.MaxInFlight, clientDeadlines(client))
@@ -289,9 +310,9 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 	return s.run(ctx, key, limit, opRefund, amount)
 }
 
-// Close stops coalescing: calls still queued fail with ErrClosed, round
-// trips in flight complete (bounded by the client's timeouts) and the
-// store's goroutines exit before Close returns. Later calls fail with
+// Close stops coalescing and data-loss probing: calls still queued fail
+// with ErrClosed, round trips in flight complete (bounded by the client's
+// timeouts) and the store's goroutines exit before Close returns. Later calls fail with
 // ErrClosed. Close does not close the client. It is safe to call more than
 // once and always returns nil.
 func (s *Store) Close() error {
@@ -299,6 +320,7 @@ func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()
 	}
+	s.loss.close()
 	return nil
 }
 

@@ -124,6 +124,8 @@ type Stats struct {
 	// Local is the Takes and Refunds answered without calling the store;
 	// Direct those passed to the store as they were.
 	Local, Direct int64
+	// Dropped is the lease tokens Drop discarded without giving them back.
+	Dropped int64
 }
 
 // Store serves decisions from leases on the limiter.Store it wraps. It is
@@ -139,7 +141,7 @@ type Store struct {
 	closeErr  error
 	settler   *periodic.Loop
 
-	leases, leased, returned, lost, local, direct atomic.Int64
+	leases, leased, returned, lost, local, direct, dropped atomic.Int64
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -173,6 +175,9 @@ type lease struct {
 	// it may still hold.
 	denied *levelbound.Rejection
 	dead   bool // given back and out of the table: look the key up again
+	// dropped: discarded by Drop, the store's data lost; a top-up in
+	// flight gives nothing back.
+	dropped bool
 }
 
 // New wraps next and starts the settle loop. It fails with an error
@@ -339,7 +344,13 @@ func (s *Store) takeFrom(ctx context.Context, key string, l *lease, cost int64) 
 	if err != nil || !d.Allowed {
 		l.have = total
 	}
-	giveBack := l.dead || s.closed.Load()
+	if l.dropped {
+		// Dropped while the store was asked: its tokens may come from the
+		// data set that was lost, so they are discarded, not given back.
+		s.dropped.Add(l.have)
+		l.have = 0
+	}
+	giveBack := !l.dropped && (l.dead || s.closed.Load())
 	if giveBack {
 		// Settled or closed while the store was asked: nobody will return
 		// these tokens but this caller.
@@ -617,6 +628,29 @@ func (s *Store) Settle(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Drop discards every lease without giving its tokens back, with what
+// each remembered of the store (its last answer, its last refusal): the
+// next request for each key takes a new lease. Call it when the store's
+// data is lost (a Redis restart without persistence, a failover, a
+// flush): the leases were cut from budgets that are gone, and giving them
+// back to the new data set would add tokens nobody spent. Dropping can
+// only admit less. A lease being topped up is dropped too: its tokens are
+// discarded when the store answers. package stack calls Drop when a
+// redisstore reports data loss (OnDataLoss).
+func (s *Store) Drop() {
+	var n int64
+	s.shards.Each(func(sh *shard) { // each shard locked in turn
+		sh.DeleteFunc(func(_ string, l *lease) bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			n += l.have
+			l.have, l.dead, l.dropped, l.denied = 0, true, true, nil
+			return true
+		})
+	})
+	s.dropped.Add(n)
+}
+
 // Len reports the leases held.
 func (s *Store) Len() int { return s.shards.Len() }
 
@@ -629,6 +663,7 @@ func (s *Store) Stats() Stats {
 		Lost:     s.lost.Load(),
 		Local:    s.local.Load(),
 		Direct:   s.direct.Load(),
+		Dropped:  s.dropped.Load(),
 	}
 }
 

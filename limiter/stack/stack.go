@@ -8,6 +8,11 @@
 // knows which decorator goes where; package middleware builds its stores
 // with it, and so can a program that decides budgets without HTTP.
 //
+// When the store reports that it lost its data (DataLossNotifier, which
+// redisstore.Store implements), the Stack drops what it derived from it:
+// the over-limit caches forget their rejections and the split-budget
+// leases are discarded, so the middleware needs nothing of its own.
+//
 // StoreAll hands out the store as a limiter.MultiTaker for the several
 // budgets of one request (TakeAll), or says why it cannot: split-budget
 // leases never decide several budgets at once, so a configuration that
@@ -48,6 +53,17 @@ var _ Taker = limiter.Store(nil)
 type TakeAller interface {
 	Taker
 	limiter.MultiTaker
+}
+
+// DataLossNotifier is a Store that tells when it has lost its data (a
+// Redis restart without persistence, a failover to a replica that lagged,
+// a flush), as redisstore.Store does. New subscribes to it: on each loss
+// the Stack forgets every remembered rejection (overlimit.Store.Forget)
+// and drops every split-budget lease (splitbudget.Store.Drop), so no
+// request is refused, or admitted, from local state the store no longer
+// backs. Close unsubscribes.
+type DataLossNotifier interface {
+	OnDataLoss(f func()) (stop func())
 }
 
 // OverLimitCache chooses whether rejections are remembered in this process.
@@ -104,8 +120,9 @@ type Config struct {
 }
 
 // Stack is a put-together set of stores. Close releases what it owns: the
-// in-memory stores it created and the split budget's leases (given back to
-// the store); it never closes Config.Store.
+// in-memory stores it created, the split budget's leases (given back to
+// the store) and its subscription to the store's data-loss reports; it
+// never closes Config.Store.
 type Stack struct {
 	exact    Taker // the store, behind the over-limit cache when on
 	multi    bool  // the store is a limiter.MultiTaker, and so is exact
@@ -115,6 +132,8 @@ type Stack struct {
 	fallback *lastknown.Store
 	overflow *memorystore.Store
 	split    *splitbudget.Store
+	caches   []*overlimit.Store // the over-limit caches New built
+	stopLoss func()             // unsubscribes from the store's data-loss reports
 }
 
 // New validates cfg and puts the stores together.
@@ -174,6 +193,7 @@ func New(cfg Config) (*Stack, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: over-limit cache: %w", ErrInvalidConfig, err)
 		}
+		s.caches = append(s.caches, c)
 		return c, nil
 	}
 	if cache {
@@ -202,7 +222,22 @@ func New(cfg Config) (*Stack, error) {
 			s.leased = oneAtATime{s.leased.(limiter.Store)}
 		}
 	}
+	if n, ok := cfg.Store.(DataLossNotifier); ok && (len(s.caches) > 0 || s.split != nil) {
+		s.stopLoss = n.OnDataLoss(s.dropDerived)
+	}
 	return s, nil
+}
+
+// dropDerived drops the local state derived from the store's answers: the
+// remembered rejections and the split-budget leases. The fail-open
+// fallback and the overflow buckets are this process's own and stay.
+func (s *Stack) dropDerived() {
+	for _, c := range s.caches {
+		c.Forget()
+	}
+	if s.split != nil {
+		s.split.Drop()
+	}
 }
 
 // oneAtATime is the over-limit cache in front of split-budget leases,
@@ -267,6 +302,9 @@ func IsFull(err error) bool { return errors.Is(err, memorystore.ErrFull) }
 // Close gives the split budget's leases back and releases the in-memory
 // stores the Stack created. Config.Store is the caller's to close.
 func (s *Stack) Close() error {
+	if s.stopLoss != nil {
+		s.stopLoss()
+	}
 	var err error
 	if s.split != nil {
 		err = s.split.Close()
