@@ -56,11 +56,12 @@ func TestRunShutdownFinishesInFlight(t *testing.T) {
 		resp.Body.Close()
 		answered <- answer{status: resp.StatusCode, body: b, err: err, at: time.Now()}
 	}()
-	// The request is in flight once its price is debited: the bucket
-	// appears in Redis before the resolvers start their 300 ms.
+	// The request is in flight once its price is debited: alice's bucket
+	// appears in Redis before the resolvers start their 300 ms. (Other
+	// keys appear at start: the data-loss probe's epoch key.)
 	require.Eventually(t, func() bool {
-		n, err := rdb.DBSize(t.Context()).Result()
-		return err == nil && n > 0
+		keys, err := rdb.Keys(t.Context(), "*{user:alice}*bucket*").Result()
+		return err == nil && len(keys) > 0
 	}, waitLimit, time.Millisecond, "the slow request was never debited")
 
 	stopped := make(chan error, 1)
