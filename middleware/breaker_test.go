@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,10 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -223,4 +226,51 @@ func BenchmarkStoreDown(b *testing.B) {
 	b.Run("hanging-store/breaker-open/fail-closed", func(b *testing.B) {
 		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, FailureMode: middleware.FailClosed})
 	})
+}
+
+// toggleStore is a shared store (not the in-memory type, so the Limiter
+// gives it a breaker and the over-limit cache) that answers from memory
+// until told to fail, counting the calls that reach it while failing.
+type toggleStore struct {
+	*memorystore.Store
+	failing     atomic.Bool
+	failedCalls atomic.Int64
+}
+
+func (s *toggleStore) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
+	if s.failing.Load() {
+		s.failedCalls.Add(1)
+		return limiter.Decision{}, errTest
+	}
+	return s.Store.Take(ctx, key, l, cost)
+}
+
+// A refusal the over-limit cache answers is not the store's success: a
+// client hammering its exhausted budget must not keep the breaker closed
+// while every other principal's call fails against the store.
+func TestBreakerIgnoresOverLimitCacheAnswers(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	mem := cfg.Store.(*memorystore.Store)
+	store := &toggleStore{Store: mem}
+	cfg.Store = store
+	cfg.OverLimitCache = middleware.OverLimitCacheOn
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	search := request{method: "GET", path: "/api/search", header: bearer(aliceKey)}
+	for range 10 { // alice spends her 100 points
+		do(t, h, search)
+	}
+	if w := do(t, h, search); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("alice not refused: %d", w.Code)
+	}
+	store.failing.Store(true)
+	for range 20 {
+		if w := do(t, h, search); w.Code != http.StatusTooManyRequests { // answered by the cache
+			t.Fatalf("alice: %d", w.Code)
+		}
+		do(t, h, request{method: "GET", path: "/api/free", header: bearer(bobKey)}) // reaches the failing store
+	}
+	if n := store.failedCalls.Load(); n > int64(middleware.DefaultBreakerFailures) {
+		t.Errorf("%d calls reached the failing store; the breaker should have opened after %d", n, middleware.DefaultBreakerFailures)
+	}
 }

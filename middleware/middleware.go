@@ -770,6 +770,16 @@ func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id Identity,
 // mode; tr records the call.
 func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
 	tr.from, tr.key = p.store, key
+	if c, ok := p.store.(rememberer); ok {
+		// A refusal the over-limit cache remembers is answered without the
+		// store: it must not count as the store's success for the breaker
+		// (a failing store would stay "healthy" while refused clients
+		// hammer it), nor wait for the breaker's permission.
+		if d, hit := c.Remembered(key, p.limit, cost); hit {
+			tr.result = StoreOK
+			return d, nil
+		}
+	}
 	var d limiter.Decision
 	var err error
 	if t := l.allowStore(tr); t.Allowed {
@@ -808,6 +818,17 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 		return l.takeOverflow(ctx, p, cost, tr)
 	}
 	return d, err
+}
+
+// rememberer answers a refusal it remembers without asking the store (the
+// over-limit cache, limiter/overlimit).
+type rememberer interface {
+	Remembered(key string, limit limiter.Limit, cost int64) (limiter.Decision, bool)
+}
+
+// remembererAll is rememberer for several budgets at once.
+type remembererAll interface {
+	RememberedAll(reqs []limiter.Request, ds []limiter.Decision) (bool, error)
 }
 
 // storeResult names how a store call under tctx (from ctx) ended, and

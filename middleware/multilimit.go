@@ -409,6 +409,12 @@ func (l *Limiter) decideGroup(ctx context.Context, p *plan, reqs []limiter.Reque
 func (l *Limiter) takeAll(ctx context.Context, p *plan, reqs []limiter.Request, ds []limiter.Decision, tr *storeTrace) (limiter.MultiTaker, error) {
 	store := p.multi
 	tr.from, tr.key = p.store, reqs[0].Key
+	if c, ok := store.(remembererAll); ok {
+		if hit, err := c.RememberedAll(reqs, ds); hit { // as take: not the store's answer
+			tr.result = StoreOK
+			return store, err
+		}
+	}
 	var err error
 	if t := l.allowStore(tr); t.Allowed {
 		tctx, cancel := l.storeContext(ctx)

@@ -44,17 +44,12 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 	if err := limiter.CheckTakeAll(reqs, ds); err != nil {
 		return err
 	}
-	if s.answer(reqs, ds) {
-		if err := ctx.Err(); err != nil {
+	if answered, err := s.RememberedAll(reqs, ds); answered {
+		if ctxErr := ctx.Err(); ctxErr != nil {
 			clear(ds)
-			return fmt.Errorf("overlimit: %w", err)
+			return fmt.Errorf("overlimit: %w", ctxErr)
 		}
-		for i := range reqs { // as the store would say
-			if r := &reqs[i]; r.Cost > r.Limit.Capacity() {
-				return fmt.Errorf("overlimit: TakeAll request %d: %w", i, limiter.ExceedsCapacity(r.Cost, r.Limit.Capacity()))
-			}
-		}
-		return nil
+		return err
 	}
 	var genBuf [8]uint64
 	gens := genBuf[:0]
@@ -84,6 +79,25 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 		}
 	}
 	return nil
+}
+
+// RememberedAll is TakeAll's local answer: when a request is remembered as
+// rejected it writes the remembered rejections into ds (zero, "not
+// asked", for the others), reports true and returns TakeAll's error for a
+// cost above a capacity; otherwise it reports false and leaves ds alone.
+// It never asks the wrapped store, so a caller that must tell local
+// answers from the store's (a circuit breaker) asks it first. Requests
+// TakeAll would refuse before deciding are left to TakeAll (false).
+func (s *Store) RememberedAll(reqs []limiter.Request, ds []limiter.Decision) (bool, error) {
+	if limiter.CheckTakeAll(reqs, ds) != nil || !s.answer(reqs, ds) {
+		return false, nil
+	}
+	for i := range reqs { // as the store would say
+		if r := &reqs[i]; r.Cost > r.Limit.Capacity() {
+			return true, fmt.Errorf("overlimit: TakeAll request %d: %w", i, limiter.ExceedsCapacity(r.Cost, r.Limit.Capacity()))
+		}
+	}
+	return true, nil
 }
 
 // answer writes the remembered rejections of reqs into ds, zero for the

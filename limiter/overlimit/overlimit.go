@@ -145,21 +145,14 @@ func New(next limiter.Store, cfg Config) (*Store, error) {
 // its answer if it is a rejection.
 func (s *Store) Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error) {
 	sh := s.shards.Shard(key)
-	if cost > 0 && levelbound.Applies(limit.Algorithm) {
-		sh.RLock()
-		e, _ := sh.Get(key)
-		sh.RUnlock()
-		if e != nil && e.limit == limit && cost >= e.Cost {
-			if d, ok := e.Answer(s.clock.Now(), cost); ok {
-				if ctxErr := ctx.Err(); ctxErr != nil {
-					return limiter.Decision{}, fmt.Errorf("overlimit: %w", ctxErr)
-				}
-				if cost > limit.Burst {
-					return d, fmt.Errorf("overlimit: %w", limiter.ExceedsCapacity(cost, limit.Burst))
-				}
-				return d, nil
-			}
+	if d, ok := s.Remembered(key, limit, cost); ok {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return limiter.Decision{}, fmt.Errorf("overlimit: %w", ctxErr)
 		}
+		if cost > limit.Burst {
+			return d, fmt.Errorf("overlimit: %w", limiter.ExceedsCapacity(cost, limit.Burst))
+		}
+		return d, nil
 	}
 	gen := sh.gen.Load()
 	d, err := s.next.Take(ctx, key, limit, cost)
@@ -201,6 +194,24 @@ func (s *Store) Forget() {
 		sh.Clear()
 		sh.named.Clear()
 	})
+}
+
+// Remembered is the rejection Take would answer locally for cost under
+// limit at key, without asking the wrapped store, and whether there is
+// one. A caller that must tell local answers from the store's (a circuit
+// breaker counting the store's successes) asks it first.
+func (s *Store) Remembered(key string, limit limiter.Limit, cost int64) (limiter.Decision, bool) {
+	if cost <= 0 || !levelbound.Applies(limit.Algorithm) {
+		return limiter.Decision{}, false
+	}
+	sh := s.shards.Shard(key)
+	sh.RLock()
+	e, _ := sh.Get(key)
+	sh.RUnlock()
+	if e == nil || e.limit != limit || cost < e.Cost {
+		return limiter.Decision{}, false
+	}
+	return e.Answer(s.clock.Now(), cost)
 }
 
 // Len reports how many rejections are remembered, expired ones included
