@@ -263,6 +263,9 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id Identity, addr
 			n++
 		}
 	}
+	if n == 1 { // no quota, no limited field selected: the bucket alone
+		return l.spendIn(ctx, id, p, ln, cost)
+	}
 	sc := new(multiScratch)
 	var (
 		reqs []limiter.Request
