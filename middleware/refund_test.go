@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -101,5 +103,86 @@ func TestNoRefundWithoutStoreRefund(t *testing.T) {
 	w, resp := query(t, h, query61, bearer(aliceKey))
 	if *resp.Extensions.Cost.ActualQueryCost != 1 || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
 		t.Errorf("actual %d, remaining %s", *resp.Extensions.Cost.ActualQueryCost, w.Header().Get(middleware.HeaderXRateLimitRemaining))
+	}
+}
+
+// refundCounter is a toggleStore that counts the Refund calls reaching it.
+type refundCounter struct {
+	*toggleStore
+	refunds atomic.Int64
+}
+
+func (s *refundCounter) Refund(ctx context.Context, key string, l limiter.Limit, amount int64) (limiter.Decision, error) {
+	s.refunds.Add(1)
+	return s.toggleStore.Refund(ctx, key, l, amount)
+}
+
+// Refunds are skipped while the breaker is open: alice's operation priced
+// 61 is debited by the store, then, while it executes, the store fails and
+// Failures REST calls of bob's open the breaker. Her 60 unused points are
+// not given back (they return by refill), and no Refund reaches the store.
+// With the breaker still closed the same refund does reach it.
+func TestNoRefundWhileBreakerOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		breakDuring bool // the store fails and the breaker opens while alice's operation executes
+		refunds     int64
+		remaining   string
+		refunded    int64
+		breaker     middleware.BreakerState
+	}{
+		{"closed: refunded", false, 1, "99", 60, middleware.BreakerClosed},
+		{"open: skipped", true, 0, "39", 0, middleware.BreakerOpen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := withRefunds(testConfig(t, newClock()))
+			store := &refundCounter{toggleStore: &toggleStore{Store: cfg.Store.(*memorystore.Store)}}
+			cfg.Store = store
+			cfg.Breaker = middleware.BreakerOptions{Failures: 3, CoolDown: time.Minute}
+			rec := &recorder{}
+			cfg.Observer = rec
+			lim := newLimiter(t, cfg)
+			rest := lim.REST(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+
+			exec := newTestSchema().executable().(*graphql.ExecutableSchemaMock)
+			run := exec.ExecFunc
+			exec.ExecFunc = func(ctx context.Context) graphql.ResponseHandler {
+				if tc.breakDuring {
+					store.failing.Store(true)
+					for range 3 {
+						do(t, rest, request{method: "GET", path: "/api/free", header: bearer(bobKey)})
+					}
+				}
+				return run(ctx)
+			}
+			srv := handler.New(exec)
+			srv.AddTransport(transport.POST{})
+			h := lim.Handler(srv)
+
+			w, resp := query(t, h, query61, bearer(aliceKey))
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d", w.Code)
+			}
+			if n := store.failedCalls.Load(); tc.breakDuring && n != 3 {
+				t.Errorf("%d failed store calls, want 3", n)
+			}
+			if got := store.refunds.Load(); got != tc.refunds {
+				t.Errorf("%d Refund calls reached the store, want %d", got, tc.refunds)
+			}
+			if c := resp.Extensions.Cost; c.ActualQueryCost == nil || *c.ActualQueryCost != 1 {
+				t.Errorf("actual %v, want 1 (reported either way)", c.ActualQueryCost)
+			}
+			if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != tc.remaining {
+				t.Errorf("X-RateLimit-Remaining %s, want %s", got, tc.remaining)
+			}
+			evs := rec.take()
+			e := evs[len(evs)-1] // alice's, after bob's
+			if e.Charged != 61 || e.Refunded != tc.refunded {
+				t.Errorf("alice's event: charged %d refunded %d, want 61 and %d", e.Charged, e.Refunded, tc.refunded)
+			}
+			if e.Breaker != tc.breaker {
+				t.Errorf("breaker %q, want %q", e.Breaker, tc.breaker)
+			}
+		})
 	}
 }

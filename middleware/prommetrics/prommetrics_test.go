@@ -496,3 +496,80 @@ func TestCoreDoesNotImportPrometheus(t *testing.T) {
 		}
 	}
 }
+
+// find reads the series of name whose labels include the pairs given: a
+// gauge's value or a histogram's count; ok is false when there is none.
+func find(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (v float64, ok bool) {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, s := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range s.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			if h := s.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount()), true
+			}
+			return s.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// costguard_store_breaker_open follows Event.Breaker: absent until an
+// Event carries a breaker state, 1 while open or half-open, 0 once
+// closed, unchanged by an Event without one. A decision the open breaker
+// kept off the store (StoreSkipped) is timed under result="skipped",
+// which exists only once such a decision was made.
+func TestBreakerGaugeAndSkipped(t *testing.T) {
+	m, reg := newMetrics(t, prommetrics.WithPlans("free"))
+	const absent = -1
+	steps := []struct {
+		name    string
+		breaker middleware.BreakerState
+		result  middleware.StoreResult
+		gauge   float64 // absent: no series
+		skipped float64 // absent: no series
+	}{
+		{"no breaker", "", middleware.StoreOK, absent, absent},
+		{"closed", middleware.BreakerClosed, middleware.StoreOK, 0, absent},
+		{"failure opens", middleware.BreakerOpen, middleware.StoreError, 1, absent},
+		{"open: skipped", middleware.BreakerOpen, middleware.StoreSkipped, 1, 1},
+		{"no store call", "", "", 1, 1},
+		{"failed probe", middleware.BreakerOpen, middleware.StoreTimeout, 1, 1},
+		{"half-open: skipped behind the probe", middleware.BreakerHalfOpen, middleware.StoreSkipped, 1, 2},
+		{"good probe closes", middleware.BreakerClosed, middleware.StoreOK, 0, 2},
+		{"closed again", middleware.BreakerClosed, middleware.StoreOK, 0, 2},
+	}
+	for _, s := range steps {
+		m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted,
+			StoreResult: s.result, StoreDuration: time.Microsecond, Breaker: s.breaker})
+		g, ok := find(t, reg, "costguard_store_breaker_open")
+		if !ok {
+			g = absent
+		}
+		if g != s.gauge {
+			t.Errorf("%s: costguard_store_breaker_open %v, want %v (-1: absent)", s.name, g, s.gauge)
+		}
+		n, ok := find(t, reg, "costguard_store_duration_seconds", "result", string(middleware.StoreSkipped))
+		if !ok {
+			n = absent
+		}
+		if n != s.skipped {
+			t.Errorf(`%s: costguard_store_duration_seconds{result="skipped"} count %v, want %v (-1: absent)`, s.name, n, s.skipped)
+		}
+	}
+}
