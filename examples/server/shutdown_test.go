@@ -92,15 +92,7 @@ func TestRunShutdownFinishesInFlight(t *testing.T) {
 	// Everything run started has ended: the HTTP server, the limiter, the
 	// store's batcher and the Redis client's pool.
 	client.CloseIdleConnections()
-	deadline := time.Now().Add(waitLimit)
-	for runtime.NumGoroutine() > baseline && time.Now().Before(deadline) {
-		runtime.Gosched()
-		time.Sleep(5 * time.Millisecond) // polling a count; no result is timed
-	}
-	if n := runtime.NumGoroutine(); n > baseline {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines after shutdown, %d before start:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
-	}
+	requireGoroutinesEnded(t, baseline)
 
 	// The refund reached Redis: a new server sees 5000 - 14 - 1 after a
 	// REST call of cost 1, not 5000 - 61 - 1.
@@ -115,4 +107,19 @@ func TestRunShutdownFinishesInFlight(t *testing.T) {
 	assert.Equal(t, fmt.Sprint(5000-14-1), resp2.Header.Get(middleware.HeaderXRateLimitRemaining))
 	require.NoError(t, r2.stop())
 	client.CloseIdleConnections()
+}
+
+// requireGoroutinesEnded waits until no more goroutines run than baseline,
+// counted before run started, and fails with every stack if some remain.
+func requireGoroutinesEnded(t *testing.T, baseline int) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for runtime.NumGoroutine() > baseline && time.Now().Before(deadline) {
+		runtime.Gosched()
+		time.Sleep(5 * time.Millisecond) // polling a count; no result is timed
+	}
+	if n := runtime.NumGoroutine(); n > baseline {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines after shutdown, %d before start:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
+	}
 }
