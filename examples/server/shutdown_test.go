@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -92,15 +95,7 @@ func TestRunShutdownFinishesInFlight(t *testing.T) {
 	// Everything run started has ended: the HTTP server, the limiter, the
 	// store's batcher and the Redis client's pool.
 	client.CloseIdleConnections()
-	deadline := time.Now().Add(waitLimit)
-	for runtime.NumGoroutine() > baseline && time.Now().Before(deadline) {
-		runtime.Gosched()
-		time.Sleep(5 * time.Millisecond) // polling a count; no result is timed
-	}
-	if n := runtime.NumGoroutine(); n > baseline {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines after shutdown, %d before start:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
-	}
+	requireGoroutinesEnded(t, baseline)
 
 	// The refund reached Redis: a new server sees 5000 - 14 - 1 after a
 	// REST call of cost 1, not 5000 - 61 - 1.
@@ -115,4 +110,98 @@ func TestRunShutdownFinishesInFlight(t *testing.T) {
 	assert.Equal(t, fmt.Sprint(5000-14-1), resp2.Header.Get(middleware.HeaderXRateLimitRemaining))
 	require.NoError(t, r2.stop())
 	client.CloseIdleConnections()
+}
+
+// TestRunShutdownReturnsLeases: a plan with split_budget: true spends from
+// a lease taken out of Redis at once; a shutdown gives the unspent part
+// back, so Redis then holds the burst less exactly what the admitted
+// requests cost, and no goroutine is left behind.
+func TestRunShutdownReturnsLeases(t *testing.T) {
+	const (
+		burst = 5000
+		lease = burst / 20 // split_budget.lease_fraction 0.05
+	)
+	srv := redistest.StartServer(t) // its process watcher is part of the baseline
+	path := filepath.Join(t.TempDir(), "costguard.yaml")
+	// A refill of 1 point a day leaves every count exact for the test's
+	// length; a settle interval of an hour leaves the lease to the
+	// shutdown to give back.
+	cfg := "split_budget: {lease_fraction: 0.05, settle_interval: 1h}\n" +
+		"plans: {free: {burst: 5000, rate: 1, per: 24h, split_budget: true}, anon: {burst: 500, rate: 500, per: 1h}}\n" +
+		"api_keys: {" + demoAPIKey + ": {principal: alice, plan: free}}\n"
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	args := []string{"-addr", "127.0.0.1:0", "-config", path, "-redis", "redis://" + srv.Addr() + "/0"}
+	client := &http.Client{Transport: &http.Transport{}, Timeout: waitLimit}
+	rdb := srv.Client(t)
+	require.NoError(t, rdb.Ping(t.Context()).Err())
+	// inRedis peeks at alice's budget in Redis (a take of 0) through a
+	// store of its own, closed before it returns.
+	limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: burst, Rate: 1, Period: 24 * time.Hour}
+	inRedis := func() int64 {
+		t.Helper()
+		st, err := redisstore.New(rdb, redisstore.Config{})
+		require.NoError(t, err)
+		defer st.Close()
+		d, err := st.Take(t.Context(), "user:alice", limit, 0)
+		require.NoError(t, err)
+		return d.Remaining
+	}
+	baseline := runtime.NumGoroutine()
+
+	r := startRun(t, args...)
+	do := func(req *http.Request) *http.Response {
+		t.Helper()
+		req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	// Three REST calls of 1 point and the README query (61 requested, 14
+	// actual after the refund), all from one lease.
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodGet, r.url+"/api/users/octocat", nil)
+		resp := do(req)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	body, _ := json.Marshal(map[string]string{"query": readmeQuery})
+	req, _ := http.NewRequest(http.MethodPost, r.url+"/graphql", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp := do(req)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	var gql gqlResponse
+	require.NoError(t, json.Unmarshal(b, &gql), string(b))
+	require.NotNil(t, gql.Extensions.Cost.ActualQueryCost)
+	require.EqualValues(t, 14, *gql.Extensions.Cost.ActualQueryCost)
+	const spent = 3*1 + 14
+
+	// The process holds one whole lease: Redis has paid it out, not the
+	// 17 points spent from it.
+	assert.EqualValues(t, burst-lease, inRedis(), "Redis while the lease is held")
+
+	require.NoError(t, r.stop(), "a graceful shutdown returns nil")
+	client.CloseIdleConnections()
+	requireGoroutinesEnded(t, baseline)
+
+	// The unspent lease went back: only what was admitted is gone.
+	assert.EqualValues(t, burst-spent, inRedis(), "Redis after the shutdown")
+}
+
+// requireGoroutinesEnded waits until no more goroutines run than baseline,
+// counted before run started, and fails with every stack if some remain.
+func requireGoroutinesEnded(t *testing.T, baseline int) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for runtime.NumGoroutine() > baseline && time.Now().Before(deadline) {
+		runtime.Gosched()
+		time.Sleep(5 * time.Millisecond) // polling a count; no result is timed
+	}
+	if n := runtime.NumGoroutine(); n > baseline {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines after shutdown, %d before start:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
+	}
 }
