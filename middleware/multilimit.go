@@ -156,6 +156,13 @@ func (s *settings) buildFieldLimits(fls map[string]FieldLimit) error {
 	if len(fls) == 0 {
 		return nil
 	}
+	// One decision takes the bucket, the quota and every limited field an
+	// operation selects in one TakeAll, which refuses more than
+	// limiter.MaxTakeAll budgets: past that, an operation selecting them
+	// all would fail like a broken store (and count towards the breaker).
+	if most := limiter.MaxTakeAll - 2; len(fls) > most {
+		return fmt.Errorf("%w: %d field limits; at most %d fit one decision with the bucket and the quota", ErrInvalidConfig, len(fls), most)
+	}
 	s.fieldLimits = make(map[string]*fieldLimit, len(fls))
 	for _, coord := range slices.Sorted(maps.Keys(fls)) {
 		fl := fls[coord]

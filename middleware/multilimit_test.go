@@ -372,6 +372,12 @@ func TestMultiLimitConfigErrors(t *testing.T) {
 		{"field limit of zero", func(c *middleware.Config) {
 			c.FieldLimits = map[string]middleware.FieldLimit{"Mutation.createIssue": {Per: time.Minute}}
 		}, "must be positive"},
+		{"more field limits than one decision holds", func(c *middleware.Config) {
+			c.FieldLimits = map[string]middleware.FieldLimit{}
+			for i := range 63 {
+				c.FieldLimits[fmt.Sprintf("Query.f%d", i)] = middleware.FieldLimit{Limit: 1, Per: time.Minute}
+			}
+		}, "at most 62"},
 		{"field limit by whom", func(c *middleware.Config) {
 			c.FieldLimits = map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Minute, By: "user"}}
 		}, `by "user"`},
