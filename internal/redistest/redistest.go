@@ -262,25 +262,36 @@ func (s *Server) startLocked() error {
 			"--cluster-node-timeout", "5000",
 		)
 	}
+	p, err := startProcess(s.dir, s.Addr(), serverBinary, args...)
+	if err != nil {
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// startProcess runs bin with args in dir, keeping the tail of what it
+// prints, and waits until it answers at addr; a process that never does is
+// killed.
+func startProcess(dir, addr, bin string, args ...string) (*process, error) {
 	log := &tailBuffer{max: logTailBytes}
-	cmd := exec.Command(serverBinary, args...)
-	cmd.Dir = s.dir
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
 	cmd.Stdout = log
 	cmd.Stderr = log
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("redistest: start %s: %w", serverBinary, err)
+		return nil, fmt.Errorf("redistest: start %s: %w", bin, err)
 	}
 	p := &process{cmd: cmd, log: log, exited: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(p.exited)
 	}()
-	if err := waitReady(p, s.Addr()); err != nil {
-		return errors.Join(err, killAndWait(p))
+	if err := waitReady(p, addr); err != nil {
+		return nil, errors.Join(err, killAndWait(p))
 	}
-	s.proc = p
-	return nil
+	return p, nil
 }
 
 func (s *Server) stopLocked() error {

@@ -175,22 +175,9 @@ func (p *sentinelProc) start(primaryPort int) error {
 	if _, err := exec.LookPath(sentinelBinary); err != nil {
 		bin, args = serverBinary, []string{file, "--sentinel"}
 	}
-	log := &tailBuffer{max: logTailBytes}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = p.dir
-	cmd.Stdout = log
-	cmd.Stderr = log
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("redistest: start %s: %w", bin, err)
-	}
-	proc := &process{cmd: cmd, log: log, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(proc.exited)
-	}()
-	if err := waitReady(proc, p.addr()); err != nil {
-		return errors.Join(err, killAndWait(proc))
+	proc, err := startProcess(p.dir, p.addr(), bin, args...)
+	if err != nil {
+		return err
 	}
 	p.proc = proc
 	return nil
