@@ -666,3 +666,39 @@ func TestRatioRounds(t *testing.T) {
 		t.Errorf("fmtRatioRange(NaN) = %q", s)
 	}
 }
+
+// BenchmarkOverhead serves the overhead group's queries through its three
+// handlers (bare gqlgen, gqlgen's FixedComplexityLimit, the limiter with
+// overheadLimiterConfig), one request per iteration. It is what the
+// callgrind recipe of BENCHMARKS.md ("End-to-end overhead") counts:
+//
+//	go test -c -o overhead.test . && GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 \
+//	  valgrind --tool=callgrind --callgrind-out-file=/dev/null ./overhead.test \
+//	  -test.run '^$' -test.bench 'Overhead/one-field/costguard$' -test.benchtime 3000x
+//
+// run at 3,000 and 6,000 iterations; the difference over 3,000 is the
+// instructions of one request.
+func BenchmarkOverhead(b *testing.B) {
+	hs, closeLim, err := overheadHandlers()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeLim()
+	for _, q := range overheadQueries {
+		body, err := json.Marshal(map[string]string{"query": q.query})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, h := range hs {
+			b.Run(q.name+"/"+handlerNames[i], func(b *testing.B) {
+				serve := serveCall(h, body)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := serve(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
