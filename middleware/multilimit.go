@@ -192,6 +192,7 @@ func (s *settings) buildFieldLimits(fls map[string]FieldLimit) error {
 			policy: quoted + ";q=" + strconv.FormatInt(fl.Limit, 10) + ";w=" + strconv.FormatInt(fillSeconds(fl.Limit, fl.Limit, fl.Per), 10),
 		}
 		s.fieldCoords = append(s.fieldCoords, coord)
+		s.anyByIP = s.anyByIP || fl.By == ByIP
 	}
 	for _, p := range s.plans {
 		if p.SplitBudget {
@@ -204,12 +205,10 @@ func (s *settings) buildFieldLimits(fls map[string]FieldLimit) error {
 // clientAddr is r's client address key when a field limit counts by
 // address, else "".
 func (s *settings) clientAddr(r *http.Request) string {
-	for _, fl := range s.fieldLimits {
-		if fl.byIP {
-			return s.addrKey(r)
-		}
+	if !s.anyByIP {
+		return ""
 	}
-	return ""
+	return s.addrKey(r)
 }
 
 // multiLimited reports whether requests on p may be decided by more than

@@ -27,8 +27,10 @@ type settings struct {
 	// coordinates, sorted, as the analyzer counts them.
 	fieldLimits map[string]*fieldLimit
 	fieldCoords []string
-	// addrKey keys a request by its client address, for limits ByIP.
+	// addrKey keys a request by its client address, for limits ByIP;
+	// anyByIP says whether a field limit needs it.
 	addrKey func(*http.Request) string
+	anyByIP bool
 }
 
 // compileSettings validates the reloadable part of cfg.
