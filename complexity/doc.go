@@ -111,7 +111,9 @@
 //     The result is read-only for every caller.
 //   - Conditions: the variables read by @skip and @include (up to
 //     MaxPlanConditions) select one sub-plan per assignment of true and
-//     false, each compiled as below.
+//     false, each compiled as below when a request first needs it (Compile
+//     compiles the all-false one), so a new document costs one or two
+//     compilations, not one per assignment, before anything is charged.
 //   - Evaluated: when slicing arguments (first, last, @listSize
 //     slicingArguments, the sizes handed to sizedFields and to a
 //     Connection's edges and nodes) or priced arguments read variables,

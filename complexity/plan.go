@@ -18,7 +18,7 @@ const MaxPlanConditions = 4
 
 // Plan is the price of one operation of one document, compiled by
 // Analyzer.Compile for repeated pricing: Evaluate gives, for any variables,
-// exactly what AnalyzeOperation gives. A Plan is immutable and safe for
+// exactly what AnalyzeOperation gives. A Plan is safe for
 // concurrent use. It keeps the document and the operation it was compiled
 // from (Evaluate may price them from scratch), so it belongs next to them
 // in a query cache.
@@ -46,6 +46,7 @@ type condVar struct {
 // a constant result, a compiled tree to evaluate, or neither (priced from
 // scratch).
 type subPlan struct {
+	once     sync.Once // compiles it on first use (Plan.sub)
 	constant bool
 	report   *Report
 	err      error
@@ -55,6 +56,7 @@ type subPlan struct {
 	intro    bool       // the operation selects __schema or __type
 	slots    int        // memoised sets, see planSet.slot
 	pool     *sync.Pool // *planEval
+	bytes    int64      // what it retains, for Plan.Size
 }
 
 // planSet is a selection set compiled for one concrete type, or for an
@@ -133,17 +135,28 @@ func (a *Analyzer) Compile(doc *ast.QueryDocument, op *ast.OperationDefinition) 
 	p.conds = conds
 	p.subs = make([]subPlan, 1<<len(conds))
 	p.size += int64(len(conds))*int64(unsafe.Sizeof(condVar{})) + int64(len(p.subs))*int64(unsafe.Sizeof(subPlan{}))
-	for idx := range p.subs {
+	// The sub-plans are compiled when a request first needs them, so that
+	// a new document costs one compilation, not one per assignment of its
+	// conditions (up to 2^MaxPlanConditions) before anything is charged.
+	// Size charges every sub-plan as much as the first.
+	p.size += p.sub(0).bytes * int64(len(p.subs))
+	return p, nil
+}
+
+// sub returns sub-plan idx, compiling it on first use.
+func (p *Plan) sub(idx int) *subPlan {
+	s := &p.subs[idx]
+	s.once.Do(func() {
 		var vars map[string]any
-		if len(conds) > 0 {
-			vars = make(map[string]any, len(conds))
-			for i, c := range conds {
+		if len(p.conds) > 0 {
+			vars = make(map[string]any, len(p.conds))
+			for i, c := range p.conds {
 				vars[c.name] = idx&(1<<i) != 0
 			}
 		}
-		p.size += a.compileSub(&p.subs[idx], doc, op, vars)
-	}
-	return p, nil
+		s.bytes = p.a.compileSub(s, p.doc, p.op, vars)
+	})
+	return s
 }
 
 // Size is the approximate number of bytes the Plan retains of its own (not
@@ -176,7 +189,7 @@ func (p *Plan) Evaluate(variables map[string]any) (*Report, error) {
 			idx |= 1 << i
 		}
 	}
-	s := &p.subs[idx]
+	s := p.sub(idx)
 	switch {
 	case s.constant:
 		return s.report, s.err

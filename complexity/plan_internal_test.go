@@ -21,7 +21,8 @@ func planKinds(p *Plan) []string {
 		return []string{"scratch"}
 	}
 	var kinds []string
-	for _, s := range p.subs {
+	for i := range p.subs {
+		s := p.sub(i)
 		switch {
 		case s.constant:
 			kinds = append(kinds, "constant")
