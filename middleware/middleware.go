@@ -458,6 +458,8 @@ type Limiter struct {
 	notInstalledWarn everyMinute
 	// installed: an Extension of this Limiter was added to a gqlgen server.
 	installed atomic.Bool
+	// screened remembers the queries that passed the document bounds.
+	screened *screenCache
 	// schemas are those the Extensions of this Limiter price, for Reload
 	// to check new options and field limits against.
 	schemasMu sync.Mutex
@@ -477,6 +479,7 @@ func New(cfg Config) (*Limiter, error) {
 		clock:     cfg.Clock,
 		randFloat: rand.Float64,
 		maxBody:   cfg.MaxBodyBytes,
+		screened:  newScreenCache(),
 	}
 	if l.timeout < 0 {
 		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, l.timeout)

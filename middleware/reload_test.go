@@ -49,6 +49,36 @@ func TestReloadSwapsSettings(t *testing.T) {
 	}
 }
 
+// A document screened under the old bounds is screened again under the
+// new ones: the screen cache remembers what a query passed, not that it
+// passed.
+func TestReloadRechecksScreenedDocuments(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	lim := newLimiter(t, cfg)
+	h := graphQLServer(lim, newTestSchema())
+	doc := `{ viewer { login } }` // 6 tokens
+	for range 2 {
+		if w, resp := query(t, h, doc, bearer(aliceKey)); w.Code != http.StatusOK {
+			t.Fatalf("before reload: status %d code %q", w.Code, resp.code())
+		}
+	}
+	next := cfg
+	next.GraphQL.MaxTokens = 5
+	if err := lim.Reload(next); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if w, resp := query(t, h, doc, bearer(aliceKey)); w.Code != http.StatusUnprocessableEntity || resp.code() != "MAX_TOKENS_EXCEEDED" {
+		t.Errorf("MaxTokens 5 after reload: status %d code %q", w.Code, resp.code())
+	}
+	if err := lim.Reload(cfg); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if w, resp := query(t, h, doc, bearer(aliceKey)); w.Code != http.StatusOK {
+		t.Errorf("back to the old bounds: status %d code %q", w.Code, resp.code())
+	}
+}
+
 // A bad configuration is refused and the running one stays.
 func TestReloadRefusesBadConfig(t *testing.T) {
 	clock := newClock()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/internal/echo"
+	"github.com/costguard/costguard/internal/jsontext"
 )
 
 // GraphQL error codes of requests refused before gqlgen reads them. Their
@@ -152,7 +153,7 @@ var requestMembers = []string{"query", "operationName", "variables", "extensions
 // screenJSONParams checks a POST body and returns it, or a copy without the
 // undeclared variables.
 func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refusal) {
-	if !json.Valid(body) {
+	if !jsontext.Valid(body) {
 		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not valid JSON")
 	}
 	s := jsonScanner{b: body}
@@ -161,7 +162,7 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not a JSON object")
 	}
 	var (
-		query     string
+		query     []byte   // the query's string literal
 		vars      []member // members of the variables object
 		varsStart int      // offsets of the variables object, '{' to '}'
 		varsEnd   int
@@ -191,7 +192,7 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 				return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be a string", canonical)
 			}
 			if canonical == "query" && v[0] == '"' {
-				query = jsonString(v)
+				query = v
 			}
 		case "variables", "extensions":
 			if v[0] != '{' && !isNull(v) {
@@ -209,10 +210,11 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 			}
 		}
 	}
-	if ref := l.checkDocument(query, st); ref != nil {
+	screened, ref := l.screenQuery(query, st)
+	if ref != nil {
 		return nil, ref
 	}
-	keep := declaredIn(query, vars, st.set.gql.MaxTokens)
+	keep := screened.keep(vars)
 	if keep == nil {
 		return body, nil
 	}
@@ -220,6 +222,27 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	out = append(out, body[:varsStart]...)
 	out = appendKept(out, body, vars, keep)
 	return append(out, body[varsEnd:]...), nil
+}
+
+// screenQuery applies the document bounds to the query whose JSON string
+// literal is literal (nil: none), from the screen cache when the same
+// literal passed the same bounds before, and marks st checked.
+func (l *Limiter) screenQuery(literal []byte, st *requestState) (*screenedQuery, *refusal) {
+	lim := st.set.documentLimits()
+	if literal == nil {
+		return &screenedQuery{}, l.checkDocument("", st)
+	}
+	if q := l.screened.get(literal); q != nil && q.limits == lim {
+		st.documentChecked = q.query
+		return q, nil
+	}
+	key, query, shared := queryLiteral(literal)
+	if ref := l.checkDocument(query, st); ref != nil {
+		return nil, ref
+	}
+	q := newScreenedQuery(key, query, shared, lim)
+	l.screened.put(key, q)
+	return q, nil
 }
 
 // jsonString decodes v, a valid JSON string literal, as encoding/json
@@ -235,47 +258,51 @@ func jsonString(v []byte) string {
 	}
 	out := make([]byte, 0, len(v))
 	for i := 0; i < len(v); {
-		c := v[i]
-		switch {
-		case c == '\\':
-			i++
-			switch e := v[i]; e {
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r := hex4(v[i+1 : i+5])
-				i += 4
-				if utf16.IsSurrogate(r) {
-					if i+6 < len(v) && v[i+1] == '\\' && v[i+2] == 'u' { // a pair: \uD83D\uDE00
-						if r2 := utf16.DecodeRune(r, hex4(v[i+3:i+7])); r2 != utf8.RuneError {
-							out = utf8.AppendRune(out, r2)
-							i += 7
-							continue
-						}
-					}
-					r = utf8.RuneError
-				}
-				out = utf8.AppendRune(out, r)
-			default: // '"', '\\', '/'
-				out = append(out, e)
+		// A run without escapes (valid JSON holds no raw quote or control
+		// character) is copied at once when it is valid UTF-8.
+		end := jsontext.PlainEnd(v, i)
+		if run := v[i:end]; utf8.Valid(run) {
+			out = append(out, run...)
+		} else {
+			for len(run) > 0 {
+				r, size := utf8.DecodeRune(run)
+				out = utf8.AppendRune(out, r) // RuneError for an invalid byte, as encoding/json
+				run = run[size:]
 			}
-			i++
-		case c < utf8.RuneSelf:
-			out = append(out, c)
-			i++
-		default:
-			r, size := utf8.DecodeRune(v[i:])
-			out = utf8.AppendRune(out, r) // RuneError for an invalid byte, as encoding/json
-			i += size
 		}
+		if i = end; i >= len(v) {
+			break
+		}
+		i++ // the backslash
+		switch e := v[i]; e {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := hex4(v[i+1 : i+5])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if i+6 < len(v) && v[i+1] == '\\' && v[i+2] == 'u' { // a pair: \uD83D\uDE00
+					if r2 := utf16.DecodeRune(r, hex4(v[i+3:i+7])); r2 != utf8.RuneError {
+						out = utf8.AppendRune(out, r2)
+						i += 7
+						continue
+					}
+				}
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
+		default: // '"', '\\', '/'
+			out = append(out, e)
+		}
+		i++
 	}
 	return string(out)
 }
@@ -334,7 +361,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 			continue
 		}
 		b := []byte(v)
-		if !json.Valid(b) {
+		if !jsontext.Valid(b) {
 			return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s is not valid JSON", name)
 		}
 		b = bytes.TrimSpace(b)
@@ -352,7 +379,9 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		for m := range s.members() {
 			vars = append(vars, m)
 		}
-		keep := declaredIn(q.Get("query"), vars, st.set.gql.MaxTokens)
+		var screened screenedQuery
+		screened.dollars, screened.unreadable = dollarNames(q.Get("query"))
+		keep := screened.keep(vars)
 		if keep == nil {
 			continue
 		}
@@ -440,45 +469,6 @@ func selectedOperation(query, operationName string) string {
 	return ""
 }
 
-// declaredIn returns which variables to keep, or nil to keep them all: a
-// variable is dropped when the document never writes $name. Reading the
-// document stops after maxTokens tokens (0: no limit); a longer document
-// is refused by the Extension anyway, so nothing is dropped then.
-func declaredIn(query string, vars []member, maxTokens int) []bool {
-	if len(vars) == 0 {
-		return nil
-	}
-	names := make(map[string]bool, len(vars))
-	lex := lexer.New(&ast.Source{Input: query})
-	afterDollar := false
-	for n := 0; maxTokens == 0 || n <= maxTokens; n++ {
-		tok, err := lex.ReadToken()
-		if err != nil {
-			return nil // a parse error: gqlgen refuses the document
-		}
-		if tok.Kind == lexer.EOF {
-			break
-		}
-		if afterDollar && tok.Kind == lexer.Name {
-			names[tok.Value] = true
-		}
-		afterDollar = tok.Kind == lexer.Dollar
-		if maxTokens > 0 && n == maxTokens {
-			return nil
-		}
-	}
-	keep := make([]bool, len(vars))
-	dropped := false
-	for i, m := range vars {
-		keep[i] = names[m.name]
-		dropped = dropped || !keep[i]
-	}
-	if !dropped {
-		return nil
-	}
-	return keep
-}
-
 func isNull(v []byte) bool { return string(v) == "null" }
 
 // newJSONBudget is a request's budget of variable values and nesting; a
@@ -515,7 +505,7 @@ func (b *jsonBudget) measure(name string, v []byte) *refusal {
 	return nil
 }
 
-// jsonScanner walks JSON that json.Valid accepted, so it only needs to find
+// jsonScanner walks JSON that jsontext.Valid accepted, so it only needs to find
 // where things start and end.
 type jsonScanner struct {
 	b []byte
@@ -552,6 +542,10 @@ func (s *jsonScanner) space() {
 func (s *jsonScanner) str() {
 	s.i++
 	for s.i < len(s.b) {
+		s.i = jsontext.PlainEnd(s.b, s.i)
+		if s.i >= len(s.b) {
+			return
+		}
 		switch s.b[s.i] {
 		case '\\':
 			s.i += 2

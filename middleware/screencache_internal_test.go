@@ -1,0 +1,81 @@
+package middleware
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/costguard/costguard/complexity"
+)
+
+// The cache stays within its bounds whatever is put in it, and finds what
+// it kept.
+func TestScreenCacheBounds(t *testing.T) {
+	lim := complexity.DocumentLimits{MaxTokens: 100}
+	for _, size := range []int{10, 2000, 40_000} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			c := newScreenCache()
+			var last string
+			for i := range 5 * screenCacheEntries {
+				literal := fmt.Sprintf(`"query Q%d($a: Int) { x(a: $a) %s }"`, i, strings.Repeat(" ", size))
+				key, query, shared := queryLiteral([]byte(literal))
+				c.put(key, newScreenedQuery(key, query, shared, lim))
+				if q := c.get([]byte(literal)); q == nil || q.query != literal[1:len(literal)-1] {
+					t.Fatalf("entry %d not found after put: %+v", i, q)
+				}
+				last = literal
+			}
+			entries, bytes := 0, int64(0)
+			for i := range c.shards {
+				s := &c.shards[i]
+				entries += len(s.m)
+				bytes += s.bytes
+				var sum int64
+				for _, q := range s.m {
+					sum += q.bytes
+				}
+				if sum != s.bytes {
+					t.Errorf("shard %d counts %d bytes, holds %d", i, s.bytes, sum)
+				}
+			}
+			if entries > screenCacheEntries || bytes > screenCacheBytes {
+				t.Errorf("%d entries, %d bytes: past the bounds %d, %d", entries, bytes, screenCacheEntries, screenCacheBytes)
+			}
+			if entries < screenCacheShards {
+				t.Errorf("only %d entries kept", entries)
+			}
+			if q := c.get([]byte(last)); q == nil || len(q.dollars) != 1 || q.dollars[0] != "a" {
+				t.Errorf("last entry: %+v", q)
+			}
+		})
+	}
+	c := newScreenCache()
+	huge := `"` + strings.Repeat("x", screenCacheMaxQuery) + `"`
+	key, query, shared := queryLiteral([]byte(huge))
+	c.put(key, newScreenedQuery(key, query, shared, lim))
+	if c.get([]byte(huge)) != nil {
+		t.Error("a query past screenCacheMaxQuery was kept")
+	}
+}
+
+// An entry knows which variables its document reads, and keeps them all
+// when the lexer cannot read it.
+func TestScreenedQueryKeep(t *testing.T) {
+	vars := []member{{name: "a"}, {name: "b"}, {name: "c"}}
+	for _, tc := range []struct {
+		literal string
+		want    []bool
+	}{
+		{`"query($a: Int, $c: Int) { x(a: $a, c: $c) }"`, []bool{true, false, true}},
+		{`"query($\u0062: Int) { x }"`, []bool{false, true, false}},
+		{`"query($a: Int, $b: Int, $c: Int) { x }"`, nil},
+		{`"{ x }"`, []bool{false, false, false}},
+		{`"{ x(s: \"unterminated) }"`, nil},
+	} {
+		key, query, shared := queryLiteral([]byte(tc.literal))
+		got := newScreenedQuery(key, query, shared, complexity.DocumentLimits{}).keep(vars)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: keep %v, want %v", tc.literal, got, tc.want)
+		}
+	}
+}
