@@ -188,8 +188,11 @@ func (g *respGen) data(p prepared) []byte {
 		return []byte("null")
 	}
 	root := g.schema.Query
-	if p.op.Operation == ast.Mutation {
+	switch p.op.Operation {
+	case ast.Mutation:
 		root = g.schema.Mutation
+	case ast.Subscription:
+		root = g.schema.Subscription
 	}
 	g.doc, g.vars = p.doc, p.vars
 	return g.object(nil, root, []ast.SelectionSet{p.op.SelectionSet}, 0)
