@@ -55,7 +55,7 @@ func (a *Analyzer) ActualCost(doc *ast.QueryDocument, op *ast.OperationDefinitio
 	if err != nil {
 		return 0, err
 	}
-	r := response{b: data, w: w}
+	r := response{b: data, s: &w.read}
 	c, err := r.data(&set)
 	if err != nil {
 		return 0, err
@@ -68,15 +68,36 @@ func (a *Analyzer) ActualCost(doc *ast.QueryDocument, op *ast.OperationDefinitio
 // the operation's depth.
 const maxSkipDepth = 10000
 
-// response reads a response's data alongside the operation's priced tree.
-// Scratch space lives in the walker: w.seen (which fields of the objects
-// being read were found), w.nest (the containers a skipped value has open),
-// w.text (a decoded key or __typename) and w.path (the response path, for
-// errors).
+// response reads a response's data alongside the operation's priced tree,
+// with scratch space s.
 type response struct {
 	b []byte
 	i int
-	w *walker
+	s *reading
+}
+
+// reading is the scratch space of reading a response, recycled with a
+// walker or, for Plan.ActualCost, on its own.
+type reading struct {
+	seen []bool   // which fields of the objects being read were found
+	nest []byte   // the containers a skipped value has open
+	text []byte   // a decoded key or __typename
+	path []string // the response path, for errors
+	// keyIndex indexes the keys of large sets whose keys came out of
+	// order (see find).
+	keyIndex map[*pricedField]map[string]int
+}
+
+// reset empties s for the next reading; false when it grew too large to
+// keep.
+func (s *reading) reset() bool {
+	if cap(s.seen) > 1024 || cap(s.nest) > 1024 || cap(s.text) > 1024 || cap(s.path) > 256 {
+		return false
+	}
+	clear(s.path[:cap(s.path)])
+	s.seen, s.nest, s.text, s.path = s.seen[:0], s.nest[:0], s.text[:0], s.path[:0]
+	s.keyIndex = nil
+	return true
 }
 
 // data prices the whole data member: null, or the root object.
@@ -113,8 +134,8 @@ func (r *response) object(set *pricedSet, weight Cost) (Cost, error) {
 	}
 	r.i++
 	fields := set.fields
-	mark := len(r.w.seen)
-	r.w.seen = append(r.w.seen, make([]bool, len(fields))...)
+	mark := len(r.s.seen)
+	r.s.seen = append(r.s.seen, make([]bool, len(fields))...)
 	total := weight
 	if r.peek() == '}' {
 		r.i++
@@ -130,10 +151,10 @@ func (r *response) object(set *pricedSet, weight Cost) (Cost, error) {
 					return 0, err
 				}
 			} else {
-				if r.w.seen[mark+i] {
+				if r.s.seen[mark+i] {
 					return 0, r.fail(fmt.Sprintf("key %q appears twice in one object", fields[i].key))
 				}
-				r.w.seen[mark+i], hint = true, i+1
+				r.s.seen[mark+i], hint = true, i+1
 				c, err := r.field(&fields[i])
 				if err != nil {
 					return 0, err
@@ -149,11 +170,11 @@ func (r *response) object(set *pricedSet, weight Cost) (Cost, error) {
 		}
 	}
 	for i := range fields {
-		if !r.w.seen[mark+i] {
+		if !r.s.seen[mark+i] {
 			total = addCost(total, fields[i].absent())
 		}
 	}
-	r.w.seen = r.w.seen[:mark]
+	r.s.seen = r.s.seen[:mark]
 	return total, nil
 }
 
@@ -174,16 +195,16 @@ func (r *response) find(set *pricedSet, key []byte, hint int) int {
 	}
 	// Keys out of order in a large object: index them once per set of
 	// fields.
-	idx := r.w.keyIndex[&f[0]]
+	idx := r.s.keyIndex[&f[0]]
 	if idx == nil {
-		if r.w.keyIndex == nil {
-			r.w.keyIndex = make(map[*pricedField]map[string]int)
+		if r.s.keyIndex == nil {
+			r.s.keyIndex = make(map[*pricedField]map[string]int)
 		}
 		idx = make(map[string]int, len(f))
 		for i := range f {
 			idx[f[i].key] = i
 		}
-		r.w.keyIndex[&f[0]] = idx
+		r.s.keyIndex[&f[0]] = idx
 	}
 	if i, ok := idx[string(key)]; ok {
 		return i
@@ -199,9 +220,9 @@ func (r *response) field(pf *pricedField) (Cost, error) {
 	if r.peek() == 'n' {
 		return pf.absent(), r.literal("null")
 	}
-	r.w.path = append(r.w.path, pf.key)
+	r.s.path = append(r.s.path, pf.key)
 	items, err := r.values(pf, pf.info.listDepth)
-	r.w.path = r.w.path[:len(r.w.path)-1]
+	r.s.path = r.s.path[:len(r.s.path)-1]
 	if err != nil {
 		return 0, err
 	}
@@ -311,8 +332,8 @@ func (r *response) member(ret *typeInfo, m *memberSets) int {
 				return -1
 			}
 			if escaped {
-				r.w.text = unescape(r.w.text[:0], name)
-				name = r.w.text
+				r.s.text = unescape(r.s.text[:0], name)
+				name = r.s.text
 			}
 			i := memberIndex(ret.possible, name)
 			for _, t := range m.typenames {
@@ -356,7 +377,7 @@ func memberIndex(possible []*typeInfo, name []byte) int {
 }
 
 // key reads an object key and the colon after it. The bytes are data's own
-// unless the key holds escapes; then they are decoded into w.text and last
+// unless the key holds escapes; then they are decoded into s.text and last
 // until the next key is read.
 func (r *response) key() ([]byte, error) {
 	if r.peek() != '"' {
@@ -367,8 +388,8 @@ func (r *response) key() ([]byte, error) {
 		return nil, err
 	}
 	if escaped {
-		r.w.text = unescape(r.w.text[:0], k)
-		k = r.w.text
+		r.s.text = unescape(r.s.text[:0], k)
+		k = r.s.text
 	}
 	if !r.next(':') {
 		return nil, r.fail("expected ':' after a key")
@@ -377,10 +398,15 @@ func (r *response) key() ([]byte, error) {
 }
 
 // skip reads past the value at r.i, checking its syntax. Containers are
-// tracked in w.nest rather than by recursion, so any nesting costs one
+// tracked in s.nest rather than by recursion, so any nesting costs one
 // byte each, up to maxSkipDepth.
 func (r *response) skip() error {
-	nest := r.w.nest[:0]
+	if r.i < len(r.b) && r.b[r.i] == '"' {
+		// A string, the commonest value skipped (a leaf): no containers.
+		_, _, err := r.str()
+		return err
+	}
+	nest := r.s.nest[:0]
 	for {
 		// A value: a scalar, an empty container, or the start of one.
 		if c := r.peek(); c == '{' || c == '[' {
@@ -408,7 +434,7 @@ func (r *response) skip() error {
 		// then move on to the next element.
 		for {
 			if len(nest) == 0 {
-				r.w.nest = nest
+				r.s.nest = nest
 				return nil
 			}
 			end := nest[len(nest)-1]
@@ -476,21 +502,34 @@ func (r *response) str() (raw []byte, escaped bool, err error) {
 	b, i := r.b, r.i+1
 	start := i
 	for {
-		// Eight bytes at a time to the first that ends the plain run; the
-		// last few one by one.
-		for {
-			if i+8 > len(b) {
-				for i < len(b) && plain[b[i]] {
-					i++
-				}
-				break
+		// Sixteen bytes at a time to the first that ends the plain run (one
+		// test for both words, so long runs take one branch per 16 bytes),
+		// then eight, then the last few one by one.
+		for i+16 <= len(b) {
+			lo := special(binary.LittleEndian.Uint64(b[i:]))
+			hi := special(binary.LittleEndian.Uint64(b[i+8:]))
+			if lo|hi == 0 {
+				i += 16
+				continue
 			}
+			if lo != 0 {
+				i += bits.TrailingZeros64(lo) >> 3
+			} else {
+				i += 8 + bits.TrailingZeros64(hi)>>3
+			}
+			goto stop
+		}
+		if i+8 <= len(b) {
 			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
-				break
+				goto stop
 			}
 			i += 8
 		}
+		for i < len(b) && plain[b[i]] {
+			i++
+		}
+	stop:
 		r.i = i
 		if i >= len(b) {
 			return nil, false, r.fail("unterminated string")
@@ -651,10 +690,14 @@ func (r *response) literal(word string) error {
 	return nil
 }
 
-// ws skips whitespace.
+// space marks the bytes JSON skips as whitespace.
+var space = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
+
+// ws skips whitespace: one table look-up for the byte that ends it, which
+// in compact JSON (gqlgen's) is the first.
 func (r *response) ws() {
 	b, i := r.b, r.i
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+	for i < len(b) && space[b[i]] {
 		i++
 	}
 	r.i = i
@@ -669,9 +712,9 @@ func (r *response) peek() byte {
 	return 0
 }
 
-// next reads past c if it comes next (after whitespace).
+// next reads past c (never 0) if it comes next (after whitespace).
 func (r *response) next(c byte) bool {
-	if r.peek() == c && r.i < len(r.b) {
+	if r.peek() == c {
 		r.i++
 		return true
 	}
@@ -679,8 +722,8 @@ func (r *response) next(c byte) bool {
 }
 
 func (r *response) fail(what string) error {
-	if len(r.w.path) > 0 {
-		return fmt.Errorf("%w: %s at byte %d (under %s)", ErrInvalidResponse, what, r.i, strings.Join(r.w.path, "."))
+	if len(r.s.path) > 0 {
+		return fmt.Errorf("%w: %s at byte %d (under %s)", ErrInvalidResponse, what, r.i, strings.Join(r.s.path, "."))
 	}
 	return fmt.Errorf("%w: %s at byte %d", ErrInvalidResponse, what, r.i)
 }

@@ -188,8 +188,11 @@ func (g *respGen) data(p prepared) []byte {
 		return []byte("null")
 	}
 	root := g.schema.Query
-	if p.op.Operation == ast.Mutation {
+	switch p.op.Operation {
+	case ast.Mutation:
 		root = g.schema.Mutation
+	case ast.Subscription:
+		root = g.schema.Subscription
 	}
 	g.doc, g.vars = p.doc, p.vars
 	return g.object(nil, root, []ast.SelectionSet{p.op.SelectionSet}, 0)
@@ -235,7 +238,8 @@ func TestActualNeverExceedsRequested(t *testing.T) {
 
 // FuzzActualCost feeds arbitrary bytes as the data of the operations above:
 // no panic, an error only for an invalid response (always for bytes that
-// are not JSON), and otherwise 0 ≤ actual ≤ requested.
+// are not JSON), and otherwise 0 ≤ actual ≤ requested; and the operation's
+// compiled plan gives the same answer, cost or error.
 //
 //	go test ./complexity -run '^$' -fuzz FuzzActualCost -fuzztime 60s
 func FuzzActualCost(f *testing.F) {
@@ -245,6 +249,7 @@ func FuzzActualCost(f *testing.F) {
 		f.Fatal(err)
 	}
 	ops := make([]prepared, len(actualOps))
+	plans := make([]*complexity.Plan, len(actualOps))
 	requested := make([]int64, len(actualOps))
 	for i, o := range actualOps {
 		ops[i] = prepare(f, schema, o.query, o.vars)
@@ -253,6 +258,9 @@ func FuzzActualCost(f *testing.F) {
 			f.Fatal(err)
 		}
 		requested[i] = r.Points
+		if plans[i], err = a.Compile(ops[i].doc, ops[i].op); err != nil {
+			f.Fatal(err)
+		}
 	}
 	g := &respGen{rnd: rand.New(rand.NewPCG(3, 4)), schema: schema}
 	for i := range ops {
@@ -267,6 +275,9 @@ func FuzzActualCost(f *testing.F) {
 		i := int(op) % len(ops)
 		p := ops[i]
 		actual, err := a.ActualCost(p.doc, p.op, p.vars, data)
+		if n, perr := plans[i].ActualCost(p.vars, data); actualDiff(actual, err, n, perr) != "" {
+			t.Fatalf("plan: %s", actualDiff(actual, err, n, perr))
+		}
 		if err != nil {
 			if !errors.Is(err, complexity.ErrInvalidResponse) {
 				t.Fatalf("err = %v, want ErrInvalidResponse", err)

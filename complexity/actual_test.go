@@ -76,6 +76,11 @@ func prices(t testing.TB, a *complexity.Analyzer, p prepared, data string) (requ
 	if err == nil && (actual < 0 || actual > r.Points) {
 		t.Errorf("actual %d outside [0, requested %d]", actual, r.Points)
 	}
+	plan, perr := a.Compile(p.doc, p.op)
+	if perr != nil {
+		t.Fatalf("Compile: %v", perr)
+	}
+	checkPlanActual(t, a, plan, p.doc, p.op, p.vars, []byte(data))
 	return r.Points, actual, err
 }
 
@@ -390,6 +395,10 @@ func TestActualCostInvalidResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := prepare(t, schema, seedQuery, nil)
+	plan, err := a.Compile(p.doc, p.op)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct{ name, data, want string }{
 		{"whitespace only", " ", "neither an object nor null"},
 		{"a list as data", `[]`, "neither an object nor null"},
@@ -427,6 +436,7 @@ func TestActualCostInvalidResponses(t *testing.T) {
 			if !errors.Is(err, complexity.ErrInvalidResponse) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want ErrInvalidResponse mentioning %q", err, tt.want)
 			}
+			checkPlanActual(t, a, plan, p.doc, p.op, p.vars, []byte(tt.data))
 		})
 	}
 }
@@ -441,6 +451,10 @@ func TestActualCostDepthBombs(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := prepare(t, schema, seedQuery, nil)
+	plan, err := a.Compile(p.doc, p.op)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const deep = 1_000_000
 	tests := []struct {
 		name, data, want string
@@ -456,6 +470,7 @@ func TestActualCostDepthBombs(t *testing.T) {
 			if !errors.Is(err, complexity.ErrInvalidResponse) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want ErrInvalidResponse mentioning %q", err, tt.want)
 			}
+			checkPlanActual(t, a, plan, p.doc, p.op, p.vars, []byte(tt.data))
 		})
 	}
 	const levels = 9_999
@@ -463,6 +478,7 @@ func TestActualCostDepthBombs(t *testing.T) {
 	if n, err := a.ActualCost(p.doc, p.op, p.vars, []byte(data)); err != nil || n != 1 {
 		t.Fatalf("%d levels: %d, %v", levels, n, err)
 	}
+	checkPlanActual(t, a, plan, p.doc, p.op, p.vars, []byte(data))
 }
 
 // ActualCost allocates nothing per value read: the priced tree and the

@@ -20,6 +20,9 @@ type Analyzer struct {
 	// walkers recycles the scratch stacks of finished analyses, so pricing
 	// a typical operation allocates little beyond its Report.
 	walkers sync.Pool
+	// readings recycles the scratch space of Plan.ActualCost, which reads
+	// a response without walking the operation.
+	readings sync.Pool
 }
 
 // New compiles schema's @cost and @listSize directives and the options into
@@ -121,7 +124,7 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 		w = &walker{groups: make([]fieldGroup, 0, 16), path: make([]string, 0, 16)}
 	}
 	w.a, w.c, w.doc, w.op, w.vars = a, a.c, doc, op, variables
-	w.introspection, w.explain, w.plan, w.chunked, w.counting, w.counts = false, false, false, false, false, nil
+	w.introspection, w.explain, w.plan, w.chunked, w.kept, w.counting, w.counts = false, false, false, false, false, false, nil
 	w.maxDepth = AbsoluteMaxDepth
 	if a.cfg.maxDepth > 0 && a.cfg.maxDepth < w.maxDepth {
 		w.maxDepth = a.cfg.maxDepth
@@ -217,7 +220,7 @@ func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused, w.counts = nil, nil, nil, nil, nil
 	w.memoCounts = nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
-		cap(w.seen) > 1024 || cap(w.nest) > 1024 || cap(w.text) > 1024 || cap(w.paths) > maxPathRoom || cap(w.pathEnds) > 2*DefaultBreakdownLimit || cap(w.costChunk) > 4096 || cap(w.memberChunk) > 256 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
+		!w.read.reset() || cap(w.paths) > maxPathRoom || cap(w.pathEnds) > 2*DefaultBreakdownLimit || cap(w.costChunk) > 4096 || cap(w.memberChunk) > 256 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
 		return // let the garbage collector have it
 	}
 	all := w.groups[:cap(w.groups)]
@@ -239,14 +242,12 @@ func (a *Analyzer) release(w *walker) {
 	clear(w.visited)
 	w.scope, w.spilled = 0, false
 	w.fragments = nil // built for one document only
-	w.seen, w.nest, w.text = w.seen[:0], w.nest[:0], w.text[:0]
 	clear(w.planFields)
 	clear(w.planSets)
 	clear(w.costChunk)
 	clear(w.memberChunk)
 	w.costChunk, w.memberChunk = w.costChunk[:0], w.memberChunk[:0]
 	w.planFields, w.planSets = w.planFields[:0], w.planSets[:0]
-	w.keyIndex = nil
 	a.walkers.Put(w)
 }
 
@@ -273,6 +274,10 @@ type walker struct {
 	// and fields may come from the walker's chunks (see newFields), as
 	// they do while planning.
 	chunked bool
+	// kept says the priced tree outlives the walker (a Plan keeps it for
+	// ActualCost): its sets and fields are allocated on their own, not
+	// from the walker's chunks, so it holds no more than it uses.
+	kept bool
 	// introspection is set once a __schema or __type field is priced.
 	introspection bool
 	memo          map[memoKey]*pricedSet
@@ -309,11 +314,8 @@ type walker struct {
 	// (see breakdown).
 	paths    []byte
 	pathEnds []int
-	// Scratch space for reading a response (see response).
-	seen     []bool
-	nest     []byte
-	text     []byte
-	keyIndex map[*pricedField]map[string]int
+	// read is the scratch space for reading a response (see response).
+	read reading
 
 	// counting counts the fields of WithCountedFields: counts holds the
 	// counts of the set priced last (nil unless counting), and memoCounts
@@ -768,7 +770,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 // the tree and a chunk twice as large kept instead, until one call's tree
 // fits in one chunk.
 func (w *walker) newFields(n int) []pricedField {
-	if !w.plan && !w.chunked {
+	if w.kept || !w.plan && !w.chunked {
 		return make([]pricedField, 0, n)
 	}
 	used := len(w.planFields)
@@ -783,7 +785,7 @@ func (w *walker) newFields(n int) []pricedField {
 // newSets returns n zero priced sets, from the walker's chunk while
 // planning or chunked (see newFields).
 func (w *walker) newSets(n int) []pricedSet {
-	if !w.plan && !w.chunked {
+	if w.kept || !w.plan && !w.chunked {
 		return make([]pricedSet, n)
 	}
 	used := len(w.planSets)

@@ -256,7 +256,9 @@ func actualPageQuery(repos, issues int) string {
 // bytes with encoding/json into any, the peer a middleware would otherwise
 // reach for. readme is the README's response (4 repositories, 9 issues,
 // 394 bytes of data); page-110 a full page of 10 repositories of 10 issues
-// (17 KB); 1MB 100 repositories of 60 issues (1.03 MB).
+// (17 KB); 1MB 100 repositories of 60 issues (1.03 MB). Plan.ActualCost
+// is the same through the operation's compiled plan, as the middleware
+// settles a request it priced through that plan.
 //
 //	go test ./complexity -run '^$' -bench ActualCost -benchmem
 func BenchmarkActualCost(b *testing.B) {
@@ -288,6 +290,19 @@ func BenchmarkActualCost(b *testing.B) {
 			b.SetBytes(int64(len(c.data)))
 			for b.Loop() {
 				if _, err := a.ActualCost(p.doc, p.op, p.vars, c.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		plan, err := a.Compile(p.doc, p.op)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name+"/Plan.ActualCost", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				if _, err := plan.ActualCost(p.vars, c.data); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -32,6 +32,10 @@ type Plan struct {
 	conds []condVar
 	subs  []subPlan
 	size  int64
+	// actualBudget is the most bytes a sub-plan's priced tree for
+	// ActualCost may retain (see actualTree): Size charges it per
+	// sub-plan, so a larger tree is not kept.
+	actualBudget int64
 }
 
 // condVar is a variable read as a @skip/@include condition, and the
@@ -57,6 +61,13 @@ type subPlan struct {
 	slots    int        // memoised sets, see planSet.slot
 	pool     *sync.Pool // *planEval
 	bytes    int64      // what it retains, for Plan.Size
+	// shapeBytes is what the compiled tree of the collected fields takes,
+	// kept or not: the measure of the priced tree ActualCost keeps.
+	shapeBytes int64
+	// actual is the priced tree of a constant sub-plan, built by the
+	// first ActualCost that needs it (nil if it exceeded the budget).
+	actualOnce sync.Once
+	actual     *actualTree
 }
 
 // planSet is a selection set compiled for one concrete type, or for an
@@ -139,7 +150,14 @@ func (a *Analyzer) Compile(doc *ast.QueryDocument, op *ast.OperationDefinition) 
 	// a new document costs one compilation, not one per assignment of its
 	// conditions (up to 2^MaxPlanConditions) before anything is charged.
 	// Size charges every sub-plan as much as the first.
-	p.size += p.sub(0).bytes * int64(len(p.subs))
+	s := p.sub(0)
+	p.size += s.bytes * int64(len(p.subs))
+	if s.constant && s.err == nil || len(p.subs) > 1 {
+		// Room for ActualCost's priced tree of each sub-plan that may be
+		// constant; a plan whose only sub-plan is not needs none.
+		p.actualBudget = actualTreeBudget(s.shapeBytes)
+		p.size += p.actualBudget * int64(len(p.subs))
+	}
 	return p, nil
 }
 
@@ -147,16 +165,22 @@ func (a *Analyzer) Compile(doc *ast.QueryDocument, op *ast.OperationDefinition) 
 func (p *Plan) sub(idx int) *subPlan {
 	s := &p.subs[idx]
 	s.once.Do(func() {
-		var vars map[string]any
-		if len(p.conds) > 0 {
-			vars = make(map[string]any, len(p.conds))
-			for i, c := range p.conds {
-				vars[c.name] = idx&(1<<i) != 0
-			}
-		}
-		s.bytes = p.a.compileSub(s, p.doc, p.op, vars)
+		s.bytes = p.a.compileSub(s, p.doc, p.op, p.conditionValues(idx))
 	})
 	return s
+}
+
+// conditionValues is the variables of sub-plan idx: its condition values
+// alone.
+func (p *Plan) conditionValues(idx int) map[string]any {
+	if len(p.conds) == 0 {
+		return nil
+	}
+	vars := make(map[string]any, len(p.conds))
+	for i, c := range p.conds {
+		vars[c.name] = idx&(1<<i) != 0
+	}
+	return vars
 }
 
 // Size is the approximate number of bytes the Plan retains of its own (not
@@ -172,22 +196,9 @@ func (p *Plan) Size() int64 { return p.size }
 // allocating, so a caller must not modify it or anything it points to
 // (copy it first: r2 := *r).
 func (p *Plan) Evaluate(variables map[string]any) (*Report, error) {
-	if len(p.subs) == 0 {
+	idx, ok := p.assignment(variables)
+	if !ok {
 		return p.a.AnalyzeOperation(p.doc, p.op, variables)
-	}
-	idx := 0
-	for i := range p.conds {
-		c := &p.conds[i]
-		b, ok := c.def, c.ok
-		if v, given := variables[c.name]; given {
-			b, ok = v.(bool)
-		}
-		if !ok {
-			return p.a.AnalyzeOperation(p.doc, p.op, variables)
-		}
-		if b {
-			idx |= 1 << i
-		}
 	}
 	s := p.sub(idx)
 	switch {
@@ -201,6 +212,29 @@ func (p *Plan) Evaluate(variables map[string]any) (*Report, error) {
 		return p.a.AnalyzeOperation(p.doc, p.op, variables)
 	}
 	return r, err
+}
+
+// assignment returns the index of the sub-plan for the condition values
+// variables give; ok is false when the operation is priced from scratch
+// (too many conditions, or a value that is not a Boolean).
+func (p *Plan) assignment(variables map[string]any) (idx int, ok bool) {
+	if len(p.subs) == 0 {
+		return 0, false
+	}
+	for i := range p.conds {
+		c := &p.conds[i]
+		b, ok := c.def, c.ok
+		if v, given := variables[c.name]; given {
+			b, ok = v.(bool)
+		}
+		if !ok {
+			return 0, false
+		}
+		if b {
+			idx |= 1 << i
+		}
+	}
+	return idx, true
 }
 
 // conditionVariables lists the variables read as @skip/@include conditions
@@ -269,6 +303,7 @@ func conditionVariables(doc *ast.QueryDocument, op *ast.OperationDefinition) (co
 func (a *Analyzer) compileSub(s *subPlan, doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any) int64 {
 	c := planCompiler{a: a}
 	root, err := c.compile(doc, op, vars)
+	s.shapeBytes = c.bytes
 	switch {
 	case err == nil && c.dynamic:
 		s.root, s.depth, s.intro, s.slots = root, root.depth, c.intro, c.slots

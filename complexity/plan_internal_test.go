@@ -84,3 +84,48 @@ func TestPlanKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanKeepsActualTree pins which sub-plans read a response against a
+// kept priced tree (constant ones, within their budget, which Size
+// charges) and which price from scratch for ActualCost.
+func TestPlanKeepsActualTree(t *testing.T) {
+	schema, err := LoadSchema(&ast.Source{Name: "s.graphql", Input: planKindSDL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(schema, WithBreakdownLimit(0), WithMaxDepth(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		query string
+		vars  map[string]any
+		kept  bool
+	}{
+		{`{ items(first: 3) { id related(first: 2) { id } } user(login: "x") { login } }`, nil, true},
+		{`query($c: Boolean!) { items(first: 2) @include(if: $c) { id } }`, map[string]any{"c": true}, true},
+		{`query($n: Int) { items(first: $n) { id } }`, map[string]any{"n": int64(2)}, false},
+		{`query($l: String) { user(login: $l) { login } items(first: -1) { id } }`, nil, false},
+	}
+	for _, tt := range tests {
+		doc, errs := gqlparser.LoadQueryWithRules(schema, tt.query, nil)
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		p, err := a.Compile(doc, doc.Operations[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = p.ActualCost(tt.vars, []byte(`{}`))
+		idx, ok := p.assignment(tt.vars)
+		kept := ok && p.sub(idx).actual != nil
+		if kept != tt.kept {
+			t.Errorf("%s: tree kept %v, want %v", tt.query, kept, tt.kept)
+		}
+		if kept {
+			if b := p.sub(idx).actual.bytes(); b > p.actualBudget || p.Size() < int64(len(p.subs))*p.actualBudget {
+				t.Errorf("%s: tree of %d bytes, budget %d, plan size %d", tt.query, b, p.actualBudget, p.Size())
+			}
+		}
+	}
+}

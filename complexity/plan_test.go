@@ -60,6 +60,36 @@ func checkPlan(t testing.TB, a *complexity.Analyzer, p *complexity.Plan, doc *as
 	}
 }
 
+// actualDiff describes how two actual costs differ, "" when they are the
+// same cost or errors with the same message.
+func actualDiff(n1 int64, err1 error, n2 int64, err2 error) string {
+	switch {
+	case (err1 == nil) != (err2 == nil):
+		return fmt.Sprintf("scratch %d, %v; plan %d, %v", n1, err1, n2, err2)
+	case err1 != nil:
+		if d := priceDiff(nil, err1, nil, err2); d != "" || errors.Is(err1, complexity.ErrInvalidResponse) != errors.Is(err2, complexity.ErrInvalidResponse) {
+			return fmt.Sprintf("scratch error %v; plan error %v", err1, err2)
+		}
+	case n1 != n2:
+		return fmt.Sprintf("scratch %d; plan %d", n1, n2)
+	}
+	return ""
+}
+
+// checkPlanActual prices data's actual cost both ways, twice through the
+// plan (the first call may build the tree the second reads), and fails t
+// on any difference.
+func checkPlanActual(t testing.TB, a *complexity.Analyzer, p *complexity.Plan, doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, data []byte) {
+	t.Helper()
+	n1, err1 := a.ActualCost(doc, op, vars, data)
+	for i := range 2 {
+		n2, err2 := p.ActualCost(vars, data)
+		if d := actualDiff(n1, err1, n2, err2); d != "" {
+			t.Fatalf("actual cost %d with %v of %.200q: %s", i+1, vars, data, d)
+		}
+	}
+}
+
 // allCoordinates lists every field of every object and interface type of
 // schema, to count them all.
 func allCoordinates(schema *ast.Schema) []string {
@@ -136,6 +166,43 @@ func TestPlanMatchesGolden(t *testing.T) {
 				}
 				checkPlan(t, a, p, doc, op, vars)
 				checkPlan(t, a, p, doc, op, c.variables) // as decoded, not coerced
+			}
+		})
+	}
+}
+
+// TestPlanActualMatchesGolden reads random responses to every golden case
+// from scratch and through the plan, with the case's options and again
+// counting every field, with the variables coerced and as decoded, and
+// the same responses cut short (invalid JSON).
+func TestPlanActualMatchesGolden(t *testing.T) {
+	for _, name := range goldenNames(t) {
+		t.Run(name, func(t *testing.T) {
+			c := loadCase(t, name)
+			schema := c.schema(t)
+			doc, op, vars := c.prepare(t, schema)
+			g := &respGen{rnd: rand.New(rand.NewPCG(5, 6)), schema: schema}
+			for _, opts := range [][]complexity.Option{
+				c.options.list(),
+				append(c.options.list(), complexity.WithBreakdownLimit(0), complexity.WithCountedFields(allCoordinates(schema)...)),
+			} {
+				a, err := complexity.New(schema, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := a.Compile(doc, op)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, data := range [][]byte{nil, []byte("null"), []byte("{}")} {
+					checkPlanActual(t, a, p, doc, op, vars, data)
+				}
+				for range 50 {
+					data := g.data(prepared{doc: doc, op: op, vars: vars})
+					checkPlanActual(t, a, p, doc, op, vars, data)
+					checkPlanActual(t, a, p, doc, op, c.variables, data)
+					checkPlanActual(t, a, p, doc, op, vars, data[:g.rnd.IntN(len(data))])
+				}
 			}
 		})
 	}

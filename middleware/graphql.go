@@ -135,14 +135,16 @@ const (
 )
 
 // price prices op of doc with variables through its compiled plan,
-// compiling it on the first request of that parsed document. query is the
+// compiling it on the first request of that parsed document, and returns
+// the plan too, to price the response with (settleActual). query is the
 // document's text, for the plan cache's charge.
-func (b *boundAnalyzer) price(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, query string) (*complexity.Report, error) {
+func (b *boundAnalyzer) price(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, query string) (*complexity.Report, *complexity.Plan, error) {
 	plan, err := b.plans.GetCharging(doc, op, func() int64 { return documentBytes(query) })
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return plan.Evaluate(variables)
+	rep, err := plan.Evaluate(variables)
+	return rep, plan, err
 }
 
 var (
@@ -366,7 +368,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		errcode.Set(ge, errcode.ValidationFailed)
 		return e.refuseUnpriced(ctx, st, ge, false)
 	}
-	rep, err := bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery)
+	rep, costPlan, err := bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery)
 	if err != nil {
 		var cerr *complexity.Error
 		if !errors.As(err, &cerr) {
@@ -389,6 +391,9 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		return e.refuseUnpriced(ctx, st, codedError(CodeIntrospectionDisabled, 0,
 			"introspection is disabled for plan %q", st.plan.name), false)
 	}
+	st.mu.Lock()
+	st.costPlan = costPlan
+	st.mu.Unlock()
 	cost := max(rep.Points, st.set.gql.MinCost)
 	if e.priceOnly(ctx, st, opCtx, rep, cost) {
 		return nil // answered without running: GraphQL-Cost: validate, a dry run
@@ -586,6 +591,9 @@ type requestState struct {
 	actual    int64
 	hasActual bool
 	refunded  int64
+	// costPlan is the compiled plan the operation was priced through, to
+	// price its response with.
+	costPlan *complexity.Plan
 
 	ask askState // GraphQL-Cost and the rate-limit field (ask.go)
 

@@ -6,6 +6,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware/breaker"
 )
@@ -68,7 +69,7 @@ func (l *Limiter) refundFailed(ctx context.Context, p *plan, err error) {
 // free. Its actual cost is still reported.
 func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) {
 	st.mu.Lock()
-	o, cost := st.outcome, st.cost
+	o, cost, costPlan := st.outcome, st.cost, st.costPlan
 	st.mu.Unlock()
 	op := opCtx.Operation
 	if cost == 0 || o.verdict != admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
@@ -81,11 +82,19 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	if cost > st.set.gql.MinCost {
 		// At MinCost the actual cost is MinCost whatever the response holds
 		// (it is clamped to [MinCost, cost]): no need to read it.
-		a, err := e.analyzer(st.set)
-		if err != nil {
-			return
+		var err error
+		if costPlan != nil {
+			// The plan the request was priced through prices the response
+			// without walking the operation again.
+			actual, err = costPlan.ActualCost(opCtx.Variables, resp.Data)
+		} else {
+			var a *complexity.Analyzer
+			if a, err = e.analyzer(st.set); err != nil {
+				return
+			}
+			actual, err = a.ActualCost(opCtx.Doc, op, opCtx.Variables, resp.Data)
 		}
-		if actual, err = a.ActualCost(opCtx.Doc, op, opCtx.Variables, resp.Data); err != nil {
+		if err != nil {
 			e.l.log.DebugContext(ctx, "middleware: cannot price the response; keeping the requested cost", "err", err)
 			return
 		}
