@@ -1,14 +1,14 @@
 package complexity
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/internal/jsontext"
 )
 
 // ActualCost prices op once it has run: the requested price (what
@@ -487,49 +487,13 @@ func (r *response) scalar() error {
 	return r.fail("expected a value")
 }
 
-// plain marks the bytes a string holds as they are: not a quote, a
-// backslash or a control character.
-var plain = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
 // str reads the string at r.i (its opening quote), returning its contents
 // as written and whether they hold escapes.
 func (r *response) str() (raw []byte, escaped bool, err error) {
 	b, i := r.b, r.i+1
 	start := i
 	for {
-		// Sixteen bytes at a time to the first that ends the plain run (one
-		// test for both words, so long runs take one branch per 16 bytes),
-		// then eight, then the last few one by one.
-		for i+16 <= len(b) {
-			lo := special(binary.LittleEndian.Uint64(b[i:]))
-			hi := special(binary.LittleEndian.Uint64(b[i+8:]))
-			if lo|hi == 0 {
-				i += 16
-				continue
-			}
-			if lo != 0 {
-				i += bits.TrailingZeros64(lo) >> 3
-			} else {
-				i += 8 + bits.TrailingZeros64(hi)>>3
-			}
-			goto stop
-		}
-		if i+8 <= len(b) {
-			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				goto stop
-			}
-			i += 8
-		}
-		for i < len(b) && plain[b[i]] {
-			i++
-		}
-	stop:
+		i = jsontext.PlainEnd(b, i)
 		r.i = i
 		if i >= len(b) {
 			return nil, false, r.fail("unterminated string")
@@ -558,18 +522,6 @@ func (r *response) str() (raw []byte, escaped bool, err error) {
 			return nil, false, r.fail("control character in a string")
 		}
 	}
-}
-
-// special marks the bytes of x (eight bytes of data, the first lowest)
-// that are a quote, a backslash or a control character, with their high
-// bit: the zero-byte and less-than tests done on all eight at once. A borrow
-// may also mark a byte above a marked one, never below, so the lowest mark
-// is exact; bytes from 0x80 up are never marked.
-func special(x uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	quote := x ^ (ones * '"')
-	backslash := x ^ (ones * '\\')
-	return ((quote-ones)&^quote | (backslash-ones)&^backslash | (x-ones*0x20)&^x) & highs
 }
 
 // hex4 reads four hex digits, -1 if they are not.

@@ -17,10 +17,24 @@ const MaxDepth = 10000
 // quote, a backslash or a control character (below 0x20), or len(b): the
 // end of the run a string's content can be copied from as it is.
 func PlainEnd(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
+	// Sixteen bytes at a time (one test for both words, so long runs take
+	// one branch per 16 bytes), then eight, then the last few one by one.
+	for ; i+16 <= len(b); i += 16 {
+		lo := special(binary.LittleEndian.Uint64(b[i:]))
+		hi := special(binary.LittleEndian.Uint64(b[i+8:]))
+		if lo|hi == 0 {
+			continue
+		}
+		if lo != 0 {
+			return i + bits.TrailingZeros64(lo)>>3
+		}
+		return i + 8 + bits.TrailingZeros64(hi)>>3
+	}
+	if i+8 <= len(b) {
 		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
+		i += 8
 	}
 	for ; i < len(b); i++ {
 		if c := b[i]; c < 0x20 || c == '"' || c == '\\' {

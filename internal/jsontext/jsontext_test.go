@@ -58,6 +58,10 @@ func TestPlainEnd(t *testing.T) {
 		{"\xff\xfe\x80abcdefgh\"", 0, 11},
 		{`"`, 0, 0},
 		{`abcdefgh"`, 3, 8},
+		{`abcdefghijklmnopqrs"`, 0, 19},
+		{`abcdefghijklmnopabcdefg\`, 0, 23},
+		{"abcdefghijk\x00mnopqrstuvwxyz", 0, 11},
+		{strings.Repeat("é", 40) + `"`, 0, 80},
 	} {
 		if got := PlainEnd([]byte(c.in), c.from); got != c.want {
 			t.Errorf("PlainEnd(%q, %d) = %d, want %d", c.in, c.from, got, c.want)
