@@ -18,6 +18,8 @@ import (
 // the header nothing changes.
 const HeaderGraphQLCost = "GraphQL-Cost"
 
+var canonicalGraphQLCost = http.CanonicalHeaderKey(HeaderGraphQLCost)
+
 // The values of HeaderGraphQLCost.
 const (
 	// CostValidate prices the operation and answers without running it or
@@ -64,7 +66,7 @@ func (s *requestState) readCostHeader(h http.Header) *refusal {
 		return nil
 	}
 	s.ask.headerRead = true
-	values := h.Values(HeaderGraphQLCost)
+	values := h[canonicalGraphQLCost] // h.Values, without canonicalizing the name on every request
 	if len(values) == 0 {
 		return nil
 	}

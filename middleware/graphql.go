@@ -530,13 +530,16 @@ func (s *requestState) costReport() Cost {
 			RestoreRate:      s.plan.restoreRate,
 		},
 	}
-	if s.hasActual {
-		actual := s.actual
-		c.ActualQueryCost = &actual
-	}
-	if s.outcome.known {
-		left := max(s.outcome.decision.Remaining, 0)
-		c.ThrottleStatus.CurrentlyAvailable = &left
+	if s.hasActual || s.outcome.known {
+		vals := new([2]int64) // one allocation for both pointers
+		if s.hasActual {
+			vals[0] = s.actual
+			c.ActualQueryCost = &vals[0]
+		}
+		if s.outcome.known {
+			vals[1] = max(s.outcome.decision.Remaining, 0)
+			c.ThrottleStatus.CurrentlyAvailable = &vals[1]
+		}
 	}
 	return c
 }
@@ -606,8 +609,10 @@ type requestState struct {
 	// back when the response is written.
 	admission admission
 	slot      slot
-	// r is the HTTP request, with the wrapper (for the challenge answer).
+	// r is the HTTP request, with the wrapper (for the challenge answer),
+	// and w the writer it answers through.
 	r *http.Request
+	w graphQLWriter
 }
 
 type stateKey struct{}
@@ -770,7 +775,8 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 		}
 		st.r = r
 		defer st.release() // even if the handler panics: a leaked slot would shed forever
-		gw := &graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
+		gw := &st.w
+		*gw = graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
 		h.ServeHTTP(gw, l.withDegradation(r.WithContext(context.WithValue(r.Context(), stateKey{}, st))))
 		gw.finish()
 		st.report(r.Context(), l)

@@ -102,10 +102,23 @@ func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
 		return nil, refuse(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
 			"the request body is larger than %d bytes", limit)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = newReplayBody(body)
 	r.ContentLength = int64(len(body))
 	return body, nil
 }
+
+// replayBody hands a body that was read on to the next handler: the
+// reader and its Close in one allocation.
+type replayBody struct{ bytes.Reader }
+
+func newReplayBody(b []byte) *replayBody {
+	rb := new(replayBody)
+	rb.Reset(b)
+	return rb
+}
+
+// Close implements io.Closer: nothing to release.
+func (*replayBody) Close() error { return nil }
 
 // screenGraphQL bounds what gqlgen's transports will decode into memory,
 // before they decode it: the body's size, and for JSON requests (POST
@@ -130,7 +143,7 @@ func (l *Limiter) screenGraphQL(r *http.Request, body []byte, st *requestState) 
 		return ref
 	}
 	if len(out) != len(body) {
-		r.Body = io.NopCloser(bytes.NewReader(out))
+		r.Body = newReplayBody(out)
 		r.ContentLength = int64(len(out))
 	}
 	return nil

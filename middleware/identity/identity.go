@@ -149,11 +149,15 @@ func APIKeyFrom(r *http.Request) (string, bool) {
 			}
 		}
 	}
-	if k := strings.TrimSpace(r.Header.Get(HeaderAPIKey)); k != "" {
-		return k, true
+	if v := r.Header[canonicalAPIKey]; len(v) > 0 { // as Header.Get, without canonicalizing the name on every request
+		if k := strings.TrimSpace(v[0]); k != "" {
+			return k, true
+		}
 	}
 	return "", false
 }
+
+var canonicalAPIKey = http.CanonicalHeaderKey(HeaderAPIKey)
 
 // ChainConfig configures the default chain NewChain builds.
 type ChainConfig struct {
@@ -207,7 +211,7 @@ func NewAddressKey(cfg ChainConfig) (func(*http.Request) string, error) {
 		return nil, err
 	}
 	proxies := id.(*defaultIdentifier).proxies
-	return func(r *http.Request) string { return "ip:" + clientKey(proxies.clientIP(r)) }, nil
+	return func(r *http.Request) string { return addressKey(proxies.clientIP(r)) }, nil
 }
 
 // defaultIdentifier is the chain NewChain describes.
@@ -240,21 +244,32 @@ func (d *defaultIdentifier) Identify(r *http.Request) (Identity, error) {
 		}
 		return Identity{Key: "user:" + name, Plan: plan}, nil
 	}
-	return Identity{Key: "ip:" + clientKey(d.proxies.clientIP(r)), Plan: d.anonymousPlan}, nil
+	return Identity{Key: addressKey(d.proxies.clientIP(r)), Plan: d.anonymousPlan}, nil
 }
 
 // clientKey renders a client address as a bucket identity. IPv6 clients are
 // grouped by /64: a single subscriber usually holds a whole /64 and could
 // otherwise mint a fresh budget per address.
 func clientKey(a netip.Addr) string {
+	return string(appendClientKey(nil, a))
+}
+
+func appendClientKey(b []byte, a netip.Addr) []byte {
 	switch {
 	case !a.IsValid():
-		return "unknown"
+		return append(b, "unknown"...)
 	case a.Is6():
 		p, _ := a.Prefix(64)
-		return p.String()
+		return p.AppendTo(b)
 	}
-	return a.String()
+	return a.AppendTo(b)
+}
+
+// addressKey is the bucket identity of an anonymous client: "ip:" and its
+// clientKey, built in one allocation (it is on every anonymous request).
+func addressKey(a netip.Addr) string {
+	var buf [64]byte // "ip:" and the longest /64 prefix fit
+	return string(appendClientKey(append(buf[:0], "ip:"...), a))
 }
 
 // proxyResolver finds the client address behind trusted reverse proxies.
