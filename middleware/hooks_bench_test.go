@@ -2,6 +2,8 @@ package middleware
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
@@ -77,6 +79,69 @@ func BenchmarkExtensionHooks(b *testing.B) {
 		for b.Loop() {
 			op, ctx := newOp()
 			if err := ext.MutateOperationContext(ctx, op); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkResponseReport measures what telling the client the truth adds
+// to every admitted response, apart from deciding: the rate-limit headers
+// of a plan with a quota (written, then copied once as a ResponseRecorder
+// or the wire copies them) and extensions.cost in gqlgen's JSON encoding
+// of the response, each next to the same work without it. The overhead
+// group of bench/ serves the same plan end to end.
+//
+//	go test -run '^$' -bench ResponseReport -benchmem ./middleware/
+func BenchmarkResponseReport(b *testing.B) {
+	lim, err := New(Config{
+		Plans: map[string]Plan{"anon": {Burst: 1e12, Rate: 1e12, Per: time.Second,
+			Quota: &Quota{Limit: 1e15, Per: 24 * time.Hour}}},
+		AnonymousPlan: "anon",
+		Clock:         limiter.SystemClock{},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lim.Close()
+	p := lim.current().plans["anon"]
+	q := p.quota
+	o := outcome{known: true, decision: limiter.Decision{Allowed: true, Limit: p.Burst, Remaining: p.Burst - 1, ResetAfter: time.Microsecond},
+		limits: []limitUse{{quoted: q.quoted, policy: q.policy, capacity: q.limit.Rate,
+			d: limiter.Decision{Allowed: true, Limit: q.limit.Rate, Remaining: q.limit.Rate - 1, ResetAfter: 11 * time.Hour}}}}
+	now := time.Now()
+	newHeader := func() http.Header { return http.Header{"Content-Type": {"application/json"}} }
+	b.Run("headers", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h := newHeader()
+			setOutcomeHeaders(h, p, &o, now)
+			_ = h.Clone()
+		}
+	})
+	b.Run("headers/none", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = newHeader().Clone()
+		}
+	})
+	data := json.RawMessage(`{"user":{"login":"octocat"}}`)
+	left, actual := p.Burst-1, int64(1)
+	cost := Cost{RequestedQueryCost: 1, ActualQueryCost: &actual,
+		ThrottleStatus: ThrottleStatus{MaximumAvailable: p.Burst, CurrentlyAvailable: &left, RestoreRate: p.restoreRate}}
+	b.Run("extensions.cost", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp := &graphql.Response{Data: data, Extensions: map[string]any{CostExtensionKey: cost}}
+			if _, err := json.Marshal(resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("extensions.cost/none", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(&graphql.Response{Data: data}); err != nil {
 				b.Fatal(err)
 			}
 		}
