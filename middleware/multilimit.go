@@ -226,14 +226,36 @@ type limitUse struct {
 	path           []string    // the field's first selection
 }
 
-// multiScratch holds a decision's requests, answers and uses in one
-// allocation, sized for the common case of a bucket and a quota (more
-// budgets take slices of their own).
+// multiScratch holds a decision's requests, answers, uses and taken groups
+// in one allocation, sized for a bucket and a quota (the common case);
+// multiScratch4 for up to two field limits more. Larger decisions take
+// slices of their own.
 type multiScratch struct {
 	reqs   [2]limiter.Request
 	ds     [2]limiter.Decision
-	uses   [2]limitUse
+	uses   [1]limitUse
 	groups [2]takenGroup
+}
+
+type multiScratch4 struct {
+	reqs   [4]limiter.Request
+	ds     [4]limiter.Decision
+	uses   [3]limitUse
+	groups [2]takenGroup
+}
+
+// newScratch returns room for a decision of n budgets: reqs and uses
+// empty with capacity n and n-1, ds of length n, groups empty.
+func newScratch(n int) (reqs []limiter.Request, ds []limiter.Decision, uses []limitUse, groups []takenGroup) {
+	switch {
+	case n <= 2:
+		sc := new(multiScratch)
+		return sc.reqs[:0], sc.ds[:n], sc.uses[:0], sc.groups[:0]
+	case n <= 4:
+		sc := new(multiScratch4)
+		return sc.reqs[:0], sc.ds[:n], sc.uses[:0], sc.groups[:0]
+	}
+	return make([]limiter.Request, 0, n), make([]limiter.Decision, n), make([]limitUse, 0, n-1), nil
 }
 
 // takenGroup is what one TakeAll debited, to give back on a later refusal.
@@ -272,17 +294,7 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id Identity, addr
 	if n == 1 { // no quota, no limited field selected: the bucket alone
 		return l.spendIn(ctx, id, p, ln, cost)
 	}
-	sc := new(multiScratch)
-	var (
-		reqs []limiter.Request
-		ds   []limiter.Decision
-		uses []limitUse
-	)
-	if n <= len(sc.reqs) {
-		reqs, ds, uses = sc.reqs[:0], sc.ds[:n], sc.uses[:0]
-	} else {
-		reqs, ds, uses = make([]limiter.Request, 0, n), make([]limiter.Decision, n), make([]limitUse, 0, n)
-	}
+	reqs, ds, uses, groups := newScratch(n)
 	reqs = append(reqs, limiter.Request{Key: id.Key, Limit: p.limit, Cost: cost})
 	if q := p.quota; q != nil {
 		reqs = append(reqs, limiter.Request{Key: id.Key, Name: quotaBudget, Limit: q.limit, Cost: cost})
@@ -307,7 +319,7 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id Identity, addr
 		}
 	}
 	mine, theirs := reqs[:mineEnd], reqs[mineEnd:]
-	o := outcome{limits: uses, groups: sc.groups[:0]}
+	o := outcome{limits: uses, groups: groups}
 	// The address's field limits are taken first.
 	if len(theirs) > 0 {
 		if !l.decideGroup(ctx, p, theirs, ds[mineEnd:], &o, mineEnd-1) {
@@ -553,7 +565,12 @@ func setOutcomeHeaders(h http.Header, p *plan, o *outcome, now time.Time) {
 	if len(o.limits) == 1 && o.limits[0].field == nil {
 		policies = p.quota.bothPolicies // the common case, written once
 	} else {
+		size := len(p.policyHeader)
+		for i := range o.limits {
+			size += len(", ") + len(o.limits[i].policy)
+		}
 		var b strings.Builder
+		b.Grow(size) // one allocation
 		b.WriteString(p.policyHeader)
 		for i := range o.limits {
 			b.WriteString(", ")
@@ -574,7 +591,12 @@ func setOutcomeHeaders(h http.Header, p *plan, o *outcome, now time.Time) {
 		}
 	}
 	if closest != nil {
-		h[keyRateLimit][0] = closest.quoted + ";r=" + strconv.FormatInt(max(closest.d.Remaining, 0), 10) +
-			";t=" + strconv.FormatInt(ceilSeconds(closest.d.ResetAfter), 10)
+		var buf [budgetHeaderBytes]byte
+		b := append(buf[:0], closest.quoted...)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, max(closest.d.Remaining, 0), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, ceilSeconds(closest.d.ResetAfter), 10)
+		h[keyRateLimit][0] = string(b)
 	}
 }
