@@ -36,13 +36,19 @@ func PlainEnd(b []byte, i int) int {
 		}
 		i += 8
 	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c < 0x20 || c == '"' || c == '\\' {
-			return i
-		}
+	for ; i < len(b) && plain[b[i]]; i++ {
 	}
 	return i
 }
+
+// plain marks the bytes a string's content holds as they are: not a quote,
+// a backslash or a control character.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // special marks the bytes of x (eight bytes of data, the first lowest)
 // that are a quote, a backslash or a control character, with their high

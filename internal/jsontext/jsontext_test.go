@@ -2,6 +2,7 @@ package jsontext
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -66,6 +67,23 @@ func TestPlainEnd(t *testing.T) {
 		if got := PlainEnd([]byte(c.in), c.from); got != c.want {
 			t.Errorf("PlainEnd(%q, %d) = %d, want %d", c.in, c.from, got, c.want)
 		}
+	}
+}
+
+// BenchmarkPlainEnd finds the end of strings of a typical response: short
+// keys and titles.
+//
+//	go test ./internal/jsontext -run '^$' -bench PlainEnd
+func BenchmarkPlainEnd(b *testing.B) {
+	for _, s := range []string{`title"`, `issues"`, `Fix the flaky test in CI"`, `An issue title of some forty characters"`} {
+		in := []byte(s)
+		b.Run(strconv.Itoa(len(s)-1), func(b *testing.B) {
+			for b.Loop() {
+				if PlainEnd(in, 0) != len(in)-1 {
+					b.Fatal("wrong end")
+				}
+			}
+		})
 	}
 }
 
