@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,10 @@ import (
 
 const (
 	sentinelBinary = "redis-sentinel"
-	// SentinelMasterName is the name the sentinels monitor the primary by.
+	// SentinelMasterName begins the name the sentinels of a Sentinel setup
+	// monitor its primary by (Sentinel.MasterName); a random suffix keeps
+	// setups of tests running at once apart: a Sentinel that learns of a
+	// master of the same name through a reused port would follow it.
 	SentinelMasterName = "costguard"
 	// SentinelQuorum of the three sentinels must agree that the primary is
 	// down before an automatic failover.
@@ -31,9 +35,10 @@ const (
 )
 
 // Sentinel is a primary, one replica and three Sentinels monitoring them
-// under SentinelMasterName, each process owned by a test. Its methods are
+// under MasterName, each process owned by a test. Its methods are
 // safe for concurrent use, except Failover, which must not run twice at once.
 type Sentinel struct {
+	name      string    // the master name
 	data      []*Server // the two data nodes; their roles swap on Failover
 	sentinels []*sentinelProc
 }
@@ -70,7 +75,7 @@ func StartSentinel(tb testing.TB) *Sentinel {
 }
 
 func newSentinel() (*Sentinel, error) {
-	s := &Sentinel{}
+	s := &Sentinel{name: SentinelMasterName + "-" + strconv.FormatUint(rand.Uint64(), 36)}
 	for range 2 {
 		n, err := newServer(false)
 		if err != nil {
@@ -84,7 +89,7 @@ func newSentinel() (*Sentinel, error) {
 		return nil, errors.Join(err, s.Close())
 	}
 	for range sentinelCount {
-		p, err := startSentinelProc(s.data[0].Port())
+		p, err := startSentinelProc(s.name, s.data[0].Port())
 		if err != nil {
 			return nil, errors.Join(err, s.Close())
 		}
@@ -131,7 +136,7 @@ func replicate(ctx context.Context, replica, primary *Server) error {
 
 // startSentinelProc starts one Sentinel monitoring the primary on
 // primaryPort, on a fresh port, retrying when the port was taken.
-func startSentinelProc(primaryPort int) (*sentinelProc, error) {
+func startSentinelProc(name string, primaryPort int) (*sentinelProc, error) {
 	var lastErr error
 	for range startAttempts {
 		port, err := freePort(false)
@@ -144,7 +149,7 @@ func startSentinelProc(primaryPort int) (*sentinelProc, error) {
 			return nil, fmt.Errorf("redistest: temp dir: %w", err)
 		}
 		p := &sentinelProc{port: port, dir: dir}
-		if lastErr = p.start(primaryPort); lastErr != nil {
+		if lastErr = p.start(name, primaryPort); lastErr != nil {
 			_ = os.RemoveAll(dir)
 			continue
 		}
@@ -153,8 +158,7 @@ func startSentinelProc(primaryPort int) (*sentinelProc, error) {
 	return nil, fmt.Errorf("redistest: no sentinel started after %d attempts: %w", startAttempts, lastErr)
 }
 
-func (p *sentinelProc) start(primaryPort int) error {
-	name := SentinelMasterName
+func (p *sentinelProc) start(name string, primaryPort int) error {
 	conf := strings.Join([]string{
 		"port " + strconv.Itoa(p.port),
 		"bind 127.0.0.1",
@@ -190,7 +194,7 @@ func (s *Sentinel) waitDiscovered(ctx context.Context) error {
 	for _, p := range s.sentinels {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: p.addr(), Protocol: 2, MaxRetries: -1})
 		err := pollUntil(ctx, func() (bool, string) {
-			m, err := sc.Master(ctx, SentinelMasterName).Result()
+			m, err := sc.Master(ctx, s.name).Result()
 			if err != nil {
 				return false, err.Error()
 			}
@@ -198,7 +202,7 @@ func (s *Sentinel) waitDiscovered(ctx context.Context) error {
 				m["num-other-sentinels"] != strconv.Itoa(sentinelCount-1) || strings.Contains(m["flags"], "down") {
 				return false, fmt.Sprint(m)
 			}
-			reps, err := sc.Replicas(ctx, SentinelMasterName).Result()
+			reps, err := sc.Replicas(ctx, s.name).Result()
 			if err != nil {
 				return false, err.Error()
 			}
@@ -217,7 +221,7 @@ func (s *Sentinel) waitDiscovered(ctx context.Context) error {
 }
 
 // MasterName returns the name the Sentinels monitor the primary by.
-func (s *Sentinel) MasterName() string { return SentinelMasterName }
+func (s *Sentinel) MasterName() string { return s.name }
 
 // SentinelAddrs returns the three Sentinels' addresses.
 func (s *Sentinel) SentinelAddrs() []string {
@@ -238,7 +242,7 @@ func (s *Sentinel) Replica() *Server { return s.data[1] }
 // FailoverOptions returns options for a go-redis Sentinel-backed client of
 // the primary; callers may adjust them before redis.NewFailoverClient.
 func (s *Sentinel) FailoverOptions() *redis.FailoverOptions {
-	return &redis.FailoverOptions{MasterName: SentinelMasterName, SentinelAddrs: s.SentinelAddrs()}
+	return &redis.FailoverOptions{MasterName: s.name, SentinelAddrs: s.SentinelAddrs()}
 }
 
 // Client returns a Sentinel-backed client of the primary (a *redis.Client
@@ -266,7 +270,7 @@ func (s *Sentinel) Failover(ctx context.Context) error {
 	// previous failover it may not have yet.
 	var err error
 	if pollErr := pollUntil(ctx, func() (bool, string) {
-		err = sc.Failover(ctx, SentinelMasterName).Err()
+		err = sc.Failover(ctx, s.name).Err()
 		if err != nil && strings.HasPrefix(err.Error(), "NOGOODSLAVE") {
 			return false, err.Error()
 		}
@@ -282,7 +286,7 @@ func (s *Sentinel) Failover(ctx context.Context) error {
 	for _, p := range s.sentinels {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: p.addr(), Protocol: 2, MaxRetries: -1})
 		err := pollUntil(ctx, func() (bool, string) {
-			addr, err := sc.GetMasterAddrByName(ctx, SentinelMasterName).Result()
+			addr, err := sc.GetMasterAddrByName(ctx, s.name).Result()
 			if err != nil {
 				return false, err.Error()
 			}

@@ -28,6 +28,7 @@ import (
 const (
 	envFailover       = "COSTGUARD_FAILOVER_HELPER" // "sentinel" or "cluster"
 	envFailoverAddrs  = "COSTGUARD_FAILOVER_ADDRS"  // sentinels, or Cluster seeds; comma-separated
+	envFailoverMaster = "COSTGUARD_FAILOVER_MASTER" // the name the sentinels monitor the primary by
 	envFailoverPrefix = "COSTGUARD_FAILOVER_PREFIX"
 	envFailoverKey    = "COSTGUARD_FAILOVER_IDENTITY"
 
@@ -74,7 +75,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		s := redistest.StartSentinel(t)
 		prefix := uniquePrefix(t)
 		client := func() redis.UniversalClient { return redis.NewFailoverClient(s.FailoverOptions()) }
-		runFailover(t, "sentinel", s.SentinelAddrs(), client, prefix, "failover", func(ctx context.Context) (string, error) {
+		runFailover(t, "sentinel:"+s.MasterName(), s.SentinelAddrs(), client, prefix, "failover", func(ctx context.Context) (string, error) {
 			lag, err := replicationLag(ctx, s.Primary(), s.Replica())
 			if err != nil {
 				return "", err
@@ -191,6 +192,7 @@ type failoverReport struct {
 func runFailover(t *testing.T, mode string, addrs []string, newClient func() redis.UniversalClient,
 	prefix, identity string, failover func(context.Context) (string, error)) {
 	t.Helper()
+	kind, master, _ := strings.Cut(mode, ":") // "sentinel:<master name>" or "cluster"
 	type helper struct {
 		cmd    *exec.Cmd
 		stdin  io.WriteCloser
@@ -206,7 +208,8 @@ func runFailover(t *testing.T, mode string, addrs []string, newClient func() red
 		helpers[i] = h
 		h.cmd = exec.Command(os.Args[0], "-test.run=^TestFailoverHelperProcess$", "-test.count=1", "-test.v")
 		h.cmd.Env = append(os.Environ(),
-			envFailover+"="+mode,
+			envFailover+"="+kind,
+			envFailoverMaster+"="+master,
 			envFailoverAddrs+"="+strings.Join(addrs, ","),
 			envFailoverPrefix+"="+prefix,
 			envFailoverKey+"="+identity,
@@ -424,7 +427,7 @@ func TestFailoverHelperProcess(t *testing.T) {
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	} else {
 		rdb = redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:            redistest.SentinelMasterName,
+			MasterName:            os.Getenv(envFailoverMaster),
 			SentinelAddrs:         addrs,
 			ContextTimeoutEnabled: true,
 		})
