@@ -69,14 +69,14 @@ func (e *Extension) priceOnly(ctx context.Context, st *requestState, opCtx *grap
 	}
 	o := e.l.peek(ctx, st.id, st.plan)
 	st.recordPeek(o, cost)
-	st.noteRate(rep, cost, o, e.l)
+	st.noteRate(rep, cost, &o, e.l)
 	return true
 }
 
 // noteDecision completes what an operation asked to learn, once its cost
 // was decided by a debit: the status RateLimitFrom returns and, for an
 // admitted "GraphQL-Cost: report", the breakdown of its price.
-func (e *Extension) noteDecision(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64, o outcome) {
+func (e *Extension) noteDecision(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64, o *outcome) {
 	st.noteRate(rep, cost, o, e.l)
 	if st.ask.mode == modeReport && o.verdict == admitted {
 		e.explain(ctx, st, opCtx)

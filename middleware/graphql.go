@@ -412,7 +412,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	}
 	l.shadow(ctx, st.plan, &o)
 	st.record(o, cost, codeOf(o, nil))
-	e.noteDecision(ctx, st, opCtx, rep, cost, o)
+	e.noteDecision(ctx, st, opCtx, rep, cost, &o)
 	return l.verdictError(o, cost, st.plan)
 }
 

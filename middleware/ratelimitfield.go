@@ -78,7 +78,7 @@ func RateLimitFrom(ctx context.Context) (RateLimitStatus, bool) {
 
 // noteRate records what RateLimitFrom returns for outcome o of an
 // operation priced by rep at cost.
-func (s *requestState) noteRate(rep *complexity.Report, cost int64, o outcome, l *Limiter) {
+func (s *requestState) noteRate(rep *complexity.Report, cost int64, o *outcome, l *Limiter) {
 	if !o.known {
 		return
 	}

@@ -163,6 +163,13 @@ func isJSON(contentType string) bool {
 // behind the screen's back.
 var requestMembers = []string{"query", "operationName", "variables", "extensions"}
 
+var requestMemberBytes = func() (b [][]byte) {
+	for _, m := range requestMembers {
+		b = append(b, []byte(m))
+	}
+	return b
+}()
+
 // screenJSONParams checks a POST body and returns it, or a copy without the
 // undeclared variables.
 func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refusal) {
@@ -182,20 +189,25 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		seen      [4]bool // of requestMembers
 		budget    = st.set.newJSONBudget()
 	)
-	for m := range s.members() {
+	s.open()
+	for m := (member{}); s.next(&m, false); {
+		name := body[m.keyStart+1 : m.nameEnd-1] // compared in place, unless it holds an escape
+		if m.name != "" {
+			name = []byte(m.name)
+		}
 		canonical, at := "", 0
-		for i, name := range requestMembers {
-			if strings.EqualFold(m.name, name) {
-				canonical, at = name, i
+		for i, want := range requestMembers {
+			if bytes.EqualFold(name, requestMemberBytes[i]) {
+				canonical, at = want, i
 			}
 		}
 		if canonical == "" {
 			continue // encoding/json skips it without keeping it
 		}
-		if m.name != canonical || seen[at] {
+		if string(name) != canonical || seen[at] {
 			return nil, refuse(http.StatusBadRequest, CodeInvalidRequest,
 				"the request body has a member %q; expected each of %s at most once, spelled so",
-				echo.Cut(m.name), strings.Join(requestMembers, ", "))
+				echo.Cut(string(name)), strings.Join(requestMembers, ", "))
 		}
 		seen[at] = true
 		v := body[m.valueStart:m.valueEnd]
@@ -216,7 +228,8 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 			}
 			if canonical == "variables" && v[0] == '{' {
 				vs := jsonScanner{b: body, i: m.valueStart}
-				for vm := range vs.members() {
+				vs.open()
+				for vm := (member{}); vs.next(&vm, true); {
 					vars = append(vars, vm)
 				}
 				varsStart, varsEnd = m.valueStart, m.valueEnd
@@ -389,7 +402,8 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		}
 		s := jsonScanner{b: b}
 		var vars []member
-		for m := range s.members() {
+		s.open()
+		for m := (member{}); s.next(&m, true); {
 			vars = append(vars, m)
 		}
 		var screened screenedQuery
@@ -529,8 +543,8 @@ type jsonScanner struct {
 // bytes: keyStart at the name's opening quote, value at its first and one
 // past its last byte.
 type member struct {
-	name                           string
-	keyStart, valueStart, valueEnd int
+	name                                    string
+	keyStart, nameEnd, valueStart, valueEnd int
 }
 
 func (s *jsonScanner) peek() byte {
@@ -571,41 +585,46 @@ func (s *jsonScanner) str() {
 	}
 }
 
-// members yields the members of the object whose '{' is at s.i (after
-// space), leaving s.i after its '}'.
-func (s *jsonScanner) members() func(func(member) bool) {
-	return func(yield func(member) bool) {
-		s.space()
-		s.i++ // '{'
-		for {
-			s.space()
-			if s.peek() == '}' {
-				s.i++
-				return
-			}
-			if s.peek() == ',' {
-				s.i++
-				s.space()
-			}
-			m := member{keyStart: s.i}
-			s.str()
-			raw := s.b[m.keyStart:s.i]
-			if bytes.IndexByte(raw, '\\') < 0 {
-				m.name = string(raw[1 : len(raw)-1])
-			} else {
-				_ = json.Unmarshal(raw, &m.name)
-			}
-			s.space()
-			s.i++ // ':'
-			s.space()
-			m.valueStart = s.i
-			s.skip()
-			m.valueEnd = s.i
-			if !yield(m) {
-				return
-			}
-		}
+// open moves past the '{' of the object at s.i (after space), whose
+// members next then reads.
+func (s *jsonScanner) open() {
+	s.space()
+	s.i++
+}
+
+// next reads the next member of the object open at s.i into m, reporting
+// false (and leaving s.i after the '}') when there is none. Its name is
+// decoded into m.name when decode is set or it holds an escape; else
+// m.name is "" and nameEnd marks it in the bytes.
+func (s *jsonScanner) next(m *member, decode bool) bool {
+	s.space()
+	if s.i >= len(s.b) || s.peek() == '}' {
+		s.i++
+		return false
 	}
+	if s.peek() == ',' {
+		s.i++
+		s.space()
+	}
+	*m = member{keyStart: s.i}
+	s.str()
+	m.nameEnd = s.i
+	raw := s.b[m.keyStart:s.i]
+	switch {
+	case bytes.IndexByte(raw, '\\') >= 0:
+		var name string // a variable of its own: m stays on the caller's stack
+		_ = json.Unmarshal(raw, &name)
+		m.name = name
+	case decode:
+		m.name = string(raw[1 : len(raw)-1])
+	}
+	s.space()
+	s.i++ // ':'
+	s.space()
+	m.valueStart = s.i
+	s.skip()
+	m.valueEnd = s.i
+	return true
 }
 
 func isDelimiter(c byte) bool {

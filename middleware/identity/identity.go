@@ -141,7 +141,7 @@ func HashAPIKey(apiKey string) string {
 // "Authorization: Bearer" header, else the X-API-Key header. Other
 // Authorization schemes are not API keys and are ignored.
 func APIKeyFrom(r *http.Request) (string, bool) {
-	if auth := r.Header.Get("Authorization"); auth != "" {
+	if auth := headerValue(r.Header, "Authorization"); auth != "" {
 		scheme, token, ok := strings.Cut(auth, " ")
 		if ok && strings.EqualFold(scheme, "Bearer") {
 			if token = strings.TrimSpace(token); token != "" {
@@ -149,15 +149,22 @@ func APIKeyFrom(r *http.Request) (string, bool) {
 			}
 		}
 	}
-	if v := r.Header[canonicalAPIKey]; len(v) > 0 { // as Header.Get, without canonicalizing the name on every request
-		if k := strings.TrimSpace(v[0]); k != "" {
-			return k, true
-		}
+	if k := strings.TrimSpace(headerValue(r.Header, canonicalAPIKey)); k != "" {
+		return k, true
 	}
 	return "", false
 }
 
 var canonicalAPIKey = http.CanonicalHeaderKey(HeaderAPIKey)
+
+// headerValue is h.Get(key) for a key already in canonical form, without
+// checking and canonicalizing it again on every request.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
 
 // ChainConfig configures the default chain NewChain builds.
 type ChainConfig struct {
