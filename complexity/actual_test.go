@@ -441,6 +441,44 @@ func TestActualCostInvalidResponses(t *testing.T) {
 	}
 }
 
+// TestActualCostErrorMessages pins the whole message of an invalid
+// response, offset and path included: the path names the selected fields
+// the reader was inside, and a skipped value adds none of its keys.
+func TestActualCostErrorMessages(t *testing.T) {
+	schema := loadSchema(t, seedSDL)
+	a, err := complexity.New(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := prepare(t, schema, seedQuery, nil)
+	plan, err := a.Compile(p.doc, p.op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "complexity: invalid response: "
+	tests := []struct{ name, data, want string }{
+		{"at the root", `{"user":nul}`, "invalid literal at byte 8"},
+		{"in a root field", `{"user":[]}`, "expected an object at byte 8 (under user)"},
+		{"in a nested list", `{"user":{"repos":[{"issues":[{"title":"x"},1]}]}}`, "expected an object at byte 43 (under user.repos.issues)"},
+		{"in a leaf", `{"user":{"repos":[{"issues":[{"title":"a\qb"}]}]}}`, "invalid escape at byte 40 (under user.repos.issues.title)"},
+		{"in a skipped value", `{"user":{"repos":[{"x":{"a":[1,}]}]}}`, "expected a value at byte 31 (under user.repos)"},
+		{"a key twice", `{"user":{"repos":[{"issues":[],"issues":[]}]}}`, `key "issues" appears twice in one object at byte 40 (under user.repos)`},
+		{"an escaped key twice", `{"user":{"repos":[],"rep\u006fs":null}}`, `key "repos" appears twice in one object at byte 33 (under user)`},
+		{"after a key", `{"user":{"repos" []}}`, "expected ':' after a key at byte 17 (under user)"},
+		{"whitespace before the error", "{\"user\": {\"repos\": [ {\"issues\" : [ {\"title\":\"x\"} ] } ]  x}}", "expected ',' or '}' in an object at byte 56 (under user)"},
+		{"trailing data", `{"user":null} x`, "data continues after its value at byte 14"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := a.ActualCost(p.doc, p.op, p.vars, []byte(tt.data))
+			if err == nil || err.Error() != prefix+tt.want {
+				t.Fatalf("err = %v, want %s%s", err, prefix, tt.want)
+			}
+			checkPlanActual(t, a, plan, p.doc, p.op, p.vars, []byte(tt.data))
+		})
+	}
+}
+
 // Values the operation does not select are skipped without recursion: a
 // depth bomb fails fast at 10,000 levels wherever it is, and nesting below
 // that is read through.
