@@ -1,7 +1,10 @@
 package complexity
 
 import (
+	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -74,15 +77,19 @@ type response struct {
 	b []byte
 	i int
 	s *reading
+	// what went wrong at byte at, once fail is called; data formats the
+	// error.
+	what string
+	at   int
 }
 
 // reading is the scratch space of reading a response, recycled with a
 // walker or, for Plan.ActualCost, on its own.
 type reading struct {
-	seen []bool   // which fields of the objects being read were found
+	seen []bool   // which fields of the objects of over 64 fields being read were found
 	nest []byte   // the containers a skipped value has open
 	text []byte   // a decoded key or __typename
-	path []string // the response path, for errors
+	path []string // the response path of a failure, innermost key first
 	// keyIndex indexes the keys of large sets whose keys came out of
 	// order (see find).
 	keyIndex map[*pricedField]map[string]int
@@ -102,6 +109,14 @@ func (s *reading) reset() bool {
 
 // data prices the whole data member: null, or the root object.
 func (r *response) data(root *pricedSet) (Cost, error) {
+	c, err := r.root(root)
+	if err != nil {
+		return 0, r.failure()
+	}
+	return c, nil
+}
+
+func (r *response) root(root *pricedSet) (Cost, error) {
 	if len(r.b) == 0 {
 		return 0, nil // no data member: nothing ran
 	}
@@ -134,8 +149,14 @@ func (r *response) object(set *pricedSet, weight Cost) (Cost, error) {
 	}
 	r.i++
 	fields := set.fields
+	// Which fields were found: a bit each, or past 64 fields a stretch of
+	// s.seen.
+	var seen uint64
 	mark := len(r.s.seen)
-	r.s.seen = append(r.s.seen, make([]bool, len(fields))...)
+	large := len(fields) > 64
+	if large {
+		r.s.seen = append(r.s.seen, make([]bool, len(fields))...)
+	}
 	total := weight
 	if r.peek() == '}' {
 		r.i++
@@ -151,10 +172,18 @@ func (r *response) object(set *pricedSet, weight Cost) (Cost, error) {
 					return 0, err
 				}
 			} else {
-				if r.s.seen[mark+i] {
-					return 0, r.fail(fmt.Sprintf("key %q appears twice in one object", fields[i].key))
+				if large {
+					if r.s.seen[mark+i] {
+						return 0, r.fail(fmt.Sprintf("key %q appears twice in one object", fields[i].key))
+					}
+					r.s.seen[mark+i] = true
+				} else {
+					if seen&(1<<i) != 0 {
+						return 0, r.fail(fmt.Sprintf("key %q appears twice in one object", fields[i].key))
+					}
+					seen |= 1 << i
 				}
-				r.s.seen[mark+i], hint = true, i+1
+				hint = i + 1
 				c, err := r.field(&fields[i])
 				if err != nil {
 					return 0, err
@@ -169,12 +198,19 @@ func (r *response) object(set *pricedSet, weight Cost) (Cost, error) {
 			}
 		}
 	}
-	for i := range fields {
-		if !r.s.seen[mark+i] {
-			total = addCost(total, fields[i].absent())
+	if large {
+		for i := range fields {
+			if !r.s.seen[mark+i] {
+				total = addCost(total, fields[i].absent())
+			}
 		}
+		r.s.seen = r.s.seen[:mark]
+		return total, nil
 	}
-	r.s.seen = r.s.seen[:mark]
+	// The missing fields, in order.
+	for missing := ^seen & (1<<len(fields) - 1); missing != 0; missing &= missing - 1 {
+		total = addCost(total, fields[bits.TrailingZeros64(missing)].absent())
+	}
 	return total, nil
 }
 
@@ -220,10 +256,9 @@ func (r *response) field(pf *pricedField) (Cost, error) {
 	if r.peek() == 'n' {
 		return pf.absent(), r.literal("null")
 	}
-	r.s.path = append(r.s.path, pf.key)
 	items, err := r.values(pf, pf.info.listDepth)
-	r.s.path = r.s.path[:len(r.s.path)-1]
 	if err != nil {
+		r.s.path = append(r.s.path, pf.key) // the failure is under pf
 		return 0, err
 	}
 	return min(clampZero(addCost(pf.own, items)), pf.cost), nil
@@ -655,8 +690,16 @@ func (r *response) ws() {
 	r.i = i
 }
 
-// peek skips whitespace and returns the next byte, 0 at the end.
+// peek skips whitespace and returns the next byte, 0 at the end. Compact
+// JSON has none, so a byte above the space is returned at once, inline.
 func (r *response) peek() byte {
+	if r.i < len(r.b) && r.b[r.i] > ' ' {
+		return r.b[r.i]
+	}
+	return r.peekSpace()
+}
+
+func (r *response) peekSpace() byte {
 	r.ws()
 	if r.i < len(r.b) {
 		return r.b[r.i]
@@ -664,18 +707,38 @@ func (r *response) peek() byte {
 	return 0
 }
 
-// next reads past c (never 0) if it comes next (after whitespace).
+// next reads past c (never 0 nor whitespace) if it comes next (after
+// whitespace).
 func (r *response) next(c byte) bool {
-	if r.peek() == c {
+	if r.i < len(r.b) && r.b[r.i] == c {
+		r.i++
+		return true
+	}
+	if r.peekSpace() == c {
 		r.i++
 		return true
 	}
 	return false
 }
 
+// errFailed is what a read returns once fail has recorded why; data
+// turns it into the error ActualCost returns.
+var errFailed = errors.New("invalid response")
+
+// fail records what is wrong at r.i. The path it is under is gathered as
+// the failure returns through each field (see field), so reading a
+// well-formed response tracks no path.
 func (r *response) fail(what string) error {
-	if len(r.s.path) > 0 {
-		return fmt.Errorf("%w: %s at byte %d (under %s)", ErrInvalidResponse, what, r.i, strings.Join(r.s.path, "."))
+	r.what, r.at = what, r.i
+	r.s.path = r.s.path[:0]
+	return errFailed
+}
+
+// failure is the error of the last fail, under the path gathered since.
+func (r *response) failure() error {
+	if path := r.s.path; len(path) > 0 {
+		slices.Reverse(path)
+		return fmt.Errorf("%w: %s at byte %d (under %s)", ErrInvalidResponse, r.what, r.at, strings.Join(path, "."))
 	}
-	return fmt.Errorf("%w: %s at byte %d", ErrInvalidResponse, what, r.i)
+	return fmt.Errorf("%w: %s at byte %d", ErrInvalidResponse, r.what, r.at)
 }

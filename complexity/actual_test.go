@@ -197,6 +197,15 @@ func TestActualCostSelections(t *testing.T) {
 		// of the keys rather than in the order priced.
 		{name: "twenty aliases in reverse order", query: manyAliases(20),
 			data: manyAliasesData(20), requested: 1 + 20*3, actual: 1 + 20*1},
+		// Up to 64 fields are tracked in a bitmask, more in a slice.
+		{name: "64 aliases in reverse order", query: manyAliases(64),
+			data: manyAliasesData(64), requested: 1 + 64*3, actual: 1 + 64*1},
+		{name: "65 aliases in reverse order", query: manyAliases(65),
+			data: manyAliasesData(65), requested: 1 + 65*3, actual: 1 + 65*1},
+		{name: "65 aliases, the last missing", query: manyAliases(65),
+			data: strings.Replace(manyAliasesData(65), `"r64":[{"name":"x"}],`, "", 1), requested: 1 + 65*3, actual: 1 + 64*1},
+		{name: "64 aliases, the last missing", query: manyAliases(64),
+			data: strings.Replace(manyAliasesData(64), `"r63":[{"name":"x"}],`, "", 1), requested: 1 + 64*3, actual: 1 + 63*1},
 		// The size first hands to nodes through @listSize(sizedFields:)
 		// becomes the number of nodes returned.
 		{name: "sizedFields connection", query: `{ user(login: "octocat") { followers(first: 10) { totalCount nodes { login } } } }`,
