@@ -222,6 +222,42 @@ func TestActualCostSelections(t *testing.T) {
 	})
 }
 
+// readerSDL has leaves and lists side by side in each object.
+const readerSDL = `
+type Query { user: User }
+type User { login: String repos(first: Int): [Repo] stars: Int }
+type Repo { name: String issues(first: Int): [Issue] }
+type Issue { title: String }
+`
+
+// TestActualCostKeyAndValueForms reads the same answer written in every
+// form JSON allows: compact with keys in selection order, as gqlgen writes
+// it (the fast path: keys compared in place, strings skipped to their
+// quote), and the forms that fall back to decoding (escaped keys,
+// whitespace, keys out of order, keys that merely start like a selected
+// one, values of every kind).
+func TestActualCostKeyAndValueForms(t *testing.T) {
+	const query = `{ user { login repos(first: 3) { name issues(first: 2) { title } } stars } }`
+	// Requested: user 1 + 3 repos × (1 + 2 issues × 1) = 10.
+	cases := []struct{ name, data string }{
+		{"compact, in order", `{"user":{"login":"a","repos":[{"name":"r","issues":[{"title":"t"},{"title":"u"}]}],"stars":3}}`},
+		{"whitespace everywhere", " {\n\t\"user\" : { \"login\" : \"a\" , \"repos\" : [ { \"name\" : \"r\" , \"issues\" : [ { \"title\" : \"t\" } , { \"title\" : \"u\" } ] } ] , \"stars\" : 3 } }\r\n"},
+		{"whitespace before a colon only", `{"user" :{"login":"a","repos" :[{"name":"r","issues":[{"title" :"t"},{"title":"u"}]}],"stars":3}}`},
+		{"escaped keys", `{"\u0075ser":{"log\u0069n":"a","repos":[{"n\u0061me":"r","issues":[{"titl\u0065":"t"},{"title":"u"}]}],"st\u0061rs":3}}`},
+		{"keys out of order", `{"user":{"stars":3,"repos":[{"issues":[{"title":"t"},{"title":"u"}],"name":"r"}],"login":"a"}}`},
+		{"keys like selected ones", `{"user":{"log":1,"logins":"x","login":"a","repo":[],"repos":[{"nam":"r","name":"r","issues":[{"titles":"t","title":"t"},{"title":"u","titl":{"title":[]}}]}],"stars":3}}`},
+		{"values of every kind", `{"user":{"login":"a\"\\\u00e9","repos":[{"name":null,"issues":[{"title":"\n"},{"title":true}]}],"stars":-1.5e3}}`},
+		{"leaves missing", `{"user":{"repos":[{"issues":[{},{"title":"u"}]}]}}`},
+		{"a string ending the data", `{"user":{"login":"a","repos":[{"name":"r","issues":[{"title":"t"},{"title":"u"}]}],"stars":3},"x":"` + strings.Repeat("y", 40) + `"}`},
+	}
+	var tests []actualCase
+	for _, c := range cases {
+		// user 1 + 1 repo + 2 issues.
+		tests = append(tests, actualCase{name: c.name, sdl: readerSDL, query: query, data: c.data, requested: 10, actual: 4})
+	}
+	runActualCases(t, tests)
+}
+
 // manyAliases selects n aliases of repos(first: 3).
 func manyAliases(n int) string {
 	var b strings.Builder
@@ -476,6 +512,9 @@ func TestActualCostErrorMessages(t *testing.T) {
 		{"after a key", `{"user":{"repos" []}}`, "expected ':' after a key at byte 17 (under user)"},
 		{"whitespace before the error", "{\"user\": {\"repos\": [ {\"issues\" : [ {\"title\":\"x\"} ] } ]  x}}", "expected ',' or '}' in an object at byte 56 (under user)"},
 		{"trailing data", `{"user":null} x`, "data continues after its value at byte 14"},
+		{"a key cut short", `{"user":{"repos"`, "expected ':' after a key at byte 16 (under user)"},
+		{"a key cut at its quote", `{"user":{"repos`, "unterminated string at byte 15 (under user)"},
+		{"a key twice, in order", `{"user":{"repos":[{"issues":[],"x":1,"issues":[]}]}}`, `key "issues" appears twice in one object at byte 46 (under user.repos)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
