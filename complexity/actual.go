@@ -1,7 +1,10 @@
 package complexity
 
 import (
+	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -74,15 +77,22 @@ type response struct {
 	b []byte
 	i int
 	s *reading
+	// names is set when every key in the priced tree is plain (see
+	// plainKey), as the names of a parsed document are.
+	names bool
+	// what went wrong at byte at, once fail is called; data formats the
+	// error.
+	what string
+	at   int
 }
 
 // reading is the scratch space of reading a response, recycled with a
 // walker or, for Plan.ActualCost, on its own.
 type reading struct {
-	seen []bool   // which fields of the objects being read were found
+	seen []bool   // which fields of the objects of over 64 fields being read were found
 	nest []byte   // the containers a skipped value has open
 	text []byte   // a decoded key or __typename
-	path []string // the response path, for errors
+	path []string // the response path of a failure, innermost key first
 	// keyIndex indexes the keys of large sets whose keys came out of
 	// order (see find).
 	keyIndex map[*pricedField]map[string]int
@@ -102,6 +112,14 @@ func (s *reading) reset() bool {
 
 // data prices the whole data member: null, or the root object.
 func (r *response) data(root *pricedSet) (Cost, error) {
+	c, err := r.root(root)
+	if err != nil {
+		return 0, r.failure()
+	}
+	return c, nil
+}
+
+func (r *response) root(root *pricedSet) (Cost, error) {
 	if len(r.b) == 0 {
 		return 0, nil // no data member: nothing ran
 	}
@@ -134,48 +152,113 @@ func (r *response) object(set *pricedSet, weight Cost) (Cost, error) {
 	}
 	r.i++
 	fields := set.fields
+	// Which fields were found: a bit each, or past 64 fields a stretch of
+	// s.seen; and how many.
+	var seen uint64
+	found := 0
 	mark := len(r.s.seen)
-	r.s.seen = append(r.s.seen, make([]bool, len(fields))...)
+	large := len(fields) > 64
+	if large {
+		r.s.seen = append(r.s.seen, make([]bool, len(fields))...)
+	}
 	total := weight
 	if r.peek() == '}' {
 		r.i++
 	} else {
 		hint := 0 // gqlgen writes the keys in the order they were priced
 		for {
-			key, err := r.key()
-			if err != nil {
-				return 0, err
+			var i int
+			if hint < len(fields) && r.plainKey(fields[hint].key) {
+				i = hint
+			} else {
+				key, err := r.key()
+				if err != nil {
+					return 0, err
+				}
+				i = r.find(set, key, hint)
 			}
-			if i := r.find(set, key, hint); i < 0 {
+			if i < 0 {
 				if err := r.skip(); err != nil {
 					return 0, err
 				}
 			} else {
-				if r.s.seen[mark+i] {
-					return 0, r.fail(fmt.Sprintf("key %q appears twice in one object", fields[i].key))
+				if large {
+					if r.s.seen[mark+i] {
+						return 0, r.fail(fmt.Sprintf("key %q appears twice in one object", fields[i].key))
+					}
+					r.s.seen[mark+i] = true
+				} else {
+					bit := uint64(1) << (i & 63)
+					if seen&bit != 0 {
+						return 0, r.fail(fmt.Sprintf("key %q appears twice in one object", fields[i].key))
+					}
+					seen |= bit
 				}
-				r.s.seen[mark+i], hint = true, i+1
+				hint, found = i+1, found+1
 				c, err := r.field(&fields[i])
 				if err != nil {
 					return 0, err
 				}
 				total = addCost(total, c)
 			}
-			if r.next('}') {
+			if c := r.peek(); c == ',' {
+				r.i++
+				continue
+			} else if c == '}' {
+				r.i++
 				break
 			}
-			if !r.next(',') {
-				return 0, r.fail("expected ',' or '}' in an object")
+			return 0, r.fail("expected ',' or '}' in an object")
+		}
+	}
+	if found == len(fields) {
+		if large {
+			r.s.seen = r.s.seen[:mark]
+		}
+		return total, nil
+	}
+	if large {
+		for i := range fields {
+			if !r.s.seen[mark+i] {
+				total = addCost(total, fields[i].absent())
 			}
 		}
+		r.s.seen = r.s.seen[:mark]
+		return total, nil
 	}
-	for i := range fields {
-		if !r.s.seen[mark+i] {
-			total = addCost(total, fields[i].absent())
+	// The missing fields, in order.
+	for missing := ^seen & (^uint64(0) >> (64 - len(fields))); missing != 0; missing &= missing - 1 {
+		total = addCost(total, fields[bits.TrailingZeros64(missing)].absent())
+	}
+	return total, nil
+}
+
+// plainKey reads past `"key":` at r.i, as compact JSON writes a key
+// without escapes, and reports whether it was there; if not, r.i is left
+// alone for key to read whatever is. Those bytes are the JSON string key
+// spells only if key holds no quote, backslash or control character: a
+// GraphQL name never does (r.names), any other key is checked.
+func (r *response) plainKey(key string) bool {
+	b := r.b[r.i:]
+	n := len(key)
+	if len(b) < n+3 || b[0] != '"' || b[n+1] != '"' || b[n+2] != ':' || string(b[1:n+1]) != key {
+		return false
+	}
+	if !r.names && !plain(key) {
+		return false
+	}
+	r.i += n + 3
+	return true
+}
+
+// plain reports whether s can be written as a JSON string as it is.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			return false
 		}
 	}
-	r.s.seen = r.s.seen[:mark]
-	return total, nil
+	return true
 }
 
 // find returns the index of the field with response key key, -1 if none;
@@ -220,10 +303,24 @@ func (r *response) field(pf *pricedField) (Cost, error) {
 	if r.peek() == 'n' {
 		return pf.absent(), r.literal("null")
 	}
-	r.s.path = append(r.s.path, pf.key)
+	if ret := pf.info.ret; pf.info.listDepth == 0 && !ret.composite {
+		// A leaf, the commonest field: its value is read past, as item
+		// would, a string (the commonest leaf) directly.
+		var err error
+		if r.i < len(r.b) && r.b[r.i] == '"' {
+			_, _, err = r.str()
+		} else {
+			err = r.skip()
+		}
+		if err != nil {
+			r.s.path = append(r.s.path, pf.key)
+			return 0, err
+		}
+		return min(clampZero(addCost(pf.own, ret.weight)), pf.cost), nil
+	}
 	items, err := r.values(pf, pf.info.listDepth)
-	r.s.path = r.s.path[:len(r.s.path)-1]
 	if err != nil {
+		r.s.path = append(r.s.path, pf.key) // the failure is under pf
 		return 0, err
 	}
 	return min(clampZero(addCost(pf.own, items)), pf.cost), nil
@@ -252,6 +349,12 @@ func (r *response) values(pf *pricedField, levels int) (Cost, error) {
 		r.i++
 		return 0, nil
 	}
+	// A list of objects of one type, the commonest, is read without item
+	// deciding how for each.
+	var objects *pricedSet
+	if ret := pf.info.ret; levels == 1 && ret.composite && (!ret.abstract || len(ret.possible) == 0) {
+		objects = pf.children
+	}
 	var sum Cost
 	for {
 		if r.peek() == 'n' {
@@ -259,18 +362,28 @@ func (r *response) values(pf *pricedField, levels int) (Cost, error) {
 				return 0, err
 			}
 		} else {
-			c, err := r.values(pf, levels-1)
+			var c Cost
+			var err error
+			if objects != nil {
+				c, err = r.object(objects, pf.info.ret.weight)
+			} else if levels == 1 {
+				c, err = r.item(pf)
+			} else {
+				c, err = r.values(pf, levels-1)
+			}
 			if err != nil {
 				return 0, err
 			}
 			sum = addCost(sum, c)
 		}
-		if r.next(']') {
+		if c := r.peek(); c == ',' {
+			r.i++
+			continue
+		} else if c == ']' {
+			r.i++
 			return sum, nil
 		}
-		if !r.next(',') {
-			return 0, r.fail("expected ',' or ']' in a list")
-		}
+		return 0, r.fail("expected ',' or ']' in a list")
 	}
 }
 
@@ -401,10 +514,9 @@ func (r *response) key() ([]byte, error) {
 // tracked in s.nest rather than by recursion, so any nesting costs one
 // byte each, up to maxSkipDepth.
 func (r *response) skip() error {
-	if r.i < len(r.b) && r.b[r.i] == '"' {
-		// A string, the commonest value skipped (a leaf): no containers.
-		_, _, err := r.str()
-		return err
+	if c := r.peek(); c != '{' && c != '[' {
+		// A scalar, the commonest value skipped (a leaf): no containers.
+		return r.scalar()
 	}
 	nest := r.s.nest[:0]
 	for {
@@ -490,10 +602,21 @@ func (r *response) scalar() error {
 // str reads the string at r.i (its opening quote), returning its contents
 // as written and whether they hold escapes.
 func (r *response) str() (raw []byte, escaped bool, err error) {
-	b, i := r.b, r.i+1
-	start := i
+	b, start := r.b, r.i+1
+	i := jsontext.PlainEnd(b, start)
+	if i < len(b) && b[i] == '"' {
+		// Plain to the closing quote, as most strings are.
+		r.i = i + 1
+		return b[start:i], false, nil
+	}
+	return r.strEscaped(start, i)
+}
+
+// strEscaped reads on from b[i], where the string starting at b[start]
+// stops being plain.
+func (r *response) strEscaped(start, i int) (raw []byte, escaped bool, err error) {
+	b := r.b
 	for {
-		i = jsontext.PlainEnd(b, i)
 		r.i = i
 		if i >= len(b) {
 			return nil, false, r.fail("unterminated string")
@@ -518,6 +641,7 @@ func (r *response) str() (raw []byte, escaped bool, err error) {
 			default:
 				return nil, false, r.fail("invalid escape")
 			}
+			i = jsontext.PlainEnd(b, i)
 		default:
 			return nil, false, r.fail("control character in a string")
 		}
@@ -655,8 +779,16 @@ func (r *response) ws() {
 	r.i = i
 }
 
-// peek skips whitespace and returns the next byte, 0 at the end.
+// peek skips whitespace and returns the next byte, 0 at the end. Compact
+// JSON has none, so a byte above the space is returned at once, inline.
 func (r *response) peek() byte {
+	if r.i < len(r.b) && r.b[r.i] > ' ' {
+		return r.b[r.i]
+	}
+	return r.peekSpace()
+}
+
+func (r *response) peekSpace() byte {
 	r.ws()
 	if r.i < len(r.b) {
 		return r.b[r.i]
@@ -664,18 +796,38 @@ func (r *response) peek() byte {
 	return 0
 }
 
-// next reads past c (never 0) if it comes next (after whitespace).
+// next reads past c (never 0 nor whitespace) if it comes next (after
+// whitespace).
 func (r *response) next(c byte) bool {
-	if r.peek() == c {
+	if r.i < len(r.b) && r.b[r.i] == c {
+		r.i++
+		return true
+	}
+	if r.peekSpace() == c {
 		r.i++
 		return true
 	}
 	return false
 }
 
+// errFailed is what a read returns once fail has recorded why; data
+// turns it into the error ActualCost returns.
+var errFailed = errors.New("invalid response")
+
+// fail records what is wrong at r.i. The path it is under is gathered as
+// the failure returns through each field (see field), so reading a
+// well-formed response tracks no path.
 func (r *response) fail(what string) error {
-	if len(r.s.path) > 0 {
-		return fmt.Errorf("%w: %s at byte %d (under %s)", ErrInvalidResponse, what, r.i, strings.Join(r.s.path, "."))
+	r.what, r.at = what, r.i
+	r.s.path = r.s.path[:0]
+	return errFailed
+}
+
+// failure is the error of the last fail, under the path gathered since.
+func (r *response) failure() error {
+	if path := r.s.path; len(path) > 0 {
+		slices.Reverse(path)
+		return fmt.Errorf("%w: %s at byte %d (under %s)", ErrInvalidResponse, r.what, r.at, strings.Join(path, "."))
 	}
-	return fmt.Errorf("%w: %s at byte %d", ErrInvalidResponse, what, r.i)
+	return fmt.Errorf("%w: %s at byte %d", ErrInvalidResponse, r.what, r.at)
 }

@@ -197,6 +197,15 @@ func TestActualCostSelections(t *testing.T) {
 		// of the keys rather than in the order priced.
 		{name: "twenty aliases in reverse order", query: manyAliases(20),
 			data: manyAliasesData(20), requested: 1 + 20*3, actual: 1 + 20*1},
+		// Up to 64 fields are tracked in a bitmask, more in a slice.
+		{name: "64 aliases in reverse order", query: manyAliases(64),
+			data: manyAliasesData(64), requested: 1 + 64*3, actual: 1 + 64*1},
+		{name: "65 aliases in reverse order", query: manyAliases(65),
+			data: manyAliasesData(65), requested: 1 + 65*3, actual: 1 + 65*1},
+		{name: "65 aliases, the last missing", query: manyAliases(65),
+			data: strings.Replace(manyAliasesData(65), `"r64":[{"name":"x"}],`, "", 1), requested: 1 + 65*3, actual: 1 + 64*1},
+		{name: "64 aliases, the last missing", query: manyAliases(64),
+			data: strings.Replace(manyAliasesData(64), `"r63":[{"name":"x"}],`, "", 1), requested: 1 + 64*3, actual: 1 + 63*1},
 		// The size first hands to nodes through @listSize(sizedFields:)
 		// becomes the number of nodes returned.
 		{name: "sizedFields connection", query: `{ user(login: "octocat") { followers(first: 10) { totalCount nodes { login } } } }`,
@@ -211,6 +220,42 @@ func TestActualCostSelections(t *testing.T) {
 		{name: "variables coerced", query: `query($f: Int) { user(login: "octocat") { repos(first: $f) { name } } }`,
 			vars: map[string]any{"f": "3"}, data: `{"user":{"repos":[{},{}]}}`, requested: 1 + 3, actual: 1 + 2},
 	})
+}
+
+// readerSDL has leaves and lists side by side in each object.
+const readerSDL = `
+type Query { user: User }
+type User { login: String repos(first: Int): [Repo] stars: Int }
+type Repo { name: String issues(first: Int): [Issue] }
+type Issue { title: String }
+`
+
+// TestActualCostKeyAndValueForms reads the same answer written in every
+// form JSON allows: compact with keys in selection order, as gqlgen writes
+// it (the fast path: keys compared in place, strings skipped to their
+// quote), and the forms that fall back to decoding (escaped keys,
+// whitespace, keys out of order, keys that merely start like a selected
+// one, values of every kind).
+func TestActualCostKeyAndValueForms(t *testing.T) {
+	const query = `{ user { login repos(first: 3) { name issues(first: 2) { title } } stars } }`
+	// Requested: user 1 + 3 repos × (1 + 2 issues × 1) = 10.
+	cases := []struct{ name, data string }{
+		{"compact, in order", `{"user":{"login":"a","repos":[{"name":"r","issues":[{"title":"t"},{"title":"u"}]}],"stars":3}}`},
+		{"whitespace everywhere", " {\n\t\"user\" : { \"login\" : \"a\" , \"repos\" : [ { \"name\" : \"r\" , \"issues\" : [ { \"title\" : \"t\" } , { \"title\" : \"u\" } ] } ] , \"stars\" : 3 } }\r\n"},
+		{"whitespace before a colon only", `{"user" :{"login":"a","repos" :[{"name":"r","issues":[{"title" :"t"},{"title":"u"}]}],"stars":3}}`},
+		{"escaped keys", `{"\u0075ser":{"log\u0069n":"a","repos":[{"n\u0061me":"r","issues":[{"titl\u0065":"t"},{"title":"u"}]}],"st\u0061rs":3}}`},
+		{"keys out of order", `{"user":{"stars":3,"repos":[{"issues":[{"title":"t"},{"title":"u"}],"name":"r"}],"login":"a"}}`},
+		{"keys like selected ones", `{"user":{"log":1,"logins":"x","login":"a","repo":[],"repos":[{"nam":"r","name":"r","issues":[{"titles":"t","title":"t"},{"title":"u","titl":{"title":[]}}]}],"stars":3}}`},
+		{"values of every kind", `{"user":{"login":"a\"\\\u00e9","repos":[{"name":null,"issues":[{"title":"\n"},{"title":true}]}],"stars":-1.5e3}}`},
+		{"leaves missing", `{"user":{"repos":[{"issues":[{},{"title":"u"}]}]}}`},
+		{"a string ending the data", `{"user":{"login":"a","repos":[{"name":"r","issues":[{"title":"t"},{"title":"u"}]}],"stars":3},"x":"` + strings.Repeat("y", 40) + `"}`},
+	}
+	var tests []actualCase
+	for _, c := range cases {
+		// user 1 + 1 repo + 2 issues.
+		tests = append(tests, actualCase{name: c.name, sdl: readerSDL, query: query, data: c.data, requested: 10, actual: 4})
+	}
+	runActualCases(t, tests)
 }
 
 // manyAliases selects n aliases of repos(first: 3).
@@ -435,6 +480,47 @@ func TestActualCostInvalidResponses(t *testing.T) {
 			_, err := a.ActualCost(p.doc, p.op, p.vars, []byte(tt.data))
 			if !errors.Is(err, complexity.ErrInvalidResponse) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want ErrInvalidResponse mentioning %q", err, tt.want)
+			}
+			checkPlanActual(t, a, plan, p.doc, p.op, p.vars, []byte(tt.data))
+		})
+	}
+}
+
+// TestActualCostErrorMessages pins the whole message of an invalid
+// response, offset and path included: the path names the selected fields
+// the reader was inside, and a skipped value adds none of its keys.
+func TestActualCostErrorMessages(t *testing.T) {
+	schema := loadSchema(t, seedSDL)
+	a, err := complexity.New(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := prepare(t, schema, seedQuery, nil)
+	plan, err := a.Compile(p.doc, p.op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "complexity: invalid response: "
+	tests := []struct{ name, data, want string }{
+		{"at the root", `{"user":nul}`, "invalid literal at byte 8"},
+		{"in a root field", `{"user":[]}`, "expected an object at byte 8 (under user)"},
+		{"in a nested list", `{"user":{"repos":[{"issues":[{"title":"x"},1]}]}}`, "expected an object at byte 43 (under user.repos.issues)"},
+		{"in a leaf", `{"user":{"repos":[{"issues":[{"title":"a\qb"}]}]}}`, "invalid escape at byte 40 (under user.repos.issues.title)"},
+		{"in a skipped value", `{"user":{"repos":[{"x":{"a":[1,}]}]}}`, "expected a value at byte 31 (under user.repos)"},
+		{"a key twice", `{"user":{"repos":[{"issues":[],"issues":[]}]}}`, `key "issues" appears twice in one object at byte 40 (under user.repos)`},
+		{"an escaped key twice", `{"user":{"repos":[],"rep\u006fs":null}}`, `key "repos" appears twice in one object at byte 33 (under user)`},
+		{"after a key", `{"user":{"repos" []}}`, "expected ':' after a key at byte 17 (under user)"},
+		{"whitespace before the error", "{\"user\": {\"repos\": [ {\"issues\" : [ {\"title\":\"x\"} ] } ]  x}}", "expected ',' or '}' in an object at byte 56 (under user)"},
+		{"trailing data", `{"user":null} x`, "data continues after its value at byte 14"},
+		{"a key cut short", `{"user":{"repos"`, "expected ':' after a key at byte 16 (under user)"},
+		{"a key cut at its quote", `{"user":{"repos`, "unterminated string at byte 15 (under user)"},
+		{"a key twice, in order", `{"user":{"repos":[{"issues":[],"x":1,"issues":[]}]}}`, `key "issues" appears twice in one object at byte 46 (under user.repos)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := a.ActualCost(p.doc, p.op, p.vars, []byte(tt.data))
+			if err == nil || err.Error() != prefix+tt.want {
+				t.Fatalf("err = %v, want %s%s", err, prefix, tt.want)
 			}
 			checkPlanActual(t, a, plan, p.doc, p.op, p.vars, []byte(tt.data))
 		})

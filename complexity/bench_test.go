@@ -247,6 +247,27 @@ func actualPage(repos, issues int) []byte {
 	return append(b, "]}}"...)
 }
 
+// requestPage is readmeQuery's data as gqlgen writes it for a full page:
+// 10 repositories of 5 issues, titles of 21 to 25 characters (1.9 KB).
+func requestPage() []byte {
+	titles := []string{"Greeting not localised", "Fork count is wrong", "Typo in the greeting", "Broken footer link", "Detect GraphQL files"}
+	b := []byte(`{"user":{"repos":[`)
+	for r := range 10 {
+		if r > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"issues":[`...)
+		for i, t := range titles {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `{"title":"%s #%d"}`, t, r)
+		}
+		b = append(b, "]}"...)
+	}
+	return append(b, "]}}"...)
+}
+
 func actualPageQuery(repos, issues int) string {
 	return fmt.Sprintf(`{ user(login: "octocat") { login repos(first: %d) { name issues(first: %d) { title body } } } }`, repos, issues)
 }
@@ -255,7 +276,9 @@ func actualPageQuery(repos, issues int) string {
 // requested price of the same operation (Analyze) and to decoding the same
 // bytes with encoding/json into any, the peer a middleware would otherwise
 // reach for. readme is the README's response (4 repositories, 9 issues,
-// 394 bytes of data); page-110 a full page of 10 repositories of 10 issues
+// 394 bytes of data); request-50 the same query's full page (10
+// repositories of 5 issues, 1.9 KB), the example server's typical
+// response; page-110 a full page of 10 repositories of 10 issues
 // (17 KB); 1MB 100 repositories of 60 issues (1.03 MB). Plan.ActualCost
 // is the same through the operation's compiled plan, as the middleware
 // settles a request it priced through that plan.
@@ -273,6 +296,7 @@ func BenchmarkActualCost(b *testing.B) {
 		data  []byte
 	}{
 		{"readme", readmeQuery, []byte(readmeData)},
+		{"request-50", readmeQuery, requestPage()},
 		{"page-110", actualPageQuery(10, 10), actualPage(10, 10)},
 		{"1MB", actualPageQuery(100, 60), actualPage(100, 60)},
 	} {

@@ -33,7 +33,7 @@ func (p *Plan) ActualCost(variables map[string]any, data []byte) (int64, error) 
 	if rd == nil {
 		rd = new(reading)
 	}
-	r := response{b: data, s: rd}
+	r := response{b: data, s: rd, names: t.names}
 	c, err := r.data(&t.root)
 	if rd.reset() {
 		p.a.readings.Put(rd)
@@ -49,6 +49,9 @@ func (p *Plan) ActualCost(variables map[string]any, data []byte) (int64, error) 
 type actualTree struct {
 	root pricedSet
 	base Cost
+	// names is set when every response key in the tree is plain (see
+	// plainKey): checked once here rather than on each read.
+	names bool
 }
 
 // actualTreeBudget is the most a sub-plan's priced tree may retain, from
@@ -75,7 +78,8 @@ func (p *Plan) actualTree(idx int, s *subPlan) *actualTree {
 			return // unreachable: the sub-plan priced without error
 		}
 		t := &actualTree{root: set, base: base}
-		if t.bytes() <= p.actualBudget {
+		var bytes int64
+		if bytes, t.names = t.measure(); bytes <= p.actualBudget {
 			s.actual = t
 		}
 	})
@@ -85,7 +89,13 @@ func (p *Plan) actualTree(idx int, s *subPlan) *actualTree {
 // bytes approximates what t retains: its sets, fields and members, each
 // shared one once.
 func (t *actualTree) bytes() int64 {
-	n := int64(unsafe.Sizeof(*t))
+	n, _ := t.measure()
+	return n
+}
+
+// measure returns t's bytes and whether all its response keys are plain.
+func (t *actualTree) measure() (n int64, names bool) {
+	n, names = int64(unsafe.Sizeof(*t)), true
 	seenSets := map[*pricedSet]bool{}
 	seenFields := map[*pricedField]bool{}
 	seenMembers := map[*memberSets]bool{}
@@ -95,6 +105,7 @@ func (t *actualTree) bytes() int64 {
 			seenFields[&f[0]] = true
 			n += int64(len(f)) * int64(unsafe.Sizeof(pricedField{}))
 			for i := range s.fields {
+				names = names && plain(s.fields[i].key)
 				if ch := s.fields[i].children; ch != nil && !seenSets[ch] {
 					seenSets[ch] = true
 					n += int64(unsafe.Sizeof(*ch))
@@ -112,5 +123,5 @@ func (t *actualTree) bytes() int64 {
 		}
 	}
 	set(&t.root)
-	return n
+	return n, names
 }
