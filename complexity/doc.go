@@ -131,6 +131,11 @@
 //     after a variable was read, or a breakdown (WithBreakdownLimit > 0)
 //     is asked of a price that reads variables.
 //
+// Plan.ActualCost settles an executed request through the same plan, with
+// the answers of Analyzer.ActualCost; where the price reads no variable
+// but conditions, the tree a response is read against is built once and
+// kept, within what Plan.Size charges for it.
+//
 // A Plan keeps the document and operation it prices and, beside them,
 // about Plan.Size bytes: a constant plan its Report (and breakdown), an
 // evaluated one a node per collected field. A cache should bound plans by
