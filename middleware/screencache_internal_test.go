@@ -2,10 +2,17 @@ package middleware
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/limiter"
 )
 
 // The cache stays within its bounds whatever is put in it, and finds what
@@ -77,5 +84,61 @@ func TestScreenedQueryKeep(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: keep %v, want %v", tc.literal, got, tc.want)
 		}
+	}
+}
+
+// Through real HTTP, a stream of distinct documents of realistic size (16
+// KB each, 48 MB in all) leaves the screen cache within its bounds while
+// every request is still screened: the last one is found in the cache.
+func TestScreenCacheBoundedOverHTTP(t *testing.T) {
+	l, err := New(Config{
+		Plans:         map[string]Plan{"anon": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
+		AnonymousPlan: "anon",
+		Clock:         limiter.SystemClock{},
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.installed.Store(true) // no gqlgen behind: the wrapper's screening alone
+	var passed atomic.Int64
+	srv := httptest.NewServer(l.GraphQL(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		passed.Add(1)
+	})))
+	defer srv.Close()
+	const docs, size = 3000, 16 << 10
+	pad := strings.Repeat(" ", size)
+	var last string
+	for i := range docs {
+		last = fmt.Sprintf(`{"query":"query Q%d { viewer { login } }%s"}`, i, pad)
+		resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(last))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("document %d: status %d", i, resp.StatusCode)
+		}
+	}
+	if got := passed.Load(); got != docs {
+		t.Fatalf("%d of %d documents reached the handler", got, docs)
+	}
+	entries, bytes := 0, int64(0)
+	for i := range l.screened.shards {
+		s := &l.screened.shards[i]
+		s.mu.RLock()
+		entries += len(s.m)
+		bytes += s.bytes
+		s.mu.RUnlock()
+	}
+	t.Logf("%d documents of %d KB: the cache holds %d, %d KB", docs, size>>10, entries, bytes>>10)
+	if entries > screenCacheEntries || bytes > screenCacheBytes {
+		t.Errorf("%d entries, %d bytes: past the bounds %d, %d", entries, bytes, screenCacheEntries, screenCacheBytes)
+	}
+	literal := last[len(`{"query":`) : len(last)-1]
+	if q := l.screened.get([]byte(literal)); q == nil {
+		t.Error("the last document is not in the cache")
 	}
 }
