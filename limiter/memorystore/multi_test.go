@@ -161,6 +161,21 @@ func BenchmarkTakeAll(b *testing.B) {
 			i++
 		}
 	})
+	b.Run("take_all_2", func(b *testing.B) { // a bucket and a quota: the middleware's common case
+		ds := make([]limiter.Decision, 2)
+		reqs := make([]limiter.Request, 2)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			k := keys[i%benchKeys]
+			reqs[0] = limiter.Request{Key: k, Limit: benchLimit, Cost: 1}
+			reqs[1] = limiter.Request{Key: k, Name: "quota", Limit: quota, Cost: 1}
+			if err := s.TakeAll(ctx, reqs, ds); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 	b.Run("take_3", func(b *testing.B) {
 		names := make([][3]string, benchKeys)
 		for i, k := range keys {
