@@ -274,3 +274,42 @@ func TestBreakerIgnoresOverLimitCacheAnswers(t *testing.T) {
 		t.Errorf("%d calls reached the failing store; the breaker should have opened after %d", n, middleware.DefaultBreakerFailures)
 	}
 }
+
+// laneFailingStore fails the takes of lane budgets and passes the others
+// to inner.
+type laneFailingStore struct{ inner limiter.Store }
+
+func (s laneFailingStore) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
+	if strings.HasPrefix(key, "lane:") {
+		return limiter.Decision{}, errTest
+	}
+	return s.inner.Take(ctx, key, l, cost)
+}
+
+// A lane budget's store call that opens the breaker is reported on the
+// decision that made it, as the plan's own call is.
+func TestBreakerChangedByLaneBudget(t *testing.T) {
+	cfg := testConfig(t, newClock())
+	cfg.Store = laneFailingStore{inner: cfg.Store.(limiter.Store)}
+	cfg.FailureMode = middleware.FailClosed
+	cfg.Breaker = middleware.BreakerOptions{Failures: 1, CoolDown: time.Second}
+	cfg.Lanes = []middleware.Lane{
+		{Name: "search", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
+			Budget: &middleware.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
+		{Name: "rest", Priority: middleware.PriorityNormal},
+	}
+	rec := &recorder{}
+	cfg.Observer = rec
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	w := do(t, h, request{method: http.MethodGet, path: "/api/search", header: bearer(aliceKey)})
+	if w.Code != http.StatusServiceUnavailable {
+		t.Errorf("status %d, want 503 (the lane's store failed, closed)", w.Code)
+	}
+	evs := rec.take()
+	if len(evs) != 1 {
+		t.Fatalf("%d events", len(evs))
+	}
+	if e := evs[0]; !e.BreakerChanged || e.Breaker != middleware.BreakerOpen {
+		t.Errorf("event: breaker %q changed %v; want open, changed", e.Breaker, e.BreakerChanged)
+	}
+}

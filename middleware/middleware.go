@@ -677,6 +677,14 @@ type storeTrace struct {
 	key  string
 }
 
+// addLane folds the trace of a lane budget's call into t, the plan's: its
+// time and whether it moved the breaker, but not which store and key to
+// refund (t keeps the plan's; the lane's is kept apart).
+func (t *storeTrace) addLane(u storeTrace) {
+	t.took += u.took
+	t.breakerChanged = t.breakerChanged || u.breakerChanged
+}
+
 // add folds a later call's trace into t.
 func (t *storeTrace) add(u storeTrace) {
 	t.took += u.took
@@ -721,7 +729,7 @@ func (l *Limiter) spendIn(ctx context.Context, id Identity, p *plan, ln *lane, c
 		return o
 	}
 	lo := l.spend(ctx, Identity{Key: ln.key(id)}, ln.budget, cost)
-	o.trace.took += lo.trace.took
+	o.trace.addLane(lo.trace)
 	if lo.verdict == admitted {
 		o.laneCharged, o.laneTrace = cost, lo.trace
 		return o

@@ -336,7 +336,7 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id Identity, addr
 		return o
 	}
 	lo := l.spend(ctx, Identity{Key: ln.key(id)}, ln.budget, cost)
-	o.trace.took += lo.trace.took
+	o.trace.addLane(lo.trace)
 	if lo.verdict == admitted {
 		o.laneCharged, o.laneTrace = cost, lo.trace
 		return o
