@@ -23,7 +23,18 @@ import (
 )
 
 // The shared Redis Cluster of redis_test.go is removed after the last test.
-func TestMain(m *testing.M) { redistest.Main(m) }
+// TestMain also lets the test binary serve as the example server itself
+// (main, with the arguments it was started with) when envServeMain is set:
+// TestSIGTERM signals that process as an orchestrator would.
+func TestMain(m *testing.M) {
+	if os.Getenv(envServeMain) == "1" {
+		main()
+		return
+	}
+	redistest.Main(m)
+}
+
+const envServeMain = "COSTGUARD_SERVE_MAIN"
 
 // lines collects what run prints, line by line, for a test to wait on.
 type lines struct {
