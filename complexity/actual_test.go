@@ -433,7 +433,10 @@ func TestActualCostRefusesWhatAnalyzeRefuses(t *testing.T) {
 	}
 }
 
-func TestActualCostInvalidResponses(t *testing.T) {
+// seedPlan is the seed operation with its analyzer and compiled plan, for
+// the tests that read responses both ways.
+func seedPlan(t *testing.T) (*complexity.Analyzer, prepared, *complexity.Plan) {
+	t.Helper()
 	schema := loadSchema(t, seedSDL)
 	a, err := complexity.New(schema)
 	if err != nil {
@@ -444,6 +447,11 @@ func TestActualCostInvalidResponses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a, p, plan
+}
+
+func TestActualCostInvalidResponses(t *testing.T) {
+	a, p, plan := seedPlan(t)
 	tests := []struct{ name, data, want string }{
 		{"whitespace only", " ", "neither an object nor null"},
 		{"a list as data", `[]`, "neither an object nor null"},
@@ -490,16 +498,7 @@ func TestActualCostInvalidResponses(t *testing.T) {
 // response, offset and path included: the path names the selected fields
 // the reader was inside, and a skipped value adds none of its keys.
 func TestActualCostErrorMessages(t *testing.T) {
-	schema := loadSchema(t, seedSDL)
-	a, err := complexity.New(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := prepare(t, schema, seedQuery, nil)
-	plan, err := a.Compile(p.doc, p.op)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, p, plan := seedPlan(t)
 	const prefix = "complexity: invalid response: "
 	tests := []struct{ name, data, want string }{
 		{"at the root", `{"user":nul}`, "invalid literal at byte 8"},
@@ -531,16 +530,7 @@ func TestActualCostErrorMessages(t *testing.T) {
 // depth bomb fails fast at 10,000 levels wherever it is, and nesting below
 // that is read through.
 func TestActualCostDepthBombs(t *testing.T) {
-	schema := loadSchema(t, seedSDL)
-	a, err := complexity.New(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := prepare(t, schema, seedQuery, nil)
-	plan, err := a.Compile(p.doc, p.op)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, p, plan := seedPlan(t)
 	const deep = 1_000_000
 	tests := []struct {
 		name, data, want string

@@ -70,17 +70,7 @@ func TestRunShutdownFinishesInFlight(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.stop() }()
 	// New connections are refused while the slow request is still running.
-	host := strings.TrimPrefix(r.url, "http://")
-	var refusedAt time.Time
-	require.Eventually(t, func() bool {
-		c, err := net.DialTimeout("tcp", host, time.Second)
-		if err != nil {
-			refusedAt = time.Now()
-			return true
-		}
-		c.Close()
-		return false
-	}, waitLimit, time.Millisecond, "the listener stayed open during the shutdown")
+	refusedAt := waitRefused(t, r.url)
 
 	a := <-answered
 	require.NoError(t, a.err)
@@ -204,4 +194,22 @@ func requireGoroutinesEnded(t *testing.T, baseline int) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines after shutdown, %d before start:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
 	}
+}
+
+// waitRefused waits until the server at url refuses new connections and
+// returns when it first did.
+func waitRefused(t *testing.T, url string) time.Time {
+	t.Helper()
+	host := strings.TrimPrefix(url, "http://")
+	var refusedAt time.Time
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", host, time.Second)
+		if err != nil {
+			refusedAt = time.Now()
+			return true
+		}
+		c.Close()
+		return false
+	}, waitLimit, time.Millisecond, "the listener stayed open during the shutdown")
+	return refusedAt
 }

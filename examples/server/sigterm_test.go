@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -88,17 +87,7 @@ func TestSIGTERM(t *testing.T) {
 	}, waitLimit, time.Millisecond, "the slow request was never debited")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	host := strings.TrimPrefix(url, "http://")
-	var refusedAt time.Time
-	require.Eventually(t, func() bool {
-		c, err := net.DialTimeout("tcp", host, time.Second)
-		if err != nil {
-			refusedAt = time.Now()
-			return true
-		}
-		c.Close()
-		return false
-	}, waitLimit, time.Millisecond, "the listener stayed open after SIGTERM")
+	refusedAt := waitRefused(t, url)
 
 	a := <-answered
 	require.NoError(t, a.err)
