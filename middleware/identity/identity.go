@@ -254,13 +254,9 @@ func (d *defaultIdentifier) Identify(r *http.Request) (Identity, error) {
 	return Identity{Key: addressKey(d.proxies.clientIP(r)), Plan: d.anonymousPlan}, nil
 }
 
-// clientKey renders a client address as a bucket identity. IPv6 clients are
+// appendClientKey appends a client address as a bucket identity. IPv6 clients are
 // grouped by /64: a single subscriber usually holds a whole /64 and could
 // otherwise mint a fresh budget per address.
-func clientKey(a netip.Addr) string {
-	return string(appendClientKey(nil, a))
-}
-
 func appendClientKey(b []byte, a netip.Addr) []byte {
 	switch {
 	case !a.IsValid():
@@ -273,7 +269,7 @@ func appendClientKey(b []byte, a netip.Addr) []byte {
 }
 
 // addressKey is the bucket identity of an anonymous client: "ip:" and its
-// clientKey, built in one allocation (it is on every anonymous request).
+// client key, built in one allocation (it is on every anonymous request).
 func addressKey(a netip.Addr) string {
 	var buf [64]byte // "ip:" and the longest /64 prefix fit
 	return string(appendClientKey(append(buf[:0], "ip:"...), a))

@@ -60,7 +60,7 @@ func TestClientIP(t *testing.T) {
 				r.Header = http.Header{}
 			}
 			p := &proxyResolver{trusted: prefixes, forwarded: tc.forwarded}
-			if got := clientKey(p.clientIP(r)); got != tc.want {
+			if got := string(appendClientKey(nil, p.clientIP(r))); got != tc.want {
 				t.Errorf("client %q, want %q", got, tc.want)
 			}
 		})
