@@ -33,6 +33,7 @@ type ResolverRoot interface {
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Repository() RepositoryResolver
+	Subscription() SubscriptionResolver
 	User() UserResolver
 }
 
@@ -77,6 +78,10 @@ type ComplexityRoot struct {
 		Topics func(childComplexity int) int
 	}
 
+	Subscription struct {
+		IssueCreated func(childComplexity int, repo string) int
+	}
+
 	User struct {
 		Followers       func(childComplexity int, first int) int
 		ID              func(childComplexity int) int
@@ -113,6 +118,9 @@ type QueryResolver interface {
 type RepositoryResolver interface {
 	Owner(ctx context.Context, obj *model.Repository) (*model.User, error)
 	Issues(ctx context.Context, obj *model.Repository, first *int, last *int) ([]*model.Issue, error)
+}
+type SubscriptionResolver interface {
+	IssueCreated(ctx context.Context, repo string) (<-chan *model.Issue, error)
 }
 type UserResolver interface {
 	Repos(ctx context.Context, obj *model.User, first *int, last *int) ([]*model.Repository, error)
@@ -315,6 +323,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Repository.Topics(childComplexity), true
 
+	case "Subscription.issueCreated":
+		if e.ComplexityRoot.Subscription.IssueCreated == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_issueCreated_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.IssueCreated(childComplexity, args["repo"].(string)), true
+
 	case "User.followers":
 		if e.ComplexityRoot.User.Followers == nil {
 			break
@@ -427,6 +447,23 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			ctx = graphql.WithLazyInputUnmarshalerIndex(ctx, inputUnmarshalers)
 			data := ec._Mutation(ctx, opCtx.Operation.SelectionSet)
 			var buf bytes.Buffer
+			data.MarshalGQL(&buf)
+
+			return &graphql.Response{
+				Data: buf.Bytes(),
+			}
+		}
+	case ast.Subscription:
+		next := ec._Subscription(ctx, opCtx.Operation.SelectionSet)
+
+		var buf bytes.Buffer
+		return func(ctx context.Context) *graphql.Response {
+			buf.Reset()
+			data := next(ctx)
+
+			if data == nil {
+				return nil
+			}
 			data.MarshalGQL(&buf)
 
 			return &graphql.Response{
@@ -817,6 +854,20 @@ func (ec *executionContext) field_Repository_issues_args(ctx context.Context, ra
 		return nil, err
 	}
 	args["last"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_issueCreated_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "repo",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["repo"] = arg0
 	return args, nil
 }
 
@@ -1687,6 +1738,50 @@ func (ec *executionContext) _Repository_topics(ctx context.Context, field graphq
 }
 func (ec *executionContext) fieldContext_Repository_topics(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Repository", field, false, false, "String")
+}
+
+func (ec *executionContext) _Subscription_issueCreated(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_issueCreated(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().IssueCreated(ctx, fc.Args["repo"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Issue) graphql.Marshaler {
+			return ec.marshalNIssue2ᚖgithubᚗcomᚋcostguardᚋcostguardᚋgraphᚋmodelᚐIssue(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_issueCreated(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Issue(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_issueCreated_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _User_id(ctx context.Context, field graphql.CollectedField, obj *model.User) (ret graphql.Marshaler) {
@@ -3372,6 +3467,26 @@ func (ec *executionContext) _Repository(ctx context.Context, sel ast.SelectionSe
 	}
 
 	return out
+}
+
+var subscriptionImplementors = []string{"Subscription"}
+
+func (ec *executionContext) _Subscription(ctx context.Context, sel ast.SelectionSet) func(ctx context.Context) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, subscriptionImplementors)
+	ctx = graphql.WithFieldContext(ctx, &graphql.FieldContext{
+		Object: "Subscription",
+	})
+	if len(fields) != 1 {
+		graphql.AddErrorf(ctx, "must subscribe to exactly one stream")
+		return nil
+	}
+
+	switch fields[0].Name {
+	case "issueCreated":
+		return ec._Subscription_issueCreated(ctx, fields[0])
+	default:
+		panic("unknown field " + strconv.Quote(fields[0].Name))
+	}
 }
 
 var userImplementors = []string{"User", "SearchResult", "Node"}

@@ -114,6 +114,12 @@ func (r *repositoryResolver) Issues(ctx context.Context, obj *model.Repository, 
 	return data.issuesOf(obj.Name, first, last)
 }
 
+// IssueCreated is the resolver for the issueCreated field.
+func (r *subscriptionResolver) IssueCreated(ctx context.Context, repo string) (<-chan *model.Issue, error) {
+	data := r.enter(ctx, "Subscription.issueCreated")
+	return data.watch(ctx, repo)
+}
+
 // Repos is the resolver for the repos field.
 func (r *userResolver) Repos(ctx context.Context, obj *model.User, first *int, last *int) ([]*model.Repository, error) {
 	data := r.enter(ctx, "User.repos")
@@ -151,13 +157,17 @@ func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
 // Repository returns RepositoryResolver implementation.
 func (r *Resolver) Repository() RepositoryResolver { return &repositoryResolver{r} }
 
+// Subscription returns SubscriptionResolver implementation.
+func (r *Resolver) Subscription() SubscriptionResolver { return &subscriptionResolver{r} }
+
 // User returns UserResolver implementation.
 func (r *Resolver) User() UserResolver { return &userResolver{r} }
 
 type (
-	issueResolver      struct{ *Resolver }
-	mutationResolver   struct{ *Resolver }
-	queryResolver      struct{ *Resolver }
-	repositoryResolver struct{ *Resolver }
-	userResolver       struct{ *Resolver }
+	issueResolver        struct{ *Resolver }
+	mutationResolver     struct{ *Resolver }
+	queryResolver        struct{ *Resolver }
+	repositoryResolver   struct{ *Resolver }
+	subscriptionResolver struct{ *Resolver }
+	userResolver         struct{ *Resolver }
 )

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -68,14 +69,50 @@ type store struct {
 	repoNames []string               // repositories in seeding order
 	issues    map[string]string      // issue ID -> repository name
 	nextIssue int
+	// watchers are the issueCreated subscriptions, by repository name.
+	watchers map[string]map[*watcher]struct{}
 }
+
+// watcher is one issueCreated subscription: createIssue sends it each new
+// issue of its repository without waiting.
+type watcher struct{ issues chan *model.Issue }
+
+// watcherBuffer is how many issues a subscription may fall behind before
+// createIssue drops the next ones for it rather than wait for its reader.
+const watcherBuffer = 64
 
 func newStore() *store {
 	return &store{
-		users:  make(map[string]*userRecord),
-		repos:  make(map[string]*repoRecord),
-		issues: make(map[string]string),
+		users:    make(map[string]*userRecord),
+		repos:    make(map[string]*repoRecord),
+		issues:   make(map[string]string),
+		watchers: make(map[string]map[*watcher]struct{}),
 	}
+}
+
+// watch subscribes to the issues opened in repo until ctx ends, when the
+// channel is closed.
+func (s *store) watch(ctx context.Context, repo string) (<-chan *model.Issue, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.repos[repo]; !ok {
+		return nil, fmt.Errorf("%w: repository %q", ErrNotFound, repo)
+	}
+	w := &watcher{issues: make(chan *model.Issue, watcherBuffer)}
+	if s.watchers[repo] == nil {
+		s.watchers[repo] = make(map[*watcher]struct{})
+	}
+	s.watchers[repo][w] = struct{}{}
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.watchers[repo], w)
+		if len(s.watchers[repo]) == 0 {
+			delete(s.watchers, repo)
+		}
+		close(w.issues) // under s.mu: createIssue never sends on it again
+	})
+	return w.issues, nil
 }
 
 func (s *store) user(login string) (*model.User, bool) {
@@ -259,6 +296,13 @@ func (s *store) createIssue(repo, title string) (*model.Issue, error) {
 		return nil, fmt.Errorf("%w: %q has %d issues", ErrRepositoryFull, repo, len(r.issues))
 	}
 	is := s.appendIssue(r, title, nil)
+	for w := range s.watchers[repo] {
+		event := is
+		select {
+		case w.issues <- &event:
+		default: // the subscriber is watcherBuffer issues behind: it misses this one
+		}
+	}
 	return &is, nil
 }
 

@@ -110,10 +110,19 @@ func (e *Extension) validateResponse(ctx context.Context) *graphql.Response {
 // sent with "GraphQL-Cost: validate" is answered with its price and never
 // executed (no resolver runs, no other extension's response hook either).
 func (e *Extension) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	st, ok := stateOf(ctx)
+	if !ok || !e.owns(st) {
+		return next(ctx)
+	}
+	if st.conn != nil {
+		if refused := e.decideSocket(ctx, st, graphql.GetOperationContext(ctx)); refused != nil {
+			return refused
+		}
+	}
 	if resp := e.validateResponse(ctx); resp != nil {
 		return graphql.OneShot(resp)
 	}
-	return next(ctx)
+	return st.sub.stream(next(ctx))
 }
 
 // reportAnalyzer returns the analyzer that prices like analyzer(set) and

@@ -269,12 +269,13 @@ const statsKey = "costguard"
 // MaxTokens or MaxSelections, so parsing and validation stay bounded.
 func (e *Extension) MutateOperationParameters(ctx context.Context, params *graphql.RawParams) *gqlerror.Error {
 	if st, ok := ctx.Value(stateKey{}).(*requestState); ok && st.documentChecked == params.Query && params.Query != "" {
+		e.owns(st)
 		return nil // the GraphQL wrapper counted this very document
 	}
 	opCtx := graphql.GetOperationContext(ctx)
 	opCtx.Headers = params.Headers // for requestState without the wrapper
 	st, gerr := e.requestState(ctx, opCtx)
-	if gerr != nil {
+	if gerr != nil || !e.owns(st) {
 		return gerr
 	}
 	if ref := st.readCostHeader(params.Headers); ref != nil {
@@ -339,13 +340,33 @@ func shadowable(cerr *complexity.Error) bool {
 	return true
 }
 
+// owns reports whether e decides the request st belongs to: the first
+// Extension to ask claims it, so a second one on the same server stands
+// aside.
+func (e *Extension) owns(st *requestState) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ext == nil {
+		st.ext = e
+	}
+	return st.ext == e
+}
+
 // MutateOperationContext implements graphql.OperationContextMutator. It
-// runs once per operation, after validation, before any resolver.
+// runs once per operation, after validation, before any resolver, and
+// decides it (an operation on a WebSocket is decided a step later, in
+// InterceptOperation, where its connection's init payload is known).
 func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
 	st, gerr := e.requestState(ctx, opCtx)
-	if gerr != nil {
+	if gerr != nil || !e.owns(st) || st.conn != nil {
 		return gerr
 	}
+	return e.decide(ctx, st, opCtx)
+}
+
+// decide prices operation opCtx of request st, enforces the static caps
+// and debits its cost; a non-nil error refuses it.
+func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
 	l := e.l
 	ln := st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, st.id)
 	st.mu.Lock()
@@ -398,6 +419,11 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	if e.priceOnly(ctx, st, opCtx, rep, cost) {
 		return nil // answered without running: GraphQL-Cost: validate, a dry run
 	}
+	if opCtx.Operation.Operation == ast.Subscription {
+		if gerr := e.openSubscription(ctx, st); gerr != nil {
+			return gerr
+		}
+	}
 	o := l.spendAll(ctx, st.set, st.id, st.addr, st.plan, ln, cost, rep.FieldCounts)
 	if o.verdict == overBudget || o.never {
 		// It can never run: it pays InvalidCost, as a static cap would.
@@ -413,6 +439,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	l.shadow(ctx, st.plan, &o)
 	st.record(o, cost, codeOf(o, nil))
 	e.noteDecision(ctx, st, opCtx, rep, cost, &o)
+	st.sub.settle(o.verdict == admitted)
 	return l.verdictError(o, cost, st.plan)
 }
 
@@ -494,8 +521,15 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 		return resp
 	}
 	st, gerr := e.requestState(ctx, graphql.GetOperationContext(ctx))
-	if gerr != nil {
+	if gerr != nil || !e.owns(st) {
 		return resp
+	}
+	if st.sub.charging() {
+		if !st.wrapped {
+			st.release()
+			st.report(ctx, e.l) // the subscribe's decision
+		}
+		return e.chargeEvent(ctx, st, graphql.GetOperationContext(ctx), resp)
 	}
 	if _, decided := st.current(); decided {
 		e.settleActual(ctx, st, graphql.GetOperationContext(ctx), resp)
@@ -582,6 +616,16 @@ type requestState struct {
 	// wrapped: the GraphQL wrapper carries this state and reports its
 	// decision once the response is written.
 	wrapped bool
+	// conn is the WebSocket connection the operation came on (nil over
+	// HTTP): it is decided in InterceptOperation (socket.go).
+	conn *connState
+	// ext is the Extension that decides the request: the first whose hook
+	// ran, so that a limiter installed twice on one server (two Extensions)
+	// prices and debits once.
+	ext *Extension
+	// sub is the subscription's slot and events (subscription.go); nil for
+	// queries and mutations.
+	sub *subscription
 
 	mu       sync.Mutex
 	decided  bool
@@ -693,9 +737,18 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 	if st, ok := opCtx.Stats.GetExtension(statsKey).(*requestState); ok {
 		return st, nil
 	}
+	if cs, ok := ctx.Value(connKey{}).(*connState); ok {
+		return e.socketState(ctx, cs, opCtx)
+	}
 	r := (&http.Request{Method: http.MethodPost, URL: &url.URL{}, Header: opCtx.Headers}).WithContext(ctx)
 	if r.Header == nil {
 		r.Header = http.Header{}
+	}
+	if isUpgradeHeader(r.Header) {
+		// A WebSocket operation without the wrapper: decided once its
+		// init payload is known, as with it.
+		r.Method = http.MethodGet
+		return e.socketState(ctx, &connState{r: r}, opCtx)
 	}
 	set := e.l.current()
 	id, p, err := set.identify(r)
@@ -730,10 +783,18 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.notInstalled(w, r)
 			return
 		}
+		if installedOutside(r.Context()) {
+			h.ServeHTTP(w, r) // wrapped twice: the outer wrapper limits this request
+			return
+		}
 		set := l.current()
 		id, p, err := set.identify(r)
 		if err != nil {
 			l.graphQLIdentifyFailed(w, r, err)
+			return
+		}
+		if isSocketUpgrade(r) {
+			l.serveSocket(w, r, h) // each operation on it is decided alone
 			return
 		}
 		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet, wrapped: true, addr: set.clientAddr(r)}
@@ -781,6 +842,16 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 		gw.finish()
 		st.report(r.Context(), l)
 	})
+}
+
+// installedOutside reports whether a GraphQL wrapper (of any Limiter)
+// already carries the request ctx belongs to.
+func installedOutside(ctx context.Context) bool {
+	if _, ok := ctx.Value(stateKey{}).(*requestState); ok {
+		return true
+	}
+	_, ok := ctx.Value(connKey{}).(*connState)
+	return ok
 }
 
 // largeBodyReadTimeout bounds reading a large declared body while it holds
@@ -907,6 +978,12 @@ type graphQLWriter struct {
 	st      *requestState
 	status  int // held back; 0 when none was written yet
 	written bool
+	// held is the body of a refusal before execution under
+	// application/graphql-response+json, kept until finish to drop the
+	// "data" member gqlgen writes: GraphQL over HTTP gives a request that
+	// never reached execution none.
+	held    []byte
+	holding bool
 }
 
 // WriteHeader holds the status back (informational ones pass through).
@@ -921,8 +998,23 @@ func (w *graphQLWriter) WriteHeader(status int) {
 
 func (w *graphQLWriter) Write(b []byte) (int, error) {
 	w.writeHeader()
+	if w.holding {
+		if len(w.held)+len(b) > maxHeldRefusal {
+			w.holding = false // not a refusal gqlgen wrote: pass it on as it is
+			if _, err := w.ResponseWriter.Write(w.held); err != nil {
+				return 0, err
+			}
+			w.held = nil
+			return w.ResponseWriter.Write(b)
+		}
+		w.held = append(w.held, b...)
+		return len(b), nil
+	}
 	return w.ResponseWriter.Write(b)
 }
+
+// maxHeldRefusal bounds the refusal body the writer holds back.
+const maxHeldRefusal = 64 << 10
 
 // Flush supports streaming transports (SSE, multipart).
 func (w *graphQLWriter) Flush() {
@@ -934,11 +1026,34 @@ func (w *graphQLWriter) Flush() {
 // underlying writer.
 func (w *graphQLWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// finish sends a status the handler wrote without a body.
+// finish sends a status the handler wrote without a body, or the refusal
+// held back, without its "data" member.
 func (w *graphQLWriter) finish() {
 	if w.status != 0 {
 		w.writeHeader()
 	}
+	if w.holding {
+		w.holding = false
+		_, _ = w.ResponseWriter.Write(withoutData(w.held))
+	}
+}
+
+// withoutData drops the top-level "data" member of a JSON response object
+// (when it is null), leaving anything else as it is.
+func withoutData(body []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return body
+	}
+	if d, ok := m["data"]; !ok || string(d) != "null" {
+		return body
+	}
+	delete(m, "data")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return append(out, '\n')
 }
 
 // writeHeader sends the status and headers the decision calls for, once.
@@ -949,6 +1064,9 @@ func (w *graphQLWriter) writeHeader() {
 	w.written = true
 	status := cmp.Or(w.status, http.StatusOK)
 	if o, decided := w.st.current(); decided {
+		if o.verdict != admitted && isGraphQLResponse(w.ResponseWriter.Header().Get("Content-Type"), w.r) {
+			w.holding = true
+		}
 		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.plan, o, status)
 		if o.verdict == shed || o.verdict == rateLimited {
 			w.l.challenge(w.r.Context(), w.ResponseWriter.Header(), w.st.id, w.st.currentLane())

@@ -296,6 +296,9 @@ type Config struct {
 	// Concurrency caps the requests one principal has in flight at once,
 	// REST and GraphQL together (per plan: Plan.MaxConcurrent).
 	Concurrency ConcurrencyOptions
+	// Subscriptions caps the GraphQL subscriptions one principal holds
+	// open (default 100 each).
+	Subscriptions SubscriptionOptions
 	// Challenger issues and checks the challenge of lanes with Challenge
 	// "pow" (middleware/challenge.NewPoW). Required when a lane asks for
 	// one.
@@ -436,6 +439,7 @@ type Limiter struct {
 	shed         *overload.Shedder // nil: nothing is shed
 	challenger   challenge.Challenger
 	slots        concurrency.Slots // the leases of Concurrency
+	subs         subscriptionSlots // the subscriptions open, by principal
 	slotTTL      time.Duration
 	bodies       *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
 	timeout      time.Duration

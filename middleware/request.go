@@ -67,8 +67,11 @@ func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
 		return nil, refuse(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
 			"the request body is %d bytes; the limit is %d", r.ContentLength, limit)
 	}
-	want := limit + 1 // unknown length: read one byte past the limit to see it
-	if r.ContentLength >= 0 {
+	// Unknown length (-1, or 0 with a body, as requests built in-process by
+	// gqlgen's client package or by a middleware that replaced r.Body say
+	// it): read to EOF, one byte past the limit to see it.
+	want := limit + 1
+	if r.ContentLength > 0 {
 		want = r.ContentLength
 	}
 	body := make([]byte, 0, min(want, smallBody))

@@ -31,6 +31,8 @@ type settings struct {
 	// anyByIP says whether a field limit needs it.
 	addrKey func(*http.Request) string
 	anyByIP bool
+	// maxSubscriptions caps a principal's open subscriptions (0: no cap).
+	maxSubscriptions int
 }
 
 // compileSettings validates the reloadable part of cfg.
@@ -99,6 +101,9 @@ func compileSettings(cfg Config) (*settings, error) {
 		return nil, err
 	}
 	if err := s.buildConcurrency(cfg); err != nil {
+		return nil, err
+	}
+	if s.maxSubscriptions, err = cfg.Subscriptions.maxSubscriptions(); err != nil {
 		return nil, err
 	}
 	return s, nil

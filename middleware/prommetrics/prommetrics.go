@@ -21,7 +21,8 @@
 //
 //	costguard_decisions_total{plan, kind, outcome}            counter
 //	    every Event; outcome is Event.Outcome (admitted, rate_limited,
-//	    cost_exceeded, unavailable, shadow_rejected, shed), kind is graphql or rest
+//	    cost_exceeded, unavailable, shadow_rejected, shed), kind is graphql, rest
+//	    or subscription_event (the debit of one event of a subscription)
 //	costguard_fallback_decisions_total{plan}                  counter
 //	    Events decided by the fail-open local bucket (Event.Fallback)
 //	costguard_operation_cost_points{plan, kind}               histogram
@@ -98,7 +99,7 @@ const (
 
 // The expected label values, in the order of the arrays of series.
 var (
-	kinds    = [...]middleware.Kind{middleware.KindGraphQL, middleware.KindREST}
+	kinds    = [...]middleware.Kind{middleware.KindGraphQL, middleware.KindREST, middleware.KindSubscriptionEvent}
 	outcomes = [...]middleware.Outcome{
 		middleware.OutcomeAdmitted,
 		middleware.OutcomeRateLimited,

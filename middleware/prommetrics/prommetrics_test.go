@@ -101,6 +101,18 @@ costguard_decisions_total{kind="rest",lane="",outcome="shadow_rejected",plan="pr
 costguard_decisions_total{kind="rest",lane="",outcome="shed",plan="pro"} 0
 costguard_decisions_total{kind="rest",lane="",outcome="unavailable",plan="free"} 1
 costguard_decisions_total{kind="rest",lane="",outcome="unavailable",plan="pro"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="admitted",plan="free"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="admitted",plan="pro"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="cost_exceeded",plan="free"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="cost_exceeded",plan="pro"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="rate_limited",plan="free"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="rate_limited",plan="pro"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="shadow_rejected",plan="free"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="shadow_rejected",plan="pro"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="shed",plan="free"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="shed",plan="pro"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="unavailable",plan="free"} 0
+costguard_decisions_total{kind="subscription_event",lane="",outcome="unavailable",plan="pro"} 0
 `,
 	"costguard_fallback_decisions_total": `
 # HELP costguard_fallback_decisions_total Decisions made by the fail-open local bucket because the store failed.
@@ -114,7 +126,9 @@ costguard_fallback_decisions_total{plan="pro"} 1
 ` + histogram("costguard_operation_cost_points", `kind="graphql",plan="free"`, costLE, []int{0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2}, 2, 100002) +
 		histogram("costguard_operation_cost_points", `kind="graphql",plan="pro"`, costLE, []int{0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2}, 3, 250730) +
 		histogram("costguard_operation_cost_points", `kind="rest",plan="free"`, costLE, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, 1) +
-		histogram("costguard_operation_cost_points", `kind="rest",plan="pro"`, costLE, []int{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, 5),
+		histogram("costguard_operation_cost_points", `kind="rest",plan="pro"`, costLE, []int{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, 5) +
+		histogram("costguard_operation_cost_points", `kind="subscription_event",plan="free"`, costLE, make([]int, 16), 0, 0) +
+		histogram("costguard_operation_cost_points", `kind="subscription_event",plan="pro"`, costLE, make([]int, 16), 0, 0),
 	"costguard_operation_actual_cost_points": `
 # HELP costguard_operation_actual_cost_points Cost of each executed GraphQL operation recomputed from its response, in points.
 # TYPE costguard_operation_actual_cost_points histogram
@@ -133,6 +147,8 @@ costguard_charged_points_total{kind="graphql",plan="free"} 2
 costguard_charged_points_total{kind="graphql",plan="pro"} 250031
 costguard_charged_points_total{kind="rest",plan="free"} 0
 costguard_charged_points_total{kind="rest",plan="pro"} 5
+costguard_charged_points_total{kind="subscription_event",plan="free"} 0
+costguard_charged_points_total{kind="subscription_event",plan="pro"} 0
 `,
 	"costguard_refunded_points_total": `
 # HELP costguard_refunded_points_total Points given back to budgets once an operation's actual cost was known.
@@ -187,9 +203,9 @@ func TestScript(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Per plan: 12 decisions, 2 cost, 2 charged, fallback, actual,
-			// refunded; and the 3 store results.
-			if want := 2*19 + 3; n != want {
+			// Per plan: 18 decisions (3 kinds, 6 outcomes), 3 cost, 3
+			// charged, fallback, actual, refunded; and the 3 store results.
+			if want := 2*27 + 3; n != want {
 				t.Errorf("%d series, want %d", n, want)
 			}
 		})
@@ -223,11 +239,11 @@ costguard_fallback_decisions_total{plan="pro"} 0
 		t.Error(err)
 	}
 	for name, series := range map[string]int{
-		"costguard_decisions_total":              2 * 2 * 6,
-		"costguard_operation_cost_points":        2 * 2,
+		"costguard_decisions_total":              2 * 3 * 6,
+		"costguard_operation_cost_points":        2 * 3,
 		"costguard_operation_actual_cost_points": 2,
 		"costguard_store_duration_seconds":       3,
-		"costguard_charged_points_total":         2 * 2,
+		"costguard_charged_points_total":         2 * 3,
 		"costguard_refunded_points_total":        2,
 	} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != series {
@@ -243,8 +259,8 @@ func TestPlanSeriesAppearWithFirstEvent(t *testing.T) {
 		t.Fatalf("%d decision series before any event", n)
 	}
 	m.ObserveDecision(&middleware.Event{Plan: "team", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted})
-	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 12 {
-		t.Errorf("%d decision series, want 12", n)
+	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 18 {
+		t.Errorf("%d decision series, want 18", n)
 	}
 	if v := value(t, reg, "costguard_decisions_total", "plan", "team", "kind", "rest", "outcome", "admitted"); v != 1 {
 		t.Errorf("decisions{team,rest,admitted} = %v, want 1", v)
@@ -281,10 +297,10 @@ func TestUnexpectedLabelValues(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
 		}
 	}
-	// free's 10 expected series, free's three with "other", and the 10
+	// free's 18 expected series, free's three with "other", and the 18
 	// expected series of plan "other".
-	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 27 {
-		t.Errorf("%d decision series, want 27", n)
+	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 39 {
+		t.Errorf("%d decision series, want 39", n)
 	}
 }
 
@@ -296,8 +312,8 @@ func TestWithPlansBoundsCardinality(t *testing.T) {
 		m.ObserveDecision(&middleware.Event{Plan: fmt.Sprint("plan", i), Kind: middleware.KindGraphQL,
 			Outcome: middleware.OutcomeAdmitted, RequestedCost: 1})
 	}
-	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 24 {
-		t.Errorf("%d decision series, want 24", n)
+	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 36 {
+		t.Errorf("%d decision series, want 36", n)
 	}
 	if v := value(t, reg, "costguard_decisions_total", "plan", "other", "kind", "graphql", "outcome", "admitted"); v != 1000 {
 		t.Errorf("decisions{other,graphql,admitted} = %v, want 1000", v)
@@ -412,8 +428,8 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != plans*12 {
-		t.Errorf("%d decision series, want %d", n, plans*12)
+	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != plans*18 {
+		t.Errorf("%d decision series, want %d", n, plans*18)
 	}
 	var total float64
 	for p := range plans {

@@ -1,0 +1,193 @@
+package middleware
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// A WebSocket connection is one HTTP request (the upgrade) carrying many
+// operations, each of which must pay as if it came alone. The wrapper
+// identifies the upgrade (an unknown key in its headers is answered 401
+// before any upgrade) and leaves a connState in the connection's context;
+// the Extension then gives each operation a requestState of its own and
+// decides it in InterceptOperation, the first hook that sees the
+// connection_init payload (gqlgen adds it to the context only after the
+// operation is parsed and validated), and the last before any resolver.
+
+// connKey is where the wrapper leaves a WebSocket connection's connState.
+type connKey struct{}
+
+// connState is what a WebSocket connection's operations share: the upgrade
+// request, whose headers and address identify them unless the init
+// payload carries credentials the headers lack.
+type connState struct {
+	r *http.Request
+}
+
+// Close codes of the graphql-transport-ws protocol that WebsocketInit
+// closes a connection with.
+const (
+	// CloseForbidden: the connection_init payload names an unknown API key.
+	CloseForbidden = 4403
+	// CloseInternalError: the principal could not be identified (the
+	// KeyLookup failed).
+	CloseInternalError = 4500
+)
+
+// isSocketUpgrade reports whether r asks for a WebSocket: a GET with an
+// Upgrade header and no body. gqlgen's Websocket transport takes every
+// request with an Upgrade header, its other transports none; a request
+// with one that is not a bodiless GET goes through the ordinary screening
+// (and fails the handshake).
+func isSocketUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.Header.Get("Upgrade") != "" &&
+		(r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0)
+}
+
+// serveSocket hands the upgrade request to h with the connection's state:
+// the operations are priced, identified and debited one by one by the
+// Extension.
+func (l *Limiter) serveSocket(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	ctx := context.WithValue(r.Context(), connKey{}, &connState{r: r})
+	h.ServeHTTP(w, l.withDegradation(r.WithContext(ctx)))
+}
+
+// socketState is the requestState of one operation on a WebSocket
+// connection, identified by the upgrade request.
+func (e *Extension) socketState(ctx context.Context, cs *connState, opCtx *graphql.OperationContext) (*requestState, *gqlerror.Error) {
+	set := e.l.current()
+	id, p, err := set.identify(cs.r)
+	if err != nil {
+		return nil, e.identifyError(ctx, err)
+	}
+	st := &requestState{set: set, id: id, plan: p, addr: set.clientAddr(cs.r), conn: cs}
+	opCtx.Stats.SetExtension(statsKey, st)
+	return st, nil
+}
+
+// identifyError is the GraphQL error of an identification that failed.
+func (e *Extension) identifyError(ctx context.Context, err error) *gqlerror.Error {
+	if errors.Is(err, ErrUnknownAPIKey) {
+		return codedError(CodeUnknownAPIKey, 0, "unknown API key")
+	}
+	e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
+	ra := e.l.retryAfter(unavailableRetryAfter)
+	return codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
+}
+
+// withInitCredentials returns the upgrade request r with the credentials
+// of a connection_init payload as headers, when r carries none of its own
+// (browsers cannot set headers on a WebSocket): "Authorization" (or
+// "authorization"), "X-API-Key" or "apiKey". It returns r itself when
+// there is nothing to add.
+func withInitCredentials(r *http.Request, payload transport.InitPayload) *http.Request {
+	if len(payload) == 0 || r.Header.Get("Authorization") != "" || r.Header.Get(HeaderAPIKey) != "" {
+		return r
+	}
+	auth := payload.Authorization()
+	key := cmp.Or(payload.GetString(HeaderAPIKey), payload.GetString("apiKey"))
+	if auth == "" && key == "" {
+		return r
+	}
+	r2 := r.Clone(r.Context())
+	if auth != "" {
+		r2.Header.Set("Authorization", auth)
+	} else {
+		r2.Header.Set(HeaderAPIKey, key)
+	}
+	return r2
+}
+
+// reidentify identifies a WebSocket operation again once the init payload
+// is known: its credentials, when the upgrade request had none, choose who
+// pays.
+func (e *Extension) reidentify(ctx context.Context, st *requestState) *gqlerror.Error {
+	r := withInitCredentials(st.conn.r, transport.GetInitPayload(ctx))
+	if r == st.conn.r {
+		return nil
+	}
+	id, p, err := st.set.identify(r)
+	if err != nil {
+		return e.identifyError(ctx, err)
+	}
+	st.mu.Lock()
+	st.id, st.plan, st.addr = id, p, st.set.clientAddr(r)
+	st.mu.Unlock()
+	return nil
+}
+
+// decideSocket decides a WebSocket operation, which MutateOperationContext
+// left undecided: it identifies it by the init payload, then prices and
+// debits it as over HTTP. A refusal is returned as the handler of the
+// operation's response: gqlgen's WebSocket transport sends it as the
+// operation's error message, and the connection stays open.
+func (e *Extension) decideSocket(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) graphql.ResponseHandler {
+	gerr := e.reidentify(ctx, st)
+	if gerr == nil {
+		gerr = e.decide(ctx, st, opCtx)
+	}
+	if gerr == nil {
+		return nil
+	}
+	st.release()
+	st.report(ctx, e.l)
+	if addSocketError(ctx, gerr) {
+		return func(context.Context) *graphql.Response { return nil }
+	}
+	return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{gerr}})
+}
+
+// addSocketError queues ge as the error message gqlgen's WebSocket
+// transport sends when the operation's responses end. It reports false
+// when ctx is not that transport's (a transport of the application's own).
+func addSocketError(ctx context.Context, ge *gqlerror.Error) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	transport.AddSubscriptionError(ctx, ge)
+	return true
+}
+
+// WebsocketInit returns an InitFunc for gqlgen's Websocket transport that
+// checks the credentials of a connection_init payload when the connection
+// opens: an unknown API key closes the connection with CloseForbidden
+// (4403) before any operation, a lookup that fails with CloseInternalError.
+// next, when not nil, runs after the check. Without it the connection
+// opens and each of its operations is refused UNKNOWN_API_KEY instead:
+//
+//	srv.AddTransport(transport.Websocket{InitFunc: lim.WebsocketInit(nil)})
+func (l *Limiter) WebsocketInit(next transport.WebsocketInitFunc) transport.WebsocketInitFunc {
+	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+		if cs, ok := ctx.Value(connKey{}).(*connState); ok {
+			if r := withInitCredentials(cs.r, payload); r != cs.r {
+				if _, _, err := l.current().identify(r); err != nil {
+					if errors.Is(err, ErrUnknownAPIKey) {
+						return transport.WithWebsocketCloseCode(ctx, CloseForbidden), nil, errors.New("unknown API key")
+					}
+					l.log.ErrorContext(ctx, "middleware: cannot identify a WebSocket connection", "err", err)
+					return transport.WithWebsocketCloseCode(ctx, CloseInternalError), nil, errors.New("rate limiter unavailable")
+				}
+			}
+		}
+		if next != nil {
+			return next(ctx, payload)
+		}
+		return ctx, nil, nil
+	}
+}
+
+// isUpgradeHeader reports whether headers (what gqlgen kept of a request)
+// are those of a WebSocket upgrade: an operation the Extension sees
+// without the wrapper.
+func isUpgradeHeader(h map[string][]string) bool {
+	return strings.TrimSpace(http.Header(h).Get("Upgrade")) != ""
+}

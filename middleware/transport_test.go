@@ -1,0 +1,713 @@
+package middleware_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/client"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+
+	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/limiter/memorystore"
+	"github.com/costguard/costguard/middleware"
+)
+
+// An adopter's gqlgen server: every transport gqlgen ships, the limiter
+// installed the README's way (lim.Handler), served on a real listener.
+type adopter struct {
+	t     *testing.T
+	lim   *middleware.Limiter
+	res   *graph.Resolver
+	clock *fakeClock
+	srv   *httptest.Server
+	h     http.Handler
+}
+
+const (
+	adopterKey     = "k-pro"
+	adopterBurst   = 500
+	mutationDoc    = `mutation { createIssue(repo: "hello-world", title: "t") { id title } }`
+	subscribeDoc   = `subscription { issueCreated(repo: "hello-world") { id title } }`
+	cheapQueryDoc  = `{ user(login: "octocat") { login } }`
+	rateLimitQuery = `{ rateLimit { remaining } }`
+)
+
+// newAdopter builds the server; cfg's zero fields get a 500-point
+// anonymous plan and a "pro" plan for adopterKey.
+func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middleware.Limiter, srv *handler.Server) http.Handler) *adopter {
+	t.Helper()
+	a := &adopter{t: t, clock: newClock(), res: graph.NewResolver()}
+	if cfg.Plans == nil {
+		cfg.Plans = map[string]middleware.Plan{
+			"anon": {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour},
+			"pro":  {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour},
+		}
+		cfg.AnonymousPlan = "anon"
+	}
+	if cfg.APIKeys == nil {
+		cfg.APIKeys = middleware.NewStaticKeys(map[string]middleware.APIKey{adopterKey: {Principal: "pro-user", Plan: "pro"}})
+	}
+	cfg.Clock = a.clock
+	if cfg.Store == nil {
+		store, err := memorystore.New(memorystore.Config{Clock: a.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = store.Close() })
+		cfg.Store = store
+	}
+	cfg.Logger = discardLogger()
+	a.lim = newLimiter(t, cfg)
+	srv := handler.New(a.res.Schema())
+	srv.AddTransport(transport.Websocket{InitFunc: a.lim.WebsocketInit(nil), KeepAlivePingInterval: time.Hour})
+	srv.AddTransport(transport.SSE{})
+	srv.AddTransport(transport.GET{})
+	srv.AddTransport(transport.POST{})
+	srv.AddTransport(transport.MultipartForm{})
+	if install == nil {
+		install = func(lim *middleware.Limiter, srv *handler.Server) http.Handler { return lim.Handler(srv) }
+	}
+	a.h = install(a.lim, srv)
+	a.srv = httptest.NewServer(a.h)
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// remaining reads the anonymous (or keyed) budget through a price-only
+// request, which debits nothing.
+func (a *adopter) remaining(key string) int64 {
+	a.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"{ __typename }"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(middleware.HeaderGraphQLCost, "validate")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := a.srv.Client().Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Extensions struct {
+			Cost middleware.Cost `json:"cost"`
+		} `json:"extensions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		a.t.Fatal(err)
+	}
+	if body.Extensions.Cost.ThrottleStatus.CurrentlyAvailable == nil {
+		a.t.Fatal("the price-only request read no budget")
+	}
+	return *body.Extensions.Cost.ThrottleStatus.CurrentlyAvailable
+}
+
+// price is what a document costs over HTTP POST.
+func (a *adopter) price(doc string) int64 {
+	a.t.Helper()
+	body, _ := json.Marshal(map[string]string{"query": doc})
+	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(middleware.HeaderGraphQLCost, "validate")
+	resp, err := a.srv.Client().Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Extensions struct {
+			Cost middleware.Cost `json:"cost"`
+		} `json:"extensions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		a.t.Fatal(err)
+	}
+	return out.Extensions.Cost.RequestedQueryCost
+}
+
+// wsMessage is a message of either WebSocket subprotocol.
+type wsMessage struct {
+	ID      string          `json:"id,omitempty"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// socket is a real WebSocket client of one subprotocol.
+type socket struct {
+	t      *testing.T
+	c      *websocket.Conn
+	legacy bool // graphql-ws (subscriptions-transport-ws), else graphql-transport-ws
+}
+
+const (
+	protoTransportWS = "graphql-transport-ws"
+	protoLegacyWS    = "graphql-ws"
+)
+
+// dial opens a socket and sends connection_init with payload, waiting for
+// the ack.
+func (a *adopter) dial(proto string, header http.Header, payload map[string]any) *socket {
+	a.t.Helper()
+	s, err := a.tryDial(proto, header, payload)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return s
+}
+
+func (a *adopter) tryDial(proto string, header http.Header, payload map[string]any) (*socket, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.srv.URL, "http"), &websocket.DialOptions{
+		Subprotocols: []string{proto}, HTTPHeader: header,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &socket{t: a.t, c: c, legacy: proto == protoLegacyWS}
+	a.t.Cleanup(func() { _ = c.CloseNow() })
+	init := wsMessage{Type: "connection_init"}
+	if payload != nil {
+		init.Payload, _ = json.Marshal(payload)
+	}
+	if err := wsjson.Write(ctx, c, init); err != nil {
+		return nil, err
+	}
+	for {
+		var m wsMessage
+		if err := wsjson.Read(ctx, c, &m); err != nil {
+			return nil, err
+		}
+		switch m.Type {
+		case "connection_ack":
+			return s, nil
+		case "connection_error":
+			return nil, fmt.Errorf("connection_error %s", m.Payload)
+		}
+	}
+}
+
+// start sends an operation.
+func (s *socket) start(id, doc string) {
+	s.t.Helper()
+	typ := "subscribe"
+	if s.legacy {
+		typ = "start"
+	}
+	payload, _ := json.Marshal(map[string]string{"query": doc})
+	if err := wsjson.Write(context.Background(), s.c, wsMessage{ID: id, Type: typ, Payload: payload}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// stop ends an operation from the client's side.
+func (s *socket) stop(id string) {
+	s.t.Helper()
+	typ := "complete"
+	if s.legacy {
+		typ = "stop"
+	}
+	if err := wsjson.Write(context.Background(), s.c, wsMessage{ID: id, Type: typ}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// next reads the next message about an operation, skipping keep-alives.
+// Its type is normalized: "next" (legacy "data"), "error", "complete".
+func (s *socket) next() wsMessage {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		var m wsMessage
+		if err := wsjson.Read(ctx, s.c, &m); err != nil {
+			s.t.Fatalf("reading the socket: %v", err)
+		}
+		switch m.Type {
+		case "ka", "ping", "pong":
+			continue
+		case "data":
+			m.Type = "next"
+		}
+		return m
+	}
+}
+
+// response is a GraphQL response as a test reads it.
+type response struct {
+	Data   map[string]any `json:"data"`
+	Errors []struct {
+		Message    string         `json:"message"`
+		Extensions map[string]any `json:"extensions"`
+	} `json:"errors"`
+	Extensions struct {
+		Cost *middleware.Cost `json:"cost"`
+	} `json:"extensions"`
+}
+
+func decode(t *testing.T, raw []byte) response {
+	t.Helper()
+	var r response
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatalf("decoding %s: %v", raw, err)
+	}
+	return r
+}
+
+// errorCodes reads the codes of an error message's payload (a list of
+// errors) or of a response's errors.
+func errorCodes(t *testing.T, m wsMessage) []string {
+	t.Helper()
+	var errs []struct {
+		Extensions map[string]any `json:"extensions"`
+	}
+	if m.Type == "error" {
+		if err := json.Unmarshal(m.Payload, &errs); err != nil {
+			// graphql-ws (legacy) sends an object when there is one error
+			var one struct {
+				Extensions map[string]any `json:"extensions"`
+			}
+			if json.Unmarshal(m.Payload, &one) != nil {
+				t.Fatalf("error payload %s", m.Payload)
+			}
+			errs = append(errs, one)
+		}
+	} else {
+		r := decode(t, m.Payload)
+		for _, e := range r.Errors {
+			errs = append(errs, struct {
+				Extensions map[string]any `json:"extensions"`
+			}{e.Extensions})
+		}
+	}
+	var codes []string
+	for _, e := range errs {
+		c, _ := e.Extensions["code"].(string)
+		codes = append(codes, c)
+	}
+	return codes
+}
+
+// Every operation on a WebSocket is priced and debited as over HTTP, on
+// both subprotocols; a refusal is the operation's error message and the
+// connection stays usable.
+func TestWebSocketOperationsArePriced(t *testing.T) {
+	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			a := newAdopter(t, middleware.Config{}, nil)
+			price := a.price(mutationDoc)
+			if price <= 1 {
+				t.Fatalf("the mutation prices at %d", price)
+			}
+			before := a.remaining("")
+			s := a.dial(proto, nil, nil)
+			calls := a.res.Calls()
+			s.start("1", mutationDoc)
+			m := s.next()
+			if m.Type != "next" {
+				t.Fatalf("first message %s %s, want next", m.Type, m.Payload)
+			}
+			r := decode(t, m.Payload)
+			if r.Extensions.Cost == nil || r.Extensions.Cost.RequestedQueryCost != price {
+				t.Errorf("extensions.cost %+v, want requestedQueryCost %d", r.Extensions.Cost, price)
+			}
+			if m := s.next(); m.Type != "complete" {
+				t.Errorf("then %s, want complete", m.Type)
+			}
+			if got := a.remaining(""); got != before-price {
+				t.Errorf("budget %d after the mutation, want %d - %d", got, before, price)
+			}
+			if a.res.Calls() == calls {
+				t.Error("the mutation did not run")
+			}
+
+			// Spend the rest over the socket: each mutation pays; the one
+			// the budget cannot pay is refused and runs nothing.
+			n := (before - price) / price
+			for i := range n {
+				s.start(fmt.Sprint("m", i), mutationDoc)
+				if m := s.next(); m.Type != "next" {
+					t.Fatalf("mutation %d: %s %s", i, m.Type, m.Payload)
+				}
+				if m := s.next(); m.Type != "complete" {
+					t.Fatalf("mutation %d: then %s", i, m.Type)
+				}
+			}
+			left := a.remaining("")
+			if left >= price {
+				t.Fatalf("%d points left, want fewer than %d", left, price)
+			}
+			calls = a.res.Calls()
+			s.start("refused", mutationDoc)
+			m = s.next()
+			if m.Type != "error" || m.ID != "refused" {
+				t.Fatalf("refused mutation: %s %s %s, want its error message", m.ID, m.Type, m.Payload)
+			}
+			if codes := errorCodes(t, m); len(codes) != 1 || codes[0] != middleware.CodeRateLimited {
+				t.Errorf("codes %v, want [RATE_LIMITED]", codes)
+			}
+			if !strings.Contains(string(m.Payload), `"retryAfterSeconds"`) || !strings.Contains(string(m.Payload), `"cost"`) {
+				t.Errorf("the refusal lacks cost or retryAfterSeconds: %s", m.Payload)
+			}
+			if a.res.Calls() != calls {
+				t.Error("a refused mutation ran a resolver")
+			}
+			// The connection is still usable: an hour later the budget is
+			// back and the next operation runs.
+			a.clock.Advance(time.Hour)
+			s.start("after", cheapQueryDoc)
+			if m := s.next(); m.Type != "next" || m.ID != "after" {
+				t.Fatalf("after the refusal: %s %s", m.Type, m.Payload)
+			}
+		})
+	}
+}
+
+// A browser cannot set headers on a WebSocket: the key in the
+// connection_init payload chooses who pays; an unknown one closes the
+// connection with 4403 (WebsocketInit) before any operation.
+func TestWebSocketInitPayloadIdentifies(t *testing.T) {
+	for _, payload := range []map[string]any{
+		{"Authorization": "Bearer " + adopterKey},
+		{"authorization": "Bearer " + adopterKey},
+		{"X-API-Key": adopterKey},
+		{"apiKey": adopterKey},
+	} {
+		a := newAdopter(t, middleware.Config{}, nil)
+		anon, pro := a.remaining(""), a.remaining(adopterKey)
+		s := a.dial(protoTransportWS, nil, payload)
+		s.start("1", mutationDoc)
+		if m := s.next(); m.Type != "next" {
+			t.Fatalf("%v: %s %s", payload, m.Type, m.Payload)
+		}
+		price := a.price(mutationDoc)
+		if got := a.remaining(adopterKey); got != pro-price {
+			t.Errorf("%v: key's budget %d, want %d", payload, got, pro-price)
+		}
+		if got := a.remaining(""); got != anon {
+			t.Errorf("%v: the address paid: %d, want %d", payload, got, anon)
+		}
+	}
+
+	a := newAdopter(t, middleware.Config{}, nil)
+	_, err := a.tryDial(protoTransportWS, nil, map[string]any{"Authorization": "Bearer nope"})
+	if websocket.CloseStatus(err) != middleware.CloseForbidden {
+		t.Errorf("unknown key in the payload: %v, want close %d", err, middleware.CloseForbidden)
+	}
+	// An unknown key in the upgrade's headers is refused before the upgrade.
+	_, err = a.tryDial(protoTransportWS, http.Header{"X-Api-Key": {"nope"}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("unknown key in the headers: %v, want 401", err)
+	}
+}
+
+// Without WebsocketInit the connection opens, and each operation of an
+// unknown payload key is refused UNKNOWN_API_KEY, running nothing.
+func TestWebSocketUnknownPayloadKeyWithoutInitFunc(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+		srv := handler.New(graph.NewResolver().Schema())
+		srv.AddTransport(transport.Websocket{})
+		return lim.Handler(srv)
+	})
+	s := a.dial(protoTransportWS, nil, map[string]any{"Authorization": "Bearer nope"})
+	s.start("1", mutationDoc)
+	m := s.next()
+	if codes := errorCodes(t, m); m.Type != "error" || len(codes) != 1 || codes[0] != middleware.CodeUnknownAPIKey {
+		t.Errorf("%s %s, want an error message UNKNOWN_API_KEY", m.Type, m.Payload)
+	}
+}
+
+// A subscription pays its price, then each event pays its actual cost
+// before it is sent and reports the budget after its own debit; the event
+// the budget cannot pay ends the subscription with RATE_LIMITED.
+func TestSubscriptionEventsPay(t *testing.T) {
+	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			a := newAdopter(t, middleware.Config{}, nil)
+			price := a.price(subscribeDoc)
+			before := a.remaining("")
+			s := a.dial(proto, nil, nil)
+			s.start("sub", subscribeDoc)
+			waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 1 })
+			if got := a.remaining(""); got != before-price {
+				t.Fatalf("after subscribing %d, want %d", got, before-price)
+			}
+			// The key's budget pays the mutations, so the subscriber's
+			// budget moves by its events alone.
+			mutate := func() {
+				t.Helper()
+				var resp map[string]any
+				c := client.New(a.h)
+				if err := c.Post(mutationDoc, &resp, client.AddHeader("Authorization", "Bearer "+adopterKey)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			left := before - price
+			for i := range 3 {
+				mutate()
+				m := s.next()
+				if m.Type != "next" {
+					t.Fatalf("event %d: %s %s", i, m.Type, m.Payload)
+				}
+				r := decode(t, m.Payload)
+				c := r.Extensions.Cost
+				if c == nil || c.ActualQueryCost == nil || c.ThrottleStatus.CurrentlyAvailable == nil {
+					t.Fatalf("event %d: extensions.cost %s", i, m.Payload)
+				}
+				left -= *c.ActualQueryCost
+				if *c.ActualQueryCost < 1 || *c.ThrottleStatus.CurrentlyAvailable != left {
+					t.Errorf("event %d: cost %d, remaining %d, want remaining %d", i, *c.ActualQueryCost, *c.ThrottleStatus.CurrentlyAvailable, left)
+				}
+			}
+			if got := a.remaining(""); got != left {
+				t.Errorf("budget %d after three events, want %d", got, left)
+			}
+			// Spend the subscriber's budget over HTTP; the next event
+			// cannot be paid.
+			for a.remaining("") > 0 {
+				w := do(t, a.h, request{path: "/", body: `{"query":"` + strings.ReplaceAll(cheapQueryDoc, `"`, `\"`) + `"}`, remoteAddr: "127.0.0.1:1"})
+				if w.Code != http.StatusOK {
+					break
+				}
+			}
+			mutate()
+			m := s.next()
+			if m.Type != "next" {
+				t.Fatalf("unpaid event: %s %s, want next with the refusal", m.Type, m.Payload)
+			}
+			r := decode(t, m.Payload)
+			if r.Data != nil || len(r.Errors) != 1 || r.Errors[0].Extensions["code"] != middleware.CodeRateLimited ||
+				r.Errors[0].Extensions["retryAfterSeconds"] == nil {
+				t.Errorf("unpaid event: %s", m.Payload)
+			}
+			if m := s.next(); m.Type != "complete" {
+				t.Errorf("then %s %s, want complete", m.Type, m.Payload)
+			}
+			waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 0 })
+		})
+	}
+}
+
+// waitFor polls cond until it holds, for what happens on the server's
+// goroutines after a message was read (a slot given back).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// One principal holds at most MaxPerPrincipal subscriptions, across its
+// connections and transports; a slot is given back when the subscription
+// is stopped, or its connection vanishes without a close.
+func TestSubscriptionCap(t *testing.T) {
+	a := newAdopter(t, middleware.Config{Subscriptions: middleware.SubscriptionOptions{MaxPerPrincipal: 3}}, nil)
+	s1 := a.dial(protoTransportWS, nil, nil)
+	s2 := a.dial(protoLegacyWS, nil, nil)
+	s1.start("a", subscribeDoc)
+	s1.start("b", subscribeDoc)
+	s2.start("c", subscribeDoc)
+	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 3 })
+	s2.start("d", subscribeDoc)
+	m := s2.next()
+	if codes := errorCodes(t, m); m.Type != "error" || len(codes) != 1 || codes[0] != middleware.CodeSubscriptionsLimited {
+		t.Fatalf("fourth subscription: %s %s, want SUBSCRIPTIONS_LIMITED", m.Type, m.Payload)
+	}
+	// Another principal has slots of its own.
+	other := a.dial(protoTransportWS, nil, map[string]any{"apiKey": adopterKey})
+	other.start("x", subscribeDoc)
+	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 4 })
+
+	s1.stop("a")
+	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 3 })
+	// The legacy client vanishes: its TCP connection is dropped, no close
+	// frame, no stop.
+	_ = s2.c.CloseNow()
+	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 2 })
+	s3 := a.dial(protoTransportWS, nil, nil)
+	s3.start("e", subscribeDoc)
+	s3.start("f", subscribeDoc)
+	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 4 })
+	s3.start("g", subscribeDoc)
+	if m := s3.next(); m.Type != "error" {
+		t.Fatalf("over the cap again: %s %s", m.Type, m.Payload)
+	}
+}
+
+// Over SSE a subscription pays at subscribe, then per event, as on a
+// WebSocket.
+func TestSSESubscriptionEventsPay(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, nil)
+	price := a.price(subscribeDoc)
+	before := a.remaining("")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"`+strings.ReplaceAll(subscribeDoc, `"`, `\"`)+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := a.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 1 })
+	if got := a.remaining(""); got != before-price {
+		t.Fatalf("after subscribing %d, want %d", got, before-price)
+	}
+	var out map[string]any
+	if err := client.New(a.h).Post(mutationDoc, &out, client.AddHeader("Authorization", "Bearer "+adopterKey)); err != nil {
+		t.Fatal(err)
+	}
+	data := readSSEEvent(t, bufio.NewReader(resp.Body))
+	r := decode(t, data)
+	if r.Extensions.Cost == nil || r.Extensions.Cost.ActualQueryCost == nil {
+		t.Fatalf("event without its cost: %s", data)
+	}
+	if got, want := a.remaining(""), before-price-*r.Extensions.Cost.ActualQueryCost; got != want {
+		t.Errorf("after one event %d, want %d", got, want)
+	}
+	cancel()
+	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 0 })
+}
+
+// readSSEEvent returns the data of the next "next" event.
+func readSSEEvent(t *testing.T, r *bufio.Reader) []byte {
+	t.Helper()
+	event := ""
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the stream: %v", err)
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: ") && event == "next":
+			return []byte(strings.TrimPrefix(line, "data: "))
+		}
+	}
+}
+
+// gqlgen's own test client builds requests with a body and ContentLength
+// 0; the wrapper reads them to EOF, as gqlgen does.
+func TestGqlgenClient(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, nil)
+	c := client.New(a.h, client.AddHeader("Authorization", "Bearer "+adopterKey))
+	var resp struct {
+		User struct{ Login string }
+	}
+	c.MustPost(cheapQueryDoc, &resp)
+	if resp.User.Login != "octocat" {
+		t.Errorf("login %q", resp.User.Login)
+	}
+	var created struct {
+		CreateIssue struct{ Title string }
+	}
+	before := a.remaining(adopterKey)
+	c.MustPost(`mutation($t: String!) { createIssue(repo: "hello-world", title: $t) { title } }`, &created, client.Var("t", "from the client"))
+	if created.CreateIssue.Title != "from the client" {
+		t.Errorf("created %+v", created)
+	}
+	if got, want := a.remaining(adopterKey), before-a.price(mutationDoc); got != want {
+		t.Errorf("after the mutation %d, want %d", got, want)
+	}
+	// Its WebSocket helper (the legacy subprotocol) too.
+	var once struct {
+		User struct{ Login string }
+	}
+	if err := c.WebsocketOnce(cheapQueryDoc, &once); err != nil || once.User.Login != "octocat" {
+		t.Errorf("WebsocketOnce: %v %+v", err, once)
+	}
+}
+
+// However often the limiter is installed on one server, each request is
+// priced and debited once.
+func TestInstalledTwiceChargesOnce(t *testing.T) {
+	for name, install := range map[string]func(*middleware.Limiter, *handler.Server) http.Handler{
+		"Handler twice": func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+			return lim.Handler(srv) // and once more below
+		},
+		"Use, then Handler": func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+			srv.Use(lim.Extension())
+			return lim.Handler(srv)
+		},
+		"GraphQL around Handler": func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+			return lim.GraphQL(lim.Handler(srv))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var inner http.Handler
+			a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+				inner = install(lim, srv)
+				if name == "Handler twice" {
+					mux := http.NewServeMux()
+					mux.Handle("/a", inner)
+					mux.Handle("/", lim.Handler(srv))
+					return mux
+				}
+				return inner
+			})
+			price := a.price(mutationDoc)
+			before := a.remaining(adopterKey)
+			var out map[string]any
+			if err := client.New(a.h).Post(mutationDoc, &out, client.AddHeader("Authorization", "Bearer "+adopterKey)); err != nil {
+				t.Fatal(err)
+			}
+			if got := a.remaining(adopterKey); got != before-price {
+				t.Errorf("over HTTP: %d left, want %d - %d", got, before, price)
+			}
+			s := a.dial(protoTransportWS, nil, map[string]any{"apiKey": adopterKey})
+			s.start("1", mutationDoc)
+			if m := s.next(); m.Type != "next" {
+				t.Fatalf("%s %s", m.Type, m.Payload)
+			}
+			if got := a.remaining(adopterKey); got != before-2*price {
+				t.Errorf("over a WebSocket: %d left, want %d", got, before-2*price)
+			}
+		})
+	}
+}
+
+// A refusal before execution under application/graphql-response+json has
+// no data entry (GraphQL over HTTP: the request never reached execution).
+func TestRefusalBeforeExecutionHasNoData(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, nil)
+	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"{ user(login: \"octocat\") { repos(first: 100) { issues(first: 100) { title } } } }"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/graphql-response+json")
+	resp, err := a.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode < 400 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if _, ok := m["data"]; ok {
+		t.Errorf("a refusal before execution carries data: %s", body)
+	}
+}
