@@ -82,6 +82,9 @@ type config struct {
 	// Concurrency caps one principal's requests in flight (per plan:
 	// plans.<name>.concurrency).
 	Concurrency concurrencyConfig `yaml:"concurrency"`
+	// Subscriptions caps the GraphQL subscriptions one principal holds
+	// open.
+	Subscriptions subscriptionsConfig `yaml:"subscriptions"`
 	// Degradation lists the features switched off, in order, as load rises.
 	Degradation []featureConfig `yaml:"degradation"`
 	// Challenge configures the proof-of-work challenge of lanes with
@@ -145,6 +148,19 @@ type overloadConfig struct {
 // concurrencyConfig caps one principal's requests in flight; 0: no cap.
 type concurrencyConfig struct {
 	PerPrincipal whole `yaml:"per_principal"`
+}
+
+// subscriptionsConfig caps one principal's open subscriptions; 0: no cap.
+type subscriptionsConfig struct {
+	MaxPerPrincipal whole `yaml:"max_per_principal"`
+}
+
+// maxPerPrincipal maps the cap onto middleware.SubscriptionOptions.
+func (sc subscriptionsConfig) maxPerPrincipal() int {
+	if sc.MaxPerPrincipal == 0 {
+		return middleware.None
+	}
+	return int(sc.MaxPerPrincipal)
 }
 
 // featureConfig is one entry of the degradation list (overload.Feature).
@@ -337,7 +353,8 @@ func defaultConfig() config {
 				overload.High.String():      overload.DefaultShedHigh,
 			},
 		},
-		Concurrency: concurrencyConfig{PerPrincipal: 100},
+		Concurrency:   concurrencyConfig{PerPrincipal: 100},
+		Subscriptions: subscriptionsConfig{MaxPerPrincipal: middleware.DefaultMaxSubscriptionsPerPrincipal},
 		Degradation: []featureConfig{
 			{Name: graph.FeatureRecommendations, At: 0.7},
 			{Name: featureSearch, At: 0.85},
@@ -505,6 +522,7 @@ func (c config) validate() error {
 		{"memory_store.max_keys", c.MemoryStore.MaxKeys, 1, math.MaxInt32},
 		{"rest.default_cost", c.REST.DefaultCost, 1, math.MaxInt64},
 		{"concurrency.per_principal", c.Concurrency.PerPrincipal, 0, concurrency.MaxLimit},
+		{"subscriptions.max_per_principal", c.Subscriptions.MaxPerPrincipal, 0, math.MaxInt32},
 	} {
 		if int64(f.v) < f.min || int64(f.v) > f.max {
 			return fmt.Errorf("%s is %d; it must be between %d and %d", f.key, f.v, f.min, f.max)
@@ -810,6 +828,7 @@ func (c config) limiterConfig() middleware.Config {
 		Lanes:          lanes,
 		Overload:       &oc,
 		Concurrency:    middleware.ConcurrencyOptions{PerPrincipal: int(c.Concurrency.PerPrincipal)},
+		Subscriptions:  middleware.SubscriptionOptions{MaxPerPrincipal: c.Subscriptions.maxPerPrincipal()},
 		Plans:          plans,
 		FieldLimits:    fieldLimits,
 		AnonymousPlan:  c.AnonymousPlan,

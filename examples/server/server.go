@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
@@ -195,6 +196,15 @@ func newChallenger(cfg challengeConfig, log *slog.Logger) (*challenge.PoW, error
 // Extension is added and the wrapper sets the statuses and headers.
 func (s *server) graphQL(cfg config) http.Handler {
 	gql := handler.New(s.res.Schema())
+	// Both WebSocket subprotocols (graphql-transport-ws and the legacy
+	// graphql-ws) and SSE carry subscriptions; each operation and each
+	// event on them is priced and debited like a POST.
+	gql.AddTransport(transport.Websocket{
+		InitFunc:              s.lim.WebsocketInit(nil), // an unknown key in connection_init closes with 4403
+		KeepAlivePingInterval: 10 * time.Second,
+		InitTimeout:           10 * time.Second,
+	})
+	gql.AddTransport(transport.SSE{})
 	gql.AddTransport(transport.GET{})
 	gql.AddTransport(transport.POST{})
 	gql.SetQueryCache(s.cache) // bounded by bytes too: documents can be a megabyte each
@@ -202,7 +212,20 @@ func (s *server) graphQL(cfg config) http.Handler {
 	// parser's own limit is the same bound, should a transport skip it.
 	gql.SetParserTokenLimit(int(cfg.GraphQL.MaxTokens))
 	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
-	return s.lim.Handler(gql)
+	return streamsOutliveWriteTimeout(s.lim.Handler(gql))
+}
+
+// streamsOutliveWriteTimeout lifts the server's WriteTimeout for an SSE
+// subscription, whose response lasts as long as the subscription: every
+// other response keeps it. (A WebSocket needs nothing: net/http clears a
+// hijacked connection's deadlines.)
+func streamsOutliveWriteTimeout(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // refusedConfig is a configuration the middleware refused. It reads
