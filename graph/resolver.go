@@ -71,6 +71,20 @@ func NewResolver(opts ...Option) *Resolver {
 // Calls reports how many resolver calls r has made so far.
 func (r *Resolver) Calls() int64 { return r.calls.Load() }
 
+// Subscribers reports how many issueCreated subscriptions are listening
+// for new issues: a subscription counts once its resolver has run, and no
+// longer once its context has ended.
+func (r *Resolver) Subscribers() int {
+	r.once.Do(r.seed)
+	r.data.mu.RLock()
+	defer r.data.mu.RUnlock()
+	n := 0
+	for _, ws := range r.data.watchers {
+		n += len(ws)
+	}
+	return n
+}
+
 // Schema returns the executable schema served by r, ready for
 // handler.New.
 func (r *Resolver) Schema() graphql.ExecutableSchema {
@@ -84,11 +98,13 @@ func (r *Resolver) enter(ctx context.Context, field string) *store {
 	if r.onResolve != nil {
 		r.onResolve(ctx, field)
 	}
-	r.once.Do(func() {
-		r.data = newStore()
-		r.data.seed()
-	})
+	r.once.Do(r.seed)
 	return r.data
+}
+
+func (r *Resolver) seed() {
+	r.data = newStore()
+	r.data.seed()
 }
 
 // pause waits out r's latency, or returns ctx's error if it ends first.

@@ -8,8 +8,10 @@ package graph
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/costguard/costguard/graph/model"
 	"github.com/costguard/costguard/middleware/overload"
 )
@@ -31,6 +33,19 @@ func (r *mutationResolver) CreateIssue(ctx context.Context, repo string, title s
 		return nil, err
 	}
 	return data.createIssue(repo, title)
+}
+
+// AttachFile is the resolver for the attachFile field.
+func (r *mutationResolver) AttachFile(ctx context.Context, issue string, file graphql.Upload) (*model.Attachment, error) {
+	data := r.enter(ctx, "Mutation.attachFile")
+	if _, ok := data.issue(issue); !ok {
+		return nil, fmt.Errorf("%w: issue %q", ErrNotFound, issue)
+	}
+	n, err := io.Copy(io.Discard, file.File)
+	if err != nil {
+		return nil, fmt.Errorf("reading the upload: %w", err)
+	}
+	return &model.Attachment{Issue: issue, Filename: file.Filename, ContentType: file.ContentType, Size: int(n)}, nil
 }
 
 // RateLimit is the resolver for the rateLimit field.

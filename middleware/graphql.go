@@ -53,7 +53,7 @@ func init() {
 	for _, code := range []string{
 		CodeRateLimited, CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
 		CodeOverloaded, CodeConcurrencyLimited, CodeQuotaExceeded, CodeFieldRateLimited,
-		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge,
+		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge, CodeRequestTimeout, CodeSubscriptionsLimited,
 		CodeInvalidCostHeader, CodeCostReportDisabled,
 		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
 		complexity.CodeMaxDepthExceeded, complexity.CodeMaxBreadthExceeded, complexity.CodeMaxNodesExceeded,
@@ -416,6 +416,9 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 	st.costPlan = costPlan
 	st.mu.Unlock()
 	cost := max(rep.Points, st.set.gql.MinCost)
+	if up := st.uploadCost(); up > 0 {
+		cost = min(cost, 1<<63-1-up) + up
+	}
 	if e.priceOnly(ctx, st, opCtx, rep, cost) {
 		return nil // answered without running: GraphQL-Cost: validate, a dry run
 	}
@@ -520,6 +523,7 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 	if resp == nil || !graphql.HasOperationContext(ctx) {
 		return resp
 	}
+	e.l.checkDirectiveHooks(ctx, resp.Errors)
 	st, gerr := e.requestState(ctx, graphql.GetOperationContext(ctx))
 	if gerr != nil || !e.owns(st) {
 		return resp
@@ -550,6 +554,23 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 		st.report(ctx, e.l) // the wrapper reports once the response is written
 	}
 	return resp
+}
+
+// checkDirectiveHooks logs, at most once a minute, a response whose fields
+// failed because gqlgen generated runtime hooks for the cost directives,
+// which only the analysis reads: the fix is in gqlgen.yml.
+func (l *Limiter) checkDirectiveHooks(ctx context.Context, errs gqlerror.List) {
+	for _, ge := range errs {
+		if ge.Message != "directive cost is not implemented" && ge.Message != "directive listSize is not implemented" {
+			continue
+		}
+		if _, due := l.directiveWarn.due(l.clock.Now().Sub(l.start)); due {
+			l.log.ErrorContext(ctx, "middleware: fields with @cost or @listSize fail because gqlgen generated runtime hooks for them; "+
+				"add `directives: {cost: {skip_runtime: true}, listSize: {skip_runtime: true}}` to gqlgen.yml and run gqlgen generate (docs/gqlgen.md)",
+				"error", ge.Message)
+		}
+		return
+	}
 }
 
 // costReport is extensions.cost: the price, the actual cost once known,
@@ -626,6 +647,8 @@ type requestState struct {
 	// sub is the subscription's slot and events (subscription.go); nil for
 	// queries and mutations.
 	sub *subscription
+	// upload counts the bytes of a multipart request (upload.go).
+	upload *countingReader
 
 	mu       sync.Mutex
 	decided  bool
@@ -802,6 +825,14 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.refuseRequest(w, r, st, ref)
 			return
 		}
+		if boundary, ok := isMultipart(r); ok {
+			if ref := l.screenMultipart(w, r, boundary, st); ref != nil {
+				l.refuseRequest(w, r, st, ref)
+				return
+			}
+			l.serve(w, r, h, st)
+			return
+		}
 		// A large body waits for room before it is read when its length is
 		// declared (waiting bodies then hold no memory; the read that
 		// follows has a deadline, so a slow sender cannot keep the room),
@@ -834,14 +865,26 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.refuseRequest(w, r, st, ref)
 			return
 		}
-		st.r = r
-		defer st.release() // even if the handler panics: a leaked slot would shed forever
-		gw := &st.w
-		*gw = graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
-		h.ServeHTTP(gw, l.withDegradation(r.WithContext(context.WithValue(r.Context(), stateKey{}, st))))
-		gw.finish()
-		st.report(r.Context(), l)
+		l.serve(w, r, h, st)
 	})
+}
+
+// serve hands a screened request to h with its state, and answers with
+// what the Extension decided.
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, h http.Handler, st *requestState) {
+	st.r = r
+	defer st.release() // even if the handler panics: a leaked slot would shed forever
+	gw := &st.w
+	*gw = graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
+	h.ServeHTTP(gw, l.withDegradation(r.WithContext(context.WithValue(r.Context(), stateKey{}, st))))
+	gw.finish()
+	if _, decided := st.current(); !decided && st.upload != nil {
+		// gqlgen's MultipartForm refused the request before its executor
+		// ran (a map or a file it could not read, after reading up to
+		// MaxUploadBytes): it pays InvalidCost.
+		st.settle(context.WithoutCancel(r.Context()), l)
+	}
+	st.report(r.Context(), l)
 }
 
 // installedOutside reports whether a GraphQL wrapper (of any Limiter)
@@ -905,9 +948,16 @@ func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requ
 		writeGraphQLError(w, r, ref.status, ref.gqlErr, 0)
 		return
 	}
-	o := l.chargeInvalid(r.Context(), st.set, st.id, st.plan)
+	ctx := r.Context()
+	if ref.status == http.StatusRequestTimeout {
+		ctx = context.WithoutCancel(ctx) // the connection may be gone; the charge is not
+	}
+	o := l.chargeInvalid(ctx, st.set, st.id, st.plan)
 	if o.verdict == rateLimited && st.plan.shadow {
 		o.verdict, o.retryAfter = capExceeded, 0 // refused all the same, by the bound
+	}
+	if o.verdict == unavailable && ref.status == http.StatusRequestTimeout {
+		o = outcome{verdict: capExceeded, trace: o.trace} // the body's fault, not the store's
 	}
 	code := ref.code
 	if ref.gqlErr != nil {
@@ -978,6 +1028,10 @@ type graphQLWriter struct {
 	st      *requestState
 	status  int // held back; 0 when none was written yet
 	written bool
+	// replaced: the multipart body failed to arrive (too large, too
+	// slow) while gqlgen read it; the wrapper's refusal was sent instead
+	// of gqlgen's, whose writes are dropped.
+	replaced bool
 	// held is the body of a refusal before execution under
 	// application/graphql-response+json, kept until finish to drop the
 	// "data" member gqlgen writes: GraphQL over HTTP gives a request that
@@ -998,6 +1052,9 @@ func (w *graphQLWriter) WriteHeader(status int) {
 
 func (w *graphQLWriter) Write(b []byte) (int, error) {
 	w.writeHeader()
+	if w.replaced {
+		return len(b), nil
+	}
 	if w.holding {
 		if len(w.held)+len(b) > maxHeldRefusal {
 			w.holding = false // not a refusal gqlgen wrote: pass it on as it is
@@ -1062,6 +1119,11 @@ func (w *graphQLWriter) writeHeader() {
 		return
 	}
 	w.written = true
+	if up := w.st.upload; up != nil && up.refused != nil {
+		w.replaced = true
+		writeGraphQLError(w.ResponseWriter, w.r, up.refused.status, codedError(up.refused.code, 0, "%s", up.refused.message), 0)
+		return
+	}
 	status := cmp.Or(w.status, http.StatusOK)
 	if o, decided := w.st.current(); decided {
 		if o.verdict != admitted && isGraphQLResponse(w.ResponseWriter.Header().Get("Content-Type"), w.r) {

@@ -191,6 +191,10 @@ type GraphQLOptions struct {
 	// __type selection (each alias counts), on top of its price.
 	// Default 50.
 	IntrospectionCost int64
+	// UploadCostPerMiB is what each MiB begun of a multipart request (its
+	// files) adds to its operation's price. Default 0: uploads cost
+	// their operation's price only.
+	UploadCostPerMiB int64
 
 	// DisableFirstLastConvention stops treating arguments named first and
 	// last as slicing arguments on fields without @listSize.
@@ -273,8 +277,17 @@ type Config struct {
 
 	// MaxBodyBytes bounds a request body in the GraphQL and REST wrappers:
 	// a larger one, declared or chunked, is answered 413 before anything
-	// reads it into memory beyond the limit. Default 1 MiB.
+	// reads it into memory beyond the limit. Of a GraphQL multipart
+	// request it bounds the operations part (MaxUploadBytes the whole).
+	// Default 1 MiB.
 	MaxBodyBytes int64
+	// MaxUploadBytes bounds a GraphQL multipart request (file uploads),
+	// which the wrapper streams to gqlgen rather than reading it: a larger
+	// one is answered 413, declared or once that much has arrived. Its
+	// first part, operations, is bounded by MaxBodyBytes and screened like
+	// a JSON body. gqlgen's MultipartForm limits (MaxUploadSize, MaxMemory)
+	// apply too. Default 32 MiB (or MaxBodyBytes when larger).
+	MaxUploadBytes int64
 	// MaxBodyBytesInFlight bounds the GraphQL request bodies larger than
 	// 64 KiB that are screened and handed to gqlgen at once, in bytes:
 	// gqlgen reads and decodes a body into seven to ten times its size, so
@@ -435,6 +448,7 @@ type Limiter struct {
 	// overflowRoom is how many budgets the overflow store has room for.
 	overflowRoom int
 	maxBody      int64
+	maxUpload    int64 // MaxUploadBytes
 	observer     Observer
 	shed         *overload.Shedder // nil: nothing is shed
 	challenger   challenge.Challenger
@@ -460,6 +474,9 @@ type Limiter struct {
 	// Warnings logged at most once a minute: a wrapper without its
 	// extension (the others are per plan).
 	notInstalledWarn everyMinute
+	// directiveWarn: gqlgen generated runtime hooks for @cost or
+	// @listSize (no skip_runtime) and a field failed for it.
+	directiveWarn everyMinute
 	// installed: an Extension of this Limiter was added to a gqlgen server.
 	installed atomic.Bool
 	// screened remembers the queries that passed the document bounds.
@@ -507,6 +524,12 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, l.maxBody)
 	case l.maxBody == 0:
 		l.maxBody = DefaultMaxBodyBytes
+	}
+	switch l.maxUpload = cfg.MaxUploadBytes; {
+	case l.maxUpload < 0:
+		return nil, fmt.Errorf("%w: MaxUploadBytes %d is negative", ErrInvalidConfig, l.maxUpload)
+	case l.maxUpload == 0:
+		l.maxUpload = max(DefaultMaxUploadBytes, l.maxBody)
 	}
 	inFlight := cfg.MaxBodyBytesInFlight
 	if inFlight == 0 {

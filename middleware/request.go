@@ -94,10 +94,8 @@ func readBody(r *http.Request, limit int64) ([]byte, *refusal) {
 		}
 	}
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, refuse(http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
-				"the request body is larger than %d bytes", mbe.Limit)
+		if ref := readRefusal(err); ref != nil {
+			return nil, ref
 		}
 		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body could not be read")
 	}

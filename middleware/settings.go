@@ -300,6 +300,7 @@ func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
 		orDefault("InvalidCost", &o.InvalidCost, DefaultInvalidCost),
 		orDefault("MinCost", &o.MinCost, DefaultMinCost),
 		orDefault("IntrospectionCost", &o.IntrospectionCost, DefaultIntrospectionCost),
+		orDefault("UploadCostPerMiB", &o.UploadCostPerMiB, 0),
 	} {
 		if err != nil {
 			return o, err

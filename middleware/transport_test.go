@@ -434,12 +434,16 @@ func TestWebSocketUnknownPayloadKeyWithoutInitFunc(t *testing.T) {
 func TestSubscriptionEventsPay(t *testing.T) {
 	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
 		t.Run(proto, func(t *testing.T) {
-			a := newAdopter(t, middleware.Config{}, nil)
+			rec := &recorder{}
+			a := newAdopter(t, middleware.Config{Observer: rec}, nil)
 			price := a.price(subscribeDoc)
 			before := a.remaining("")
 			s := a.dial(proto, nil, nil)
 			s.start("sub", subscribeDoc)
-			waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 1 })
+			waitFor(t, func() bool { return a.res.Subscribers() == 1 })
+			if n := a.lim.OpenSubscriptions(); n != 1 {
+				t.Fatalf("%d subscriptions open, want 1", n)
+			}
 			if got := a.remaining(""); got != before-price {
 				t.Fatalf("after subscribing %d, want %d", got, before-price)
 			}
@@ -472,6 +476,19 @@ func TestSubscriptionEventsPay(t *testing.T) {
 			}
 			if got := a.remaining(""); got != left {
 				t.Errorf("budget %d after three events, want %d", got, left)
+			}
+			// The subscribe is a graphql decision, each event one of its own.
+			var subscribes, events int
+			for _, e := range rec.take() {
+				switch {
+				case e.Kind == middleware.KindSubscriptionEvent && e.Outcome == middleware.OutcomeAdmitted && e.Charged >= 1:
+					events++
+				case e.Kind == middleware.KindGraphQL && e.RequestedCost == price && e.Key != "user:pro-user":
+					subscribes++
+				}
+			}
+			if subscribes != 1 || events != 3 {
+				t.Errorf("%d subscribe and %d event decisions, want 1 and 3", subscribes, events)
 			}
 			// Spend the subscriber's budget over HTTP; the next event
 			// cannot be paid.
@@ -555,7 +572,7 @@ func TestSSESubscriptionEventsPay(t *testing.T) {
 	a := newAdopter(t, middleware.Config{}, nil)
 	price := a.price(subscribeDoc)
 	before := a.remaining("")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"`+strings.ReplaceAll(subscribeDoc, `"`, `\"`)+`"}`))
 	req.Header.Set("Content-Type", "application/json")
@@ -568,7 +585,10 @@ func TestSSESubscriptionEventsPay(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 1 })
+	waitFor(t, func() bool { return a.res.Subscribers() == 1 })
+	if n := a.lim.OpenSubscriptions(); n != 1 {
+		t.Fatalf("%d subscriptions open, want 1", n)
+	}
 	if got := a.remaining(""); got != before-price {
 		t.Fatalf("after subscribing %d, want %d", got, before-price)
 	}
@@ -709,5 +729,23 @@ func TestRefusalBeforeExecutionHasNoData(t *testing.T) {
 	}
 	if _, ok := m["data"]; ok {
 		t.Errorf("a refusal before execution carries data: %s", body)
+	}
+}
+
+// By default a principal holds at most 100 subscriptions open.
+func TestSubscriptionCapDefault(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, nil)
+	s := a.dial(protoTransportWS, nil, nil)
+	for i := range middleware.DefaultMaxSubscriptionsPerPrincipal {
+		s.start(fmt.Sprint(i), subscribeDoc)
+	}
+	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 100 })
+	s.start("one more", subscribeDoc)
+	m := s.next()
+	if codes := errorCodes(t, m); m.ID != "one more" || len(codes) != 1 || codes[0] != middleware.CodeSubscriptionsLimited {
+		t.Errorf("the 101st: %s %s %s", m.ID, m.Type, m.Payload)
+	}
+	if middleware.DefaultMaxSubscriptionsPerPrincipal != 100 || middleware.DefaultMaxUploadBytes != 32<<20 {
+		t.Error("the documented defaults changed")
 	}
 }

@@ -71,6 +71,12 @@ type config struct {
 	MaxBodyBytes whole `yaml:"max_body_bytes"`
 	// MaxBodyBytesInFlight bounds the large GraphQL bodies handled at once.
 	MaxBodyBytesInFlight whole `yaml:"max_body_bytes_in_flight"`
+	// MaxUploadBytes bounds a multipart request (file uploads), which
+	// streams to gqlgen rather than being read first (413).
+	MaxUploadBytes whole `yaml:"max_upload_bytes"`
+	// UploadCostPerMiB is what each MiB begun of a multipart request adds
+	// to its operation's price.
+	UploadCostPerMiB whole `yaml:"upload_cost_per_mib"`
 	// MemoryStore sizes the in-memory budgets (and the fail-open fallback).
 	MemoryStore memoryStoreConfig `yaml:"memory_store"`
 	// Lanes classify requests by priority, in order: the first whose match
@@ -335,6 +341,8 @@ func defaultConfig() config {
 		},
 		MaxBodyBytes:         middleware.DefaultMaxBodyBytes,
 		MaxBodyBytesInFlight: middleware.DefaultMaxBodyBytesInFlight,
+		MaxUploadBytes:       middleware.DefaultMaxUploadBytes,
+		UploadCostPerMiB:     0,
 		MemoryStore:          memoryStoreConfig{MaxKeys: memorystore.DefaultMaxKeys},
 		// The seed documents' lanes over the example schema: opening an
 		// issue stands for checkout.
@@ -519,6 +527,8 @@ func (c config) validate() error {
 		{"graphql.query_cache_bytes", c.GraphQL.QueryCacheBytes, 1, math.MaxInt64},
 		{"max_body_bytes", c.MaxBodyBytes, 1, math.MaxInt64},
 		{"max_body_bytes_in_flight", c.MaxBodyBytesInFlight, 1, math.MaxInt64},
+		{"max_upload_bytes", c.MaxUploadBytes, 1, math.MaxInt64},
+		{"upload_cost_per_mib", c.UploadCostPerMiB, 0, math.MaxInt64},
 		{"memory_store.max_keys", c.MemoryStore.MaxKeys, 1, math.MaxInt32},
 		{"rest.default_cost", c.REST.DefaultCost, 1, math.MaxInt64},
 		{"concurrency.per_principal", c.Concurrency.PerPrincipal, 0, concurrency.MaxLimit},
@@ -851,9 +861,11 @@ func (c config) limiterConfig() middleware.Config {
 			InvalidCost:       int64(c.GraphQL.InvalidCost),
 			MinCost:           int64(c.GraphQL.MinCost),
 			IntrospectionCost: int64(c.GraphQL.IntrospectionCost),
+			UploadCostPerMiB:  int64(c.UploadCostPerMiB), // 0, the default, is no cost
 		},
 		MaxBodyBytes:         int64(c.MaxBodyBytes),
 		MaxBodyBytesInFlight: int64(c.MaxBodyBytesInFlight),
+		MaxUploadBytes:       int64(c.MaxUploadBytes),
 		MemoryStore:          middleware.MemoryStoreOptions{MaxKeys: int(c.MemoryStore.MaxKeys)},
 		REST: middleware.RESTOptions{
 			DefaultCost: int64(c.REST.DefaultCost),

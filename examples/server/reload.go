@@ -98,6 +98,7 @@ func (s *server) apply(next config) error {
 func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "max_body_bytes", &c.MaxBodyBytes, running.MaxBodyBytes)
 	keep(&changed, "max_body_bytes_in_flight", &c.MaxBodyBytesInFlight, running.MaxBodyBytesInFlight)
+	keep(&changed, "max_upload_bytes", &c.MaxUploadBytes, running.MaxUploadBytes)
 	keep(&changed, "memory_store.max_keys", &c.MemoryStore.MaxKeys, running.MemoryStore.MaxKeys)
 	keep(&changed, "graphql.query_cache_entries", &c.GraphQL.QueryCacheEntries, running.GraphQL.QueryCacheEntries)
 	keep(&changed, "graphql.query_cache_bytes", &c.GraphQL.QueryCacheBytes, running.GraphQL.QueryCacheBytes)

@@ -207,7 +207,8 @@ func (s *server) graphQL(cfg config) http.Handler {
 	gql.AddTransport(transport.SSE{})
 	gql.AddTransport(transport.GET{})
 	gql.AddTransport(transport.POST{})
-	gql.SetQueryCache(s.cache) // bounded by bytes too: documents can be a megabyte each
+	gql.AddTransport(transport.MultipartForm{}) // attachFile's uploads: streamed, bounded by max_upload_bytes
+	gql.SetQueryCache(s.cache)                  // bounded by bytes too: documents can be a megabyte each
 	// The Extension refuses longer documents before gqlgen parses them; the
 	// parser's own limit is the same bound, should a transport skip it.
 	gql.SetParserTokenLimit(int(cfg.GraphQL.MaxTokens))

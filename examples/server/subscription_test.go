@@ -88,6 +88,7 @@ func TestReadmeSubscription(t *testing.T) {
 	close(stop)
 	<-done
 	require.Equal(t, "next", event.Type, string(event.Payload))
+	t.Logf("%s", event.Payload)
 	var got struct {
 		Data struct {
 			IssueCreated struct{ Title string }

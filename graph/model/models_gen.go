@@ -13,6 +13,15 @@ type SearchResult interface {
 	IsSearchResult()
 }
 
+// A file attached to an issue.
+type Attachment struct {
+	Issue       string `json:"issue"`
+	Filename    string `json:"filename"`
+	ContentType string `json:"contentType"`
+	// The file's length in bytes.
+	Size int `json:"size"`
+}
+
 // The caller's budget, in points. Free to select: its weight is 0.
 type RateLimit struct {
 	// The plan's burst: the most points the budget holds.
