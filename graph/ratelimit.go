@@ -24,12 +24,11 @@ func rateLimit(ctx context.Context) (*model.RateLimit, error) {
 	if !ok {
 		return nil, ErrRateLimitUnavailable
 	}
-	return &model.RateLimit{
-		Limit:     int(s.Limit),
-		Cost:      int(s.Cost),
-		Remaining: int(s.Remaining),
-		Used:      int(s.Used),
-		ResetAt:   s.ResetAt.UTC().Format(time.RFC3339),
-		NodeCount: int(s.NodeCount),
-	}, nil
+	rl := &model.RateLimit{ResetAt: s.ResetAt.UTC().Format(time.RFC3339)}
+	middleware.SetInt(&rl.Limit, s.Limit) // builds whether gqlgen maps Int to int or int32
+	middleware.SetInt(&rl.Cost, s.Cost)
+	middleware.SetInt(&rl.Remaining, s.Remaining)
+	middleware.SetInt(&rl.Used, s.Used)
+	middleware.SetInt(&rl.NodeCount, s.NodeCount)
+	return rl, nil
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -48,6 +49,18 @@ type RateLimitStatus struct {
 	NodeCount int64
 }
 
+// SetInt stores v in *dst, whichever Go integer type gqlgen maps a
+// GraphQL Int to (int, or int32 in a project made by gqlgen init today),
+// saturating at the type's bounds: a resolver that fills a model from a
+// RateLimitStatus builds under either mapping.
+func SetInt[T ~int | ~int32 | ~int64](dst *T, v int64) {
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+	if past := int64(math.MaxInt32) + 1; int64(T(past)) != past { // a 32-bit type
+		lo, hi = math.MinInt32, math.MaxInt32
+	}
+	*dst = T(min(max(v, lo), hi))
+}
+
 // RateLimitFrom returns the budget of the operation ctx belongs to, as its
 // debit (or, for a dry run, its peek) left it. A resolver calls it to serve
 // GitHub's rateLimit field; with the field in the schema's Query type and a
@@ -59,8 +72,13 @@ type RateLimitStatus struct {
 //		if !ok {
 //			return nil, errors.New("the rate limit is unavailable")
 //		}
-//		return &model.RateLimit{Limit: int(s.Limit), Cost: int(s.Cost), Remaining: int(s.Remaining),
-//			Used: int(s.Used), ResetAt: s.ResetAt.UTC().Format(time.RFC3339), NodeCount: int(s.NodeCount)}, nil
+//		rl := &model.RateLimit{ResetAt: s.ResetAt.UTC().Format(time.RFC3339)}
+//		middleware.SetInt(&rl.Limit, s.Limit) // builds whether gqlgen maps Int to int or int32
+//		middleware.SetInt(&rl.Cost, s.Cost)
+//		middleware.SetInt(&rl.Remaining, s.Remaining)
+//		middleware.SetInt(&rl.Used, s.Used)
+//		middleware.SetInt(&rl.NodeCount, s.NodeCount)
+//		return rl, nil
 //	}
 //
 // ok is false when no Extension of a Limiter priced the operation, or when

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -318,5 +319,36 @@ func TestRateLimitFieldOption(t *testing.T) {
 func TestRateLimitFromNothing(t *testing.T) {
 	if _, ok := middleware.RateLimitFrom(context.Background()); ok {
 		t.Errorf("ok without an operation")
+	}
+}
+
+// SetInt fills whichever integer type gqlgen generated for Int,
+// saturating at its bounds.
+func TestSetInt(t *testing.T) {
+	type myInt int32
+	var (
+		i   int
+		i32 int32
+		i64 int64
+		m   myInt
+	)
+	for _, c := range []struct {
+		v        int64
+		want32   int32
+		wantWide int64
+	}{
+		{0, 0, 0},
+		{5101, 5101, 5101},
+		{-7, -7, -7},
+		{1 << 40, math.MaxInt32, 1 << 40},
+		{-(1 << 40), math.MinInt32, -(1 << 40)},
+	} {
+		middleware.SetInt(&i, c.v)
+		middleware.SetInt(&i32, c.v)
+		middleware.SetInt(&i64, c.v)
+		middleware.SetInt(&m, c.v)
+		if int64(i) != c.wantWide || i32 != c.want32 || i64 != c.wantWide || int32(m) != c.want32 {
+			t.Errorf("SetInt(%d): int %d, int32 %d, int64 %d, ~int32 %d", c.v, i, i32, i64, m)
+		}
 	}
 }

@@ -1,0 +1,287 @@
+package adoption
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/costguard/costguard/middleware"
+)
+
+// repoRoot is the costguard module the project under test requires.
+var repoRoot, _ = filepath.Abs(filepath.Join("..", ".."))
+
+// A project made by `gqlgen init` today, with costguard installed as
+// docs/gqlgen.md says: the directive declarations and gqlgen.yml lines from
+// that page, @cost and @listSize on fields, gqlgen generate, a build, and
+// one request priced and debited through lim.Handler. On the way it checks
+// what an adopter who skips a step sees, and that the documented rateLimit
+// resolver builds with gqlgen init's Int mapping (int32) and with int.
+func TestGqlgenInitProject(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gqlgen init, generate and go test in a temporary project")
+	}
+	guide := read(t, filepath.Join(repoRoot, "docs", "gqlgen.md"))
+	directives := fenced(t, guide, "graphql", "directive @cost")
+	ymlLines := fenced(t, guide, "yaml", "skip_runtime")
+	resolver := fenced(t, read(t, filepath.Join(repoRoot, "docs", "middleware.md")), "go", "func (r *queryResolver) RateLimit")
+	gqlgenVersion := requiredVersion(t, "github.com/99designs/gqlgen")
+
+	p := &project{t: t, dir: t.TempDir()}
+	p.run("go", "mod", "init", "example.com/todo")
+	p.run("go", "mod", "edit", "-require=github.com/costguard/costguard@v0.0.0", "-replace=github.com/costguard/costguard="+repoRoot)
+	p.run("go", "get", "github.com/99designs/gqlgen@"+gqlgenVersion)
+	p.run("go", "run", "github.com/99designs/gqlgen", "init")
+
+	// The schema gains cost directives and GitHub's rateLimit field.
+	schema := p.read("graph/schema.graphqls")
+	schema = strings.Replace(schema, "  todos: [Todo!]!", `  todos: [Todo!]! @listSize(assumedSize: 20)`, 1)
+	schema = strings.Replace(schema, "  text: String!", `  text: String! @cost(weight: "3")`, 1)
+	schema += `
+extend type Query {
+  rateLimit(dryRun: Boolean = false): RateLimit
+}
+type RateLimit @cost(weight: "0") {
+  limit: Int!
+  cost: Int!
+  remaining: Int!
+  used: Int!
+  resetAt: String!
+  nodeCount: Int!
+}
+`
+	p.write("graph/schema.graphqls", schema)
+	out := p.fail("go", "run", "github.com/99designs/gqlgen", "generate")
+	if !strings.Contains(out, "Undefined directive") {
+		t.Errorf("generate without the declarations: %s", out)
+	}
+
+	// Declared but without skip_runtime: fields fail, and the limiter
+	// says what to add.
+	p.write("graph/schema.graphqls", schema+"\n"+directives)
+	p.run("go", "run", "github.com/99designs/gqlgen", "generate")
+	p.implement(resolver)
+	p.write("costguard_test.go", adopterTest)
+	res := p.result()
+	if !hasError(res, "directive cost is not implemented") && !hasError(res, "directive listSize is not implemented") {
+		t.Errorf("without skip_runtime: %+v", res)
+	}
+	if !strings.Contains(res.Log, "skip_runtime: true") {
+		t.Errorf("the limiter did not name the fix: %q", res.Log)
+	}
+
+	// The documented gqlgen.yml lines: priced, debited, no errors.
+	p.write("gqlgen.yml", p.read("gqlgen.yml")+"\n"+ymlLines)
+	p.run("go", "run", "github.com/99designs/gqlgen", "generate")
+	p.implement(resolver)
+	res = p.result()
+	if len(res.Errors) != 0 {
+		t.Fatalf("with the gqlgen.yml lines: %+v", res)
+	}
+	// Priced at 20 todos × (1 + text's weight 3), rateLimit free; the two
+	// todos returned cost 8, and the rest comes back.
+	c := res.Extensions.Cost
+	if c.RequestedQueryCost != 80 || c.ActualQueryCost == nil || *c.ActualQueryCost != 8 ||
+		c.ThrottleStatus.CurrentlyAvailable == nil || *c.ThrottleStatus.CurrentlyAvailable != 500-8 {
+		t.Errorf("extensions.cost %+v, want 80 requested, 8 actual, 492 left", c)
+	}
+	if rl := res.Data.RateLimit; rl.Cost != 80 || rl.Remaining != 420 {
+		t.Errorf("rateLimit %+v, want cost 80 and 420 remaining (before the refund)", rl)
+	}
+	if !strings.Contains(p.read("graph/model/models_gen.go"), "int32") {
+		t.Error("gqlgen init no longer maps Int to int32: the int32 build below proves nothing")
+	}
+
+	// The rateLimit resolver builds with Int mapped to int too.
+	p.write("gqlgen.yml", strings.Replace(p.read("gqlgen.yml"), "      - github.com/99designs/gqlgen/graphql.Int32\n  Int64:", "      - github.com/99designs/gqlgen/graphql.Int\n  Int64:", 1))
+	p.run("go", "run", "github.com/99designs/gqlgen", "generate")
+	p.implement(resolver)
+	if strings.Contains(p.read("graph/model/models_gen.go"), "Limit     int32") {
+		t.Fatal("the Int mapping did not change")
+	}
+	if res = p.result(); len(res.Errors) != 0 || res.Extensions.Cost.RequestedQueryCost != 80 {
+		t.Errorf("with Int as int: %+v", res)
+	}
+}
+
+// adopterTest is the project's own test: lim.Handler on its server, one
+// request through gqlgen's client, the response and the log printed.
+const adopterTest = `package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/client"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/costguard/costguard/middleware"
+
+	"example.com/todo/graph"
+)
+
+func TestCostguard(t *testing.T) {
+	var logs bytes.Buffer
+	lim, err := middleware.New(middleware.Config{
+		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
+		AnonymousPlan: "anon",
+		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	srv := handler.New(graph.NewExecutableSchema(graph.Config{Resolvers: &graph.Resolver{}}))
+	srv.AddTransport(transport.POST{})
+	resp, err := client.New(lim.Handler(srv)).RawPost("{ todos { text } rateLimit { cost remaining } }")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(map[string]any{"data": resp.Data, "errors": resp.Errors, "extensions": resp.Extensions, "log": logs.String()})
+	fmt.Printf("RESULT %s\n", out)
+}
+`
+
+// result is what the project's test printed.
+type result struct {
+	Data struct {
+		RateLimit struct{ Cost, Remaining int64 } `json:"rateLimit"`
+	} `json:"data"`
+	Errors     json.RawMessage `json:"errors"`
+	Extensions struct {
+		Cost middleware.Cost `json:"cost"`
+	} `json:"extensions"`
+	Log string `json:"log"`
+}
+
+func hasError(r result, message string) bool { return bytes.Contains(r.Errors, []byte(message)) }
+
+type project struct {
+	t   *testing.T
+	dir string
+}
+
+func (p *project) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = p.dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	return cmd
+}
+
+func (p *project) run(name string, args ...string) string {
+	p.t.Helper()
+	out, err := p.command(name, args...).CombinedOutput()
+	if err != nil {
+		p.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// fail runs a command that must fail, and returns its output.
+func (p *project) fail(name string, args ...string) string {
+	p.t.Helper()
+	out, err := p.command(name, args...).CombinedOutput()
+	if err == nil {
+		p.t.Fatalf("%s %s succeeded:\n%s", name, strings.Join(args, " "), out)
+	}
+	return string(out)
+}
+
+func (p *project) read(name string) string { return read(p.t, filepath.Join(p.dir, name)) }
+
+func (p *project) write(name, content string) {
+	p.t.Helper()
+	if err := os.WriteFile(filepath.Join(p.dir, name), []byte(content), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// implement replaces the resolver stubs gqlgen generated: todos returns
+// two items, rateLimit is the documented resolver.
+func (p *project) implement(rateLimit string) {
+	p.t.Helper()
+	src := p.read("graph/schema.resolvers.go")
+	src = replaceFunc(p.t, src, "func (r *queryResolver) RateLimit(", rateLimit)
+	src = replaceFunc(p.t, src, "func (r *queryResolver) Todos(", `func (r *queryResolver) Todos(ctx context.Context) ([]*model.Todo, error) {
+	return []*model.Todo{{ID: "1", Text: "one"}, {ID: "2", Text: "two"}}, nil
+}`)
+	for _, imp := range []string{"errors", "time", "github.com/costguard/costguard/middleware"} {
+		if !strings.Contains(src, `"`+imp+`"`) { // gqlgen generate keeps what an earlier run added
+			src = strings.Replace(src, "import (\n", "import (\n\t\""+imp+"\"\n", 1)
+		}
+	}
+	p.write("graph/schema.resolvers.go", src)
+}
+
+// result runs the project's test and decodes what it printed.
+func (p *project) result() result {
+	p.t.Helper()
+	out := p.run("go", "test", "-count=1", "-v", "-run", "TestCostguard", ".")
+	m := regexp.MustCompile(`(?m)^RESULT (.*)$`).FindStringSubmatch(out)
+	if m == nil {
+		p.t.Fatalf("the project's test printed no result:\n%s", out)
+	}
+	var r result
+	if err := json.Unmarshal([]byte(m[1]), &r); err != nil {
+		p.t.Fatalf("%v: %s", err, m[1])
+	}
+	if string(r.Errors) == "null" {
+		r.Errors = nil
+	}
+	return r
+}
+
+// replaceFunc replaces the function starting with head (up to its closing
+// brace at the start of a line) by with.
+func replaceFunc(t *testing.T, src, head, with string) string {
+	t.Helper()
+	i := strings.Index(src, head)
+	if i < 0 {
+		t.Fatalf("no %q in the generated resolvers", head)
+	}
+	j := strings.Index(src[i:], "\n}\n")
+	if j < 0 {
+		t.Fatalf("no end to %q", head)
+	}
+	return src[:i] + with + src[i+j+2:]
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// fenced returns the first ```lang block of doc that contains marker.
+func fenced(t *testing.T, doc, lang, marker string) string {
+	t.Helper()
+	for _, m := range regexp.MustCompile("(?s)```"+lang+"\n(.*?)```").FindAllStringSubmatch(doc, -1) {
+		if strings.Contains(m[1], marker) {
+			return m[1]
+		}
+	}
+	t.Fatalf("no %s block with %q", lang, marker)
+	return ""
+}
+
+// requiredVersion is the version of module path costguard's go.mod requires.
+func requiredVersion(t *testing.T, path string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(path) + ` (v\S+)`).FindStringSubmatch(read(t, filepath.Join(repoRoot, "go.mod")))
+	if m == nil {
+		t.Fatalf("go.mod does not require %s", path)
+	}
+	return m[1]
+}
