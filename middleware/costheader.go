@@ -122,6 +122,12 @@ func (e *Extension) InterceptOperation(ctx context.Context, next graphql.Operati
 	if resp := e.validateResponse(ctx); resp != nil {
 		return graphql.OneShot(resp)
 	}
+	if st.sub.charging() {
+		// A subscription may stay open for hours: it gives back its slots
+		// among the requests in flight (Overload, Concurrency) once
+		// admitted, and its own cap (Subscriptions) bounds it instead.
+		st.release()
+	}
 	return st.sub.stream(next(ctx))
 }
 

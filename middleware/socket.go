@@ -42,13 +42,14 @@ const (
 )
 
 // isSocketUpgrade reports whether r asks for a WebSocket: a GET with an
-// Upgrade header and no body. gqlgen's Websocket transport takes every
-// request with an Upgrade header, its other transports none; a request
-// with one that is not a bodiless GET goes through the ordinary screening
-// (and fails the handshake).
+// Upgrade header, with or without a body (which no transport reads).
+// gqlgen's Websocket transport takes every request with an Upgrade header;
+// of its other transports, those that take a GET refuse one. A request
+// with one that is not a GET goes through the ordinary screening (and
+// fails the handshake). A body must not make a difference: an upgrade
+// decided as one HTTP request would have its operations share one state.
 func isSocketUpgrade(r *http.Request) bool {
-	return r.Method == http.MethodGet && r.Header.Get("Upgrade") != "" &&
-		(r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0)
+	return r.Method == http.MethodGet && r.Header.Get("Upgrade") != ""
 }
 
 // serveSocket hands the upgrade request to h with the connection's state:

@@ -374,6 +374,50 @@ func TestWebSocketOperationsArePriced(t *testing.T) {
 	}
 }
 
+// bodyOnUpgrade makes a WebSocket handshake carry a chunked body, which no
+// transport reads: it must not turn the connection into one HTTP request
+// whose operations share a state.
+type bodyOnUpgrade struct{ http.RoundTripper }
+
+func (b bodyOnUpgrade) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Body, r.ContentLength = io.NopCloser(strings.NewReader("x")), -1
+	return b.RoundTripper.RoundTrip(r)
+}
+
+func TestWebSocketUpgradeWithABody(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, nil)
+	price := a.price(mutationDoc)
+	before := a.remaining("")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.srv.URL, "http"), &websocket.DialOptions{
+		Subprotocols: []string{protoTransportWS},
+		HTTPClient:   &http.Client{Transport: bodyOnUpgrade{http.DefaultTransport}},
+	})
+	if err != nil {
+		t.Fatalf("the handshake with a body: %v", err)
+	}
+	defer c.CloseNow()
+	s := &socket{t: t, c: c}
+	if err := wsjson.Write(ctx, c, wsMessage{Type: "connection_init"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.next(); m.Type != "connection_ack" {
+		t.Fatalf("%s %s", m.Type, m.Payload)
+	}
+	for i := range 3 {
+		s.start(fmt.Sprint(i), mutationDoc)
+		if m := s.next(); m.Type != "next" {
+			t.Fatalf("%s %s", m.Type, m.Payload)
+		}
+		s.next() // complete
+	}
+	if got := a.remaining(""); got != before-3*price {
+		t.Errorf("budget %d after three mutations, want %d", got, before-3*price)
+	}
+}
+
 // A browser cannot set headers on a WebSocket: the key in the
 // connection_init payload chooses who pays; an unknown one closes the
 // connection with 4403 (WebsocketInit) before any operation.
@@ -747,5 +791,21 @@ func TestSubscriptionCapDefault(t *testing.T) {
 	}
 	if middleware.DefaultMaxSubscriptionsPerPrincipal != 100 || middleware.DefaultMaxUploadBytes != 32<<20 {
 		t.Error("the documented defaults changed")
+	}
+}
+
+// An open subscription holds no slot among its principal's requests in
+// flight (Config.Concurrency): its own cap bounds it, and a principal with
+// subscriptions open can still send requests.
+func TestSubscriptionsHoldNoConcurrencySlot(t *testing.T) {
+	a := newAdopter(t, middleware.Config{Concurrency: middleware.ConcurrencyOptions{PerPrincipal: 2}}, nil)
+	s := a.dial(protoTransportWS, nil, nil)
+	for i := range 3 {
+		s.start(fmt.Sprint(i), subscribeDoc)
+	}
+	waitFor(t, func() bool { return a.res.Subscribers() == 3 })
+	s.start("q", cheapQueryDoc)
+	if m := s.next(); m.Type != "next" || m.ID != "q" {
+		t.Errorf("a query beside three subscriptions: %s %s %s", m.ID, m.Type, m.Payload)
 	}
 }
