@@ -45,6 +45,18 @@
 // gqlgen's errcode as protocol errors, so an Extension used without the
 // wrapper still never turns a rejection into a 200.
 //
+// # Transports
+//
+// Every transport gqlgen ships is priced the same way. A multipart request
+// (uploads) streams to gqlgen: its operations part is screened, the whole
+// bounded by MaxUploadBytes. On a WebSocket (both subprotocols) each
+// operation is identified (by the upgrade's headers, or the
+// connection_init payload's key), priced and debited alone, and refused
+// with its own error message; WebsocketInit closes a connection whose
+// payload names an unknown key. A subscription pays its price, then each
+// event its actual cost before it is sent; SubscriptionOptions caps those
+// a principal holds open. docs/gqlgen.md has the wiring.
+//
 // # Asking before spending
 //
 // A request with "GraphQL-Cost: validate" (HeaderGraphQLCost) is priced and

@@ -84,11 +84,12 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 	return a
 }
 
-// remaining reads the anonymous (or keyed) budget through a price-only
-// request, which debits nothing.
-func (a *adopter) remaining(key string) int64 {
+// validate prices doc through "GraphQL-Cost: validate", which runs and
+// debits nothing, as the principal of key (the anonymous address when "").
+func (a *adopter) validate(doc, key string) middleware.Cost {
 	a.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"{ __typename }"}`))
+	body, _ := json.Marshal(map[string]string{"query": doc})
+	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(middleware.HeaderGraphQLCost, "validate")
 	if key != "" {
@@ -99,42 +100,25 @@ func (a *adopter) remaining(key string) int64 {
 		a.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body struct {
-		Extensions struct {
-			Cost middleware.Cost `json:"cost"`
-		} `json:"extensions"`
+	var out gqlResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Extensions.Cost == nil {
+		a.t.Fatalf("validate %q: %v", doc, err)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		a.t.Fatal(err)
-	}
-	if body.Extensions.Cost.ThrottleStatus.CurrentlyAvailable == nil {
+	return *out.Extensions.Cost
+}
+
+// remaining reads a budget without spending from it.
+func (a *adopter) remaining(key string) int64 {
+	a.t.Helper()
+	c := a.validate("{ __typename }", key)
+	if c.ThrottleStatus.CurrentlyAvailable == nil {
 		a.t.Fatal("the price-only request read no budget")
 	}
-	return *body.Extensions.Cost.ThrottleStatus.CurrentlyAvailable
+	return *c.ThrottleStatus.CurrentlyAvailable
 }
 
 // price is what a document costs over HTTP POST.
-func (a *adopter) price(doc string) int64 {
-	a.t.Helper()
-	body, _ := json.Marshal(map[string]string{"query": doc})
-	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(string(body)))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(middleware.HeaderGraphQLCost, "validate")
-	resp, err := a.srv.Client().Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Extensions struct {
-			Cost middleware.Cost `json:"cost"`
-		} `json:"extensions"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		a.t.Fatal(err)
-	}
-	return out.Extensions.Cost.RequestedQueryCost
-}
+func (a *adopter) price(doc string) int64 { return a.validate(doc, "").RequestedQueryCost }
 
 // wsMessage is a message of either WebSocket subprotocol.
 type wsMessage struct {
@@ -244,21 +228,9 @@ func (s *socket) next() wsMessage {
 	}
 }
 
-// response is a GraphQL response as a test reads it.
-type response struct {
-	Data   map[string]any `json:"data"`
-	Errors []struct {
-		Message    string         `json:"message"`
-		Extensions map[string]any `json:"extensions"`
-	} `json:"errors"`
-	Extensions struct {
-		Cost *middleware.Cost `json:"cost"`
-	} `json:"extensions"`
-}
-
-func decode(t *testing.T, raw []byte) response {
+func decode(t *testing.T, raw []byte) gqlResponse {
 	t.Helper()
-	var r response
+	var r gqlResponse
 	if err := json.Unmarshal(raw, &r); err != nil {
 		t.Fatalf("decoding %s: %v", raw, err)
 	}
@@ -548,7 +520,7 @@ func TestSubscriptionEventsPay(t *testing.T) {
 				t.Fatalf("unpaid event: %s %s, want next with the refusal", m.Type, m.Payload)
 			}
 			r := decode(t, m.Payload)
-			if r.Data != nil || len(r.Errors) != 1 || r.Errors[0].Extensions["code"] != middleware.CodeRateLimited ||
+			if (len(r.Data) != 0 && string(r.Data) != "null") || len(r.Errors) != 1 || r.Errors[0].Extensions["code"] != middleware.CodeRateLimited ||
 				r.Errors[0].Extensions["retryAfterSeconds"] == nil {
 				t.Errorf("unpaid event: %s", m.Payload)
 			}

@@ -105,9 +105,14 @@ func TestUploadStreams(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	r := decode(t, body)
-	att, _ := r.Data["attachFile"].(map[string]any)
-	if att["size"] != float64(size) || att["filename"] != "big.bin" {
-		t.Errorf("attachFile %v: %s", att, body)
+	var data struct {
+		AttachFile struct {
+			Filename string
+			Size     int64
+		}
+	}
+	if err := json.Unmarshal(r.Data, &data); err != nil || data.AttachFile.Size != size || data.AttachFile.Filename != "big.bin" {
+		t.Errorf("attachFile %+v (%v): %s", data.AttachFile, err, body)
 	}
 	alloc := m1.TotalAlloc - m0.TotalAlloc
 	t.Logf("a %d-byte upload allocated %d bytes in the process (client and server)", size, alloc)

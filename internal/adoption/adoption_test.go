@@ -29,7 +29,9 @@ func TestGqlgenInitProject(t *testing.T) {
 	guide := read(t, filepath.Join(repoRoot, "docs", "gqlgen.md"))
 	directives := fenced(t, guide, "graphql", "directive @cost")
 	ymlLines := fenced(t, guide, "yaml", "skip_runtime")
-	resolver := fenced(t, read(t, filepath.Join(repoRoot, "docs", "middleware.md")), "go", "func (r *queryResolver) RateLimit")
+	middlewareDoc := read(t, filepath.Join(repoRoot, "docs", "middleware.md"))
+	resolver := fenced(t, middlewareDoc, "go", "func (r *queryResolver) RateLimit")
+	rateLimitSDL := fenced(t, middlewareDoc, "graphql", "type RateLimit @cost")
 	gqlgenVersion := requiredVersion(t, "github.com/99designs/gqlgen")
 
 	p := &project{t: t, dir: t.TempDir()}
@@ -42,19 +44,7 @@ func TestGqlgenInitProject(t *testing.T) {
 	schema := p.read("graph/schema.graphqls")
 	schema = strings.Replace(schema, "  todos: [Todo!]!", `  todos: [Todo!]! @listSize(assumedSize: 20)`, 1)
 	schema = strings.Replace(schema, "  text: String!", `  text: String! @cost(weight: "3")`, 1)
-	schema += `
-extend type Query {
-  rateLimit(dryRun: Boolean = false): RateLimit
-}
-type RateLimit @cost(weight: "0") {
-  limit: Int!
-  cost: Int!
-  remaining: Int!
-  used: Int!
-  resetAt: String!
-  nodeCount: Int!
-}
-`
+	schema += "\n" + strings.Replace(rateLimitSDL, "type Query {", "extend type Query {", 1)
 	p.write("graph/schema.graphqls", schema)
 	out := p.fail("go", "run", "github.com/99designs/gqlgen", "generate")
 	if !strings.Contains(out, "Undefined directive") {
