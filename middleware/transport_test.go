@@ -781,3 +781,53 @@ func TestSubscriptionsHoldNoConcurrencySlot(t *testing.T) {
 		t.Errorf("a query beside three subscriptions: %s %s %s", m.ID, m.Type, m.Payload)
 	}
 }
+
+// The attacks of the trial, replayed at their sizes on one connection:
+// 100 mutations of two createIssue each, then 600 subscriptions. Every
+// one that ran was paid; the rest ran nothing.
+func TestWebSocketFloodsPay(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, nil)
+	const twoPosts = `mutation { a: createIssue(repo: "hello-world", title: "a") { id } b: createIssue(repo: "hello-world", title: "b") { id } }`
+	price := a.price(twoPosts)
+	s := a.dial(protoTransportWS, nil, nil)
+	calls := a.res.Calls()
+	admitted, refused := 0, 0
+	for i := range 100 {
+		s.start(fmt.Sprint("m", i), twoPosts)
+		switch m := s.next(); m.Type {
+		case "next":
+			admitted++
+			s.next() // complete
+		case "error":
+			refused++
+		default:
+			t.Fatalf("mutation %d: %s %s", i, m.Type, m.Payload)
+		}
+	}
+	t.Logf("100 mutations of two posts at %d points: %d ran, %d refused; %d points left", price, admitted, refused, a.remaining(""))
+	if admitted != int(adopterBurst/price) || refused != 100-admitted {
+		t.Errorf("%d ran, %d refused; a budget of %d pays for %d", admitted, refused, adopterBurst, adopterBurst/price)
+	}
+	if ran := a.res.Calls() - calls; ran != int64(2*admitted) {
+		t.Errorf("%d resolver calls for %d admitted mutations", ran, admitted)
+	}
+
+	a.clock.Advance(time.Hour) // the budget is whole again
+	for i := range 600 {
+		s.start(fmt.Sprint("s", i), subscribeDoc)
+	}
+	codes := map[string]int{}
+	for range 600 - middleware.DefaultMaxSubscriptionsPerPrincipal {
+		m := s.next()
+		for _, c := range errorCodes(t, m) {
+			codes[c]++
+		}
+	}
+	t.Logf("600 subscriptions: %d open, refused %v; %d points left", a.lim.OpenSubscriptions(), codes, a.remaining(""))
+	if n := a.lim.OpenSubscriptions(); n != middleware.DefaultMaxSubscriptionsPerPrincipal {
+		t.Errorf("%d subscriptions open, want %d", n, middleware.DefaultMaxSubscriptionsPerPrincipal)
+	}
+	if codes[middleware.CodeSubscriptionsLimited]+codes[middleware.CodeRateLimited] != 500 {
+		t.Errorf("refusals %v, want 500", codes)
+	}
+}
