@@ -281,6 +281,16 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 	if ref := st.readCostHeader(params.Headers); ref != nil {
 		return e.refuseUnpriced(ctx, st, codedError(ref.code, 0, "%s", ref.message), false)
 	}
+	if st.conn != nil {
+		// A WebSocket message: the wrapper never saw it, so its variables
+		// and extensions are bounded here, as decoded.
+		budget := st.set.newJSONBudget()
+		for _, ref := range []*refusal{budget.measureDecoded("variables", params.Variables), budget.measureDecoded("extensions", params.Extensions)} {
+			if ref != nil {
+				return e.refuseUnpriced(ctx, st, codedError(ref.code, 0, "%s", ref.message), false)
+			}
+		}
+	}
 	_, err := complexity.CheckDocument(params.Query, st.set.documentLimits())
 	if err == nil {
 		return nil

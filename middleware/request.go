@@ -533,6 +533,49 @@ func (b *jsonBudget) measure(name string, v []byte) *refusal {
 	return nil
 }
 
+// measureDecoded counts the values of v, as gqlgen decoded it from a
+// WebSocket message (which the wrapper never sees), against the same
+// budget as measure: every scalar, array and object counts one.
+func (b *jsonBudget) measureDecoded(name string, v map[string]any) *refusal {
+	if v == nil {
+		return nil
+	}
+	tooDeep := false
+	var walk func(v any, depth int) bool
+	walk = func(v any, depth int) bool {
+		if b.depth >= 0 && depth > b.depth {
+			tooDeep = true
+			return false
+		}
+		if b.values == 0 {
+			return false
+		}
+		b.values--
+		switch v := v.(type) {
+		case map[string]any:
+			for _, e := range v {
+				if !walk(e, depth+1) {
+					return false
+				}
+			}
+		case []any:
+			for _, e := range v {
+				if !walk(e, depth+1) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	switch {
+	case walk(v, 1):
+		return nil
+	case tooDeep:
+		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "%s nest deeper than %d levels", name, b.depth)
+	}
+	return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "variables and extensions hold more than the limit of values")
+}
+
 // jsonScanner walks JSON that jsontext.Valid accepted, so it only needs to find
 // where things start and end.
 type jsonScanner struct {

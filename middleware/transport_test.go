@@ -831,3 +831,43 @@ func TestWebSocketFloodsPay(t *testing.T) {
 		t.Errorf("refusals %v, want 500", codes)
 	}
 }
+
+// A WebSocket message's variables are bounded as a POST body's are, once
+// gqlgen has decoded them: too many values, or too deep, is refused
+// VARIABLES_TOO_LARGE and pays InvalidCost.
+func TestWebSocketVariablesBounded(t *testing.T) {
+	a := newAdopter(t, middleware.Config{GraphQL: middleware.GraphQLOptions{MaxVariableValues: 100, MaxVariablesDepth: 4}}, nil)
+	s := a.dial(protoTransportWS, nil, nil)
+	many := make([]any, 200)
+	for i := range many {
+		many[i] = i
+	}
+	deep := any("leaf")
+	for range 6 {
+		deep = map[string]any{"x": deep}
+	}
+	for name, vars := range map[string]map[string]any{"200 values": {"l": many}, "6 deep": {"d": deep}} {
+		before := a.remaining("")
+		payload, _ := json.Marshal(map[string]any{"query": `query($l: [Int], $d: String) { __typename }`, "variables": vars})
+		if err := wsjson.Write(context.Background(), s.c, wsMessage{ID: name, Type: "subscribe", Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+		m := s.next()
+		if m.Type != "error" {
+			t.Fatalf("%s: %s %s, want its error message", name, m.Type, m.Payload)
+		}
+		if codes := errorCodes(t, m); len(codes) != 1 || codes[0] != middleware.CodeVariablesTooLarge {
+			t.Errorf("%s: %s %s", name, m.Type, m.Payload)
+		}
+		if m := s.next(); m.Type != "complete" { // gqlgen completes what it refused before execution
+			t.Errorf("%s: then %s", name, m.Type)
+		}
+		if got := a.remaining(""); got != before-1 {
+			t.Errorf("%s: budget %d, want %d", name, got, before-1)
+		}
+	}
+	s.start("fine", cheapQueryDoc)
+	if m := s.next(); m.Type != "next" {
+		t.Errorf("then a plain query: %s %s", m.Type, m.Payload)
+	}
+}
