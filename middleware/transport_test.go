@@ -673,6 +673,22 @@ func TestGqlgenClient(t *testing.T) {
 	if err := c.WebsocketOnce(cheapQueryDoc, &once); err != nil || once.User.Login != "octocat" {
 		t.Errorf("WebsocketOnce: %v %+v", err, once)
 	}
+	// A subscription through its Websocket helper, as gqlgen's chat
+	// example's tests do: the event arrives, paid for.
+	sub := c.Websocket(subscribeDoc)
+	defer sub.Close()
+	waitFor(t, func() bool { return a.res.Subscribers() == 1 })
+	beforeEvent := a.remaining(adopterKey)
+	c.MustPost(`mutation { createIssue(repo: "hello-world", title: "for the client") { title } }`, &created)
+	var event struct {
+		IssueCreated struct{ ID, Title string }
+	}
+	if err := sub.Next(&event); err != nil || event.IssueCreated.Title != "for the client" {
+		t.Fatalf("the subscription's event: %v %+v", err, event)
+	}
+	if got, want := a.remaining(adopterKey), beforeEvent-a.price(mutationDoc)-1; got != want {
+		t.Errorf("after the mutation and its event %d, want %d", got, want)
+	}
 }
 
 // However often the limiter is installed on one server, each request is
