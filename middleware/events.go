@@ -33,6 +33,9 @@ type Kind string
 const (
 	KindGraphQL Kind = "graphql"
 	KindREST    Kind = "rest"
+	// KindSubscriptionEvent is the debit of one event of a GraphQL
+	// subscription, before it is sent (its subscribe is KindGraphQL).
+	KindSubscriptionEvent Kind = "subscription_event"
 )
 
 // Outcome is what became of a request's cost. Its values are the outcome

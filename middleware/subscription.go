@@ -21,10 +21,6 @@ import (
 // SubscriptionOptions.MaxPerPrincipal subscriptions open (429).
 const CodeSubscriptionsLimited = "SUBSCRIPTIONS_LIMITED"
 
-// KindSubscriptionEvent is the Kind of the decision on one event of a
-// subscription: its debit before it is sent.
-const KindSubscriptionEvent Kind = "subscription_event"
-
 // DefaultMaxSubscriptionsPerPrincipal is the default of
 // SubscriptionOptions.MaxPerPrincipal: what GitHub allows in flight.
 const DefaultMaxSubscriptionsPerPrincipal = 100
@@ -227,8 +223,10 @@ func (e *Extension) chargeEvent(ctx context.Context, st *requestState, opCtx *gr
 	o := l.spendAll(ctx, st.set, st.id, st.addr, st.plan, ln, cost, nil)
 	l.shadow(ctx, st.plan, &o)
 	if l.observing(ctx) {
+		// RequestedCost is what the event cost; it has no actual cost apart
+		// from that (costguard_operation_actual_cost_points stays about
+		// operations).
 		ev := l.newEvent(KindSubscriptionEvent, st.id, st.plan, ln, o, cost, codeOf(o, nil))
-		ev.ActualCost, ev.HasActualCost = cost, true
 		l.report(ctx, &ev)
 	}
 	c := Cost{
