@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 )
 
 // A GraphQL multipart request (file uploads) is not read into memory by
@@ -38,10 +39,11 @@ const (
 // GraphQL multipart request gqlgen's MultipartForm transport serves, and
 // returns its boundary.
 func isMultipart(r *http.Request) (boundary string, ok bool) {
-	if r.Method != http.MethodPost {
-		return "", false
+	ct := r.Header.Get("Content-Type")
+	if r.Method != http.MethodPost || len(ct) < len("multipart/") || !strings.EqualFold(ct[:len("multipart/")], "multipart/") {
+		return "", false // without parsing (which allocates): the JSON requests' path
 	}
-	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		return "", false
 	}
