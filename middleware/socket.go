@@ -61,14 +61,17 @@ func (l *Limiter) serveSocket(w http.ResponseWriter, r *http.Request, h http.Han
 }
 
 // socketState is the requestState of one operation on a WebSocket
-// connection, identified by the upgrade request.
+// connection, identified by the upgrade request in the operation's
+// context: a principal the application's InitFunc put there
+// (WithPrincipal) is seen as on any request.
 func (e *Extension) socketState(ctx context.Context, cs *connState, opCtx *graphql.OperationContext) (*requestState, *gqlerror.Error) {
 	set := e.l.current()
-	id, p, err := set.identify(cs.r)
+	r := cs.r.WithContext(ctx)
+	id, p, err := set.identify(r)
 	if err != nil {
 		return nil, e.identifyError(ctx, err)
 	}
-	st := &requestState{set: set, id: id, plan: p, addr: set.clientAddr(cs.r), conn: cs}
+	st := &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r), conn: cs}
 	opCtx.Stats.SetExtension(statsKey, st)
 	return st, nil
 }
@@ -110,8 +113,9 @@ func withInitCredentials(r *http.Request, payload transport.InitPayload) *http.R
 // is known: its credentials, when the upgrade request had none, choose who
 // pays.
 func (e *Extension) reidentify(ctx context.Context, st *requestState) *gqlerror.Error {
-	r := withInitCredentials(st.conn.r, transport.GetInitPayload(ctx))
-	if r == st.conn.r {
+	base := st.conn.r.WithContext(ctx)
+	r := withInitCredentials(base, transport.GetInitPayload(ctx))
+	if r == base {
 		return nil
 	}
 	id, p, err := st.set.identify(r)
@@ -169,7 +173,8 @@ func addSocketError(ctx context.Context, ge *gqlerror.Error) (ok bool) {
 func (l *Limiter) WebsocketInit(next transport.WebsocketInitFunc) transport.WebsocketInitFunc {
 	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 		if cs, ok := ctx.Value(connKey{}).(*connState); ok {
-			if r := withInitCredentials(cs.r, payload); r != cs.r {
+			base := cs.r.WithContext(ctx)
+			if r := withInitCredentials(base, payload); r != base {
 				if _, _, err := l.current().identify(r); err != nil {
 					if errors.Is(err, ErrUnknownAPIKey) {
 						return transport.WithWebsocketCloseCode(ctx, CloseForbidden), nil, errors.New("unknown API key")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -885,5 +886,36 @@ func TestWebSocketVariablesBounded(t *testing.T) {
 	s.start("fine", cheapQueryDoc)
 	if m := s.next(); m.Type != "next" {
 		t.Errorf("then a plain query: %s %s", m.Type, m.Payload)
+	}
+}
+
+// An application's own InitFunc may authenticate the connection and put
+// its principal in the context (WithPrincipal): the connection's
+// operations are that principal's.
+func TestWebSocketInitFuncPrincipal(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+		srv := handler.New(graph.NewResolver().Schema())
+		srv.AddTransport(transport.Websocket{InitFunc: lim.WebsocketInit(func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+			if p.GetString("token") != "let-bob-in" {
+				return ctx, nil, errors.New("who are you")
+			}
+			return middleware.WithPrincipal(ctx, "bob", "pro"), nil, nil
+		})})
+		srv.AddTransport(transport.POST{})
+		return lim.Handler(srv)
+	})
+	anon := a.remaining("")
+	s := a.dial(protoTransportWS, nil, map[string]any{"token": "let-bob-in"})
+	s.start("1", mutationDoc)
+	m := s.next()
+	if m.Type != "next" {
+		t.Fatalf("%s %s", m.Type, m.Payload)
+	}
+	r := decode(t, m.Payload)
+	if c := r.Extensions.Cost; c == nil || c.ThrottleStatus.CurrentlyAvailable == nil || *c.ThrottleStatus.CurrentlyAvailable != adopterBurst-a.price(mutationDoc) {
+		t.Errorf("bob's budget after the mutation: %+v", c)
+	}
+	if got := a.remaining(""); got != anon {
+		t.Errorf("the address paid for bob: %d, want %d", got, anon)
 	}
 }
