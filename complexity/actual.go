@@ -32,8 +32,11 @@ import (
 //   - a null or missing value returned nothing: the field costs its own
 //     weight and arguments alone, and nothing below it is priced;
 //   - an object of an interface or union is priced as the member its
-//     __typename names, when the operation selected __typename for it;
-//     otherwise as the requested price assumed (the costliest member);
+//     __typename names, when the operation selected __typename for it and
+//     no member selects another field under that key (an alias could
+//     forge it); otherwise as the costliest member whose selections are
+//     exactly the object's keys; failing that, as the requested price
+//     assumed (the costliest member);
 //   - introspection fields (__typename, __schema, __type) cost what they
 //     were priced at;
 //   - no field costs more than its requested price: a list that returned
@@ -96,6 +99,9 @@ type reading struct {
 	// keyIndex indexes the keys of large sets whose keys came out of
 	// order (see find).
 	keyIndex map[*pricedField]map[string]int
+	// reread counts the bytes read again to price objects of abstract
+	// types whose concrete type the response does not name.
+	reread int
 }
 
 // reset empties s for the next reading; false when it grew too large to
@@ -106,7 +112,7 @@ func (s *reading) reset() bool {
 	}
 	clear(s.path[:cap(s.path)])
 	s.seen, s.nest, s.text, s.path = s.seen[:0], s.nest[:0], s.text[:0], s.path[:0]
-	s.keyIndex = nil
+	s.keyIndex, s.reread = nil, 0
 	return true
 }
 
@@ -406,9 +412,14 @@ func (r *response) item(pf *pricedField) (Cost, error) {
 	case len(ret.possible) == 1:
 		return r.object(set, memberWeight(ret, ret.possible[0]))
 	}
-	if m := set.members; m != nil && len(m.typenames) > 0 {
-		if i := r.member(ret, m); i >= 0 {
-			return r.object(&m.sets[i], memberWeight(ret, ret.possible[i]))
+	if m := set.members; m != nil {
+		if len(m.typenames) > 0 {
+			if i := r.member(ret, m); i >= 0 {
+				return r.object(&m.sets[i], memberWeight(ret, ret.possible[i]))
+			}
+		}
+		if c, ok, err := r.costliestFitting(ret, m); ok || err != nil {
+			return c, err
 		}
 	}
 	// The concrete type is not known: one object costs what the requested
@@ -417,6 +428,81 @@ func (r *response) item(pf *pricedField) (Cost, error) {
 		return 0, r.fail("expected an object")
 	}
 	return set.cost, r.skip()
+}
+
+// costliestFitting prices the object at r.i, of an abstract type whose
+// concrete type the response does not name, as the costliest member whose
+// selections are the object's keys: the only members that could have
+// written it. ok is false, and r.i left alone, when no member fits or
+// when reading members again would pass the reader's budget of rereads
+// (rereadBudget), which bounds the work of nested abstract objects.
+func (r *response) costliestFitting(ret *typeInfo, m *memberSets) (best Cost, ok bool, err error) {
+	start := r.i
+	end := start
+	for i := range m.sets {
+		if r.s.reread > rereadBudget(len(r.b)) {
+			r.i = start
+			return 0, false, nil
+		}
+		fits := r.keysFit(&m.sets[i])
+		r.s.reread += r.i - start
+		r.i = start
+		if !fits {
+			continue
+		}
+		c, err := r.object(&m.sets[i], memberWeight(ret, ret.possible[i]))
+		if err != nil {
+			return 0, false, err
+		}
+		r.s.reread += r.i - start
+		if !ok || c > best {
+			best, ok = c, true
+		}
+		end, r.i = r.i, start
+	}
+	r.i = end
+	return best, ok, nil
+}
+
+// rereadBudget is how many bytes of a response of n bytes the reader may
+// read again to price objects of unnamed abstract types: past it, they
+// cost their requested price, as without the reread.
+func rereadBudget(n int) int { return 16*n + 1<<20 }
+
+// keysFit reports whether the keys of the object at r.i are exactly those
+// set selects, as a server writes every field it selects for the object's
+// type (null when it failed); it reads past the object, skipping the
+// values. False too for an object it cannot read, left for the caller's
+// own read to report.
+func (r *response) keysFit(set *pricedSet) bool {
+	if r.peek() != '{' {
+		return false
+	}
+	r.i++
+	if r.next('}') {
+		return len(set.fields) == 0
+	}
+	hint, n := 0, 0
+	for {
+		key, err := r.key()
+		if err != nil {
+			return false
+		}
+		i := r.find(set, key, hint)
+		if i < 0 {
+			return false
+		}
+		hint, n = i+1, n+1
+		if r.skip() != nil {
+			return false
+		}
+		if r.next('}') {
+			return n == len(set.fields) // a key twice fails the member's read
+		}
+		if !r.next(',') {
+			return false
+		}
+	}
 }
 
 // member reads the __typename of the object at r.i, without moving past

@@ -319,22 +319,41 @@ func TestActualCostAbstractTypes(t *testing.T) {
 			requested: 60, actual: 3 + 2},
 		{name: "escaped __typename", query: search,
 			data: `{"search":[{"__typename":"\u0049ssue","title":"x"}]}`, requested: 60, actual: 1},
-		// Without __typename every object costs the costliest member.
+		// Without __typename an object costs the costliest member whose
+		// selections hold its keys, priced by what it holds: here the one
+		// member each could come from.
 		{name: "union without __typename", query: searchNoTypename,
 			data:      `{"search":[{"repos":[{},{}]},{"issues":[{}]},{"title":"x"}]}`,
-			requested: 60, actual: 6 + 6 + 6},
+			requested: 60, actual: 3 + 2 + 1},
+		// A __typename naming no member, in objects whose keys are no
+		// member's selections: each costs the requested price's member.
 		{name: "__typename naming no member", query: search,
 			data: `{"search":[{"__typename":"Nope"},{"__typename":42}]}`, requested: 60, actual: 6 + 6},
 		// __typename selected for one member only, under an alias: the
-		// other members' objects cost the costliest member.
+		// other members' objects are priced by their keys.
 		{name: "aliased __typename on one member", query: `{ search(query: "o", first: 10) {
 				... on User { kind: __typename repos(first: 5) { name } } ... on Repository { issues(first: 3) { title } } } }`,
 			data:      `{"search":[{"kind":"User","repos":[]},{"issues":[{}]}]}`,
-			requested: 60, actual: 1 + 6},
+			requested: 60, actual: 1 + 2},
+		// A field aliased to "__typename" on one member can write any
+		// member's name there (an issue whose body is "User"): the key names
+		// nothing, and each object is priced by its keys, as the costliest
+		// member that could have written them.
+		{name: "forged __typename", query: `{ search(query: "o", first: 10) {
+				... on User { __typename } ... on Issue { __typename: body bodyHTML } } }`,
+			data:      `{"search":[{"__typename":"User","bodyHTML":"<p>x</p>"},{"__typename":"User"}]}`,
+			requested: 60, actual: 6 + 1},
+		// Keys that fit several members: the costliest of them.
+		{name: "keys of several members", query: `{ search(query: "o", first: 10) {
+				... on User { login: login } ... on Repository { login: name issues(first: 3) { title } } } }`,
+			data:      `{"search":[{"login":"x"}]}`,
+			requested: 40, actual: 1},
 		{name: "empty union list", query: search, data: `{"search":[]}`, requested: 60, actual: 0},
 		// Requested: max(User 1 + 3, Repository 1, Issue 1) = 4.
 		{name: "interface without __typename", query: `{ node(id: "1") { id ... on User { repos(first: 3) { name } } } }`,
-			data: `{"node":{"id":"1"}}`, requested: 4, actual: 4},
+			data: `{"node":{"id":"1"}}`, requested: 4, actual: 1},
+		{name: "interface without __typename, a user", query: `{ node(id: "1") { id ... on User { repos(first: 3) { name } } } }`,
+			data: `{"node":{"id":"1","repos":[{"name":"a"},{"name":"b"}]}}`, requested: 4, actual: 3},
 		{name: "interface with __typename", query: `{ node(id: "1") { __typename id ... on User { repos(first: 3) { name } } } }`,
 			data: `{"node":{"__typename":"User","id":"1","repos":[{"name":"x"}]}}`, requested: 4, actual: 2},
 		{name: "interface, another member", query: `{ node(id: "1") { __typename id ... on User { repos(first: 3) { name } } } }`,
@@ -592,4 +611,38 @@ func TestActualCostAllocations(t *testing.T) {
 			t.Errorf("%s: %v allocations per call, want %v", tt.name, allocs, tt.want)
 		}
 	}
+}
+
+// The forged-alias attack at its size: 100 posts of 50 comments, each
+// calling itself a User through a note aliased to "__typename". Priced by
+// its keys, every object is the Post it is, and nothing comes back.
+func TestActualCostForgedTypenameAtSize(t *testing.T) {
+	const sdl = `
+union Feed = User | Post
+type User { name: String }
+type Post { note: String body: String comments(first: Int): [Comment] }
+type Comment { text: String }
+type Query { feed(first: Int): [Feed] }
+`
+	query := `{ feed(first: 100) { ... on User { __typename } ... on Post { __typename: note body comments(first: 50) { text } } } }`
+	var b strings.Builder
+	b.WriteString(`{"feed":[`)
+	for i := range 100 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"__typename":"User","body":"b","comments":[`)
+		for j := range 50 {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"text":"t"}`)
+		}
+		b.WriteString(`]}`)
+	}
+	b.WriteString(`]}`)
+	runActualCases(t, []actualCase{
+		// 100 × max(User 1, Post 1 + 50 × 1).
+		{name: "forged __typename, 100 posts of 50 comments", sdl: sdl, query: query, data: b.String(), requested: 5100, actual: 5100},
+	})
 }

@@ -837,28 +837,54 @@ func memberWeight(ret, t *typeInfo) Cost {
 }
 
 // typenameKeys lists the response keys selecting __typename in each of an
-// abstract field's member sets.
+// abstract field's member sets, keeping only the keys no member selects
+// another field under: a client can alias a String field of one member to
+// "__typename" and write any member's name there, so a key is trusted to
+// name the object's type only when every selection under it is the real
+// __typename.
 func typenameKeys(sets []pricedSet) []typenameKey {
-	n := 0
-	for i := range sets {
-		for _, pf := range sets[i].fields {
-			if pf.field.Name == "__typename" {
+	var keys []typenameKey
+	for pass := 0; pass < 2; pass++ { // count, then fill: one allocation
+		n := 0
+		lastKey, lastOK := "", false // the last key decided: there is usually one, "__typename"
+		for i := range sets {
+			for _, pf := range sets[i].fields {
+				if pf.field.Name != "__typename" {
+					continue
+				}
+				if pf.key != lastKey || lastKey == "" {
+					lastKey, lastOK = pf.key, namesTypeOnly(sets, pf.key)
+				}
+				if !lastOK {
+					continue
+				}
+				if keys != nil {
+					keys = append(keys, typenameKey{key: pf.key, member: i})
+				}
 				n++
 			}
 		}
-	}
-	if n == 0 {
-		return nil
-	}
-	keys := make([]typenameKey, 0, n)
-	for i := range sets {
-		for _, pf := range sets[i].fields {
-			if pf.field.Name == "__typename" {
-				keys = append(keys, typenameKey{key: pf.key, member: i})
-			}
+		if n == 0 {
+			return nil
+		}
+		if keys == nil {
+			keys = make([]typenameKey, 0, n)
 		}
 	}
 	return keys
+}
+
+// namesTypeOnly reports whether every selection under response key key,
+// in every member set, is the real __typename.
+func namesTypeOnly(sets []pricedSet, key string) bool {
+	for i := range sets {
+		for _, pf := range sets[i].fields {
+			if pf.key == key && pf.field.Name != "__typename" {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (w *walker) groupID(g *fieldGroup) string {

@@ -299,6 +299,10 @@ func BenchmarkActualCost(b *testing.B) {
 		{"request-50", readmeQuery, requestPage()},
 		{"page-110", actualPageQuery(10, 10), actualPage(10, 10)},
 		{"1MB", actualPageQuery(100, 60), actualPage(100, 60)},
+		// 1,000 union results: with __typename, and without, when each
+		// object is matched against the members by its keys.
+		{"union-typename", `{ search(query: "o", first: 100) { __typename ` + unionMembers + ` } }`, unionResults(true)},
+		{"union-keys", `{ search(query: "o", first: 100) { ` + unionMembers + ` } }`, unionResults(false)},
 	} {
 		p := prepare(b, schema, c.query, nil)
 		r, err := a.AnalyzeOperation(p.doc, p.op, p.vars)
@@ -415,4 +419,35 @@ func BenchmarkPlanEvaluate(b *testing.B) {
 			}
 		}
 	}
+}
+
+// unionMembers selects each member of the example's SearchResult.
+const unionMembers = `... on User { login repos(first: 5) { name } } ... on Repository { name issues(first: 3) { title } } ... on Issue { title }`
+
+// unionResults is 1,000 SearchResult objects, a third of each member, with
+// or without __typename.
+func unionResults(typename bool) []byte {
+	tn := func(name string) string {
+		if typename {
+			return `"__typename":"` + name + `",`
+		}
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(`{"search":[`)
+	for i := range 1000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		switch i % 3 {
+		case 0:
+			b.WriteString(`{` + tn("User") + `"login":"u","repos":[{"name":"a"},{"name":"b"}]}`)
+		case 1:
+			b.WriteString(`{` + tn("Repository") + `"name":"r","issues":[{"title":"x"}]}`)
+		default:
+			b.WriteString(`{` + tn("Issue") + `"title":"t"}`)
+		}
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
 }
