@@ -206,7 +206,9 @@ func (g *opGen) key(name string, used map[string]bool) string {
 		g.nAlias++
 		k = fmt.Sprintf("a%d", g.nAlias)
 	case 7:
-		k = g.oneOf("x", "y")
+		// "__typename" too: an alias there on one member may claim to be
+		// another, which ActualCost must not believe.
+		k = g.oneOf("x", "y", "__typename")
 	}
 	resp := k
 	if resp == "" {

@@ -387,6 +387,20 @@ func (h *boundsHarness) run(query, variables string) boundsResult {
 	if res.nodes > rep.Nodes {
 		res.failf("the response holds %d objects in lists; priced at %d nodes", res.nodes, rep.Nodes)
 	}
+	// The actual cost, read from the response, pays for every object it
+	// returned through lists (each weighs at least 1 in this schema),
+	// however its interfaces and unions are written and aliased.
+	if len(resp.Errors) == 0 {
+		actual, err := h.priced.ActualCost(p.doc, p.op, p.vars, resp.Data)
+		switch {
+		case err != nil:
+			res.failf("the response cannot be priced: %v", err)
+		case actual < res.nodes:
+			res.failf("actual cost %d is below the %d objects the response holds in lists", actual, res.nodes)
+		case actual > rep.Points:
+			res.failf("actual cost %d is above the price %d", actual, rep.Points)
+		}
+	}
 
 	// The priced size of every field, at its path, under every member an
 	// interface or union may resolve to.
