@@ -410,11 +410,15 @@ func TestActualCostIntrospection(t *testing.T) {
 	runActualCases(t, []actualCase{
 		// Introspection fields cost what the requested price charged them,
 		// whatever they returned.
+		// The first __schema or __type is free of the introspection cost,
+		// each further one pays it.
 		{name: "introspection cost", opts: []complexity.Option{complexity.WithIntrospectionCost(3)},
-			query: `{ __typename __schema { queryType { name } } }`,
-			data:  `{"__typename":"Query","__schema":{"queryType":{"name":"Query"}}}`, requested: 3, actual: 3},
+			query: `{ __typename __schema { queryType { name } } again: __schema { queryType { name } } }`,
+			data:  `{"__typename":"Query","__schema":{"queryType":{"name":"Query"}},"again":{"queryType":{"name":"Query"}}}`, requested: 3, actual: 3},
 		{name: "introspection cost, __schema missing", opts: []complexity.Option{complexity.WithIntrospectionCost(3)},
-			query: `{ __typename __schema { queryType { name } } }`, data: `{"__typename":"Query"}`, requested: 3, actual: 3},
+			query: `{ __typename __schema { queryType { name } } again: __schema { queryType { name } } }`, data: `{"__typename":"Query"}`, requested: 3, actual: 3},
+		{name: "introspection cost, one __schema", opts: []complexity.Option{complexity.WithIntrospectionCost(3)},
+			query: `{ __schema { queryType { name } } }`, data: `{"__schema":{"queryType":{"name":"Query"}}}`, requested: 0, actual: 0},
 		// Priced against the introspection types: 1 + fields 10 × 1.
 		{name: "priced introspection", opts: []complexity.Option{complexity.WithFreeIntrospection(false)},
 			query: `{ __type(name: "User") { name fields { name } } }`,

@@ -953,9 +953,14 @@ func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, group
 			}
 			if introspectionRoot(g.first.Name) {
 				// Each response key selecting __schema or __type pays the
-				// introspection cost, free introspection or not.
+				// introspection cost, free introspection or not, except
+				// the operation's first at the root: a tool's schema
+				// fetch (one __schema) does not pay it, a document that
+				// repeats it under aliases or in a list does.
+				if w.introspection || depth > 1 {
+					pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
+				}
 				w.introspection = true
-				pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
 			}
 		}
 		if w.counting {

@@ -297,7 +297,7 @@ func TestIntrospectionIsCharged(t *testing.T) {
 	attack := b.String()
 
 	r, err := analyze(t, sdl, attack, nil, complexity.WithIntrospectionCost(2))
-	if err != nil || r.Cost.Points() != 5000*2 || r.Depth != 3 || !r.Introspection {
+	if err != nil || r.Cost.Points() != 4999*2 || r.Depth != 3 || !r.Introspection {
 		t.Fatalf("5,000 × __schema at 2 points: %+v, err %v", r, err)
 	}
 	var ce *complexity.Error
@@ -327,10 +327,14 @@ func TestIntrospectionIsCharged(t *testing.T) {
 	}{
 		{"__typename never pays", `{ __typename a: __typename x }`, 0, false},
 		{"skipped", `{ __schema @skip(if: true) { queryType { name } } x }`, 0, false},
-		{"merged key pays once", `{ __schema { queryType { name } } __schema { types { name } } }`, 7, true},
-		{"__type", `{ __type(name: "Query") { name } }`, 7, true},
+		// The first at the root is a tool's schema fetch: it does not pay.
+		{"one __schema", `{ __schema { queryType { name } } }`, 0, true},
+		{"merged key is one", `{ __schema { queryType { name } } __schema { types { name } } }`, 0, true},
+		{"two keys pay once", `{ __schema { queryType { name } } again: __schema { types { name } } }`, 7, true},
+		{"__type", `{ __type(name: "Query") { name } }`, 0, true},
+		{"__schema and __type", `{ __type(name: "Query") { name } __schema { queryType { name } } }`, 7, true},
 		// Reached through a field returning Query, multiplied like any
-		// field: qs = 10 × (Query 1 + 7).
+		// field and never the free one: qs = 10 × (Query 1 + 7).
 		{"nested", `{ qs { __schema { queryType { name } } } }`, 80, true},
 	}
 	for _, tt := range tests {

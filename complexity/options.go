@@ -198,9 +198,11 @@ func WithFreeIntrospection(on bool) Option {
 }
 
 // WithIntrospectionCost charges points for each selection of __schema or
-// __type, per response key (5,000 aliases of __schema pay 5,000 × points),
-// on top of the fields beneath it (default 0). __typename never pays it.
-// Report.Introspection says whether an operation selects either field.
+// __type after an operation's first, per response key (5,000 aliases of
+// __schema pay 4,999 × points), on top of the fields beneath it (default
+// 0): the one schema fetch a tool such as GraphiQL sends pays nothing for
+// it. __typename never pays it. Report.Introspection says whether an
+// operation selects either field.
 func WithIntrospectionCost(points float64) Option {
 	return func(c *config) error {
 		if err := finiteNonNegative("introspection cost", points); err != nil {

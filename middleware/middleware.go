@@ -188,8 +188,9 @@ type GraphQLOptions struct {
 	// priced at 0 is not free. Default 1.
 	MinCost int64
 	// IntrospectionCost is what an operation pays for each __schema or
-	// __type selection (each alias counts), on top of its price.
-	// Default 50.
+	// __type selection after its first at the root (each alias counts), on
+	// top of its price: a tool's schema fetch (one __schema) pays MinCost,
+	// N aliased __schema pay (N − 1) × this. Default 50.
 	IntrospectionCost int64
 	// UploadCostPerMiB is what each MiB begun of a multipart request (its
 	// files) adds to its operation's price. Default 0: uploads cost

@@ -328,7 +328,7 @@ func TestWrongUsageExitsTwo(t *testing.T) {
 }
 
 // Introspection is free by default and counts toward the limits; the flag
-// charges each __schema or __type response key.
+// charges each __schema or __type response key after the first.
 func TestIntrospectionFlags(t *testing.T) {
 	plain := schemaPath("plain.graphql")
 	q := "{ a: __schema { queryType { name } } b: __schema { queryType { name } } __typename }"
@@ -339,7 +339,7 @@ func TestIntrospectionFlags(t *testing.T) {
 		code string
 	}{
 		{"free by default", nil, 0, ""},
-		{"charged per key", []string{"-introspection-cost", "50"}, 100, ""},
+		{"charged per key after the first", []string{"-introspection-cost", "50"}, 50, ""},
 		{"aliases count", []string{"-max-aliases", "1"}, 0, "MAX_ALIASES_EXCEEDED"},
 		{"root fields count", []string{"-max-root-fields", "2"}, 0, "MAX_ROOT_FIELDS_EXCEEDED"},
 		{"depth counts", []string{"-max-depth", "2"}, 0, "MAX_DEPTH_EXCEEDED"},

@@ -253,9 +253,11 @@ func TestQueryPrices(t *testing.T) {
 		{"one object", `{ user(login: "octocat") { login name } }`, 1},
 		{"list without a slicing argument assumes default_list_size", `{ user(login: "octocat") { repos { name } } }`, 1 + 10},
 		{"@cost weight", `{ repository(name: "linguist") { issues(first: 2) { bodyHTML } } }`, 1 + 2*(1+5)},
-		{"introspection pays introspection_cost", `{ __schema { types { name } } }`, 50},
-		{"GraphiQL's schema query fits max_depth and pays introspection_cost", graphiQLSchemaQuery, 50},
-		{"each aliased __schema pays", `{ a: __schema { queryType { name } } b: __schema { queryType { name } } }`, 100},
+		// A tool's one schema fetch pays min_cost; each further __schema
+		// or __type selection introspection_cost.
+		{"one introspection pays min_cost", `{ __schema { types { name } } }`, 1},
+		{"GraphiQL's schema query fits max_depth and pays min_cost", graphiQLSchemaQuery, 1},
+		{"each aliased __schema after the first pays", `{ a: __schema { queryType { name } } b: __schema { queryType { name } } c: __type(name: "User") { name } }`, 100},
 		{"nothing is free: min_cost", `{ __typename }`, 1},
 	}
 	ts := newTestServer(t, defaultConfig(), deps{})
@@ -483,3 +485,67 @@ fragment TypeRef on __Type {
   ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } }
 }
 `
+
+// introspectionQuery writes the schema query graphql-js's
+// getIntrospectionQuery sends (the one GraphiQL and Apollo Sandbox use),
+// with each of its options on or off: descriptions, specifiedByUrl,
+// directiveIsRepeatable, schemaDescription, inputValueDeprecation, oneOf.
+func introspectionQuery(opts uint) string {
+	on := func(bit uint, s string) string {
+		if opts&(1<<bit) != 0 {
+			return s
+		}
+		return ""
+	}
+	descriptions := on(0, " description")
+	deprecated := on(4, "(includeDeprecated: true)")
+	return `query IntrospectionQuery {
+  __schema {` + on(3, " description") + `
+    queryType { name kind }
+    mutationType { name kind }
+    subscriptionType { name kind }
+    types { ...FullType }
+    directives { name` + descriptions + on(2, " isRepeatable") + ` locations args` + deprecated + ` { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name` + descriptions + on(1, " specifiedByURL") + on(5, " isOneOf") + `
+  fields(includeDeprecated: true) { name` + descriptions + ` args` + deprecated + ` { ...InputValue } type { ...TypeRef } isDeprecated deprecationReason }
+  inputFields` + deprecated + ` { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name` + descriptions + ` isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue { name` + descriptions + ` type { ...TypeRef } defaultValue` + on(4, " isDeprecated deprecationReason") + ` }
+fragment TypeRef on __Type {
+  kind name
+  ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } } }
+}`
+}
+
+// A tool's schema fetch, in every option combination of graphql-js's
+// getIntrospectionQuery, is within the default limits and costs at most 5
+// points through HTTP, so an IDE on the anonymous plan (500 points) can
+// load the schema a hundred times; a page of tools never locks an address
+// out.
+func TestSchemaFetchIsAffordable(t *testing.T) {
+	ts := newTestServer(t, defaultConfig(), deps{})
+	for opts := range uint(1 << 6) {
+		w, body := ts.graphql(anonymous, introspectionQuery(opts))
+		require.Equal(t, http.StatusOK, w.Code, "options %06b: %s", opts, w.Body.String())
+		require.Empty(t, body.Errors, "options %06b", opts)
+		require.NotNil(t, body.Extensions.Cost)
+		assert.LessOrEqual(t, body.Extensions.Cost.RequestedQueryCost, int64(5), "options %06b", opts)
+	}
+	// Aliased, the same document pays introspection_cost for every
+	// __schema after the first.
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 5 {
+		fmt.Fprintf(&b, " s%d: __schema { queryType { name } }", i)
+	}
+	b.WriteString(" }")
+	w, body := ts.graphql(anonymous, b.String())
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	assert.GreaterOrEqual(t, body.Extensions.Cost.RequestedQueryCost, int64(50*4))
+}
