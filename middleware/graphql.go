@@ -378,7 +378,9 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 // and debits its cost; a non-nil error refuses it.
 func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
 	l := e.l
-	ln := st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, st.id)
+	// A dry run runs no resolver: it never takes a lane above normal.
+	dry := st.ask.mode == modeValidate || e.dryRun(st.set, opCtx.Operation, opCtx.Variables)
+	ln := st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, opCtx.Variables, st.id, dry)
 	st.mu.Lock()
 	st.lane, st.laned = ln, true
 	st.mu.Unlock()
@@ -430,7 +432,8 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 		cost = min(cost, 1<<63-1-up) + up
 	}
 	if e.priceOnly(ctx, st, opCtx, rep, cost) {
-		return nil // answered without running: GraphQL-Cost: validate, a dry run
+		st.release() // answered without running, it holds no slot while it is written
+		return nil   // GraphQL-Cost: validate, a dry run
 	}
 	if opCtx.Operation.Operation == ast.Subscription {
 		if gerr := e.openSubscription(ctx, st); gerr != nil {
@@ -723,7 +726,7 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 	s.reported = true
 	ln := s.lane
 	if !s.laned {
-		ln = s.set.laneForGraphQL(nil, nil, s.id) // refused before it was parsed
+		ln = s.set.laneForGraphQL(nil, nil, nil, s.id, false) // refused before it was parsed
 	}
 	e := l.newEvent(KindGraphQL, s.id, s.plan, ln, s.outcome, s.cost, s.code)
 	e.ActualCost, e.HasActualCost, e.Refunded = s.actual, s.hasActual, s.refunded

@@ -76,6 +76,9 @@ type lane struct {
 	routes *http.ServeMux  // REST patterns; nil when none
 	plans  map[string]bool
 	budget *plan // Budget's bucket, decided as a plan is; nil without
+	// dry is the lane a dry run of this lane takes: itself, or a copy at
+	// normal priority without a queue when it is above normal or queues.
+	dry *lane
 }
 
 // key is the bucket key of the lane's budget for the principal of id.
@@ -112,6 +115,18 @@ func (s *settings) buildLanes(lanes []Lane) error {
 			return fmt.Errorf("%w: %s: a match cannot ask for both authenticated and anonymous requests", ErrInvalidConfig, where)
 		}
 		ln := &lane{Lane: l, index: i}
+		ln.dry = ln
+		if below(PriorityNormal, l.Priority) || l.Queue > 0 {
+			// A dry run of this lane: the same lane at most at normal
+			// priority, never queued.
+			d := *ln
+			d.Queue = 0
+			if below(PriorityNormal, l.Priority) {
+				d.Priority = PriorityNormal
+			}
+			d.dry = &d
+			ln.dry = &d
+		}
 		if len(l.Match.GraphQL) > 0 {
 			ln.fields = make(map[string]bool, len(l.Match.GraphQL))
 			for _, c := range l.Match.GraphQL {
@@ -180,11 +195,21 @@ func isRoute(h http.Handler) bool {
 	return ok
 }
 
-// laneForGraphQL picks the lane of a GraphQL operation from its root
-// fields: nil when no lanes are configured. A request refused before it
-// was parsed (op nil) has no root fields: only lanes that do not match on
-// GraphQL fields can take it.
-func (s *settings) laneForGraphQL(doc *ast.QueryDocument, op *ast.OperationDefinition, id Identity) *lane {
+// laneForGraphQL picks the lane of a GraphQL operation from the root
+// fields that will run (after @skip and @include, with vars): nil when no
+// lanes are configured. A request refused before it was parsed (op nil)
+// has no root fields: only lanes that do not match on GraphQL fields can
+// take it. A dry run (dry: it runs no resolver) never takes a lane above
+// normal priority nor queues (lane.dry).
+func (s *settings) laneForGraphQL(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, id Identity, dry bool) *lane {
+	ln := s.laneByRoots(doc, op, vars, id)
+	if dry && ln != nil {
+		return ln.dry
+	}
+	return ln
+}
+
+func (s *settings) laneByRoots(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, id Identity) *lane {
 	if len(s.lanes) == 0 {
 		return nil
 	}
@@ -195,7 +220,7 @@ func (s *settings) laneForGraphQL(doc *ast.QueryDocument, op *ast.OperationDefin
 		}
 		if ln.fields != nil {
 			if roots == nil && op != nil {
-				roots = rootCoordinates(doc, op)
+				roots = rootCoordinates(doc, op, vars)
 			}
 			if !anyIn(roots, ln.fields) {
 				continue
@@ -236,7 +261,7 @@ func anyIn(have, want map[string]bool) bool {
 // rootCoordinates lists the "Type.field" coordinates an operation selects
 // at its root, through fragment spreads and inline fragments (validation
 // has ruled out cycles; seen bounds the walk anyway).
-func rootCoordinates(doc *ast.QueryDocument, op *ast.OperationDefinition) map[string]bool {
+func rootCoordinates(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any) map[string]bool {
 	roots := make(map[string]bool, len(op.SelectionSet))
 	seen := map[string]bool{}
 	var walk func(ast.SelectionSet)
@@ -244,13 +269,15 @@ func rootCoordinates(doc *ast.QueryDocument, op *ast.OperationDefinition) map[st
 		for _, sel := range set {
 			switch sel := sel.(type) {
 			case *ast.Field:
-				if sel.ObjectDefinition != nil {
+				if sel.ObjectDefinition != nil && included(sel.Directives, vars) {
 					roots[sel.ObjectDefinition.Name+"."+sel.Name] = true
 				}
 			case *ast.InlineFragment:
-				walk(sel.SelectionSet)
+				if included(sel.Directives, vars) {
+					walk(sel.SelectionSet)
+				}
 			case *ast.FragmentSpread:
-				if seen[sel.Name] {
+				if seen[sel.Name] || !included(sel.Directives, vars) {
 					continue
 				}
 				seen[sel.Name] = true
@@ -263,3 +290,4 @@ func rootCoordinates(doc *ast.QueryDocument, op *ast.OperationDefinition) map[st
 	walk(op.SelectionSet)
 	return roots
 }
+

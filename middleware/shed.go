@@ -54,11 +54,15 @@ func (l *Limiter) admit(ctx context.Context, r *http.Request, id Identity, ln *l
 	p, queue := PriorityNormal, time.Duration(0)
 	if ln != nil {
 		p, queue = ln.Priority, ln.Queue
-		if ln.Challenge != "" && below(p, PriorityNormal) && l.solved(ctx, r, id) {
-			p = PriorityNormal
-		}
 	}
 	permit, err := l.shed.Admit(ctx, p, queue)
+	if err != nil && ln != nil && ln.Challenge != "" && below(p, PriorityNormal) &&
+		l.shed.InFlight() < l.shed.Threshold(PriorityNormal) && l.solved(ctx, r, id) {
+		// A solved challenge buys normal priority: checked, and its token
+		// spent, only when its lane's priority was shed and normal's
+		// would not be.
+		permit, err = l.shed.Admit(ctx, PriorityNormal, 0)
+	}
 	if err != nil {
 		return admission{}, false
 	}

@@ -172,3 +172,64 @@ func TestShedSlotsReturnWithoutWrapper(t *testing.T) {
 		}
 	}
 }
+
+// A lane is chosen by what will run: a root field @skip leaves out does
+// not pick it, and a dry run (rateLimit(dryRun: true), GraphQL-Cost:
+// validate) runs nothing, so it never takes a lane above normal nor its
+// queue. With normal shed and critical open, the dry runs of checkout's
+// createIssue are shed; the real one runs.
+func TestLanesByWhatRuns(t *testing.T) {
+	s := newShedServer(t)
+	for range 3 { // 3 of 4 in flight: normal is shed, critical is not
+		s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", header: bearer(aliceKey)})
+	}
+	const create = `createIssue(repo: "a", title: "t") { id }`
+	for name, req := range map[string]request{
+		"dryRun": {path: "/graphql", header: bearer(aliceKey),
+			body: `{"query":"mutation { rateLimit(dryRun: true) { cost } ` + strings.ReplaceAll(create, `"`, `\"`) + ` }"}`},
+		"validate": {path: "/graphql", header: http.Header{"Authorization": {"Bearer " + aliceKey}, http.CanonicalHeaderKey(middleware.HeaderGraphQLCost): {"validate"}},
+			body: `{"query":"mutation { ` + strings.ReplaceAll(create, `"`, `\"`) + ` }"}`},
+		"@skip": {path: "/graphql", header: bearer(aliceKey),
+			body: `{"query":"mutation { createIssue(repo: \"a\", title: \"t\") @skip(if: true) { id } rateLimit { cost } }"}`},
+		"@include from a variable": {path: "/graphql", header: bearer(aliceKey),
+			body: `{"query":"mutation($on: Boolean!) { createIssue(repo: \"a\", title: \"t\") @include(if: $on) { id } rateLimit { cost } }","variables":{"on":false}}`},
+	} {
+		if w := do(t, s.h, req); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), middleware.CodeOverloaded) {
+			t.Errorf("%s: %d %s, want 503 OVERLOADED", name, w.Code, w.Body)
+		}
+	}
+	w := do(t, s.h, request{path: "/graphql", header: bearer(aliceKey), body: `{"query":"mutation { ` + strings.ReplaceAll(create, `"`, `\"`) + ` }"}`})
+	if w.Code != http.StatusOK {
+		t.Errorf("the real createIssue: %d %s, want 200 in the critical lane", w.Code, w.Body)
+	}
+}
+
+// A challenge answer is checked, and spent, only when it changes the
+// outcome: sent while nothing is shed it is left alone, and still buys
+// normal priority once the anonymous lane is shed.
+func TestChallengeSpentOnlyWhenItMatters(t *testing.T) {
+	s := newShedServer(t)
+	const addr = "192.0.2.51"
+	token, err := testChallenger(t, 8).Challenge(t.Context(), "ip:"+addr, newClock().Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, bits, err := challenge.ParseChallenge(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := request{method: http.MethodGet, path: "/api/x", remoteAddr: addr + ":1",
+		header: http.Header{challenge.HeaderChallengeResponse: {tok + ":" + challenge.Solve(tok, bits)}}}
+	if w := do(t, s.h, answered); w.Code != http.StatusOK {
+		t.Fatalf("without load: %d %s", w.Code, w.Body)
+	}
+	for range 2 { // 2 of 4 in flight: the anonymous lane is shed
+		s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", header: bearer(aliceKey)})
+	}
+	if w := do(t, s.h, answered); w.Code != http.StatusOK {
+		t.Errorf("under load, the answer sent before: %d %s, want 200 at normal priority", w.Code, w.Body)
+	}
+	if w := do(t, s.h, answered); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("the same answer again: %d, want 503 (spent)", w.Code)
+	}
+}

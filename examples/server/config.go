@@ -348,7 +348,7 @@ func defaultConfig() config {
 		// issue stands for checkout.
 		Lanes: []laneConfig{
 			{Name: "checkout", Priority: middleware.PriorityCritical.String(), Queue: 2 * time.Second,
-				Match: laneMatchConfig{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}}},
+				Match: laneMatchConfig{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}, Authenticated: true}},
 			{Name: "authenticated", Priority: middleware.PriorityNormal.String(), Match: laneMatchConfig{Authenticated: true}},
 			{Name: "anonymous", Priority: middleware.PrioritySheddable.String(), Match: laneMatchConfig{Anonymous: true},
 				Challenge: middleware.ChallengePoW},

@@ -40,14 +40,17 @@ challenge: {secret: "` + testSecret + `", bits: 16}
 demo_latency: 50ms
 `
 
-// The issue's block is the defaults but for the two example values: a
-// secret, and the demo's latency.
+// The issue's block is the defaults but for the two example values (a
+// secret, and the demo's latency) and the checkout lane, which by default
+// takes authenticated requests only: an anonymous client cannot take the
+// critical lane and its queue.
 func TestIssue12ExampleIsTheDefaults(t *testing.T) {
 	got, err := parseConfig([]byte(issue12Example))
 	require.NoError(t, err)
 	want := defaultConfig()
 	want.Challenge.Secret = testSecret
 	want.DemoLatency = 50 * time.Millisecond
+	want.Lanes[0].Match.Authenticated = false
 	assert.Equal(t, want, got)
 	assert.Zero(t, defaultConfig().DemoLatency, "the default adds no latency")
 }
@@ -56,7 +59,7 @@ func TestOverloadDefaultsMapOntoMiddleware(t *testing.T) {
 	m := defaultConfig().limiterConfig()
 	assert.Equal(t, []middleware.Lane{
 		{Name: "checkout", Priority: middleware.PriorityCritical, Queue: 2 * time.Second,
-			Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}}},
+			Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}, Authenticated: true}},
 		{Name: "authenticated", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true}},
 		{Name: "anonymous", Priority: middleware.PrioritySheddable, Match: middleware.LaneMatch{Anonymous: true},
 			Challenge: middleware.ChallengePoW},
@@ -265,7 +268,11 @@ func TestOverloadOverHTTP(t *testing.T) {
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
+	released := false
 	t.Cleanup(func() {
+		if !released {
+			close(hold.release) // a failed check must not leave the held requests hanging
+		}
 		srv.Close()
 		require.NoError(t, cleanup())
 	})
@@ -322,11 +329,13 @@ func TestOverloadOverHTTP(t *testing.T) {
 	resp, body = solved.send(t, srv.URL)
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
 
-	// Checkout (createIssue, the critical lane) still gets in, anonymous
-	// or not.
-	resp, body = gqlCall(t, "", `mutation { createIssue(repo: "hello-world", title: "Under load") { title } }`).send(t, srv.URL)
+	// Checkout (createIssue from a key, the critical lane) still gets in;
+	// an anonymous createIssue is the anonymous lane's, and is shed.
+	resp, body = gqlCall(t, demoAPIKey, `mutation { createIssue(repo: "hello-world", title: "Under load") { title } }`).send(t, srv.URL)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	assert.JSONEq(t, `{"createIssue":{"title":"Under load"}}`, string(decodeGraphQL(t, body).Data))
+	resp, body = gqlCall(t, "", `mutation { createIssue(repo: "hello-world", title: "Under load") { title } }`).send(t, srv.URL)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
 
 	// Recommendations are switched off: an empty list, not an error.
 	resp, body = gqlCall(t, demoAPIKey, `{ user(login: "octocat") { login recommendations { name } } }`).send(t, srv.URL)
@@ -346,6 +355,7 @@ func TestOverloadOverHTTP(t *testing.T) {
 
 	// The held requests finish, admitted.
 	close(hold.release)
+	released = true
 	for range held {
 		assert.Equal(t, http.StatusOK, <-statuses)
 	}
