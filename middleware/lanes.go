@@ -290,4 +290,3 @@ func rootCoordinates(doc *ast.QueryDocument, op *ast.OperationDefinition, vars m
 	walk(op.SelectionSet)
 	return roots
 }
-
