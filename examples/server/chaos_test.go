@@ -67,6 +67,8 @@ func TestChaos(t *testing.T) {
 	ts := newTestServer(t, cfg, deps{store: st, clock: limiter.SystemClock{}, logger: slog.New(slog.NewTextHandler(logs, nil))})
 	srv := httptest.NewServer(ts.h)
 	t.Cleanup(srv.Close)
+	adminSrv := httptest.NewServer(ts.admin)
+	t.Cleanup(adminSrv.Close)
 	httpc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 	ctx := context.Background()
@@ -131,7 +133,7 @@ func TestChaos(t *testing.T) {
 			var waitedAtOpen int64
 			if f.bounded {
 				for deadline := began.Add(*chaosFault); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-					m := scrapeChaosMetrics(t, httpc, srv.URL)
+					m := scrapeChaosMetrics(t, httpc, adminSrv.URL)
 					if m.breakerOpen {
 						openedAt, waitedAtOpen = time.Now(), m.waited
 						break
@@ -148,7 +150,7 @@ func TestChaos(t *testing.T) {
 				time.Sleep(time.Until(began.Add(*chaosFault))) // DEBUG SLEEP and CLIENT PAUSE end by themselves
 			}
 			healed := time.Now()
-			waitedAtHeal := scrapeChaosMetrics(t, httpc, srv.URL).waited
+			waitedAtHeal := scrapeChaosMetrics(t, httpc, adminSrv.URL).waited
 			// Recovery: the breaker's cool-down (1 s) and a probe, then
 			// the store decides again.
 			time.Sleep(2 * time.Second)

@@ -95,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", ":8080", "listen `address`")
+	adminAddr := fs.String("admin-addr", defaultAdminAddr,
+		"serve /metrics, /healthz and /readyz at this `address`, off the public port (\"\": no admin listener)")
 	redisURL := fs.String("redis", "",
 		"keep budgets in the Redis at this `URL` (default $REDIS_URL; neither: in memory)")
 	cluster := fs.String("redis-cluster", "",
@@ -158,6 +160,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	if err != nil {
 		return err // "listen tcp …: bind: address already in use"
 	}
+	var adminLn net.Listener
+	if *adminAddr != "" {
+		if adminLn, err = net.Listen("tcp", *adminAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listener: %w", err)
+		}
+	}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -170,6 +179,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if adminLn != nil {
+		admin := &http.Server{
+			Handler:           h.admin,
+			ReadHeaderTimeout: readHeaderTimeout,
+			ReadTimeout:       readTimeout,
+			WriteTimeout:      writeTimeout,
+			IdleTimeout:       idleTimeout,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+		fmt.Fprintf(stdout, "admin endpoints (/metrics, /healthz, /readyz) on %s\n", displayURL(adminLn.Addr()))
+		adminServed := make(chan error, 1)
+		go func() { adminServed <- admin.Serve(adminLn) }()
+		defer func() {
+			_ = admin.Close() // scrapes and probes need no graceful end
+			<-adminServed
+		}()
+	}
 	select {
 	case err := <-served:
 		return fmt.Errorf("serving: %w", err)
@@ -190,6 +216,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	}
 	return nil
 }
+
+// defaultAdminAddr is where the operational endpoints listen by default:
+// the loopback interface, for a scraper or sidecar on the same host.
+const defaultAdminAddr = "127.0.0.1:9091"
 
 // displayURL turns a listener address into a URL a person can paste:
 // an unspecified host (":8080") becomes localhost.

@@ -53,9 +53,19 @@ func TestMetricsCountEveryDecision(t *testing.T) {
 	require.Equal(t, 429, send("GET", "/api/search?q=a", "", ""))
 	// Probes and scrapes are not decisions.
 	require.Equal(t, 200, send("GET", "/healthz", "", ""))
-	require.Equal(t, 200, send("GET", "/metrics", "", ""))
+	// /metrics is served on the admin listener only: the public port
+	// answers 404 there.
+	require.Equal(t, 404, send("GET", "/metrics", "", ""))
+	admin := httptest.NewServer(ts.admin)
+	defer admin.Close()
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		r, err := http.Get(admin.URL + probe)
+		require.NoError(t, err)
+		r.Body.Close()
+		require.Equal(t, 200, r.StatusCode, "admin %s", probe)
+	}
 
-	resp, err := http.Get(srv.URL + "/metrics")
+	resp, err := http.Get(admin.URL + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)

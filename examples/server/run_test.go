@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -121,11 +122,14 @@ func (s *syncBuffer) waitFor(t *testing.T, text string, n int) string {
 // waitLimit bounds a wait for something the server does in the background.
 const waitLimit = 30 * time.Second
 
+var adminLine = regexp.MustCompile(`^admin endpoints \(/metrics, /healthz, /readyz\) on (http://\S+)$`)
+
 var startLine = regexp.MustCompile(`^costguard example server on (http://\S+) \(budgets: (.*)\)$`)
 
 // running is a run call serving in the background.
 type running struct {
 	url, budgets string
+	admin        string // the admin listener's URL ("" without one)
 	stderr       *syncBuffer
 	stop         func() error
 }
@@ -143,6 +147,9 @@ func startRunReloading(t *testing.T, reload <-chan os.Signal, args ...string) *r
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errs := newLines(), &syncBuffer{}
 	done := make(chan error, 1)
+	if !slices.Contains(args, "-admin-addr") {
+		args = append([]string{"-admin-addr", "127.0.0.1:0"}, args...) // never the fixed default port in tests
+	}
 	go func() { done <- run(ctx, args, out, errs, reload) }()
 
 	var once sync.Once
@@ -157,7 +164,13 @@ func startRunReloading(t *testing.T, reload <-chan os.Signal, args ...string) *r
 	case line := <-out.next:
 		m := startLine.FindStringSubmatch(line)
 		require.NotNil(t, m, "unexpected first line %q", line)
-		return &running{url: m[1], budgets: m[2], stderr: errs, stop: stop}
+		r := &running{url: m[1], budgets: m[2], stderr: errs, stop: stop}
+		if i := slices.Index(args, "-admin-addr"); i >= 0 && i+1 < len(args) && args[i+1] != "" {
+			a := adminLine.FindStringSubmatch(<-out.next)
+			require.NotNil(t, a, "no admin listener line")
+			r.admin = a[1]
+		}
+		return r
 	case err := <-done:
 		done <- err // for stop, run by Cleanup
 		t.Fatalf("run returned before serving: %v\nstderr: %s", err, errs.String())
@@ -252,7 +265,7 @@ func TestRunRefusesToStart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("REDIS_URL", tt.env)
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), append([]string{"-addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr, nil)
+			err := run(context.Background(), append([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr, nil)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, tt.is)
 			assert.Contains(t, err.Error(), tt.errMsg)
@@ -267,9 +280,34 @@ func TestRunRefusesToStart(t *testing.T) {
 func TestRunListenFailure(t *testing.T) {
 	srv := startRun(t, "-addr", "127.0.0.1:0")
 	addr := strings.TrimPrefix(srv.url, "http://")
-	err := run(context.Background(), []string{"-addr", addr}, io.Discard, io.Discard, nil)
+	err := run(context.Background(), []string{"-addr", addr, "-admin-addr", "127.0.0.1:0"}, io.Discard, io.Discard, nil)
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, errUsage) || errors.Is(err, errConfig), "a busy port is not a usage error: %v", err)
 	assert.Contains(t, err.Error(), "address already in use")
 	assert.NotContains(t, err.Error(), "server:", "main adds the only prefix")
+}
+
+// /metrics is served on the admin listener, off the public port, which
+// answers 404 there; the probes answer on both.
+func TestAdminListener(t *testing.T) {
+	srv := startRun(t, "-addr", "127.0.0.1:0")
+	require.NotEmpty(t, srv.admin)
+	for _, c := range []struct {
+		base, path string
+		status     int
+	}{
+		{srv.url, "/metrics", http.StatusNotFound},
+		{srv.admin, "/metrics", http.StatusOK},
+		{srv.url, "/healthz", http.StatusOK},
+		{srv.admin, "/healthz", http.StatusOK},
+		{srv.admin, "/readyz", http.StatusOK},
+		{srv.admin, "/graphql", http.StatusNotFound},
+	} {
+		resp := get(t, c.base+c.path)
+		resp.Body.Close()
+		assert.Equal(t, c.status, resp.StatusCode, "%s%s", c.base, c.path)
+	}
+	// -admin-addr "" serves none.
+	none := startRun(t, "-addr", "127.0.0.1:0", "-admin-addr", "")
+	assert.Empty(t, none.admin)
 }

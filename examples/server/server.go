@@ -57,7 +57,10 @@ type deps struct {
 // server is the example API, an http.Handler, and what a reload swaps in
 // it (reload.go).
 type server struct {
-	http.Handler // the routes
+	http.Handler // the public routes
+	// admin serves the operational endpoints (/metrics, /healthz,
+	// /readyz) on the admin listener, off the public port.
+	admin http.Handler
 
 	lim     *middleware.Limiter
 	metrics *prommetrics.Metrics // every decision, served at /metrics
@@ -148,10 +151,18 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		clock = limiter.SystemClock{}
 	}
 
+	readiness := newReadiness(d.ping, timeout, clock, s.log)
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /healthz", healthz)
+	admin.Handle("GET /readyz", readiness)
+	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	s.admin = admin
+
+	// The public port keeps the cheap probes (load balancers look there)
+	// but not /metrics: a scrape costs milliseconds of CPU, unmetered.
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
-	mux.Handle("GET /readyz", newReadiness(d.ping, timeout, clock, s.log))
+	mux.Handle("GET /readyz", readiness)
 	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
 	mux.Handle("/graphql", &s.gql)
 	mux.Handle("/api/", s.lim.REST(api)) // both wrappers bound the body (max_body_bytes)

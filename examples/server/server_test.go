@@ -34,6 +34,7 @@ const (
 type testServer struct {
 	t     *testing.T
 	h     http.Handler
+	admin http.Handler // the admin listener's routes
 	clock *limitertest.FakeClock
 	res   *graph.Resolver
 }
@@ -50,7 +51,7 @@ func newTestServer(t *testing.T, cfg config, d deps) *testServer {
 	h, cleanup, err := newServer(cfg, d)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, cleanup()) })
-	return &testServer{t: t, h: h, clock: clock, res: d.resolver}
+	return &testServer{t: t, h: h, admin: h.admin, clock: clock, res: d.resolver}
 }
 
 // client is one caller: an address and, optionally, an API key.

@@ -48,7 +48,9 @@ func TestShadowModeOverHTTP(t *testing.T) {
 	assert.Equal(t, http.StatusUnprocessableEntity, w.Code)
 	assert.Equal(t, "MAX_SELECTIONS_EXCEEDED", body.code())
 
-	resp, err := http.Get(srv.URL + "/metrics")
+	admin := httptest.NewServer(ts.admin)
+	defer admin.Close()
+	resp, err := http.Get(admin.URL + "/metrics")
 	require.NoError(t, err)
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()

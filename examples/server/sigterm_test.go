@@ -27,7 +27,7 @@ import (
 func TestSIGTERM(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "costguard.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("demo_latency: 500ms\n"), 0o600))
-	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-config", path)
+	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-config", path)
 	cmd.Env = append(os.Environ(), envServeMain+"=1")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
