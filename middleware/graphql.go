@@ -834,6 +834,10 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet, wrapped: true, addr: set.clientAddr(r)}
+		if l.shedAtTheDoor(r, set, id) {
+			l.shedBeforeReading(w, r, st)
+			return
+		}
 		if ref := st.readCostHeader(r.Header); ref != nil {
 			l.refuseRequest(w, r, st, ref)
 			return
@@ -913,6 +917,24 @@ func installedOutside(ctx context.Context) bool {
 // largeBodyReadTimeout bounds reading a large declared body while it holds
 // room among the bodies in flight.
 const largeBodyReadTimeout = 10 * time.Second
+
+// shedBeforeReading answers a request shed at the door, before its body
+// is read: 503 OVERLOADED with Retry-After and the lane's challenge, as a
+// request shed once parsed, and nothing debited.
+func (l *Limiter) shedBeforeReading(w http.ResponseWriter, r *http.Request, st *requestState) {
+	ln, _ := st.set.laneWithoutDocument(st.id)
+	ra := l.shedRetryAfter()
+	st.mu.Lock()
+	st.lane, st.laned = ln, true
+	st.mu.Unlock()
+	st.record(outcome{verdict: shed, retryAfter: ra}, 0, CodeOverloaded)
+	if ln != nil && ln.Challenge != "" {
+		l.challenge(r.Context(), w.Header(), st.id, ln)
+	}
+	writeGraphQLError(w, r, http.StatusServiceUnavailable,
+		codedError(CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra)), ra)
+	st.report(r.Context(), l)
+}
 
 // busy answers a request whose client left, or whose server is shutting
 // down, while its body waited for room.

@@ -233,6 +233,28 @@ func (s *settings) laneByRoots(doc *ast.QueryDocument, op *ast.OperationDefiniti
 	return s.lastLane()
 }
 
+// laneWithoutDocument is the lane of a GraphQL request of id when it can
+// be known before the document is read (known false when a lane that
+// matches on GraphQL fields could take it): identity-only lanes decide it.
+func (s *settings) laneWithoutDocument(id Identity) (ln *lane, known bool) {
+	if len(s.lanes) == 0 {
+		return nil, false
+	}
+	for _, ln := range s.lanes {
+		if ln.routes != nil && ln.fields == nil {
+			continue // a REST-only match
+		}
+		if !ln.holdsFor(id) {
+			continue
+		}
+		if ln.fields != nil {
+			return nil, false // the document decides
+		}
+		return ln, true
+	}
+	return s.lastLane(), true
+}
+
 // holdsFor checks the identity conditions of ln's match.
 func (ln *lane) holdsFor(id Identity) bool {
 	if ln.plans != nil && !ln.plans[id.Plan] {

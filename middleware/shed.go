@@ -69,6 +69,28 @@ func (l *Limiter) admit(ctx context.Context, r *http.Request, id Identity, ln *l
 	return admission{permit: permit, began: time.Now()}, true
 }
 
+// shedAtTheDoor reports whether a GraphQL request of id is shed before its
+// body is read: its lane is known from its identity alone and is past its
+// threshold now (a request with a challenge answer goes on, to have it
+// checked). A request it lets through is admitted as usual once parsed.
+func (l *Limiter) shedAtTheDoor(r *http.Request, set *settings, id Identity) bool {
+	if l.shed == nil {
+		return false
+	}
+	ln, known := set.laneWithoutDocument(id)
+	if !known {
+		return false
+	}
+	p := PriorityNormal
+	if ln != nil {
+		p = ln.Priority
+		if ln.Challenge != "" && r.Header.Get(challenge.HeaderChallengeResponse) != "" {
+			return false
+		}
+	}
+	return l.shed.InFlight() >= l.shed.Threshold(p)
+}
+
 // below reports whether p is shed before q.
 func below(p, q Priority) bool {
 	for _, x := range overload.Priorities() { // in shed order: the first is shed first
