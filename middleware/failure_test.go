@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -230,5 +231,69 @@ func TestStoreFailureWarningPerPlan(t *testing.T) {
 	}
 	if !strings.Contains(logs.text(), "failures_since_last_warning=2") {
 		t.Errorf("the minute's suppressed failures are not counted:\n%s", logs.text())
+	}
+}
+
+// Fail open does not multiply with outages: two processes on one store,
+// whose link flaps K times. What each process's fallback admits during an
+// outage is debited from the store when it answers again, so each outage
+// starts from what the store then says. Per process, over all the
+// outages, the fallback admits at most what it last knew of the budget
+// plus the refill over the outages (1 point a second here), not that much
+// again each outage.
+func TestFailOpenDoesNotMultiplyWithOutages(t *testing.T) {
+	const (
+		outages   = 6
+		outage    = 2 * time.Second // 2 points of refill each
+		quiet     = time.Second     // between outages: 1 point
+		cost      = 10              // GET /api/search
+		processes = 2
+	)
+	clock := newClock()
+	shared := testConfig(t, clock).Store.(limiter.Store)
+	links := make([]*failingStore, processes)
+	handlers := make([]http.Handler, processes)
+	for i := range processes {
+		links[i] = &failingStore{err: errors.New("connection reset"), inner: shared}
+		links[i].healthy.Store(true)
+		cfg := testConfig(t, clock)
+		cfg.Store = links[i]
+		cfg.StoreTimeout = 5 * time.Millisecond
+		cfg.FailureMode = middleware.FailOpen
+		handlers[i] = graphQLServer(newLimiter(t, cfg), newTestSchema())
+	}
+	search := request{method: "GET", path: "/api/search", header: bearer(aliceKey)}
+	admittedInOutages := make([]int64, processes)
+	for k := range outages {
+		// The store answers: each process decides one search through it.
+		for i := range processes {
+			links[i].healthy.Store(true)
+			if w := do(t, handlers[i], search); w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests {
+				t.Fatalf("outage %d, healthy: %d %s", k, w.Code, w.Body)
+			}
+		}
+		clock.Advance(quiet)
+		// The link breaks: each process admits what its fallback allows.
+		for i := range processes {
+			links[i].healthy.Store(false)
+		}
+		for i := range processes {
+			for range 50 {
+				if w := do(t, handlers[i], search); w.Code != http.StatusOK {
+					break
+				}
+				admittedInOutages[i] += cost
+			}
+		}
+		clock.Advance(outage)
+	}
+	// The first outage may spend what was left of the burst; every later
+	// one only its refill (and what the quiet second before it brought).
+	refill := int64(outages) * int64((outage+quiet)/time.Second)
+	for i, got := range admittedInOutages {
+		t.Logf("process %d admitted %d points over %d outages", i, got, outages)
+		if bound := 100 + refill; got > bound {
+			t.Errorf("process %d admitted %d points over %d outages; at most %d (the burst and the refill)", i, got, outages, bound)
+		}
 	}
 }

@@ -832,6 +832,7 @@ func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr 
 		if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
 			if l.remember {
 				l.stores.Fallback().Observe(key, p.limit, cost, d)
+				l.repayAfter(ctx, key, "") // what an outage's fallback admitted here
 			}
 			return d, err
 		}

@@ -448,6 +448,9 @@ func (l *Limiter) takeAll(ctx context.Context, p *plan, reqs []limiter.Request, 
 		if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
 			if l.remember {
 				l.stores.Fallback().ObserveAll(reqs, ds)
+				for _, r := range reqs {
+					l.repayAfter(ctx, r.Key, r.Name) // what an outage's fallback admitted here
+				}
 			}
 			return store, err
 		}

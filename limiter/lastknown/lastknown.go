@@ -18,10 +18,14 @@
 // most Rate − c more in that window, and Rate in each later one (the
 // store would start those empty too). Across P processes, P times that.
 //
-// When the store answers again, the next Observe replaces the state: the
-// debits made here are not replayed to the store (they were admissions
-// the store never saw; its own refill already covers the outage), and the
-// next outage starts from the store's fresh word.
+// What the fallback admits is owed to the store, which never saw it. When
+// the store answers again, the next Observe takes its word, less what is
+// owed (so a second outage before the store is told cannot hand the same
+// points out again), and the debt becomes due: Due hands it to the caller,
+// which debits it from the store (saturating at empty: those points were
+// spent) and observes the answer. So over any series of outages one
+// process admits on a budget at most what it last knew + rate × the total
+// outage time, not that much again each outage.
 //
 // The table is bounded (Config.MaxBudgets): a new budget in a full shard
 // evicts an arbitrary one, which is then unknown again, so empty: the
@@ -87,7 +91,16 @@ type state struct {
 	limit  limiter.Limit
 	bucket limiter.BucketState
 	window limiter.WindowState
+	// owed is what the fallback admitted that the store has not been
+	// told; due once the store answered again.
+	owed int64
+	due  bool
 }
+
+// Debt is what the fallback admitted on a budget while the store was
+// away, due now that the store answers: Cost points of Key's budget
+// (Name: a named budget of it) under Limit.
+type Debt = limiter.Request
 
 type shard struct {
 	sync.Mutex
@@ -180,8 +193,62 @@ func (s *Store) observe(b budget, limit limiter.Limit, cost int64, d limiter.Dec
 	}
 	sh := &s.shards[s.shardOf(b.key)]
 	sh.Lock()
+	if old, ok := sh.m[b]; ok && old.limit == limit && old.owed > 0 {
+		// The store does not know what was admitted here: hold its word
+		// less that, until the debt is paid.
+		st = debit(st, old.owed)
+		st.owed, st.due = old.owed, true
+	}
 	s.put(sh, b, st)
 	sh.Unlock()
+}
+
+// debit takes n points from st, saturating at empty.
+func debit(st state, n int64) state {
+	l := st.limit
+	if l.Algorithm.IsBucket() {
+		if b, err := l.Bucket(); err == nil {
+			st.bucket.Level = min(b.Capacity, st.bucket.Level+min(n, b.Burst)*b.Unit)
+		}
+		return st
+	}
+	st.window.Count = min(l.Rate, st.window.Count+min(n, l.Rate))
+	return st
+}
+
+// Due returns the debt of key's budget (name: a named one of it) once
+// its store answered again, and forgets it: the caller debits it from the
+// store, observes the answer, and hands back with Owe what it could not
+// debit. ok is false when nothing is due.
+func (s *Store) Due(key, name string) (d Debt, ok bool) {
+	b := budget{key, name}
+	sh := &s.shards[s.shardOf(key)]
+	sh.Lock()
+	defer sh.Unlock()
+	st, known := sh.m[b]
+	if !known || !st.due || st.owed <= 0 {
+		return Debt{}, false
+	}
+	d = Debt{Key: key, Name: name, Limit: st.limit, Cost: st.owed}
+	st.owed, st.due = 0, false
+	sh.m[b] = st
+	return d, true
+}
+
+// Owe records n points owed on d's budget again (a debit the store could
+// not take), due at the store's next answer.
+func (s *Store) Owe(d Debt) {
+	if d.Cost <= 0 {
+		return
+	}
+	b := budget{d.Key, d.Name}
+	sh := &s.shards[s.shardOf(d.Key)]
+	sh.Lock()
+	defer sh.Unlock()
+	if st, ok := sh.m[b]; ok && st.limit == d.Limit {
+		st.owed = min(st.owed+d.Cost, 1<<62)
+		sh.m[b] = st
+	}
 }
 
 // fromDecision is the strictest state d can describe at now.
@@ -297,9 +364,22 @@ func (s *Store) apply(key string, limit limiter.Limit, n int64, refund bool) (li
 	}
 	st, d, err := step(get(sh, b, limit, now), now, n, refund)
 	if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
+		st.owed = owe(st.owed, d, n, refund)
 		s.put(sh, b, st)
 	}
 	return d, err
+}
+
+// owe is what is owed to the store after a Take (or Refund) of n that
+// decided d, owed before: an admission adds n, a refund takes it back.
+func owe(owed int64, d limiter.Decision, n int64, refund bool) int64 {
+	switch {
+	case refund:
+		return max(owed-n, 0)
+	case d.Allowed:
+		return min(owed+n, 1<<62)
+	}
+	return owed
 }
 
 // TakeAll decides every request from its budget as last known (or empty),
@@ -358,6 +438,7 @@ func (s *Store) applyAll(reqs []limiter.Request, ds []limiter.Decision, refund b
 			}
 			var err error
 			next[i], ds[i], err = step(known, now, r.Cost, true)
+			next[i].owed = owe(known.owed, ds[i], r.Cost, true)
 			if err != nil && firstErr == nil {
 				firstErr = err
 			}
@@ -384,6 +465,7 @@ func (s *Store) applyAll(reqs []limiter.Request, ds []limiter.Decision, refund b
 	}
 	if allowed {
 		for i, r := range reqs {
+			next[i].owed = owe(next[i].owed, ds[i], r.Cost, false)
 			s.put(&s.shards[s.shardOf(r.Key)], budget{r.Key, r.Name}, next[i])
 		}
 		return nil

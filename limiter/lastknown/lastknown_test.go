@@ -93,7 +93,9 @@ func TestOutageBound(t *testing.T) {
 	}
 }
 
-// A fresh word from the store replaces what the fallback debited.
+// A fresh word from the store replaces what the fallback knew, less what
+// the fallback admitted that the store never saw, until that debt is paid
+// (Due).
 func TestObserveReplaces(t *testing.T) {
 	s, clock := newStore(t, 0)
 	s.Observe("k", bucket, 10, limiter.Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: 5 * time.Second})
@@ -108,8 +110,20 @@ func TestObserveReplaces(t *testing.T) {
 		t.Fatalf("remaining %d after spending 50, want 0", d.Remaining)
 	}
 	s.Observe("k", bucket, 0, limiter.Decision{Allowed: true, Limit: 100, Remaining: 80, ResetAfter: 2 * time.Second})
+	if d, _ := s.Take(ctx, "k", bucket, 0); d.Remaining != 30 {
+		t.Errorf("after a fresh observation: remaining %d, want 80 less the 50 owed", d.Remaining)
+	}
+	debt, ok := s.Due("k", "")
+	if !ok || debt.Key != "k" || debt.Cost != 50 || debt.Limit != bucket {
+		t.Fatalf("due %+v %v, want the 50 points admitted here", debt, ok)
+	}
+	if again, ok := s.Due("k", ""); ok {
+		t.Errorf("due twice: %+v", again)
+	}
+	// Paid: the store's next word stands as it is.
+	s.Observe("k", bucket, 0, limiter.Decision{Allowed: true, Limit: 100, Remaining: 80, ResetAfter: 2 * time.Second})
 	if d, _ := s.Take(ctx, "k", bucket, 0); d.Remaining != 80 {
-		t.Errorf("after a fresh observation: remaining %d, want 80", d.Remaining)
+		t.Errorf("after a fresh observation, nothing owed: remaining %d, want 80", d.Remaining)
 	}
 	// A rejection is observed too: its RetryAfter caps the level.
 	s.Observe("k", bucket, 30, limiter.Decision{Limit: 100, Remaining: 20, RetryAfter: time.Second, ResetAfter: 8 * time.Second})
@@ -253,5 +267,35 @@ func TestRefusals(t *testing.T) {
 	// A refund of an unknown budget gives nothing: it stays empty.
 	if d, err := s.Refund(ctx, "new", bucket, 50); err != nil || d.Remaining != 0 {
 		t.Errorf("refund of an unknown budget: %+v, %v", d, err)
+	}
+}
+
+// What TakeAll admits on named budgets is owed too, each budget on its
+// own, and a debit the store could not take is owed again.
+func TestDebtsOfNamedBudgets(t *testing.T) {
+	s, _ := newStore(t, 0)
+	full := limiter.Decision{Allowed: true, Limit: 100, Remaining: 100}
+	reqs := []limiter.Request{{Key: "p", Limit: bucket, Cost: 7}, {Key: "p", Name: "quota", Limit: bucket, Cost: 7}}
+	s.ObserveAll([]limiter.Request{{Key: "p", Limit: bucket}, {Key: "p", Name: "quota", Limit: bucket}}, []limiter.Decision{full, full})
+	ds := make([]limiter.Decision, 2)
+	for range 3 { // the outage: 21 points admitted on each
+		if err := s.TakeAll(ctx, reqs, ds); err != nil || !limiter.AllAllowed(ds) {
+			t.Fatalf("TakeAll: %v %+v", err, ds)
+		}
+	}
+	if _, ok := s.Due("p", "quota"); ok {
+		t.Fatal("due before the store answered")
+	}
+	s.ObserveAll([]limiter.Request{{Key: "p", Limit: bucket}, {Key: "p", Name: "quota", Limit: bucket}}, []limiter.Decision{full, full})
+	for _, name := range []string{"", "quota"} {
+		d, ok := s.Due("p", name)
+		if !ok || d.Cost != 21 || d.Name != name {
+			t.Errorf("%q: due %+v %v, want 21", name, d, ok)
+		}
+	}
+	s.Owe(limiter.Request{Key: "p", Name: "quota", Limit: bucket, Cost: 21}) // the store was away again
+	s.ObserveAll([]limiter.Request{{Key: "p", Name: "quota", Limit: bucket}}, []limiter.Decision{full})
+	if d, ok := s.Due("p", "quota"); !ok || d.Cost != 21 {
+		t.Errorf("owed again: %+v %v", d, ok)
 	}
 }
