@@ -69,21 +69,26 @@ func repoRoot(ctx context.Context) (string, error) {
 // exampleServer is one running example-server process.
 type exampleServer struct {
 	url    string // http://127.0.0.1:PORT
+	admin  string // the admin listener's URL: /metrics
 	cmd    *exec.Cmd
 	stderr *tailWriter
 	exited chan struct{} // closed once the process has been waited for
 	err    error         // Wait's result, once exited is closed
 }
 
-// addrLine matches the line the server prints once it listens.
-var addrLine = regexp.MustCompile(`^costguard example server on (http://\S+) `)
+// addrLine matches the line the server prints once it listens, and
+// adminLine the one it prints next, for its admin listener.
+var (
+	addrLine  = regexp.MustCompile(`^costguard example server on (http://\S+) `)
+	adminLine = regexp.MustCompile(`^admin endpoints \(/metrics, /healthz, /readyz\) on (http://\S+)$`)
+)
 
 // startExampleServer starts bin with the configuration file cfg on a free
 // loopback port and waits for it to print its address.
 func startExampleServer(ctx context.Context, bin, cfg string) (*exampleServer, error) {
-	urls := make(chan string, 1)
+	urls, admins := make(chan string, 1), make(chan string, 1)
 	s := &exampleServer{
-		cmd:    exec.Command(bin, "-addr", "127.0.0.1:0", "-config", cfg),
+		cmd:    exec.Command(bin, "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-config", cfg),
 		stderr: &tailWriter{max: 8 << 10},
 		exited: make(chan struct{}),
 	}
@@ -91,6 +96,12 @@ func startExampleServer(ctx context.Context, bin, cfg string) (*exampleServer, e
 		if m := addrLine.FindStringSubmatch(line); m != nil {
 			select {
 			case urls <- m[1]:
+			default:
+			}
+		}
+		if m := adminLine.FindStringSubmatch(line); m != nil {
+			select {
+			case admins <- m[1]:
 			default:
 			}
 		}
@@ -108,7 +119,14 @@ func startExampleServer(ctx context.Context, bin, cfg string) (*exampleServer, e
 	defer timer.Stop()
 	select {
 	case s.url = <-urls:
-		return s, nil
+		select {
+		case s.admin = <-admins:
+			return s, nil
+		case <-s.exited:
+			return nil, fmt.Errorf("bench: overload: example server exited before its admin listener: %v\n%s", s.err, s.stderr)
+		case <-timer.C:
+			return nil, errors.Join(fmt.Errorf("bench: overload: example server printed no admin address within %v", startTimeout), s.Close())
+		}
 	case <-s.exited:
 		return nil, fmt.Errorf("bench: overload: example server exited before listening: %v\n%s", s.err, s.stderr)
 	case <-timer.C:

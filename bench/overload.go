@@ -394,7 +394,7 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 	scraped := make(chan struct{})
 	go func() {
 		defer close(scraped)
-		r.admitted, r.scrapeErr = scrapeAdmitted(scrapeCtx, srv.url, window)
+		r.admitted, r.scrapeErr = scrapeAdmitted(scrapeCtx, srv.admin, window)
 	}()
 	defer func() {
 		stopScraping()
@@ -505,7 +505,7 @@ func runOverloadOnce(ctx context.Context, spec overloadSpec, lanes bool, bin, di
 		return nil, fmt.Errorf("bench: interrupted: %w", err)
 	}
 	r.serverPeak = -1
-	if peak, err := scrapeGauge(ctx, srv.url, peakMetric); err == nil {
+	if peak, err := scrapeGauge(ctx, srv.admin, peakMetric); err == nil {
 		r.serverPeak = int64(peak)
 	} else if r.scrapeErr == nil {
 		r.scrapeErr = err
