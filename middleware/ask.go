@@ -58,11 +58,8 @@ func stateOf(ctx context.Context) (*requestState, bool) {
 // the plan's burst, which is refused (and pays InvalidCost) as if it were
 // to run.
 func (e *Extension) priceOnly(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64) bool {
-	if st.ask.mode != modeValidate {
-		if !e.dryRun(st.set, opCtx.Operation, opCtx.Variables) {
-			return false
-		}
-		st.ask.dryRun = true
+	if st.ask.mode != modeValidate && !st.ask.dryRun { // decided with the lane
+		return false
 	}
 	if cost > st.plan.Burst {
 		return false

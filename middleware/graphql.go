@@ -379,7 +379,10 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
 	l := e.l
 	// A dry run runs no resolver: it never takes a lane above normal.
-	dry := st.ask.mode == modeValidate || e.dryRun(st.set, opCtx.Operation, opCtx.Variables)
+	if st.ask.mode != modeValidate {
+		st.ask.dryRun = e.dryRun(st.set, opCtx.Operation, opCtx.Variables)
+	}
+	dry := st.ask.mode == modeValidate || st.ask.dryRun
 	ln := st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, opCtx.Variables, st.id, dry)
 	st.mu.Lock()
 	st.lane, st.laned = ln, true

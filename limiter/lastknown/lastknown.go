@@ -41,6 +41,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/costguard/costguard/limiter"
 )
@@ -75,6 +76,10 @@ type Store struct {
 	perShard int
 	seed     maphash.Seed
 	shards   [shards]shard
+	// dues counts the budgets with a debt due (at least: an evicted one
+	// is not subtracted), so that Due takes no lock while there is none,
+	// which is whenever no outage just ended.
+	dues atomic.Int64
 }
 
 var (
@@ -198,6 +203,9 @@ func (s *Store) observe(b budget, limit limiter.Limit, cost int64, d limiter.Dec
 		// less that, until the debt is paid.
 		st = debit(st, old.owed)
 		st.owed, st.due = old.owed, true
+		if !old.due {
+			s.dues.Add(1)
+		}
 	}
 	s.put(sh, b, st)
 	sh.Unlock()
@@ -221,6 +229,9 @@ func debit(st state, n int64) state {
 // store, observes the answer, and hands back with Owe what it could not
 // debit. ok is false when nothing is due.
 func (s *Store) Due(key, name string) (d Debt, ok bool) {
+	if s.dues.Load() <= 0 {
+		return Debt{}, false
+	}
 	b := budget{key, name}
 	sh := &s.shards[s.shardOf(key)]
 	sh.Lock()
@@ -232,6 +243,7 @@ func (s *Store) Due(key, name string) (d Debt, ok bool) {
 	d = Debt{Key: key, Name: name, Limit: st.limit, Cost: st.owed}
 	st.owed, st.due = 0, false
 	sh.m[b] = st
+	s.dues.Add(-1)
 	return d, true
 }
 
