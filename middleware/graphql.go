@@ -846,6 +846,14 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		if boundary, ok := isMultipart(r); ok {
+			if o := l.peek(r.Context(), st.id, st.plan); o.known && o.decision.Remaining < st.set.gql.MinCost {
+				// An upload its budget cannot pay is refused before up to
+				// MaxUploadBytes of it are read (it pays InvalidCost, or
+				// gets the 429 when even that is not there).
+				l.refuseRequest(w, r, st, refuse(http.StatusTooManyRequests, CodeRateLimited,
+					"rate limited: the budget cannot pay for an operation"))
+				return
+			}
 			if ref := l.screenMultipart(w, r, boundary, st); ref != nil {
 				l.refuseRequest(w, r, st, ref)
 				return

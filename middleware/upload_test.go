@@ -213,3 +213,28 @@ func TestSlowBodyIsRequestTimeout(t *testing.T) {
 		t.Errorf("%d %s, want 408 %s", resp.StatusCode, body, middleware.CodeRequestTimeout)
 	}
 }
+
+// An upload from a client whose budget is spent is refused before its
+// body is read: the server does not take in megabytes it cannot charge.
+func TestUploadRefusedBeforeReadingWhenBroke(t *testing.T) {
+	a := newUploadAdopter(t, middleware.Config{})
+	for a.remaining("") > 0 {
+		if w := do(t, a.h, request{path: "/", body: `{"query":"{ __typename }"}`, remoteAddr: "127.0.0.1:1"}); w.Code != http.StatusOK {
+			break
+		}
+	}
+	body, n, ct := multipartBody(t, uploadOps(attachDoc), 20<<20)
+	counted := &readCounter{r: body}
+	r := httptest.NewRequest(http.MethodPost, "/", counted)
+	r.RemoteAddr = "127.0.0.1:1"
+	r.ContentLength = n
+	r.Header.Set("Content-Type", ct)
+	w := httptest.NewRecorder()
+	a.h.ServeHTTP(w, r)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Errorf("%d %s, want 429 with Retry-After", w.Code, w.Body)
+	}
+	if counted.n != 0 {
+		t.Errorf("%d bytes of the upload were read", counted.n)
+	}
+}
