@@ -37,7 +37,8 @@ func (l *Limiter) repay(ctx context.Context, fb *lastknown.Store, debt lastknown
 	if !t.Allowed {
 		return false
 	}
-	tctx, cancel := l.storeContext(context.WithoutCancel(ctx))
+	ctx = context.WithoutCancel(ctx) // the request's answer is decided; its debt is not the client's to cancel
+	tctx, cancel := l.storeContext(ctx)
 	defer cancel()
 	debt.Cost = min(debt.Cost, capacity(debt.Limit))
 	d, err := l.debit(tctx, debt)
@@ -45,7 +46,7 @@ func (l *Limiter) repay(ctx context.Context, fb *lastknown.Store, debt lastknown
 		debt.Cost = d.Remaining // saturate: the rest is spent
 		d, err = l.debit(tctx, debt)
 	}
-	l.storeDone(tctx, t, err, nil)
+	l.storeDone(ctx, t, err, nil) // the parent: a timeout is the store's failure, not an abandoned call
 	if err != nil {
 		return false
 	}
