@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/middleware"
 )
 
 func newClient(r *graph.Resolver) *client.Client {
@@ -102,6 +103,29 @@ func TestQueries(t *testing.T) {
 			`{"u":{"__typename":"User","id":"U_alice"},"r":{"__typename":"Repository","id":"R_wonderland"},"i":{"__typename":"Issue","id":"I_1"},"x":null,"y":null}`,
 		},
 		{
+			"nodes answers one item per id, in order, null for an unknown id",
+			`{ nodes(ids: ["R_linguist", "nope", "U_bob", "I_999", "I_2", "U_bob"]) { __typename id } }`,
+			`{"nodes":[{"__typename":"Repository","id":"R_linguist"},null,{"__typename":"User","id":"U_bob"},null,
+				{"__typename":"Issue","id":"I_2"},{"__typename":"User","id":"U_bob"}]}`,
+		},
+		{
+			"nodes of a single id not in a list, and of none",
+			`{ one: nodes(ids: "U_alice") { id } none: nodes(ids: []) { id } }`,
+			`{"one":[{"id":"U_alice"}],"none":[]}`,
+		},
+		{
+			"recentIssues across repositories, newest first, five by default",
+			`{ user(login: "octocat") { recentIssues { id } } }`,
+			`{"user":{"recentIssues":[{"id":"I_9"},{"id":"I_8"},{"id":"I_7"},{"id":"I_6"},{"id":"I_5"}]}}`,
+		},
+		{
+			"recentIssues limit, null and beyond the issues there are",
+			`{ alice: user(login: "alice") { two: recentIssues(limit: 2) { title } all: recentIssues(limit: 100) { id } null: recentIssues(limit: null) { id } } carol: user(login: "carol") { recentIssues(limit: 0) { id } } }`,
+			`{"alice":{"two":[{"title":"Text renders mirrored"},{"title":"Tea party never ends"}],
+				"all":[{"id":"I_12"},{"id":"I_11"},{"id":"I_10"}],"null":[{"id":"I_12"},{"id":"I_11"},{"id":"I_10"}]},
+			  "carol":{"recentIssues":[]}}`,
+		},
+		{
 			"search returns users, then repositories, then issues",
 			`{ search(query: "WONDER") { __typename ... on Repository { name } } more: search(query: "alice") { __typename ... on User { login } } }`,
 			`{"search":[{"__typename":"Repository","name":"wonderland"}],"more":[{"__typename":"User","login":"alice"}]}`,
@@ -140,6 +164,8 @@ func TestArgumentErrors(t *testing.T) {
 		{"negative last", `{ repository(name: "linguist") { issues(last: -2) { title } } }`, "graph: invalid argument: last must not be negative, got -2"},
 		{"negative search first", `{ search(query: "a", first: -5) { __typename } }`, "graph: invalid argument: first must not be negative, got -5"},
 		{"negative followers first", `{ user(login: "octocat") { followers(first: -1) { totalCount } } }`, "graph: invalid argument: first must not be negative, got -1"},
+		{"negative recentIssues limit", `{ user(login: "octocat") { recentIssues(limit: -1) { id } } }`, "graph: invalid argument: limit must not be negative, got -1"},
+		{"too many node ids", `{ nodes(ids: [` + strings.Repeat(`"U_bob", `, 101) + `]) { id } }`, "graph: invalid argument: at most 100 ids, got 101"},
 		{"unknown repository", `mutation { createIssue(repo: "nope", title: "x") { id } }`, `graph: not found: repository \"nope\"`},
 		{"blank title", `mutation { createIssue(repo: "linguist", title: "  ") { id } }`, "graph: invalid argument: title must not be empty"},
 		{"long title", `mutation { createIssue(repo: "linguist", title: "` + strings.Repeat("é", graph.MaxTitleLength+1) + `") { id } }`, "graph: invalid argument: title is 257 characters, at most 256 allowed"},
@@ -172,6 +198,39 @@ func TestCreateIssueAppearsInRepository(t *testing.T) {
 
 	data, _ = do(t, c, fmt.Sprintf(`{ node(id: %q) { ... on Issue { title } } }`, created.CreateIssue.ID))
 	assert.JSONEq(t, `{"node":{"title":"Spoons bend"}}`, data)
+
+	// The newest issue of all the owner's repositories, wherever it was opened.
+	data, _ = do(t, c, `{ user(login: "octocat") { recentIssues(limit: 2) { title } } }`)
+	assert.JSONEq(t, `{"user":{"recentIssues":[{"title":"Spoons bend"},{"title":"Dark mode"}]}}`, data)
+}
+
+// Query.nodes takes up to MaxNodeIDs ids, the middleware's default breadth
+// cap, as a list or (input coercion) a single id, literal or variable.
+func TestNodesIDs(t *testing.T) {
+	assert.Equal(t, 100, graph.MaxNodeIDs, "the schema documents 100")
+	assert.Equal(t, middleware.DefaultMaxBreadth, graph.MaxNodeIDs)
+	c := newClient(graph.NewResolver())
+	ids := make([]string, graph.MaxNodeIDs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("I_%d", i+1)
+	}
+	var resp struct{ Nodes []*struct{ ID string } }
+	require.NoError(t, c.Post(`query($ids: [ID!]!) { nodes(ids: $ids) { id } }`, &resp, client.Var("ids", ids)))
+	require.Len(t, resp.Nodes, graph.MaxNodeIDs)
+	for i, n := range resp.Nodes {
+		if i < 14 { // the seeded issues
+			assert.Equal(t, ids[i], n.ID)
+		} else {
+			assert.Nil(t, n, ids[i])
+		}
+	}
+
+	data, errs := do(t, c, `query($ids: [ID!]!) { nodes(ids: $ids) { id } }`, client.Var("ids", "R_wonderland"))
+	assert.Empty(t, errs)
+	assert.JSONEq(t, `{"nodes":[{"id":"R_wonderland"}]}`, data)
+
+	_, errs = do(t, c, `query($ids: [ID!]!) { nodes(ids: $ids) { id } }`, client.Var("ids", append(ids, "U_bob")))
+	assert.Contains(t, errs, "graph: invalid argument: at most 100 ids, got 101")
 }
 
 func TestResolversShareNoData(t *testing.T) {

@@ -51,10 +51,11 @@ func WithOnResolve(f func(ctx context.Context, field string)) Option {
 }
 
 // WithLatency makes every root data field (Query.user, Query.repository,
-// Query.node, Query.search, Mutation.createIssue) take d before it answers,
-// as a slow backend would, so a demo can fill a server with requests in
-// flight. A request whose context ends first gets the context's error, and
-// a mutation then changes nothing. Zero (the default) adds nothing.
+// Query.node, Query.nodes, Query.search, Mutation.createIssue) take d
+// before it answers, as a slow backend would, so a demo can fill a server
+// with requests in flight. A request whose context ends first gets the
+// context's error, and a mutation then changes nothing. Zero (the default)
+// adds nothing.
 func WithLatency(d time.Duration) Option {
 	return func(r *Resolver) { r.latency = d }
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/costguard/costguard/graph/model"
@@ -80,21 +79,23 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 	if err := r.pause(ctx); err != nil {
 		return nil, err
 	}
-	switch {
-	case strings.HasPrefix(id, userIDPrefix):
-		if u, ok := data.user(strings.TrimPrefix(id, userIDPrefix)); ok {
-			return u, nil
-		}
-	case strings.HasPrefix(id, repoIDPrefix):
-		if repo, ok := data.repository(strings.TrimPrefix(id, repoIDPrefix)); ok {
-			return repo, nil
-		}
-	case strings.HasPrefix(id, issueIDPrefix):
-		if is, ok := data.issue(id); ok {
-			return is, nil
-		}
+	return data.node(id), nil
+}
+
+// Nodes is the resolver for the nodes field.
+func (r *queryResolver) Nodes(ctx context.Context, ids []string) ([]model.Node, error) {
+	data := r.enter(ctx, "Query.nodes")
+	if len(ids) > MaxNodeIDs {
+		return nil, fmt.Errorf("%w: at most %d ids, got %d", ErrInvalidArgument, MaxNodeIDs, len(ids))
 	}
-	return nil, nil
+	if err := r.pause(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]model.Node, len(ids))
+	for i, id := range ids {
+		out[i] = data.node(id)
+	}
+	return out, nil
 }
 
 // Search is the resolver for the search field.
@@ -139,6 +140,12 @@ func (r *subscriptionResolver) IssueCreated(ctx context.Context, repo string) (<
 func (r *userResolver) Repos(ctx context.Context, obj *model.User, first *int, last *int) ([]*model.Repository, error) {
 	data := r.enter(ctx, "User.repos")
 	return data.reposOf(obj.Login, first, last)
+}
+
+// RecentIssues is the resolver for the recentIssues field.
+func (r *userResolver) RecentIssues(ctx context.Context, obj *model.User, limit *int) ([]*model.Issue, error) {
+	data := r.enter(ctx, "User.recentIssues")
+	return data.recentIssuesOf(obj.Login, limit)
 }
 
 // Followers is the resolver for the followers field.

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/costguard/costguard/graph/model"
+	"github.com/costguard/costguard/middleware"
 )
 
 var (
@@ -33,6 +34,13 @@ const (
 	// MaxTitleLength is the longest issue title createIssue accepts, in
 	// characters.
 	MaxTitleLength = 256
+	// MaxNodeIDs is the most ids Query.nodes accepts: the middleware's
+	// default breadth cap, which prices nodes by the length of ids, so an
+	// operation the default limiter admits is never refused here.
+	MaxNodeIDs = middleware.DefaultMaxBreadth
+	// defaultRecentIssues is User.recentIssues' limit when it is absent or
+	// null: its schema default.
+	defaultRecentIssues = 5
 )
 
 // FeatureRecommendations names User.recommendations in the degradation list
@@ -152,6 +160,25 @@ func (s *store) issue(id string) (*model.Issue, bool) {
 	return nil, false
 }
 
+// node returns the object with this global ID, or nil.
+func (s *store) node(id string) model.Node {
+	switch {
+	case strings.HasPrefix(id, userIDPrefix):
+		if u, ok := s.user(strings.TrimPrefix(id, userIDPrefix)); ok {
+			return u
+		}
+	case strings.HasPrefix(id, repoIDPrefix):
+		if repo, ok := s.repository(strings.TrimPrefix(id, repoIDPrefix)); ok {
+			return repo
+		}
+	case strings.HasPrefix(id, issueIDPrefix):
+		if is, ok := s.issue(id); ok {
+			return is
+		}
+	}
+	return nil
+}
+
 // reposOf returns login's repositories, sliced by first and last.
 func (s *store) reposOf(login string, first, last *int) ([]*model.Repository, error) {
 	s.mu.RLock()
@@ -189,6 +216,57 @@ func (s *store) issuesOf(repo string, first, last *int) ([]*model.Issue, error) 
 		out = append(out, &c)
 	}
 	return out, nil
+}
+
+// recentIssuesOf returns at most limit issues of login's repositories,
+// newest first (defaultRecentIssues when limit is nil). It merges the
+// repositories' lists from their newest ends, so it reads no more issues
+// than it returns, however many the repositories hold.
+func (s *store) recentIssuesOf(login string, limit *int) ([]*model.Issue, error) {
+	n := defaultRecentIssues
+	if limit != nil {
+		if *limit < 0 {
+			return nil, fmt.Errorf("%w: limit must not be negative, got %d", ErrInvalidArgument, *limit)
+		}
+		n = *limit
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	u, ok := s.users[login]
+	if !ok {
+		return []*model.Issue{}, nil
+	}
+	// lists[i] is what is left to merge of u.repos[i]'s issues (oldest
+	// first): its newest is its last.
+	lists := make([][]model.Issue, len(u.repos))
+	total := 0
+	for i, name := range u.repos {
+		lists[i] = s.repos[name].issues
+		total += len(lists[i])
+	}
+	out := make([]*model.Issue, 0, min(n, total))
+	for len(out) < n {
+		newest, number := -1, -1
+		for i, l := range lists {
+			if len(l) > 0 && issueNumber(l[len(l)-1].ID) > number {
+				newest, number = i, issueNumber(l[len(l)-1].ID)
+			}
+		}
+		if newest < 0 {
+			break
+		}
+		l := lists[newest]
+		c := l[len(l)-1]
+		out = append(out, &c)
+		lists[newest] = l[:len(l)-1]
+	}
+	return out, nil
+}
+
+// issueNumber is the creation sequence number an issue ID carries.
+func issueNumber(id string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, issueIDPrefix))
+	return n
 }
 
 // followersOf returns the first n followers of login and how many there are.
