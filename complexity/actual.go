@@ -39,11 +39,14 @@ import (
 //     assumed (the costliest member);
 //   - introspection fields (__typename, __schema, __type) cost what they
 //     were priced at;
-//   - no field costs more than its requested price: a list that returned
-//     more items than it was priced for costs its requested price.
+//   - a list that returned more items than it was priced for (an assumed
+//     size the data overran, or a resolver that ignored its slicing
+//     argument) costs the items it returned.
 //
-// So the result, rounded up to points like Report.Points, is never more than
-// the requested points, whatever data holds. Empty or null data leaves the
+// So the result, rounded up to points like Report.Points, is below the
+// requested points when lists returned less than their priced size, and
+// above them only when a list returned more: that excess ran, and a caller
+// holding a budget debits it after the response. Empty or null data leaves the
 // base cost alone (a mutation's). data that is not JSON, or whose shape does
 // not match the operation (a list where an object belongs, a key twice in
 // one object, a string for an object), fails with an error wrapping
@@ -87,6 +90,10 @@ type response struct {
 	// error.
 	what string
 	at   int
+	// overran counts the lists read so far that returned more items than
+	// they were priced for: a field is capped at its requested cost unless
+	// one at or below it overran.
+	overran int
 }
 
 // reading is the scratch space of reading a response, recycled with a
@@ -324,12 +331,22 @@ func (r *response) field(pf *pricedField) (Cost, error) {
 		}
 		return min(clampZero(addCost(pf.own, ret.weight)), pf.cost), nil
 	}
-	items, err := r.values(pf, pf.info.listDepth)
+	overran := r.overran
+	items, n, err := r.values(pf, pf.info.listDepth)
 	if err != nil {
 		r.s.path = append(r.s.path, pf.key) // the failure is under pf
 		return 0, err
 	}
-	return min(clampZero(addCost(pf.own, items)), pf.cost), nil
+	if n > pf.n {
+		r.overran++
+	}
+	c := clampZero(addCost(pf.own, items))
+	if r.overran == overran {
+		// Within its priced sizes a field never costs more than its price
+		// (fewer items can weigh more where weights are negative).
+		c = min(c, pf.cost)
+	}
+	return c, nil
 }
 
 // absent is the actual cost of a field whose value is null or missing: it
@@ -342,18 +359,21 @@ func (pf *pricedField) absent() Cost {
 }
 
 // values prices the non-null value at r.i of a field of pf's type with
-// levels lists still to open: the sum over the items it holds.
-func (r *response) values(pf *pricedField, levels int) (Cost, error) {
+// levels lists still to open: the sum over the items it holds, and how
+// many there are (the non-null items of the innermost lists, as a list of
+// lists is sized once).
+func (r *response) values(pf *pricedField, levels int) (Cost, int64, error) {
 	if levels == 0 {
-		return r.item(pf)
+		c, err := r.item(pf)
+		return c, 1, err
 	}
 	if r.peek() != '[' {
-		return 0, r.fail("expected a list")
+		return 0, 0, r.fail("expected a list")
 	}
 	r.i++
 	if r.peek() == ']' {
 		r.i++
-		return 0, nil
+		return 0, 0, nil
 	}
 	// A list of objects of one type, the commonest, is read without item
 	// deciding how for each.
@@ -362,34 +382,36 @@ func (r *response) values(pf *pricedField, levels int) (Cost, error) {
 		objects = pf.children
 	}
 	var sum Cost
+	var n int64
 	for {
 		if r.peek() == 'n' {
 			if err := r.literal("null"); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		} else {
 			var c Cost
+			k := int64(1)
 			var err error
 			if objects != nil {
 				c, err = r.object(objects, pf.info.ret.weight)
 			} else if levels == 1 {
 				c, err = r.item(pf)
 			} else {
-				c, err = r.values(pf, levels-1)
+				c, k, err = r.values(pf, levels-1)
 			}
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
-			sum = addCost(sum, c)
+			sum, n = addCost(sum, c), addCount(n, k)
 		}
 		if c := r.peek(); c == ',' {
 			r.i++
 			continue
 		} else if c == ']' {
 			r.i++
-			return sum, nil
+			return sum, n, nil
 		}
-		return 0, r.fail("expected ',' or ']' in a list")
+		return 0, 0, r.fail("expected ',' or ']' in a list")
 	}
 }
 
@@ -439,9 +461,12 @@ func (r *response) item(pf *pricedField) (Cost, error) {
 func (r *response) costliestFitting(ret *typeInfo, m *memberSets) (best Cost, ok bool, err error) {
 	start := r.i
 	end := start
+	// Each member is read from the same overrun count; the one priced
+	// keeps its own.
+	overran, bestOverran := r.overran, r.overran
 	for i := range m.sets {
 		if r.s.reread > rereadBudget(len(r.b)) {
-			r.i = start
+			r.i, r.overran = start, overran
 			return 0, false, nil
 		}
 		fits := r.keysFit(&m.sets[i])
@@ -450,17 +475,18 @@ func (r *response) costliestFitting(ret *typeInfo, m *memberSets) (best Cost, ok
 		if !fits {
 			continue
 		}
+		r.overran = overran
 		c, err := r.object(&m.sets[i], memberWeight(ret, ret.possible[i]))
 		if err != nil {
 			return 0, false, err
 		}
 		r.s.reread += r.i - start
 		if !ok || c > best {
-			best, ok = c, true
+			best, ok, bestOverran = c, true, r.overran
 		}
 		end, r.i = r.i, start
 	}
-	r.i = end
+	r.i, r.overran = end, bestOverran
 	return best, ok, nil
 }
 

@@ -3,6 +3,7 @@ package complexity_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -198,11 +199,12 @@ func (g *respGen) data(p prepared) []byte {
 	return g.object(nil, root, []ast.SelectionSet{p.op.SelectionSet}, 0)
 }
 
-// TestActualNeverExceedsRequested is the property the refund relies on: for
-// every response an operation can produce, 0 ≤ actual ≤ requested. Data
-// generated from the operation is always well formed, so ActualCost must
-// also accept it.
-func TestActualNeverExceedsRequested(t *testing.T) {
+// TestActualExceedsRequestedOnlyByOverruns is the property refunds and
+// excess debits rely on: for every response an operation can produce,
+// actual ≥ 0, and actual > requested only when a list returned more items
+// than it was priced for (prices checks it). Data generated from the
+// operation is always well formed, so ActualCost must also accept it.
+func TestActualExceedsRequestedOnlyByOverruns(t *testing.T) {
 	schema := exampleSchema(t)
 	analyzers := map[string][]complexity.Option{
 		"defaults":   nil,
@@ -238,8 +240,9 @@ func TestActualNeverExceedsRequested(t *testing.T) {
 
 // FuzzActualCost feeds arbitrary bytes as the data of the operations above:
 // no panic, an error only for an invalid response (always for bytes that
-// are not JSON), and otherwise 0 ≤ actual ≤ requested; and the operation's
-// compiled plan gives the same answer, cost or error.
+// are not JSON), and otherwise actual ≥ 0, above requested only when a list
+// overran its priced size; and the operation's compiled plan gives the
+// same answer, cost or error.
 //
 //	go test ./complexity -run '^$' -fuzz FuzzActualCost -fuzztime 60s
 func FuzzActualCost(f *testing.F) {
@@ -250,14 +253,14 @@ func FuzzActualCost(f *testing.F) {
 	}
 	ops := make([]prepared, len(actualOps))
 	plans := make([]*complexity.Plan, len(actualOps))
-	requested := make([]int64, len(actualOps))
+	reports := make([]*complexity.Report, len(actualOps))
 	for i, o := range actualOps {
 		ops[i] = prepare(f, schema, o.query, o.vars)
 		r, err := a.AnalyzeOperation(ops[i].doc, ops[i].op, ops[i].vars)
 		if err != nil {
 			f.Fatal(err)
 		}
-		requested[i] = r.Points
+		reports[i] = r
 		if plans[i], err = a.Compile(ops[i].doc, ops[i].op); err != nil {
 			f.Fatal(err)
 		}
@@ -284,8 +287,8 @@ func FuzzActualCost(f *testing.F) {
 			}
 			return
 		}
-		if actual < 0 || actual > requested[i] {
-			t.Fatalf("actual %d outside [0, requested %d]", actual, requested[i])
+		if why := actualOutOfBounds(reports[i], actual, data); why != "" {
+			t.Fatal(why)
 		}
 		if len(data) > 0 && !json.Valid(data) {
 			t.Fatalf("accepted data that is not JSON: %q", data)
@@ -294,4 +297,83 @@ func FuzzActualCost(f *testing.F) {
 			t.Fatalf("not deterministic: %d then %d, %v", actual, again, err)
 		}
 	})
+}
+
+// actualOutOfBounds says what is wrong with an actual cost of data for the
+// operation r prices, "" when nothing is: it is never negative, and it
+// exceeds the requested points only when some list in data returned more
+// items than the field at its path was priced for (or a field the
+// breakdown does not list, a member other than the one priced).
+func actualOutOfBounds(r *complexity.Report, actual int64, data []byte) string {
+	if actual < 0 {
+		return fmt.Sprintf("actual %d is negative", actual)
+	}
+	if actual <= r.Points {
+		return ""
+	}
+	if _, ok := overrunList(r, data); ok {
+		return ""
+	}
+	return fmt.Sprintf("actual %d above requested %d, and no list returned more than it was priced for", actual, r.Points)
+}
+
+// overrunList finds a list in data longer than its field's Multiplier in
+// r's breakdown, or at a path the breakdown does not price.
+func overrunList(r *complexity.Report, data []byte) (path string, ok bool) {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return "", false
+	}
+	priced := map[string]int64{}
+	for _, f := range r.Fields {
+		priced[f.Path] = max(priced[f.Path], f.Multiplier)
+	}
+	var walk func(prefix string, v any) (string, bool)
+	walk = func(prefix string, v any) (string, bool) {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		for key, val := range obj {
+			path := key
+			if prefix != "" {
+				path = prefix + "." + key
+			}
+			items := innermost(val, nil)
+			if _, isList := val.([]any); isList {
+				if n, ok := priced[path]; !ok || int64(len(items)) > n {
+					return path, true
+				}
+			}
+			if _, isList := val.([]any); !isList {
+				items = []any{val}
+			}
+			for _, it := range items {
+				if p, ok := walk(path, it); ok {
+					return p, true
+				}
+			}
+		}
+		return "", false
+	}
+	return walk("", v)
+}
+
+// innermost appends the non-null items of the innermost lists of v.
+func innermost(v any, out []any) []any {
+	l, ok := v.([]any)
+	if !ok {
+		if v != nil {
+			out = append(out, v)
+		}
+		return out
+	}
+	for _, e := range l {
+		if inner, ok := e.([]any); ok {
+			out = innermost(inner, out)
+		} else if e != nil {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -86,12 +86,16 @@
 // each list's size replaced by the items it returned, each object priced
 // from its own fields. A null or missing value costs its field's own
 // weight and arguments only; an interface or union object is priced as
-// the member its __typename names if the operation selected it, else as
-// the costliest member; introspection fields keep their requested price;
-// a null data costs the base. Every field is capped at its requested cost,
-// so the actual cost never exceeds Report.Points and requested − actual
-// is a refund that is never negative. The response is read in one pass
-// without decoding it, and a call allocates nothing.
+// the member a __typename names (only under a key that really selects
+// __typename), else as the costliest member whose selections are exactly
+// its keys; introspection fields keep their requested price; a null data
+// costs the base. A list costs the items it returned, even past the size
+// it was priced at; a field none of whose lists overran costs at most its
+// requested price. So below Report.Points, requested − actual is what a
+// budget can give back; above it (a list overran an assumed size),
+// actual − requested ran unpaid and a budget debits it after the
+// response. The response is read in one pass without decoding it, and a
+// call allocates nothing.
 //
 // # Compiled plans
 //
