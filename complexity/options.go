@@ -45,6 +45,9 @@ type config struct {
 	maxRootFields     int
 	firstLast         bool
 	connections       bool
+	countArguments    bool
+	keyLists          bool
+	mutationLists     bool
 	freeIntrospection bool
 	introspectionCost Cost
 	breakdownLimit    int
@@ -58,6 +61,9 @@ func defaultConfig() config {
 		mutationBaseCost:  DefaultMutationBaseCost * CostScale,
 		firstLast:         true,
 		connections:       true,
+		countArguments:    true,
+		keyLists:          true,
+		mutationLists:     true,
 		freeIntrospection: true,
 		breakdownLimit:    DefaultBreakdownLimit,
 		breakdownBytes:    DefaultBreakdownBytes,
@@ -109,9 +115,10 @@ func WithMaxDepth(n int) Option {
 	}
 }
 
-// WithMaxBreadth rejects any slicing argument (first, last, or one named by
-// @listSize) above n with MAX_BREADTH_EXCEEDED; a list-valued slicing
-// argument is measured by its length. 0 means no limit. Negative slicing
+// WithMaxBreadth rejects any slicing argument (one named by @listSize, or
+// one by convention: first, last, a count-named argument, a key list, a
+// mutation's list argument) above n with MAX_BREADTH_EXCEEDED; a
+// list-valued slicing argument is measured by its length. 0 means no limit. Negative slicing
 // arguments are rejected with the same code whatever the limit.
 func WithMaxBreadth(n int) Option {
 	return func(c *config) error {
@@ -181,6 +188,63 @@ func WithFirstLastConvention(on bool) Option {
 func WithConnectionConvention(on bool) Option {
 	return func(c *config) error {
 		c.connections = on
+		return nil
+	}
+}
+
+// WithCountArgumentConvention sets whether count-named arguments size lists
+// on fields without @listSize, as first and last do (default on).
+//
+// An argument is count-named when its type is Int, or a custom scalar
+// whose name contains "Int" (PositiveInt, NonNegativeInt, Int64, BigInt),
+// not a list, and its name, lowercased with underscores removed, is limit,
+// count, top, take, size, batchsize, pagesize or perpage, or starts with
+// max (maxRepositories, max_results). Such an argument is a slicing
+// argument of a list field: never required, its schema default applies
+// when it is absent, and WithMaxBreadth holds it.
+//
+// The option also governs single-list wrappers: a non-list field with
+// slicing arguments by convention (count-named, first or last) that
+// returns an object or interface type not named …Connection, whose one
+// list field has no slicing arguments of its own, hands its size to that
+// field, as a …Connection hands it to edges and nodes. Hasura's
+// X_aggregate(limit: 5) { nodes { … } } prices nodes at 5. A count-named
+// argument of a non-list field counts only where the field hands its size
+// down (to a wrapper's list, a …Connection's edges and nodes, or a
+// mutation payload's lists).
+//
+// A filter named like a count (maxPrice: Int) is read as a size too: give
+// such a field @listSize, which replaces every convention.
+func WithCountArgumentConvention(on bool) Option {
+	return func(c *config) error {
+		c.countArguments = on
+		return nil
+	}
+}
+
+// WithKeyListConvention sets whether a list-typed argument named
+// representations, ids or keys sizes a list field without @listSize by its
+// length (default on): federation's _entities(representations:) and
+// nodes(ids:) return one item per key. A single value given for the list
+// is a list of one, as the executor coerces it. Never required;
+// WithMaxBreadth holds the length.
+func WithKeyListConvention(on bool) Option {
+	return func(c *config) error {
+		c.keyLists = on
+		return nil
+	}
+}
+
+// WithMutationListConvention sets whether the list-typed arguments of a
+// mutation root field without @listSize size what it returns (default
+// on): they are slicing arguments, never required, so a list result is
+// sized by the longest, and a non-list result (an object or interface)
+// hands that size to each of its own list fields that has no slicing
+// arguments. Hasura's insert_X(objects: [3 rows]) { returning { id } }
+// prices returning at 3. WithMaxBreadth holds the length.
+func WithMutationListConvention(on bool) Option {
+	return func(c *config) error {
+		c.mutationLists = on
 		return nil
 	}
 }

@@ -118,14 +118,14 @@ type fieldInfo struct {
 	args      []*inputInfo
 	argsFree  bool // no argument can ever cost anything
 	// slicing are the arguments that size the list: the ones @listSize
-	// names, or first/last by convention.
+	// names, or the conventions' (see listSizeConventions).
 	slicing    []*inputInfo
 	requireOne bool
 	assumed    int64
 	hasAssumed bool
 	// sized are the paths of child fields that receive this field's size:
-	// @listSize(sizedFields:), or edges and nodes by the Connection
-	// convention.
+	// @listSize(sizedFields:), or by convention a …Connection's edges and
+	// nodes, a wrapper's one list, a mutation payload's lists.
 	sized []string
 }
 
@@ -191,6 +191,18 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+	}
+	// Every list field's slicing arguments are now known, so the non-list
+	// fields that hand their size down to lists can be resolved.
+	for _, ti := range c.types {
+		if ti.def.Kind != ast.Object && ti.def.Kind != ast.Interface {
+			continue
+		}
+		for _, fd := range ti.def.Fields {
+			if fd.Directives.ForName("listSize") == nil {
+				c.handDownConventions(ti.fields[fd.Name], cfg, c.isMutation(ti))
+			}
 		}
 	}
 	for _, ti := range c.types {
@@ -267,7 +279,7 @@ func (c *compiled) compileFields(ti *typeInfo, cfg *config) error {
 				fi.argsFree = false
 			}
 		}
-		if err := c.compileListSize(fi, fd, cfg); err != nil {
+		if err := c.compileListSize(fi, fd, cfg, c.isMutation(ti)); err != nil {
 			return err
 		}
 		ti.fields[fd.Name] = fi
@@ -289,33 +301,181 @@ func (c *compiled) argAlwaysFree(in *inputInfo) bool {
 // directive when it has one, else by the naming conventions. A directive
 // replaces the conventions entirely, so a schema can opt a first/last field
 // or a …Connection out of them.
-func (c *compiled) compileListSize(fi *fieldInfo, fd *ast.FieldDefinition, cfg *config) error {
+func (c *compiled) compileListSize(fi *fieldInfo, fd *ast.FieldDefinition, cfg *config, onMutation bool) error {
 	if d := fd.Directives.ForName("listSize"); d != nil {
 		return c.listSizeDirective(fi, d)
 	}
-	listSizeConventions(fi, cfg)
+	listSizeConventions(fi, cfg, onMutation)
 	return nil
 }
 
 // listSizeConventions applies the defaults for a field without @listSize,
-// each unless turned off: first and last are slicing arguments (never
-// required), and a …Connection type hands the field's size to its edges
-// and nodes. With them GitHub's schema prices correctly with no directive.
-func listSizeConventions(fi *fieldInfo, cfg *config) {
-	if cfg.firstLast {
-		for _, a := range fi.args {
-			if a.name == "first" || a.name == "last" {
-				fi.slicing = append(fi.slicing, a)
-			}
+// each unless turned off, in two steps. First, here, for every field:
+//
+//   - first and last are slicing arguments;
+//   - on a list field, so are a count-named argument (countArgument), a
+//     key list (keyList) and, on the mutation root, every list-typed
+//     argument;
+//   - a …Connection type hands the field's size to its edges and nodes.
+//
+// Then, once every list field is compiled, handDownConventions lets a
+// non-list field hand its size down to the lists of what it returns. None
+// of these arguments is ever required. With them GitHub's schema, a
+// federation subgraph's _entities and Hasura's tables price with no
+// directive.
+func listSizeConventions(fi *fieldInfo, cfg *config, onMutation bool) {
+	for _, a := range fi.args {
+		if cfg.pages(a) || fi.list && (cfg.counts(a) || cfg.keys(a) || cfg.rows(a, onMutation)) {
+			fi.slicing = append(fi.slicing, a)
 		}
 	}
-	if cfg.connections && strings.HasSuffix(fi.ret.name, "Connection") && fi.ret.composite {
+	if cfg.connections && isConnection(fi.ret) {
 		for _, name := range []string{"edges", "nodes"} {
 			if fi.ret.def.Fields.ForName(name) != nil {
 				fi.sized = append(fi.sized, name)
 			}
 		}
 	}
+}
+
+// handDownConventions resolves, for field fi without @listSize, the lists
+// of the object or interface it returns that receive its size, and the
+// arguments that give that size:
+//
+//   - a …Connection's edges and nodes (listSizeConventions set them);
+//   - on the mutation root, when fi has list-typed arguments
+//     (WithMutationListConvention): each list field of the payload that
+//     has no slicing arguments of its own;
+//   - else, when fi has first, last or a count-named argument
+//     (WithCountArgumentConvention): the returned type's list field, if
+//     it has exactly one and that one has no slicing arguments of its own.
+//
+// A field that hands its size down is sized by first and last, its
+// count-named arguments and, on the mutation root, its list-typed
+// arguments; one that does not keeps first and last only.
+func (c *compiled) handDownConventions(fi *fieldInfo, cfg *config, onMutation bool) {
+	ret := fi.ret
+	if fi.list || ret.def.Kind != ast.Object && ret.def.Kind != ast.Interface {
+		return
+	}
+	rows := func(a *inputInfo) bool { return cfg.rows(a, onMutation) }
+	switch {
+	case len(fi.sized) > 0: // a …Connection
+	case slices.ContainsFunc(fi.args, rows):
+		for _, fd := range ret.def.Fields {
+			if isList(fd.Type) && c.unsliced(ret, fd.Name) {
+				fi.sized = append(fi.sized, fd.Name)
+			}
+		}
+	case cfg.countArguments && !isConnection(ret) && slices.ContainsFunc(fi.args, func(a *inputInfo) bool { return cfg.pages(a) || cfg.counts(a) }):
+		if name, ok := onlyList(ret); ok && c.unsliced(ret, name) {
+			fi.sized = []string{name}
+		}
+	}
+	if len(fi.sized) == 0 {
+		return
+	}
+	fi.slicing = fi.slicing[:0]
+	for _, a := range fi.args {
+		if cfg.pages(a) || cfg.counts(a) || rows(a) {
+			fi.slicing = append(fi.slicing, a)
+		}
+	}
+}
+
+// pages reports whether a is first or last and that convention is on.
+func (cfg *config) pages(a *inputInfo) bool {
+	return cfg.firstLast && (a.name == "first" || a.name == "last")
+}
+
+// counts reports whether a is count-named and that convention is on.
+func (cfg *config) counts(a *inputInfo) bool {
+	return cfg.countArguments && countArgument(a)
+}
+
+// keys reports whether a is a key list and that convention is on.
+func (cfg *config) keys(a *inputInfo) bool {
+	return cfg.keyLists && keyList(a)
+}
+
+// rows reports whether a is a list-typed argument of a mutation root
+// field and that convention is on.
+func (cfg *config) rows(a *inputInfo, onMutation bool) bool {
+	return cfg.mutationLists && onMutation && isList(a.typ)
+}
+
+// onlyList returns the name of t's list field when t has exactly one.
+func onlyList(t *typeInfo) (string, bool) {
+	name := ""
+	for _, fd := range t.def.Fields {
+		if isList(fd.Type) {
+			if name != "" {
+				return "", false
+			}
+			name = fd.Name
+		}
+	}
+	return name, name != ""
+}
+
+// unsliced reports whether field name of t has no slicing arguments, on
+// t and, for an interface, on each of its possible types (whose own
+// definitions price it).
+func (c *compiled) unsliced(t *typeInfo, name string) bool {
+	if f := t.fields[name]; f != nil && len(f.slicing) > 0 {
+		return false
+	}
+	for _, p := range t.possible {
+		if f := p.fields[name]; f != nil && len(f.slicing) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// countArgument reports whether argument a is count-named (see
+// WithCountArgumentConvention): an Int, or a custom scalar whose name
+// contains "Int", named like a count.
+func countArgument(a *inputInfo) bool {
+	if isList(a.typ) || a.named == nil || a.named.def.Kind != ast.Scalar || !strings.Contains(a.named.name, "Int") {
+		return false
+	}
+	switch name := conventionName(a.name); name {
+	case "limit", "count", "top", "take", "size", "batchsize", "pagesize", "perpage":
+		return true
+	default:
+		return strings.HasPrefix(name, "max")
+	}
+}
+
+// keyList reports whether argument a is a key list (see
+// WithKeyListConvention): a list named representations, ids or keys.
+func keyList(a *inputInfo) bool {
+	if !isList(a.typ) {
+		return false
+	}
+	switch conventionName(a.name) {
+	case "representations", "ids", "keys":
+		return true
+	}
+	return false
+}
+
+// conventionName is an argument's name as the conventions compare it:
+// lowercased, underscores removed (max_results is maxresults).
+func conventionName(name string) string {
+	return strings.ToLower(strings.ReplaceAll(name, "_", ""))
+}
+
+// isConnection reports whether t is for the Connection convention: a
+// composite type named …Connection.
+func isConnection(t *typeInfo) bool {
+	return t.composite && strings.HasSuffix(t.name, "Connection")
+}
+
+// isMutation reports whether t is the schema's mutation root type.
+func (c *compiled) isMutation(t *typeInfo) bool {
+	return c.schema.Mutation != nil && c.schema.Mutation.Name == t.name
 }
 
 // listSizeDirective reads field fi's @listSize directive d, checking every
