@@ -48,6 +48,9 @@ type caseOptions struct {
 	MaxRootFields     int      `json:"maxRootFields,omitempty"`
 	FirstLast         *bool    `json:"firstLast,omitempty"`
 	Connections       *bool    `json:"connections,omitempty"`
+	CountArguments    *bool    `json:"countArguments,omitempty"`
+	KeyLists          *bool    `json:"keyLists,omitempty"`
+	MutationLists     *bool    `json:"mutationLists,omitempty"`
 	FreeIntrospection *bool    `json:"freeIntrospection,omitempty"`
 	IntrospectionCost *float64 `json:"introspectionCost,omitempty"`
 	BreakdownLimit    *int     `json:"breakdownLimit,omitempty"`
@@ -74,6 +77,15 @@ func (o caseOptions) list() []complexity.Option {
 	}
 	if o.Connections != nil {
 		opts = append(opts, complexity.WithConnectionConvention(*o.Connections))
+	}
+	if o.CountArguments != nil {
+		opts = append(opts, complexity.WithCountArgumentConvention(*o.CountArguments))
+	}
+	if o.KeyLists != nil {
+		opts = append(opts, complexity.WithKeyListConvention(*o.KeyLists))
+	}
+	if o.MutationLists != nil {
+		opts = append(opts, complexity.WithMutationListConvention(*o.MutationLists))
 	}
 	if o.FreeIntrospection != nil {
 		opts = append(opts, complexity.WithFreeIntrospection(*o.FreeIntrospection))

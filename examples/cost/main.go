@@ -5,7 +5,9 @@
 //	go run ./examples/cost -schema FILE [-schema FILE ...] -query FILE|- \
 //	    [-variables FILE] [-operation NAME] [-default-list-size N] \
 //	    [-mutation-base-cost N] [-first-last-convention=false] \
-//	    [-connection-convention=false] [-free-introspection=false] \
+//	    [-connection-convention=false] [-count-argument-convention=false] \
+//	    [-key-list-convention=false] [-mutation-list-convention=false] \
+//	    [-free-introspection=false] \
 //	    [-introspection-cost N] [-max-depth N] [-max-breadth N] [-max-nodes N] \
 //	    [-max-cost N] [-max-aliases N] [-max-root-fields N] \
 //	    [-breakdown-limit N] [-breakdown-bytes N] [-json]
@@ -87,6 +89,9 @@ type flags struct {
 	mutationBaseCost  float64
 	firstLast         bool
 	connections       bool
+	countArguments    bool
+	keyLists          bool
+	mutationLists     bool
 	freeIntrospection bool
 	introspection     float64 // points per __schema or __type selection
 	maxDepth          int
@@ -107,6 +112,9 @@ func (f *flags) options() []complexity.Option {
 		complexity.WithMutationBaseCost(f.mutationBaseCost),
 		complexity.WithFirstLastConvention(f.firstLast),
 		complexity.WithConnectionConvention(f.connections),
+		complexity.WithCountArgumentConvention(f.countArguments),
+		complexity.WithKeyListConvention(f.keyLists),
+		complexity.WithMutationListConvention(f.mutationLists),
 		complexity.WithFreeIntrospection(f.freeIntrospection),
 		complexity.WithIntrospectionCost(f.introspection),
 		complexity.WithMaxDepth(f.maxDepth),
@@ -122,7 +130,9 @@ func (f *flags) options() []complexity.Option {
 
 const usageLine = "usage: cost -schema FILE [-schema FILE ...] -query FILE|- [-variables FILE] [-operation NAME]\n" +
 	"            [-default-list-size N] [-mutation-base-cost N] [-first-last-convention=false]\n" +
-	"            [-connection-convention=false] [-free-introspection=false] [-introspection-cost N]\n" +
+	"            [-connection-convention=false] [-count-argument-convention=false]\n" +
+	"            [-key-list-convention=false] [-mutation-list-convention=false]\n" +
+	"            [-free-introspection=false] [-introspection-cost N]\n" +
 	"            [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-max-aliases N]\n" +
 	"            [-max-root-fields N] [-breakdown-limit N] [-breakdown-bytes N] [-json]\n"
 
@@ -139,6 +149,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.Float64Var(&f.mutationBaseCost, "mutation-base-cost", complexity.DefaultMutationBaseCost, "`N` points every mutation costs before its fields")
 	fs.BoolVar(&f.firstLast, "first-last-convention", true, "read first and last as slicing arguments on fields without @listSize (=false: off)")
 	fs.BoolVar(&f.connections, "connection-convention", true, "let …Connection types hand their size to edges and nodes (=false: off)")
+	fs.BoolVar(&f.countArguments, "count-argument-convention", true, "read Int arguments named like a count (limit, maxRepositories, batch_size…) as slicing arguments, and let a type with one list take its parent's size (=false: off)")
+	fs.BoolVar(&f.keyLists, "key-list-convention", true, "size a list field by the length of its representations, ids or keys argument (=false: off)")
+	fs.BoolVar(&f.mutationLists, "mutation-list-convention", true, "size what a mutation returns by the length of its list arguments (=false: off)")
 	fs.BoolVar(&f.freeIntrospection, "free-introspection", true, "__typename, __schema, __type and the fields beneath them cost 0 (=false: priced like any field)")
 	fs.IntVar(&f.maxDepth, "max-depth", 0, "reject operations deeper than `N` (0: no limit)")
 	fs.IntVar(&f.maxBreadth, "max-breadth", 0, "reject slicing arguments above `N` (0: no limit)")

@@ -170,6 +170,8 @@ func TestGoldenCasesThroughTheCLI(t *testing.T) {
 var flagFor = map[string]string{
 	"defaultListSize": "-default-list-size", "mutationBaseCost": "-mutation-base-cost",
 	"firstLast": "-first-last-convention", "connections": "-connection-convention",
+	"countArguments": "-count-argument-convention", "keyLists": "-key-list-convention",
+	"mutationLists": "-mutation-list-convention",
 	"freeIntrospection": "-free-introspection", "introspectionCost": "-introspection-cost",
 	"maxDepth": "-max-depth", "maxBreadth": "-max-breadth", "maxNodes": "-max-nodes", "maxCost": "-max-cost",
 	"maxAliases": "-max-aliases", "maxRootFields": "-max-root-fields", "breakdownLimit": "-breakdown-limit",
