@@ -1209,6 +1209,9 @@ func (s *settings) complexityOptions() []complexity.Option {
 		complexity.WithIntrospectionCost(float64(o.IntrospectionCost)),
 		complexity.WithFirstLastConvention(!o.DisableFirstLastConvention),
 		complexity.WithConnectionConvention(!o.DisableConnectionConvention),
+		complexity.WithCountArgumentConvention(!o.DisableCountArgumentConvention),
+		complexity.WithKeyListConvention(!o.DisableKeyListConvention),
+		complexity.WithMutationListConvention(!o.DisableMutationListConvention),
 		complexity.WithFreeIntrospection(!o.PriceIntrospectionFields),
 		complexity.WithBreakdownLimit(0), // totals only: the explain view is not served
 	}

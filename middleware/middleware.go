@@ -203,6 +203,19 @@ type GraphQLOptions struct {
 	// DisableConnectionConvention stops a …Connection type without
 	// @listSize from handing its size to its edges and nodes.
 	DisableConnectionConvention bool
+	// DisableCountArgumentConvention stops treating Int arguments named
+	// like a count (limit, maxRepositories, batch_size…) as slicing
+	// arguments on fields without @listSize, and a type with one list
+	// from taking its parent's size (complexity.WithCountArgumentConvention).
+	DisableCountArgumentConvention bool
+	// DisableKeyListConvention stops sizing a list field without
+	// @listSize by the length of its representations, ids or keys argument
+	// (complexity.WithKeyListConvention).
+	DisableKeyListConvention bool
+	// DisableMutationListConvention stops sizing what a mutation without
+	// @listSize returns by the length of its list arguments
+	// (complexity.WithMutationListConvention).
+	DisableMutationListConvention bool
 	// PriceIntrospectionFields prices the fields beneath __schema and
 	// __type like any other, against the introspection types, on top of
 	// IntrospectionCost (by default they cost nothing).
