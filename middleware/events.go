@@ -112,10 +112,14 @@ type Event struct {
 	Charged int64
 	// ActualCost is, when HasActualCost, the cost of a GraphQL operation
 	// recomputed from the response it produced; Refunded is the part of
-	// RequestedCost given back to the budget.
+	// RequestedCost given back to the budget, and Excess what was debited
+	// after the response beyond RequestedCost (ActualCost − RequestedCost)
+	// when the response held more than its price: a list returned more
+	// items than the size it was priced at.
 	ActualCost    int64
 	HasActualCost bool
 	Refunded      int64
+	Excess        int64
 	// StoreDuration is the time spent in store calls for this decision,
 	// and StoreResult how the last one ended ("" when none was made: a
 	// request refused before it reached the store, or answered by a local

@@ -672,11 +672,13 @@ type requestState struct {
 	cost     int64 // the price debited; 0 when the request was not priced
 	code     string
 	outcome  outcome
-	// actual is the executed operation's actual cost (when hasActual) and
-	// refunded what was given back of cost.
+	// actual is the executed operation's actual cost (when hasActual),
+	// refunded what was given back of cost, and excess what was debited
+	// beyond it (actual − cost, when the response held more than its price).
 	actual    int64
 	hasActual bool
 	refunded  int64
+	excess    int64
 	// costPlan is the compiled plan the operation was priced through, to
 	// price its response with.
 	costPlan *complexity.Plan
@@ -732,7 +734,7 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 		ln = s.set.laneForGraphQL(nil, nil, nil, s.id, false) // refused before it was parsed
 	}
 	e := l.newEvent(KindGraphQL, s.id, s.plan, ln, s.outcome, s.cost, s.code)
-	e.ActualCost, e.HasActualCost, e.Refunded = s.actual, s.hasActual, s.refunded
+	e.ActualCost, e.HasActualCost, e.Refunded, e.Excess = s.actual, s.hasActual, s.refunded, s.excess
 	s.mu.Unlock()
 	l.report(ctx, &e)
 }

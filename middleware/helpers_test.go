@@ -308,6 +308,14 @@ func (s *testSchema) resolve(ctx context.Context, opCtx *graphql.OperationContex
 		return jsonValue(map[string]any{"id": "1", "title": title})
 	case "user":
 		login, _ := f.ArgumentMap(opCtx.Variables)["login"].(string)
+		if login == hoarder {
+			// More repositories than the default list size prices.
+			repos := make([]map[string]any, hoarderRepos)
+			for i := range repos {
+				repos[i] = map[string]any{"name": "r"}
+			}
+			return jsonValue(map[string]any{"login": login, "repos": repos})
+		}
 		return jsonValue(map[string]any{"login": login})
 	case "rateLimit":
 		rl, ok := middleware.RateLimitFrom(ctx)
@@ -330,6 +338,13 @@ func jsonValue(v any) graphql.Marshaler {
 		w.Write(b)
 	})
 }
+
+// hoarder is the user whose repositories overrun the size a list without
+// a slicing argument is priced at: hoarderRepos of them.
+const (
+	hoarder      = "hoarder"
+	hoarderRepos = 60
+)
 
 func (s *testSchema) issueCount() int {
 	s.mu.Lock()

@@ -444,7 +444,7 @@ type plan struct {
 	// Warnings logged at most once a minute for each plan: a store failure
 	// (under the plan's failure mode), a full memory store, a refusal shadow
 	// mode let through, a refund that failed.
-	storeWarn, fullWarn, shadowWarn, refundWarn everyMinute
+	storeWarn, fullWarn, shadowWarn, refundWarn, excessWarn everyMinute
 }
 
 // Limiter prices requests and debits them from per-principal budgets. Build

@@ -59,14 +59,22 @@ func (l *Limiter) refundFailed(ctx context.Context, p *plan, err error) {
 }
 
 // settleActual prices what an executed operation's response holds (its
-// actual cost: each list sized by the items it returned) and, unless the
-// plan keeps unused points, gives the part of the debit the response did
-// not use back to the bucket. It runs in the response interceptor, so the
-// headers and extensions.cost written afterwards include the refund.
+// actual cost: each list sized by the items it returned) and settles the
+// debit with it. It runs in the response interceptor, so the headers and
+// extensions.cost written afterwards include the settlement.
 //
-// A response with errors is not refunded: a field that failed is null, and
-// the work its resolvers did before failing would otherwise come back
-// free. Its actual cost is still reported.
+//   - Below the price, unless the plan keeps unused points, the part the
+//     response did not use goes back to the budgets debited. A response
+//     with errors is not refunded: a field that failed is null, and the
+//     work its resolvers did before failing would otherwise come back
+//     free. Its actual cost is still reported.
+//   - Above the price (a list returned more than the size it was priced
+//     at: an assumption the schema's data overran), the excess ran unpaid:
+//     it is debited from the same budgets, errors or not, saturating at
+//     empty and never refusing the response, whose work is done.
+//
+// An upload's cost is part of both the price and the actual cost: its
+// bytes were read.
 func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) {
 	st.mu.Lock()
 	o, cost, costPlan := st.outcome, st.cost, st.costPlan
@@ -78,30 +86,31 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	if o.charged == 0 && o.shadowed == 0 {
 		return // a dry run: priced, not executed, nothing debited
 	}
-	actual := cost
-	if cost > st.set.gql.MinCost {
-		// At MinCost the actual cost is MinCost whatever the response holds
-		// (it is clamped to [MinCost, cost]): no need to read it.
-		var err error
-		if costPlan != nil {
-			// The plan the request was priced through prices the response
-			// without walking the operation again.
-			actual, err = costPlan.ActualCost(opCtx.Variables, resp.Data)
-		} else {
-			var a *complexity.Analyzer
-			if a, err = e.analyzer(st.set); err != nil {
-				return
-			}
-			actual, err = a.ActualCost(opCtx.Doc, op, opCtx.Variables, resp.Data)
-		}
-		if err != nil {
-			e.l.log.DebugContext(ctx, "middleware: cannot price the response; keeping the requested cost", "err", err)
+	var actual int64
+	var err error
+	if costPlan != nil {
+		// The plan the request was priced through prices the response
+		// without walking the operation again.
+		actual, err = costPlan.ActualCost(opCtx.Variables, resp.Data)
+	} else {
+		var a *complexity.Analyzer
+		if a, err = e.analyzer(st.set); err != nil {
 			return
 		}
-		actual = min(max(actual, st.set.gql.MinCost), cost)
+		actual, err = a.ActualCost(opCtx.Doc, op, opCtx.Variables, resp.Data)
 	}
-	var refunded int64
-	if o.shadowed == 0 && o.charged == cost && actual < cost && !st.plan.DisableRefund && len(resp.Errors) == 0 {
+	if err != nil {
+		e.l.log.DebugContext(ctx, "middleware: cannot price the response; keeping the requested cost", "err", err)
+		return
+	}
+	actual = max(actual, st.set.gql.MinCost)
+	if up := st.uploadCost(); up > 0 {
+		actual = min(actual, 1<<63-1-up) + up
+	}
+	var refunded, excess int64
+	settles := o.shadowed == 0 && o.charged == cost
+	switch {
+	case settles && actual < cost && !st.plan.DisableRefund && len(resp.Errors) == 0:
 		if d, ok := e.l.refund(ctx, st.plan, o.trace, cost-actual); ok {
 			o.decision, refunded = d, cost-actual
 		}
@@ -109,8 +118,39 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 		if ln := st.currentLane(); o.laneCharged == cost && ln != nil && ln.budget != nil {
 			e.l.refund(ctx, ln.budget, o.laneTrace, cost-actual)
 		}
+	case settles && actual > cost:
+		excess = actual - cost
+		e.l.takeExcess(ctx, st, &o, excess, opCtx.OperationName)
 	}
 	st.mu.Lock()
-	st.outcome, st.actual, st.hasActual, st.refunded = o, actual, true, refunded
+	st.outcome, st.actual, st.hasActual, st.refunded, st.excess = o, actual, true, refunded, excess
 	st.mu.Unlock()
+}
+
+// takeExcess debits excess, what a response held beyond its price, from
+// each budget the request was debited from (its bucket, its quota, its
+// lane's budget), saturating at empty, and warns at most once a minute
+// per plan that the schema's assumed sizes are below what it returns.
+func (l *Limiter) takeExcess(ctx context.Context, st *requestState, o *outcome, excess int64, operation string) {
+	p := st.plan
+	if d, ok := l.takeSpent(ctx, o.trace.from, limiter.Request{Key: o.trace.key, Limit: p.limit, Cost: excess}); ok {
+		o.decision = d
+	}
+	if p.quota != nil && len(o.groups) > 0 {
+		g := o.groups[len(o.groups)-1] // the principal's: the bucket, then the quota
+		if len(g.reqs) >= 2 && g.reqs[1].Name == quotaBudget && len(o.limits) > 0 {
+			req := g.reqs[1]
+			req.Cost = excess
+			if d, ok := l.takeSpent(ctx, g.from, req); ok {
+				o.limits[0].d = d
+			}
+		}
+	}
+	if ln := st.currentLane(); o.laneCharged == o.charged && ln != nil && ln.budget != nil {
+		l.takeSpent(ctx, o.laneTrace.from, limiter.Request{Key: o.laneTrace.key, Limit: ln.budget.limit, Cost: excess})
+	}
+	if held, due := p.excessWarn.due(l.clock.Now().Sub(l.start)); due {
+		l.log.WarnContext(ctx, "middleware: a response held more than its price (a list returned more items than the size it was priced at, an assumed size or a slicing argument its resolver ignored); the excess was debited after the response. Give the list a slicing argument or @listSize(assumedSize:) that bounds it",
+			"plan", p.name, "operation", operation, "excess", excess, "excesses_since_last_warning", held+1)
+	}
 }

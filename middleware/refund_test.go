@@ -186,3 +186,51 @@ func TestNoRefundWhileBreakerOpen(t *testing.T) {
 		})
 	}
 }
+
+// A response that holds more than its price (a list overran the size it
+// was priced at: here the default 10, for 60 repositories) ran unpaid
+// work: the excess is debited after the response, refunds on or off,
+// saturating at empty and never refusing the response, and reported in
+// extensions.cost, the headers and the Event. So an under-estimated schema
+// cannot be farmed: each such request pays what its response held.
+func TestExcessDebitedAfterResponse(t *testing.T) {
+	const q = `{ user(login: "` + hoarder + `") { repos { name } } }` // 1 + 10 × 1 = 11
+	for _, refunds := range []bool{false, true} {
+		cfg := testConfig(t, newClock())
+		if refunds {
+			cfg = withRefunds(cfg)
+		}
+		rec := &recorder{}
+		cfg.Observer = rec
+		s := newTestSchema()
+		h := graphQLServer(newLimiter(t, cfg), s)
+
+		// 11 debited before, 50 more after: 100 − 61.
+		w, resp := query(t, h, q, bearer(aliceKey))
+		c := resp.Extensions.Cost
+		if w.Code != http.StatusOK || c.RequestedQueryCost != 11 || c.ActualQueryCost == nil || *c.ActualQueryCost != 1+hoarderRepos {
+			t.Fatalf("refunds %v: status %d, extensions.cost %+v", refunds, w.Code, c)
+		}
+		if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != "39" || *c.ThrottleStatus.CurrentlyAvailable != 39 {
+			t.Errorf("refunds %v: X-RateLimit-Remaining %s, currentlyAvailable %d; want 39", refunds, got, *c.ThrottleStatus.CurrentlyAvailable)
+		}
+		if e := rec.take(); len(e) != 1 || e[0].Charged != 11 || e[0].ActualCost != 61 || e[0].Excess != 50 || e[0].Refunded != 0 {
+			t.Errorf("refunds %v: events %+v", refunds, e)
+		}
+
+		// 11 of the 39 left before, then the excess takes the other 28:
+		// the budget saturates at empty; the response is still served.
+		w, _ = query(t, h, q, bearer(aliceKey))
+		if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "0" {
+			t.Errorf("refunds %v: second: status %d, remaining %s; want 200 and 0", refunds, w.Code, w.Header().Get(middleware.HeaderXRateLimitRemaining))
+		}
+		if e := rec.take(); len(e) != 1 || e[0].Excess != 50 {
+			t.Errorf("refunds %v: second: events %+v", refunds, e)
+		}
+		// The work the excess paid for is not handed out again.
+		before := s.resolvers.Load()
+		if w, _ := query(t, h, q, bearer(aliceKey)); w.Code != http.StatusTooManyRequests || s.resolvers.Load() != before {
+			t.Errorf("refunds %v: third: status %d, %d resolvers ran; want 429 and none", refunds, w.Code, s.resolvers.Load()-before)
+		}
+	}
+}

@@ -39,8 +39,11 @@
 //	    Event.Charged: points debited from budgets
 //	costguard_refunded_points_total{plan}                     counter
 //	    Event.Refunded: points given back after execution
+//	costguard_excess_points_total{plan}                       counter
+//	    Event.Excess: points debited after execution beyond the price, for
+//	    responses that held more than it (a list overran its priced size)
 //
-// Points debited net of refunds are charged minus refunded.
+// Points debited net of refunds are charged minus refunded plus excess.
 //
 // The cost histograms have the buckets 1, 2, 5, 10, 20, 50, …, 50000,
 // 100000 points. costguard_operation_cost_points leaves out requests that
@@ -153,6 +156,7 @@ type Metrics struct {
 	store     *prometheus.HistogramVec
 	charged   *prometheus.CounterVec
 	refunded  *prometheus.CounterVec
+	excess    *prometheus.CounterVec
 	breaker   *prometheus.GaugeVec // no labels: absent until a Limiter with a breaker reports
 
 	storeBy [len(results)]prometheus.Observer
@@ -182,6 +186,7 @@ type planSeries struct {
 	fallback  prometheus.Counter
 	actual    prometheus.Observer
 	refunded  prometheus.Counter
+	excess    prometheus.Counter
 }
 
 // costBuckets are the buckets of the cost histograms, in points: 1, 2, 5
@@ -256,6 +261,10 @@ func New(opts ...Option) (*Metrics, error) {
 			Name: "costguard_refunded_points_total",
 			Help: "Points given back to budgets once an operation's actual cost was known.",
 		}, []string{labelPlan}),
+		excess: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "costguard_excess_points_total",
+			Help: "Points debited after execution beyond the price, for responses that held more than it (a list returned more items than the size it was priced at).",
+		}, []string{labelPlan}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "costguard_store_breaker_open",
 			Help: "1 while the rate-limit store's circuit breaker keeps requests off it (open or half-open), else 0.",
@@ -291,6 +300,7 @@ func (m *Metrics) newPlanSeries(plan, lane string) *planSeries {
 		fallback: m.fallback.WithLabelValues(plan),
 		actual:   m.actual.WithLabelValues(plan),
 		refunded: m.refunded.WithLabelValues(plan),
+		excess:   m.excess.WithLabelValues(plan),
 	}
 	for k, kind := range kinds {
 		for o, outcome := range outcomes {
@@ -362,6 +372,9 @@ func (m *Metrics) ObserveDecision(e *middleware.Event) {
 	if e.Refunded > 0 {
 		s.refunded.Add(float64(e.Refunded))
 	}
+	if e.Excess > 0 {
+		s.excess.Add(float64(e.Excess))
+	}
 	switch e.Breaker {
 	case "":
 	case middleware.BreakerClosed:
@@ -430,6 +443,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *Metrics) collectors() [8]prometheus.Collector {
-	return [...]prometheus.Collector{m.decisions, m.fallback, m.cost, m.actual, m.store, m.charged, m.refunded, m.breaker}
+func (m *Metrics) collectors() [9]prometheus.Collector {
+	return [...]prometheus.Collector{m.decisions, m.fallback, m.cost, m.actual, m.store, m.charged, m.refunded, m.excess, m.breaker}
 }

@@ -66,10 +66,11 @@ var script = []middleware.Event{
 	{Plan: "free", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeAdmitted,
 		RequestedCost: 2, Charged: 2, HasActualCost: true, Refunded: 2,
 		StoreDuration: 300 * time.Millisecond, StoreResult: middleware.StoreOK},
-	// decisions{pro,graphql,admitted}; cost{pro,graphql} 250000 (+Inf);
-	// charged{pro,graphql} 250000; actual{pro} 250000 (+Inf).
+	// A response that held more than its price: decisions{pro,graphql,admitted};
+	// cost{pro,graphql} 250000 (+Inf); charged{pro,graphql} 250000;
+	// actual{pro} 250007 (+Inf); excess{pro} 7.
 	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeAdmitted,
-		RequestedCost: 250000, Charged: 250000, ActualCost: 250000, HasActualCost: true},
+		RequestedCost: 250000, Charged: 250000, ActualCost: 250007, HasActualCost: true, Excess: 7},
 }
 
 // The expected exposition of script, one metric at a time.
@@ -133,7 +134,7 @@ costguard_fallback_decisions_total{plan="pro"} 1
 # HELP costguard_operation_actual_cost_points Cost of each executed GraphQL operation recomputed from its response, in points.
 # TYPE costguard_operation_actual_cost_points histogram
 ` + histogram("costguard_operation_actual_cost_points", `plan="free"`, costLE, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, 0) +
-		histogram("costguard_operation_actual_cost_points", `plan="pro"`, costLE, []int{0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 2, 250012),
+		histogram("costguard_operation_actual_cost_points", `plan="pro"`, costLE, []int{0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 2, 250019),
 	"costguard_store_duration_seconds": `
 # HELP costguard_store_duration_seconds Time spent in the store calls of one decision, by how the last call ended.
 # TYPE costguard_store_duration_seconds histogram
@@ -155,6 +156,12 @@ costguard_charged_points_total{kind="subscription_event",plan="pro"} 0
 # TYPE costguard_refunded_points_total counter
 costguard_refunded_points_total{plan="free"} 2
 costguard_refunded_points_total{plan="pro"} 18
+`,
+	"costguard_excess_points_total": `
+# HELP costguard_excess_points_total Points debited after execution beyond the price, for responses that held more than it (a list returned more items than the size it was priced at).
+# TYPE costguard_excess_points_total counter
+costguard_excess_points_total{plan="free"} 0
+costguard_excess_points_total{plan="pro"} 7
 `,
 }
 
@@ -204,8 +211,9 @@ func TestScript(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Per plan: 18 decisions (3 kinds, 6 outcomes), 3 cost, 3
-			// charged, fallback, actual, refunded; and the 3 store results.
-			if want := 2*27 + 3; n != want {
+			// charged, fallback, actual, refunded, excess; and the 3 store
+			// results.
+			if want := 2*28 + 3; n != want {
 				t.Errorf("%d series, want %d", n, want)
 			}
 		})
@@ -326,18 +334,21 @@ func TestNegativeValues(t *testing.T) {
 	m, reg := newMetrics(t, prommetrics.WithPlans("free"))
 	m.ObserveDecision(nil)
 	m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeAdmitted,
-		RequestedCost: -5, Charged: -5, Refunded: -5, ActualCost: -5, HasActualCost: true,
+		RequestedCost: -5, Charged: -5, Refunded: -5, Excess: -5, ActualCost: -5, HasActualCost: true,
 		StoreDuration: -time.Second, StoreResult: middleware.StoreOK})
 	err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP costguard_refunded_points_total Points given back to budgets once an operation's actual cost was known.
 # TYPE costguard_refunded_points_total counter
 costguard_refunded_points_total{plan="free"} 0
+# HELP costguard_excess_points_total Points debited after execution beyond the price, for responses that held more than it (a list returned more items than the size it was priced at).
+# TYPE costguard_excess_points_total counter
+costguard_excess_points_total{plan="free"} 0
 # HELP costguard_store_duration_seconds Time spent in the store calls of one decision, by how the last call ended.
 # TYPE costguard_store_duration_seconds histogram
 `+histogram("costguard_store_duration_seconds", `result="error"`, storeLE, make([]int, 12), 0, 0)+
 		histogram("costguard_store_duration_seconds", `result="ok"`, storeLE, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, 0)+
 		histogram("costguard_store_duration_seconds", `result="timeout"`, storeLE, make([]int, 12), 0, 0),
-	), "costguard_refunded_points_total", "costguard_store_duration_seconds")
+	), "costguard_refunded_points_total", "costguard_excess_points_total", "costguard_store_duration_seconds")
 	if err != nil {
 		t.Error(err)
 	}
