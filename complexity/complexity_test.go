@@ -52,6 +52,15 @@ func TestAnchors(t *testing.T) {
 				followers := 1.0 + 10*(1+1)        // followers(first: 10) { edges { node { login } } }
 				return 1 + repos + followers       // viewer
 			}()},
+		// Lists sized by the conventions rather than the default 10.
+		{name: "subgraph-entities", cost: 12 * (1 + 10), nodes: 12 + 12*10, depth: 3}, // 12 representations
+		{name: "github-nodes-ids", cost: 3 * (1 + 10), nodes: 3 + 3*10, depth: 3},     // 3 ids, files(limit: Int = 10)
+		{name: "github-gist-files-limit", cost: 1 + 1 + 300, nodes: 300, depth: 4},
+		{name: "github-commit-contributions", cost: 1 + 1 + 25*(1+1+(1+5)), nodes: 25 + 25*5, depth: 6},
+		{name: "hasura-limit-nested", cost: 20 * (1 + 5), nodes: 20 + 20*5, depth: 3},
+		{name: "hasura-aggregate", cost: 1 + 1 + 5*(1+(1+2)), nodes: 5 + 5*2, depth: 5},
+		// 10 + rows 1 + 1 + (1 + 1 + 1) + payload (1 + 3 × (1 + 2)).
+		{name: "hasura-insert-returning", cost: 10 + 5 + 1 + 3*(1+2), nodes: 3 + 3*2, depth: 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

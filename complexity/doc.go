@@ -40,12 +40,11 @@
 //     argument, coerced (a list-valued one counts its elements), else (c)
 //     @listSize(assumedSize:), else (d) the default list size
 //     (DefaultListSize, WithDefaultListSize). A list of lists is sized once.
+//     (c) and (d) are assumptions: nothing in the request bounds such a
+//     list, and the actual cost counts what it returned.
 //   - With slicingArguments declared, requireOneSlicingArgument defaults to
 //     true: exactly one of them must be non-null (schema defaults count).
-//   - Fields without @listSize follow two conventions (each can be turned
-//     off): first and last are slicing arguments, never required; a field
-//     returning a type named …Connection hands its size to that type's edges
-//     and nodes fields.
+//   - Fields without @listSize follow the list-size conventions below.
 //   - An interface or union costs, in place of typeWeight + Σ children, the
 //     maximum over its possible object types of that type's weight plus the
 //     fields that apply to it; depth and nodes take their own maxima.
@@ -66,6 +65,39 @@
 //   - depth is the longest chain of nested fields, root fields at 1;
 //     fragments add no level. nodes is the sum over composite list fields of
 //     n × the n of every enclosing list field (GitHub's node count).
+//
+// # List-size conventions
+//
+// A field without @listSize is sized by conventions, so that common
+// schemas price with no directive. Each is on by default and has an option
+// to turn it off; the slicing arguments they name are never required (no
+// SLICING_ARGUMENT_REQUIRED), take their schema default when absent, and
+// are held to WithMaxBreadth. A @listSize directive replaces them all.
+//
+//   - first and last are slicing arguments (WithFirstLastConvention).
+//   - A field returning a type named …Connection hands its size to that
+//     type's edges and nodes fields (WithConnectionConvention).
+//   - Count-named arguments (WithCountArgumentConvention): an argument of
+//     type Int, or of a custom scalar whose name contains "Int"
+//     (PositiveInt, Int64, BigInt), whose name, lowercased without
+//     underscores, is limit, count, top, take, size, batchsize, pagesize
+//     or perpage or starts with max, is a slicing argument of a list
+//     field (Hasura's limit, GitHub's maxRepositories) and of a field
+//     returning a …Connection. A non-list field
+//     with first, last or such an argument that returns an object or
+//     interface, not a …Connection, with exactly one list field, itself
+//     without slicing arguments, hands its size to that field: Hasura's
+//     X_aggregate(limit:) { nodes }.
+//   - Key lists (WithKeyListConvention): a list-typed argument named
+//     representations, ids or keys sizes a list field by its length:
+//     federation's _entities(representations:), nodes(ids:).
+//   - Mutation lists (WithMutationListConvention): on the mutation root,
+//     list-typed arguments size a list result by the longest; a non-list
+//     result hands that size to each of its list fields that has no
+//     slicing arguments: Hasura's insert_X(objects:) { returning }.
+//
+// The conventions are resolved once, by New; a request's price reads
+// their arguments as it reads first.
 //
 // # Field counts
 //
@@ -118,9 +150,9 @@
 //     false, each compiled as below when a request first needs it (Compile
 //     compiles the all-false one), so a new document costs one or two
 //     compilations, not one per assignment, before anything is charged.
-//   - Evaluated: when slicing arguments (first, last, @listSize
-//     slicingArguments, the sizes handed to sizedFields and to a
-//     Connection's edges and nodes) or priced arguments read variables,
+//   - Evaluated: when slicing arguments (@listSize slicingArguments or a
+//     convention's, the sizes handed to sizedFields and by a convention)
+//     or priced arguments read variables,
 //     the sub-plan is a tree of the fields already collected (fragments
 //     applied, merged, typed; a fragment spread in many places is one
 //     shared node) holding each field's weight, its constant sizes and

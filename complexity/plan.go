@@ -120,8 +120,8 @@ var errFallback = errors.New("complexity: price from scratch")
 //     returns it;
 //   - @skip/@include conditions only: one constant result per assignment
 //     of the condition variables (at most MaxPlanConditions of them);
-//   - slicing arguments (first, last, @listSize slicingArguments,
-//     including sizes handed to sizedFields) and arguments priced by
+//   - slicing arguments (@listSize slicingArguments or a convention's,
+//     including sizes handed down to other fields) and arguments priced by
 //     argCost: a compiled tree of the collected fields per assignment,
 //     which Evaluate prices with the request's values without walking the
 //     document again.
