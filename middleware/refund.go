@@ -86,6 +86,14 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	if o.charged == 0 && o.shadowed == 0 {
 		return // a dry run: priced, not executed, nothing debited
 	}
+	if opCtx.DisableIntrospection && onlyIntrospection(opCtx.Doc, op.SelectionSet) {
+		// gqlgen refused every __schema and __type it selected, and nothing
+		// else was selected: an invalid request, which pays InvalidCost,
+		// not the introspection cost of each alias. Read now, once every
+		// extension has had its say on DisableIntrospection.
+		e.refuseIntrospection(ctx, st, o, cost)
+		return
+	}
 	var actual int64
 	var err error
 	if costPlan != nil {
@@ -111,13 +119,7 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	settles := o.shadowed == 0 && o.charged == cost
 	switch {
 	case settles && actual < cost && !st.plan.DisableRefund && len(resp.Errors) == 0:
-		if d, ok := e.l.refund(ctx, st.plan, o.trace, cost-actual); ok {
-			o.decision, refunded = d, cost-actual
-		}
-		e.l.refundQuota(ctx, st.plan, &o, cost-actual)
-		if ln := st.currentLane(); o.laneCharged == cost && ln != nil && ln.budget != nil {
-			e.l.refund(ctx, ln.budget, o.laneTrace, cost-actual)
-		}
+		refunded = e.l.refundPaid(ctx, st, &o, cost-actual)
 	case settles && actual > cost:
 		excess = actual - cost
 		e.l.takeExcess(ctx, st, &o, excess, opCtx.OperationName)
@@ -125,6 +127,21 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	st.mu.Lock()
 	st.outcome, st.actual, st.hasActual, st.refunded, st.excess = o, actual, true, refunded, excess
 	st.mu.Unlock()
+}
+
+// refundPaid refunds amount of what request st paid to each budget it was
+// debited from (its bucket, its quota, its lane's budget), updating o, and
+// returns what its bucket took back (0 when the refund failed or was
+// skipped).
+func (l *Limiter) refundPaid(ctx context.Context, st *requestState, o *outcome, amount int64) (refunded int64) {
+	if d, ok := l.refund(ctx, st.plan, o.trace, amount); ok {
+		o.decision, refunded = d, amount
+	}
+	l.refundQuota(ctx, st.plan, o, amount)
+	if ln := st.currentLane(); o.laneCharged == o.charged && ln != nil && ln.budget != nil {
+		l.refund(ctx, ln.budget, o.laneTrace, amount)
+	}
+	return refunded
 }
 
 // takeExcess debits excess, what a response held beyond its price, from
@@ -153,4 +170,57 @@ func (l *Limiter) takeExcess(ctx context.Context, st *requestState, o *outcome, 
 		l.log.WarnContext(ctx, "middleware: a response held more than its price (a list returned more items than the size it was priced at, an assumed size or a slicing argument its resolver ignored); the excess was debited after the response. Give the list a slicing argument or @listSize(assumedSize:) that bounds it",
 			"plan", p.name, "operation", operation, "excess", excess, "excesses_since_last_warning", held+1)
 	}
+}
+
+// refuseIntrospection settles an operation whose every root field gqlgen
+// refused as introspection: it pays InvalidCost, the rest of its price
+// goes back to the budgets debited, refunds on or off.
+func (e *Extension) refuseIntrospection(ctx context.Context, st *requestState, o outcome, cost int64) {
+	invalid := min(st.set.gql.InvalidCost, cost)
+	var refunded int64
+	if o.shadowed == 0 && o.charged == cost && cost > invalid {
+		refunded = e.l.refundPaid(ctx, st, &o, cost-invalid)
+	}
+	st.mu.Lock()
+	st.outcome, st.actual, st.hasActual, st.refunded = o, invalid, true, refunded
+	st.mu.Unlock()
+}
+
+// onlyIntrospection reports whether a root selection set selects __schema
+// or __type and nothing but them and __typename, through fragments too:
+// what gqlgen refuses whole when introspection is off.
+func onlyIntrospection(doc *ast.QueryDocument, set ast.SelectionSet) bool {
+	found := false
+	var walk func(ast.SelectionSet, int) bool
+	walk = func(set ast.SelectionSet, depth int) bool {
+		if depth > 64 {
+			return false // a fragment cycle validation let through: not ours to follow
+		}
+		for _, sel := range set {
+			switch sel := sel.(type) {
+			case *ast.Field:
+				switch sel.Name {
+				case "__schema", "__type":
+					found = true
+				case "__typename":
+				default:
+					return false
+				}
+			case *ast.InlineFragment:
+				if !walk(sel.SelectionSet, depth+1) {
+					return false
+				}
+			case *ast.FragmentSpread:
+				def := sel.Definition
+				if def == nil && doc != nil {
+					def = doc.Fragments.ForName(sel.Name)
+				}
+				if def == nil || !walk(def.SelectionSet, depth+1) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	return walk(set, 0) && found
 }

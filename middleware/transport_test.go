@@ -15,6 +15,7 @@ import (
 
 	"github.com/99designs/gqlgen/client"
 	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
@@ -917,5 +918,64 @@ func TestWebSocketInitFuncPrincipal(t *testing.T) {
 	}
 	if got := a.remaining(""); got != anon {
 		t.Errorf("the address paid for bob: %d, want %d", got, anon)
+	}
+}
+
+// An introspection request the server refuses (gqlgen without its
+// Introspection extension, as here) runs nothing: it pays InvalidCost, not
+// the introspection cost of each aliased __schema after the first. Whether
+// introspection is off is read once every extension has run, so one added
+// after the limiter still counts.
+func TestRefusedIntrospectionPaysInvalidCost(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("{ __typename")
+	for i := range 5 {
+		fmt.Fprintf(&b, " s%d: __schema { queryType { name } }", i)
+	}
+	b.WriteString(" }")
+	doc := b.String() // 4 × 50 past the first __schema
+
+	post := func(a *adopter) (int, gqlResponse) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]string{"query": doc})
+		req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+adopterKey)
+		resp, err := a.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out gqlResponse
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Extensions.Cost == nil {
+			t.Fatalf("decode: %v", err)
+		}
+		return resp.StatusCode, out
+	}
+
+	// Off: refused by gqlgen, 1 point.
+	off := newAdopter(t, middleware.Config{}, nil)
+	status, resp := post(off)
+	if len(resp.Errors) == 0 || resp.Extensions.Cost.RequestedQueryCost != 200 {
+		t.Fatalf("off: status %d, errors %v, requested %d; want an error and 200 requested", status, resp.Errors, resp.Extensions.Cost.RequestedQueryCost)
+	}
+	if a := resp.Extensions.Cost.ActualQueryCost; a == nil || *a != middleware.DefaultInvalidCost {
+		t.Errorf("off: actualQueryCost %v, want %d", a, middleware.DefaultInvalidCost)
+	}
+	if got := off.remaining(adopterKey); got != adopterBurst-middleware.DefaultInvalidCost {
+		t.Errorf("off: remaining %d, want %d", got, adopterBurst-middleware.DefaultInvalidCost)
+	}
+	// On, through an Introspection extension added after the limiter: it
+	// runs, and pays its price.
+	on := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+		h := lim.Handler(srv)
+		srv.Use(extension.Introspection{})
+		return h
+	})
+	if status, resp := post(on); len(resp.Errors) != 0 || status != http.StatusOK {
+		t.Fatalf("on: status %d, errors %v", status, resp.Errors)
+	}
+	if got := on.remaining(adopterKey); got != adopterBurst-200 {
+		t.Errorf("on: remaining %d, want %d", got, adopterBurst-200)
 	}
 }
