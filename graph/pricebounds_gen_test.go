@@ -158,6 +158,84 @@ func (g *opGen) sliceArg(nonNull bool) string {
 	return g.variable(typ, value)
 }
 
+// The numbers of ids nodes is asked for: none, around the seeded objects
+// (4 users, 9 repositories, 14 issues), the default list size 10, the
+// example server's breadth cap and nodes' own cap (100), and beyond.
+var genIDCounts = []int{0, 1, 2, 3, 5, 9, 10, 11, 14, 15, 25, 99, 100, 101, 150}
+
+// idValues writes n ids as GraphQL string literals (JSON strings too):
+// drawn one by one (seeded, unknown, repeated), every issue ID in turn (the
+// seeded ones, then unknown ones), or one id repeated.
+func (g *opGen) idValues() []string {
+	ids := make([]string, genIDCounts[g.pick(len(genIDCounts))])
+	switch g.pick(3) {
+	case 0:
+		for i := range ids {
+			ids[i] = genIDs[g.pick(len(genIDs))]
+		}
+	case 1:
+		for i := range ids {
+			ids[i] = fmt.Sprintf("I_%d", i+1)
+		}
+	default:
+		id := genIDs[g.pick(len(genIDs))]
+		for i := range ids {
+			ids[i] = id
+		}
+	}
+	for i, id := range ids {
+		q, _ := json.Marshal(id)
+		ids[i] = string(q)
+	}
+	return ids
+}
+
+// idsArg is the value of nodes' ids argument ([ID!]!): a list literal, one
+// id not in a list (input coercion makes it a list of one), a list literal
+// with a variable among its elements, or a variable of list type sent as a
+// JSON list, as one string, with numbers, or not at all (its default).
+func (g *opGen) idsArg() string {
+	ids := g.idValues()
+	list := "[" + strings.Join(ids, ", ") + "]"
+	single := `"U_alice"`
+	if len(ids) > 0 {
+		single = ids[0]
+	}
+	switch g.pick(6) {
+	case 0, 1:
+		return list
+	case 2:
+		return single
+	case 3:
+		return "[" + strings.Join(append(ids, g.variable("ID!", single)), ", ") + "]"
+	}
+	typ := "[ID!]!"
+	if g.pick(4) == 3 {
+		typ = "[ID!] = " + list // a nullable variable with a default, sent or not
+	}
+	var value string
+	switch g.pick(6) {
+	case 0, 1, 2:
+		value = list
+	case 3: // one string: coerced to a list of one
+		value = single
+	case 4: // absent: the default if any, else refused
+		value = ""
+	default: // numbers are IDs too
+		value = "[" + strings.Join(append([]string{"17", "3"}, ids...), ", ") + "]"
+	}
+	return g.variable(typ, value)
+}
+
+// limitArg writes the optional limit argument of recentIssues: absent (its
+// schema default, 5), or any value a first may take.
+func (g *opGen) limitArg() string {
+	if g.pick(3) == 0 {
+		return ""
+	}
+	return "(limit: " + g.sliceArg(false) + ")"
+}
+
 // firstLast writes the optional first/last arguments of repos and issues.
 func (g *opGen) firstLast() string {
 	var args []string
@@ -246,6 +324,7 @@ var genFields = map[string][]genField{
 			}
 			return "(" + q + ", first: " + g.sliceArg(false) + ")"
 		}, "SearchResult"},
+		{"nodes", func(g *opGen) string { return "(ids: " + g.idsArg() + ")" }, "Node"},
 		{"__typename", nil, ""},
 	},
 	"User": {
@@ -255,6 +334,7 @@ var genFields = map[string][]genField{
 		{"repos", (*opGen).firstLast, "Repository"},
 		{"followers", func(g *opGen) string { return "(first: " + g.sliceArg(true) + ")" }, "UserConnection"},
 		{"recommendations", nil, "Repository"},
+		{"recentIssues", (*opGen).limitArg, "Issue"},
 		{"__typename", nil, ""},
 	},
 	"Repository": {

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,8 +38,9 @@ import (
 //   - every list a field returns (root, nested, under a union or interface
 //     member, aliased) is no longer than the Multiplier the field was priced
 //     at, and that Multiplier is at least the page size the resolver was
-//     asked for (the smaller of first and last, or the first of the
-//     connection that hands its size down with sizedFields);
+//     asked for (the smaller of first and last, the value of limit, the
+//     number of ids, or the first of the connection that hands its size
+//     down with sizedFields);
 //   - every field that executed was priced (it has a line in Report.Fields),
 //     no executed field is deeper than Report.Depth, and an operation priced
 //     without a list of objects has 0 nodes;
@@ -49,7 +51,10 @@ import (
 // Operations gqlgen refuses (parse or validation errors, variables it cannot
 // coerce) are skipped: they never reach pricing. The corpus keeps the
 // inputs that found issue 9's bypass (an Int variable sent as a numeric
-// string, priced at the default list size): files named issue9-*.
+// string, priced at the default list size): files named issue9-*. Files
+// named gen-nodes-* and gen-recent-issues-* run Query.nodes and
+// User.recentIssues, lists sized by the length of ids and by limit, which
+// carry no cost directive.
 
 // Generous analyzer options: the default list size of the example server,
 // caps that only keep fuzzed executions small, a breakdown that never
@@ -219,9 +224,9 @@ func responsePath(path ast.Path) string {
 }
 
 // requestedSize is the most items the example resolvers may return for
-// this field, as they were called: the smaller of a non-null first and last
-// (repos, issues, search and followers all slice that way), or for a field a
-// parent names in @listSize(sizedFields:), the parent's. -1: unbounded.
+// this field, as they were called: what its own arguments ask for (see
+// ownSlice), or for a field a parent names in @listSize(sizedFields:), the
+// parent's. -1: unbounded.
 func requestedSize(fc *graphql.FieldContext) int64 {
 	if n := ownSlice(fc); n >= 0 {
 		return n
@@ -244,30 +249,52 @@ func requestedSize(fc *graphql.FieldContext) int64 {
 	return -1
 }
 
+// ownSlice is the page size a field's own arguments ask for, as the
+// example resolvers read them: the smaller of a non-null first and last
+// (repos, issues, search and followers), the value of limit, its schema
+// default when null (recentIssues), or the number of ids (nodes, one item
+// per id). -1: none of these.
 func ownSlice(fc *graphql.FieldContext) int64 {
 	n := int64(-1)
-	for _, name := range []string{"first", "last"} {
-		v, ok := fc.Args[name]
-		if !ok {
-			continue
-		}
-		var x int64
-		switch t := v.(type) {
-		case int:
-			x = int64(t)
-		case *int:
-			if t == nil {
-				continue
-			}
-			x = int64(*t)
-		default:
-			continue
-		}
+	smaller := func(x int64) {
 		if n < 0 || x < n {
 			n = x
 		}
 	}
+	for _, name := range []string{"first", "last", "limit"} {
+		v, ok := fc.Args[name]
+		if !ok {
+			continue
+		}
+		switch t := v.(type) {
+		case int:
+			smaller(int64(t))
+		case *int:
+			if t != nil {
+				smaller(int64(*t))
+			} else if d := schemaDefault(fc, name); name == "limit" && d >= 0 {
+				smaller(d)
+			}
+		}
+	}
+	if ids, ok := fc.Args["ids"].([]string); ok {
+		smaller(int64(len(ids)))
+	}
 	return n
+}
+
+// schemaDefault is the Int default the schema declares for the argument
+// name of fc's field; -1 when it has none.
+func schemaDefault(fc *graphql.FieldContext, name string) int64 {
+	arg := fc.Field.Definition.Arguments.ForName(name)
+	if arg == nil || arg.DefaultValue == nil {
+		return -1
+	}
+	d, err := strconv.ParseInt(arg.DefaultValue.Raw, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return d
 }
 
 // boundsResult is what one execution showed.
@@ -615,6 +642,21 @@ var priceBoundsSeeds = []struct{ query, variables string }{
 	// an error), and its dryRun changes nothing here.
 	{`query($d: Boolean) { rateLimit(dryRun: $d) { limit cost remaining used resetAt nodeCount } user(login: "octocat") { repos(first: 2) { issues(first: 1) { title } } } }`, `{"d": true}`},
 	{`mutation { rateLimit(dryRun: true) { cost } createIssue(repo: "linguist", title: "Bug") { id } }`, ``},
+	// nodes is sized by the length of ids (a key list): one item per id,
+	// null for an unknown one, duplicates kept; a single id is a list of
+	// one, literal or sent; more than 100 ids the resolver refuses, as the
+	// example server's breadth cap does.
+	{`{ nodes(ids: ["U_octocat", "R_hello-world", "nope", "I_3", "U_octocat"]) { id ... on User { repos(first: 2) { name } } ... on Repository { issues(last: 1) { title } } } one: nodes(ids: "U_bob") { __typename } }`, ``},
+	{`query($ids: [ID!]!) { nodes(ids: $ids) { ... on Issue { title } ... on User { recentIssues(limit: 1) { id } } } }`, `{"ids": ["I_1", "I_2", "I_3", "I_4", "I_5", "I_6", "I_7", "I_8", "I_9", "I_10", "I_11", "I_12", "I_13", "I_14", "U_alice", "nope"]}`},
+	{`query($ids: [ID!]!) { nodes(ids: $ids) { id } }`, `{"ids": "R_linguist"}`},
+	{`query($id: ID!, $ids: [ID!] = ["I_1", "I_2"]) { a: nodes(ids: [$id, "U_carol", $id]) { id } b: nodes(ids: $ids) { id } }`, `{"id": "U_bob"}`},
+	{`query($ids: [ID!]!) { nodes(ids: $ids) { id } }`, `{"ids": [` + strings.Repeat(`"U_bob", `, 100) + `"U_bob"]}`},
+	// recentIssues is sized by limit (a count-named argument): 5 when
+	// absent, the resolver's 5 when null.
+	{`{ user(login: "octocat") { recentIssues { title } all: recentIssues(limit: 25) { id } none: recentIssues(limit: 0) { id } } }`, ``},
+	{`query($l: Int) { user(login: "octocat") { recentIssues(limit: $l) { id } null: recentIssues(limit: null) { id } } }`, `{"l": "+12"}`},
+	{`query($l: Int = 7) { user(login: "alice") { recentIssues(limit: $l) { id } } }`, `{}`},
+	{`{ user(login: "bob") { recentIssues(limit: -1) { id } } }`, ``},
 }
 
 func FuzzPriceBoundsExecution(f *testing.F) {
