@@ -23,9 +23,13 @@
 // owed (so a second outage before the store is told cannot hand the same
 // points out again), and the debt becomes due: Due hands it to the caller,
 // which debits it from the store (saturating at empty: those points were
-// spent) and observes the answer. So over any series of outages one
+// spent) and observes the answer. A budget the store is not asked about
+// again would keep its debt, so the caller also takes every debt at once
+// when the store answers after an outage (TakeOwed), whatever budget it
+// answered for, and debits each. So over any series of outages one
 // process admits on a budget at most what it last knew + rate × the total
-// outage time, not that much again each outage.
+// outage time, not that much again each outage, and the store learns it
+// as soon as those debits are through.
 //
 // The table is bounded (Config.MaxBudgets): a new budget in a full shard
 // evicts an arbitrary one, which is then unknown again, so empty: the
@@ -76,10 +80,10 @@ type Store struct {
 	perShard int
 	seed     maphash.Seed
 	shards   [shards]shard
-	// dues counts the budgets with a debt due (at least: an evicted one
-	// is not subtracted), so that Due takes no lock while there is none,
-	// which is whenever no outage just ended.
-	dues atomic.Int64
+	// dues counts the budgets with a debt due and owing those with a
+	// debt (put keeps both), so that Due and TakeOwed take no lock while
+	// there is none, which is whenever no outage just ended.
+	dues, owing atomic.Int64
 }
 
 var (
@@ -110,6 +114,8 @@ type Debt = limiter.Request
 type shard struct {
 	sync.Mutex
 	m map[budget]state
+	// owing holds the budgets of m with a debt, for TakeOwed.
+	owing map[budget]struct{}
 }
 
 // New validates cfg and returns an empty Store.
@@ -126,6 +132,7 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{clock: cfg.Clock, perShard: max(1, (cfg.MaxBudgets+shards-1)/shards), seed: maphash.MakeSeed()}
 	for i := range s.shards {
 		s.shards[i].m = make(map[budget]state)
+		s.shards[i].owing = make(map[budget]struct{})
 	}
 	return s, nil
 }
@@ -135,6 +142,9 @@ func (s *Store) Close() error {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.Lock()
+		for b, st := range sh.m {
+			s.count(sh, b, st, state{})
+		}
 		clear(sh.m)
 		sh.Unlock()
 	}
@@ -203,9 +213,6 @@ func (s *Store) observe(b budget, limit limiter.Limit, cost int64, d limiter.Dec
 		// less that, until the debt is paid.
 		st = debit(st, old.owed)
 		st.owed, st.due = old.owed, true
-		if !old.due {
-			s.dues.Add(1)
-		}
 	}
 	s.put(sh, b, st)
 	sh.Unlock()
@@ -242,9 +249,41 @@ func (s *Store) Due(key, name string) (d Debt, ok bool) {
 	}
 	d = Debt{Key: key, Name: name, Limit: st.limit, Cost: st.owed}
 	st.owed, st.due = 0, false
-	sh.m[b] = st
-	s.dues.Add(-1)
+	s.put(sh, b, st)
 	return d, true
+}
+
+// Owing is how many budgets hold a debt, due or not.
+func (s *Store) Owing() int { return int(s.owing.Load()) }
+
+// TakeOwed returns up to n debts, due or not, and forgets them, as Due
+// does one: the caller debits each from the store once it answers again,
+// observes the answer, and hands back with Owe what it could not debit.
+// Calls until it returns none take every debt; there are at most
+// Config.MaxBudgets.
+func (s *Store) TakeOwed(n int) []Debt {
+	if n <= 0 || s.owing.Load() <= 0 {
+		return nil
+	}
+	var debts []Debt
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.Lock()
+		for b := range sh.owing {
+			if len(debts) == n {
+				break
+			}
+			st := sh.m[b]
+			debts = append(debts, Debt{Key: b.key, Name: b.name, Limit: st.limit, Cost: st.owed})
+			st.owed, st.due = 0, false
+			s.put(sh, b, st) // deletes b from sh.owing: allowed while ranging
+		}
+		sh.Unlock()
+		if len(debts) == n {
+			break
+		}
+	}
+	return debts
 }
 
 // Owe records n points owed on d's budget again (a debit the store could
@@ -259,7 +298,7 @@ func (s *Store) Owe(d Debt) {
 	defer sh.Unlock()
 	if st, ok := sh.m[b]; ok && st.limit == d.Limit {
 		st.owed = min(st.owed+d.Cost, 1<<62)
-		sh.m[b] = st
+		s.put(sh, b, st)
 	}
 }
 
@@ -307,15 +346,40 @@ func empty(limit limiter.Limit, now int64) state {
 }
 
 // put stores st for b, evicting an arbitrary budget when the shard is
-// full; sh is locked.
+// full; sh is locked. Every state is written here, so that the debts are
+// counted right.
 func (s *Store) put(sh *shard, b budget, st state) {
-	if _, ok := sh.m[b]; !ok && len(sh.m) >= s.perShard {
-		for k := range sh.m {
+	old, ok := sh.m[b]
+	if !ok && len(sh.m) >= s.perShard {
+		for k, v := range sh.m {
+			s.count(sh, k, v, state{})
 			delete(sh.m, k)
 			break
 		}
 	}
+	s.count(sh, b, old, st)
 	sh.m[b] = st
+}
+
+// count moves b's debt from old to st in the counts and in sh.owing; sh
+// is locked. The zero state stands for no budget.
+func (s *Store) count(sh *shard, b budget, old, st state) {
+	if was, is := old.owed > 0, st.owed > 0; was != is {
+		if is {
+			sh.owing[b] = struct{}{}
+			s.owing.Add(1)
+		} else {
+			delete(sh.owing, b)
+			s.owing.Add(-1)
+		}
+	}
+	if was, is := old.due && old.owed > 0, st.due && st.owed > 0; was != is {
+		if is {
+			s.dues.Add(1)
+		} else {
+			s.dues.Add(-1)
+		}
+	}
 }
 
 // get is b's state under limit at now, known or empty; sh is locked.

@@ -299,3 +299,61 @@ func TestDebtsOfNamedBudgets(t *testing.T) {
 		t.Errorf("owed again: %+v %v", d, ok)
 	}
 }
+
+// TakeOwed hands over every debt, due or not, each once, bounded by its
+// argument; Owing counts them, evicted and cleared budgets included.
+func TestTakeOwed(t *testing.T) {
+	s, _ := newStore(t, 0)
+	full := limiter.Decision{Allowed: true, Limit: 100, Remaining: 100}
+	for _, key := range []string{"a", "b", "c"} {
+		s.Observe(key, bucket, 0, full)
+	}
+	for _, key := range []string{"a", "b"} { // the outage: 5 points on each
+		if d, err := s.Take(ctx, key, bucket, 5); err != nil || !d.Allowed {
+			t.Fatalf("%s: %+v %v", key, d, err)
+		}
+	}
+	if got := s.Owing(); got != 2 {
+		t.Fatalf("owing %d budgets, want 2", got)
+	}
+	s.Observe("a", bucket, 0, full) // the store answers for a: its debt is due; b's is not
+	if got := s.TakeOwed(0); got != nil {
+		t.Errorf("TakeOwed(0) = %+v", got)
+	}
+	first := s.TakeOwed(1)
+	rest := s.TakeOwed(10)
+	if len(first) != 1 || len(rest) != 1 {
+		t.Fatalf("TakeOwed(1) = %+v, then %+v", first, rest)
+	}
+	got := map[string]int64{first[0].Key: first[0].Cost, rest[0].Key: rest[0].Cost}
+	if got["a"] != 5 || got["b"] != 5 || first[0].Limit != bucket {
+		t.Errorf("debts %+v %+v, want 5 on a and on b", first, rest)
+	}
+	if again := s.TakeOwed(10); len(again) != 0 || s.Owing() != 0 {
+		t.Errorf("taken twice: %+v, owing %d", again, s.Owing())
+	}
+	if d, ok := s.Due("a", ""); ok {
+		t.Errorf("due after TakeOwed: %+v", d)
+	}
+	// A debit the store could not take is owed again, and taken again.
+	s.Owe(first[0])
+	if got := s.TakeOwed(10); len(got) != 1 || got[0] != first[0] {
+		t.Errorf("owed again: %+v, want %+v", got, first[0])
+	}
+	// A budget that leaves the table takes its debt with it: the count
+	// follows.
+	s.Take(ctx, "c", bucket, 5)
+	s.Close()
+	if s.Owing() != 0 || len(s.TakeOwed(10)) != 0 {
+		t.Errorf("after Close: owing %d", s.Owing())
+	}
+	small, _ := newStore(t, 1) // one budget a shard
+	for i := range 200 {
+		key := fmt.Sprint("user:", i)
+		small.Observe(key, bucket, 0, full)
+		small.Take(ctx, key, bucket, 1)
+	}
+	if n, held := small.Owing(), len(small.TakeOwed(1000)); n != held || n > 64 {
+		t.Errorf("owing %d, %d debts held, table of 64", n, held)
+	}
+}
