@@ -171,10 +171,10 @@ var flagFor = map[string]string{
 	"defaultListSize": "-default-list-size", "mutationBaseCost": "-mutation-base-cost",
 	"firstLast": "-first-last-convention", "connections": "-connection-convention",
 	"countArguments": "-count-argument-convention", "keyLists": "-key-list-convention",
-	"mutationLists": "-mutation-list-convention",
-	"freeIntrospection": "-free-introspection", "introspectionCost": "-introspection-cost",
+	"mutationLists": "-mutation-list-convention", "freeIntrospection": "-free-introspection",
+	"introspectionCost": "-introspection-cost", "breakdownLimit": "-breakdown-limit",
 	"maxDepth": "-max-depth", "maxBreadth": "-max-breadth", "maxNodes": "-max-nodes", "maxCost": "-max-cost",
-	"maxAliases": "-max-aliases", "maxRootFields": "-max-root-fields", "breakdownLimit": "-breakdown-limit",
+	"maxAliases": "-max-aliases", "maxRootFields": "-max-root-fields",
 }
 
 // caseArgs turns a golden case header into CLI arguments. A case with an
