@@ -301,8 +301,8 @@ func BenchmarkActualCost(b *testing.B) {
 		{"1MB", actualPageQuery(100, 60), actualPage(100, 60)},
 		// 1,000 union results: with __typename, and without, when each
 		// object is matched against the members by its keys.
-		{"union-typename", `{ search(query: "o", first: 100) { __typename ` + unionMembers + ` } }`, unionResults(true)},
-		{"union-keys", `{ search(query: "o", first: 100) { ` + unionMembers + ` } }`, unionResults(false)},
+		{"union-typename", `{ search(query: "o", first: 1000) { __typename ` + unionMembers + ` } }`, unionResults(true)},
+		{"union-keys", `{ search(query: "o", first: 1000) { ` + unionMembers + ` } }`, unionResults(false)},
 	} {
 		p := prepare(b, schema, c.query, nil)
 		r, err := a.AnalyzeOperation(p.doc, p.op, p.vars)
