@@ -27,7 +27,7 @@ import (
 	"github.com/costguard/costguard/graph"
 )
 
-// The differential test of issue 9, "price what executes": operations are
+// The differential test "price what executes": operations are
 // executed by a real gqlgen server (POST transport, so variables are decoded
 // and coerced exactly as in production), the analyzer prices the document,
 // operation and coerced variables gqlgen hands to extensions, and what
@@ -50,8 +50,8 @@ import (
 //
 // Operations gqlgen refuses (parse or validation errors, variables it cannot
 // coerce) are skipped: they never reach pricing. The corpus keeps the
-// inputs that found issue 9's bypass (an Int variable sent as a numeric
-// string, priced at the default list size): files named issue9-*. Files
+// inputs that found a bypass (an Int variable sent as a numeric string,
+// priced at the default list size): files named issue9-*. Files
 // named gen-nodes-* and gen-recent-issues-* run Query.nodes and
 // User.recentIssues, lists sized by the length of ids and by limit, which
 // carry no cost directive.
