@@ -485,6 +485,9 @@ type Limiter struct {
 	clock    limiter.Clock
 	start    time.Time
 
+	// flush debits the fallback's debts once the store answers (repay.go).
+	flush flusher
+
 	// Warnings logged at most once a minute: a wrapper without its
 	// extension (the others are per plan).
 	notInstalledWarn everyMinute
@@ -593,10 +596,14 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// Close gives the leases of SplitBudget plans back to the store and
-// releases the in-memory stores the Limiter created. It does not close
-// Config.Store.
-func (l *Limiter) Close() error { return l.stores.Close() }
+// Close stops the background repayment of what the fail-open fallback
+// admitted (a debit in flight ends within StoreTimeout), gives the leases
+// of SplitBudget plans back to the store and releases the in-memory
+// stores the Limiter created. It does not close Config.Store.
+func (l *Limiter) Close() error {
+	l.flush.stop()
+	return l.stores.Close()
+}
 
 // buildStores puts the stores together (package limiter/stack): the store
 // behind the over-limit cache when that is on, split-budget leases when a
