@@ -27,9 +27,10 @@
 // again would keep its debt, so the caller also takes every debt at once
 // when the store answers after an outage (TakeOwed), whatever budget it
 // answered for, and debits each. So over any series of outages one
-// process admits on a budget at most what it last knew + rate × the total
-// outage time, not that much again each outage, and the store learns it
-// as soon as those debits are through.
+// process admits on a budget last seen with R left at t₀, by t, at most
+// R + rate × (t − t₀) (R + rate × the outage time when outages follow
+// each other), not R again each outage, and the store learns it as soon
+// as those debits are through.
 //
 // The table is bounded (Config.MaxBudgets): a new budget in a full shard
 // evicts an arbitrary one, which is then unknown again, so empty: the
