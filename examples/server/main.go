@@ -3,7 +3,7 @@
 // from one per-principal token bucket.
 //
 //	go run ./examples/server                       # :8080, in-memory budgets
-//	go run ./examples/server -redis redis://localhost:6379/0
+//	go run ./examples/server -redis localhost:6379  # or redis://[:password@]localhost:6379/0
 //	go run ./examples/server -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
 //	go run ./examples/server -config costguard.yaml
 //
@@ -97,8 +97,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	addr := fs.String("addr", ":8080", "listen `address`")
 	adminAddr := fs.String("admin-addr", defaultAdminAddr,
 		"serve /metrics, /healthz and /readyz at this `address`, off the public port (\"\": no admin listener)")
-	redisURL := fs.String("redis", "",
-		"keep budgets in the Redis at this `URL` (default $REDIS_URL; neither: in memory)")
+	redisAddr := fs.String("redis", "",
+		"keep budgets in the Redis at this `address`: host:port, or a URL redis://[:password@]host:port/db (rediss:// for TLS)\n"+
+			"(default $REDIS_URL, which takes the same forms; neither: in memory)")
 	cluster := fs.String("redis-cluster", "",
 		"keep budgets in the Redis Cluster reachable at these comma-separated `host:port`s")
 	cfgPath := fs.String("config", "", "YAML configuration `file` (docs/server.md); unset: built-in defaults")
@@ -131,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	// returns split-budget leases and refunds through the store, and then
 	// the store closes, which sends what its batcher holds and closes the
 	// client.
-	st, err := openStore(ctx, *redisURL, *cluster)
+	st, err := openStore(ctx, *redisAddr, *cluster)
 	if err != nil {
 		return err
 	}

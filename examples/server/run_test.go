@@ -257,7 +257,8 @@ func TestRunRefusesToStart(t *testing.T) {
 			"invalid configuration: " + badRoute + `: REST route "GET /api/search" costs 100000`},
 		{"both stores", "", []string{"-redis", "redis://127.0.0.1:1", "-redis-cluster", "127.0.0.1:2"}, errUsage, "exclude each other"},
 		{"bad redis URL", "", []string{"-redis", "http://127.0.0.1:1"}, errUsage, "-redis:"},
-		{"bad REDIS_URL", "mongodb://127.0.0.1:1", nil, errUsage, "-redis:"},
+		{"bad REDIS_URL", "mongodb://127.0.0.1:1", nil, errUsage, "$REDIS_URL: redis: invalid URL scheme: mongodb"},
+		{"redis garbage", "", []string{"-redis", "garbage"}, errUsage, `-redis: "garbage" is not host:port`},
 		{"bad cluster address", "", []string{"-redis-cluster", "127.0.0.1:7000,nohost"}, errUsage, `"nohost" is not host:port`},
 		{"empty cluster list", "", []string{"-redis-cluster", " , "}, errUsage, "no addresses"},
 	}

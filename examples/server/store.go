@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,16 +33,18 @@ type budgetStore struct {
 	close    func() error // run calls it after the HTTP server has shut down
 }
 
-// openStore connects to a single Redis (redisURL, else $REDIS_URL) or a
+// openStore connects to a single Redis (redisAddr, else $REDIS_URL) or a
 // Cluster (clusterAddrs, comma-separated host:port seeds), or returns the
 // in-memory default when neither is given. -redis and -redis-cluster
 // exclude each other; an explicit -redis-cluster overrides $REDIS_URL.
-func openStore(ctx context.Context, redisURL, clusterAddrs string) (*budgetStore, error) {
-	if redisURL != "" && clusterAddrs != "" {
+// redisAddr and $REDIS_URL take a URL or host:port (redisOptions).
+func openStore(ctx context.Context, redisAddr, clusterAddrs string) (*budgetStore, error) {
+	if redisAddr != "" && clusterAddrs != "" {
 		return nil, fmt.Errorf("%w: -redis and -redis-cluster exclude each other", errUsage)
 	}
-	if redisURL == "" && clusterAddrs == "" {
-		redisURL = os.Getenv("REDIS_URL")
+	source := "-redis"
+	if redisAddr == "" && clusterAddrs == "" {
+		redisAddr, source = os.Getenv("REDIS_URL"), "$REDIS_URL"
 	}
 	var (
 		client   redis.UniversalClient
@@ -47,10 +52,10 @@ func openStore(ctx context.Context, redisURL, clusterAddrs string) (*budgetStore
 		describe string
 	)
 	switch {
-	case redisURL != "":
-		opts, err := redis.ParseURL(redisURL)
+	case redisAddr != "":
+		opts, err := redisOptions(redisAddr)
 		if err != nil {
-			return nil, fmt.Errorf("%w: -redis: %w", errUsage, err)
+			return nil, fmt.Errorf("%w: %s: %w", errUsage, source, err)
 		}
 		// Honour the middleware's per-call deadline on the socket too.
 		opts.ContextTimeoutEnabled = true
@@ -100,7 +105,69 @@ func pingMasters(ctx context.Context, c *redis.ClusterClient) error {
 	})
 }
 
-// splitAddrs parses "host:port,host:port".
+// redisOptions reads the address of one Redis, as -redis and $REDIS_URL
+// take it: a URL (redis://[[user]:password@]host[:port][/db], rediss:// for
+// TLS, unix:///path/to/socket, as go-redis's ParseURL reads them) or a bare
+// host:port ("127.0.0.1:6379", "[::1]:6379", "redis:6379"), which means
+// db 0, no password, no TLS. Its errors never repeat a password.
+func redisOptions(s string) (*redis.Options, error) {
+	if strings.Contains(s, "://") {
+		opts, err := redis.ParseURL(s)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// url.Error quotes the whole URL, password included.
+			return nil, fmt.Errorf("not a valid URL: %w", ue.Err)
+		}
+		return opts, err
+	}
+	if strings.Contains(s, "@") {
+		return nil, errors.New("a user or password needs a URL: redis://[user]:password@host:port/db")
+	}
+	if err := checkHostPort(s); err != nil {
+		return nil, fmt.Errorf("%w; or write a URL: redis://host:port/db", err)
+	}
+	return &redis.Options{Addr: s}, nil
+}
+
+// checkHostPort accepts the address of one Redis node: host:port, the host
+// a name or an IP address (IPv6 in brackets), the port a number from 1 to
+// 65535. An empty host is the local machine, as go-redis dials it.
+func checkHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	switch {
+	case err != nil && isUnbracketedIPv6(a):
+		return fmt.Errorf("%q is not host:port: an IPv6 address goes in brackets, as in [::1]:6379", a)
+	case err != nil, port == "":
+		return fmt.Errorf("%q is not host:port", a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q is not host:port: the port must be a number from 1 to 65535", a)
+	}
+	if _, err := netip.ParseAddr(host); err != nil && !isHostName(host) {
+		return fmt.Errorf("%q is not host:port: %q is neither a host name nor an IP address", a, host)
+	}
+	return nil
+}
+
+// isUnbracketedIPv6 reports whether a is an IPv6 address and a port
+// written without the brackets: "::1:6379".
+func isUnbracketedIPv6(a string) bool {
+	i := strings.LastIndexByte(a, ':')
+	return i > 0 && strings.Contains(a[:i], ":") && net.ParseIP(a[:i]) != nil
+}
+
+// isHostName reports whether s is made of the characters of a DNS name
+// (letters, digits, '-', '_' and '.'); "" is the local machine.
+func isHostName(s string) bool {
+	for _, r := range s {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// splitAddrs parses "host:port,host:port", each as checkHostPort accepts it.
 func splitAddrs(s string) ([]string, error) {
 	var addrs []string
 	for a := range strings.SplitSeq(s, ",") {
@@ -108,8 +175,8 @@ func splitAddrs(s string) ([]string, error) {
 		if a == "" {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return nil, fmt.Errorf("%q is not host:port", a)
+		if err := checkHostPort(a); err != nil {
+			return nil, err
 		}
 		addrs = append(addrs, a)
 	}
