@@ -21,17 +21,22 @@ import (
 // share one Redis that is paused (SIGSTOP) five times for half a second;
 // throughout each pause one principal, with about 480 of 500 points left
 // and a refill of 10 points a second, spends through both processes all
-// their fallbacks allow. Between pauses she is silent: only another
-// principal's requests find Redis answering again. Each process's
+// their fallbacks allow. Between pauses, once another principal's requests
+// find Redis answering again, she is either silent or checks her budget
+// through each process (a free request Redis decides). Each process's
 // fallback admits over all the pauses at most what it last knew of her
 // budget plus the refill meanwhile, not that much again each pause; and
 // once Redis answers, each process debits everything its fallback
-// admitted from it, so that Redis's own bucket, which no process decided
-// from during the pauses, ends as empty as the fallbacks left it
-// (saturated), not with her points for a third process to hand out again.
-// (Redis moves a little even without that: a call that timed out during a
-// pause is still run when it resumes.)
+// admitted from it, so that Redis's own bucket ends as empty as the
+// fallbacks left it (saturated), not with her points for a third process
+// to hand out again. (Redis moves a little even without that: a call that
+// timed out during a pause is still run when it resumes.)
 func TestFailOpenRedisPauses(t *testing.T) {
+	t.Run("silent between pauses", func(t *testing.T) { redisPauses(t, false) })
+	t.Run("checking her budget between pauses", func(t *testing.T) { redisPauses(t, true) })
+}
+
+func redisPauses(t *testing.T, checks bool) {
 	const (
 		pauses    = 5
 		processes = 2
@@ -169,6 +174,11 @@ func TestFailOpenRedisPauses(t *testing.T) {
 		}
 		for i := range processes {
 			middleware.WaitRepaid(limiters[i]) // the flush the answer started
+		}
+		for i := 0; checks && i < processes; i++ {
+			if w := do(t, handlers[i], request{method: "GET", path: "/api/free", header: bearer(aliceKey)}); w.Code != http.StatusOK {
+				t.Fatalf("her check on process %d: %d", i, w.Code)
+			}
 		}
 		t.Logf("pause %d (%v): admitted %v; Redis then has %d left", k+1, time.Since(from).Round(time.Millisecond), pauseLine(admitted, k), redisLeft())
 	}
