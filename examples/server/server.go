@@ -52,6 +52,10 @@ type deps struct {
 	logger *slog.Logger
 	// resolver serves the data; nil: a freshly seeded graph.Resolver.
 	resolver *graph.Resolver
+	// queueTimer times a queued critical request's wait (lanes[].queue);
+	// nil: time.NewTimer. Tests inject one that never fires, so a request
+	// that answers while every slot is held was never queued.
+	queueTimer limiter.Timer
 }
 
 // server is the example API, an http.Handler, and what a reload swaps in
@@ -176,6 +180,11 @@ func (s *server) limiterConfig(cfg config) middleware.Config {
 	mcfg := cfg.limiterConfig()
 	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
 	mcfg.Observer = s.metrics
+	if s.d.queueTimer != nil && mcfg.Overload != nil {
+		oc := *mcfg.Overload
+		oc.Timer = s.d.queueTimer
+		mcfg.Overload = &oc
+	}
 	if s.challenger != nil {
 		mcfg.Challenger = s.challenger
 	}
