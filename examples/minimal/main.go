@@ -1,11 +1,12 @@
 // Command minimal is the smallest complete program that protects a gqlgen
 // server with costguard; the README's "Add it to your gqlgen server" is this
 // file. Every operation is priced and debited from its client's budget
-// before any resolver runs: go run ./examples/minimal, then POST to
-// http://localhost:8080/graphql.
+// before any resolver runs: go run ./examples/minimal [-addr :8080], then
+// POST to http://localhost:8080/graphql.
 package main
 
 import (
+	"flag"
 	"log"
 	"net/http"
 	"time"
@@ -19,6 +20,9 @@ import (
 )
 
 func main() {
+	addr := flag.String("addr", ":8080", "listen `address`")
+	flag.Parse()
+
 	lim, err := middleware.New(middleware.Config{
 		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon", // requests are keyed by client IP until you add API keys
@@ -35,6 +39,6 @@ func main() {
 	srv.SetQueryCache(cache)
 
 	http.Handle("/graphql", lim.Handler(srv)) // the extension, the statuses, the headers
-	hs := &http.Server{Addr: ":8080", ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+	hs := &http.Server{Addr: *addr, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
 	log.Fatal(hs.ListenAndServe()) // with timeouts: a slow client cannot hold a connection
 }
