@@ -22,6 +22,9 @@
 // charges each __schema or __type selection on top. Either way it counts
 // toward depth, nodes, aliases and root fields.
 //
+// With -json the report is one JSON object: complexity.Report's fields, and
+// "operation" always, the operation's name or null for an anonymous one.
+//
 // Exit status: 0 with the report on stdout; 1 when the operation is rejected
 // (a limit, a slicing-argument rule) or the schema, query or variables are
 // invalid, with the errors on stderr, or with -json as
@@ -388,9 +391,21 @@ func (o output) writeJSON(v any) {
 	}
 }
 
+// jsonReport is a report as -json prints it: "operation" is always there,
+// null for an anonymous operation, where complexity.Report omits it. (The
+// shallower field hides the embedded Report's.)
+type jsonReport struct {
+	Operation *string `json:"operation"`
+	*complexity.Report
+}
+
 func (o output) report(r *complexity.Report) int {
 	if o.json {
-		o.writeJSON(r)
+		doc := jsonReport{Report: r}
+		if r.Operation != "" {
+			doc.Operation = &r.Operation
+		}
+		o.writeJSON(doc)
 		return exitOK
 	}
 	name := r.Operation

@@ -122,7 +122,8 @@ func hasLine(out string, fields ...string) bool {
 
 // TestGoldenCasesThroughTheCLI runs every golden case and compares -json
 // output with the expected file: the CLI has a flag for every option a case
-// uses, and prints exactly the library's report.
+// uses, and prints exactly the library's report, with "operation" always
+// present (null for an anonymous operation, which the library's JSON omits).
 func TestGoldenCasesThroughTheCLI(t *testing.T) {
 	paths, err := filepath.Glob(filepath.Join(casesDir, "*.graphql"))
 	if err != nil {
@@ -151,6 +152,11 @@ func TestGoldenCasesThroughTheCLI(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, exp := decode(t, r.stdout), decode(t, string(want))
+			if _, rejected := exp["errors"]; !rejected {
+				if _, named := exp["operation"]; !named {
+					exp["operation"] = nil
+				}
+			}
 			if !reflect.DeepEqual(got, exp) {
 				t.Errorf("CLI output differs from %s.json\n--- got\n%s\n--- want\n%s", name, r.stdout, want)
 			}
@@ -403,7 +409,7 @@ func TestJSONReportShape(t *testing.T) {
 	r := runCost(t, "", "-schema", schemaPath("plain.graphql"), "-query", filepath.Join(casesDir, "seed.graphql"),
 		"-default-list-size", "3", "-json")
 	doc := decode(t, r.stdout)
-	for _, key := range []string{"cost", "depth", "nodes", "fields"} {
+	for _, key := range []string{"operation", "operationType", "cost", "depth", "nodes", "points", "fields"} {
 		if _, ok := doc[key]; !ok {
 			t.Errorf("report lacks %q: %s", key, r.stdout)
 		}
@@ -412,6 +418,39 @@ func TestJSONReportShape(t *testing.T) {
 	first := fields[1].(map[string]any)
 	if first["path"] != "user.repos" || first["multiplier"] != float64(100) || first["cost"] != float64(5100) {
 		t.Errorf("fields[1] = %v", first)
+	}
+}
+
+// -json always carries "operation", for scripts that read it: the name of a
+// named operation, null for an anonymous one, however short the breakdown.
+func TestJSONOperationAlwaysPresent(t *testing.T) {
+	for _, tt := range []struct {
+		query string
+		want  any
+	}{
+		{`{ user { name } }`, nil},
+		{`query { user { name } }`, nil},
+		{`query Named { user { name } }`, "Named"},
+		{`query A { user { name } } query B { users(first: 2) { name } }`, "B"},
+	} {
+		for _, limit := range []string{"0", "10"} {
+			args := []string{"-schema", schemaPath("plain.graphql"), "-query", "-", "-breakdown-limit", limit, "-json"}
+			if tt.want == "B" {
+				args = append(args, "-operation", "B")
+			}
+			r := runCost(t, tt.query, args...)
+			if r.code != 0 {
+				t.Fatalf("%s: exit %d, stderr %s", tt.query, r.code, r.stderr)
+			}
+			got, ok := decode(t, r.stdout)["operation"]
+			if !ok || got != tt.want {
+				t.Errorf("%s, -breakdown-limit %s: operation = %#v (present %v), want %#v:\n%s",
+					tt.query, limit, got, ok, tt.want, r.stdout)
+			}
+			if !strings.HasPrefix(r.stdout, "{\n  \"operation\": ") {
+				t.Errorf("%s: operation is not the first key, as in the library's report:\n%s", tt.query, r.stdout)
+			}
+		}
 	}
 }
 
