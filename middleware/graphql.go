@@ -495,12 +495,14 @@ func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
 		var ge *gqlerror.Error
 		if o.never {
 			ge = pricedError(code, cost, 0,
-				"field %s is limited to %d selections per %s and the operation selects it %d times: it can never run",
-				u.field.coord, u.field.limit.Burst, u.field.limit.Period, u.count)
+				"field %s is limited to %s per %s and the operation selects it %s: it can never run",
+				u.field.coord, plural(u.field.limit.Burst, "selection", "selections"), u.field.limit.Period,
+				plural(u.count, "time", "times"))
 		} else {
 			ge = pricedError(code, cost, o.retryAfter,
-				"field %s is limited to %d selections per %s; the operation selects it %d times and %d are left; retry in %s",
-				u.field.coord, u.field.limit.Burst, u.field.limit.Period, u.count, max(u.d.Remaining, 0), seconds(o.retryAfter))
+				"field %s is limited to %s per %s; the operation selects it %s and %s; retry in %s",
+				u.field.coord, plural(u.field.limit.Burst, "selection", "selections"), u.field.limit.Period,
+				plural(u.count, "time", "times"), plural(max(u.d.Remaining, 0), "is left", "are left"), seconds(o.retryAfter))
 		}
 		ge.Extensions["field"] = u.field.coord
 		for _, name := range u.path {
