@@ -585,13 +585,13 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 }
 
-// TestDocumentedDefaults pins the defaults README.md and docs/cost-model.md
-// state, through behaviour as well as constants.
+// TestDocumentedDefaults pins the defaults docs/cost-model.md and the cost
+// CLI's flags state, through behaviour as well as constants.
 func TestDocumentedDefaults(t *testing.T) {
 	if complexity.DefaultListSize != 10 || complexity.DefaultMutationBaseCost != 10 ||
 		complexity.DefaultBreakdownLimit != 1000 || complexity.DefaultBreakdownBytes != 1<<20 ||
 		complexity.AbsoluteMaxDepth != 10000 {
-		t.Fatal("a documented default changed; update README.md and docs/cost-model.md")
+		t.Fatal("a documented default changed; update docs/cost-model.md")
 	}
 	const sdl = `type Query { xs: [X] x: X } type X { y: Int } type Mutation { m: Int }`
 	r, err := analyze(t, sdl, `{ xs { y } }`, nil)

@@ -22,7 +22,7 @@ func TestReadmeShowsThisProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)\n### Add it to your gqlgen server\n.*?```go\n(.*?)```").FindSubmatch(readme)
+	m := regexp.MustCompile("(?s)\n##+ Add it to your gqlgen server\n.*?```go\n(.*?)```").FindSubmatch(readme)
 	if m == nil {
 		t.Fatal(`README.md has no "Add it to your gqlgen server" section with a Go block`)
 	}

@@ -80,17 +80,6 @@ func TestDocsMatchDefaults(t *testing.T) {
 	}
 }
 
-// The README shows the defaults too, in its Configuration section.
-func TestReadmeMatchesDefaults(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	require.NoError(t, err)
-	m := regexp.MustCompile("(?s)\n## Configuration\n.*?```yaml\n(.*?)```").FindSubmatch(doc)
-	require.NotNil(t, m, "README.md has no Configuration section with a YAML block")
-	got, err := parseConfig(m[1])
-	require.NoError(t, err)
-	assert.Equal(t, defaultConfig(), got, "README.md's defaults drifted from defaultConfig")
-}
-
 func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	m := defaultConfig().limiterConfig()
 	assert.Equal(t, map[string]middleware.Plan{

@@ -17,18 +17,18 @@ import (
 	"github.com/costguard/costguard/middleware"
 )
 
-// readmeSubscription is the README's subscription.
-const readmeSubscription = `subscription { issueCreated(repo: "hello-world") { id title } }`
+// docsSubscription is the subscription docs/gqlgen.md shows.
+const docsSubscription = `subscription { issueCreated(repo: "hello-world") { id title } }`
 
-// The README's subscription over a WebSocket (graphql-transport-ws, the key
+// docs/gqlgen.md's subscription over a WebSocket (graphql-transport-ws, the key
 // in connection_init as a browser sends it): the subscribe pays its price,
 // each event its actual cost, and extensions.cost says so.
-func TestReadmeSubscription(t *testing.T) {
+func TestDocsSubscription(t *testing.T) {
 	ts := newTestServer(t, defaultConfig(), deps{})
 	srv := httptest.NewServer(ts.h)
 	defer srv.Close()
 
-	body, _ := json.Marshal(map[string]string{"query": readmeSubscription})
+	body, _ := json.Marshal(map[string]string{"query": docsSubscription})
 	r := httptest.NewRequest(http.MethodPost, "/graphql", strings.NewReader(string(body)))
 	r.RemoteAddr = alice.remoteAddr
 	r.Header.Set("Authorization", "Bearer "+alice.apiKey)
@@ -39,7 +39,7 @@ func TestReadmeSubscription(t *testing.T) {
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	priced := decodeGraphQL(t, w.Body.Bytes())
 	require.NotNil(t, priced.Extensions.Cost)
-	assert.EqualValues(t, 1, priced.Extensions.Cost.RequestedQueryCost, "the README prices the subscription at 1")
+	assert.EqualValues(t, 1, priced.Extensions.Cost.RequestedQueryCost, "docs/gqlgen.md prices the subscription at 1")
 	before := *priced.Extensions.Cost.ThrottleStatus.CurrentlyAvailable
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -64,7 +64,7 @@ func TestReadmeSubscription(t *testing.T) {
 	}
 	require.NoError(t, wsjson.Write(ctx, c, message{Type: "connection_init", Payload: json.RawMessage(`{"Authorization":"Bearer ` + demoAPIKey + `"}`)}))
 	require.Equal(t, "connection_ack", read().Type)
-	sub, _ := json.Marshal(map[string]string{"query": readmeSubscription})
+	sub, _ := json.Marshal(map[string]string{"query": docsSubscription})
 	require.NoError(t, wsjson.Write(ctx, c, message{ID: "1", Type: "subscribe", Payload: sub}))
 
 	// Open issues (as another client) until the subscription, set up

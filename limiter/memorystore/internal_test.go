@@ -170,8 +170,7 @@ func TestNowIsMonotonic(t *testing.T) {
 	}
 }
 
-// TestDefaults pins the defaults New applies and the README and
-// docs/limiter.md state.
+// TestDefaults pins the defaults New applies and docs/limiter.md states.
 func TestDefaults(t *testing.T) {
 	s, err := New(Config{})
 	if err != nil {
@@ -192,8 +191,7 @@ func TestDefaults(t *testing.T) {
 	}
 
 	for file, phrases := range map[string][]string{
-		"../../README.md":       {"MaxKeys 100,000, 64 shards, sweep every minute", "`memorystore.ErrFull`"},
-		"../../docs/limiter.md": {"| `MaxKeys` | 100,000 |", "| `Shards` | 64 (or `MaxKeys` if smaller) |", "| `SweepInterval` | 1 minute |", "at most 8 heap steps"},
+		"../../docs/limiter.md": {"| `MaxKeys` | 100,000 |", "| `Shards` | 64 (or `MaxKeys` if smaller) |", "| `SweepInterval` | 1 minute |", "at most 8 heap steps", "`memorystore.ErrFull`"},
 	} {
 		b, err := os.ReadFile(file)
 		if err != nil {

@@ -141,12 +141,12 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The README documents this layout and default prefix.
+	// docs/redis.md documents this layout and default prefix.
 	if got, want := s.Key("user42", limiter.TokenBucket), "costguard:{user42}:token_bucket"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
 	}
 	if redisstore.DefaultExpiryMargin != time.Second {
-		t.Errorf("DefaultExpiryMargin = %v; the README says 1s", redisstore.DefaultExpiryMargin)
+		t.Errorf("DefaultExpiryMargin = %v; docs/redis.md says 1s", redisstore.DefaultExpiryMargin)
 	}
 	if redisstore.MaxRawIdentity != 128 {
 		t.Errorf("MaxRawIdentity = %d; docs/redis.md says 128", redisstore.MaxRawIdentity)
