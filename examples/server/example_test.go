@@ -10,8 +10,9 @@ import (
 	"github.com/costguard/costguard/limiter/limitertest"
 )
 
-// The README's session, in-process and on a stopped clock: eight 61-point
-// queries fit in the anonymous plan's 500 points, the ninth waits 353 s.
+// The README's tour, in-process and on a stopped clock: the query is
+// priced 61 and costs 14, so it fits 32 times in the anonymous plan's 500
+// points; the 33rd waits 65 s.
 func Example() {
 	h, cleanup, err := newServer(defaultConfig(), deps{clock: limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))})
 	if err != nil {

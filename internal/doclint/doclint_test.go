@@ -62,3 +62,64 @@ func TestProcessWordsPattern(t *testing.T) {
 		}
 	}
 }
+
+var (
+	fence   = regexp.MustCompile("(?ms)^```.*?^```")
+	heading = regexp.MustCompile(`(?m)^#+ (.*)$`)
+	link    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	notSlug = regexp.MustCompile(`[^\p{L}\p{N}_ -]`)
+)
+
+// anchor is the fragment GitHub gives a heading: lower case, punctuation
+// dropped, spaces as hyphens.
+func anchor(h string) string {
+	return strings.ReplaceAll(notSlug.ReplaceAllString(strings.ToLower(strings.TrimSpace(h)), ""), " ", "-")
+}
+
+// TestDocsLinksResolve: every relative link of the docs names a file that
+// exists and, for a Markdown page, a heading it has, so moving a topic to
+// its page cannot leave a reader at a dead end.
+func TestDocsLinksResolve(t *testing.T) {
+	files := docs(t)
+	anchors := map[string]map[string]bool{}
+	texts := map[string]string{}
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[path] = string(b)
+		set := map[string]bool{}
+		for _, m := range heading.FindAllStringSubmatch(fence.ReplaceAllString(string(b), ""), -1) {
+			set[anchor(m[1])] = true
+		}
+		anchors[filepath.Clean(path)] = set
+	}
+	for _, path := range files {
+		for _, m := range link.FindAllStringSubmatch(texts[path], -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			dest := filepath.Clean(path)
+			if file != "" {
+				dest = filepath.Join(filepath.Dir(path), filepath.FromSlash(file))
+				if _, err := os.Stat(dest); err != nil {
+					t.Errorf("%s: link %s: no such file", filepath.ToSlash(path), target)
+					continue
+				}
+			}
+			if frag == "" || !strings.HasSuffix(dest, ".md") {
+				continue
+			}
+			set, ok := anchors[dest]
+			if !ok {
+				continue // a Markdown file outside the docs, such as a package's
+			}
+			if !set[frag] {
+				t.Errorf("%s: link %s: %s has no heading with that anchor", filepath.ToSlash(path), target, filepath.ToSlash(dest))
+			}
+		}
+	}
+}
