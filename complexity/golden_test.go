@@ -24,7 +24,8 @@ var update = flag.Bool("update", false, "rewrite the expected JSON files in ../t
 // goldenDir holds the cases: NAME.graphql is the query, whose leading
 // "# key: value" comment lines say which schemas (under schemas/), variables,
 // operation and options to use; NAME.json is the expected report or errors
-// document, exactly what `cost -json` prints.
+// document, what `cost -json` prints (which adds "operation": null to the
+// report of an anonymous operation).
 const goldenDir = "../testdata/cost"
 
 type goldenCase struct {
