@@ -39,8 +39,9 @@ const (
 	// timeout does; no call may take much longer ("no hang").
 	failoverCallTimeout = 200 * time.Millisecond
 	// failoverLatencySlack is what a call may take beyond its timeout
-	// (scheduling on a loaded 2-core machine under -race).
-	failoverLatencySlack = 300 * time.Millisecond
+	// (scheduling on a loaded 2-core machine under -race: 518 ms was seen
+	// with other test binaries running); a hang is still seconds past it.
+	failoverLatencySlack = time.Second
 	// failoverLead and failoverTrail are how long the load runs before the
 	// failover starts and after it has completed.
 	failoverLead  = 300 * time.Millisecond
