@@ -88,12 +88,36 @@ func (a *Analyzer) Analyze(doc *ast.QueryDocument, operationName string, variabl
 // rc.Variables). doc is used to find fragments that a spread does not
 // already point to; it may be nil for a validated operation.
 func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any) (*Report, error) {
+	return a.analyze(doc, op, variables, a.cfg.breakdownLimit)
+}
+
+// Explain is AnalyzeOperation with the breakdown on: the same walk, the
+// same totals and the same errors, and Report.Fields listing every priced
+// field, up to the Analyzer's WithBreakdownLimit, else
+// DefaultBreakdownLimit, entries and WithBreakdownBytes bytes of paths
+// (FieldsTruncated says when it stopped). It is the explain view's call,
+// for a request that asks why it costs what it costs; pricing on the
+// request path needs only AnalyzeOperation.
+func (a *Analyzer) Explain(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any) (*Report, error) {
+	return a.analyze(doc, op, variables, a.explainLimit())
+}
+
+// explainLimit is the number of breakdown entries Explain lists.
+func (a *Analyzer) explainLimit() int {
+	if a.cfg.breakdownLimit > 0 {
+		return a.cfg.breakdownLimit
+	}
+	return DefaultBreakdownLimit
+}
+
+// analyze prices op with a breakdown of up to limit entries (0: none).
+func (a *Analyzer) analyze(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, limit int) (*Report, error) {
 	if op == nil {
 		return nil, fmt.Errorf("%w: nil operation", ErrInvalidDocument)
 	}
 	w := a.acquire(doc, op, variables)
 	defer a.release(w)
-	w.explain = a.cfg.breakdownLimit > 0
+	w.explain = limit > 0
 	w.counting = a.counting != nil
 	w.chunked = true // the priced tree is dropped once the report is built
 	set, _, totals, err := w.run()
@@ -110,7 +134,7 @@ func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDef
 	if r.OperationType == "" {
 		r.OperationType = string(ast.Query)
 	}
-	r.Fields = w.breakdown(set.fields, min(int64(a.cfg.breakdownLimit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
+	r.Fields = w.breakdown(set.fields, min(int64(limit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
 	if w.counting {
 		r.FieldCounts = a.counting.fieldCounts(w.counts)
 	}

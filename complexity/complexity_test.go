@@ -91,6 +91,20 @@ func TestAnchors(t *testing.T) {
 // analyze loads sdl and prices query with opts.
 func analyze(t testing.TB, sdl, query string, vars map[string]any, opts ...complexity.Option) (*complexity.Report, error) {
 	t.Helper()
+	a, doc := parseWith(t, sdl, query, opts...)
+	return a.Analyze(doc, "", vars)
+}
+
+// explain is analyze through Explain: the same price, with the breakdown.
+func explain(t testing.TB, sdl, query string, vars map[string]any, opts ...complexity.Option) (*complexity.Report, error) {
+	t.Helper()
+	a, doc := parseWith(t, sdl, query, opts...)
+	return a.Explain(doc, doc.Operations[0], vars)
+}
+
+// parseWith loads sdl into an Analyzer with opts, and parses query.
+func parseWith(t testing.TB, sdl, query string, opts ...complexity.Option) (*complexity.Analyzer, *ast.QueryDocument) {
+	t.Helper()
 	schema, err := complexity.LoadSchema(&ast.Source{Name: "schema.graphql", Input: sdl})
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +117,7 @@ func analyze(t testing.TB, sdl, query string, vars map[string]any, opts ...compl
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a.Analyze(doc, "", vars)
+	return a, doc
 }
 
 const nestSDL = `type Query { n: N } type N { n: N leaf: Int list(first: Int): [N] }`
@@ -188,7 +202,7 @@ func TestTenThousandAliases(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != complexity.CodeMaxRootFieldsExceeded || ce.Value != 10000 {
 		t.Fatalf("err = %v, want MAX_ROOT_FIELDS_EXCEEDED with 10000", err)
 	}
-	r, err := analyze(t, nestSDL, b.String(), nil)
+	r, err := explain(t, nestSDL, b.String(), nil)
 	if err != nil || r.Cost.Points() != 10000 || len(r.Fields) != complexity.DefaultBreakdownLimit || !r.FieldsTruncated {
 		t.Fatalf("uncapped: err %v, cost %v, %d fields", err, r.Cost, len(r.Fields))
 	}
@@ -211,7 +225,7 @@ const fanoutSDL = `type Query { node: Node } type Node { a: Node b: Node leaf: I
 func TestFragmentFanOutIsLinear(t *testing.T) {
 	// 40 levels expand to 2^41 fields: this only finishes because each
 	// fragment is priced once. node = 1 + F1, F_k = 2 × (1 + F_k+1), F_40 = 2.
-	r, err := analyze(t, fanoutSDL, fanout(40), nil)
+	r, err := explain(t, fanoutSDL, fanout(40), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +242,7 @@ func TestFragmentFanOutIsLinear(t *testing.T) {
 func TestBreakdownBytes(t *testing.T) {
 	long := strings.Repeat("k", 100_000)
 	q := "{ " + long + ": node { ...F1 } }\n" + strings.SplitN(fanout(12), "\n", 2)[1]
-	r, err := analyze(t, fanoutSDL, q, nil)
+	r, err := explain(t, fanoutSDL, q, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,10 +254,10 @@ func TestBreakdownBytes(t *testing.T) {
 	if len(r.Fields) != 10 || !r.FieldsTruncated || total > complexity.DefaultBreakdownBytes {
 		t.Errorf("%d fields, %d bytes of paths, truncated %v", len(r.Fields), total, r.FieldsTruncated)
 	}
-	if r, err = analyze(t, fanoutSDL, q, nil, complexity.WithBreakdownBytes(0)); err != nil || len(r.Fields) != complexity.DefaultBreakdownLimit {
+	if r, err = explain(t, fanoutSDL, q, nil, complexity.WithBreakdownBytes(0)); err != nil || len(r.Fields) != complexity.DefaultBreakdownLimit {
 		t.Errorf("no byte cap: %d fields, err %v", len(r.Fields), err)
 	}
-	if r, err = analyze(t, fanoutSDL, `{ node { a { leaf } } }`, nil, complexity.WithBreakdownBytes(10)); err != nil || len(r.Fields) != 2 || !r.FieldsTruncated {
+	if r, err = explain(t, fanoutSDL, `{ node { a { leaf } } }`, nil, complexity.WithBreakdownBytes(10)); err != nil || len(r.Fields) != 2 || !r.FieldsTruncated {
 		t.Errorf("10 bytes: %+v, err %v", r.Fields, err) // node (4), node.a (6), node.a.leaf would pass
 	}
 }
@@ -620,7 +634,7 @@ func TestAbstractMembersInTheBreakdown(t *testing.T) {
 		type X implements I { id: ID n: Int @cost(weight: 3) }
 		type Y @cost(weight: 2) { m: Int }`
 	q := `{ a { ...F } b { ...F } one { id } } fragment F on R { ... on X { n } ... on Y { m } }`
-	r, err := analyze(t, sdl, q, nil)
+	r, err := explain(t, sdl, q, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -720,7 +734,7 @@ func TestBreakdownPathsOutliveTheWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := prepare(t, schema, `{ a { x y { x } } }`, nil)
-	r, err := a.AnalyzeOperation(first.doc, first.op, nil)
+	r, err := a.Explain(first.doc, first.op, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -730,7 +744,7 @@ func TestBreakdownPathsOutliveTheWalk(t *testing.T) {
 	}
 	second := prepare(t, schema, `{ b { y { y { x } } } longerAlias: a { x } }`, nil)
 	for range 3 {
-		if _, err := a.AnalyzeOperation(second.doc, second.op, nil); err != nil {
+		if _, err := a.Explain(second.doc, second.op, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

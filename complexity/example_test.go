@@ -46,6 +46,37 @@ func ExampleAnalyzer_Analyze() {
 	// user.repos.issues.title  ×1   0
 }
 
+// Explain prices as AnalyzeOperation does and lists every priced field:
+// the explain view, built only when asked.
+func ExampleAnalyzer_Explain() {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "schema.graphql", Input: seedSDL})
+	if err != nil {
+		panic(err)
+	}
+	a, err := complexity.New(schema)
+	if err != nil {
+		panic(err)
+	}
+	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`, nil)
+	if errs != nil {
+		panic(errs)
+	}
+	r, err := a.Explain(doc, doc.Operations[0], nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("cost %s, depth %d, nodes %d\n", r.Cost, r.Depth, r.Nodes)
+	for _, f := range r.Fields {
+		fmt.Printf("%-24s ×%-3d %s\n", f.Path, f.Multiplier, f.Cost)
+	}
+	// Output:
+	// cost 5101, depth 4, nodes 5100
+	// user                     ×1   5101
+	// user.repos               ×100 5100
+	// user.repos.issues        ×50  50
+	// user.repos.issues.title  ×1   0
+}
+
 func ExampleAnalyzer_Analyze_maxCost() {
 	schema, err := complexity.LoadSchema(&ast.Source{Name: "schema.graphql", Input: seedSDL})
 	if err != nil {

@@ -25,7 +25,8 @@ var update = flag.Bool("update", false, "rewrite the expected JSON files in ../t
 // "# key: value" comment lines say which schemas (under schemas/), variables,
 // operation and options to use; NAME.json is the expected report or errors
 // document, what `cost -json` prints (which adds "operation": null to the
-// report of an anonymous operation).
+// report of an anonymous operation): the report with its breakdown, priced
+// by Explain.
 const goldenDir = "../testdata/cost"
 
 type goldenCase struct {
@@ -54,7 +55,9 @@ type caseOptions struct {
 	MutationLists     *bool    `json:"mutationLists,omitempty"`
 	FreeIntrospection *bool    `json:"freeIntrospection,omitempty"`
 	IntrospectionCost *float64 `json:"introspectionCost,omitempty"`
-	BreakdownLimit    *int     `json:"breakdownLimit,omitempty"`
+	// BreakdownLimit caps the breakdown, as the CLI's -breakdown-limit
+	// does: 0 prices the totals only.
+	BreakdownLimit *int `json:"breakdownLimit,omitempty"`
 }
 
 func (o caseOptions) list() []complexity.Option {
@@ -204,7 +207,10 @@ func (c goldenCase) run(t testing.TB) (*complexity.Report, error) {
 		t.Fatalf("%s: New: %v", c.name, err)
 	}
 	doc, op, vars := c.prepare(t, schema)
-	return a.AnalyzeOperation(doc, op, vars)
+	if c.options.BreakdownLimit != nil && *c.options.BreakdownLimit == 0 {
+		return a.AnalyzeOperation(doc, op, vars)
+	}
+	return a.Explain(doc, op, vars)
 }
 
 // errorsDoc is the JSON document printed for a rejected operation.

@@ -132,7 +132,8 @@ var errFallback = errors.New("complexity: price from scratch")
 // that does not coerce, a missing required slicing argument), when the
 // operation fails a document limit (depth, root fields) after reading a
 // variable, and when a breakdown (WithBreakdownLimit above 0) is asked of
-// an operation whose price reads variables.
+// an operation whose price reads variables. Plan.Explain always prices
+// from scratch.
 func (a *Analyzer) Compile(doc *ast.QueryDocument, op *ast.OperationDefinition) (*Plan, error) {
 	if op == nil {
 		return nil, fmt.Errorf("%w: nil operation", ErrInvalidDocument)
@@ -212,6 +213,13 @@ func (p *Plan) Evaluate(variables map[string]any) (*Report, error) {
 		return p.a.AnalyzeOperation(p.doc, p.op, variables)
 	}
 	return r, err
+}
+
+// Explain is Analyzer.Explain for the plan's operation: the same Report
+// as Evaluate, with the breakdown. It prices from scratch, as Evaluate
+// does whenever a breakdown is asked of a price that reads variables.
+func (p *Plan) Explain(variables map[string]any) (*Report, error) {
+	return p.a.Explain(p.doc, p.op, variables)
 }
 
 // assignment returns the index of the sub-plan for the condition values

@@ -48,7 +48,9 @@ func priceDiff(r1 *complexity.Report, err1 error, r2 *complexity.Report, err2 er
 }
 
 // checkPlan prices op both ways, twice through the plan (the second
-// evaluation reuses its scratch space), and fails t on any difference.
+// evaluation reuses its scratch space), and fails t on any difference. It
+// explains op both ways too: the same, and the price AnalyzeOperation
+// gives, with the breakdown.
 func checkPlan(t testing.TB, a *complexity.Analyzer, p *complexity.Plan, doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any) {
 	t.Helper()
 	r1, err1 := a.AnalyzeOperation(doc, op, vars)
@@ -58,6 +60,24 @@ func checkPlan(t testing.TB, a *complexity.Analyzer, p *complexity.Plan, doc *as
 			t.Fatalf("evaluation %d with %v: %s", i+1, vars, d)
 		}
 	}
+	e1, eerr1 := a.Explain(doc, op, vars)
+	e2, eerr2 := p.Explain(vars)
+	if d := priceDiff(e1, eerr1, e2, eerr2); d != "" {
+		t.Fatalf("explain with %v: %s", vars, d)
+	}
+	if d := priceDiff(totalsOf(r1), err1, totalsOf(e1), eerr1); d != "" {
+		t.Fatalf("explain with %v prices otherwise: %s", vars, d)
+	}
+}
+
+// totalsOf is a copy of r without its breakdown (nil for nil).
+func totalsOf(r *complexity.Report) *complexity.Report {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.Fields, c.FieldsTruncated = nil, false
+	return &c
 }
 
 // actualDiff describes how two actual costs differ, "" when they are the
@@ -144,8 +164,8 @@ func TestConstantPlanAllocatesNothing(t *testing.T) {
 }
 
 // TestPlanMatchesGolden prices every golden case from scratch and through
-// Compile and Evaluate, with the case's options and again without the
-// breakdown and counting every field of the schema.
+// Compile and Evaluate, with the case's options and the breakdown on, and
+// again without the breakdown and counting every field of the schema.
 func TestPlanMatchesGolden(t *testing.T) {
 	for _, name := range goldenNames(t) {
 		t.Run(name, func(t *testing.T) {
@@ -153,7 +173,7 @@ func TestPlanMatchesGolden(t *testing.T) {
 			schema := c.schema(t)
 			doc, op, vars := c.prepare(t, schema)
 			for _, opts := range [][]complexity.Option{
-				c.options.list(),
+				append([]complexity.Option{complexity.WithBreakdownLimit(complexity.DefaultBreakdownLimit)}, c.options.list()...),
 				append(c.options.list(), complexity.WithBreakdownLimit(0), complexity.WithCountedFields(allCoordinates(schema)...)),
 			} {
 				a, err := complexity.New(schema, opts...)
@@ -172,9 +192,10 @@ func TestPlanMatchesGolden(t *testing.T) {
 }
 
 // TestPlanActualMatchesGolden reads random responses to every golden case
-// from scratch and through the plan, with the case's options and again
-// counting every field, with the variables coerced and as decoded, and
-// the same responses cut short (invalid JSON).
+// from scratch and through the plan, with the case's options and the
+// breakdown on, and again without it counting every field, with the
+// variables coerced and as decoded, and the same responses cut short
+// (invalid JSON).
 func TestPlanActualMatchesGolden(t *testing.T) {
 	for _, name := range goldenNames(t) {
 		t.Run(name, func(t *testing.T) {
@@ -183,7 +204,7 @@ func TestPlanActualMatchesGolden(t *testing.T) {
 			doc, op, vars := c.prepare(t, schema)
 			g := &respGen{rnd: rand.New(rand.NewPCG(5, 6)), schema: schema}
 			for _, opts := range [][]complexity.Option{
-				c.options.list(),
+				append([]complexity.Option{complexity.WithBreakdownLimit(complexity.DefaultBreakdownLimit)}, c.options.list()...),
 				append(c.options.list(), complexity.WithBreakdownLimit(0), complexity.WithCountedFields(allCoordinates(schema)...)),
 			} {
 				a, err := complexity.New(schema, opts...)

@@ -225,7 +225,8 @@ func TestCostReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := a.Analyze(mustParse(t, schema, query61), "", nil)
+	doc := mustParse(t, schema, query61)
+	rep, err := a.Explain(doc, doc.Operations[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
