@@ -87,6 +87,9 @@ func (a *Analyzer) Analyze(doc *ast.QueryDocument, operationName string, variabl
 // OperationContext feeds directly: AnalyzeOperation(rc.Doc, rc.Operation,
 // rc.Variables). doc is used to find fragments that a spread does not
 // already point to; it may be nil for a validated operation.
+//
+// The Report carries no breakdown (Fields empty) unless the Analyzer was
+// built with WithBreakdownLimit: Explain gives one on request.
 func (a *Analyzer) AnalyzeOperation(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any) (*Report, error) {
 	return a.analyze(doc, op, variables, a.cfg.breakdownLimit)
 }

@@ -262,6 +262,75 @@ func TestBreakdownBytes(t *testing.T) {
 	}
 }
 
+// With the defaults AnalyzeOperation builds no breakdown; Explain builds
+// the one an Analyzer with WithBreakdownLimit(DefaultBreakdownLimit)
+// builds, at the same price, for every golden case.
+func TestBreakdownOnlyWhenAsked(t *testing.T) {
+	for _, name := range goldenNames(t) {
+		t.Run(name, func(t *testing.T) {
+			c := loadCase(t, name)
+			if c.options.BreakdownLimit != nil {
+				t.Skip("the case sets its own breakdown limit")
+			}
+			schema := c.schema(t)
+			doc, op, vars := c.prepare(t, schema)
+			plain, err := complexity.New(schema, c.options.list()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			explaining, err := complexity.New(schema, append(c.options.list(), complexity.WithBreakdownLimit(complexity.DefaultBreakdownLimit))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := plain.AnalyzeOperation(doc, op, vars)
+			if err == nil && (len(r.Fields) != 0 || r.FieldsTruncated) {
+				t.Errorf("AnalyzeOperation with the defaults: %d fields, truncated %v", len(r.Fields), r.FieldsTruncated)
+			}
+			e, eerr := plain.Explain(doc, op, vars)
+			w, werr := explaining.AnalyzeOperation(doc, op, vars)
+			if d := priceDiff(w, werr, e, eerr); d != "" {
+				t.Errorf("Explain differs from WithBreakdownLimit(DefaultBreakdownLimit): %s", d)
+			}
+			if eerr == nil && len(e.Fields) == 0 {
+				t.Error("Explain lists no field")
+			}
+			if d := priceDiff(totalsOf(w), werr, totalsOf(r), err); d != "" {
+				t.Errorf("the breakdown changes the price: %s", d)
+			}
+			w2, werr2 := explaining.Explain(doc, op, vars)
+			if d := priceDiff(w, werr, w2, werr2); d != "" {
+				t.Errorf("Explain differs from AnalyzeOperation with the breakdown on: %s", d)
+			}
+		})
+	}
+}
+
+// WithBreakdownLimit(n) caps the breakdown of every call, Explain's too;
+// without it Explain caps at DefaultBreakdownLimit. New(schema) alone
+// builds none.
+func TestBreakdownLimitCapsExplain(t *testing.T) {
+	q := fanout(12) // 2^13 - 1 fields expanded
+	for _, c := range []struct {
+		name          string
+		opts          []complexity.Option
+		analyze, want int
+	}{
+		{"defaults", nil, 0, complexity.DefaultBreakdownLimit},
+		{"limit 0", []complexity.Option{complexity.WithBreakdownLimit(0)}, 0, complexity.DefaultBreakdownLimit},
+		{"limit 5", []complexity.Option{complexity.WithBreakdownLimit(5)}, 5, 5},
+		{"limit 5000", []complexity.Option{complexity.WithBreakdownLimit(5000)}, 5000, 5000},
+	} {
+		r, err := analyze(t, fanoutSDL, q, nil, c.opts...)
+		if err != nil || len(r.Fields) != c.analyze || r.FieldsTruncated != (c.analyze > 0) {
+			t.Errorf("%s: AnalyzeOperation lists %d fields (truncated %v), want %d; err %v", c.name, len(r.Fields), r.FieldsTruncated, c.analyze, err)
+		}
+		e, err := explain(t, fanoutSDL, q, nil, c.opts...)
+		if err != nil || len(e.Fields) != c.want || !e.FieldsTruncated || e.Totals != r.Totals {
+			t.Errorf("%s: Explain lists %d fields (truncated %v), want %d; totals %+v, want %+v; err %v", c.name, len(e.Fields), e.FieldsTruncated, c.want, e.Totals, r.Totals, err)
+		}
+	}
+}
+
 func TestManyFragmentSpreadsInOneSelection(t *testing.T) {
 	// 30,000 distinct fragments in one cycle, each spread in the same
 	// selection set as the one before it, in a document that was never
@@ -612,6 +681,13 @@ func TestDocumentedDefaults(t *testing.T) {
 	if err != nil || r.Cost.Points() != 10 {
 		t.Fatalf("default list size: cost %v, err %v", r.Cost, err)
 	}
+	// No breakdown unless asked; Explain lists it.
+	if len(r.Fields) != 0 || r.FieldsTruncated {
+		t.Fatalf("default breakdown: %d fields, truncated %v; want none", len(r.Fields), r.FieldsTruncated)
+	}
+	if r, err = explain(t, sdl, `{ xs { y } }`, nil); err != nil || len(r.Fields) != 2 {
+		t.Fatalf("Explain: %+v, err %v", r, err)
+	}
 	r, err = analyze(t, sdl, `mutation { m }`, nil)
 	if err != nil || r.Cost.Points() != 10 {
 		t.Fatalf("mutation base: cost %v, err %v", r.Cost, err)
@@ -658,7 +734,7 @@ func TestAbstractMembersInTheBreakdown(t *testing.T) {
 	}
 }
 
-// With the breakdown off (the middleware's setting), recording an
+// With the breakdown off (the default), recording an
 // interface's or union's members costs nothing: they are kept only for the
 // explain view. This query allocated twice before members existed (the
 // report and the walk's state for several members); since the walker keeps
@@ -672,7 +748,7 @@ func TestAbstractMembersCostNothingWithoutBreakdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	a, err := complexity.New(schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,8 +768,8 @@ func TestAbstractMembersCostNothingWithoutBreakdown(t *testing.T) {
 
 // The sets a fragment spread shares (memoised for the other places that
 // reach it) come from the walker's recycled chunks, as the rest of its
-// state does: with the breakdown off, an analysis allocates its Report and
-// nothing else, however many selections it memoises.
+// state does: with the breakdown off (the default), an analysis allocates
+// its Report and nothing else, however many selections it memoises.
 func TestMemoisedSetsAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop Puts at random, so the walk's state is sometimes allocated afresh; run without -race to count allocations")
@@ -703,7 +779,7 @@ func TestMemoisedSetsAllocateNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := complexity.New(schema, complexity.WithBreakdownLimit(0))
+	a, err := complexity.New(schema)
 	if err != nil {
 		t.Fatal(err)
 	}

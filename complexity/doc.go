@@ -14,9 +14,21 @@
 //	report, err := a.AnalyzeOperation(rc.Doc, rc.Operation, rc.Variables) // gqlgen's OperationContext
 //	var ce *complexity.Error
 //	if errors.As(err, &ce) { /* ce.Code is MAX_COST_EXCEEDED, …; ce.GQLError() for the client */ }
+//	explained, err := a.Explain(rc.Doc, rc.Operation, rc.Variables) // the same, with Report.Fields
 //
 // An Analyzer is built once per schema (New validates the directives and
 // the options) and is safe for concurrent use.
+//
+// # The explain view
+//
+// Report.Fields lists every priced field with its path, multiplier and
+// cost, and for an interface or union each member's cost. It is built only
+// when asked: Analyzer.Explain (or Plan.Explain) prices with it, at most
+// DefaultBreakdownLimit entries; an Analyzer built with
+// WithBreakdownLimit(n) builds it on every call, at most n entries, and
+// Explain then lists n too. AnalyzeOperation with the defaults returns
+// the totals with Fields empty. Either way WithBreakdownBytes caps the
+// bytes of the paths, and FieldsTruncated says the list stopped.
 //
 // # The cost model
 //
@@ -165,7 +177,8 @@
 //     not coercible, a required slicing argument missing: rare, and the
 //     error must come out as the walk finds it), a document limit is met
 //     after a variable was read, or a breakdown (WithBreakdownLimit > 0)
-//     is asked of a price that reads variables.
+//     is asked of a price that reads variables. Plan.Explain always
+//     prices from scratch.
 //
 // Plan.ActualCost settles an executed request through the same plan, with
 // the answers of Analyzer.ActualCost; where the price reads no variable
@@ -173,8 +186,9 @@
 // kept, within what Plan.Size charges for it.
 //
 // A Plan keeps the document and operation it prices and, beside them,
-// about Plan.Size bytes: a constant plan its Report (and breakdown), an
-// evaluated one a node per collected field. A cache should bound plans by
+// about Plan.Size bytes: a constant plan its Report (and, with
+// WithBreakdownLimit, its breakdown), an evaluated one a node per
+// collected field. A cache should bound plans by
 // count and by Size, as gqlgen's query cache bounds documents.
 //
 // # Numbers

@@ -34,16 +34,9 @@ func ExampleAnalyzer_Analyze() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("cost %s, depth %d, nodes %d\n", r.Cost, r.Depth, r.Nodes)
-	for _, f := range r.Fields {
-		fmt.Printf("%-24s ×%-3d %s\n", f.Path, f.Multiplier, f.Cost)
-	}
+	fmt.Printf("cost %s, depth %d, nodes %d, %d points\n", r.Cost, r.Depth, r.Nodes, r.Points)
 	// Output:
-	// cost 5101, depth 4, nodes 5100
-	// user                     ×1   5101
-	// user.repos               ×100 5100
-	// user.repos.issues        ×50  50
-	// user.repos.issues.title  ×1   0
+	// cost 5101, depth 4, nodes 5100, 5101 points
 }
 
 // Explain prices as AnalyzeOperation does and lists every priced field:

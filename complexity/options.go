@@ -15,8 +15,11 @@ const (
 	// DefaultMutationBaseCost is the cost of running any mutation, before
 	// its fields are priced.
 	DefaultMutationBaseCost = 10
-	// DefaultBreakdownLimit caps Report.Fields so an explain view stays
-	// bounded even when a small document expands to millions of fields.
+	// DefaultBreakdownLimit caps Report.Fields when a breakdown is asked
+	// without a limit of its own (Analyzer.Explain on an Analyzer built
+	// without WithBreakdownLimit), so an explain view stays bounded even
+	// when a small document expands to millions of fields. New prices
+	// without a breakdown.
 	DefaultBreakdownLimit = 1000
 	// DefaultBreakdownBytes caps the bytes of the paths in Report.Fields,
 	// summed: each path repeats every enclosing response key, so without
@@ -65,7 +68,6 @@ func defaultConfig() config {
 		keyLists:          true,
 		mutationLists:     true,
 		freeIntrospection: true,
-		breakdownLimit:    DefaultBreakdownLimit,
 		breakdownBytes:    DefaultBreakdownBytes,
 	}
 }
@@ -277,9 +279,11 @@ func WithIntrospectionCost(points float64) Option {
 	}
 }
 
-// WithBreakdownLimit caps the number of entries in Report.Fields (default
-// DefaultBreakdownLimit). 0 disables the breakdown, which makes Analyze
-// cheaper when only the totals are needed.
+// WithBreakdownLimit turns the breakdown (Report.Fields, the explain view)
+// on for every call, capped at n entries: AnalyzeOperation, Analyze and
+// Plan.Evaluate list the priced fields, and Explain caps at n too. The
+// default, 0, prices totals only (Fields empty), which is cheaper on the
+// request path; Explain then caps at DefaultBreakdownLimit.
 func WithBreakdownLimit(n int) Option {
 	return func(c *config) error {
 		c.breakdownLimit = n
@@ -288,9 +292,9 @@ func WithBreakdownLimit(n int) Option {
 }
 
 // WithBreakdownBytes caps the bytes of the paths in Report.Fields, summed
-// (default DefaultBreakdownBytes): the breakdown stops, with
-// FieldsTruncated, before the entry that would pass n. 0 lifts the cap,
-// leaving only the breakdown limit.
+// (default DefaultBreakdownBytes), wherever a breakdown is built (Explain,
+// WithBreakdownLimit): it stops, with FieldsTruncated, before the entry
+// that would pass n. 0 lifts the cap, leaving only the breakdown limit.
 func WithBreakdownBytes(n int64) Option {
 	return func(c *config) error {
 		c.breakdownBytes = n

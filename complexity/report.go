@@ -23,9 +23,10 @@ type Report struct {
 	// Points is Cost rounded up to whole points: what a budget debits.
 	Points int64 `json:"points"`
 	// Fields is the explain view: every priced field in document order,
-	// depth first, at most the breakdown limit of entries (see
-	// WithBreakdownLimit). A fragment reached many times appears once per
-	// place it is reached.
+	// depth first, at most the breakdown limit of entries. It is built only
+	// when asked, by Analyzer.Explain or Plan.Explain, or on every call by
+	// an Analyzer built with WithBreakdownLimit; otherwise it is empty. A
+	// fragment reached many times appears once per place it is reached.
 	Fields []FieldCost `json:"fields"`
 	// FieldsTruncated is set when Fields stopped at the breakdown limit, or
 	// at the cap on the bytes of its paths (WithBreakdownBytes).

@@ -12,7 +12,10 @@
 //	    [-max-cost N] [-max-aliases N] [-max-root-fields N] \
 //	    [-breakdown-limit N] [-breakdown-bytes N] [-json]
 //
-// Every analyzer option has a flag, with the library's default.
+// Every analyzer option has a flag, with the library's default, but for
+// -breakdown-limit: the command explains the price, so it lists up to
+// complexity.DefaultBreakdownLimit fields, as Analyzer.Explain does, where
+// the library builds no breakdown unless asked; 0 prints the totals only.
 //
 // Schemas may use @cost and @listSize without declaring them, or declare them
 // with weight: String! (IBM) or weight: Int! (Apollo federation).
@@ -163,7 +166,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&f.maxAliases, "max-aliases", 0, "reject operations with more than `N` aliased fields, introspection included (0: no limit)")
 	fs.IntVar(&f.maxRootFields, "max-root-fields", 0, "reject operations selecting more than `N` root fields, __typename, __schema and __type included (0: no limit)")
 	fs.Float64Var(&f.introspection, "introspection-cost", 0, "charge `N` points for each __schema or __type selection, per response key, on top of its fields")
-	fs.IntVar(&f.breakdownLimit, "breakdown-limit", complexity.DefaultBreakdownLimit, "list at most `N` fields in the explain view (0: totals only)")
+	fs.IntVar(&f.breakdownLimit, "breakdown-limit", complexity.DefaultBreakdownLimit, "list at most `N` fields in the explain view (0: totals only, the library's default)")
 	fs.Int64Var(&f.breakdownBytes, "breakdown-bytes", complexity.DefaultBreakdownBytes, "stop the explain view once its paths hold `N` bytes (0: no cap)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the text report")
 	usage := func() {
