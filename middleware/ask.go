@@ -29,8 +29,6 @@ type askState struct {
 // extensionAsk is the Extension's part of it: built lazily, kept across
 // requests.
 type extensionAsk struct {
-	// explaining prices with the breakdown on, for reports.
-	explaining atomic.Pointer[boundAnalyzer]
 	// rateField is where the schema has the configured rate-limit field.
 	rateField atomic.Pointer[rateLimitField]
 }

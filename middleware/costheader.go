@@ -131,20 +131,15 @@ func (e *Extension) InterceptOperation(ctx context.Context, next graphql.Operati
 	return st.sub.stream(next(ctx))
 }
 
-// reportAnalyzer returns the analyzer that prices like analyzer(set) and
-// keeps the per-field breakdown, built on the first report under set's
-// GraphQL options: the analyzer of every request keeps none.
-func (e *Extension) reportAnalyzer(set *settings) (*complexity.Analyzer, error) {
-	return e.analyzerFor(&e.ask.explaining, set, complexity.WithBreakdownLimit(complexity.DefaultBreakdownLimit))
-}
-
 // explain prices an admitted "GraphQL-Cost: report" operation a second
-// time, with the breakdown, for its response.
+// time, with the breakdown (complexity.Analyzer.Explain, at most
+// complexity.DefaultBreakdownLimit entries), for its response: pricing
+// every request keeps none.
 func (e *Extension) explain(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) {
-	a, err := e.reportAnalyzer(st.set)
+	a, err := e.analyzer(st.set)
 	if err == nil {
 		var rep *complexity.Report
-		if rep, err = a.AnalyzeOperation(opCtx.Doc, opCtx.Operation, opCtx.Variables); err == nil {
+		if rep, err = a.Explain(opCtx.Doc, opCtx.Operation, opCtx.Variables); err == nil {
 			st.mu.Lock()
 			st.ask.fields, st.ask.truncated = rep.Fields, rep.FieldsTruncated
 			st.mu.Unlock()

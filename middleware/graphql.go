@@ -228,19 +228,9 @@ func (e *Extension) analyzer(set *settings) (*complexity.Analyzer, error) {
 	return b.a, nil
 }
 
-// analyzerFor returns the analyzer p holds when it prices by set's GraphQL
-// options, else builds one (with extra options after set's) and keeps it
-// in p.
-func (e *Extension) analyzerFor(p *atomic.Pointer[boundAnalyzer], set *settings, extra ...complexity.Option) (*complexity.Analyzer, error) {
-	b, err := e.boundFor(p, set, extra...)
-	if err != nil {
-		return nil, err
-	}
-	return b.a, nil
-}
-
-// boundFor is analyzerFor with the analyzer's plan cache.
-func (e *Extension) boundFor(p *atomic.Pointer[boundAnalyzer], set *settings, extra ...complexity.Option) (*boundAnalyzer, error) {
+// boundFor returns the analyzer, with its plan cache, that p holds when it
+// prices by set's GraphQL options, else builds one and keeps it in p.
+func (e *Extension) boundFor(p *atomic.Pointer[boundAnalyzer], set *settings) (*boundAnalyzer, error) {
 	if b := p.Load(); b != nil && b.set.pricesLike(set) {
 		return b, nil
 	}
@@ -249,7 +239,7 @@ func (e *Extension) boundFor(p *atomic.Pointer[boundAnalyzer], set *settings, ex
 	if b := p.Load(); b != nil && b.set.pricesLike(set) {
 		return b, nil
 	}
-	a, err := complexity.New(e.schema, append(set.complexityOptions(), extra...)...)
+	a, err := complexity.New(e.schema, set.complexityOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -1217,7 +1207,8 @@ func (s *settings) complexityOptions() []complexity.Option {
 		complexity.WithKeyListConvention(!o.DisableKeyListConvention),
 		complexity.WithMutationListConvention(!o.DisableMutationListConvention),
 		complexity.WithFreeIntrospection(!o.PriceIntrospectionFields),
-		complexity.WithBreakdownLimit(0), // totals only: the explain view is not served
+		// No WithBreakdownLimit: totals only, as every request needs; a
+		// report asks for the breakdown with Explain.
 	}
 	if len(s.fieldCoords) > 0 {
 		opts = append(opts, complexity.WithCountedFields(s.fieldCoords...))
