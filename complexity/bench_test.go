@@ -3,6 +3,7 @@ package complexity_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -126,6 +127,71 @@ func BenchmarkGqlgenComplexity(b *testing.B) {
 				gqlcomplexity.Calculate(ctx, es, op, nil)
 			}
 		})
+	}
+}
+
+var githubSchema = flag.String("github-schema", "", "path of GitHub's public schema (SDL) for BenchmarkGitHubSchema; empty: skipped")
+
+// githubQueries are GitHub's documented examples (550, 22,060 and 305,100
+// nodes) and the bench harness's fragment-heavy query, by file under the
+// repository root.
+var githubQueries = []struct{ name, file string }{
+	{"github-simple", "testdata/cost/github-simple.graphql"},
+	{"github-complex", "testdata/cost/github-complex.graphql"},
+	{"github-rate-limit", "bench/testdata/github-rate-limit.graphql"},
+	{"fragments", "bench/testdata/fragments.graphql"},
+}
+
+// BenchmarkGitHubSchema prices GitHub's queries on GitHub's public schema
+// (the SDL octokit/graphql-schema publishes, less the second definition of
+// each field it defines twice; not in this repository) as a user calling
+// the package with its defaults does: complexity.New(schema) and
+// AnalyzeOperation (<query>/defaults), the same analyzer's Explain
+// (<query>/explain), and gqlgen's complexity.Calculate, the peer
+// (<query>/gqlgen). Without -github-schema it is skipped.
+//
+//	go test ./complexity -run '^$' -bench GitHubSchema -benchmem -count 6 -args -github-schema path/to/schema.graphql
+func BenchmarkGitHubSchema(b *testing.B) {
+	if *githubSchema == "" {
+		b.Skip("no -github-schema given")
+	}
+	sdl, err := os.ReadFile(*githubSchema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	schema, err := complexity.LoadSchema(&ast.Source{Name: filepath.Base(*githubSchema), Input: string(sdl)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := complexity.New(schema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	es := gqlgenSchema{schema: schema}
+	ctx := context.Background()
+	for _, q := range githubQueries {
+		src, err := os.ReadFile(filepath.Join("..", q.file))
+		if err != nil {
+			b.Fatal(err)
+		}
+		doc, op := benchDoc(b, schema, string(src))
+		for _, p := range []struct {
+			name  string
+			price func() error
+		}{
+			{"defaults", func() error { _, err := a.AnalyzeOperation(doc, op, nil); return err }},
+			{"explain", func() error { _, err := a.Explain(doc, op, nil); return err }},
+			{"gqlgen", func() error { gqlcomplexity.Calculate(ctx, es, op, nil); return nil }},
+		} {
+			b.Run(q.name+"/"+p.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := p.price(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
