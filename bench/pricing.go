@@ -7,9 +7,9 @@ package main
 //   - scratch: complexity's (*Analyzer).AnalyzeOperation with the limiter's
 //     default options (limiterPricing: its limits checked, totals only, no
 //     breakdown), as the limiter calls it on every request;
-//   - breakdown: the same with the default breakdown (up to 1,000
-//     FieldCost entries, complexity.DefaultBreakdownLimit), as the explain
-//     view prices;
+//   - breakdown: the same with the breakdown Explain computes (up to
+//     1,000 FieldCost entries, complexity.DefaultBreakdownLimit), as the
+//     explain view prices;
 //   - plan: a plan compiled once per document and evaluated per call, when
 //     the complexity package offers one (see pricers);
 //   - gqlgen: github.com/99designs/gqlgen/complexity.Calculate with no
@@ -291,7 +291,7 @@ func (res *pricingResults) write(out io.Writer, opts options, notes *[]string) {
 	}
 	fmt.Fprintf(out, "Pricing on GitHub's schema (%s, %d types): each pricer %v per query as %d interleaved rounds, ns/op the median of the rounds; allocations averaged over %d calls.\n",
 		filepath.Base(res.schemaFile), res.types, opts.duration, opts.rounds, allocRuns)
-	fmt.Fprintln(out, "scratch = AnalyzeOperation with the limiter's default limits (totals only); breakdown = the same with the default breakdown (the explain view); plan = Compile once, Evaluate per call; gqlgen = gqlgen's complexity.Calculate, default model.")
+	fmt.Fprintln(out, "scratch = AnalyzeOperation with the limiter's default limits (totals only); breakdown = the same with Explain's breakdown (the explain view); plan = Compile once, Evaluate per call; gqlgen = gqlgen's complexity.Calculate, default model.")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "query\tnodes\tpoints\tgqlgen complexity\tpricer\tns/op\tallocs/op\tB/op")
 	for _, row := range res.rows {
