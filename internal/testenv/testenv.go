@@ -1,0 +1,39 @@
+// Package testenv decides which tests a run includes. A plain go test ./...
+// runs what a contributor runs often: unit tests and the conformance suites
+// against real Redis. The long suites (Redis failover, the example server's
+// chaos run, the adoption project built with gqlgen init) run only when
+// COSTGUARD_LONG_TESTS=1 is set, and always under CI=true:
+//
+//	func TestFailover(t *testing.T) {
+//		testenv.Long(t)
+//		...
+//	}
+//
+// Run them by hand with
+//
+//	COSTGUARD_LONG_TESTS=1 go test ./...
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// LongEnv is the environment variable that turns the long suites on when
+// set to 1.
+const LongEnv = "COSTGUARD_LONG_TESTS"
+
+// LongEnabled reports whether the long suites run: LongEnv is 1 or CI is
+// true (CI never skips them).
+func LongEnabled() bool {
+	return os.Getenv(LongEnv) == "1" || os.Getenv("CI") == "true"
+}
+
+// Long skips tb, saying how to run it, unless the long suites are enabled.
+// Call it first in a long test.
+func Long(tb testing.TB) {
+	tb.Helper()
+	if !LongEnabled() {
+		tb.Skip("long test: run it with " + LongEnv + "=1 go test ./...")
+	}
+}
