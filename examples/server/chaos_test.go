@@ -24,13 +24,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/internal/testenv"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/middleware"
 )
 
 // chaosFault is how long each fault of TestChaos lasts: short in CI,
-// longer by hand (go test ./examples/server -run TestChaos -chaos.fault 20s).
+// longer by hand (COSTGUARD_LONG_TESTS=1 go test ./examples/server -run
+// TestChaos -chaos.fault 20s).
 var chaosFault = flag.Duration("chaos.fault", 1500*time.Millisecond, "how long each fault of TestChaos lasts")
 
 // TestChaos serves the example server's handler on a real Redis, reached
@@ -43,8 +45,10 @@ var chaosFault = flag.Duration("chaos.fault", 1500*time.Millisecond, "how long e
 // open, that the 99th percentile is far below it), that what the fallback
 // admits during the fault stays within the documented bound (the last
 // known remaining plus the refill over the fault), and that goroutines and
-// the heap come back to their baseline once Redis is healthy again.
+// the heap come back to their baseline once Redis is healthy again. A long
+// test: it runs in CI or with COSTGUARD_LONG_TESTS=1.
 func TestChaos(t *testing.T) {
+	testenv.Long(t)
 	rs := redistest.StartServer(t)
 	proxy := startStallProxy(t, rs.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.addr(), ContextTimeoutEnabled: true, MaxRetries: 1, PoolSize: chaosPool})

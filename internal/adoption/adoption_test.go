@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/costguard/costguard/internal/testenv"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -23,6 +24,7 @@ var repoRoot, _ = filepath.Abs(filepath.Join("..", ".."))
 // what an adopter who skips a step sees, and that the documented rateLimit
 // resolver builds with gqlgen init's Int mapping (int32) and with int.
 func TestGqlgenInitProject(t *testing.T) {
+	testenv.Long(t)
 	if testing.Short() {
 		t.Skip("runs gqlgen init, generate and go test in a temporary project")
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/costguard/costguard/internal/testenv"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -196,6 +198,7 @@ func TestTailBufferIsBounded(t *testing.T) {
 }
 
 func TestSentinelFailover(t *testing.T) {
+	testenv.Long(t)
 	t0 := time.Now()
 	s := StartSentinel(t)
 	t.Logf("start took %v", time.Since(t0))
@@ -232,6 +235,7 @@ func TestSentinelFailover(t *testing.T) {
 }
 
 func TestClusterWithReplicasFailover(t *testing.T) {
+	testenv.Long(t)
 	t0 := time.Now()
 	cl := StartClusterWithReplicas(t)
 	t.Logf("start took %v", time.Since(t0))

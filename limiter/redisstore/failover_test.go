@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/internal/testenv"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/limiter/redisstore"
@@ -69,6 +70,7 @@ var failoverLimit = limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 1000, R
 // the tokens they spent spent again. The test logs the measured
 // overshoot; docs/operations.md records it.
 func TestFailoverUnderLoad(t *testing.T) {
+	testenv.Long(t)
 	if testing.Short() {
 		t.Skip("fails Redis over under load: seconds of wall time")
 	}
