@@ -34,12 +34,12 @@ func TestGqlgenInitProject(t *testing.T) {
 	middlewareDoc := read(t, filepath.Join(repoRoot, "docs", "middleware.md"))
 	resolver := fenced(t, middlewareDoc, "go", "func (r *queryResolver) RateLimit")
 	rateLimitSDL := fenced(t, middlewareDoc, "graphql", "type RateLimit @cost")
-	gqlgenVersion := requiredVersion(t, "github.com/99designs/gqlgen")
+	versions := wantVersions(t, guide)
 
 	p := &project{t: t, dir: t.TempDir()}
 	p.run("go", "mod", "init", "example.com/todo")
 	p.run("go", "mod", "edit", "-require=github.com/costguard/costguard@v0.0.0", "-replace=github.com/costguard/costguard="+repoRoot)
-	p.run("go", "get", "github.com/99designs/gqlgen@"+gqlgenVersion)
+	p.use(versions)
 	p.run("go", "run", "github.com/99designs/gqlgen", "init")
 
 	// The schema gains cost directives and GitHub's rateLimit field.
@@ -99,6 +99,7 @@ func TestGqlgenInitProject(t *testing.T) {
 	if res = p.result(); len(res.Errors) != 0 || res.Extensions.Cost.RequestedQueryCost != 80 {
 		t.Errorf("with Int as int: %+v", res)
 	}
+	p.checkVersions(versions) // gqlgen generate and go mod tidy moved nothing
 }
 
 // adopterTest is the project's own test: lim.Handler on its server, one
@@ -276,4 +277,97 @@ func requiredVersion(t *testing.T, path string) string {
 		t.Fatalf("go.mod does not require %s", path)
 	}
 	return m[1]
+}
+
+const (
+	gqlgenPath    = "github.com/99designs/gqlgen"
+	gqlparserPath = "github.com/vektah/gqlparser/v2"
+)
+
+// versionEnv chooses the gqlgen the project is made with: unset, the
+// versions costguard's go.mod requires; "minimum", the oldest gqlgen and
+// gqlparser docs/gqlgen.md says the library works with; "latest", the
+// newest releases of both; a version (v0.17.95), that gqlgen.
+const versionEnv = "COSTGUARD_GQLGEN_VERSION"
+
+// wantVersions is the version the project must build with, by module path:
+// what versionEnv asks for. A version "" is whatever go get selects;
+// "latest" is resolved by use.
+func wantVersions(t *testing.T, guide string) map[string]string {
+	t.Helper()
+	// The table in docs/gqlgen.md's "Versions": a module, the oldest
+	// version that works, the version go.mod requires.
+	table := map[string][2]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\| (gqlgen|gqlparser) \| (v\S+) \| (v\S+) \|$`).FindAllStringSubmatch(guide, -1) {
+		table[map[string]string{"gqlgen": gqlgenPath, "gqlparser": gqlparserPath}[m[1]]] = [2]string{m[2], m[3]}
+	}
+	for _, path := range []string{gqlgenPath, gqlparserPath} {
+		if got, want := table[path][1], requiredVersion(t, path); got != want {
+			t.Errorf("docs/gqlgen.md says go.mod requires %s %q; it requires %s", path, got, want)
+		}
+	}
+	switch v := os.Getenv(versionEnv); v {
+	case "":
+		return map[string]string{gqlgenPath: requiredVersion(t, gqlgenPath), gqlparserPath: requiredVersion(t, gqlparserPath)}
+	case "minimum":
+		return map[string]string{gqlgenPath: table[gqlgenPath][0], gqlparserPath: table[gqlparserPath][0]}
+	case "latest":
+		return map[string]string{gqlgenPath: "latest", gqlparserPath: "latest"}
+	default:
+		if !regexp.MustCompile(`^v\d+\.\d+\.\d+$`).MatchString(v) {
+			t.Fatalf("%s=%q: want minimum, latest or a version", versionEnv, v)
+		}
+		return map[string]string{gqlgenPath: v, gqlparserPath: ""}
+	}
+}
+
+// use makes the project require the versions, "latest" resolved to the
+// newest release. One older than costguard's go.mod requires is raised to
+// that by Go's version selection, so it is pinned with a replace directive,
+// as docs/gqlgen.md tells a project that stays on its gqlgen.
+func (p *project) use(versions map[string]string) {
+	p.t.Helper()
+	for _, path := range []string{gqlgenPath, gqlparserPath} {
+		v := versions[path]
+		if v == "" {
+			continue
+		}
+		if v == "latest" {
+			v = strings.TrimSpace(p.run("go", "list", "-m", "-f", "{{.Version}}", path+"@latest"))
+			versions[path] = v
+		}
+		p.run("go", "mod", "edit", "-require="+path+"@"+v)
+		if got := p.version(path); got != v {
+			p.t.Logf("%s %s selected (costguard's go.mod requires it): pinned to %s", path, got, v)
+			p.run("go", "mod", "edit", "-replace="+path+"="+path+"@"+v)
+		}
+	}
+	p.checkVersions(versions)
+}
+
+// checkVersions fails unless the project builds with the versions.
+func (p *project) checkVersions(versions map[string]string) {
+	p.t.Helper()
+	for _, path := range []string{gqlgenPath, gqlparserPath} {
+		got := p.version(path)
+		if v := versions[path]; v != "" && got != v {
+			p.t.Fatalf("the project builds with %s %s, want %s", path, got, v)
+		}
+		p.t.Logf("%s %s", path, got)
+	}
+}
+
+// version is the version of module path the project builds with, after
+// any replace directive: from the whole module graph, which a go.mod just
+// edited may contradict.
+func (p *project) version(path string) string {
+	p.t.Helper()
+	out := p.run("go", "list", "-m", "-f", "{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}", "all")
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, path+" "); ok {
+			return v
+		}
+	}
+	p.t.Fatalf("the project does not depend on %s:\n%s", path, out)
+	return ""
 }
