@@ -16,6 +16,10 @@ import (
 
 func TestMain(m *testing.M) { Main(m) }
 
+// The tests that wait for servers to start, stop or form a Cluster call
+// t.Parallel: each owns its processes and ports, and the shared Cluster is
+// started once, under a lock.
+
 // alive reports whether pid names a process that has not been reaped.
 func alive(pid int) bool {
 	p, err := os.FindProcess(pid)
@@ -66,6 +70,7 @@ func TestServerStartsAndIsRemoved(t *testing.T) {
 }
 
 func TestServerStopRestart(t *testing.T) {
+	t.Parallel()
 	srv := StartServer(t)
 	rdb := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -99,6 +104,7 @@ func TestServerStopRestart(t *testing.T) {
 }
 
 func TestClusterCoversAllSlots(t *testing.T) {
+	t.Parallel()
 	cl := SharedCluster(t)
 	if got := len(cl.Addrs()); got != ClusterSize {
 		t.Fatalf("%d nodes, want %d", got, ClusterSize)
@@ -159,6 +165,7 @@ func TestStartClusterIsRemoved(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a private Cluster (seconds)")
 	}
+	t.Parallel()
 	var pids []int
 	var dirs []string
 	t.Run("use", func(t *testing.T) {
