@@ -1061,8 +1061,10 @@ type plainScripter struct{ redis.Scripter }
 
 // TestSuiteThroughPlainScripter: a client that only implements
 // redis.Scripter gets the same decisions, its batches sent one script call
-// at a time, grouped by identity.
+// at a time, grouped by identity. Its keys are its own, so it runs in
+// parallel with the other suites.
 func TestSuiteThroughPlainScripter(t *testing.T) {
+	t.Parallel()
 	rdb := plainScripter{redistest.SharedServer(t).Client(t)}
 	limitertest.Run(t, func(t *testing.T, clock limiter.Clock) limiter.Store {
 		return newStore(t, rdb, clock)

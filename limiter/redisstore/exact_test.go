@@ -28,13 +28,16 @@ var hammerLimit = limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 50, Rate:
 
 // TestExactUnderConcurrency: 12 goroutines hammer one key for 3 s of real
 // time, decisions timed by Redis TIME: admitted ≤ Burst + Rate × elapsed.
-// Coalescing is on, so most calls share script calls with others.
+// Coalescing is on, so most calls share script calls with others. The
+// standalone and cluster runs go in parallel, after the other algorithms'
+// run: each counts the script calls of servers only it uses meanwhile.
 func TestExactUnderConcurrency(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds of wall time")
 	}
 	for _, target := range targets {
 		t.Run(target.name, func(t *testing.T) {
+			t.Parallel()
 			s := newStore(t, target.client(t), nil)
 			masters := masterClients(t, target.addrs(t))
 			before := scriptCalls(t, context.Background(), masters)
@@ -73,7 +76,8 @@ const (
 
 // TestExactAcrossProcesses: 3 OS processes (this test binary, re-executed)
 // with 4 callers each hammer one key through their own clients: the budget
-// holds across processes exactly as across goroutines.
+// holds across processes exactly as across goroutines. The standalone and
+// cluster runs go in parallel: each has its own key prefix.
 func TestExactAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds of wall time")
@@ -84,6 +88,7 @@ func TestExactAcrossProcesses(t *testing.T) {
 	}
 	for _, mode := range []string{"standalone", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			addrs := clusters[mode](t)
 			prefix := uniquePrefix(t)
 			var (

@@ -89,10 +89,15 @@ func masterClients(t *testing.T, addrs []string) []*redis.Client {
 	return cs
 }
 
+// TestSuite runs in parallel with the other suites and its four
+// deployments in parallel with each other: every case has its own store,
+// key prefix and fake clock on the shared servers.
 func TestSuite(t *testing.T) {
+	t.Parallel()
 	for _, target := range targets {
 		for _, mode := range modes {
 			t.Run(target.name+"/"+mode.name, func(t *testing.T) {
+				t.Parallel()
 				rdb := target.client(t)
 				limitertest.Run(t, func(t *testing.T, clock limiter.Clock) limiter.Store {
 					return newStoreWith(t, rdb, clock, mode.cfg)
