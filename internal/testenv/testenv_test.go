@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,5 +43,33 @@ func TestLong(t *testing.T) {
 		if got := LongEnabled(); got == tt.skip {
 			t.Errorf("%s=%q CI=%q: LongEnabled() = %v", LongEnv, tt.long, tt.ci, got)
 		}
+	}
+}
+
+// The README tells contributors how to run the long suites, and CI runs
+// them: .ci/run exports the variable before its go test.
+func TestDocumentedAndRunInCI(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := LongEnv + "=1 go test ./..."; !strings.Contains(string(readme), want) {
+		t.Errorf("README.md does not say %q", want)
+	}
+	ci, err := os.ReadFile(filepath.Join("..", "..", ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	export, test := -1, -1
+	for i, line := range strings.Split(string(ci), "\n") {
+		switch {
+		case export < 0 && strings.HasPrefix(line, "export "+LongEnv+"=1"):
+			export = i
+		case test < 0 && strings.HasPrefix(line, "go test -race"):
+			test = i
+		}
+	}
+	if export < 0 || test < 0 || export > test {
+		t.Errorf(".ci/run does not export %s=1 before go test -race", LongEnv)
 	}
 }
