@@ -148,9 +148,6 @@ func (f *flusher) stop() {
 	f.done.Wait()
 }
 
-// waitIdle waits until no flush runs (tests).
-func (f *flusher) waitIdle() { f.done.Wait() }
-
 // repay debits debt from the store: all of it, or, when the budget holds
 // less, what it holds. It returns the store's answer, and false when the
 // store did not take the debit (its breaker is open, or it failed).
