@@ -119,7 +119,8 @@ type lossDetector struct {
 	// tick, when set before the first listener, drives the loop instead of
 	// a ticker (tests).
 	tick <-chan time.Time
-	// onRound, when set, sees each round's findings (tests).
+	// onRound, when set, sees each round's findings after the listeners
+	// have heard them (tests).
 	onRound func(lost []string)
 
 	mu        sync.Mutex
@@ -172,20 +173,20 @@ func (d *lossDetector) round() {
 	obs := d.probe(ctx)
 	cancel()
 	lost := d.tracker.observe(obs)
+	if len(lost) > 0 {
+		d.mu.Lock()
+		fs := make([]func(), 0, len(d.listeners))
+		for _, f := range d.listeners {
+			fs = append(fs, f)
+		}
+		d.mu.Unlock()
+		for _, f := range fs {
+			f()
+		}
+	}
+	// Last, so that a test that waits for the round sees its listeners run.
 	if d.onRound != nil {
 		d.onRound(lost)
-	}
-	if len(lost) == 0 {
-		return
-	}
-	d.mu.Lock()
-	fs := make([]func(), 0, len(d.listeners))
-	for _, f := range d.listeners {
-		fs = append(fs, f)
-	}
-	d.mu.Unlock()
-	for _, f := range fs {
-		f()
 	}
 }
 
