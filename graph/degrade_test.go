@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/costguard/costguard/graph"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // degraded is an overload.Degrader with a fixed answer.

@@ -44,7 +44,7 @@ const (
 )
 
 // FeatureRecommendations names User.recommendations in the degradation list
-// (middleware/overload): while it is switched off, the field answers an
+// (overload): while it is switched off, the field answers an
 // empty list.
 const FeatureRecommendations = "recommendations"
 

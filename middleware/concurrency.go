@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
-	"github.com/costguard/costguard/middleware/breaker"
 )
 
 // CodeConcurrencyLimited: the principal already has its plan's requests in

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/middleware/identity"
 )
 
 // Header names the middleware reads or writes.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/costguard/costguard/middleware/identity"
+	"github.com/costguard/costguard/identity"
 )
 
 // Who pays for a request is package identity's to decide; these are its

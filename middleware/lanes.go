@@ -9,11 +9,11 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // Priority orders lanes when the service is overloaded: the lowest is shed
-// first, critical last (package middleware/overload; its zero value is
+// first, critical last (package overload; its zero value is
 // normal).
 type Priority = overload.Priority
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/middleware"
-	"github.com/costguard/costguard/middleware/challenge"
 )
 
 // testChallenger is a proof-of-work challenger asking for bits.

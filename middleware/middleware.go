@@ -16,14 +16,14 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/stack"
-	"github.com/costguard/costguard/middleware/breaker"
-	"github.com/costguard/costguard/middleware/challenge"
-	"github.com/costguard/costguard/middleware/identity"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // Store is what the middleware needs from a budget store: Take, which must
@@ -317,7 +317,7 @@ type Config struct {
 	Lanes []Lane
 	// Overload, when set, sheds requests by their lane's priority once this
 	// process has too many in flight, and switches named features off as
-	// load rises (package middleware/overload). Nil: nothing is shed. Fixed
+	// load rises (package overload). Nil: nothing is shed. Fixed
 	// at New: Reload keeps the running shedder.
 	Overload *overload.Config
 	// Concurrency caps the requests one principal has in flight at once,
@@ -327,7 +327,7 @@ type Config struct {
 	// open (default 100 each).
 	Subscriptions SubscriptionOptions
 	// Challenger issues and checks the challenge of lanes with Challenge
-	// "pow" (middleware/challenge.NewPoW). Required when a lane asks for
+	// "pow" (challenge.NewPoW). Required when a lane asks for
 	// one.
 	Challenger challenge.Challenger
 	// Mode applies to the plans that set none: Enforce (the default) or

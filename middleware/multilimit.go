@@ -13,8 +13,8 @@ import (
 
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/stack"
-	"github.com/costguard/costguard/middleware/breaker"
 )
 
 // Quota is a plan's second budget: Limit points per fixed window of Per,

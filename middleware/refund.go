@@ -8,7 +8,7 @@ import (
 
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/middleware/breaker"
+	"github.com/costguard/costguard/limiter/breaker"
 )
 
 // refunder is the store method a refund needs: limiter.Store has it, a

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/middleware/identity"
 )
 
 // settings is the part of a Limiter's configuration Reload may swap: the

@@ -9,8 +9,8 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
-	"github.com/costguard/costguard/middleware/challenge"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/challenge"
+	"github.com/costguard/costguard/overload"
 )
 
 // CodeOverloaded: the process has too many requests in flight for the

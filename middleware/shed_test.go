@@ -12,9 +12,9 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/middleware"
-	"github.com/costguard/costguard/middleware/challenge"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // shedServer is the test wiring with a process capacity of 4 (sheddable

@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/stack"
-	"github.com/costguard/costguard/middleware/breaker"
 )
 
 // BreakerOptions tune the circuit breaker in front of a shared store
-// (package middleware/breaker). After Failures store failures or timeouts
+// (package limiter/breaker). After Failures store failures or timeouts
 // in a row the breaker opens: for CoolDown, no request calls the store, and
 // each is decided at once by its plan's failure mode (FailOpen: the local
 // fallback bucket; FailClosed: 503). Then one request at a time probes the

@@ -14,13 +14,13 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/middleware"
-	"github.com/costguard/costguard/middleware/challenge"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // errConfig wraps every configuration error, so run can tell a bad file
@@ -83,7 +83,7 @@ type config struct {
 	// holds takes a request; one no lane matches goes to the last.
 	Lanes []laneConfig `yaml:"lanes"`
 	// Overload sheds requests by their lane's priority when this process
-	// has too many in flight (middleware/overload).
+	// has too many in flight (overload).
 	Overload overloadConfig `yaml:"overload"`
 	// Concurrency caps one principal's requests in flight (per plan:
 	// plans.<name>.concurrency).
@@ -137,7 +137,7 @@ type laneBudgetConfig struct {
 	Per   time.Duration `yaml:"per"`
 }
 
-// overloadConfig is middleware/overload's Config, less the degradation
+// overloadConfig is overload's Config, less the degradation
 // list, which is a top-level key.
 type overloadConfig struct {
 	MaxInFlight whole `yaml:"max_in_flight"`

@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/middleware"
-	"github.com/costguard/costguard/middleware/challenge"
 )
 
 // queueWatch is the overload queue's timer for a test: it never fires, so

@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/middleware"
-	"github.com/costguard/costguard/middleware/challenge"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // testSecret is a challenge.secret of the minimum length.

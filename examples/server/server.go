@@ -21,13 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/graph/model"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
-	"github.com/costguard/costguard/middleware/challenge"
-	"github.com/costguard/costguard/middleware/overload"
 	"github.com/costguard/costguard/middleware/prommetrics"
+	"github.com/costguard/costguard/overload"
 )
 
 // searchResults is how many hits GET /api/search returns at most.

@@ -513,7 +513,7 @@ func TestCoreDoesNotImportPrometheus(t *testing.T) {
 		"github.com/costguard/costguard/complexity/...",
 		"github.com/costguard/costguard/limiter/...",
 		"github.com/costguard/costguard/middleware",
-		"github.com/costguard/costguard/middleware/identity").Output()
+		"github.com/costguard/costguard/identity").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

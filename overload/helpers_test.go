@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter/limitertest"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // result is how a queued Admit ended.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter/limitertest"
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // A process with room for 10 requests: sheddable requests are refused from

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/costguard/costguard/middleware/challenge"
+	"github.com/costguard/costguard/challenge"
 )
 
 var sentinels = []error{

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 var features = []overload.Feature{{Name: "recommendations", At: 0.7}, {Name: "search", At: 0.85}}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // Through the Shedder: a slow burst of 50 requests, all in flight

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware/breaker"
+	"github.com/costguard/costguard/limiter/breaker"
 )
 
 // step is one call: at elapsed, ask Allow, and when allowed end it with

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/costguard/costguard/middleware/challenge"
+	"github.com/costguard/costguard/challenge"
 )
 
 // zeroSalt makes the example's token deterministic. Production leaves

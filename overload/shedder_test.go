@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // At capacity 64 with the default shares, each priority is refused from

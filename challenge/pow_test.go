@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware/challenge"
+	"github.com/costguard/costguard/challenge"
 )
 
 var (

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 func TestPriorityNames(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 // admitter is one way to bound the requests in flight: once tries to take
@@ -26,7 +26,7 @@ type admitter struct {
 // variants add a degradation list of two features, and the adaptive
 // capacity fed a constant latency.
 //
-//	go test -run '^$' -bench AdmitRelease -benchmem ./middleware/overload/
+//	go test -run '^$' -bench AdmitRelease -benchmem ./overload/
 func BenchmarkAdmitRelease(b *testing.B) {
 	peers := func(capacity int) []admitter {
 		shedder := func(cfg overload.Config) func() bool {
@@ -105,7 +105,7 @@ func BenchmarkAdmitRelease(b *testing.B) {
 
 // BenchmarkDegraded: what a resolver pays to ask whether a feature is off.
 //
-//	go test -run '^$' -bench Degraded -benchmem ./middleware/overload/
+//	go test -run '^$' -bench Degraded -benchmem ./overload/
 func BenchmarkDegraded(b *testing.B) {
 	s, err := overload.New(overload.Config{
 		MaxInFlight: 64,

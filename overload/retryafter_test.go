@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware/overload"
+	"github.com/costguard/costguard/overload"
 )
 
 func TestRetryAfter(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/costguard/costguard/middleware/breaker"
+	"github.com/costguard/costguard/limiter/breaker"
 )
 
 // A breaker in front of a store: three failures in a row open it, it keeps

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware/challenge"
+	"github.com/costguard/costguard/challenge"
 )
 
 // benchBatch is how many solved tokens BenchmarkVerify prepares; it starts
