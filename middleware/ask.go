@@ -7,6 +7,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/identity"
 )
 
 // askState is what a request asks to learn about its price besides
@@ -20,10 +21,10 @@ type askState struct {
 	dryRun     bool     // rateLimit(dryRun: true): no other root field runs
 
 	// Under requestState.mu.
-	rate      RateLimitStatus // what RateLimitFrom returns
-	rateKnown bool            // rate holds a bucket that was read
-	fields    []FieldCost     // the breakdown of a report
-	truncated bool            // fields stopped at the breakdown limit
+	rate      RateLimitStatus        // what RateLimitFrom returns
+	rateKnown bool                   // rate holds a bucket that was read
+	fields    []complexity.FieldCost // the breakdown of a report
+	truncated bool                   // fields stopped at the breakdown limit
 }
 
 // extensionAsk is the Extension's part of it: built lazily, kept across
@@ -83,7 +84,7 @@ func (e *Extension) noteDecision(ctx context.Context, st *requestState, opCtx *g
 // cannot be read (the store failed and the plan fails closed), the outcome
 // is admitted with nothing known: a price asked for runs nothing, so a
 // store failure refuses nothing either.
-func (l *Limiter) peek(ctx context.Context, id Identity, p *plan) outcome {
+func (l *Limiter) peek(ctx context.Context, id identity.Identity, p *plan) outcome {
 	o := l.spend(ctx, id, p, 0)
 	if o.verdict != admitted {
 		o = outcome{verdict: admitted, trace: o.trace}

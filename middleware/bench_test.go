@@ -13,6 +13,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
 )
@@ -61,7 +62,7 @@ func BenchmarkGraphQL(b *testing.B) {
 					"big": {Burst: 1e9, Rate: 1e9, Per: time.Second},
 				},
 				AnonymousPlan: "big",
-				APIKeys:       middleware.NewStaticKeys(map[string]middleware.APIKey{aliceKey: {Principal: "alice", Plan: "big"}}),
+				APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "big"}}),
 				Logger:        discardLogger(),
 				Clock:         limiter.SystemClock{},
 			})

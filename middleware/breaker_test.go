@@ -15,8 +15,11 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/memorystore"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/overload"
 )
 
 // The breaker opens after Failures failures in a row, keeps requests off
@@ -198,7 +201,7 @@ func BenchmarkStoreDown(b *testing.B) {
 		h := lim.REST(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		r := httptest.NewRequest("GET", "/api/x", nil)
 		// Open the breaker (five timeouts of StoreTimeout each).
-		for range middleware.DefaultBreakerFailures {
+		for range breaker.DefaultFailures {
 			h.ServeHTTP(httptest.NewRecorder(), r)
 		}
 		took := make([]time.Duration, 0, b.N)
@@ -254,7 +257,7 @@ func TestBreakerIgnoresOverLimitCacheAnswers(t *testing.T) {
 	mem := cfg.Store.(*memorystore.Store)
 	store := &toggleStore{Store: mem}
 	cfg.Store = store
-	cfg.OverLimitCache = middleware.OverLimitCacheOn
+	cfg.OverLimitCache = stack.OverLimitCacheOn
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 	search := request{method: "GET", path: "/api/search", header: bearer(aliceKey)}
 	for range 10 { // alice spends her 100 points
@@ -270,8 +273,8 @@ func TestBreakerIgnoresOverLimitCacheAnswers(t *testing.T) {
 		}
 		do(t, h, request{method: "GET", path: "/api/free", header: bearer(bobKey)}) // reaches the failing store
 	}
-	if n := store.failedCalls.Load(); n > int64(middleware.DefaultBreakerFailures) {
-		t.Errorf("%d calls reached the failing store; the breaker should have opened after %d", n, middleware.DefaultBreakerFailures)
+	if n := store.failedCalls.Load(); n > int64(breaker.DefaultFailures) {
+		t.Errorf("%d calls reached the failing store; the breaker should have opened after %d", n, breaker.DefaultFailures)
 	}
 }
 
@@ -294,9 +297,9 @@ func TestBreakerChangedByLaneBudget(t *testing.T) {
 	cfg.FailureMode = middleware.FailClosed
 	cfg.Breaker = middleware.BreakerOptions{Failures: 1, CoolDown: time.Second}
 	cfg.Lanes = []middleware.Lane{
-		{Name: "search", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
+		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
 			Budget: &middleware.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
-		{Name: "rest", Priority: middleware.PriorityNormal},
+		{Name: "rest", Priority: overload.Normal},
 	}
 	rec := &recorder{}
 	cfg.Observer = rec

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
 )
@@ -110,7 +111,7 @@ func (s slot) release() {
 // when none is free (concurrencyLimited, or unavailable when the slot
 // store failed and the plan fails closed); a plan without a cap, or a
 // failing store under FailOpen, takes no slot and is admitted.
-func (l *Limiter) takeSlot(ctx context.Context, id Identity, p *plan) (slot, *outcome) {
+func (l *Limiter) takeSlot(ctx context.Context, id identity.Identity, p *plan) (slot, *outcome) {
 	if p.maxConcurrent == 0 {
 		return slot{}, nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/middleware"
@@ -110,7 +111,7 @@ func TestConcurrencyAcrossProcessesOnRedis(t *testing.T) {
 			Store:         store,
 			Plans:         map[string]middleware.Plan{"free": {Burst: 1 << 30, Rate: 1 << 30, Per: time.Second}},
 			AnonymousPlan: "free",
-			APIKeys:       middleware.NewStaticKeys(map[string]middleware.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
+			APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
 			Concurrency:   middleware.ConcurrencyOptions{PerPrincipal: limit},
 			StoreTimeout:  time.Minute, // exactness, not timeouts, under -race on a busy machine
 			FailureMode:   middleware.FailClosed,

@@ -43,11 +43,6 @@ const (
 	CodeCostReportDisabled = "COST_REPORT_DISABLED"
 )
 
-// FieldCost is one entry of Cost.Fields: the JSON shape of the fields of
-// the cost CLI's -json output (path, field, depth, multiplier, cost and,
-// for an interface or union, members).
-type FieldCost = complexity.FieldCost
-
 // costMode is what a request's GraphQL-Cost header asks for.
 type costMode uint8
 
@@ -151,7 +146,7 @@ func (e *Extension) explain(ctx context.Context, st *requestState, opCtx *graphq
 }
 
 // explained returns the breakdown explain recorded, if any.
-func (s *requestState) explained() ([]FieldCost, bool) {
+func (s *requestState) explained() ([]complexity.FieldCost, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ask.fields, s.ask.truncated

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"time"
+
+	"github.com/costguard/costguard/identity"
 )
 
 // Observer receives one Event for every decision the Limiter makes, once
@@ -172,7 +174,7 @@ func (l *Limiter) observing(ctx context.Context) bool {
 }
 
 // newEvent describes outcome o of a request of kind by id on plan p.
-func (l *Limiter) newEvent(kind Kind, id Identity, p *plan, ln *lane, o outcome, requested int64, code string) Event {
+func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o outcome, requested int64, code string) Event {
 	e := Event{
 		Time:          l.clock.Now(),
 		Plan:          p.name,

@@ -16,6 +16,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -83,7 +84,7 @@ func ExampleLimiter_REST() {
 			"anon": {Burst: 10, Rate: 500, Per: time.Hour},
 		},
 		AnonymousPlan: "anon",
-		APIKeys: middleware.NewStaticKeys(map[string]middleware.APIKey{
+		APIKeys: identity.NewStaticKeys(map[string]identity.APIKey{
 			"demo-free-key": {Principal: "alice", Plan: "free"},
 		}),
 		REST:  middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}},

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter/redisstore"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -54,7 +56,7 @@ func redisPauses(t *testing.T, checks bool) {
 		"probe": {Burst: 1 << 30, Rate: 1 << 30, Per: time.Second, DisableRefund: true},
 	}
 	const proberKey = "prober-secret-key"
-	keys := middleware.NewStaticKeys(map[string]middleware.APIKey{
+	keys := identity.NewStaticKeys(map[string]identity.APIKey{
 		aliceKey:  {Principal: "alice", Plan: "free"},
 		proberKey: {Principal: "prober", Plan: "probe"},
 	})
@@ -96,7 +98,7 @@ func redisPauses(t *testing.T, checks bool) {
 	reader := graphQLServer(newLimiter(t, middleware.Config{
 		Store: newStore(), Plans: plans, AnonymousPlan: "probe", APIKeys: keys, REST: routes,
 		FailureMode: middleware.FailClosed, StoreTimeout: 5 * time.Second,
-		OverLimitCache: middleware.OverLimitCacheOff, Logger: discardLogger(),
+		OverLimitCache: stack.OverLimitCacheOff, Logger: discardLogger(),
 	}), newTestSchema())
 	redisLeft := func() int64 {
 		t.Helper()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
 )
@@ -156,11 +157,11 @@ func TestFailOpenFallbackLimits(t *testing.T) {
 func TestIdentifierFailure(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
-	cfg.Identifier = middleware.IdentifierFunc(func(r *http.Request) (middleware.Identity, error) {
+	cfg.Identifier = identity.IdentifierFunc(func(r *http.Request) (identity.Identity, error) {
 		if r.URL.Query().Get("plan") != "" {
-			return middleware.Identity{Key: "user:x", Plan: r.URL.Query().Get("plan")}, nil
+			return identity.Identity{Key: "user:x", Plan: r.URL.Query().Get("plan")}, nil
 		}
-		return middleware.Identity{}, errors.New("session store timeout")
+		return identity.Identity{}, errors.New("session store timeout")
 	})
 	logs := &countingHandler{}
 	cfg.Logger = slog.New(logs)

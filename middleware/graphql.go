@@ -23,6 +23,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/identity"
 )
 
 // GraphQL error codes (errors[].extensions.code) the middleware emits
@@ -82,8 +83,8 @@ type Cost struct {
 	// otherwise. FieldsTruncated: it stopped at
 	// complexity.DefaultBreakdownLimit entries or DefaultBreakdownBytes of
 	// paths.
-	Fields          []FieldCost `json:"fields,omitempty"`
-	FieldsTruncated bool        `json:"fieldsTruncated,omitempty"`
+	Fields          []complexity.FieldCost `json:"fields,omitempty"`
+	FieldsTruncated bool                   `json:"fieldsTruncated,omitempty"`
 }
 
 // ThrottleStatus describes the principal's bucket.
@@ -631,7 +632,7 @@ func pricedError(code string, cost, retryAfter int64, format string, args ...any
 // interceptor and the wrapper's writer.
 type requestState struct {
 	set  *settings // the configuration the request started under
-	id   Identity
+	id   identity.Identity
 	plan *plan
 	// get: the request came by GET, whose transport refuses mutations
 	// after the Extension has run.
@@ -786,7 +787,7 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 	set := e.l.current()
 	id, p, err := set.identify(r)
 	if err != nil {
-		if errors.Is(err, ErrUnknownAPIKey) {
+		if errors.Is(err, identity.ErrUnknownAPIKey) {
 			return nil, codedError(CodeUnknownAPIKey, 0, "unknown API key")
 		}
 		e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
@@ -970,7 +971,7 @@ func (l *Limiter) notInstalled(w http.ResponseWriter, r *http.Request) {
 }
 
 func (l *Limiter) graphQLIdentifyFailed(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, ErrUnknownAPIKey) {
+	if errors.Is(err, identity.ErrUnknownAPIKey) {
 		writeGraphQLError(w, r, http.StatusUnauthorized, codedError(CodeUnknownAPIKey, 0, "unknown API key"), 0)
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -353,7 +354,7 @@ func TestGraphQLWithPrincipal(t *testing.T) {
 	lim := newLimiter(t, testConfig(t, clock))
 	inner := graphQLServer(lim, newTestSchema())
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		inner.ServeHTTP(w, r.WithContext(middleware.WithPrincipal(r.Context(), "alice", "free")))
+		inner.ServeHTTP(w, r.WithContext(identity.WithPrincipal(r.Context(), "alice", "free")))
 	})
 	// The session says alice; the unknown key is not consulted.
 	w, resp := query(t, h, query61, bearer("stale-key"))

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 )
 
@@ -35,8 +34,6 @@ const (
 	// HeaderRetryAfter is set on 429 and 503: whole seconds, rounded up,
 	// never earlier than the true wait.
 	HeaderRetryAfter = "Retry-After"
-	// HeaderAPIKey is the alternative to "Authorization: Bearer <key>".
-	HeaderAPIKey = identity.HeaderAPIKey
 )
 
 // The headers' canonical keys, so that setting them needs no

@@ -21,6 +21,7 @@ import (
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/middleware"
@@ -181,7 +182,7 @@ func testConfig(t *testing.T, clock *fakeClock) middleware.Config {
 		Store:         store,
 		Plans:         testPlans(),
 		AnonymousPlan: "anon",
-		APIKeys: middleware.NewStaticKeys(map[string]middleware.APIKey{
+		APIKeys: identity.NewStaticKeys(map[string]identity.APIKey{
 			aliceKey: {Principal: "alice", Plan: "free"},
 			bobKey:   {Principal: "", Plan: "free"},
 		}),

@@ -12,6 +12,7 @@ import (
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 )
 
@@ -55,7 +56,7 @@ func BenchmarkExtensionHooks(b *testing.B) {
 		if err := ext.Validate(es); err != nil {
 			b.Fatal(err)
 		}
-		id := Identity{Key: "user:alice", Plan: "big"}
+		id := identity.Identity{Key: "user:alice", Plan: "big"}
 		b.ReportAllocs()
 		for b.Loop() {
 			op, ctx := newOp()

@@ -8,21 +8,9 @@ import (
 
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/overload"
-)
-
-// Priority orders lanes when the service is overloaded: the lowest is shed
-// first, critical last (package overload; its zero value is
-// normal).
-type Priority = overload.Priority
-
-// The priorities, from the first kept to the first shed.
-const (
-	PriorityCritical  = overload.Critical
-	PriorityHigh      = overload.High
-	PriorityNormal    = overload.Normal
-	PrioritySheddable = overload.Sheddable
 )
 
 // ChallengePoW is the Lane.Challenge of a proof-of-work challenge.
@@ -34,7 +22,7 @@ const ChallengePoW = "pow"
 type Lane struct {
 	// Name labels the lane in events, metrics and logs: printable ASCII.
 	Name     string
-	Priority Priority
+	Priority overload.Priority
 	Match    LaneMatch
 	// Queue is how long a request of a critical lane waits for capacity
 	// under overload instead of being refused (0: it is not queued).
@@ -82,7 +70,7 @@ type lane struct {
 }
 
 // key is the bucket key of the lane's budget for the principal of id.
-func (ln *lane) key(id Identity) string { return "lane:" + ln.Name + ":" + id.Key }
+func (ln *lane) key(id identity.Identity) string { return "lane:" + ln.Name + ":" + id.Key }
 
 // name is the lane's name, "" for no lane.
 func (ln *lane) name() string {
@@ -116,13 +104,13 @@ func (s *settings) buildLanes(lanes []Lane) error {
 		}
 		ln := &lane{Lane: l, index: i}
 		ln.dry = ln
-		if below(PriorityNormal, l.Priority) || l.Queue > 0 {
+		if below(overload.Normal, l.Priority) || l.Queue > 0 {
 			// A dry run of this lane: the same lane at most at normal
 			// priority, never queued.
 			d := *ln
 			d.Queue = 0
-			if below(PriorityNormal, l.Priority) {
-				d.Priority = PriorityNormal
+			if below(overload.Normal, l.Priority) {
+				d.Priority = overload.Normal
 			}
 			d.dry = &d
 			ln.dry = &d
@@ -171,7 +159,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 
 // laneForREST picks the lane of a REST request: nil when no lanes are
 // configured.
-func (s *settings) laneForREST(r *http.Request, id Identity) *lane {
+func (s *settings) laneForREST(r *http.Request, id identity.Identity) *lane {
 	for _, ln := range s.lanes {
 		if ln.fields != nil && ln.routes == nil {
 			continue // a GraphQL-only match
@@ -201,7 +189,7 @@ func isRoute(h http.Handler) bool {
 // has no root fields: only lanes that do not match on GraphQL fields can
 // take it. A dry run (dry: it runs no resolver) never takes a lane above
 // normal priority nor queues (lane.dry).
-func (s *settings) laneForGraphQL(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, id Identity, dry bool) *lane {
+func (s *settings) laneForGraphQL(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, id identity.Identity, dry bool) *lane {
 	ln := s.laneByRoots(doc, op, vars, id)
 	if dry && ln != nil {
 		return ln.dry
@@ -209,7 +197,7 @@ func (s *settings) laneForGraphQL(doc *ast.QueryDocument, op *ast.OperationDefin
 	return ln
 }
 
-func (s *settings) laneByRoots(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, id Identity) *lane {
+func (s *settings) laneByRoots(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, id identity.Identity) *lane {
 	if len(s.lanes) == 0 {
 		return nil
 	}
@@ -236,7 +224,7 @@ func (s *settings) laneByRoots(doc *ast.QueryDocument, op *ast.OperationDefiniti
 // laneWithoutDocument is the lane of a GraphQL request of id when it can
 // be known before the document is read (known false when a lane that
 // matches on GraphQL fields could take it): identity-only lanes decide it.
-func (s *settings) laneWithoutDocument(id Identity) (ln *lane, known bool) {
+func (s *settings) laneWithoutDocument(id identity.Identity) (ln *lane, known bool) {
 	if len(s.lanes) == 0 {
 		return nil, false
 	}
@@ -256,7 +244,7 @@ func (s *settings) laneWithoutDocument(id Identity) (ln *lane, known bool) {
 }
 
 // holdsFor checks the identity conditions of ln's match.
-func (ln *lane) holdsFor(id Identity) bool {
+func (ln *lane) holdsFor(id identity.Identity) bool {
 	if ln.plans != nil && !ln.plans[id.Plan] {
 		return false
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/overload"
 )
 
 // testChallenger is a proof-of-work challenger asking for bits.
@@ -24,10 +25,10 @@ func testChallenger(t *testing.T, bits int) *challenge.PoW {
 // The issue's three lanes over the test schema.
 func testLanes() []middleware.Lane {
 	return []middleware.Lane{
-		{Name: "checkout", Priority: middleware.PriorityCritical, Queue: 2 * time.Second,
+		{Name: "checkout", Priority: overload.Critical, Queue: 2 * time.Second,
 			Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}}},
-		{Name: "authenticated", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true}},
-		{Name: "anonymous", Priority: middleware.PrioritySheddable, Match: middleware.LaneMatch{Anonymous: true}, Challenge: middleware.ChallengePoW},
+		{Name: "authenticated", Priority: overload.Normal, Match: middleware.LaneMatch{Authenticated: true}},
+		{Name: "anonymous", Priority: overload.Sheddable, Match: middleware.LaneMatch{Anonymous: true}, Challenge: middleware.ChallengePoW},
 	}
 }
 
@@ -75,9 +76,9 @@ func TestLanesClassify(t *testing.T) {
 func TestLanesFallThroughToTheLast(t *testing.T) {
 	cfg := testConfig(t, newClock())
 	cfg.Lanes = []middleware.Lane{
-		{Name: "free-users", Priority: middleware.PriorityHigh, Match: middleware.LaneMatch{Plans: []string{"free"}, Authenticated: true}},
-		{Name: "search", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}}},
-		{Name: "rest", Priority: middleware.PrioritySheddable, Match: middleware.LaneMatch{GraphQL: []string{"Query.nothing"}}},
+		{Name: "free-users", Priority: overload.High, Match: middleware.LaneMatch{Plans: []string{"free"}, Authenticated: true}},
+		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}}},
+		{Name: "rest", Priority: overload.Sheddable, Match: middleware.LaneMatch{GraphQL: []string{"Query.nothing"}}},
 	}
 	rec := &recorder{}
 	cfg.Observer = rec
@@ -96,17 +97,17 @@ func TestLanesFallThroughToTheLast(t *testing.T) {
 
 func TestLanesInvalid(t *testing.T) {
 	for name, lanes := range map[string][]middleware.Lane{
-		"no name":             {{Priority: middleware.PriorityNormal}},
-		"twice":               {{Name: "a", Priority: middleware.PriorityNormal}, {Name: "a", Priority: middleware.PriorityNormal}},
+		"no name":             {{Priority: overload.Normal}},
+		"twice":               {{Name: "a", Priority: overload.Normal}, {Name: "a", Priority: overload.Normal}},
 		"bad priority":        {{Name: "a", Priority: 99}},
-		"queue not critical":  {{Name: "a", Priority: middleware.PriorityHigh, Queue: time.Second}},
-		"negative queue":      {{Name: "a", Priority: middleware.PriorityCritical, Queue: -time.Second}},
-		"bad challenge":       {{Name: "a", Priority: middleware.PriorityNormal, Challenge: "captcha"}},
-		"both kinds of user":  {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true, Anonymous: true}}},
-		"bad coordinate":      {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{GraphQL: []string{"createIssue"}}}},
-		"bad pattern":         {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET api"}}}},
-		"budget without rate": {{Name: "a", Priority: middleware.PriorityNormal, Budget: &middleware.Plan{Burst: 10, Per: time.Second}}},
-		"unknown plan":        {{Name: "a", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Plans: []string{"gold"}}}},
+		"queue not critical":  {{Name: "a", Priority: overload.High, Queue: time.Second}},
+		"negative queue":      {{Name: "a", Priority: overload.Critical, Queue: -time.Second}},
+		"bad challenge":       {{Name: "a", Priority: overload.Normal, Challenge: "captcha"}},
+		"both kinds of user":  {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{Authenticated: true, Anonymous: true}}},
+		"bad coordinate":      {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{GraphQL: []string{"createIssue"}}}},
+		"bad pattern":         {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET api"}}}},
+		"budget without rate": {{Name: "a", Priority: overload.Normal, Budget: &middleware.Plan{Burst: 10, Per: time.Second}}},
+		"unknown plan":        {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{Plans: []string{"gold"}}}},
 	} {
 		cfg := testConfig(t, newClock())
 		cfg.Lanes = lanes
@@ -121,13 +122,13 @@ func TestLanesInvalid(t *testing.T) {
 func TestLaneBudget(t *testing.T) {
 	cfg := withRefunds(testConfig(t, newClock()))
 	cfg.Lanes = []middleware.Lane{
-		{Name: "search", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
+		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
 			Budget: &middleware.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
-		{Name: "writes", Priority: middleware.PriorityHigh, Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}},
+		{Name: "writes", Priority: overload.High, Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}},
 			Budget: &middleware.Plan{Burst: 11, Rate: 1, Per: time.Hour}},
-		{Name: "reads", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{GraphQL: []string{"Query.user"}},
+		{Name: "reads", Priority: overload.Normal, Match: middleware.LaneMatch{GraphQL: []string{"Query.user"}},
 			Budget: &middleware.Plan{Burst: 70, Rate: 1, Per: time.Hour}},
-		{Name: "rest", Priority: middleware.PriorityNormal},
+		{Name: "rest", Priority: overload.Normal},
 	}
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 	search := request{method: http.MethodGet, path: "/api/search", header: bearer(aliceKey)}

@@ -26,12 +26,6 @@ import (
 	"github.com/costguard/costguard/overload"
 )
 
-// Store is what the middleware needs from a budget store: Take, which must
-// return once ctx is done. limiter.Store (memorystore, redisstore)
-// satisfies it, and its Refund enables the over-limit cache and split
-// budgets.
-type Store = stack.Taker
-
 // FailureMode chooses what happens when the store fails or times out.
 type FailureMode string
 
@@ -101,26 +95,6 @@ type Plan struct {
 	// written (docs/middleware.md, "Actual cost and refunds").
 	DisableRefund bool
 }
-
-// OverLimitCache chooses whether rejections are remembered in this process
-// (limiter/overlimit), so that a client hammering an exhausted budget is
-// answered without a store round trip until its Retry-After has passed.
-// The cache never admits anything: budgets stay exact.
-type OverLimitCache = stack.OverLimitCache
-
-// The OverLimitCache modes.
-const (
-	// OverLimitCacheAuto (the default; "" means the same) turns the cache
-	// on when Config.Store is a shared store (any limiter.Store other than
-	// a *memorystore.Store), where it saves a network round trip, and off
-	// for the in-memory store, which already answers in a lock.
-	OverLimitCacheAuto = stack.OverLimitCacheAuto
-	// OverLimitCacheOn always remembers rejections; it needs a Store with
-	// Refund (a limiter.Store).
-	OverLimitCacheOn = stack.OverLimitCacheOn
-	// OverLimitCacheOff sends every request to the store.
-	OverLimitCacheOff = stack.OverLimitCacheOff
-)
 
 // SplitBudgetOptions tune the leases of the plans with Plan.SplitBudget.
 // Zero fields take limiter/splitbudget's defaults.
@@ -258,7 +232,7 @@ type RESTOptions struct {
 type Config struct {
 	// Store holds the budgets. Nil: an in-memory store owned by the Limiter
 	// (released by Close). Share a redisstore between processes.
-	Store Store
+	Store stack.Taker
 	// Plans maps a plan name to its budget. Required. Names must be
 	// printable ASCII; they appear in the RateLimit headers.
 	Plans map[string]Plan
@@ -266,10 +240,10 @@ type Config struct {
 	// which are keyed by client address. Required.
 	AnonymousPlan string
 	// APIKeys resolves API keys. Nil: every presented key is unknown (401).
-	APIKeys KeyLookup
+	APIKeys identity.KeyLookup
 	// Identifier replaces the default chain (WithPrincipal principal, then
 	// API key through APIKeys, then client address on AnonymousPlan).
-	Identifier Identifier
+	Identifier identity.Identifier
 	// TrustedProxies lists CIDRs (or single addresses) of reverse proxies
 	// whose forwarding header is believed. Empty: the peer address is the
 	// client, whatever the headers say.
@@ -359,7 +333,7 @@ type Config struct {
 
 	// OverLimitCache remembers rejections locally. Default
 	// OverLimitCacheAuto: on for a shared Store, off for the in-memory one.
-	OverLimitCache OverLimitCache
+	OverLimitCache stack.OverLimitCache
 	// SplitBudget tunes the leases of plans with Plan.SplitBudget set.
 	SplitBudget SplitBudgetOptions
 }
@@ -370,10 +344,7 @@ const (
 	DefaultMaxDepth     = 15
 	DefaultMaxBreadth   = 100
 	DefaultMaxNodes     = 500_000
-	DefaultListSize     = complexity.DefaultListSize
-	DefaultMutationCost = complexity.DefaultMutationBaseCost
 	DefaultRESTCost     = 1
-	DefaultProxyHeader  = identity.DefaultProxyHeader
 
 	DefaultMaxAliases           = 100
 	DefaultMaxRootFields        = 100
@@ -436,7 +407,7 @@ type plan struct {
 	burstText     string      // Burst in decimal, X-RateLimit-Limit
 	quota         *quotaLimit // nil: no quota
 	restoreRate   float64     // points per second
-	store         Store       // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
+	store         stack.Taker // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
 	// multi decides several budgets at once (the quota, field limits);
 	// nil for a plan they never apply to.
 	multi limiter.MultiTaker
@@ -451,7 +422,7 @@ type plan struct {
 // it with New; it is safe for concurrent use. Close releases the in-memory
 // stores it owns.
 type Limiter struct {
-	store  Store
+	store  stack.Taker
 	stores *stack.Stack // the store behind its decorators, the fallback and overflow buckets
 	// settings is what Reload swaps: plans, identification, GraphQL options,
 	// REST costs, modes. A request loads it once and keeps it to the end.
@@ -583,7 +554,7 @@ func New(cfg Config) (*Limiter, error) {
 	if l.stores, err = l.buildStores(cfg, st); err != nil {
 		return nil, err
 	}
-	l.brkCoolDown = cmp.Or(cfg.Breaker.CoolDown, DefaultBreakerCoolDown)
+	l.brkCoolDown = cmp.Or(cfg.Breaker.CoolDown, breaker.DefaultCoolDown)
 	if err := l.buildBreaker(cfg.Breaker); err != nil {
 		l.stores.Close()
 		return nil, err
@@ -748,7 +719,7 @@ func (t *storeTrace) add(u storeTrace) {
 }
 
 // spend debits cost from id's bucket on plan p.
-func (l *Limiter) spend(ctx context.Context, id Identity, p *plan, cost int64) outcome {
+func (l *Limiter) spend(ctx context.Context, id identity.Identity, p *plan, cost int64) outcome {
 	if cost > p.Burst {
 		return outcome{verdict: overBudget} // never debited; the caller decides what it pays
 	}
@@ -771,12 +742,12 @@ func (l *Limiter) spend(ctx context.Context, id Identity, p *plan, cost int64) o
 // budget, from id's bucket of that lane too: both or neither. A refusal by
 // the lane's budget gives the plan's debit back; the headers then describe
 // the plan's bucket, the error and Retry-After the lane's.
-func (l *Limiter) spendIn(ctx context.Context, id Identity, p *plan, ln *lane, cost int64) outcome {
+func (l *Limiter) spendIn(ctx context.Context, id identity.Identity, p *plan, ln *lane, cost int64) outcome {
 	o := l.spend(ctx, id, p, cost)
 	if o.verdict != admitted || ln == nil || ln.budget == nil {
 		return o
 	}
-	lo := l.spend(ctx, Identity{Key: ln.key(id)}, ln.budget, cost)
+	lo := l.spend(ctx, identity.Identity{Key: ln.key(id)}, ln.budget, cost)
 	o.trace.addLane(lo.trace)
 	if lo.verdict == admitted {
 		o.laneCharged, o.laneTrace = cost, lo.trace
@@ -817,7 +788,7 @@ func (l *Limiter) shadow(ctx context.Context, p *plan, o *outcome) bool {
 // priced, from the bucket and the quota. The verdict is capExceeded once
 // paid, else what refused the payment (rateLimited, quotaExceeded,
 // unavailable).
-func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id Identity, p *plan) outcome {
+func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id identity.Identity, p *plan) outcome {
 	o := l.spendAll(ctx, set, id, "", p, nil, set.gql.InvalidCost, nil) // the quota pays it too
 	if o.verdict == admitted || o.verdict == overBudget {
 		o.verdict = capExceeded

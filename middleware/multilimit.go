@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/stack"
@@ -273,7 +274,7 @@ type multiRefunder = limiter.MultiRefunder
 // not the principal's key they are decided first, apart (a Redis Cluster
 // keeps one principal's budgets in one slot, not an address's), and given
 // back when the principal's budgets refuse.
-func (l *Limiter) spendAll(ctx context.Context, set *settings, id Identity, addr string, p *plan, ln *lane, cost int64, counts []complexity.FieldCount) outcome {
+func (l *Limiter) spendAll(ctx context.Context, set *settings, id identity.Identity, addr string, p *plan, ln *lane, cost int64, counts []complexity.FieldCount) outcome {
 	if !set.multiLimited(p) {
 		return l.spendIn(ctx, id, p, ln, cost)
 	}
@@ -335,7 +336,7 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id Identity, addr
 	if ln == nil || ln.budget == nil {
 		return o
 	}
-	lo := l.spend(ctx, Identity{Key: ln.key(id)}, ln.budget, cost)
+	lo := l.spend(ctx, identity.Identity{Key: ln.key(id)}, ln.budget, cost)
 	o.trace.addLane(lo.trace)
 	if lo.verdict == admitted {
 		o.laneCharged, o.laneTrace = cost, lo.trace

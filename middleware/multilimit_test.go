@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -432,7 +433,7 @@ func TestFieldLimitUnknownCoordinate(t *testing.T) {
 func TestMultiLimitOverLimitCache(t *testing.T) {
 	clock := newClock()
 	cfg := fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: 2, Per: time.Hour}})
-	cfg.OverLimitCache = middleware.OverLimitCacheOn
+	cfg.OverLimitCache = stack.OverLimitCacheOn
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 	for range 2 {
 		if w, _ := query(t, h, mutation11, bearer(aliceKey)); w.Code != http.StatusOK {

@@ -14,14 +14,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
 // redisLimiter builds a Limiter on a Redis store. Time is Redis's own.
-func redisLimiter(t *testing.T, store middleware.Store, mode middleware.FailureMode, timeout time.Duration) *middleware.Limiter {
+func redisLimiter(t *testing.T, store stack.Taker, mode middleware.FailureMode, timeout time.Duration) *middleware.Limiter {
 	t.Helper()
 	return newLimiter(t, middleware.Config{
 		Store: store,
@@ -32,7 +34,7 @@ func redisLimiter(t *testing.T, store middleware.Store, mode middleware.FailureM
 			"anon": {Burst: 20, Rate: 20, Per: time.Hour, DisableRefund: true},
 		},
 		AnonymousPlan: "anon",
-		APIKeys:       middleware.NewStaticKeys(map[string]middleware.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
+		APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
 		REST:          middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}},
 		FailureMode:   mode,
 		StoreTimeout:  timeout,
@@ -208,7 +210,7 @@ func TestSharedRedisMultiLimitAllOrNothing(t *testing.T) {
 					},
 					FieldLimits:   map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: field.Burst, Per: field.Period}},
 					AnonymousPlan: "anon",
-					APIKeys:       middleware.NewStaticKeys(map[string]middleware.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
+					APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
 					FailureMode:   middleware.FailClosed,
 					StoreTimeout:  time.Minute, // exactness, not timeouts
 					Logger:        discardLogger(),

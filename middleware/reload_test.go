@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -25,7 +26,7 @@ func TestReloadSwapsSettings(t *testing.T) {
 	next := cfg
 	next.Plans = testPlans()
 	next.Plans["free"] = middleware.Plan{Burst: 200, Rate: 100, Per: 100 * time.Second}
-	next.APIKeys = middleware.NewStaticKeys(map[string]middleware.APIKey{"carol-key": {Principal: "carol", Plan: "free"}})
+	next.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{"carol-key": {Principal: "carol", Plan: "free"}})
 	next.REST = middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 15}}
 	next.GraphQL.MaxDepth = 2
 	if err := lim.Reload(next); err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -63,7 +65,7 @@ func TestFailOpenRepaysEveryBudgetWhenTheStoreAnswers(t *testing.T) {
 	// The store answers process 0 again once its breaker lets a call
 	// through, for another principal: every debt is flushed.
 	links[0].healthy.Store(true)
-	clock.Advance(middleware.DefaultBreakerCoolDown) // 1 point of refill
+	clock.Advance(breaker.DefaultCoolDown) // 1 point of refill
 	do(t, handlers[0], other)
 	middleware.WaitRepaid(limiters[0])
 	if got := left(); got != "1" {
@@ -77,7 +79,7 @@ func TestFailOpenRepaysEveryBudgetWhenTheStoreAnswers(t *testing.T) {
 // blockingStore holds the Takes of keys containing block until their ctx
 // ends, counting those in flight and telling entered of each.
 type blockingStore struct {
-	inner    middleware.Store
+	inner    stack.Taker
 	block    atomic.Pointer[string]
 	inFlight atomic.Int64
 	entered  chan struct{}

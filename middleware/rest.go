@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+
+	"github.com/costguard/costguard/identity"
 )
 
 // routeCost is the handler registered for each costed pattern in the
@@ -179,7 +181,7 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 }
 
 func (l *Limiter) restIdentifyFailed(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, ErrUnknownAPIKey) {
+	if errors.Is(err, identity.ErrUnknownAPIKey) {
 		writeRESTError(w, http.StatusUnauthorized, "unknown_api_key", 0)
 		return
 	}

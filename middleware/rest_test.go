@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -200,7 +201,7 @@ func TestConfigRefused(t *testing.T) {
 		{"unknown anonymous plan", func(c *middleware.Config) { c.AnonymousPlan = "gold" }, []string{`"gold"`}},
 		{"missing anonymous plan", func(c *middleware.Config) { c.AnonymousPlan = "" }, []string{"anonymous plan"}},
 		{"key grants unknown plan", func(c *middleware.Config) {
-			c.APIKeys = middleware.NewStaticKeys(map[string]middleware.APIKey{"k": {Principal: "p", Plan: "gold"}})
+			c.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{"k": {Principal: "p", Plan: "gold"}})
 		}, []string{`"gold"`}},
 		{"bad failure mode", func(c *middleware.Config) { c.FailureMode = "maybe" }, []string{`"maybe"`}},
 		{"bad plan failure mode", func(c *middleware.Config) {

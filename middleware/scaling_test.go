@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -32,7 +34,7 @@ func (c *countingStore) Refund(ctx context.Context, key string, l limiter.Limit,
 	return c.Store.Refund(ctx, key, l, n)
 }
 
-// takeOnly hides Refund: a middleware.Store but not a limiter.Store.
+// takeOnly hides Refund: a stack.Taker but not a limiter.Store.
 type takeOnly struct{ s limiter.Store }
 
 func (t takeOnly) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
@@ -56,19 +58,19 @@ func newMemoryStore(t *testing.T, clock limiter.Clock) *memorystore.Store {
 func TestOverLimitCacheModes(t *testing.T) {
 	cases := []struct {
 		name   string
-		store  func(mem *memorystore.Store) middleware.Store
-		mode   middleware.OverLimitCache
+		store  func(mem *memorystore.Store) stack.Taker
+		mode   stack.OverLimitCache
 		cached bool
 		err    string
 	}{
 		{"shared store, default", shared, "", true, ""},
-		{"shared store, auto", shared, middleware.OverLimitCacheAuto, true, ""},
-		{"shared store, on", shared, middleware.OverLimitCacheOn, true, ""},
-		{"shared store, off", shared, middleware.OverLimitCacheOff, false, ""},
-		{"memory store, auto", func(m *memorystore.Store) middleware.Store { return m }, middleware.OverLimitCacheAuto, false, ""},
-		{"memory store, on", func(m *memorystore.Store) middleware.Store { return m }, middleware.OverLimitCacheOn, true, ""},
-		{"take-only store, auto", func(m *memorystore.Store) middleware.Store { return takeOnly{m} }, "", false, ""},
-		{"take-only store, on", func(m *memorystore.Store) middleware.Store { return takeOnly{m} }, middleware.OverLimitCacheOn,
+		{"shared store, auto", shared, stack.OverLimitCacheAuto, true, ""},
+		{"shared store, on", shared, stack.OverLimitCacheOn, true, ""},
+		{"shared store, off", shared, stack.OverLimitCacheOff, false, ""},
+		{"memory store, auto", func(m *memorystore.Store) stack.Taker { return m }, stack.OverLimitCacheAuto, false, ""},
+		{"memory store, on", func(m *memorystore.Store) stack.Taker { return m }, stack.OverLimitCacheOn, true, ""},
+		{"take-only store, auto", func(m *memorystore.Store) stack.Taker { return takeOnly{m} }, "", false, ""},
+		{"take-only store, on", func(m *memorystore.Store) stack.Taker { return takeOnly{m} }, stack.OverLimitCacheOn,
 			false, `OverLimitCache "on" needs a Store with Refund`},
 		{"unknown mode", shared, "sometimes", false, `OverLimitCache "sometimes" is none of "auto", "on", "off"`},
 	}
@@ -117,7 +119,7 @@ func TestOverLimitCacheModes(t *testing.T) {
 	}
 }
 
-func shared(m *memorystore.Store) middleware.Store { return &countingStore{Store: m} }
+func shared(m *memorystore.Store) stack.Taker { return &countingStore{Store: m} }
 
 // A SplitBudget plan is served from leases; an exact plan next to it
 // still asks the store for every request. Close gives the leases back.
@@ -132,7 +134,7 @@ func TestSplitBudgetPlans(t *testing.T) {
 		"billing": {Burst: 100, Rate: 100, Per: 100 * time.Second},
 		"anon":    {Burst: 20, Rate: 20, Per: 100 * time.Second},
 	}
-	cfg.APIKeys = middleware.NewStaticKeys(map[string]middleware.APIKey{
+	cfg.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{
 		aliceKey: {Principal: "alice", Plan: "ux"},
 		bobKey:   {Principal: "bob", Plan: "billing"},
 	})
@@ -185,7 +187,7 @@ func TestSplitBudgetConfig(t *testing.T) {
 	mem := newMemoryStore(t, clock)
 	cases := []struct {
 		name  string
-		store middleware.Store
+		store stack.Taker
 		opts  middleware.SplitBudgetOptions
 		err   string
 	}{

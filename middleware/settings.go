@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 )
@@ -17,7 +18,7 @@ import (
 // one once and keeps it to its end, so a swap never mixes two.
 type settings struct {
 	plans    map[string]*plan
-	ident    Identifier
+	ident    identity.Identifier
 	gql      GraphQLOptions
 	routes   *http.ServeMux
 	restCost int64
@@ -59,7 +60,7 @@ func compileSettings(cfg Config) (*settings, error) {
 	if _, ok := s.plans[cfg.AnonymousPlan]; !ok {
 		return nil, fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, s.planList())
 	}
-	if sk, ok := cfg.APIKeys.(*StaticKeys); ok && sk != nil {
+	if sk, ok := cfg.APIKeys.(*identity.StaticKeys); ok && sk != nil {
 		for _, name := range sk.Plans() {
 			if _, ok := s.plans[name]; !ok {
 				return nil, fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, s.planList())
@@ -145,7 +146,7 @@ func (l *Limiter) attachStores(s *settings) error {
 		if s.multiLimited(p) {
 			multi, err := l.stores.StoreAll(p.SplitBudget)
 			if err != nil {
-				return fmt.Errorf("%w: plan %q: quotas and field limits need a Store that decides several budgets at once (limiter.MultiTaker: memorystore, redisstore): %w", ErrInvalidConfig, p.name, err)
+				return fmt.Errorf("%w: plan %q: quotas and field limits need a stack.Taker that decides several budgets at once (limiter.MultiTaker: memorystore, redisstore): %w", ErrInvalidConfig, p.name, err)
 			}
 			p.multi = multi
 		}
@@ -282,15 +283,15 @@ func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
 		o.RateLimitField = DefaultRateLimitField
 	}
 	if o.DefaultListSize == None {
-		return o, fmt.Errorf("%w: GraphQL option DefaultListSize cannot be None: a list needs a size", ErrInvalidConfig)
+		return o, fmt.Errorf("%w: GraphQL option complexity.DefaultListSize cannot be None: a list needs a size", ErrInvalidConfig)
 	}
 	for _, err := range []error{
 		orDefault("MaxDepth", &o.MaxDepth, DefaultMaxDepth),
 		orDefault("MaxBreadth", &o.MaxBreadth, DefaultMaxBreadth),
 		orDefault("MaxNodes", &o.MaxNodes, DefaultMaxNodes),
 		orDefault("MaxCost", &o.MaxCost, 0), // by default the plan's burst is the only ceiling
-		orDefault("DefaultListSize", &o.DefaultListSize, DefaultListSize),
-		orDefault("MutationCost", &o.MutationCost, DefaultMutationCost),
+		orDefault("DefaultListSize", &o.DefaultListSize, complexity.DefaultListSize),
+		orDefault("MutationCost", &o.MutationCost, complexity.DefaultMutationBaseCost),
 		orDefault("MaxAliases", &o.MaxAliases, DefaultMaxAliases),
 		orDefault("MaxRootFields", &o.MaxRootFields, DefaultMaxRootFields),
 		orDefault("MaxTokens", &o.MaxTokens, DefaultMaxTokens),
@@ -310,7 +311,7 @@ func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
 }
 
 // identify resolves who pays for r and on which plan.
-func (s *settings) identify(r *http.Request) (Identity, *plan, error) {
+func (s *settings) identify(r *http.Request) (identity.Identity, *plan, error) {
 	id, err := s.ident.Identify(r)
 	if err != nil {
 		return id, nil, err

@@ -10,6 +10,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/costguard/costguard/challenge"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/overload"
 )
 
@@ -47,21 +48,21 @@ func (a admission) done() {
 // lane, normal priority). A request that answers its lane's challenge runs
 // at normal priority at least. ok is false when the request is shed (or
 // its client left while it queued).
-func (l *Limiter) admit(ctx context.Context, r *http.Request, id Identity, ln *lane) (a admission, ok bool) {
+func (l *Limiter) admit(ctx context.Context, r *http.Request, id identity.Identity, ln *lane) (a admission, ok bool) {
 	if l.shed == nil {
 		return admission{}, true
 	}
-	p, queue := PriorityNormal, time.Duration(0)
+	p, queue := overload.Normal, time.Duration(0)
 	if ln != nil {
 		p, queue = ln.Priority, ln.Queue
 	}
 	permit, err := l.shed.Admit(ctx, p, queue)
-	if err != nil && ln != nil && ln.Challenge != "" && below(p, PriorityNormal) &&
-		l.shed.InFlight() < l.shed.Threshold(PriorityNormal) && l.solved(ctx, r, id) {
+	if err != nil && ln != nil && ln.Challenge != "" && below(p, overload.Normal) &&
+		l.shed.InFlight() < l.shed.Threshold(overload.Normal) && l.solved(ctx, r, id) {
 		// A solved challenge buys normal priority: checked, and its token
 		// spent, only when its lane's priority was shed and normal's
 		// would not be.
-		permit, err = l.shed.Admit(ctx, PriorityNormal, 0)
+		permit, err = l.shed.Admit(ctx, overload.Normal, 0)
 	}
 	if err != nil {
 		return admission{}, false
@@ -73,7 +74,7 @@ func (l *Limiter) admit(ctx context.Context, r *http.Request, id Identity, ln *l
 // body is read: its lane is known from its identity alone and is past its
 // threshold now (a request with a challenge answer goes on, to have it
 // checked). A request it lets through is admitted as usual once parsed.
-func (l *Limiter) shedAtTheDoor(r *http.Request, set *settings, id Identity) bool {
+func (l *Limiter) shedAtTheDoor(r *http.Request, set *settings, id identity.Identity) bool {
 	if l.shed == nil {
 		return false
 	}
@@ -81,7 +82,7 @@ func (l *Limiter) shedAtTheDoor(r *http.Request, set *settings, id Identity) boo
 	if !known {
 		return false
 	}
-	p := PriorityNormal
+	p := overload.Normal
 	if ln != nil {
 		p = ln.Priority
 		if ln.Challenge != "" && r.Header.Get(challenge.HeaderChallengeResponse) != "" {
@@ -92,7 +93,7 @@ func (l *Limiter) shedAtTheDoor(r *http.Request, set *settings, id Identity) boo
 }
 
 // below reports whether p is shed before q.
-func below(p, q Priority) bool {
+func below(p, q overload.Priority) bool {
 	for _, x := range overload.Priorities() { // in shed order: the first is shed first
 		switch x {
 		case p:
@@ -105,14 +106,14 @@ func below(p, q Priority) bool {
 }
 
 // solved reports whether r answers its identity's challenge.
-func (l *Limiter) solved(ctx context.Context, r *http.Request, id Identity) bool {
+func (l *Limiter) solved(ctx context.Context, r *http.Request, id identity.Identity) bool {
 	answer := r.Header.Get(challenge.HeaderChallengeResponse)
 	return answer != "" && l.challenger.Verify(ctx, id.Key, answer, l.clock.Now()) == nil
 }
 
 // challenge sets the challenge header on a shed or refused response of a
 // lane that asks for one.
-func (l *Limiter) challenge(ctx context.Context, h http.Header, id Identity, ln *lane) {
+func (l *Limiter) challenge(ctx context.Context, h http.Header, id identity.Identity, ln *lane) {
 	if ln == nil || ln.Challenge == "" {
 		return
 	}

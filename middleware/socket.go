@@ -9,6 +9,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/costguard/costguard/identity"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
@@ -78,7 +79,7 @@ func (e *Extension) socketState(ctx context.Context, cs *connState, opCtx *graph
 
 // identifyError is the GraphQL error of an identification that failed.
 func (e *Extension) identifyError(ctx context.Context, err error) *gqlerror.Error {
-	if errors.Is(err, ErrUnknownAPIKey) {
+	if errors.Is(err, identity.ErrUnknownAPIKey) {
 		return codedError(CodeUnknownAPIKey, 0, "unknown API key")
 	}
 	e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
@@ -92,11 +93,11 @@ func (e *Extension) identifyError(ctx context.Context, err error) *gqlerror.Erro
 // "authorization"), "X-API-Key" or "apiKey". It returns r itself when
 // there is nothing to add.
 func withInitCredentials(r *http.Request, payload transport.InitPayload) *http.Request {
-	if len(payload) == 0 || r.Header.Get("Authorization") != "" || r.Header.Get(HeaderAPIKey) != "" {
+	if len(payload) == 0 || r.Header.Get("Authorization") != "" || r.Header.Get(identity.HeaderAPIKey) != "" {
 		return r
 	}
 	auth := payload.Authorization()
-	key := cmp.Or(payload.GetString(HeaderAPIKey), payload.GetString("apiKey"))
+	key := cmp.Or(payload.GetString(identity.HeaderAPIKey), payload.GetString("apiKey"))
 	if auth == "" && key == "" {
 		return r
 	}
@@ -104,7 +105,7 @@ func withInitCredentials(r *http.Request, payload transport.InitPayload) *http.R
 	if auth != "" {
 		r2.Header.Set("Authorization", auth)
 	} else {
-		r2.Header.Set(HeaderAPIKey, key)
+		r2.Header.Set(identity.HeaderAPIKey, key)
 	}
 	return r2
 }
@@ -176,7 +177,7 @@ func (l *Limiter) WebsocketInit(next transport.WebsocketInitFunc) transport.Webs
 			base := cs.r.WithContext(ctx)
 			if r := withInitCredentials(base, payload); r != base {
 				if _, _, err := l.current().identify(r); err != nil {
-					if errors.Is(err, ErrUnknownAPIKey) {
+					if errors.Is(err, identity.ErrUnknownAPIKey) {
 						return transport.WithWebsocketCloseCode(ctx, CloseForbidden), nil, errors.New("unknown API key")
 					}
 					l.log.ErrorContext(ctx, "middleware: cannot identify a WebSocket connection", "err", err)

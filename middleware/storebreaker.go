@@ -30,12 +30,6 @@ type BreakerOptions struct {
 	CoolDown time.Duration
 }
 
-// Breaker defaults.
-const (
-	DefaultBreakerFailures = breaker.DefaultFailures
-	DefaultBreakerCoolDown = breaker.DefaultCoolDown
-)
-
 // BreakerState is where the store's circuit breaker stands (Event.Breaker).
 // Its values are stable: new ones may be added, none renamed.
 type BreakerState string

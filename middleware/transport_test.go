@@ -21,6 +21,7 @@ import (
 	"github.com/coder/websocket/wsjson"
 
 	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/middleware"
 )
@@ -58,7 +59,7 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 		cfg.AnonymousPlan = "anon"
 	}
 	if cfg.APIKeys == nil {
-		cfg.APIKeys = middleware.NewStaticKeys(map[string]middleware.APIKey{adopterKey: {Principal: "pro-user", Plan: "pro"}})
+		cfg.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{adopterKey: {Principal: "pro-user", Plan: "pro"}})
 	}
 	cfg.Clock = a.clock
 	if cfg.Store == nil {
@@ -900,7 +901,7 @@ func TestWebSocketInitFuncPrincipal(t *testing.T) {
 			if p.GetString("token") != "let-bob-in" {
 				return ctx, nil, errors.New("who are you")
 			}
-			return middleware.WithPrincipal(ctx, "bob", "pro"), nil, nil
+			return identity.WithPrincipal(ctx, "bob", "pro"), nil, nil
 		})})
 		srv.AddTransport(transport.POST{})
 		return lim.Handler(srv)

@@ -26,6 +26,7 @@ import (
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/internal/testenv"
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/middleware"
 )
@@ -187,7 +188,7 @@ func TestChaos(t *testing.T) {
 				t.Errorf("slowest request %v (started %v into the fault): a hang", slowest, slowestAt)
 			}
 			if f.bounded && !openedAt.IsZero() {
-				probes := int64(healed.Sub(openedAt)/middleware.DefaultBreakerCoolDown) + 1
+				probes := int64(healed.Sub(openedAt)/breaker.DefaultCoolDown) + 1
 				if waited := waitedAtHeal - waitedAtOpen; waited > probes+chaosClients {
 					t.Errorf("%d decisions waited for the store while the breaker was open (%v), want at most its %d probes and the %d calls in flight when it opened",
 						waited, healed.Sub(openedAt), probes, chaosClients)

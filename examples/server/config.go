@@ -15,10 +15,14 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/costguard/costguard/challenge"
+	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/splitbudget"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/overload"
 )
@@ -310,8 +314,8 @@ func defaultConfig() config {
 			MaxBreadth:      middleware.DefaultMaxBreadth,
 			MaxNodes:        middleware.DefaultMaxNodes,
 			MaxCost:         0, // no cap but the plan's burst
-			DefaultListSize: middleware.DefaultListSize,
-			MutationCost:    middleware.DefaultMutationCost,
+			DefaultListSize: complexity.DefaultListSize,
+			MutationCost:    complexity.DefaultMutationBaseCost,
 
 			MaxAliases:        middleware.DefaultMaxAliases,
 			MaxRootFields:     middleware.DefaultMaxRootFields,
@@ -330,11 +334,11 @@ func defaultConfig() config {
 			Routes:      map[string]whole{"GET /api/search": 10},
 		},
 		FailureMode:      string(middleware.FailOpen),
-		Breaker:          breakerConfig{Failures: middleware.DefaultBreakerFailures, CoolDown: middleware.DefaultBreakerCoolDown},
+		Breaker:          breakerConfig{Failures: breaker.DefaultFailures, CoolDown: breaker.DefaultCoolDown},
 		Mode:             modeName(middleware.Enforce),
 		TrustedProxies:   []string{},
 		RetryAfterJitter: 0,
-		OverLimitCache:   string(middleware.OverLimitCacheAuto),
+		OverLimitCache:   string(stack.OverLimitCacheAuto),
 		SplitBudget: splitBudgetConfig{
 			LeaseFraction:  splitbudget.DefaultLeaseFraction,
 			SettleInterval: splitbudget.DefaultSettleInterval,
@@ -347,10 +351,10 @@ func defaultConfig() config {
 		// The seed documents' lanes over the example schema: opening an
 		// issue stands for checkout.
 		Lanes: []laneConfig{
-			{Name: "checkout", Priority: middleware.PriorityCritical.String(), Queue: 2 * time.Second,
+			{Name: "checkout", Priority: overload.Critical.String(), Queue: 2 * time.Second,
 				Match: laneMatchConfig{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}, Authenticated: true}},
-			{Name: "authenticated", Priority: middleware.PriorityNormal.String(), Match: laneMatchConfig{Authenticated: true}},
-			{Name: "anonymous", Priority: middleware.PrioritySheddable.String(), Match: laneMatchConfig{Anonymous: true},
+			{Name: "authenticated", Priority: overload.Normal.String(), Match: laneMatchConfig{Authenticated: true}},
+			{Name: "anonymous", Priority: overload.Sheddable.String(), Match: laneMatchConfig{Anonymous: true},
 				Challenge: middleware.ChallengePoW},
 		},
 		Overload: overloadConfig{
@@ -570,11 +574,11 @@ func (c config) validate() error {
 	if j := c.RetryAfterJitter; math.IsNaN(j) || j < 0 || j > 1 {
 		return fmt.Errorf("retry_after_jitter is %v; it must be between 0 and 1", j)
 	}
-	switch middleware.OverLimitCache(c.OverLimitCache) {
-	case middleware.OverLimitCacheAuto, middleware.OverLimitCacheOn, middleware.OverLimitCacheOff:
+	switch stack.OverLimitCache(c.OverLimitCache) {
+	case stack.OverLimitCacheAuto, stack.OverLimitCacheOn, stack.OverLimitCacheOff:
 	default:
 		return fmt.Errorf("over_limit_cache is %q; it must be %q, %q or %q", c.OverLimitCache,
-			middleware.OverLimitCacheAuto, middleware.OverLimitCacheOn, middleware.OverLimitCacheOff)
+			stack.OverLimitCacheAuto, stack.OverLimitCacheOn, stack.OverLimitCacheOff)
 	}
 	// Like the counts above, a 0 here would be read by the middleware as
 	// "use the default", so it is refused rather than silently replaced.
@@ -810,9 +814,9 @@ func (c config) limiterConfig() middleware.Config {
 			fieldLimits[coord] = middleware.FieldLimit{Limit: int64(fl.Limit), Per: fl.Per, By: middleware.FieldLimitBy(fl.By)}
 		}
 	}
-	keys := make(map[string]middleware.APIKey, len(c.APIKeys))
+	keys := make(map[string]identity.APIKey, len(c.APIKeys))
 	for key, k := range c.APIKeys {
-		keys[key] = middleware.APIKey{Principal: k.Principal, Plan: k.Plan}
+		keys[key] = identity.APIKey{Principal: k.Principal, Plan: k.Plan}
 	}
 	routes := make(map[string]int64, len(c.REST.Routes))
 	for pattern, cost := range c.REST.Routes {
@@ -842,7 +846,7 @@ func (c config) limiterConfig() middleware.Config {
 		Plans:          plans,
 		FieldLimits:    fieldLimits,
 		AnonymousPlan:  c.AnonymousPlan,
-		APIKeys:        middleware.NewStaticKeys(keys),
+		APIKeys:        identity.NewStaticKeys(keys),
 		TrustedProxies: c.TrustedProxies,
 		GraphQL: middleware.GraphQLOptions{
 			MaxDepth:        int(c.GraphQL.MaxDepth),
@@ -875,7 +879,7 @@ func (c config) limiterConfig() middleware.Config {
 		Breaker:          middleware.BreakerOptions{Failures: int(c.Breaker.Failures), CoolDown: c.Breaker.CoolDown},
 		Mode:             middleware.Mode(c.Mode),
 		RetryAfterJitter: c.RetryAfterJitter,
-		OverLimitCache:   middleware.OverLimitCache(c.OverLimitCache),
+		OverLimitCache:   stack.OverLimitCache(c.OverLimitCache),
 		SplitBudget: middleware.SplitBudgetOptions{
 			LeaseFraction:  c.SplitBudget.LeaseFraction,
 			SettleInterval: c.SplitBudget.SettleInterval,

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -101,7 +103,7 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	assert.Equal(t, middleware.Enforce, m.Mode)
 	assert.Empty(t, m.TrustedProxies)
 	assert.Zero(t, m.RetryAfterJitter)
-	assert.Equal(t, middleware.OverLimitCacheAuto, m.OverLimitCache)
+	assert.Equal(t, stack.OverLimitCacheAuto, m.OverLimitCache)
 	assert.Equal(t, middleware.SplitBudgetOptions{LeaseFraction: 0.05, SettleInterval: 100 * time.Millisecond}, m.SplitBudget)
 	principal, plan, err := m.APIKeys.LookupAPIKey(t.Context(), demoAPIKey)
 	require.NoError(t, err)
@@ -279,7 +281,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown top-level key", "plan: {}", "line 1: plan: unknown key; the keys here are plans, anonymous_plan, api_keys, graphql,"},
 		{"unknown nested key", "graphql: {max_dept: 3}", "line 1: graphql.max_dept: unknown key; the keys here are max_depth,"},
 		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, introspection, refund_unused, cost_report"},
-		{"unknown API key field", "api_keys: {s3cret-key: {principal: p, plna: free}}", "api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + "].plna: unknown key"},
+		{"unknown API key field", "api_keys: {s3cret-key: {principal: p, plna: free}}", "api_keys[SHA-256 " + identity.HashAPIKey("s3cret-key") + "].plna: unknown key"},
 		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", "line 1: plans.free.burst: 1.5 is not a whole number"},
 		{"string count", "graphql: {max_depth: ten}", `graphql.max_depth: "ten" is not a whole number`},
 		{"count out of range", "graphql: {max_nodes: 99999999999999999999}", "graphql.max_nodes: 99999999999999999999 is not a whole number"},
@@ -323,10 +325,10 @@ func TestParseErrors(t *testing.T) {
 		{"plan name with a space", `plans: {"a b": {burst: 1, rate: 1, per: 0s}}`, `plans["a b"].per is 0s`},
 		{"anonymous plan missing", "anonymous_plan: guest", `anonymous_plan is "guest"; it must be one of the plans (anon, free)`},
 		{"API key on a missing plan", "api_keys: {s3cret-key: {principal: p, plan: gold}}",
-			"api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + `].plan is "gold"; it must be one of the plans (anon, free)`},
+			"api_keys[SHA-256 " + identity.HashAPIKey("s3cret-key") + `].plan is "gold"; it must be one of the plans (anon, free)`},
 		{"demo key kept on a missing plan", "plans: {anon: {burst: 1, rate: 1, per: 1h}}\napi_keys: {demo-free-key: {principal: alice, plan: free}}",
 			`.plan is "free"; it must be one of the plans (anon)`},
-		{"key without principal", "api_keys: {s3cret-key: {plan: free}}", "api_keys[SHA-256 " + middleware.HashAPIKey("s3cret-key") + "].principal is empty"},
+		{"key without principal", "api_keys: {s3cret-key: {plan: free}}", "api_keys[SHA-256 " + identity.HashAPIKey("s3cret-key") + "].principal is empty"},
 		{"empty key", `api_keys: {"": {principal: x, plan: free}}`, "an API key must not be empty"},
 		{"quota below the burst", "plans: {anon: {burst: 10, rate: 1, per: 1h, quota: {limit: 5, per: 24h}}}", "plans.anon.quota.limit is 5; it must be at least the plan's burst, 10"},
 		{"quota without per", "plans: {anon: {burst: 10, rate: 1, per: 1h, quota: {limit: 50}}}", "plans.anon.quota.per is 0s; it must be positive"},

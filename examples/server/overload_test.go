@@ -58,10 +58,10 @@ func TestIssue12ExampleIsTheDefaults(t *testing.T) {
 func TestOverloadDefaultsMapOntoMiddleware(t *testing.T) {
 	m := defaultConfig().limiterConfig()
 	assert.Equal(t, []middleware.Lane{
-		{Name: "checkout", Priority: middleware.PriorityCritical, Queue: 2 * time.Second,
+		{Name: "checkout", Priority: overload.Critical, Queue: 2 * time.Second,
 			Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}, Authenticated: true}},
-		{Name: "authenticated", Priority: middleware.PriorityNormal, Match: middleware.LaneMatch{Authenticated: true}},
-		{Name: "anonymous", Priority: middleware.PrioritySheddable, Match: middleware.LaneMatch{Anonymous: true},
+		{Name: "authenticated", Priority: overload.Normal, Match: middleware.LaneMatch{Authenticated: true}},
+		{Name: "anonymous", Priority: overload.Sheddable, Match: middleware.LaneMatch{Anonymous: true},
 			Challenge: middleware.ChallengePoW},
 	}, m.Lanes)
 	assert.Equal(t, &overload.Config{

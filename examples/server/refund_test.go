@@ -17,6 +17,7 @@ import (
 
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter/redisstore"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -63,14 +64,14 @@ func TestRefundDisabledPerPlan(t *testing.T) {
 // holds burst − 14n, never more, never less.
 func TestRefundsAreExactUnderConcurrency(t *testing.T) {
 	const clients, each = 8, 10
-	stores := map[string]func(t *testing.T) middleware.Store{
-		"memory": func(*testing.T) middleware.Store { return nil },
-		"redis": func(t *testing.T) middleware.Store {
+	stores := map[string]func(t *testing.T) stack.Taker{
+		"memory": func(*testing.T) stack.Taker { return nil },
+		"redis": func(t *testing.T) stack.Taker {
 			s, err := redisstore.New(redistest.StartServer(t).Client(t), redisstore.Config{Prefix: "refund"})
 			require.NoError(t, err)
 			return s
 		},
-		"cluster": func(t *testing.T) middleware.Store {
+		"cluster": func(t *testing.T) stack.Taker {
 			s, err := redisstore.New(redistest.SharedCluster(t).Client(t), redisstore.Config{Prefix: "refund-" + strings.ReplaceAll(t.Name(), "/", "-")})
 			require.NoError(t, err)
 			return s

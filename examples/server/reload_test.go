@@ -21,6 +21,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/errcode"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -244,7 +245,7 @@ graphql: {max_depth: 3, max_tokens: 1000}
 				req, _ := http.NewRequest(rq.method, srv.url+rq.target, body)
 				req.Header.Set("Content-Type", "application/json")
 				if rq.key != "" {
-					req.Header.Set(middleware.HeaderAPIKey, rq.key)
+					req.Header.Set(identity.HeaderAPIKey, rq.key)
 				}
 				resp, err := client.Do(req)
 				var status int

@@ -17,6 +17,7 @@ import (
 
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/middleware"
 )
@@ -366,7 +367,7 @@ func TestUnknownAPIKey(t *testing.T) {
 
 	// X-API-Key works as well as Authorization: Bearer.
 	r := httptest.NewRequest(http.MethodGet, "/api/users/octocat", nil)
-	r.Header.Set(middleware.HeaderAPIKey, demoAPIKey)
+	r.Header.Set(identity.HeaderAPIKey, demoAPIKey)
 	rec := httptest.NewRecorder()
 	ts.h.ServeHTTP(rec, r)
 	assert.Equal(t, http.StatusOK, rec.Code)

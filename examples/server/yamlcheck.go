@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/costguard/costguard/identity"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/costguard/costguard/middleware"
 )
 
 // durationForm is how every duration error says what to write.
@@ -152,7 +151,7 @@ func join(path, key string) string {
 func mapPath(path, key string) string {
 	switch {
 	case path == "api_keys":
-		return fmt.Sprintf("api_keys[SHA-256 %s]", middleware.HashAPIKey(key))
+		return fmt.Sprintf("api_keys[SHA-256 %s]", identity.HashAPIKey(key))
 	case plainKey.MatchString(key):
 		return join(path, key)
 	}
