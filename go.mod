@@ -3,12 +3,12 @@ module github.com/costguard/costguard
 go 1.26.0
 
 require (
-	github.com/99designs/gqlgen v0.17.98
+	github.com/99designs/gqlgen v0.17.92
 	github.com/coder/websocket v1.8.15
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
-	github.com/vektah/gqlparser/v2 v2.5.64
+	github.com/vektah/gqlparser/v2 v2.5.35
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sync v0.24.0
 	golang.org/x/time v0.16.0

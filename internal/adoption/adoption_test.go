@@ -322,9 +322,11 @@ func wantVersions(t *testing.T, guide string) map[string]string {
 }
 
 // use makes the project require the versions, "latest" resolved to the
-// newest release. One older than costguard's go.mod requires is raised to
-// that by Go's version selection, so it is pinned with a replace directive,
-// as docs/gqlgen.md tells a project that stays on its gqlgen.
+// newest release. costguard's go.mod requires the oldest versions that
+// work, so adding it must never raise the project's gqlgen or gqlparser:
+// for the minimum and the latest, a raised version fails the test. A
+// version asked for by number that is older still is raised by Go's
+// version selection, and pinned with a replace directive to try it anyway.
 func (p *project) use(versions map[string]string) {
 	p.t.Helper()
 	for _, path := range []string{gqlgenPath, gqlparserPath} {
@@ -338,6 +340,9 @@ func (p *project) use(versions map[string]string) {
 		}
 		p.run("go", "mod", "edit", "-require="+path+"@"+v)
 		if got := p.version(path); got != v {
+			if env := os.Getenv(versionEnv); env == "minimum" || env == "latest" {
+				p.t.Errorf("%s %s selected: costguard's go.mod raised it from %s", path, got, v)
+			}
 			p.t.Logf("%s %s selected (costguard's go.mod requires it): pinned to %s", path, got, v)
 			p.run("go", "mod", "edit", "-replace="+path+"="+path+"@"+v)
 		}
