@@ -148,5 +148,15 @@ func (l *Lookup) Check(ctx context.Context) error {
 	if err == nil {
 		return errors.New("pgkeys: check: the all-zero hash is a key: remove that row")
 	}
-	return fmt.Errorf("%w (is the migration applied? pgkeys.Migrate or docs/keys.md)", err)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == undefinedTable || pgErr.Code == undefinedColumn) {
+		return fmt.Errorf("%w (is the migration applied? pgkeys.Migrate or docs/keys.md)", err)
+	}
+	return err
 }
+
+// SQLSTATE codes of a missing table and a missing column.
+const (
+	undefinedTable  = "42P01"
+	undefinedColumn = "42703"
+)

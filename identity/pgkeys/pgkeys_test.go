@@ -203,8 +203,8 @@ func TestUnreachable(t *testing.T) {
 	if _, _, err := keys.LookupAPIKey(t.Context(), "alice-key"); err == nil || errors.Is(err, identity.ErrUnknownAPIKey) {
 		t.Fatalf("err %v, want a failed lookup", err)
 	}
-	if err := keys.Check(t.Context()); err == nil {
-		t.Fatal("Check passed with no database")
+	if err := keys.Check(t.Context()); err == nil || strings.Contains(err.Error(), "migration") {
+		t.Fatalf("Check with no database: %v; want an error that does not blame the migration", err)
 	}
 }
 
