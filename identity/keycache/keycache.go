@@ -3,7 +3,10 @@
 // a TTL, and about unseen keys (a flood of random ones included) at most a
 // fixed number of times a second.
 //
-//	keys, err := keycache.New(pgkeys.New(pool)) // the defaults below
+//	db, err := pgkeys.New(pool) // or any other identity.KeyLookup
+//	…
+//	keys, err := keycache.New(db) // the defaults below
+//	…
 //	cfg := middleware.Config{APIKeys: keys, …}
 //
 // What it keeps and for how long:
@@ -328,9 +331,20 @@ func (c *Cache) LookupAPIKey(ctx context.Context, apiKey string) (principal, pla
 // lookup asks the backing lookup about the key whose hash is h, records
 // the answer and hands it to the flight's waiters.
 func (c *Cache) lookup(ctx context.Context, apiKey string, h [sha256.Size]byte, f *flight, seen bool) (string, string, error) {
+	answered := false
+	defer func() {
+		if !answered { // the lookup panicked: release the waiters, who try again
+			c.mu.Lock()
+			delete(c.flights, h)
+			c.mu.Unlock()
+			f.abandoned = true
+			close(f.done)
+		}
+	}()
 	lctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	principal, plan, err := c.next.LookupAPIKey(lctx, apiKey)
-	cancel()
+	answered = true
 	now := c.now()
 
 	c.mu.Lock()

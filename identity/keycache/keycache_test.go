@@ -574,3 +574,35 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("%d known and %d unknown entries, above the caps", s.Known, s.Unknown)
 	}
 }
+
+// panicking is a KeyLookup that panics on its first call.
+type panicking struct {
+	*fakeKeys
+	once sync.Once
+}
+
+func (p *panicking) LookupAPIKey(ctx context.Context, apiKey string) (string, string, error) {
+	p.once.Do(func() { panic("lookup bug") })
+	return p.fakeKeys.LookupAPIKey(ctx, apiKey)
+}
+
+// TestLookupPanics: a lookup that panics does not leave its key waiting
+// forever: the next caller looks it up again.
+func TestLookupPanics(t *testing.T) {
+	p := &panicking{fakeKeys: newFake()}
+	c, err := keycache.New(p, keycache.WithClock(&fakeClock{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not reach the caller")
+			}
+		}()
+		_, _, _ = c.LookupAPIKey(t.Context(), "alice-key")
+	}()
+	if got, _, err := c.LookupAPIKey(t.Context(), "alice-key"); got != "alice" || err != nil {
+		t.Fatalf("after the panic: %q, %v; want alice", got, err)
+	}
+}
