@@ -3,6 +3,8 @@ package pgkeys_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,5 +223,16 @@ func TestOptions(t *testing.T) {
 func TestSchemaIsEmbedded(t *testing.T) {
 	if s := pgkeys.Schema(); !strings.Contains(s, "CREATE TABLE IF NOT EXISTS "+pgkeys.Table+" (") {
 		t.Fatalf("Schema() does not create %s:\n%s", pgkeys.Table, s)
+	}
+}
+
+// TestSchemaIsDocumented: docs/keys.md shows the migration as it is.
+func TestSchemaIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "keys.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```sql\n"+pgkeys.Schema()+"```\n") {
+		t.Fatal("docs/keys.md does not show identity/pgkeys/schema.sql as it is: copy the file into its sql block")
 	}
 }
