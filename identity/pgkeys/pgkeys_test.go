@@ -211,6 +211,9 @@ func TestUnreachable(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	if pgkeys.DefaultQueryTimeout != time.Second {
+		t.Error("the default query timeout changed: update docs/keys.md and this test")
+	}
 	if _, err := pgkeys.New(nil); !errors.Is(err, pgkeys.ErrInvalidConfig) {
 		t.Errorf("nil Querier: %v", err)
 	}
