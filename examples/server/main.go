@@ -6,6 +6,7 @@
 //	go run ./examples/server -redis localhost:6379  # or redis://[:password@]localhost:6379/0
 //	go run ./examples/server -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
 //	go run ./examples/server -config costguard.yaml
+//	go run ./examples/server -keys-postgres postgres://localhost/costguard
 //
 // Routes:
 //
@@ -102,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 			"(default $REDIS_URL, which takes the same forms; neither: in memory)")
 	cluster := fs.String("redis-cluster", "",
 		"keep budgets in the Redis Cluster reachable at these comma-separated `host:port`s")
+	keysPostgres := fs.String("keys-postgres", "",
+		"also look API keys up in the PostgreSQL database at this `URL` (postgres://user:password@host:port/db), through a cache; docs/keys.md")
 	cfgPath := fs.String("config", "", "YAML configuration `file` (docs/server.md); unset: built-in defaults")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout,
 		"on SIGINT or SIGTERM, how long requests in flight may take to finish")
@@ -138,7 +141,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	}
 	defer st.close()
 
-	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger})
+	keys, err := openKeys(ctx, *keysPostgres)
+	if err != nil {
+		return err
+	}
+	defer keys.close()
+	if keys.lookup != nil {
+		logger.Info("server: API keys from the configuration file, then from " + keys.describe)
+	}
+
+	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger, keys: keys.lookup})
 	if err != nil {
 		return err
 	}

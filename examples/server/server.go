@@ -24,6 +24,7 @@ import (
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/graph/model"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
@@ -57,6 +58,9 @@ type deps struct {
 	// nil: time.NewTimer. Tests inject one that never fires, so a request
 	// that answers while every slot is held was never queued.
 	queueTimer limiter.Timer
+	// keys resolves the API keys the configuration file does not have
+	// (-keys-postgres); nil: the file's only.
+	keys identity.KeyLookup
 }
 
 // server is the example API, an http.Handler, and what a reload swaps in
@@ -181,6 +185,9 @@ func (s *server) limiterConfig(cfg config) middleware.Config {
 	mcfg := cfg.limiterConfig()
 	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
 	mcfg.Observer = s.metrics
+	if s.d.keys != nil {
+		mcfg.APIKeys = fileThenDatabase{file: mcfg.APIKeys, db: s.d.keys}
+	}
 	if s.d.queueTimer != nil && mcfg.Overload != nil {
 		oc := *mcfg.Overload
 		oc.Timer = s.d.queueTimer

@@ -1,0 +1,6 @@
+//go:build !race
+
+package keycache_test
+
+// raceEnabled is false without -race.
+const raceEnabled = false
