@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/graph"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -308,7 +309,7 @@ func (oc *overloadClient) send(ctx context.Context, c class, n int) attempt {
 		a := n % anonymousAddrs
 		req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.0.%d.%d", a/250, 1+a%250))
 	} else {
-		req.Header.Set(middleware.HeaderAPIKey, apiKey(n%apiKeys))
+		req.Header.Set(identity.HeaderAPIKey, apiKey(n%apiKeys))
 	}
 	resp, err := oc.hc.Do(req)
 	if err != nil {
