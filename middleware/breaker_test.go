@@ -289,6 +289,10 @@ func (s laneFailingStore) Take(ctx context.Context, key string, l limiter.Limit,
 	return s.inner.Take(ctx, key, l, cost)
 }
 
+func (s laneFailingStore) Refund(ctx context.Context, key string, l limiter.Limit, amount int64) (limiter.Decision, error) {
+	return s.inner.Refund(ctx, key, l, amount)
+}
+
 // A lane budget's store call that opens the breaker is reported on the
 // decision that made it, as the plan's own call is.
 func TestBreakerChangedByLaneBudget(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/identity"
-	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
+	"github.com/costguard/costguard/limiter/guard"
 )
 
 // CodeConcurrencyLimited: the principal already has its plan's requests in
@@ -99,10 +99,10 @@ func (s slot) release() {
 		return
 	}
 	l := s.l
-	if l.slotsBehindBreaker && l.brk.State() != breaker.Closed {
+	if l.slotsBehindBreaker && !l.stores.Closed() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.stores.Timeout())
 	_, _ = s.slots.Release(ctx, s.lease)
 	cancel()
 }
@@ -115,28 +115,27 @@ func (l *Limiter) takeSlot(ctx context.Context, id identity.Identity, p *plan) (
 	if p.maxConcurrent == 0 {
 		return slot{}, nil
 	}
-	t := breaker.Ticket{Allowed: true}
-	if l.slotsBehindBreaker {
-		t = l.allowStore(nil)
-	}
 	var d concurrency.Decision
-	err := errBreakerOpen
-	if t.Allowed {
-		tctx, cancel := context.WithTimeout(ctx, l.timeout)
-		d, err = l.slots.Acquire(tctx, id.Key, p.maxConcurrent, l.slotTTL) // the store keeps leases apart from budgets
+	acquire := func(ctx context.Context) (err error) {
+		d, err = l.slots.Acquire(ctx, id.Key, p.maxConcurrent, l.slotTTL) // the store keeps leases apart from budgets
+		return err
+	}
+	var err error
+	if l.slotsBehindBreaker {
+		err = l.stores.Do(ctx, acquire)
+	} else {
+		tctx, cancel := context.WithTimeout(ctx, l.stores.Timeout())
+		err = acquire(tctx)
 		cancel()
-		if l.slotsBehindBreaker {
-			l.storeDone(ctx, t, err, nil)
-		}
 	}
 	switch {
 	case err != nil && (p.failOpen || ctx.Err() != nil) && !errors.Is(err, concurrency.ErrInvalidLimit):
-		if ctx.Err() == nil && !errors.Is(err, errBreakerOpen) {
+		if ctx.Err() == nil && !errors.Is(err, guard.ErrBreakerOpen) {
 			l.storeFailed(p, err)
 		}
 		return slot{}, nil
 	case err != nil:
-		if !errors.Is(err, errBreakerOpen) {
+		if !errors.Is(err, guard.ErrBreakerOpen) {
 			l.storeFailed(p, err)
 		}
 		return slot{}, &outcome{verdict: unavailable, retryAfter: l.retryAfter(unavailableRetryAfter)}

@@ -89,10 +89,14 @@
 //
 // # Store failures
 //
-// Every store call runs under StoreTimeout. FailOpen admits through a local
-// in-memory bucket per identity and logs a warning at most once a minute;
-// FailClosed answers 503 with RATE_LIMITER_UNAVAILABLE. Error text from a
-// store is logged, never written to a client.
+// What happens when the store fails is decided below the middleware, in
+// the guard package limiter/stack puts in front of the store
+// (limiter/guard): every store call runs under StoreTimeout, behind a
+// circuit breaker (Breaker). FailOpen admits through a local in-memory
+// bucket per identity, repaid to the store once it answers again;
+// FailClosed answers 503 with RATE_LIMITER_UNAVAILABLE. The middleware logs
+// a warning at most once a minute per plan. Error text from a store is
+// logged, never written to a client.
 //
 // # Scaling a shared store
 //

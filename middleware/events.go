@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/guard"
 )
 
 // Observer receives one Event for every decision the Limiter makes, once
@@ -152,6 +153,21 @@ func HashKey(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// storeResultOf names how a decision's store calls ended for an Event.
+func storeResultOf(r guard.Result) StoreResult {
+	switch r {
+	case guard.ResultOK:
+		return StoreOK
+	case guard.ResultError:
+		return StoreError
+	case guard.ResultTimeout:
+		return StoreTimeout
+	case guard.ResultSkipped:
+		return StoreSkipped
+	}
+	return ""
+}
+
 // outcomeOf names a verdict for an Event.
 func outcomeOf(v verdict) Outcome {
 	switch v {
@@ -185,19 +201,19 @@ func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o
 		Code:          code,
 		RequestedCost: requested,
 		Charged:       o.charged,
-		StoreDuration: o.trace.took,
-		StoreResult:   o.trace.result,
-		Fallback:      o.trace.fallback,
+		StoreDuration: o.trace.Took,
+		StoreResult:   storeResultOf(o.trace.Result),
+		Fallback:      o.trace.Fallback,
 		Breaker:       l.breakerState(),
 	}
-	e.BreakerChanged = o.trace.breakerChanged
+	e.BreakerChanged = o.trace.BreakerChanged
 	if o.shadowed != 0 {
 		e.Outcome, e.Refused = OutcomeShadowRejected, outcomeOf(o.shadowed)
 	}
 	if o.known {
 		e.Remaining, e.Known = max(o.decision.Remaining, 0), true
 	}
-	e.gone = o.trace.gone
+	e.gone = o.trace.Gone
 	return e
 }
 

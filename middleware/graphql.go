@@ -24,6 +24,7 @@ import (
 
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/guard"
 )
 
 // GraphQL error codes (errors[].extensions.code) the middleware emits
@@ -441,7 +442,7 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 			trace := o.trace
 			o = outcome{verdict: o.verdict, decision: paid.decision, known: paid.known, charged: paid.charged, trace: trace,
 				byLane: o.byLane, limits: o.limits, byLimit: o.byLimit, never: o.never}
-			o.trace.add(paid.trace)
+			addTrace(&o.trace, paid.trace)
 		} else {
 			o = paid
 		}
@@ -717,7 +718,7 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 		return
 	}
 	s.mu.Lock()
-	if !s.decided || s.reported || (!s.outcome.known && s.outcome.verdict == admitted && s.outcome.trace.result == "") {
+	if !s.decided || s.reported || (!s.outcome.known && s.outcome.verdict == admitted && s.outcome.trace.Result == guard.ResultNone) {
 		s.mu.Unlock()
 		return
 	}

@@ -76,6 +76,19 @@ func (s *failingStore) Take(ctx context.Context, key string, l limiter.Limit, co
 	return limiter.Decision{}, s.err
 }
 
+// Refund gives back to the memory store while the link is healthy, and
+// fails as Take does while it is not.
+func (s *failingStore) Refund(ctx context.Context, key string, l limiter.Limit, amount int64) (limiter.Decision, error) {
+	if s.healthy.Load() {
+		return s.inner.Refund(context.WithoutCancel(ctx), key, l, amount)
+	}
+	if s.hang {
+		<-ctx.Done()
+		return limiter.Decision{}, ctx.Err()
+	}
+	return limiter.Decision{}, s.err
+}
+
 // learn puts store in front of cfg's memory store, lets h make the
 // requests while the store answers, then breaks it. The fail-open fallback
 // starts each budget from the store's last word on it, or empty: a test of

@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/overload"
 )
@@ -231,8 +231,11 @@ type RESTOptions struct {
 // Config configures a Limiter. Zero fields take the documented defaults.
 type Config struct {
 	// Store holds the budgets. Nil: an in-memory store owned by the Limiter
-	// (released by Close). Share a redisstore between processes.
-	Store stack.Taker
+	// (released by Close). Share a redisstore between processes. Quotas
+	// and field limits need a store that also decides several budgets at
+	// once (limiter.MultiTaker and limiter.MultiRefunder: memorystore,
+	// redisstore); New refuses them on another.
+	Store limiter.Store
 	// Plans maps a plan name to its budget. Required. Names must be
 	// printable ASCII; they appear in the RateLimit headers.
 	Plans map[string]Plan
@@ -340,7 +343,7 @@ type Config struct {
 
 // Defaults applied by New to zero Config fields.
 const (
-	DefaultStoreTimeout = 100 * time.Millisecond
+	DefaultStoreTimeout = stack.DefaultStoreTimeout
 	DefaultMaxDepth     = 15
 	DefaultMaxBreadth   = 100
 	DefaultMaxNodes     = 500_000
@@ -371,9 +374,6 @@ func (l *Limiter) holdBody(ctx context.Context, n int) (release func(), err erro
 	return func() { l.bodies.Release(int64(n)) }, nil
 }
 
-// overflowKey prefixes a plan's name to make its overflow bucket's key.
-const overflowKey = "overflow:"
-
 const (
 	// unavailableRetryAfter is the Retry-After of a 503: long enough not to
 	// hammer a recovering store, short enough to notice it is back.
@@ -390,9 +390,6 @@ var (
 	ErrInvalidConfig = errors.New("middleware: invalid config")
 )
 
-// errUnavailable: the store failed or timed out and the plan fails closed.
-var errUnavailable = errors.New("middleware: rate limiter unavailable")
-
 // plan is a validated Plan with everything the hot path needs precomputed.
 type plan struct {
 	Plan
@@ -407,10 +404,6 @@ type plan struct {
 	burstText     string      // Burst in decimal, X-RateLimit-Limit
 	quota         *quotaLimit // nil: no quota
 	restoreRate   float64     // points per second
-	store         stack.Taker // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
-	// multi decides several budgets at once (the quota, field limits);
-	// nil for a plan they never apply to.
-	multi limiter.MultiTaker
 
 	// Warnings logged at most once a minute for each plan: a store failure
 	// (under the plan's failure mode), a full memory store, a refusal shadow
@@ -422,8 +415,9 @@ type plan struct {
 // it with New; it is safe for concurrent use. Close releases the in-memory
 // stores it owns.
 type Limiter struct {
-	store  stack.Taker
-	stores *stack.Stack // the store behind its decorators, the fallback and overflow buckets
+	// stores decides: the over-limit cache, the guard of store failures
+	// (timeout, breaker, fail-open fallback, overflow) and the store.
+	stores *stack.Stack
 	// settings is what Reload swaps: plans, identification, GraphQL options,
 	// REST costs, modes. A request loads it once and keeps it to the end.
 	settings atomic.Pointer[settings]
@@ -441,23 +435,13 @@ type Limiter struct {
 	subs         subscriptionSlots // the subscriptions open, by principal
 	slotTTL      time.Duration
 	bodies       *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
-	timeout      time.Duration
-	// brk keeps calls off a failing shared store (nil: the in-memory
-	// store, or Breaker.Failures None); slotsBehindBreaker: the
-	// concurrency slots live in a shared store too.
-	brk                *breaker.Breaker
-	brkCoolDown        time.Duration
+	// slotsBehindBreaker: the concurrency slots live in a shared store
+	// too, so their calls go through the store's breaker.
 	slotsBehindBreaker bool
-	// remember: the store's decisions are handed to the fail-open
-	// fallback (a shared store), so that it starts from them.
-	remember bool
-	jitter   float64
-	log      *slog.Logger
-	clock    limiter.Clock
-	start    time.Time
-
-	// flush debits the fallback's debts once the store answers (repay.go).
-	flush flusher
+	jitter             float64
+	log                *slog.Logger
+	clock              limiter.Clock
+	start              time.Time
 
 	// Warnings logged at most once a minute: a wrapper without its
 	// extension (the others are per plan).
@@ -481,8 +465,6 @@ type Limiter struct {
 // New validates cfg and builds a Limiter.
 func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{
-		store:     cfg.Store,
-		timeout:   cfg.StoreTimeout,
 		jitter:    cfg.RetryAfterJitter,
 		log:       cfg.Logger,
 		clock:     cfg.Clock,
@@ -490,11 +472,8 @@ func New(cfg Config) (*Limiter, error) {
 		maxBody:   cfg.MaxBodyBytes,
 		screened:  newScreenCache(),
 	}
-	if l.timeout < 0 {
-		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, l.timeout)
-	}
-	if l.timeout == 0 {
-		l.timeout = DefaultStoreTimeout
+	if cfg.StoreTimeout < 0 {
+		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, cfg.StoreTimeout)
 	}
 	if math.IsNaN(l.jitter) || l.jitter < 0 || l.jitter > 1 {
 		return nil, fmt.Errorf("%w: RetryAfterJitter %v is not between 0 and 1", ErrInvalidConfig, l.jitter)
@@ -554,11 +533,9 @@ func New(cfg Config) (*Limiter, error) {
 	if l.stores, err = l.buildStores(cfg, st); err != nil {
 		return nil, err
 	}
-	l.brkCoolDown = cmp.Or(cfg.Breaker.CoolDown, breaker.DefaultCoolDown)
-	if err := l.buildBreaker(cfg.Breaker); err != nil {
-		l.stores.Close()
-		return nil, err
-	}
+	_, localSlots := l.slots.(*concurrency.Memory)
+	_, hasBreaker := l.stores.BreakerState()
+	l.slotsBehindBreaker = hasBreaker && !localSlots
 	if err := l.attachStores(st); err != nil {
 		l.stores.Close()
 		return nil, err
@@ -572,7 +549,6 @@ func New(cfg Config) (*Limiter, error) {
 // of SplitBudget plans back to the store and releases the in-memory
 // stores the Limiter created. It does not close Config.Store.
 func (l *Limiter) Close() error {
-	l.flush.stop()
 	return l.stores.Close()
 }
 
@@ -597,14 +573,15 @@ func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 		OnSettleError: func(key string, err error) {
 			l.log.Warn("middleware: giving split-budget tokens back failed; they return by refill", "err", err)
 		},
-		Clock: l.clock,
+		StoreTimeout: cfg.StoreTimeout,
+		Breaker:      breaker.Config{Failures: cfg.Breaker.Failures, CoolDown: cfg.Breaker.CoolDown},
+		NoBreaker:    cfg.Breaker.Failures == None,
+		Logger:       l.log,
+		Clock:        l.clock,
 	})
 	l.splitBudget = split != ""
 	l.overflowRoom = overflowKeys(set.overflowBudgets())
 	if err != nil {
-		if errors.Is(err, stack.ErrSplitBudgetNeedsRefund) {
-			return nil, fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, split, stack.ErrSplitBudgetNeedsRefund)
-		}
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return st, nil
@@ -662,12 +639,12 @@ type outcome struct {
 	shadowed verdict
 	// charged is what was debited.
 	charged int64
-	trace   storeTrace
+	trace   guard.Trace
 	// laneCharged is what was debited from the lane's budget, and
 	// laneTrace how (for refunds); byLane names the lane whose budget
 	// refused the request.
 	laneCharged int64
-	laneTrace   storeTrace
+	laneTrace   guard.Trace
 	byLane      *lane
 	// limits are the budgets decided with the bucket (the quota, field
 	// limits), byLimit the one that refused, never whether it never can
@@ -679,42 +656,25 @@ type outcome struct {
 	groups  []takenGroup
 }
 
-// storeTrace is what the store calls of a decision took, for its Event.
-type storeTrace struct {
-	took     time.Duration
-	result   StoreResult
-	fallback bool // the fail-open local bucket decided
-	// gone: the client left before the store answered; nothing was
-	// decided, so nothing is reported.
-	gone bool
-	// breakerChanged: a store call of this decision moved the breaker.
-	breakerChanged bool
-	// from and key say which store debited and under which key (the
-	// budget's, the fail-open fallback's, or the plan's overflow bucket),
-	// so that a refund goes back to it.
-	from stack.Taker
-	key  string
-}
-
 // addLane folds the trace of a lane budget's call into t, the plan's: its
-// time and whether it moved the breaker, but not which store and key to
-// refund (t keeps the plan's; the lane's is kept apart).
-func (t *storeTrace) addLane(u storeTrace) {
-	t.took += u.took
-	t.breakerChanged = t.breakerChanged || u.breakerChanged
+// time and whether it moved the breaker, but not where to refund (t keeps
+// the plan's receipt; the lane's is kept apart).
+func addLane(t *guard.Trace, u guard.Trace) {
+	t.Took += u.Took
+	t.BreakerChanged = t.BreakerChanged || u.BreakerChanged
 }
 
-// add folds a later call's trace into t.
-func (t *storeTrace) add(u storeTrace) {
-	t.took += u.took
-	if u.result != "" {
-		t.result = u.result
+// addTrace folds a later call's trace into t.
+func addTrace(t *guard.Trace, u guard.Trace) {
+	t.Took += u.Took
+	if u.Result != guard.ResultNone {
+		t.Result = u.Result
 	}
-	t.fallback = t.fallback || u.fallback
-	t.gone = t.gone || u.gone
-	t.breakerChanged = t.breakerChanged || u.breakerChanged
-	if u.from != nil {
-		t.from, t.key = u.from, u.key
+	t.Fallback = t.Fallback || u.Fallback
+	t.Gone = t.Gone || u.Gone
+	t.BreakerChanged = t.BreakerChanged || u.BreakerChanged
+	if u.Receipt.Taken() {
+		t.Receipt = u.Receipt
 	}
 }
 
@@ -748,7 +708,7 @@ func (l *Limiter) spendIn(ctx context.Context, id identity.Identity, p *plan, ln
 		return o
 	}
 	lo := l.spend(ctx, identity.Identity{Key: ln.key(id)}, ln.budget, cost)
-	o.trace.addLane(lo.trace)
+	addLane(&o.trace, lo.trace)
 	if lo.verdict == admitted {
 		o.laneCharged, o.laneTrace = cost, lo.trace
 		return o
@@ -796,108 +756,31 @@ func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id identity.
 	return o
 }
 
-// take is Store.Take under the timeout, the breaker and the plan's failure
-// mode; tr records the call.
-func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
-	tr.from, tr.key = p.store, key
-	if c, ok := p.store.(rememberer); ok {
-		// A refusal the over-limit cache remembers is answered without the
-		// store: it must not count as the store's success for the breaker
-		// (a failing store would stay "healthy" while refused clients
-		// hammer it), nor wait for the breaker's permission.
-		if d, hit := c.Remembered(key, p.limit, cost); hit {
-			tr.result = StoreOK
-			return d, nil
-		}
-	}
-	var d limiter.Decision
-	var err error
-	if t := l.allowStore(tr); t.Allowed {
-		tctx, cancel := l.storeContext(ctx)
-		began := time.Now() // a latency, not the limiter's clock
-		d, err = p.store.Take(tctx, key, p.limit, cost)
-		tr.took += time.Since(began)
-		tr.result = storeResult(ctx, tctx, err, tr)
-		cancel()
-		l.storeDone(ctx, t, err, tr)
-		if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
-			if l.remember {
-				l.stores.Fallback().Observe(key, p.limit, cost, d)
-				l.repayAfter(ctx, key, "") // what an outage's fallback admitted here
-			}
-			return d, err
-		}
-		if stack.IsFull(err) {
-			return l.takeOverflow(ctx, p, cost, tr)
-		}
-		if ctx.Err() != nil {
-			// The client went away: not the store's failure, and nobody is
-			// left to admit.
-			return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, ctx.Err())
-		}
-		l.storeFailed(p, err)
-	} else {
-		tr.result, err = StoreSkipped, errBreakerOpen
-	}
-	if !p.failOpen {
-		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, err)
-	}
-	// The local store never blocks, so the caller's ctx is bound enough.
-	tr.fallback, tr.from = true, l.stores.Fallback()
-	d, err = l.stores.Fallback().Take(ctx, key, p.limit, cost)
-	if stack.IsFull(err) {
-		return l.takeOverflow(ctx, p, cost, tr)
-	}
+// call is how p's budget is decided by the store's guard: its failure
+// mode, whether from split-budget leases, and its overflow bucket.
+func (p *plan) call() guard.Call {
+	return guard.Call{Plan: p.name, FailOpen: p.failOpen, Leased: p.SplitBudget}
+}
+
+// take is Store.Take through the store's guard (the timeout, the breaker
+// and the plan's failure mode); tr records the call.
+func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr *guard.Trace) (limiter.Decision, error) {
+	d, err := l.stores.Take(ctx, p.call(), key, p.limit, cost, tr)
+	l.noteCall(p, tr)
 	return d, err
 }
 
-// rememberer answers a refusal it remembers without asking the store (the
-// over-limit cache, limiter/overlimit).
-type rememberer interface {
-	Remembered(key string, limit limiter.Limit, cost int64) (limiter.Decision, bool)
-}
-
-// remembererAll is rememberer for several budgets at once.
-type remembererAll interface {
-	RememberedAll(reqs []limiter.Request, ds []limiter.Decision) (bool, error)
-}
-
-// storeResult names how a store call under tctx (from ctx) ended, and
-// marks tr gone when the client left first.
-func storeResult(ctx, tctx context.Context, err error, tr *storeTrace) StoreResult {
-	switch {
-	case err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) || stack.IsFull(err):
-		return StoreOK
-	case ctx.Err() != nil:
-		tr.gone = true
-		return tr.result
-	case tctx.Err() == context.DeadlineExceeded:
-		return StoreTimeout
+// noteCall logs what a guarded call met: a store failure its failure mode
+// decided for, a full memory store.
+func (l *Limiter) noteCall(p *plan, tr *guard.Trace) {
+	if tr.Failure != nil {
+		l.storeFailed(p, tr.Failure)
+		tr.Failure = nil
 	}
-	return StoreError
-}
-
-// storeContext bounds a store call by StoreTimeout. The in-memory store
-// answers under a lock and never waits, so its calls keep ctx as it is:
-// a deadline costs a timer and four allocations a call.
-func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.stores.Local() {
-		return ctx, noCancel
+	if tr.Overflow {
+		l.overflowing(p)
+		tr.Overflow = false
 	}
-	return context.WithTimeout(ctx, l.timeout)
-}
-
-func noCancel() {}
-
-// takeOverflow decides for an identity that a full memory store cannot
-// hold without resetting another identity's budget (memorystore.ErrFull):
-// it spends from one bucket per plan, shared by every such identity, with
-// the plan's limit. A flood of new identities then exhausts that bucket,
-// not anyone else's budget, and never gets a fresh burst per identity.
-func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
-	tr.from, tr.key = l.stores.Overflow(), overflowKey+p.name
-	l.overflowing(p)
-	return l.stores.Overflow().Take(ctx, overflowKey+p.name, p.limit, cost)
 }
 
 // overflowing logs, at most once a minute per plan, that identities of p

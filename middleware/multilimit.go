@@ -14,8 +14,7 @@ import (
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/limiter/breaker"
-	"github.com/costguard/costguard/limiter/stack"
+	"github.com/costguard/costguard/limiter/guard"
 )
 
 // Quota is a plan's second budget: Limit points per fixed window of Per,
@@ -261,12 +260,9 @@ func newScratch(n int) (reqs []limiter.Request, ds []limiter.Decision, uses []li
 
 // takenGroup is what one TakeAll debited, to give back on a later refusal.
 type takenGroup struct {
-	from limiter.MultiTaker
+	from guard.Receipt
 	reqs []limiter.Request
 }
-
-// multiRefunder is what gives back a TakeAll's debits.
-type multiRefunder = limiter.MultiRefunder
 
 // spendAll debits cost from id's bucket on plan p, its quota and the field
 // limits counts selects, all or nothing, then from lane ln's budget as
@@ -337,7 +333,7 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id identity.Ident
 		return o
 	}
 	lo := l.spend(ctx, identity.Identity{Key: ln.key(id)}, ln.budget, cost)
-	o.trace.addLane(lo.trace)
+	addLane(&o.trace, lo.trace)
 	if lo.verdict == admitted {
 		o.laneCharged, o.laneTrace = cost, lo.trace
 		return o
@@ -363,7 +359,8 @@ func (l *Limiter) spendAll(ctx context.Context, set *settings, id identity.Ident
 // offset is -1 for the principal's group, whose request 0 is the bucket),
 // and the verdict of a refusal. It reports whether everything was debited.
 func (l *Limiter) decideGroup(ctx context.Context, p *plan, reqs []limiter.Request, ds []limiter.Decision, o *outcome, offset int) bool {
-	from, err := l.takeAll(ctx, p, reqs, ds, &o.trace)
+	err := l.takeAll(ctx, p, reqs, ds, &o.trace)
+	from := o.trace.Receipt
 	principal := offset < 0
 	decided := err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity)
 	if principal {
@@ -425,69 +422,13 @@ func (l *Limiter) decideGroup(ctx context.Context, p *plan, reqs []limiter.Reque
 	return false
 }
 
-// takeAll is MultiTaker.TakeAll on p's store under the timeout, the
-// breaker and the plan's failure mode, as take is for one budget; it
-// returns the store that decided, and tr records the call.
-func (l *Limiter) takeAll(ctx context.Context, p *plan, reqs []limiter.Request, ds []limiter.Decision, tr *storeTrace) (limiter.MultiTaker, error) {
-	store := p.multi
-	tr.from, tr.key = p.store, reqs[0].Key
-	if c, ok := store.(remembererAll); ok {
-		if hit, err := c.RememberedAll(reqs, ds); hit { // as take: not the store's answer
-			tr.result = StoreOK
-			return store, err
-		}
-	}
-	var err error
-	if t := l.allowStore(tr); t.Allowed {
-		tctx, cancel := l.storeContext(ctx)
-		began := time.Now() // a latency, not the limiter's clock
-		err = store.TakeAll(tctx, reqs, ds)
-		tr.took += time.Since(began)
-		tr.result = storeResult(ctx, tctx, err, tr)
-		cancel()
-		l.storeDone(ctx, t, err, tr)
-		if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
-			if l.remember {
-				l.stores.Fallback().ObserveAll(reqs, ds)
-				for _, r := range reqs {
-					l.repayAfter(ctx, r.Key, r.Name) // what an outage's fallback admitted here
-				}
-			}
-			return store, err
-		}
-		if stack.IsFull(err) {
-			return l.takeAllOverflow(ctx, p, reqs, ds, tr)
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", errUnavailable, ctx.Err())
-		}
-		l.storeFailed(p, err)
-	} else {
-		tr.result, err = StoreSkipped, errBreakerOpen
-	}
-	if !p.failOpen {
-		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
-	}
-	fallback := l.stores.Fallback()
-	tr.fallback, tr.from = true, fallback
-	if err = fallback.TakeAll(ctx, reqs, ds); stack.IsFull(err) {
-		return l.takeAllOverflow(ctx, p, reqs, ds, tr)
-	}
-	return fallback, err
-}
-
-// takeAllOverflow is takeOverflow for a TakeAll: the identity's budgets
-// become its plan's overflow budgets, under the same names. It rewrites
-// the keys of reqs in place, so that what was taken is given back to the
-// overflow budgets too.
-func (l *Limiter) takeAllOverflow(ctx context.Context, p *plan, reqs []limiter.Request, ds []limiter.Decision, tr *storeTrace) (limiter.MultiTaker, error) {
-	for i := range reqs {
-		reqs[i].Key = overflowKey + p.name
-	}
-	l.overflowing(p)
-	tr.from, tr.key = l.stores.Overflow(), overflowKey+p.name
-	store := l.stores.Overflow()
-	return store, store.TakeAll(ctx, reqs, ds)
+// takeAll is TakeAll through the store's guard, as take is for one
+// budget; tr records the call. When the overflow buckets decide, the keys
+// of reqs become theirs, so that what was taken is given back there too.
+func (l *Limiter) takeAll(ctx context.Context, p *plan, reqs []limiter.Request, ds []limiter.Decision, tr *guard.Trace) error {
+	err := l.stores.TakeAll(ctx, p.call(), reqs, ds, tr)
+	l.noteCall(p, tr)
+	return err
 }
 
 // giveBack refunds what the groups debited (a later budget refused) and
@@ -495,42 +436,14 @@ func (l *Limiter) takeAllOverflow(ctx context.Context, p *plan, reqs []limiter.R
 // fail return by refill.
 func (l *Limiter) giveBack(ctx context.Context, p *plan, groups []takenGroup) (after []limiter.Decision, ok bool) {
 	for _, g := range groups {
-		r, can := g.from.(multiRefunder)
-		if !can {
-			ok = false
-			continue
-		}
 		ds := make([]limiter.Decision, len(g.reqs))
-		err := l.refundAll(ctx, r, g.from, g.reqs, ds)
-		if err != nil && !errors.Is(err, errBreakerOpen) {
+		err := l.stores.RefundAll(ctx, g.from, g.reqs, ds)
+		if err != nil && !errors.Is(err, guard.ErrBreakerOpen) {
 			l.refundFailed(ctx, p, err)
 		}
 		after, ok = ds, err == nil
 	}
 	return after, ok
-}
-
-// refundAll is r.RefundAll under the timeout and, when from is the shared
-// store, its breaker: while it is open nothing is given back (the points
-// return by refill) and the error wraps errBreakerOpen.
-func (l *Limiter) refundAll(ctx context.Context, r multiRefunder, from any, reqs []limiter.Request, ds []limiter.Decision) error {
-	remote := l.remote(from)
-	t := breaker.Ticket{Allowed: true}
-	if remote {
-		if t = l.allowStore(nil); !t.Allowed {
-			return errBreakerOpen
-		}
-	}
-	tctx, cancel := l.storeContext(ctx)
-	err := r.RefundAll(tctx, reqs, ds)
-	cancel()
-	if remote {
-		l.storeDone(ctx, t, err, nil)
-		if err == nil && l.remember {
-			l.stores.Fallback().ObserveAll(reqs, ds)
-		}
-	}
-	return err
 }
 
 // refundQuota gives amount back to the quota o debited with the bucket,
@@ -540,15 +453,14 @@ func (l *Limiter) refundQuota(ctx context.Context, p *plan, o *outcome, amount i
 		return
 	}
 	g := o.groups[len(o.groups)-1] // the principal's: the bucket, then the quota
-	r, ok := g.from.(multiRefunder)
-	if !ok || len(g.reqs) < 2 || g.reqs[1].Name != quotaBudget {
+	if len(g.reqs) < 2 || g.reqs[1].Name != quotaBudget {
 		return
 	}
 	req := g.reqs[1]
 	req.Cost = amount
 	ds := make([]limiter.Decision, 1)
-	if err := l.refundAll(ctx, r, g.from, []limiter.Request{req}, ds); err != nil {
-		if !errors.Is(err, errBreakerOpen) {
+	if err := l.stores.RefundAll(ctx, g.from, []limiter.Request{req}, ds); err != nil {
+		if !errors.Is(err, guard.ErrBreakerOpen) {
 			l.refundFailed(ctx, p, err)
 		}
 		return

@@ -18,12 +18,11 @@ import (
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
-	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
 // redisLimiter builds a Limiter on a Redis store. Time is Redis's own.
-func redisLimiter(t *testing.T, store stack.Taker, mode middleware.FailureMode, timeout time.Duration) *middleware.Limiter {
+func redisLimiter(t *testing.T, store limiter.Store, mode middleware.FailureMode, timeout time.Duration) *middleware.Limiter {
 	t.Helper()
 	return newLimiter(t, middleware.Config{
 		Store: store,

@@ -2,50 +2,32 @@ package middleware
 
 import (
 	"context"
+	"errors"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/guard"
 )
 
-// refunder is the store method a refund needs: limiter.Store has it, a
-// Take-only Store does not (and then nothing is refunded).
-type refunder interface {
-	Refund(ctx context.Context, key string, limit limiter.Limit, amount int64) (limiter.Decision, error)
-}
-
-// refund gives amount back to the store that took a decision's cost, under
-// the store timeout. It reports the bucket after the refund, and false when
-// nothing was given back (the store has no Refund, or it failed: the
+// refund gives amount back to the store that took a decision's cost (tr's
+// receipt), through the store's guard. It reports the bucket after the
+// refund, and false when nothing was given back (the store failed: the
 // points then return by refill, and a warning is logged at most once a
-// minute per plan), or the store's breaker is open (skipped).
-func (l *Limiter) refund(ctx context.Context, p *plan, tr storeTrace, amount int64) (limiter.Decision, bool) {
-	r, ok := tr.from.(refunder)
-	if !ok || amount <= 0 {
+// minute per plan; or the store's breaker is open: skipped).
+func (l *Limiter) refund(ctx context.Context, p *plan, tr guard.Trace, amount int64) (limiter.Decision, bool) {
+	if !tr.Receipt.Taken() || amount <= 0 {
 		return limiter.Decision{}, false
 	}
-	remote := l.remote(tr.from)
-	t := breaker.Ticket{Allowed: true}
-	if remote {
-		if t = l.allowStore(nil); !t.Allowed {
-			return limiter.Decision{}, false // the breaker is open: the points return by refill
-		}
-	}
-	tctx, cancel := l.storeContext(ctx)
-	d, err := r.Refund(tctx, tr.key, p.limit, amount)
-	cancel()
-	if remote {
-		l.storeDone(ctx, t, err, nil)
+	d, err := l.stores.Refund(ctx, tr.Receipt, p.limit, amount)
+	if errors.Is(err, guard.ErrBreakerOpen) {
+		return limiter.Decision{}, false // the points return by refill
 	}
 	if err != nil {
 		l.refundFailed(ctx, p, err)
 		return limiter.Decision{}, false
-	}
-	if remote && l.remember {
-		l.stores.Fallback().Observe(tr.key, p.limit, 0, d)
 	}
 	return d, true
 }
@@ -150,7 +132,7 @@ func (l *Limiter) refundPaid(ctx context.Context, st *requestState, o *outcome, 
 // per plan that the schema's assumed sizes are below what it returns.
 func (l *Limiter) takeExcess(ctx context.Context, st *requestState, o *outcome, excess int64, operation string) {
 	p := st.plan
-	if d, ok := l.takeSpent(ctx, o.trace.from, limiter.Request{Key: o.trace.key, Limit: p.limit, Cost: excess}); ok {
+	if d, ok := l.stores.TakeSpent(ctx, o.trace.Receipt, limiter.Request{Key: o.trace.Receipt.Key, Limit: p.limit, Cost: excess}); ok {
 		o.decision = d
 	}
 	if p.quota != nil && len(o.groups) > 0 {
@@ -158,13 +140,13 @@ func (l *Limiter) takeExcess(ctx context.Context, st *requestState, o *outcome, 
 		if len(g.reqs) >= 2 && g.reqs[1].Name == quotaBudget && len(o.limits) > 0 {
 			req := g.reqs[1]
 			req.Cost = excess
-			if d, ok := l.takeSpent(ctx, g.from, req); ok {
+			if d, ok := l.stores.TakeSpent(ctx, g.from, req); ok {
 				o.limits[0].d = d
 			}
 		}
 	}
 	if ln := st.currentLane(); o.laneCharged == o.charged && ln != nil && ln.budget != nil {
-		l.takeSpent(ctx, o.laneTrace.from, limiter.Request{Key: o.laneTrace.key, Limit: ln.budget.limit, Cost: excess})
+		l.stores.TakeSpent(ctx, o.laneTrace.Receipt, limiter.Request{Key: o.laneTrace.Receipt.Key, Limit: ln.budget.limit, Cost: excess})
 	}
 	if held, due := p.excessWarn.due(l.clock.Now().Sub(l.start)); due {
 		l.log.WarnContext(ctx, "middleware: a response held more than its price (a list returned more items than the size it was priced at, an assumed size or a slicing argument its resolver ignored); the excess was debited after the response. Give the list a slicing argument or @listSize(assumedSize:) that bounds it",

@@ -95,17 +95,6 @@ func TestNoRefundWhenTheResponseHasErrors(t *testing.T) {
 	}
 }
 
-// A Take-only store cannot refund: the requested cost stays.
-func TestNoRefundWithoutStoreRefund(t *testing.T) {
-	cfg := withRefunds(testConfig(t, newClock()))
-	cfg.Store = takeOnly{cfg.Store.(limiter.Store)}
-	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
-	w, resp := query(t, h, query61, bearer(aliceKey))
-	if *resp.Extensions.Cost.ActualQueryCost != 1 || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
-		t.Errorf("actual %d, remaining %s", *resp.Extensions.Cost.ActualQueryCost, w.Header().Get(middleware.HeaderXRateLimitRemaining))
-	}
-}
-
 // refundCounter is a toggleStore that counts the Refund calls reaching it.
 type refundCounter struct {
 	*toggleStore

@@ -11,7 +11,6 @@ import (
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
-	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -79,7 +78,7 @@ func TestFailOpenRepaysEveryBudgetWhenTheStoreAnswers(t *testing.T) {
 // blockingStore holds the Takes of keys containing block until their ctx
 // ends, counting those in flight and telling entered of each.
 type blockingStore struct {
-	inner    stack.Taker
+	inner    limiter.Store
 	block    atomic.Pointer[string]
 	inFlight atomic.Int64
 	entered  chan struct{}
@@ -97,6 +96,10 @@ func (s *blockingStore) Take(ctx context.Context, key string, l limiter.Limit, c
 		return limiter.Decision{}, ctx.Err()
 	}
 	return s.inner.Take(ctx, key, l, cost)
+}
+
+func (s *blockingStore) Refund(ctx context.Context, key string, l limiter.Limit, amount int64) (limiter.Decision, error) {
+	return s.inner.Refund(ctx, key, l, amount)
 }
 
 // Close stops the flush: the debit in flight ends within StoreTimeout,

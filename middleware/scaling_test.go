@@ -34,13 +34,6 @@ func (c *countingStore) Refund(ctx context.Context, key string, l limiter.Limit,
 	return c.Store.Refund(ctx, key, l, n)
 }
 
-// takeOnly hides Refund: a stack.Taker but not a limiter.Store.
-type takeOnly struct{ s limiter.Store }
-
-func (t takeOnly) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
-	return t.s.Take(ctx, key, l, cost)
-}
-
 func newMemoryStore(t *testing.T, clock limiter.Clock) *memorystore.Store {
 	t.Helper()
 	m, err := memorystore.New(memorystore.Config{Clock: clock})
@@ -58,7 +51,7 @@ func newMemoryStore(t *testing.T, clock limiter.Clock) *memorystore.Store {
 func TestOverLimitCacheModes(t *testing.T) {
 	cases := []struct {
 		name   string
-		store  func(mem *memorystore.Store) stack.Taker
+		store  func(mem *memorystore.Store) limiter.Store
 		mode   stack.OverLimitCache
 		cached bool
 		err    string
@@ -67,11 +60,8 @@ func TestOverLimitCacheModes(t *testing.T) {
 		{"shared store, auto", shared, stack.OverLimitCacheAuto, true, ""},
 		{"shared store, on", shared, stack.OverLimitCacheOn, true, ""},
 		{"shared store, off", shared, stack.OverLimitCacheOff, false, ""},
-		{"memory store, auto", func(m *memorystore.Store) stack.Taker { return m }, stack.OverLimitCacheAuto, false, ""},
-		{"memory store, on", func(m *memorystore.Store) stack.Taker { return m }, stack.OverLimitCacheOn, true, ""},
-		{"take-only store, auto", func(m *memorystore.Store) stack.Taker { return takeOnly{m} }, "", false, ""},
-		{"take-only store, on", func(m *memorystore.Store) stack.Taker { return takeOnly{m} }, stack.OverLimitCacheOn,
-			false, `OverLimitCache "on" needs a Store with Refund`},
+		{"memory store, auto", func(m *memorystore.Store) limiter.Store { return m }, stack.OverLimitCacheAuto, false, ""},
+		{"memory store, on", func(m *memorystore.Store) limiter.Store { return m }, stack.OverLimitCacheOn, true, ""},
 		{"unknown mode", shared, "sometimes", false, `OverLimitCache "sometimes" is none of "auto", "on", "off"`},
 	}
 	for _, c := range cases {
@@ -119,7 +109,7 @@ func TestOverLimitCacheModes(t *testing.T) {
 	}
 }
 
-func shared(m *memorystore.Store) stack.Taker { return &countingStore{Store: m} }
+func shared(m *memorystore.Store) limiter.Store { return &countingStore{Store: m} }
 
 // A SplitBudget plan is served from leases; an exact plan next to it
 // still asks the store for every request. Close gives the leases back.
@@ -187,11 +177,10 @@ func TestSplitBudgetConfig(t *testing.T) {
 	mem := newMemoryStore(t, clock)
 	cases := []struct {
 		name  string
-		store stack.Taker
+		store limiter.Store
 		opts  middleware.SplitBudgetOptions
 		err   string
 	}{
-		{"take-only store", takeOnly{mem}, middleware.SplitBudgetOptions{}, `plan "free": SplitBudget needs a Store with Refund`},
 		{"lease fraction above 1", mem, middleware.SplitBudgetOptions{LeaseFraction: 2}, "LeaseFraction 2 is not in (0, 1]"},
 		{"negative settle interval", mem, middleware.SplitBudgetOptions{SettleInterval: -time.Second}, "SettleInterval must not be negative"},
 	}

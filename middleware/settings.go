@@ -126,15 +126,11 @@ func (s *settings) overflowBudgets() int {
 	return n
 }
 
-// attachStores gives each plan of s its store: exact, or leased for a
-// SplitBudget plan when the stores have leases.
+// attachStores checks that the stores can decide each plan of s: from
+// split-budget leases when it asks for them, several budgets at once when
+// it has a quota or field limits, and an overflow bucket for each budget.
 func (l *Limiter) attachStores(s *settings) error {
 	buckets := s.overflowBudgets()
-	for _, ln := range s.lanes {
-		if ln.budget != nil {
-			ln.budget.store = l.stores.Store(false)
-		}
-	}
 	if buckets > l.overflowRoom {
 		return fmt.Errorf("%w: %d overflow budgets (plans × (bucket, quota, field limits) and lane budgets): the Limiter has room for %d without a restart", ErrInvalidConfig, buckets, l.overflowRoom)
 	}
@@ -142,13 +138,10 @@ func (l *Limiter) attachStores(s *settings) error {
 		if p.SplitBudget && !l.splitBudget {
 			return fmt.Errorf("%w: plan %q: SplitBudget needs split-budget leases, which the Limiter was built without (no plan had SplitBudget); restart to add them", ErrInvalidConfig, p.name)
 		}
-		p.store = l.stores.Store(p.SplitBudget)
 		if s.multiLimited(p) {
-			multi, err := l.stores.StoreAll(p.SplitBudget)
-			if err != nil {
-				return fmt.Errorf("%w: plan %q: quotas and field limits need a stack.Taker that decides several budgets at once (limiter.MultiTaker: memorystore, redisstore): %w", ErrInvalidConfig, p.name, err)
+			if err := l.stores.CanTakeAll(p.SplitBudget); err != nil {
+				return fmt.Errorf("%w: plan %q: quotas and field limits need a store that decides several budgets at once (limiter.MultiTaker and limiter.MultiRefunder: memorystore, redisstore): %w", ErrInvalidConfig, p.name, err)
 			}
-			p.multi = multi
 		}
 	}
 	return nil

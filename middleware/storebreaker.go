@@ -1,15 +1,7 @@
 package middleware
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"time"
-
-	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/limiter/breaker"
-	"github.com/costguard/costguard/limiter/concurrency"
-	"github.com/costguard/costguard/limiter/stack"
 )
 
 // BreakerOptions tune the circuit breaker in front of a shared store
@@ -41,91 +33,11 @@ const (
 	BreakerHalfOpen BreakerState = "half_open"
 )
 
-// errBreakerOpen: the breaker kept the call off the store.
-var errBreakerOpen = errors.New("middleware: store circuit breaker open")
-
-// buildBreaker puts a breaker in front of a store that may wait.
-func (l *Limiter) buildBreaker(cfg BreakerOptions) error {
-	l.remember = !l.stores.Local()
-	if cfg.Failures == None {
-		return nil
-	}
-	b, err := breaker.New(breaker.Config{Failures: cfg.Failures, CoolDown: cfg.CoolDown})
-	if err != nil {
-		return fmt.Errorf("%w: Breaker: %w", ErrInvalidConfig, err)
-	}
-	if l.stores.Local() {
-		return nil
-	}
-	l.brk = b
-	_, local := l.slots.(*concurrency.Memory)
-	l.slotsBehindBreaker = !local
-	return nil
-}
-
 // breakerState is the breaker's state for an Event ("" without one).
 func (l *Limiter) breakerState() BreakerState {
-	if l.brk == nil {
+	st, ok := l.stores.BreakerState()
+	if !ok {
 		return ""
 	}
-	return BreakerState(l.brk.State().String())
-}
-
-// allowStore asks the breaker whether a store call may be made now; tr
-// records a transition. Without a breaker every call is allowed.
-func (l *Limiter) allowStore(tr *storeTrace) breaker.Ticket {
-	if l.brk == nil {
-		return breaker.Ticket{Allowed: true}
-	}
-	t := l.brk.Allow(l.clock.Now())
-	l.breakerMoved(t.Change, tr)
-	return t
-}
-
-// storeDone tells the breaker how an allowed call ended: abandoned when
-// the caller's ctx ended first, a failure on any other error but those a
-// store answers with (a cost above capacity, a full memory store).
-func (l *Limiter) storeDone(ctx context.Context, t breaker.Ticket, err error, tr *storeTrace) {
-	if l.brk == nil {
-		return
-	}
-	r := breaker.Success
-	switch {
-	case err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) || stack.IsFull(err):
-	case ctx.Err() != nil:
-		r = breaker.Abandoned
-	default:
-		r = breaker.Failure
-	}
-	if r == breaker.Success && t.Allowed && l.brk.State() == breaker.Closed {
-		l.brk.Done(time.Time{}, t, r) // the closed fast path reads no clock
-		return
-	}
-	l.breakerMoved(l.brk.Done(l.clock.Now(), t, r), tr)
-}
-
-// breakerMoved logs a transition once (Warn on opening, Info on closing)
-// and marks the decision that made it.
-func (l *Limiter) breakerMoved(c breaker.Change, tr *storeTrace) {
-	if !c.Changed() {
-		return
-	}
-	if tr != nil {
-		tr.breakerChanged = true
-	}
-	switch c.To {
-	case breaker.Open:
-		l.log.Warn("middleware: rate-limit store circuit breaker open; deciding by each plan's failure mode without the store",
-			"from", c.From.String(), "cool_down", l.brkCoolDown)
-	case breaker.Closed:
-		l.log.Info("middleware: rate-limit store circuit breaker closed; the store answers again")
-	default:
-		l.log.Debug("middleware: rate-limit store circuit breaker half-open; probing the store")
-	}
-}
-
-// remote reports whether from is the shared store behind the breaker (not
-// the fallback nor the overflow buckets).
-func (l *Limiter) remote(from any) bool {
-	return l.brk != nil && from != nil && from != any(l.stores.Fallback()) && from != any(l.stores.Overflow())
+	return BreakerState(st.String())
 }

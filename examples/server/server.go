@@ -25,7 +25,6 @@ import (
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/graph/model"
 	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/prommetrics"
 	"github.com/costguard/costguard/overload"
@@ -42,7 +41,7 @@ const featureSearch = "search"
 // production defaults.
 type deps struct {
 	// store holds the budgets; nil: an in-memory store owned by the server.
-	store stack.Taker
+	store limiter.Store
 	// ping asks store whether it answers, for /readyz; nil: always ready,
 	// as the in-memory store is.
 	ping func(ctx context.Context) error

@@ -17,9 +17,6 @@ import (
 // shared stands for a store other processes share (not a memorystore).
 type shared struct{ limiter.Store }
 
-// takeOnly has no Refund.
-type takeOnly struct{ stack.Taker }
-
 func TestComposition(t *testing.T) {
 	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
 	mem, err := memorystore.New(memorystore.Config{Clock: clock})
@@ -33,7 +30,7 @@ func TestComposition(t *testing.T) {
 		cached    bool // Store(false) is behind the over-limit cache
 		leased    bool // Store(true) is split-budget leases
 		wantErr   error
-		wantStore stack.Taker // when neither cached nor owned
+		wantStore limiter.Store // when neither cached nor owned
 	}{
 		{name: "nil store: an owned memory store, no cache", cfg: stack.Config{}},
 		{name: "memory store: auto leaves the cache off", cfg: stack.Config{Store: mem}, wantStore: mem},
@@ -41,8 +38,6 @@ func TestComposition(t *testing.T) {
 		{name: "cache forced on", cfg: stack.Config{Store: mem, OverLimitCache: stack.OverLimitCacheOn}, cached: true},
 		{name: "cache forced off", cfg: stack.Config{Store: shared{mem}, OverLimitCache: stack.OverLimitCacheOff}, wantStore: shared{mem}},
 		{name: "split budget", cfg: stack.Config{Store: mem, SplitBudget: true}, leased: true, wantStore: mem},
-		{name: "cache on a take-only store", cfg: stack.Config{Store: takeOnly{mem}, OverLimitCache: stack.OverLimitCacheOn}, wantErr: stack.ErrOverLimitNeedsRefund},
-		{name: "split budget on a take-only store", cfg: stack.Config{Store: takeOnly{mem}, SplitBudget: true}, wantErr: stack.ErrSplitBudgetNeedsRefund},
 		{name: "unknown cache mode", cfg: stack.Config{OverLimitCache: "sometimes"}, wantErr: stack.ErrInvalidConfig},
 		{name: "negative keys", cfg: stack.Config{MemoryMaxKeys: -1}, wantErr: stack.ErrInvalidConfig},
 	}
@@ -77,7 +72,7 @@ func TestComposition(t *testing.T) {
 			// The fallback starts from what it was told (here: 10 left).
 			limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Minute}
 			st.Fallback().Observe("k", limit, 0, limiter.Decision{Allowed: true, Limit: 10, Remaining: 10})
-			for _, s := range []stack.Taker{exact, st.Fallback(), st.Overflow()} {
+			for _, s := range []limiter.Store{exact, st.Fallback(), st.Overflow()} {
 				if d, err := s.Take(context.Background(), "k", limit, 1); err != nil || !d.Allowed {
 					t.Errorf("%T: %+v, %v", s, d, err)
 				}
