@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/memorystore"
@@ -28,7 +29,7 @@ import (
 // transition is logged once and reported on the decision that made it.
 func TestBreaker(t *testing.T) {
 	for _, hang := range []bool{false, true} {
-		for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
+		for _, mode := range []budget.FailureMode{budget.FailOpen, budget.FailClosed} {
 			t.Run(fmt.Sprintf("hang=%v/%s", hang, mode), func(t *testing.T) {
 				clock := newClock()
 				cfg := testConfig(t, clock)
@@ -43,7 +44,7 @@ func TestBreaker(t *testing.T) {
 				broken(h)
 				rec.take()
 				want := http.StatusOK
-				if mode == middleware.FailClosed {
+				if mode == budget.FailClosed {
 					want = http.StatusServiceUnavailable
 				}
 				x := request{method: "GET", path: "/api/x", header: bearer(aliceKey)}
@@ -63,7 +64,7 @@ func TestBreaker(t *testing.T) {
 					if e.StoreResult != result || e.Breaker != state || e.BreakerChanged != changed {
 						t.Errorf("%s: event store %q breaker %q changed %v; want %q %q %v", step, e.StoreResult, e.Breaker, e.BreakerChanged, result, state, changed)
 					}
-					if e.Fallback != (mode == middleware.FailOpen && result != middleware.StoreOK) {
+					if e.Fallback != (mode == budget.FailOpen && result != middleware.StoreOK) {
 						t.Errorf("%s: Fallback %v", step, e.Fallback)
 					}
 				}
@@ -190,7 +191,7 @@ func TestFailOpenOutageBound(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkStoreDown -benchtime=10000x ./middleware/
 func BenchmarkStoreDown(b *testing.B) {
 	run := func(b *testing.B, cfg middleware.Config) {
-		cfg.Plans = map[string]middleware.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}}
+		cfg.Plans = map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}}
 		cfg.AnonymousPlan = "big"
 		cfg.Logger = discardLogger()
 		lim, err := middleware.New(cfg)
@@ -227,7 +228,7 @@ func BenchmarkStoreDown(b *testing.B) {
 		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, Clock: limiter.SystemClock{}})
 	})
 	b.Run("hanging-store/breaker-open/fail-closed", func(b *testing.B) {
-		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, FailureMode: middleware.FailClosed})
+		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, FailureMode: budget.FailClosed})
 	})
 }
 
@@ -298,11 +299,11 @@ func (s laneFailingStore) Refund(ctx context.Context, key string, l limiter.Limi
 func TestBreakerChangedByLaneBudget(t *testing.T) {
 	cfg := testConfig(t, newClock())
 	cfg.Store = laneFailingStore{inner: cfg.Store.(limiter.Store)}
-	cfg.FailureMode = middleware.FailClosed
+	cfg.FailureMode = budget.FailClosed
 	cfg.Breaker = middleware.BreakerOptions{Failures: 1, CoolDown: time.Second}
 	cfg.Lanes = []middleware.Lane{
 		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
-			Budget: &middleware.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
+			Budget: &budget.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
 		{Name: "rest", Priority: overload.Normal},
 	}
 	rec := &recorder{}

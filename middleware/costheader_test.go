@@ -12,6 +12,7 @@ import (
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/middleware"
 )
@@ -136,7 +137,7 @@ func TestCostValidateRefusals(t *testing.T) {
 // failing closed answers 200 with currentlyAvailable null; failing open,
 // the local bucket is read.
 func TestCostValidateStoreDown(t *testing.T) {
-	for _, mode := range []middleware.FailureMode{middleware.FailClosed, middleware.FailOpen} {
+	for _, mode := range []budget.FailureMode{budget.FailClosed, budget.FailOpen} {
 		t.Run(string(mode), func(t *testing.T) {
 			clock := newClock()
 			cfg := testConfig(t, clock)
@@ -151,11 +152,11 @@ func TestCostValidateStoreDown(t *testing.T) {
 			}
 			avail := resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable
 			switch mode {
-			case middleware.FailClosed:
+			case budget.FailClosed:
 				if avail != nil || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "" {
 					t.Errorf("currentlyAvailable %v, headers %v: want none", avail, w.Header())
 				}
-			case middleware.FailOpen:
+			case budget.FailOpen:
 				if avail == nil || *avail != 100 {
 					t.Errorf("currentlyAvailable %v, want the local bucket's 100", avail)
 				}

@@ -1,7 +1,9 @@
-// Package middleware is where HTTP requests meet the two engines: it prices
-// GraphQL operations with package complexity, debits GraphQL and REST costs
-// from one per-principal budget held in a limiter.Store, and speaks the
-// result to clients as statuses, rate-limit headers and error bodies.
+// Package middleware is where HTTP requests meet the engines: it prices
+// GraphQL operations with package complexity, has package budget decide
+// what their cost (and a REST route's) does to the principal's budgets,
+// and renders each decision (a budget.Outcome) to clients as statuses,
+// rate-limit headers, error bodies and extensions.cost, and to observers
+// as Events. It decides nothing itself.
 //
 // # Wiring
 //

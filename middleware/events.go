@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/guard"
 )
@@ -168,21 +169,6 @@ func storeResultOf(r guard.Result) StoreResult {
 	return ""
 }
 
-// outcomeOf names a verdict for an Event.
-func outcomeOf(v verdict) Outcome {
-	switch v {
-	case rateLimited, concurrencyLimited, quotaExceeded, fieldLimited:
-		return OutcomeRateLimited
-	case overBudget, capExceeded:
-		return OutcomeCostExceeded
-	case unavailable:
-		return OutcomeUnavailable
-	case shed:
-		return OutcomeShed
-	}
-	return OutcomeAdmitted // invalid too: its InvalidCost was paid; gqlgen refused it
-}
-
 // observing reports whether anyone listens to decisions: the Observer, or
 // the debug log.
 func (l *Limiter) observing(ctx context.Context) bool {
@@ -190,30 +176,30 @@ func (l *Limiter) observing(ctx context.Context) bool {
 }
 
 // newEvent describes outcome o of a request of kind by id on plan p.
-func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o outcome, requested int64, code string) Event {
+func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o budget.Outcome, requested int64, code string) Event {
 	e := Event{
 		Time:          l.clock.Now(),
-		Plan:          p.name,
+		Plan:          p.Name(),
 		Lane:          ln.name(),
 		Key:           id.Key,
 		Kind:          kind,
-		Outcome:       outcomeOf(o.verdict),
+		Outcome:       Outcome(o.Verdict.Class()),
 		Code:          code,
 		RequestedCost: requested,
-		Charged:       o.charged,
-		StoreDuration: o.trace.Took,
-		StoreResult:   storeResultOf(o.trace.Result),
-		Fallback:      o.trace.Fallback,
+		Charged:       o.Charged,
+		StoreDuration: o.Trace.Took,
+		StoreResult:   storeResultOf(o.Trace.Result),
+		Fallback:      o.Trace.Fallback,
 		Breaker:       l.breakerState(),
 	}
-	e.BreakerChanged = o.trace.BreakerChanged
-	if o.shadowed != 0 {
-		e.Outcome, e.Refused = OutcomeShadowRejected, outcomeOf(o.shadowed)
+	e.BreakerChanged = o.Trace.BreakerChanged
+	if o.Shadowed != 0 {
+		e.Outcome, e.Refused = OutcomeShadowRejected, Outcome(o.Shadowed.Class())
 	}
-	if o.known {
-		e.Remaining, e.Known = max(o.decision.Remaining, 0), true
+	if o.Known {
+		e.Remaining, e.Known = max(o.Decision.Remaining, 0), true
 	}
-	e.gone = o.trace.Gone
+	e.gone = o.Trace.Gone
 	return e
 }
 

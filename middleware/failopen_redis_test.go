@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter/redisstore"
@@ -51,7 +52,7 @@ func redisPauses(t *testing.T, checks bool) {
 	)
 	srv := redistest.StartServer(t)
 	pid := srv.Pid()
-	plans := map[string]middleware.Plan{
+	plans := map[string]budget.Plan{
 		"free":  {Burst: 500, Rate: perSecond, Per: time.Second, DisableRefund: true},
 		"probe": {Burst: 1 << 30, Rate: 1 << 30, Per: time.Second, DisableRefund: true},
 	}
@@ -82,7 +83,7 @@ func redisPauses(t *testing.T, checks bool) {
 			AnonymousPlan: "probe",
 			APIKeys:       keys,
 			REST:          routes,
-			FailureMode:   middleware.FailOpen,
+			FailureMode:   budget.FailOpen,
 			StoreTimeout:  50 * time.Millisecond,
 			Breaker:       middleware.BreakerOptions{Failures: 3, CoolDown: 100 * time.Millisecond},
 			Observer: middleware.ObserverFunc(func(e *middleware.Event) {
@@ -97,7 +98,7 @@ func redisPauses(t *testing.T, checks bool) {
 	// that never falls back.
 	reader := graphQLServer(newLimiter(t, middleware.Config{
 		Store: newStore(), Plans: plans, AnonymousPlan: "probe", APIKeys: keys, REST: routes,
-		FailureMode: middleware.FailClosed, StoreTimeout: 5 * time.Second,
+		FailureMode: budget.FailClosed, StoreTimeout: 5 * time.Second,
 		OverLimitCache: stack.OverLimitCacheOff, Logger: discardLogger(),
 	}), newTestSchema())
 	redisLeft := func() int64 {

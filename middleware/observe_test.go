@@ -11,6 +11,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -129,12 +130,12 @@ func TestObserverStoreFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		store *failingStore
-		mode  middleware.FailureMode
+		mode  budget.FailureMode
 		want  eventView
 	}{
-		{"error, fail open", &failingStore{err: errTest}, middleware.FailOpen,
+		{"error, fail open", &failingStore{err: errTest}, budget.FailOpen,
 			eventView{plan: "free", kind: "rest", outcome: "admitted", requested: 10, charged: 10, store: middleware.StoreError, fallback: true, known: true, remaining: 90}},
-		{"timeout, fail closed", &failingStore{hang: true}, middleware.FailClosed,
+		{"timeout, fail closed", &failingStore{hang: true}, budget.FailClosed,
 			eventView{plan: "free", kind: "rest", outcome: "unavailable", code: "rate_limiter_unavailable", requested: 10, store: middleware.StoreTimeout}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,7 +186,7 @@ func TestDecisionLogHashesThePrincipal(t *testing.T) {
 func TestShadowMode(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
-	cfg.Mode = middleware.Shadow
+	cfg.Mode = budget.Shadow
 	cfg.GraphQL.MaxDepth = 4
 	cfg.GraphQL.MaxSelections = 20
 	rec := &recorder{}
@@ -251,10 +252,10 @@ func TestShadowMode(t *testing.T) {
 // A plan's mode overrides the global one.
 func TestShadowModePerPlan(t *testing.T) {
 	cfg := testConfig(t, newClock())
-	cfg.Mode = middleware.Shadow
+	cfg.Mode = budget.Shadow
 	plans := testPlans()
 	p := plans["free"]
-	p.Mode = middleware.Enforce
+	p.Mode = budget.Enforce
 	plans["free"] = p
 	cfg.Plans = plans
 	lim := newLimiter(t, cfg)
@@ -268,7 +269,7 @@ func TestShadowModePerPlan(t *testing.T) {
 			t.Fatalf("shadowed anon plan: status %d", w.Code)
 		}
 	}
-	cfg.Plans = map[string]middleware.Plan{"free": {Burst: 1, Rate: 1, Per: 1, Mode: "quiet"}, "anon": testPlans()["anon"]}
+	cfg.Plans = map[string]budget.Plan{"free": {Burst: 1, Rate: 1, Per: 1, Mode: "quiet"}, "anon": testPlans()["anon"]}
 	if _, err := middleware.New(cfg); !errors.Is(err, middleware.ErrInvalidConfig) {
 		t.Errorf("bad plan mode: %v", err)
 	}

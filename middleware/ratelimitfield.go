@@ -11,6 +11,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 )
 
@@ -96,17 +97,17 @@ func RateLimitFrom(ctx context.Context) (RateLimitStatus, bool) {
 
 // noteRate records what RateLimitFrom returns for outcome o of an
 // operation priced by rep at cost.
-func (s *requestState) noteRate(rep *complexity.Report, cost int64, o *outcome, l *Limiter) {
-	if !o.known {
+func (s *requestState) noteRate(rep *complexity.Report, cost int64, o *budget.Outcome, l *Limiter) {
+	if !o.Known {
 		return
 	}
-	left := max(o.decision.Remaining, 0)
+	left := max(o.Decision.Remaining, 0)
 	rs := RateLimitStatus{
 		Limit:     s.plan.Burst,
 		Cost:      cost,
 		Remaining: left,
 		Used:      max(s.plan.Burst-left, 0),
-		ResetAt:   time.Unix(unixCeil(l.clock.Now(), o.decision.ResetAfter), 0),
+		ResetAt:   time.Unix(unixCeil(l.clock.Now(), o.Decision.ResetAfter), 0),
 		NodeCount: rep.Nodes,
 	}
 	s.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/middleware"
@@ -53,7 +54,7 @@ func TestRefundBeforeHeaders(t *testing.T) {
 		query(t, h, query61, bearer(aliceKey))
 	}
 	cfg2 := withRefunds(testConfig(t, newClock()))
-	cfg2.Plans = map[string]middleware.Plan{"free": {Burst: 61, Rate: 1, Per: time.Hour}, "anon": testPlans()["anon"]}
+	cfg2.Plans = map[string]budget.Plan{"free": {Burst: 61, Rate: 1, Per: time.Hour}, "anon": testPlans()["anon"]}
 	lim2 := newLimiter(t, cfg2)
 	h2 := graphQLServer(lim2, newTestSchema())
 	query(t, h2, mutation11, bearer(aliceKey))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/middleware"
@@ -30,7 +31,7 @@ func TestFailOpenRepaysEveryBudgetWhenTheStoreAnswers(t *testing.T) {
 		links[i].healthy.Store(true)
 		cfg := testConfig(t, clock)
 		cfg.Store = links[i]
-		cfg.FailureMode = middleware.FailOpen
+		cfg.FailureMode = budget.FailOpen
 		limiters[i] = newLimiter(t, cfg)
 		handlers[i] = graphQLServer(limiters[i], newTestSchema())
 	}
@@ -111,7 +112,7 @@ func TestCloseStopsTheRepayment(t *testing.T) {
 	link.healthy.Store(true)
 	store := &blockingStore{inner: link, entered: make(chan struct{}, 1)}
 	cfg.Store = store
-	cfg.FailureMode = middleware.FailOpen
+	cfg.FailureMode = budget.FailOpen
 	cfg.StoreTimeout = 20 * time.Millisecond
 	lim, err := middleware.New(cfg)
 	if err != nil {

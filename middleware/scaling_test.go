@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
@@ -119,7 +120,7 @@ func TestSplitBudgetPlans(t *testing.T) {
 	store := &countingStore{Store: mem}
 	cfg := testConfig(t, clock)
 	cfg.Store = store
-	cfg.Plans = map[string]middleware.Plan{
+	cfg.Plans = map[string]budget.Plan{
 		"ux":      {Burst: 100, Rate: 100, Per: 100 * time.Second, SplitBudget: true},
 		"billing": {Burst: 100, Rate: 100, Per: 100 * time.Second},
 		"anon":    {Burst: 20, Rate: 20, Per: 100 * time.Second},

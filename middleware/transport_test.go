@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/memorystore"
@@ -52,7 +53,7 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 	t.Helper()
 	a := &adopter{t: t, clock: newClock(), res: graph.NewResolver()}
 	if cfg.Plans == nil {
-		cfg.Plans = map[string]middleware.Plan{
+		cfg.Plans = map[string]budget.Plan{
 			"anon": {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour},
 			"pro":  {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour},
 		}
@@ -329,7 +330,7 @@ func TestWebSocketOperationsArePriced(t *testing.T) {
 			if m.Type != "error" || m.ID != "refused" {
 				t.Fatalf("refused mutation: %s %s %s, want its error message", m.ID, m.Type, m.Payload)
 			}
-			if codes := errorCodes(t, m); len(codes) != 1 || codes[0] != middleware.CodeRateLimited {
+			if codes := errorCodes(t, m); len(codes) != 1 || codes[0] != budget.CodeRateLimited {
 				t.Errorf("codes %v, want [RATE_LIMITED]", codes)
 			}
 			if !strings.Contains(string(m.Payload), `"retryAfterSeconds"`) || !strings.Contains(string(m.Payload), `"cost"`) {
@@ -523,7 +524,7 @@ func TestSubscriptionEventsPay(t *testing.T) {
 				t.Fatalf("unpaid event: %s %s, want next with the refusal", m.Type, m.Payload)
 			}
 			r := decode(t, m.Payload)
-			if (len(r.Data) != 0 && string(r.Data) != "null") || len(r.Errors) != 1 || r.Errors[0].Extensions["code"] != middleware.CodeRateLimited ||
+			if (len(r.Data) != 0 && string(r.Data) != "null") || len(r.Errors) != 1 || r.Errors[0].Extensions["code"] != budget.CodeRateLimited ||
 				r.Errors[0].Extensions["retryAfterSeconds"] == nil {
 				t.Errorf("unpaid event: %s", m.Payload)
 			}
@@ -846,7 +847,7 @@ func TestWebSocketFloodsPay(t *testing.T) {
 	if n := a.lim.OpenSubscriptions(); n != middleware.DefaultMaxSubscriptionsPerPrincipal {
 		t.Errorf("%d subscriptions open, want %d", n, middleware.DefaultMaxSubscriptionsPerPrincipal)
 	}
-	if codes[middleware.CodeSubscriptionsLimited]+codes[middleware.CodeRateLimited] != 500 {
+	if codes[middleware.CodeSubscriptionsLimited]+codes[budget.CodeRateLimited] != 500 {
 		t.Errorf("refusals %v, want 500", codes)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/middleware"
 )
@@ -24,7 +25,7 @@ func main() {
 	flag.Parse()
 
 	lim, err := middleware.New(middleware.Config{
-		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
+		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon", // requests are keyed by client IP until you add API keys
 	})
 	if err != nil {

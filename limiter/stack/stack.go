@@ -147,7 +147,9 @@ type Stack struct {
 	overflow *memorystore.Store
 	split    *splitbudget.Store
 	caches   []*overlimit.Store // the over-limit caches New built
-	stopLoss func()             // unsubscribes from the store's data-loss reports
+	// overflowKeys is the room of the overflow store.
+	overflowKeys int
+	stopLoss     func() // unsubscribes from the store's data-loss reports
 }
 
 // New validates cfg and puts the stores together.
@@ -177,7 +179,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 	}
 
-	s := &Stack{}
+	s := &Stack{overflowKeys: max(cfg.OverflowKeys, 1)}
 	memCfg := memorystore.Config{Clock: cfg.Clock, MaxKeys: cfg.MemoryMaxKeys}
 	var err error
 	if s.fallback, err = lastknown.New(lastknown.Config{Clock: cfg.Clock, MaxBudgets: cfg.MemoryMaxKeys}); err != nil {
@@ -327,6 +329,13 @@ func (s *Stack) CanTakeAll(leased bool) error {
 	}
 	return nil
 }
+
+// Leases reports whether the Stack was built with split-budget leases
+// (Config.SplitBudget), which calls with guard.Call.Leased take from.
+func (s *Stack) Leases() bool { return s.leased != nil }
+
+// OverflowKeys is how many overflow buckets the Stack has room for.
+func (s *Stack) OverflowKeys() int { return s.overflowKeys }
 
 // Local reports whether the store is an in-memory one (the Stack's own,
 // or a *memorystore.Store), which answers under a lock and never waits.

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/prommetrics"
 )
@@ -29,7 +30,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	lim, err := middleware.New(middleware.Config{
-		Plans: map[string]middleware.Plan{
+		Plans: map[string]budget.Plan{
 			"anon": {Burst: 100, Rate: 1000, Per: time.Hour},
 			"pro":  {Burst: 2000, Rate: 50000, Per: time.Hour},
 		},
