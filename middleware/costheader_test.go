@@ -14,6 +14,7 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -222,7 +223,7 @@ func TestCostReport(t *testing.T) {
 
 	// The same entries, byte for byte, as the analyzer's report (what the
 	// cost CLI prints with -json) under the middleware's options.
-	a, err := complexity.New(schema.schema, complexity.WithMaxDepth(middleware.DefaultMaxDepth))
+	a, err := complexity.New(schema.schema, complexity.WithMaxDepth(middleware.DefaultGraphQLOptions().MaxDepth))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,11 +310,11 @@ func TestCostHeaderEvents(t *testing.T) {
 		t.Errorf("validate reported %+v", got)
 	}
 	query(t, h, query61, withCost(bearer(aliceKey), "report"))
-	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "admitted", requested: 61, charged: 61, store: middleware.StoreOK, known: true, remaining: 39}) {
+	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "admitted", requested: 61, charged: 61, store: guard.ResultOK, known: true, remaining: 39}) {
 		t.Errorf("report: %+v", got)
 	}
 	query(t, h, query61, withCost(bearer(aliceKey), "nope"))
-	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: middleware.CodeInvalidCostHeader, charged: 1, store: middleware.StoreOK, known: true, remaining: 38}) {
+	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: middleware.CodeInvalidCostHeader, charged: 1, store: guard.ResultOK, known: true, remaining: 38}) {
 		t.Errorf("invalid header: %+v", got)
 	}
 }

@@ -37,7 +37,7 @@
 // before gqlgen parses or validates), and the large bodies decoded at once
 // (MaxBodyBytesInFlight). Every request refused before it could be priced
 // pays InvalidCost; introspection pays IntrospectionCost a selection.
-// NewQueryCache bounds gqlgen's document cache by bytes. docs/threat-model.md
+// Package middleware/querycache bounds gqlgen's document cache by bytes. docs/threat-model.md
 // has the measured bounds.
 //
 // An extension cannot choose the HTTP status, so GraphQL wraps the gqlgen

@@ -42,46 +42,6 @@ const (
 	KindSubscriptionEvent Kind = "subscription_event"
 )
 
-// Outcome is what became of a request's cost. Its values are the outcome
-// label of costguard_decisions_total, relied on by dashboards: new ones may
-// be added, none renamed.
-type Outcome string
-
-// The outcomes.
-const (
-	// OutcomeAdmitted: the cost was debited and the request ran.
-	OutcomeAdmitted Outcome = "admitted"
-	// OutcomeRateLimited: the budget could not pay now (429): the bucket,
-	// the quota (Code QUOTA_EXCEEDED), a field limit (FIELD_RATE_LIMITED) or
-	// the concurrency cap (CONCURRENCY_LIMITED).
-	OutcomeRateLimited Outcome = "rate_limited"
-	// OutcomeCostExceeded: a static cap refused the request, or its cost
-	// is above the plan's burst (422, or 413 for a body too large).
-	OutcomeCostExceeded Outcome = "cost_exceeded"
-	// OutcomeUnavailable: the store failed and the plan fails closed (503).
-	OutcomeUnavailable Outcome = "unavailable"
-	// OutcomeShadowRejected: enforce mode would have refused the request
-	// (rate limited or cost exceeded); shadow mode let it run.
-	OutcomeShadowRejected Outcome = "shadow_rejected"
-	// OutcomeShed: the process was overloaded for the request's priority
-	// (Config.Overload); it was refused with 503 and never debited.
-	OutcomeShed Outcome = "shed"
-)
-
-// StoreResult is how the store calls of a decision ended. Its values are
-// the result label of costguard_store_duration_seconds.
-type StoreResult string
-
-// The store results; an Event whose decision made no store call has "".
-const (
-	StoreOK      StoreResult = "ok"
-	StoreError   StoreResult = "error"
-	StoreTimeout StoreResult = "timeout"
-	// StoreSkipped: the store's circuit breaker was open, so the decision
-	// was made without calling it (by the failure mode), in no time.
-	StoreSkipped StoreResult = "skipped"
-)
-
 // Event describes one decision. Fields that do not apply are zero.
 type Event struct {
 	// Time is when the decision was made, by the Limiter's clock.
@@ -97,12 +57,12 @@ type Event struct {
 	Key  string
 	Kind Kind
 	// Outcome is what became of the request. In shadow mode a refusal
-	// enforce mode would have made is OutcomeShadowRejected, and Refused
-	// says what it would have been.
-	Outcome Outcome
-	// Refused is, for OutcomeShadowRejected, the outcome enforce mode
-	// would have given (OutcomeRateLimited or OutcomeCostExceeded).
-	Refused Outcome
+	// enforce mode would have made is budget.ClassShadowRejected, and
+	// Refused says what it would have been.
+	Outcome budget.Class
+	// Refused is, for budget.ClassShadowRejected, the outcome enforce mode
+	// would have given (budget.ClassRateLimited or ClassCostExceeded).
+	Refused budget.Class
 	// Code is the GraphQL extensions.code or REST error code of a refusal
 	// ("RATE_LIMITED", "MAX_DEPTH_EXCEEDED", "rate_limited", …).
 	Code string
@@ -129,14 +89,14 @@ type Event struct {
 	// request refused before it reached the store, or answered by a local
 	// cache).
 	StoreDuration time.Duration
-	StoreResult   StoreResult
+	StoreResult   guard.Result
 	// Fallback: the decision was made by the fail-open local bucket because
 	// the store failed or its breaker was open.
 	Fallback bool
 	// Breaker is the state of the store's circuit breaker after the
 	// decision ("" when the Limiter has none: the in-memory store), and
 	// BreakerChanged says this decision's store call moved it there.
-	Breaker        BreakerState
+	Breaker        guard.BreakerState
 	BreakerChanged bool
 	// Remaining is the whole points left in the bucket after the decision,
 	// when Known.
@@ -154,21 +114,6 @@ func HashKey(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// storeResultOf names how a decision's store calls ended for an Event.
-func storeResultOf(r guard.Result) StoreResult {
-	switch r {
-	case guard.ResultOK:
-		return StoreOK
-	case guard.ResultError:
-		return StoreError
-	case guard.ResultTimeout:
-		return StoreTimeout
-	case guard.ResultSkipped:
-		return StoreSkipped
-	}
-	return ""
-}
-
 // observing reports whether anyone listens to decisions: the Observer, or
 // the debug log.
 func (l *Limiter) observing(ctx context.Context) bool {
@@ -183,18 +128,18 @@ func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o
 		Lane:          ln.name(),
 		Key:           id.Key,
 		Kind:          kind,
-		Outcome:       Outcome(o.Verdict.Class()),
+		Outcome:       o.Verdict.Class(),
 		Code:          code,
 		RequestedCost: requested,
 		Charged:       o.Charged,
 		StoreDuration: o.Trace.Took,
-		StoreResult:   storeResultOf(o.Trace.Result),
+		StoreResult:   o.Trace.Result,
 		Fallback:      o.Trace.Fallback,
-		Breaker:       l.breakerState(),
+		Breaker:       l.stores.BreakerState(),
 	}
 	e.BreakerChanged = o.Trace.BreakerChanged
 	if o.Shadowed != 0 {
-		e.Outcome, e.Refused = OutcomeShadowRejected, Outcome(o.Shadowed.Class())
+		e.Outcome, e.Refused = budget.ClassShadowRejected, o.Shadowed.Class()
 	}
 	if o.Known {
 		e.Remaining, e.Known = max(o.Decision.Remaining, 0), true

@@ -15,6 +15,8 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
@@ -85,7 +87,7 @@ func redisPauses(t *testing.T, checks bool) {
 			REST:          routes,
 			FailureMode:   budget.FailOpen,
 			StoreTimeout:  50 * time.Millisecond,
-			Breaker:       middleware.BreakerOptions{Failures: 3, CoolDown: 100 * time.Millisecond},
+			Breaker:       breaker.Config{Failures: 3, CoolDown: 100 * time.Millisecond},
 			Observer: middleware.ObserverFunc(func(e *middleware.Event) {
 				c := *e
 				last[i].Store(&c)
@@ -125,7 +127,7 @@ func redisPauses(t *testing.T, checks bool) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			w := do(t, handlers[i], probe)
-			if e := last[i].Load(); w.Code == http.StatusOK && e != nil && e.StoreResult == middleware.StoreOK && !e.Fallback {
+			if e := last[i].Load(); w.Code == http.StatusOK && e != nil && e.StoreResult == guard.ResultOK && !e.Fallback {
 				return
 			}
 			if time.Now().After(deadline) {

@@ -26,6 +26,7 @@ import (
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/guard"
+	"github.com/costguard/costguard/middleware/querycache"
 )
 
 // GraphQL error codes (errors[].extensions.code) the middleware emits
@@ -124,16 +125,16 @@ type boundAnalyzer struct {
 
 // newBoundAnalyzer binds a to set, with an empty plan cache.
 func newBoundAnalyzer(set *settings, a *complexity.Analyzer) *boundAnalyzer {
-	return &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(DefaultPlanCacheEntries, DefaultPlanCacheBytes)}
+	return &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(planCacheEntries, planCacheBytes)}
 }
 
 // Bounds of the compiled cost plans an Extension keeps (one per priced
-// operation of a parsed document), as NewQueryCache's defaults bound the
+// operation of a parsed document), as querycache's defaults bound the
 // documents: an entry is charged its plan's size and its document's
 // estimated size, which it keeps alive.
 const (
-	DefaultPlanCacheEntries = DefaultQueryCacheEntries
-	DefaultPlanCacheBytes   = DefaultQueryCacheBytes
+	planCacheEntries = querycache.DefaultEntries
+	planCacheBytes   = querycache.DefaultBytes
 )
 
 // price prices op of doc with variables through its compiled plan,
@@ -141,7 +142,7 @@ const (
 // the plan too, to price the response with (settleActual). query is the
 // document's text, for the plan cache's charge.
 func (b *boundAnalyzer) price(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, query string) (*complexity.Report, *complexity.Plan, error) {
-	plan, err := b.plans.GetCharging(doc, op, func() int64 { return documentBytes(query) })
+	plan, err := b.plans.GetCharging(doc, op, func() int64 { return querycache.DocumentBytes(query) })
 	if err != nil {
 		return nil, nil, err
 	}

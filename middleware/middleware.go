@@ -128,7 +128,7 @@ type GraphQLOptions struct {
 	// Query type has a field of this name with a Boolean argument dryRun,
 	// an operation selecting it with dryRun: true is priced and answered
 	// without running any other root field or debiting anything. Default
-	// DefaultRateLimitField ("rateLimit"); a schema without that field
+	// "rateLimit"; a schema without that field
 	// simply has no dry runs, while another name the schema lacks is an
 	// error when the Extension is added to a server.
 	RateLimitField string
@@ -243,11 +243,19 @@ type Config struct {
 	FailureMode budget.FailureMode
 	// StoreTimeout bounds every store call. Default 100ms.
 	StoreTimeout time.Duration
-	// Breaker stops calling a shared store that keeps failing, for a
-	// cool-down: requests are then decided by their failure mode at once
-	// instead of each waiting StoreTimeout. Defaults: 5 failures in a
-	// row, 1 s (BreakerOptions).
-	Breaker BreakerOptions
+	// Breaker tunes the circuit breaker in front of a shared store
+	// (limiter/breaker, run by limiter/guard). After Failures store
+	// failures or timeouts in a row it opens: for CoolDown no request calls
+	// the store, and each is decided at once by its plan's failure mode
+	// (budget.FailOpen: the local fallback bucket; budget.FailClosed: 503).
+	// Then one request at a time probes the store; the first that succeeds
+	// closes the breaker, a failure re-opens it. A request whose client
+	// left before the store answered counts for nothing. Refunds are
+	// skipped while it is open (the points return by refill). Defaults:
+	// breaker.DefaultFailures (5) in a row, breaker.DefaultCoolDown (1 s);
+	// Failures None disables it. The in-memory store has none: it never
+	// waits.
+	Breaker breaker.Config
 	// RetryAfterJitter adds up to this fraction of Retry-After, at random,
 	// so rejected clients do not return in lockstep. It only ever adds.
 	// Between 0 (default) and 1.
@@ -269,23 +277,10 @@ type Config struct {
 	SplitBudget SplitBudgetOptions
 }
 
-// Defaults applied by New to zero Config fields.
+// Defaults applied by New to zero Config fields (those of GraphQLOptions:
+// DefaultGraphQLOptions; StoreTimeout: stack.DefaultStoreTimeout).
 const (
-	DefaultStoreTimeout = stack.DefaultStoreTimeout
-	DefaultMaxDepth     = 15
-	DefaultMaxBreadth   = 100
-	DefaultMaxNodes     = 500_000
-	DefaultRESTCost     = 1
-
-	DefaultMaxAliases           = 100
-	DefaultMaxRootFields        = 100
-	DefaultMaxTokens            = 20_000
-	DefaultMaxSelections        = 500
-	DefaultMaxVariableValues    = 10_000
-	DefaultMaxVariablesDepth    = 32
-	DefaultInvalidCost          = 1
-	DefaultMinCost              = 1
-	DefaultIntrospectionCost    = 50
+	DefaultRESTCost             = 1
 	DefaultMaxBodyBytes         = 1 << 20
 	DefaultMaxBodyBytesInFlight = 1 << 20
 )
@@ -435,7 +430,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	_, localSlots := slots.(*concurrency.Memory)
-	_, hasBreaker := l.stores.BreakerState()
+	hasBreaker := l.stores.BreakerState() != ""
 	l.engine, err = budget.NewEngine(l.stores, st.pol,
 		budget.WithClock(l.clock),
 		budget.WithLogger(l.log),
@@ -474,7 +469,7 @@ func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 			l.log.Warn("middleware: giving split-budget tokens back failed; they return by refill", "err", err)
 		},
 		StoreTimeout: cfg.StoreTimeout,
-		Breaker:      breaker.Config{Failures: cfg.Breaker.Failures, CoolDown: cfg.Breaker.CoolDown},
+		Breaker:      cfg.Breaker,
 		NoBreaker:    cfg.Breaker.Failures == None,
 		Logger:       l.log,
 		Clock:        l.clock,

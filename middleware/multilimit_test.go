@@ -325,7 +325,7 @@ func TestMultiLimitShadow(t *testing.T) {
 		t.Errorf("issues = %d, want 2", s.issueCount())
 	}
 	ev := rec.take()
-	if last := ev[len(ev)-1]; last.Outcome != middleware.OutcomeShadowRejected || last.Code != budget.CodeFieldRateLimited {
+	if last := ev[len(ev)-1]; last.Outcome != budget.ClassShadowRejected || last.Code != budget.CodeFieldRateLimited {
 		t.Errorf("event = %+v", last)
 	}
 }

@@ -15,10 +15,6 @@ import (
 	"github.com/costguard/costguard/complexity"
 )
 
-// DefaultRateLimitField is the default GraphQLOptions.RateLimitField:
-// GitHub's name.
-const DefaultRateLimitField = "rateLimit"
-
 // dryRunArgument is the Boolean argument of the rate-limit field that asks
 // for a dry run.
 const dryRunArgument = "dryRun"
@@ -148,7 +144,7 @@ func hasDryRun(def *ast.Definition, name string) bool {
 // required to be there.
 func (e *Extension) checkRateLimitField(schema *ast.Schema, set *settings) error {
 	f := findRateLimitField(schema, set.gql.RateLimitField)
-	if !f.onQuery && f.name != DefaultRateLimitField {
+	if !f.onQuery && f.name != DefaultGraphQLOptions().RateLimitField {
 		return fmt.Errorf("middleware: GraphQLOptions.RateLimitField is %q, but the schema's Query type has no such field with a Boolean argument %s",
 			f.name, dryRunArgument)
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/middleware"
 )
@@ -119,16 +121,16 @@ func TestNoRefundWhileBreakerOpen(t *testing.T) {
 		refunds     int64
 		remaining   string
 		refunded    int64
-		breaker     middleware.BreakerState
+		breaker     guard.BreakerState
 	}{
-		{"closed: refunded", false, 1, "99", 60, middleware.BreakerClosed},
-		{"open: skipped", true, 0, "39", 0, middleware.BreakerOpen},
+		{"closed: refunded", false, 1, "99", 60, guard.BreakerClosed},
+		{"open: skipped", true, 0, "39", 0, guard.BreakerOpen},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := withRefunds(testConfig(t, newClock()))
 			store := &refundCounter{toggleStore: &toggleStore{Store: cfg.Store.(*memorystore.Store)}}
 			cfg.Store = store
-			cfg.Breaker = middleware.BreakerOptions{Failures: 3, CoolDown: time.Minute}
+			cfg.Breaker = breaker.Config{Failures: 3, CoolDown: time.Minute}
 			rec := &recorder{}
 			cfg.Observer = rec
 			lim := newLimiter(t, cfg)

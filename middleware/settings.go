@@ -201,32 +201,56 @@ func orDefault[T int | int64](name string, v *T, def T) error {
 	return nil
 }
 
+// DefaultGraphQLOptions returns the value each zero field of
+// GraphQLOptions takes (0 for MaxCost and UploadCostPerMiB: no cap, no
+// cost). Each default is written here once.
+func DefaultGraphQLOptions() GraphQLOptions {
+	return GraphQLOptions{
+		MaxDepth:          15, // GraphiQL's schema query is 13 deep
+		MaxBreadth:        100,
+		MaxNodes:          500_000,
+		DefaultListSize:   complexity.DefaultListSize,
+		MutationCost:      complexity.DefaultMutationBaseCost,
+		MaxAliases:        100,
+		MaxRootFields:     100,
+		MaxTokens:         20_000,
+		MaxSelections:     500,
+		MaxVariableValues: 10_000,
+		MaxVariablesDepth: 32,
+		InvalidCost:       1,
+		MinCost:           1,
+		IntrospectionCost: 50,
+		RateLimitField:    "rateLimit", // GitHub's name
+	}
+}
+
 // normalizeGraphQL resolves the options to their effective values, where 0
 // means no cap (or no cost) for every field but DefaultListSize.
 func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
+	def := DefaultGraphQLOptions()
 	if o.RateLimitField == "" {
-		o.RateLimitField = DefaultRateLimitField
+		o.RateLimitField = def.RateLimitField
 	}
 	if o.DefaultListSize == None {
 		return o, fmt.Errorf("%w: GraphQL option complexity.DefaultListSize cannot be None: a list needs a size", ErrInvalidConfig)
 	}
 	for _, err := range []error{
-		orDefault("MaxDepth", &o.MaxDepth, DefaultMaxDepth),
-		orDefault("MaxBreadth", &o.MaxBreadth, DefaultMaxBreadth),
-		orDefault("MaxNodes", &o.MaxNodes, DefaultMaxNodes),
-		orDefault("MaxCost", &o.MaxCost, 0), // by default the plan's burst is the only ceiling
-		orDefault("DefaultListSize", &o.DefaultListSize, complexity.DefaultListSize),
-		orDefault("MutationCost", &o.MutationCost, complexity.DefaultMutationBaseCost),
-		orDefault("MaxAliases", &o.MaxAliases, DefaultMaxAliases),
-		orDefault("MaxRootFields", &o.MaxRootFields, DefaultMaxRootFields),
-		orDefault("MaxTokens", &o.MaxTokens, DefaultMaxTokens),
-		orDefault("MaxSelections", &o.MaxSelections, DefaultMaxSelections),
-		orDefault("MaxVariableValues", &o.MaxVariableValues, DefaultMaxVariableValues),
-		orDefault("MaxVariablesDepth", &o.MaxVariablesDepth, DefaultMaxVariablesDepth),
-		orDefault("InvalidCost", &o.InvalidCost, DefaultInvalidCost),
-		orDefault("MinCost", &o.MinCost, DefaultMinCost),
-		orDefault("IntrospectionCost", &o.IntrospectionCost, DefaultIntrospectionCost),
-		orDefault("UploadCostPerMiB", &o.UploadCostPerMiB, 0),
+		orDefault("MaxDepth", &o.MaxDepth, def.MaxDepth),
+		orDefault("MaxBreadth", &o.MaxBreadth, def.MaxBreadth),
+		orDefault("MaxNodes", &o.MaxNodes, def.MaxNodes),
+		orDefault("MaxCost", &o.MaxCost, def.MaxCost), // by default the plan's burst is the only ceiling
+		orDefault("DefaultListSize", &o.DefaultListSize, def.DefaultListSize),
+		orDefault("MutationCost", &o.MutationCost, def.MutationCost),
+		orDefault("MaxAliases", &o.MaxAliases, def.MaxAliases),
+		orDefault("MaxRootFields", &o.MaxRootFields, def.MaxRootFields),
+		orDefault("MaxTokens", &o.MaxTokens, def.MaxTokens),
+		orDefault("MaxSelections", &o.MaxSelections, def.MaxSelections),
+		orDefault("MaxVariableValues", &o.MaxVariableValues, def.MaxVariableValues),
+		orDefault("MaxVariablesDepth", &o.MaxVariablesDepth, def.MaxVariablesDepth),
+		orDefault("InvalidCost", &o.InvalidCost, def.InvalidCost),
+		orDefault("MinCost", &o.MinCost, def.MinCost),
+		orDefault("IntrospectionCost", &o.IntrospectionCost, def.IntrospectionCost),
+		orDefault("UploadCostPerMiB", &o.UploadCostPerMiB, def.UploadCostPerMiB),
 	} {
 		if err != nil {
 			return o, err

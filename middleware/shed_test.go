@@ -104,7 +104,7 @@ func TestShedding(t *testing.T) {
 		t.Errorf("shed GraphQL: %d %q %v", gw.Code, resp.code(), gw.Header())
 	}
 	events := s.rec.take()
-	if len(events) != 2 || events[0].Outcome != middleware.OutcomeShed || events[1].Outcome != middleware.OutcomeShed || events[0].Charged != 0 {
+	if len(events) != 2 || events[0].Outcome != budget.ClassShed || events[1].Outcome != budget.ClassShed || events[0].Charged != 0 {
 		t.Errorf("events %+v", events)
 	}
 

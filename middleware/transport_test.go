@@ -501,7 +501,7 @@ func TestSubscriptionEventsPay(t *testing.T) {
 			var subscribes, events int
 			for _, e := range rec.take() {
 				switch {
-				case e.Kind == middleware.KindSubscriptionEvent && e.Outcome == middleware.OutcomeAdmitted && e.Charged >= 1:
+				case e.Kind == middleware.KindSubscriptionEvent && e.Outcome == budget.ClassAdmitted && e.Charged >= 1:
 					events++
 				case e.Kind == middleware.KindGraphQL && e.RequestedCost == price && e.Key != "user:pro-user":
 					subscribes++
@@ -961,11 +961,11 @@ func TestRefusedIntrospectionPaysInvalidCost(t *testing.T) {
 	if len(resp.Errors) == 0 || resp.Extensions.Cost.RequestedQueryCost != 200 {
 		t.Fatalf("off: status %d, errors %v, requested %d; want an error and 200 requested", status, resp.Errors, resp.Extensions.Cost.RequestedQueryCost)
 	}
-	if a := resp.Extensions.Cost.ActualQueryCost; a == nil || *a != middleware.DefaultInvalidCost {
-		t.Errorf("off: actualQueryCost %v, want %d", a, middleware.DefaultInvalidCost)
+	if a := resp.Extensions.Cost.ActualQueryCost; a == nil || *a != middleware.DefaultGraphQLOptions().InvalidCost {
+		t.Errorf("off: actualQueryCost %v, want %d", a, middleware.DefaultGraphQLOptions().InvalidCost)
 	}
-	if got := off.remaining(adopterKey); got != adopterBurst-middleware.DefaultInvalidCost {
-		t.Errorf("off: remaining %d, want %d", got, adopterBurst-middleware.DefaultInvalidCost)
+	if got := off.remaining(adopterKey); got != adopterBurst-middleware.DefaultGraphQLOptions().InvalidCost {
+		t.Errorf("off: remaining %d, want %d", got, adopterBurst-middleware.DefaultGraphQLOptions().InvalidCost)
 	}
 	// On, through an Introspection extension added after the limiter: it
 	// runs, and pays its price.

@@ -18,6 +18,7 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/querycache"
 )
 
 func main() {
@@ -35,8 +36,8 @@ func main() {
 
 	srv := handler.New(graph.NewResolver().Schema()) // your gqlgen schema
 	srv.AddTransport(transport.POST{})
-	srv.Use(extension.Introspection{})         // for GraphiQL and other tooling
-	cache, _ := middleware.NewQueryCache(0, 0) // bounded by bytes as well as entries
+	srv.Use(extension.Introspection{}) // for GraphiQL and other tooling
+	cache, _ := querycache.New(0, 0)   // bounded by bytes as well as entries
 	srv.SetQueryCache(cache)
 
 	http.Handle("/graphql", lim.Handler(srv)) // the extension, the statuses, the headers

@@ -16,7 +16,6 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/breaker"
@@ -25,6 +24,7 @@ import (
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/costguard/costguard/overload"
 )
 
@@ -300,6 +300,7 @@ const demoAPIKey = "demo-free-key"
 // defaultConfig returns the configuration the server runs with when no file
 // is given: the example of docs/server.md (a test holds them equal).
 func defaultConfig() config {
+	gql := middleware.DefaultGraphQLOptions()
 	return config{
 		Plans: map[string]planConfig{
 			"free": {Burst: 5000, Rate: 5000, Per: time.Hour},
@@ -311,24 +312,24 @@ func defaultConfig() config {
 		},
 		// The middleware's defaults, each defined there once.
 		GraphQL: graphQLConfig{
-			MaxDepth:        middleware.DefaultMaxDepth,
-			MaxBreadth:      middleware.DefaultMaxBreadth,
-			MaxNodes:        middleware.DefaultMaxNodes,
+			MaxDepth:        whole(gql.MaxDepth),
+			MaxBreadth:      whole(gql.MaxBreadth),
+			MaxNodes:        whole(gql.MaxNodes),
 			MaxCost:         0, // no cap but the plan's burst
-			DefaultListSize: complexity.DefaultListSize,
-			MutationCost:    complexity.DefaultMutationBaseCost,
+			DefaultListSize: whole(gql.DefaultListSize),
+			MutationCost:    whole(gql.MutationCost),
 
-			MaxAliases:        middleware.DefaultMaxAliases,
-			MaxRootFields:     middleware.DefaultMaxRootFields,
-			MaxTokens:         middleware.DefaultMaxTokens,
-			MaxSelections:     middleware.DefaultMaxSelections,
-			MaxVariableValues: middleware.DefaultMaxVariableValues,
-			MaxVariablesDepth: middleware.DefaultMaxVariablesDepth,
-			InvalidCost:       middleware.DefaultInvalidCost,
-			MinCost:           middleware.DefaultMinCost,
-			IntrospectionCost: middleware.DefaultIntrospectionCost,
-			QueryCacheEntries: middleware.DefaultQueryCacheEntries,
-			QueryCacheBytes:   middleware.DefaultQueryCacheBytes,
+			MaxAliases:        whole(gql.MaxAliases),
+			MaxRootFields:     whole(gql.MaxRootFields),
+			MaxTokens:         whole(gql.MaxTokens),
+			MaxSelections:     whole(gql.MaxSelections),
+			MaxVariableValues: whole(gql.MaxVariableValues),
+			MaxVariablesDepth: whole(gql.MaxVariablesDepth),
+			InvalidCost:       whole(gql.InvalidCost),
+			MinCost:           whole(gql.MinCost),
+			IntrospectionCost: whole(gql.IntrospectionCost),
+			QueryCacheEntries: querycache.DefaultEntries,
+			QueryCacheBytes:   querycache.DefaultBytes,
 		},
 		REST: restConfig{
 			DefaultCost: middleware.DefaultRESTCost,
@@ -877,7 +878,7 @@ func (c config) limiterConfig() middleware.Config {
 			Routes:      routes,
 		},
 		FailureMode:      budget.FailureMode(c.FailureMode),
-		Breaker:          middleware.BreakerOptions{Failures: int(c.Breaker.Failures), CoolDown: c.Breaker.CoolDown},
+		Breaker:          breaker.Config{Failures: int(c.Breaker.Failures), CoolDown: c.Breaker.CoolDown},
 		Mode:             budget.Mode(c.Mode),
 		RetryAfterJitter: c.RetryAfterJitter,
 		OverLimitCache:   stack.OverLimitCache(c.OverLimitCache),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
@@ -100,7 +101,7 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	assert.Equal(t, 100_000, m.MemoryStore.MaxKeys)
 	assert.Equal(t, middleware.RESTOptions{DefaultCost: 1, Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
 	assert.Equal(t, budget.FailOpen, m.FailureMode)
-	assert.Equal(t, middleware.BreakerOptions{Failures: 5, CoolDown: time.Second}, m.Breaker)
+	assert.Equal(t, breaker.Config{Failures: 5, CoolDown: time.Second}, m.Breaker)
 	assert.Equal(t, budget.Enforce, m.Mode)
 	assert.Empty(t, m.TrustedProxies)
 	assert.Zero(t, m.RetryAfterJitter)

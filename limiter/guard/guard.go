@@ -105,16 +105,32 @@ type Call struct {
 	Leased bool
 }
 
-// Result is how the store call of a decision ended.
-type Result uint8
+// Result is how the store calls of a decision ended. Its values are the
+// result label of costguard_store_duration_seconds: new ones may be added,
+// none renamed.
+type Result string
 
-// The results; ResultNone when no call was made.
+// The results; ResultNone ("") when no call was made.
 const (
-	ResultNone Result = iota
-	ResultOK
-	ResultError
-	ResultTimeout
-	ResultSkipped // the breaker kept the call off the store
+	ResultNone    Result = ""
+	ResultOK      Result = "ok"
+	ResultError   Result = "error"
+	ResultTimeout Result = "timeout"
+	// ResultSkipped: the breaker kept the call off the store, so the
+	// decision was made without calling it (by the failure mode), in no
+	// time.
+	ResultSkipped Result = "skipped"
+)
+
+// BreakerState is where the store's circuit breaker stands. Its values are
+// stable: new ones may be added, none renamed.
+type BreakerState string
+
+// The breaker states; "" when there is no breaker.
+const (
+	BreakerClosed   BreakerState = "closed"
+	BreakerOpen     BreakerState = "open"
+	BreakerHalfOpen BreakerState = "half_open"
 )
 
 // Trace is what the calls of one decision did, for its report. A Trace
@@ -223,12 +239,12 @@ func (g *Guard) Close() error {
 	return nil
 }
 
-// BreakerState is the breaker's state, and false without a breaker.
-func (g *Guard) BreakerState() (breaker.State, bool) {
+// BreakerState is where the breaker stands, "" without one.
+func (g *Guard) BreakerState() BreakerState {
 	if g.brk == nil {
-		return 0, false
+		return ""
 	}
-	return g.brk.State(), true
+	return BreakerState(g.brk.State().String())
 }
 
 // Take debits cost from key's budget, under the timeout, the breaker and

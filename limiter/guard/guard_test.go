@@ -200,16 +200,16 @@ func TestBreaker(t *testing.T) {
 		heal    bool
 		result  guard.Result
 		changed bool
-		state   breaker.State
+		state   guard.BreakerState
 		calls   int64 // calls that reached the store so far
 	}{
-		{name: "failure 1", result: guard.ResultError, state: breaker.Closed, calls: 2},
-		{name: "failure 2 opens", result: guard.ResultError, changed: true, state: breaker.Open, calls: 3},
-		{name: "open: skipped", result: guard.ResultSkipped, state: breaker.Open, calls: 3},
-		{name: "failed probe re-opens", advance: time.Second, result: guard.ResultError, changed: true, state: breaker.Open, calls: 4},
-		{name: "still open", advance: 999 * time.Millisecond, result: guard.ResultSkipped, state: breaker.Open, calls: 4},
-		{name: "good probe closes", advance: time.Millisecond, heal: true, result: guard.ResultOK, changed: true, state: breaker.Closed, calls: 5},
-		{name: "closed", result: guard.ResultOK, state: breaker.Closed, calls: 6},
+		{name: "failure 1", result: guard.ResultError, state: guard.BreakerClosed, calls: 2},
+		{name: "failure 2 opens", result: guard.ResultError, changed: true, state: guard.BreakerOpen, calls: 3},
+		{name: "open: skipped", result: guard.ResultSkipped, state: guard.BreakerOpen, calls: 3},
+		{name: "failed probe re-opens", advance: time.Second, result: guard.ResultError, changed: true, state: guard.BreakerOpen, calls: 4},
+		{name: "still open", advance: 999 * time.Millisecond, result: guard.ResultSkipped, state: guard.BreakerOpen, calls: 4},
+		{name: "good probe closes", advance: time.Millisecond, heal: true, result: guard.ResultOK, changed: true, state: guard.BreakerClosed, calls: 5},
+		{name: "closed", result: guard.ResultOK, state: guard.BreakerClosed, calls: 6},
 	}
 	for _, s := range steps {
 		f.clock.Advance(s.advance)
@@ -220,7 +220,7 @@ func TestBreaker(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		state, _ := f.g.BreakerState()
+		state := f.g.BreakerState()
 		if tr.Result != s.result || tr.BreakerChanged != s.changed || state != s.state || f.link.calls.Load() != s.calls {
 			t.Errorf("%s: result %v changed %v state %v calls %d; want %v %v %v %d",
 				s.name, tr.Result, tr.BreakerChanged, state, f.link.calls.Load(), s.result, s.changed, s.state, s.calls)
@@ -242,7 +242,7 @@ func TestGone(t *testing.T) {
 			t.Fatalf("err %v, gone %v", err, tr.Gone)
 		}
 	}
-	if state, _ := f.g.BreakerState(); state != breaker.Closed {
+	if state := f.g.BreakerState(); state != guard.BreakerClosed {
 		t.Errorf("breaker %v after abandoned calls", state)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/prommetrics"
 )
@@ -64,14 +65,14 @@ func ExampleMetrics_ObserveDecision() {
 	m.ObserveDecision(&middleware.Event{
 		Plan:          "pro",
 		Kind:          middleware.KindGraphQL,
-		Outcome:       middleware.OutcomeAdmitted,
+		Outcome:       budget.ClassAdmitted,
 		RequestedCost: 120,
 		Charged:       120,
 		ActualCost:    45,
 		HasActualCost: true,
 		Refunded:      75,
 		StoreDuration: 300 * time.Microsecond,
-		StoreResult:   middleware.StoreOK,
+		StoreResult:   guard.ResultOK,
 	})
 
 	w := httptest.NewRecorder()
