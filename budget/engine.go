@@ -236,41 +236,43 @@ func (e *Engine) Peek(ctx context.Context, req Request) Outcome {
 }
 
 // Refund gives amount of what req paid (o, its Charge) back to each budget
-// it was debited from (its bucket, its quota, its lane's budget), updating
-// o, and returns what its bucket took back (0 when the refund failed or
-// was skipped while the store's breaker is open).
-func (e *Engine) Refund(ctx context.Context, req Request, o *Outcome, amount int64) (refunded int64) {
+// it was debited from (its bucket, its quota, its lane's budget) and
+// returns o as the refund leaves it: Refunded is what its bucket took back
+// (0 when the refund failed, or was skipped while the store's breaker is
+// open).
+func (e *Engine) Refund(ctx context.Context, req Request, o Outcome, amount int64) Outcome {
 	if d, ok := e.refund(ctx, req.Rule, o.Trace, amount); ok {
-		o.Decision, refunded = d, amount
+		o.Decision, o.Refunded = d, o.Refunded+amount
 	}
-	e.refundQuota(ctx, req.Rule, o, amount)
+	e.refundQuota(ctx, req.Rule, &o, amount)
 	if req.Lane != nil && o.LaneCharged == o.Charged {
 		e.refund(ctx, req.Lane, o.LaneTrace, amount)
 	}
-	return refunded
+	return o
 }
 
 // Settle settles what req paid (o, its Charge of req.Cost) with the actual
-// cost of its response. Below the price, unless the plan keeps unused
-// points or the response is not refundable (it has errors: the work its
-// failed resolvers did would come back free), the unused part is given
-// back. Above it (a list returned more than the size it was priced at),
-// the excess ran unpaid: it is debited from the same budgets, saturating
-// at empty, never refusing; operation names it in the warning. A request
-// shadow mode let through, or not charged its price, is not settled.
-func (e *Engine) Settle(ctx context.Context, req Request, o *Outcome, actual int64, refundable bool, operation string) (refunded, excess int64) {
+// cost of its response and returns o as the settlement leaves it. Below
+// the price, unless the plan keeps unused points or the response is not
+// refundable (it has errors: the work its failed resolvers did would come
+// back free), the unused part is given back (Refunded). Above it (a list
+// returned more than the size it was priced at), the excess ran unpaid: it
+// is debited from the same budgets, saturating at empty, never refusing
+// (Excess); operation names it in the warning. A request shadow mode let
+// through, or not charged its price, is not settled.
+func (e *Engine) Settle(ctx context.Context, req Request, o Outcome, actual int64, refundable bool, operation string) Outcome {
 	cost := req.Cost
 	if o.Shadowed != Admitted || o.Charged != cost {
-		return 0, 0
+		return o
 	}
 	switch {
 	case actual < cost && !req.Rule.DisableRefund && refundable:
-		return e.Refund(ctx, req, o, cost-actual), 0
+		return e.Refund(ctx, req, o, cost-actual)
 	case actual > cost:
-		excess = actual - cost
-		e.takeExcess(ctx, req, o, excess, operation)
+		o.Excess = actual - cost
+		e.takeExcess(ctx, req, &o, o.Excess, operation)
 	}
-	return 0, excess
+	return o
 }
 
 // RetryAfter turns a wait into whole seconds, rounded up, never below 1,

@@ -201,20 +201,20 @@ func TestPeekAndSettle(t *testing.T) {
 		t.Fatalf("peek: %+v", o)
 	}
 	req := budget.Request{Key: "k", Rule: r, Cost: 6}
-	o := f.eng.Charge(ctx, req)
-	if refunded, excess := f.eng.Settle(ctx, req, &o, 2, true, "q"); refunded != 4 || excess != 0 || o.Decision.Remaining != 8 {
-		t.Errorf("below the price: refunded %d excess %d, %d left", refunded, excess, o.Decision.Remaining)
+	o := f.eng.Settle(ctx, req, f.eng.Charge(ctx, req), 2, true, "q")
+	if o.Refunded != 4 || o.Excess != 0 || o.Decision.Remaining != 8 {
+		t.Errorf("below the price: refunded %d excess %d, %d left", o.Refunded, o.Excess, o.Decision.Remaining)
 	}
 	if o.Limits[0].Decision.Remaining != 10 {
 		t.Errorf("the quota holds %d after the refund, want 10", o.Limits[0].Decision.Remaining)
 	}
-	o = f.eng.Charge(ctx, req) // 2 left
-	if refunded, excess := f.eng.Settle(ctx, req, &o, 9, true, "q"); refunded != 0 || excess != 3 || o.Decision.Remaining != 0 {
-		t.Errorf("above the price: refunded %d excess %d, %d left", refunded, excess, o.Decision.Remaining)
+	o = f.eng.Settle(ctx, req, f.eng.Charge(ctx, req), 9, true, "q") // 2 left before
+	if o.Refunded != 0 || o.Excess != 3 || o.Decision.Remaining != 0 {
+		t.Errorf("above the price: refunded %d excess %d, %d left", o.Refunded, o.Excess, o.Decision.Remaining)
 	}
-	o = f.eng.Charge(ctx, budget.Request{Key: "j", Rule: r, Cost: 6})
-	if refunded, _ := f.eng.Settle(ctx, budget.Request{Key: "j", Rule: r, Cost: 6}, &o, 2, false, "q"); refunded != 0 {
-		t.Errorf("a response with errors was refunded %d", refunded)
+	j := budget.Request{Key: "j", Rule: r, Cost: 6}
+	if o := f.eng.Settle(ctx, j, f.eng.Charge(ctx, j), 2, false, "q"); o.Refunded != 0 {
+		t.Errorf("a response with errors was refunded %d", o.Refunded)
 	}
 }
 

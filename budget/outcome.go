@@ -139,8 +139,12 @@ type Outcome struct {
 	// Shadowed is the refusal shadow mode turned into Admitted (Admitted:
 	// none).
 	Shadowed Verdict
-	// Charged is what was debited from the plan's bucket.
-	Charged int64
+	// Charged is what was debited from the plan's bucket; Refunded what
+	// was given back to it since (Refund, Settle), and Excess what was
+	// debited after the response beyond the price (Settle).
+	Charged  int64
+	Refunded int64
+	Excess   int64
 	// Trace is what the store calls took, for a report; its receipt says
 	// where the bucket's points went.
 	Trace guard.Trace

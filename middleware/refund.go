@@ -67,7 +67,8 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	if up := st.uploadCost(); up > 0 {
 		actual = min(actual, 1<<63-1-up) + up
 	}
-	refunded, excess := e.l.engine.Settle(ctx, st.request(st.currentLane(), cost, nil), &o, actual, len(resp.Errors) == 0, opCtx.OperationName)
+	o = e.l.engine.Settle(ctx, st.request(st.currentLane(), cost, nil), o, actual, len(resp.Errors) == 0, opCtx.OperationName)
+	refunded, excess := o.Refunded, o.Excess
 	st.mu.Lock()
 	st.outcome, st.actual, st.hasActual, st.refunded, st.excess = o, actual, true, refunded, excess
 	st.mu.Unlock()
@@ -80,7 +81,8 @@ func (e *Extension) refuseIntrospection(ctx context.Context, st *requestState, o
 	invalid := min(st.set.gql.InvalidCost, cost)
 	var refunded int64
 	if o.Shadowed == budget.Admitted && o.Charged == cost && cost > invalid {
-		refunded = e.l.engine.Refund(ctx, st.request(st.currentLane(), cost, nil), &o, cost-invalid)
+		o = e.l.engine.Refund(ctx, st.request(st.currentLane(), cost, nil), o, cost-invalid)
+		refunded = o.Refunded
 	}
 	st.mu.Lock()
 	st.outcome, st.actual, st.hasActual, st.refunded = o, invalid, true, refunded
