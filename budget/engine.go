@@ -15,7 +15,7 @@
 // interceptor render the same decisions.
 //
 //	pol, err := budget.Compile(budget.Config{Plans: map[string]budget.Plan{"free": {Burst: 100, Rate: 100, Per: time.Minute}}})
-//	st, err := stack.New(stack.Config{Store: redisStore})
+//	st, err := stack.New(stack.Config{Store: redisStore, OverflowKeys: pol.OverflowBudgets()})
 //	eng, err := budget.NewEngine(st, pol)
 //	free, _ := eng.Policy().Plan("free")
 //	o := eng.Charge(ctx, budget.Request{Key: "user:42", Rule: free, Cost: 12})
