@@ -335,3 +335,24 @@ func TestNeedsTakeAll(t *testing.T) {
 		t.Errorf("NewEngine: %v", err)
 	}
 }
+
+// A refusal's Retry-After is honest: at that instant, by the injected
+// clock, the same charge is admitted.
+func TestRetryAfterIsHonest(t *testing.T) {
+	f := newFixture(t, budget.Config{Plans: plans("")}, nil)
+	r := f.rule(t, "free") // 10 points, 1 a second
+	req := budget.Request{Key: "k", Rule: r, Cost: 7}
+	f.eng.Charge(ctx, req)
+	o := f.eng.Charge(ctx, req)
+	if o.Verdict != budget.RateLimited || o.RetryAfter != 4 {
+		t.Fatalf("second charge: %v, retry after %d; want rate limited, 4 s (3 left, 4 to wait for)", o.Verdict, o.RetryAfter)
+	}
+	f.clock.Advance(time.Duration(o.RetryAfter-1) * time.Second)
+	if o := f.eng.Charge(ctx, req); o.Verdict != budget.RateLimited {
+		t.Fatalf("a second early: %v", o.Verdict)
+	}
+	f.clock.Advance(time.Second)
+	if o := f.eng.Charge(ctx, req); o.Verdict != budget.Admitted {
+		t.Errorf("at Retry-After: %v", o.Verdict)
+	}
+}
