@@ -318,7 +318,7 @@ func (p *Policy) buildPlans(plans map[string]Plan, failure FailureMode, global M
 		case n == None:
 			r.maxConcurrent = 0
 		case n < 0:
-			return fmt.Errorf("%w: plan %q: MaxConcurrent %d; it must be positive, 0 for Concurrency.PerPrincipal or None", ErrInvalidConfig, name, n)
+			return fmt.Errorf("%w: plan %q: MaxConcurrent %d; it must be positive, 0 for Config.MaxConcurrent or None", ErrInvalidConfig, name, n)
 		default:
 			r.maxConcurrent = int64(n)
 		}
