@@ -356,3 +356,50 @@ func TestTakeAllUnsupported(t *testing.T) {
 		t.Errorf("New without a fallback: %v", err)
 	}
 }
+
+// TakeAll fails as Take does: the fallback for a fail-open call, refused
+// for a fail-closed one; what it took is given back where it was taken.
+func TestTakeAllFailure(t *testing.T) {
+	tests := []struct {
+		name     string
+		call     guard.Call
+		down     bool
+		errIs    error
+		fallback bool
+	}{
+		{name: "healthy", call: closed},
+		{name: "down, open", call: open, down: true, fallback: true},
+		{name: "down, closed", call: closed, down: true, errIs: guard.ErrUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 0)
+			reqs := func() []limiter.Request {
+				return []limiter.Request{{Key: "k", Limit: limit, Cost: 2}, {Key: "k", Name: "quota", Limit: limit, Cost: 2}}
+			}
+			ds := make([]limiter.Decision, 2)
+			var learn guard.Trace
+			if err := f.g.TakeAll(ctx(), open, reqs(), ds, &learn); err != nil { // the fallback learns k: 8 left each
+				t.Fatal(err)
+			}
+			f.link.down.Store(tc.down)
+			var tr guard.Trace
+			rs := reqs()
+			err := f.g.TakeAll(ctx(), tc.call, rs, ds, &tr)
+			if tc.errIs != nil {
+				if !errors.Is(err, tc.errIs) {
+					t.Fatalf("err = %v, want %v", err, tc.errIs)
+				}
+				return
+			}
+			if err != nil || !limiter.AllAllowed(ds) || ds[0].Remaining != 6 || tr.Fallback != tc.fallback {
+				t.Fatalf("TakeAll: %v %+v %+v", err, ds, tr)
+			}
+			if err := f.g.RefundAll(ctx(), tr.Receipt, rs, ds); err != nil || ds[0].Remaining != 8 {
+				t.Errorf("RefundAll where it was taken: %v %+v", err, ds)
+			}
+		})
+	}
+}
+
+func ctx() context.Context { return context.Background() }
