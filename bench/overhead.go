@@ -36,6 +36,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/middleware"
 )
@@ -71,11 +72,11 @@ var handlerNames = [numHandlers]string{"bare", "gqlgen-limit", "costguard"}
 // limits) its default.
 func overheadLimiterConfig() middleware.Config {
 	return middleware.Config{
-		Plans: map[string]middleware.Plan{
+		Plans: map[string]budget.Plan{
 			"anon": {Burst: 1_000_000_000_000, Rate: 1_000_000_000_000, Per: time.Second,
-				Quota: &middleware.Quota{Limit: 1_000_000_000_000_000, Per: 24 * time.Hour}},
+				Quota: &budget.Quota{Limit: 1_000_000_000_000_000, Per: 24 * time.Hour}},
 		},
-		FieldLimits: map[string]middleware.FieldLimit{
+		FieldLimits: map[string]budget.FieldLimit{
 			"Mutation.createIssue": {Limit: 3, Per: time.Minute},
 			"Repository.issues":    {Limit: 1_000_000_000, Per: time.Second},
 		},

@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
@@ -342,7 +343,7 @@ func classify(status int, retryAfter string, body []byte) attempt {
 	switch {
 	case status == http.StatusOK && len(parsed.Errors) == 0:
 		a.outcome = succeeded
-	case status == http.StatusServiceUnavailable && len(parsed.Errors) > 0 && parsed.Errors[0].Extensions.Code == middleware.CodeOverloaded:
+	case status == http.StatusServiceUnavailable && len(parsed.Errors) > 0 && parsed.Errors[0].Extensions.Code == budget.CodeOverloaded:
 		a.outcome = shedOut
 	case status == http.StatusTooManyRequests:
 		a.outcome = limitedOut

@@ -62,12 +62,12 @@ var pricingQueries = []pricingQuery{
 // pricing, totals only.
 func limiterPricing() []complexity.Option {
 	return []complexity.Option{
-		complexity.WithMaxDepth(middleware.DefaultMaxDepth),
-		complexity.WithMaxBreadth(middleware.DefaultMaxBreadth),
-		complexity.WithMaxNodes(middleware.DefaultMaxNodes),
-		complexity.WithMaxAliases(middleware.DefaultMaxAliases),
-		complexity.WithMaxRootFields(middleware.DefaultMaxRootFields),
-		complexity.WithIntrospectionCost(middleware.DefaultIntrospectionCost),
+		complexity.WithMaxDepth(middleware.DefaultGraphQLOptions().MaxDepth),
+		complexity.WithMaxBreadth(middleware.DefaultGraphQLOptions().MaxBreadth),
+		complexity.WithMaxNodes(middleware.DefaultGraphQLOptions().MaxNodes),
+		complexity.WithMaxAliases(middleware.DefaultGraphQLOptions().MaxAliases),
+		complexity.WithMaxRootFields(middleware.DefaultGraphQLOptions().MaxRootFields),
+		complexity.WithIntrospectionCost(float64(middleware.DefaultGraphQLOptions().IntrospectionCost)),
 		complexity.WithBreakdownLimit(0),
 	}
 }

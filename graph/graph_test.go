@@ -208,7 +208,7 @@ func TestCreateIssueAppearsInRepository(t *testing.T) {
 // cap, as a list or (input coercion) a single id, literal or variable.
 func TestNodesIDs(t *testing.T) {
 	assert.Equal(t, 100, graph.MaxNodeIDs, "the schema documents 100")
-	assert.Equal(t, middleware.DefaultMaxBreadth, graph.MaxNodeIDs)
+	assert.Equal(t, middleware.DefaultGraphQLOptions().MaxBreadth, graph.MaxNodeIDs)
 	c := newClient(graph.NewResolver())
 	ids := make([]string, graph.MaxNodeIDs)
 	for i := range ids {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vektah/gqlparser/v2"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/limiter/limitertest"
@@ -65,7 +66,7 @@ func limitedServer(t *testing.T) (url string, clock *limitertest.FakeClock, reso
 	}))
 	clock = limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
 	lim, err := middleware.New(middleware.Config{
-		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
+		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon",
 		Clock:         clock,
 	})

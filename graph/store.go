@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/costguard/costguard/graph/model"
-	"github.com/costguard/costguard/middleware"
 )
 
 var (
@@ -35,9 +34,10 @@ const (
 	// characters.
 	MaxTitleLength = 256
 	// MaxNodeIDs is the most ids Query.nodes accepts: the middleware's
-	// default breadth cap, which prices nodes by the length of ids, so an
+	// default breadth cap (middleware.DefaultGraphQLOptions().MaxBreadth,
+	// pinned by a test), which prices nodes by the length of ids, so an
 	// operation the default limiter admits is never refused here.
-	MaxNodeIDs = middleware.DefaultMaxBreadth
+	MaxNodeIDs = 100
 	// defaultRecentIssues is User.recentIssues' limit when it is absent or
 	// null: its schema default.
 	defaultRecentIssues = 5

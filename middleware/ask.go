@@ -6,8 +6,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
-	"github.com/costguard/costguard/identity"
 )
 
 // askState is what a request asks to learn about its price besides
@@ -63,7 +63,7 @@ func (e *Extension) priceOnly(ctx context.Context, st *requestState, opCtx *grap
 	if cost > st.plan.Burst {
 		return false
 	}
-	o := e.l.peek(ctx, st.id, st.plan)
+	o := e.l.engine.Peek(ctx, budget.Request{Key: st.id.Key, Rule: st.plan.Rule})
 	st.recordPeek(o, cost)
 	st.noteRate(rep, cost, &o, e.l)
 	return true
@@ -72,30 +72,17 @@ func (e *Extension) priceOnly(ctx context.Context, st *requestState, opCtx *grap
 // noteDecision completes what an operation asked to learn, once its cost
 // was decided by a debit: the status RateLimitFrom returns and, for an
 // admitted "GraphQL-Cost: report", the breakdown of its price.
-func (e *Extension) noteDecision(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64, o *outcome) {
+func (e *Extension) noteDecision(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64, o *budget.Outcome) {
 	st.noteRate(rep, cost, o, e.l)
-	if st.ask.mode == modeReport && o.verdict == admitted {
+	if st.ask.mode == modeReport && o.Verdict == budget.Admitted {
 		e.explain(ctx, st, opCtx)
 	}
-}
-
-// peek reads p's bucket for id without spending from it: a Take of cost 0,
-// under the store timeout and the plan's failure mode. When the bucket
-// cannot be read (the store failed and the plan fails closed), the outcome
-// is admitted with nothing known: a price asked for runs nothing, so a
-// store failure refuses nothing either.
-func (l *Limiter) peek(ctx context.Context, id identity.Identity, p *plan) outcome {
-	o := l.spend(ctx, id, p, 0)
-	if o.verdict != admitted {
-		o = outcome{verdict: admitted, trace: o.trace}
-	}
-	return o
 }
 
 // recordPeek records the price of an operation that asked for it, and the
 // bucket as the peek found it. Nothing was debited and nothing was refused,
 // so there is no decision to report: no Event, no debug line.
-func (s *requestState) recordPeek(o outcome, cost int64) {
+func (s *requestState) recordPeek(o budget.Outcome, cost int64) {
 	s.mu.Lock()
 	s.outcome, s.cost, s.code, s.decided = o, cost, "", true
 	s.reported = true

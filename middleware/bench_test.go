@@ -13,6 +13,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
@@ -58,7 +59,7 @@ func BenchmarkGraphQL(b *testing.B) {
 	for _, tc := range []struct{ name, key string }{{"limited/anonymous", ""}, {"limited/api-key", aliceKey}} {
 		b.Run(tc.name, func(b *testing.B) {
 			lim, err := middleware.New(middleware.Config{
-				Plans: map[string]middleware.Plan{
+				Plans: map[string]budget.Plan{
 					"big": {Burst: 1e9, Rate: 1e9, Per: time.Second},
 				},
 				AnonymousPlan: "big",
@@ -80,7 +81,7 @@ func BenchmarkGraphQL(b *testing.B) {
 // BenchmarkREST measures the REST middleware alone around an empty handler.
 func BenchmarkREST(b *testing.B) {
 	lim, err := middleware.New(middleware.Config{
-		Plans:         map[string]middleware.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
+		Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 		AnonymousPlan: "big",
 		REST:          middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10, "GET /api/users/{login}": 1}},
 		Logger:        discardLogger(),

@@ -14,6 +14,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
@@ -275,7 +276,7 @@ func TestFullMemoryStoreOverflows(t *testing.T) {
 	cfg := testConfig(t, clock)
 	cfg.Store = nil // the Limiter's own store, sized by MemoryStore
 	cfg.MemoryStore.MaxKeys = 4
-	cfg.FailureMode = middleware.FailClosed
+	cfg.FailureMode = budget.FailClosed
 	lim := newLimiter(t, cfg)
 	h := graphQLServer(lim, newTestSchema())
 	statuses := map[int]int{}

@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
@@ -28,7 +30,7 @@ import (
 // transition is logged once and reported on the decision that made it.
 func TestBreaker(t *testing.T) {
 	for _, hang := range []bool{false, true} {
-		for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
+		for _, mode := range []budget.FailureMode{budget.FailOpen, budget.FailClosed} {
 			t.Run(fmt.Sprintf("hang=%v/%s", hang, mode), func(t *testing.T) {
 				clock := newClock()
 				cfg := testConfig(t, clock)
@@ -38,18 +40,18 @@ func TestBreaker(t *testing.T) {
 				rec := &recorder{}
 				cfg.FailureMode, cfg.Logger, cfg.Observer = mode, slog.New(logs), rec
 				cfg.StoreTimeout = 2 * time.Millisecond
-				cfg.Breaker = middleware.BreakerOptions{Failures: 3, CoolDown: time.Second}
+				cfg.Breaker = breaker.Config{Failures: 3, CoolDown: time.Second}
 				h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 				broken(h)
 				rec.take()
 				want := http.StatusOK
-				if mode == middleware.FailClosed {
+				if mode == budget.FailClosed {
 					want = http.StatusServiceUnavailable
 				}
 				x := request{method: "GET", path: "/api/x", header: bearer(aliceKey)}
-				check := func(step string, calls int64, result middleware.StoreResult, state middleware.BreakerState, changed bool) {
+				check := func(step string, calls int64, result guard.Result, state guard.BreakerState, changed bool) {
 					t.Helper()
-					if w := do(t, h, x); w.Code != want && state != middleware.BreakerClosed {
+					if w := do(t, h, x); w.Code != want && state != guard.BreakerClosed {
 						t.Errorf("%s: status %d, want %d", step, w.Code, want)
 					}
 					if got := store.calls.Load(); got != calls {
@@ -63,28 +65,28 @@ func TestBreaker(t *testing.T) {
 					if e.StoreResult != result || e.Breaker != state || e.BreakerChanged != changed {
 						t.Errorf("%s: event store %q breaker %q changed %v; want %q %q %v", step, e.StoreResult, e.Breaker, e.BreakerChanged, result, state, changed)
 					}
-					if e.Fallback != (mode == middleware.FailOpen && result != middleware.StoreOK) {
+					if e.Fallback != (mode == budget.FailOpen && result != guard.ResultOK) {
 						t.Errorf("%s: Fallback %v", step, e.Fallback)
 					}
 				}
-				failed := middleware.StoreError
+				failed := guard.ResultError
 				if hang {
-					failed = middleware.StoreTimeout
+					failed = guard.ResultTimeout
 				}
-				check("failure 1", 1, failed, middleware.BreakerClosed, false)
-				check("failure 2", 2, failed, middleware.BreakerClosed, false)
-				check("failure 3 opens", 3, failed, middleware.BreakerOpen, true)
+				check("failure 1", 1, failed, guard.BreakerClosed, false)
+				check("failure 2", 2, failed, guard.BreakerClosed, false)
+				check("failure 3 opens", 3, failed, guard.BreakerOpen, true)
 				for i := range 5 {
-					check("open "+strconv.Itoa(i), 3, middleware.StoreSkipped, middleware.BreakerOpen, false)
+					check("open "+strconv.Itoa(i), 3, guard.ResultSkipped, guard.BreakerOpen, false)
 				}
 				clock.Advance(time.Second)
-				check("failed probe re-opens", 4, failed, middleware.BreakerOpen, true)
+				check("failed probe re-opens", 4, failed, guard.BreakerOpen, true)
 				clock.Advance(999 * time.Millisecond)
-				check("still open", 4, middleware.StoreSkipped, middleware.BreakerOpen, false)
+				check("still open", 4, guard.ResultSkipped, guard.BreakerOpen, false)
 				clock.Advance(time.Millisecond)
 				store.healthy.Store(true)
-				check("good probe closes", 4, middleware.StoreOK, middleware.BreakerClosed, true)
-				check("closed", 4, middleware.StoreOK, middleware.BreakerClosed, false)
+				check("good probe closes", 4, guard.ResultOK, guard.BreakerClosed, true)
+				check("closed", 4, guard.ResultOK, guard.BreakerClosed, false)
 
 				text := logs.text()
 				if n := strings.Count(text, "circuit breaker open"); n != 2 {
@@ -120,7 +122,7 @@ func TestBreakerDisabled(t *testing.T) {
 		t.Errorf("Breaker %q without a breaker", evs[0].Breaker)
 	}
 	cfg = testConfig(t, clock)
-	cfg.Breaker = middleware.BreakerOptions{Failures: -2}
+	cfg.Breaker = breaker.Config{Failures: -2}
 	if _, err := middleware.New(cfg); !errors.Is(err, middleware.ErrInvalidConfig) {
 		t.Errorf("Failures -2: %v", err)
 	}
@@ -190,7 +192,7 @@ func TestFailOpenOutageBound(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkStoreDown -benchtime=10000x ./middleware/
 func BenchmarkStoreDown(b *testing.B) {
 	run := func(b *testing.B, cfg middleware.Config) {
-		cfg.Plans = map[string]middleware.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}}
+		cfg.Plans = map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}}
 		cfg.AnonymousPlan = "big"
 		cfg.Logger = discardLogger()
 		lim, err := middleware.New(cfg)
@@ -227,7 +229,7 @@ func BenchmarkStoreDown(b *testing.B) {
 		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, Clock: limiter.SystemClock{}})
 	})
 	b.Run("hanging-store/breaker-open/fail-closed", func(b *testing.B) {
-		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, FailureMode: middleware.FailClosed})
+		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, FailureMode: budget.FailClosed})
 	})
 }
 
@@ -289,16 +291,20 @@ func (s laneFailingStore) Take(ctx context.Context, key string, l limiter.Limit,
 	return s.inner.Take(ctx, key, l, cost)
 }
 
+func (s laneFailingStore) Refund(ctx context.Context, key string, l limiter.Limit, amount int64) (limiter.Decision, error) {
+	return s.inner.Refund(ctx, key, l, amount)
+}
+
 // A lane budget's store call that opens the breaker is reported on the
 // decision that made it, as the plan's own call is.
 func TestBreakerChangedByLaneBudget(t *testing.T) {
 	cfg := testConfig(t, newClock())
 	cfg.Store = laneFailingStore{inner: cfg.Store.(limiter.Store)}
-	cfg.FailureMode = middleware.FailClosed
-	cfg.Breaker = middleware.BreakerOptions{Failures: 1, CoolDown: time.Second}
+	cfg.FailureMode = budget.FailClosed
+	cfg.Breaker = breaker.Config{Failures: 1, CoolDown: time.Second}
 	cfg.Lanes = []middleware.Lane{
 		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
-			Budget: &middleware.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
+			Budget: &budget.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
 		{Name: "rest", Priority: overload.Normal},
 	}
 	rec := &recorder{}
@@ -312,7 +318,7 @@ func TestBreakerChangedByLaneBudget(t *testing.T) {
 	if len(evs) != 1 {
 		t.Fatalf("%d events", len(evs))
 	}
-	if e := evs[0]; !e.BreakerChanged || e.Breaker != middleware.BreakerOpen {
+	if e := evs[0]; !e.BreakerChanged || e.Breaker != guard.BreakerOpen {
 		t.Errorf("event: breaker %q changed %v; want open, changed", e.Breaker, e.BreakerChanged)
 	}
 }

@@ -1,20 +1,11 @@
 package middleware
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/costguard/costguard/identity"
-	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
 )
-
-// CodeConcurrencyLimited: the principal already has its plan's requests in
-// flight (Config.Concurrency, Plan.MaxConcurrent); 429 with Retry-After,
-// nothing debited. REST: {"error":"concurrency_limited","retry_after_seconds":N}.
-const CodeConcurrencyLimited = "CONCURRENCY_LIMITED"
 
 // ConcurrencyOptions cap the requests one principal has in flight at once,
 // REST and GraphQL together, with leases that expire so that a crashed
@@ -32,116 +23,27 @@ type ConcurrencyOptions struct {
 	Slots concurrency.Slots
 }
 
-// buildConcurrency resolves each plan's cap: Plan.MaxConcurrent, else
-// Config.Concurrency.PerPrincipal; None lifts it.
-func (s *settings) buildConcurrency(cfg Config) error {
-	if cfg.Concurrency.PerPrincipal < 0 {
-		return fmt.Errorf("%w: Concurrency.PerPrincipal %d is negative", ErrInvalidConfig, cfg.Concurrency.PerPrincipal)
+// buildSlots picks the lease store and the life of a lease.
+func (l *Limiter) buildSlots(cfg Config) (concurrency.Slots, time.Duration, error) {
+	ttl := cfg.Concurrency.TTL
+	if ttl == 0 {
+		ttl = concurrency.DefaultTTL
 	}
-	for _, p := range s.plans {
-		switch n := p.MaxConcurrent; {
-		case n == 0:
-			p.maxConcurrent = int64(cfg.Concurrency.PerPrincipal)
-		case n == None:
-			p.maxConcurrent = 0
-		case n < 0:
-			return fmt.Errorf("%w: plan %q: MaxConcurrent %d; it must be positive, 0 for Concurrency.PerPrincipal or None", ErrInvalidConfig, p.name, n)
-		default:
-			p.maxConcurrent = int64(n)
-		}
-		if p.maxConcurrent > concurrency.MaxLimit {
-			return fmt.Errorf("%w: plan %q: at most %d requests in flight can be capped", ErrInvalidConfig, p.name, concurrency.MaxLimit)
-		}
+	if err := concurrency.ValidateTTL(ttl); err != nil {
+		return nil, 0, fmt.Errorf("%w: Concurrency.TTL: %w", ErrInvalidConfig, err)
 	}
-	return nil
-}
-
-// buildSlots picks the lease store.
-func (l *Limiter) buildSlots(cfg Config) error {
-	l.slotTTL = cfg.Concurrency.TTL
-	if l.slotTTL == 0 {
-		l.slotTTL = concurrency.DefaultTTL
-	}
-	if err := concurrency.ValidateTTL(l.slotTTL); err != nil {
-		return fmt.Errorf("%w: Concurrency.TTL: %w", ErrInvalidConfig, err)
-	}
-	l.slots = cfg.Concurrency.Slots
-	if l.slots == nil {
+	slots := cfg.Concurrency.Slots
+	if slots == nil {
 		if shared, ok := cfg.Store.(concurrency.Slots); ok {
-			l.slots = shared
+			slots = shared
 		}
 	}
-	if l.slots == nil {
+	if slots == nil {
 		mem, err := concurrency.NewMemory(concurrency.MemoryConfig{Clock: l.clock, MaxKeys: cfg.MemoryStore.MaxKeys})
 		if err != nil {
-			return fmt.Errorf("%w: concurrency slots: %w", ErrInvalidConfig, err)
+			return nil, 0, fmt.Errorf("%w: concurrency slots: %w", ErrInvalidConfig, err)
 		}
-		l.slots = mem
+		slots = mem
 	}
-	return nil
-}
-
-// slot is a request's lease among its principal's requests in flight: the
-// zero value holds none.
-type slot struct {
-	slots concurrency.Slots
-	lease concurrency.Lease
-	l     *Limiter
-}
-
-// release gives the lease back (a request whose client left still frees
-// its slot). It runs before the response is complete, so it waits no
-// longer than any other store call (StoreTimeout), and not at all while
-// the store's breaker is not closed: a lease not given back expires
-// after its TTL.
-func (s slot) release() {
-	if s.slots == nil || s.lease == (concurrency.Lease{}) {
-		return
-	}
-	l := s.l
-	if l.slotsBehindBreaker && l.brk.State() != breaker.Closed {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	_, _ = s.slots.Release(ctx, s.lease)
-	cancel()
-}
-
-// takeSlot leases one of id's plan's concurrent slots. o is the refusal
-// when none is free (concurrencyLimited, or unavailable when the slot
-// store failed and the plan fails closed); a plan without a cap, or a
-// failing store under FailOpen, takes no slot and is admitted.
-func (l *Limiter) takeSlot(ctx context.Context, id identity.Identity, p *plan) (slot, *outcome) {
-	if p.maxConcurrent == 0 {
-		return slot{}, nil
-	}
-	t := breaker.Ticket{Allowed: true}
-	if l.slotsBehindBreaker {
-		t = l.allowStore(nil)
-	}
-	var d concurrency.Decision
-	err := errBreakerOpen
-	if t.Allowed {
-		tctx, cancel := context.WithTimeout(ctx, l.timeout)
-		d, err = l.slots.Acquire(tctx, id.Key, p.maxConcurrent, l.slotTTL) // the store keeps leases apart from budgets
-		cancel()
-		if l.slotsBehindBreaker {
-			l.storeDone(ctx, t, err, nil)
-		}
-	}
-	switch {
-	case err != nil && (p.failOpen || ctx.Err() != nil) && !errors.Is(err, concurrency.ErrInvalidLimit):
-		if ctx.Err() == nil && !errors.Is(err, errBreakerOpen) {
-			l.storeFailed(p, err)
-		}
-		return slot{}, nil
-	case err != nil:
-		if !errors.Is(err, errBreakerOpen) {
-			l.storeFailed(p, err)
-		}
-		return slot{}, &outcome{verdict: unavailable, retryAfter: l.retryAfter(unavailableRetryAfter)}
-	case !d.Allowed:
-		return slot{}, &outcome{verdict: concurrencyLimited, retryAfter: l.retryAfter(d.RetryAfter)}
-	}
-	return slot{slots: l.slots, lease: d.Lease, l: l}, nil
+	return slots, ttl, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter/redisstore"
@@ -66,7 +67,7 @@ func TestConcurrencyPerPrincipal(t *testing.T) {
 		t.Errorf("third REST request: %d %s %v", w.Code, w.Body, w.Header())
 	}
 	gw, resp := query(t, mux, `{ viewer { login } }`, bearer(aliceKey))
-	if gw.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeConcurrencyLimited {
+	if gw.Code != http.StatusTooManyRequests || resp.code() != budget.CodeConcurrencyLimited {
 		t.Errorf("GraphQL over the cap: %d %q", gw.Code, resp.code())
 	}
 	if w := do(t, mux, request{method: http.MethodGet, path: "/api/a", header: bearer(bobKey)}); w.Code != http.StatusOK {
@@ -109,12 +110,12 @@ func TestConcurrencyAcrossProcessesOnRedis(t *testing.T) {
 		t.Cleanup(func() { store.Close() })
 		cfg := middleware.Config{
 			Store:         store,
-			Plans:         map[string]middleware.Plan{"free": {Burst: 1 << 30, Rate: 1 << 30, Per: time.Second}},
+			Plans:         map[string]budget.Plan{"free": {Burst: 1 << 30, Rate: 1 << 30, Per: time.Second}},
 			AnonymousPlan: "free",
 			APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
 			Concurrency:   middleware.ConcurrencyOptions{PerPrincipal: limit},
 			StoreTimeout:  time.Minute, // exactness, not timeouts, under -race on a busy machine
-			FailureMode:   middleware.FailClosed,
+			FailureMode:   budget.FailClosed,
 			Logger:        discardLogger(),
 		}
 		ts := httptest.NewServer(newLimiter(t, cfg).REST(api))

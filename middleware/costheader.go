@@ -74,7 +74,7 @@ func (s *requestState) readCostHeader(h http.Header) *refusal {
 		s.ask.mode = modeValidate
 	case v == CostReport && s.plan.DisableCostReport:
 		return refuse(http.StatusBadRequest, CodeCostReportDisabled,
-			"cost reports (%s: %s) are disabled for plan %q", HeaderGraphQLCost, CostReport, s.plan.name)
+			"cost reports (%s: %s) are disabled for plan %q", HeaderGraphQLCost, CostReport, s.plan.Name())
 	case v == CostReport:
 		s.ask.mode = modeReport
 	default:

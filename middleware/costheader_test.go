@@ -12,7 +12,9 @@ import (
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -136,7 +138,7 @@ func TestCostValidateRefusals(t *testing.T) {
 // failing closed answers 200 with currentlyAvailable null; failing open,
 // the local bucket is read.
 func TestCostValidateStoreDown(t *testing.T) {
-	for _, mode := range []middleware.FailureMode{middleware.FailClosed, middleware.FailOpen} {
+	for _, mode := range []budget.FailureMode{budget.FailClosed, budget.FailOpen} {
 		t.Run(string(mode), func(t *testing.T) {
 			clock := newClock()
 			cfg := testConfig(t, clock)
@@ -151,11 +153,11 @@ func TestCostValidateStoreDown(t *testing.T) {
 			}
 			avail := resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable
 			switch mode {
-			case middleware.FailClosed:
+			case budget.FailClosed:
 				if avail != nil || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "" {
 					t.Errorf("currentlyAvailable %v, headers %v: want none", avail, w.Header())
 				}
-			case middleware.FailOpen:
+			case budget.FailOpen:
 				if avail == nil || *avail != 100 {
 					t.Errorf("currentlyAvailable %v, want the local bucket's 100", avail)
 				}
@@ -221,7 +223,7 @@ func TestCostReport(t *testing.T) {
 
 	// The same entries, byte for byte, as the analyzer's report (what the
 	// cost CLI prints with -json) under the middleware's options.
-	a, err := complexity.New(schema.schema, complexity.WithMaxDepth(middleware.DefaultMaxDepth))
+	a, err := complexity.New(schema.schema, complexity.WithMaxDepth(middleware.DefaultGraphQLOptions().MaxDepth))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,11 +310,11 @@ func TestCostHeaderEvents(t *testing.T) {
 		t.Errorf("validate reported %+v", got)
 	}
 	query(t, h, query61, withCost(bearer(aliceKey), "report"))
-	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "admitted", requested: 61, charged: 61, store: middleware.StoreOK, known: true, remaining: 39}) {
+	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "admitted", requested: 61, charged: 61, store: guard.ResultOK, known: true, remaining: 39}) {
 		t.Errorf("report: %+v", got)
 	}
 	query(t, h, query61, withCost(bearer(aliceKey), "nope"))
-	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: middleware.CodeInvalidCostHeader, charged: 1, store: middleware.StoreOK, known: true, remaining: 38}) {
+	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: middleware.CodeInvalidCostHeader, charged: 1, store: guard.ResultOK, known: true, remaining: 38}) {
 		t.Errorf("invalid header: %+v", got)
 	}
 }

@@ -1,7 +1,9 @@
-// Package middleware is where HTTP requests meet the two engines: it prices
-// GraphQL operations with package complexity, debits GraphQL and REST costs
-// from one per-principal budget held in a limiter.Store, and speaks the
-// result to clients as statuses, rate-limit headers and error bodies.
+// Package middleware is where HTTP requests meet the engines: it prices
+// GraphQL operations with package complexity, has package budget decide
+// what their cost (and a REST route's) does to the principal's budgets,
+// and renders each decision (a budget.Outcome) to clients as statuses,
+// rate-limit headers, error bodies and extensions.cost, and to observers
+// as Events. It decides nothing itself.
 //
 // # Wiring
 //
@@ -35,7 +37,7 @@
 // before gqlgen parses or validates), and the large bodies decoded at once
 // (MaxBodyBytesInFlight). Every request refused before it could be priced
 // pays InvalidCost; introspection pays IntrospectionCost a selection.
-// NewQueryCache bounds gqlgen's document cache by bytes. docs/threat-model.md
+// Package middleware/querycache bounds gqlgen's document cache by bytes. docs/threat-model.md
 // has the measured bounds.
 //
 // An extension cannot choose the HTTP status, so GraphQL wraps the gqlgen
@@ -89,10 +91,14 @@
 //
 // # Store failures
 //
-// Every store call runs under StoreTimeout. FailOpen admits through a local
-// in-memory bucket per identity and logs a warning at most once a minute;
-// FailClosed answers 503 with RATE_LIMITER_UNAVAILABLE. Error text from a
-// store is logged, never written to a client.
+// What happens when the store fails is decided below the middleware, in
+// the guard package limiter/stack puts in front of the store
+// (limiter/guard): every store call runs under StoreTimeout, behind a
+// circuit breaker (Breaker). FailOpen admits through a local in-memory
+// bucket per identity, repaid to the store once it answers again;
+// FailClosed answers 503 with RATE_LIMITER_UNAVAILABLE. The middleware logs
+// a warning at most once a minute per plan. Error text from a store is
+// logged, never written to a client.
 //
 // # Scaling a shared store
 //

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/guard"
 )
 
 // Observer receives one Event for every decision the Limiter makes, once
@@ -40,46 +42,6 @@ const (
 	KindSubscriptionEvent Kind = "subscription_event"
 )
 
-// Outcome is what became of a request's cost. Its values are the outcome
-// label of costguard_decisions_total, relied on by dashboards: new ones may
-// be added, none renamed.
-type Outcome string
-
-// The outcomes.
-const (
-	// OutcomeAdmitted: the cost was debited and the request ran.
-	OutcomeAdmitted Outcome = "admitted"
-	// OutcomeRateLimited: the budget could not pay now (429): the bucket,
-	// the quota (Code QUOTA_EXCEEDED), a field limit (FIELD_RATE_LIMITED) or
-	// the concurrency cap (CONCURRENCY_LIMITED).
-	OutcomeRateLimited Outcome = "rate_limited"
-	// OutcomeCostExceeded: a static cap refused the request, or its cost
-	// is above the plan's burst (422, or 413 for a body too large).
-	OutcomeCostExceeded Outcome = "cost_exceeded"
-	// OutcomeUnavailable: the store failed and the plan fails closed (503).
-	OutcomeUnavailable Outcome = "unavailable"
-	// OutcomeShadowRejected: enforce mode would have refused the request
-	// (rate limited or cost exceeded); shadow mode let it run.
-	OutcomeShadowRejected Outcome = "shadow_rejected"
-	// OutcomeShed: the process was overloaded for the request's priority
-	// (Config.Overload); it was refused with 503 and never debited.
-	OutcomeShed Outcome = "shed"
-)
-
-// StoreResult is how the store calls of a decision ended. Its values are
-// the result label of costguard_store_duration_seconds.
-type StoreResult string
-
-// The store results; an Event whose decision made no store call has "".
-const (
-	StoreOK      StoreResult = "ok"
-	StoreError   StoreResult = "error"
-	StoreTimeout StoreResult = "timeout"
-	// StoreSkipped: the store's circuit breaker was open, so the decision
-	// was made without calling it (by the failure mode), in no time.
-	StoreSkipped StoreResult = "skipped"
-)
-
 // Event describes one decision. Fields that do not apply are zero.
 type Event struct {
 	// Time is when the decision was made, by the Limiter's clock.
@@ -95,12 +57,12 @@ type Event struct {
 	Key  string
 	Kind Kind
 	// Outcome is what became of the request. In shadow mode a refusal
-	// enforce mode would have made is OutcomeShadowRejected, and Refused
-	// says what it would have been.
-	Outcome Outcome
-	// Refused is, for OutcomeShadowRejected, the outcome enforce mode
-	// would have given (OutcomeRateLimited or OutcomeCostExceeded).
-	Refused Outcome
+	// enforce mode would have made is budget.ClassShadowRejected, and
+	// Refused says what it would have been.
+	Outcome budget.Class
+	// Refused is, for budget.ClassShadowRejected, the outcome enforce mode
+	// would have given (budget.ClassRateLimited or ClassCostExceeded).
+	Refused budget.Class
 	// Code is the GraphQL extensions.code or REST error code of a refusal
 	// ("RATE_LIMITED", "MAX_DEPTH_EXCEEDED", "rate_limited", …).
 	Code string
@@ -127,14 +89,14 @@ type Event struct {
 	// request refused before it reached the store, or answered by a local
 	// cache).
 	StoreDuration time.Duration
-	StoreResult   StoreResult
+	StoreResult   guard.Result
 	// Fallback: the decision was made by the fail-open local bucket because
 	// the store failed or its breaker was open.
 	Fallback bool
 	// Breaker is the state of the store's circuit breaker after the
 	// decision ("" when the Limiter has none: the in-memory store), and
 	// BreakerChanged says this decision's store call moved it there.
-	Breaker        BreakerState
+	Breaker        guard.BreakerState
 	BreakerChanged bool
 	// Remaining is the whole points left in the bucket after the decision,
 	// when Known.
@@ -152,21 +114,6 @@ func HashKey(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// outcomeOf names a verdict for an Event.
-func outcomeOf(v verdict) Outcome {
-	switch v {
-	case rateLimited, concurrencyLimited, quotaExceeded, fieldLimited:
-		return OutcomeRateLimited
-	case overBudget, capExceeded:
-		return OutcomeCostExceeded
-	case unavailable:
-		return OutcomeUnavailable
-	case shed:
-		return OutcomeShed
-	}
-	return OutcomeAdmitted // invalid too: its InvalidCost was paid; gqlgen refused it
-}
-
 // observing reports whether anyone listens to decisions: the Observer, or
 // the debug log.
 func (l *Limiter) observing(ctx context.Context) bool {
@@ -174,30 +121,30 @@ func (l *Limiter) observing(ctx context.Context) bool {
 }
 
 // newEvent describes outcome o of a request of kind by id on plan p.
-func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o outcome, requested int64, code string) Event {
+func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o budget.Outcome, requested int64, code string) Event {
 	e := Event{
 		Time:          l.clock.Now(),
-		Plan:          p.name,
+		Plan:          p.Name(),
 		Lane:          ln.name(),
 		Key:           id.Key,
 		Kind:          kind,
-		Outcome:       outcomeOf(o.verdict),
+		Outcome:       o.Verdict.Class(),
 		Code:          code,
 		RequestedCost: requested,
-		Charged:       o.charged,
-		StoreDuration: o.trace.took,
-		StoreResult:   o.trace.result,
-		Fallback:      o.trace.fallback,
-		Breaker:       l.breakerState(),
+		Charged:       o.Charged,
+		StoreDuration: o.Trace.Took,
+		StoreResult:   o.Trace.Result,
+		Fallback:      o.Trace.Fallback,
+		Breaker:       l.stores.BreakerState(),
 	}
-	e.BreakerChanged = o.trace.breakerChanged
-	if o.shadowed != 0 {
-		e.Outcome, e.Refused = OutcomeShadowRejected, outcomeOf(o.shadowed)
+	e.BreakerChanged = o.Trace.BreakerChanged
+	if o.Shadowed != 0 {
+		e.Outcome, e.Refused = budget.ClassShadowRejected, o.Shadowed.Class()
 	}
-	if o.known {
-		e.Remaining, e.Known = max(o.decision.Remaining, 0), true
+	if o.Known {
+		e.Remaining, e.Known = max(o.Decision.Remaining, 0), true
 	}
-	e.gone = o.trace.gone
+	e.gone = o.Trace.Gone
 	return e
 }
 

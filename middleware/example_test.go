@@ -15,6 +15,7 @@ import (
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
@@ -43,7 +44,7 @@ func exampleSchema() graphql.ExecutableSchema {
 // the GraphQL wrapper turns its decisions into statuses and headers.
 func ExampleLimiter_GraphQL() {
 	lim, err := middleware.New(middleware.Config{
-		Plans: map[string]middleware.Plan{
+		Plans: map[string]budget.Plan{
 			"anon": {Burst: 500, Rate: 500, Per: time.Hour},
 		},
 		AnonymousPlan: "anon",
@@ -79,7 +80,7 @@ func ExampleLimiter_GraphQL() {
 // the same budget as the principal's GraphQL operations.
 func ExampleLimiter_REST() {
 	lim, err := middleware.New(middleware.Config{
-		Plans: map[string]middleware.Plan{
+		Plans: map[string]budget.Plan{
 			"free": {Burst: 25, Rate: 5000, Per: time.Hour},
 			"anon": {Burst: 10, Rate: 500, Per: time.Hour},
 		},
@@ -118,7 +119,7 @@ func ExampleLimiter_REST() {
 // debited and no other root field runs.
 func ExampleRateLimitFrom() {
 	lim, err := middleware.New(middleware.Config{
-		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
+		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon",
 		Clock:         stoppedClock{},
 	})

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
@@ -51,7 +54,7 @@ func redisPauses(t *testing.T, checks bool) {
 	)
 	srv := redistest.StartServer(t)
 	pid := srv.Pid()
-	plans := map[string]middleware.Plan{
+	plans := map[string]budget.Plan{
 		"free":  {Burst: 500, Rate: perSecond, Per: time.Second, DisableRefund: true},
 		"probe": {Burst: 1 << 30, Rate: 1 << 30, Per: time.Second, DisableRefund: true},
 	}
@@ -82,9 +85,9 @@ func redisPauses(t *testing.T, checks bool) {
 			AnonymousPlan: "probe",
 			APIKeys:       keys,
 			REST:          routes,
-			FailureMode:   middleware.FailOpen,
+			FailureMode:   budget.FailOpen,
 			StoreTimeout:  50 * time.Millisecond,
-			Breaker:       middleware.BreakerOptions{Failures: 3, CoolDown: 100 * time.Millisecond},
+			Breaker:       breaker.Config{Failures: 3, CoolDown: 100 * time.Millisecond},
 			Observer: middleware.ObserverFunc(func(e *middleware.Event) {
 				c := *e
 				last[i].Store(&c)
@@ -97,7 +100,7 @@ func redisPauses(t *testing.T, checks bool) {
 	// that never falls back.
 	reader := graphQLServer(newLimiter(t, middleware.Config{
 		Store: newStore(), Plans: plans, AnonymousPlan: "probe", APIKeys: keys, REST: routes,
-		FailureMode: middleware.FailClosed, StoreTimeout: 5 * time.Second,
+		FailureMode: budget.FailClosed, StoreTimeout: 5 * time.Second,
 		OverLimitCache: stack.OverLimitCacheOff, Logger: discardLogger(),
 	}), newTestSchema())
 	redisLeft := func() int64 {
@@ -124,7 +127,7 @@ func redisPauses(t *testing.T, checks bool) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			w := do(t, handlers[i], probe)
-			if e := last[i].Load(); w.Code == http.StatusOK && e != nil && e.StoreResult == middleware.StoreOK && !e.Fallback {
+			if e := last[i].Load(); w.Code == http.StatusOK && e != nil && e.StoreResult == guard.ResultOK && !e.Fallback {
 				return
 			}
 			if time.Now().After(deadline) {

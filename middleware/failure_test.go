@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
@@ -26,7 +27,7 @@ func TestStoreFailureModes(t *testing.T) {
 		"hanging": func() *failingStore { return &failingStore{hang: true} },
 	}
 	for storeName, newStore := range stores {
-		for _, mode := range []middleware.FailureMode{middleware.FailOpen, middleware.FailClosed} {
+		for _, mode := range []budget.FailureMode{budget.FailOpen, budget.FailClosed} {
 			t.Run(storeName+"/"+string(mode), func(t *testing.T) {
 				clock := newClock()
 				store := newStore()
@@ -54,7 +55,7 @@ func TestStoreFailureModes(t *testing.T) {
 					t.Fatal("the store was never called")
 				}
 				switch mode {
-				case middleware.FailOpen:
+				case budget.FailOpen:
 					if rest.Code != http.StatusOK || gw.Code != http.StatusOK {
 						t.Fatalf("fail open: statuses REST %d GraphQL %d, want 200 (%s)", rest.Code, gw.Code, gw.Body)
 					}
@@ -68,7 +69,7 @@ func TestStoreFailureModes(t *testing.T) {
 					if schema.resolvers.Load() != 1 {
 						t.Errorf("resolvers %d, want 1", schema.resolvers.Load())
 					}
-				case middleware.FailClosed:
+				case budget.FailClosed:
 					if rest.Code != http.StatusServiceUnavailable || gw.Code != http.StatusServiceUnavailable {
 						t.Fatalf("fail closed: statuses REST %d GraphQL %d, want 503", rest.Code, gw.Code)
 					}
@@ -84,7 +85,7 @@ func TestStoreFailureModes(t *testing.T) {
 							t.Errorf("Retry-After %q, want 1", w.Get(middleware.HeaderRetryAfter))
 						}
 					}
-					if gresp.code() != middleware.CodeRateLimiterUnavailable || gresp.Errors[0].Extensions["retryAfterSeconds"] != float64(1) {
+					if gresp.code() != budget.CodeRateLimiterUnavailable || gresp.Errors[0].Extensions["retryAfterSeconds"] != float64(1) {
 						t.Errorf("GraphQL errors %+v", gresp.Errors)
 					}
 					if gresp.Extensions.Cost == nil || gresp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != nil {
@@ -116,8 +117,8 @@ func TestFailureModePerPlan(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
 	broken := learn(t, &failingStore{err: errors.New("down")}, &cfg, request{method: "GET", path: "/api/free"})
-	cfg.FailureMode = middleware.FailOpen
-	cfg.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, FailureMode: middleware.FailClosed}
+	cfg.FailureMode = budget.FailOpen
+	cfg.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, FailureMode: budget.FailClosed}
 	lim := newLimiter(t, cfg)
 	h := graphQLServer(lim, newTestSchema())
 	broken(h)
@@ -208,7 +209,7 @@ func TestStoreFailureWarningPerPlan(t *testing.T) {
 	cfg.Store = &failingStore{err: errTest}
 	plans := testPlans()
 	anon := plans["anon"]
-	anon.FailureMode = middleware.FailClosed
+	anon.FailureMode = budget.FailClosed
 	plans["anon"] = anon
 	cfg.Plans = plans
 	logs := &countingHandler{}
@@ -260,7 +261,7 @@ func TestFailOpenDoesNotMultiplyWithOutages(t *testing.T) {
 		cfg := testConfig(t, clock)
 		cfg.Store = links[i]
 		cfg.StoreTimeout = 5 * time.Millisecond
-		cfg.FailureMode = middleware.FailOpen
+		cfg.FailureMode = budget.FailOpen
 		handlers[i] = graphQLServer(newLimiter(t, cfg), newTestSchema())
 	}
 	search := request{method: "GET", path: "/api/search", header: bearer(aliceKey)}

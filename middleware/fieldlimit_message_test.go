@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -29,7 +30,7 @@ func TestFieldLimitMessageSpellsCounts(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := newClock()
-			h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{
+			h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]budget.FieldLimit{
 				"Mutation.createIssue": {Limit: tt.limit, Per: time.Minute},
 			})), newTestSchema())
 			if tt.first > 0 {
@@ -38,7 +39,7 @@ func TestFieldLimitMessageSpellsCounts(t *testing.T) {
 				}
 			}
 			w, resp := query(t, h, aliasedIssues(tt.then), bearer(aliceKey))
-			if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeFieldRateLimited {
+			if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeFieldRateLimited {
 				t.Fatalf("%d %s", w.Code, w.Body)
 			}
 			if got := resp.Errors[0].Message; got != tt.wantMessage {

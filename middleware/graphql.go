@@ -22,19 +22,21 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/guard"
+	"github.com/costguard/costguard/middleware/querycache"
 )
 
 // GraphQL error codes (errors[].extensions.code) the middleware emits
-// besides the static-limit codes of package complexity. Their HTTP statuses
-// are pinned by tests: RATE_LIMITED 429, RATE_LIMITER_UNAVAILABLE 503,
-// UNKNOWN_API_KEY 401, the static codes (MAX_COST_EXCEEDED included) 422, or
-// 400 when the response is application/graphql-response+json.
+// besides the static-limit codes of package complexity and the budget's
+// (package budget: RATE_LIMITED, QUOTA_EXCEEDED…). Their HTTP statuses are
+// pinned by tests: UNKNOWN_API_KEY 401, the static codes (MAX_COST_EXCEEDED
+// included) 422, or 400 when the response is
+// application/graphql-response+json.
 const (
-	CodeRateLimited            = "RATE_LIMITED"
-	CodeRateLimiterUnavailable = "RATE_LIMITER_UNAVAILABLE"
-	CodeUnknownAPIKey          = "UNKNOWN_API_KEY"
+	CodeUnknownAPIKey = "UNKNOWN_API_KEY"
 	// CodeIntrospectionDisabled: the operation selects __schema or __type
 	// and the principal's plan has DisableIntrospection (422).
 	CodeIntrospectionDisabled = "INTROSPECTION_DISABLED"
@@ -52,8 +54,8 @@ const CostExtensionKey = "cost"
 // gqlgen still answers 422 (or 400), never 200.
 func init() {
 	for _, code := range []string{
-		CodeRateLimited, CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
-		CodeOverloaded, CodeConcurrencyLimited, CodeQuotaExceeded, CodeFieldRateLimited,
+		budget.CodeRateLimited, budget.CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
+		budget.CodeOverloaded, budget.CodeConcurrencyLimited, budget.CodeQuotaExceeded, budget.CodeFieldRateLimited,
 		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge, CodeRequestTimeout, CodeSubscriptionsLimited,
 		CodeInvalidCostHeader, CodeCostReportDisabled,
 		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
@@ -123,16 +125,16 @@ type boundAnalyzer struct {
 
 // newBoundAnalyzer binds a to set, with an empty plan cache.
 func newBoundAnalyzer(set *settings, a *complexity.Analyzer) *boundAnalyzer {
-	return &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(DefaultPlanCacheEntries, DefaultPlanCacheBytes)}
+	return &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(planCacheEntries, planCacheBytes)}
 }
 
 // Bounds of the compiled cost plans an Extension keeps (one per priced
-// operation of a parsed document), as NewQueryCache's defaults bound the
+// operation of a parsed document), as querycache's defaults bound the
 // documents: an entry is charged its plan's size and its document's
 // estimated size, which it keeps alive.
 const (
-	DefaultPlanCacheEntries = DefaultQueryCacheEntries
-	DefaultPlanCacheBytes   = DefaultQueryCacheBytes
+	planCacheEntries = querycache.DefaultEntries
+	planCacheBytes   = querycache.DefaultBytes
 )
 
 // price prices op of doc with variables through its compiled plan,
@@ -140,7 +142,7 @@ const (
 // the plan too, to price the response with (settleActual). query is the
 // document's text, for the plan cache's charge.
 func (b *boundAnalyzer) price(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, query string) (*complexity.Report, *complexity.Plan, error) {
-	plan, err := b.plans.GetCharging(doc, op, func() int64 { return documentBytes(query) })
+	plan, err := b.plans.GetCharging(doc, op, func() int64 { return querycache.DocumentBytes(query) })
 	if err != nil {
 		return nil, nil, err
 	}
@@ -296,16 +298,12 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 // pay even that. When shadowable (a static cap) and the plan is in shadow
 // mode, it lets the operation run instead and returns nil.
 func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, ge *gqlerror.Error, shadowable bool) *gqlerror.Error {
-	o := e.l.chargeInvalid(ctx, st.set, st.id, st.plan)
-	if shadowable && e.l.shadow(ctx, st.plan, &o) {
-		st.record(o, 0, codeOf(o, ge))
-		return nil
-	}
-	if o.verdict == rateLimited && st.plan.shadow {
-		o.verdict, o.retryAfter = capExceeded, 0 // refused all the same, by what ge says
-	}
+	o := e.l.engine.ChargeInvalid(ctx, st.id.Key, st.plan.Rule, budget.CapExceeded, shadowable)
 	st.record(o, 0, codeOf(o, ge))
-	if o.verdict != capExceeded {
+	if o.Verdict == budget.Admitted {
+		return nil // shadow mode let it run
+	}
+	if o.Verdict != budget.CapExceeded {
 		return e.l.verdictError(o, st.set.gql.InvalidCost, st.plan)
 	}
 	return ge
@@ -313,15 +311,15 @@ func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, ge *gq
 
 // codeOf is the code of o's refusal, or of the refusal shadow mode let
 // through: the budget's, or ge's (a static cap's).
-func codeOf(o outcome, ge *gqlerror.Error) string {
-	v := o.verdict
-	if o.shadowed != 0 {
-		v = o.shadowed
+func codeOf(o budget.Outcome, ge *gqlerror.Error) string {
+	v := o.Verdict
+	if o.Shadowed != 0 {
+		v = o.Shadowed
 	}
-	if c := answers[v].code; c != "" {
+	if c := v.Answer().Code; c != "" {
 		return c
 	}
-	if v == admitted || ge == nil {
+	if v == budget.Admitted || ge == nil {
 		return ""
 	}
 	c, _ := ge.Extensions["code"].(string)
@@ -384,7 +382,7 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 	if st.get && opCtx.Operation.Operation != ast.Query {
 		// gqlgen's GET transport refuses it (406) once this returns:
 		// nothing runs, so nothing is charged.
-		st.record(outcome{verdict: admitted}, 0, "")
+		st.record(budget.Outcome{Verdict: budget.Admitted}, 0, "")
 		return nil
 	}
 
@@ -416,7 +414,7 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 	}
 	if rep.Introspection && st.plan.DisableIntrospection {
 		return e.refuseUnpriced(ctx, st, codedError(CodeIntrospectionDisabled, 0,
-			"introspection is disabled for plan %q", st.plan.name), false)
+			"introspection is disabled for plan %q", st.plan.Name()), false)
 	}
 	st.mu.Lock()
 	st.costPlan = costPlan
@@ -434,69 +432,59 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 			return gerr
 		}
 	}
-	o := l.spendAll(ctx, st.set, st.id, st.addr, st.plan, ln, cost, rep.FieldCounts)
-	if o.verdict == overBudget || o.never {
-		// It can never run: it pays InvalidCost, as a static cap would.
-		if paid := l.chargeInvalid(ctx, st.set, st.id, st.plan); paid.verdict == capExceeded {
-			trace := o.trace
-			o = outcome{verdict: o.verdict, decision: paid.decision, known: paid.known, charged: paid.charged, trace: trace,
-				byLane: o.byLane, limits: o.limits, byLimit: o.byLimit, never: o.never}
-			o.trace.add(paid.trace)
-		} else {
-			o = paid
-		}
-	}
-	l.shadow(ctx, st.plan, &o)
+	req := st.request(ln, cost, rep.FieldCounts)
+	req.ChargeInvalidIfNever = true // a price it can never pay is refused as a static cap is
+	o := l.engine.Charge(ctx, req)
 	st.record(o, cost, codeOf(o, nil))
 	e.noteDecision(ctx, st, opCtx, rep, cost, &o)
-	st.sub.settle(o.verdict == admitted)
+	st.sub.settle(o.Verdict == budget.Admitted)
 	return l.verdictError(o, cost, st.plan)
 }
 
 // verdictError is the GraphQL error of a budget decision on cost, nil when
 // it was admitted or when the refusal carries its own error (a static cap).
-func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
-	code := answers[o.verdict].code
-	switch o.verdict {
-	case overBudget:
-		if o.byLane != nil {
+func (l *Limiter) verdictError(o budget.Outcome, cost int64, p *plan) *gqlerror.Error {
+	code := o.Verdict.Answer().Code
+	switch o.Verdict {
+	case budget.OverBudget:
+		if o.ByLane != nil {
 			return pricedError(code, cost, 0,
-				"operation cost %d exceeds the budget of lane %q, %d points", cost, o.byLane.Name, o.byLane.Budget.Burst)
+				"operation cost %d exceeds the budget of lane %q, %d points", cost, o.ByLane.Lane(), o.ByLane.Burst)
 		}
 		return pricedError(code, cost, 0,
 			"operation cost %d exceeds the plan's capacity of %d points", cost, p.Burst)
-	case rateLimited:
-		if o.byLane != nil {
-			return pricedError(code, cost, o.retryAfter,
+	case budget.RateLimited:
+		if o.ByLane != nil {
+			return pricedError(code, cost, o.RetryAfter,
 				"rate limited by the budget of lane %q: the operation costs %d points; retry in %s",
-				o.byLane.Name, cost, seconds(o.retryAfter))
+				o.ByLane.Lane(), cost, seconds(o.RetryAfter))
 		}
-		return pricedError(code, cost, o.retryAfter,
+		return pricedError(code, cost, o.RetryAfter,
 			"rate limited: the operation costs %d points and %d are available; retry in %s",
-			cost, o.decision.Remaining, seconds(o.retryAfter))
-	case unavailable:
-		return pricedError(code, cost, o.retryAfter,
-			"rate limiter unavailable; retry in %s", seconds(o.retryAfter))
-	case quotaExceeded:
-		return pricedError(code, cost, o.retryAfter,
+			cost, o.Decision.Remaining, seconds(o.RetryAfter))
+	case budget.Unavailable:
+		return pricedError(code, cost, o.RetryAfter,
+			"rate limiter unavailable; retry in %s", seconds(o.RetryAfter))
+	case budget.QuotaExceeded:
+		return pricedError(code, cost, o.RetryAfter,
 			"quota exceeded: plan %q allows %d points per %s and %d are left in this window; the operation costs %d; retry in %s",
-			p.name, p.Quota.Limit, p.Quota.Per, max(o.byLimit.d.Remaining, 0), cost, seconds(o.retryAfter))
-	case fieldLimited:
-		u := o.byLimit
+			p.Name(), p.Quota.Limit, p.Quota.Per, max(o.ByLimit.Decision.Remaining, 0), cost, seconds(o.RetryAfter))
+	case budget.FieldLimited:
+		u := o.ByLimit
 		var ge *gqlerror.Error
-		if o.never {
+		if o.Never {
 			ge = pricedError(code, cost, 0,
 				"field %s is limited to %s per %s and the operation selects it %s: it can never run",
-				u.field.coord, plural(u.field.limit.Burst, "selection", "selections"), u.field.limit.Period,
-				plural(u.count, "time", "times"))
+				u.Field.Coord, plural(u.Field.Limit.Burst, "selection", "selections"), u.Field.Limit.Period,
+				plural(u.Count, "time", "times"))
 		} else {
-			ge = pricedError(code, cost, o.retryAfter,
+			ge = pricedError(code, cost, o.RetryAfter,
 				"field %s is limited to %s per %s; the operation selects it %s and %s; retry in %s",
-				u.field.coord, plural(u.field.limit.Burst, "selection", "selections"), u.field.limit.Period,
-				plural(u.count, "time", "times"), plural(max(u.d.Remaining, 0), "is left", "are left"), seconds(o.retryAfter))
+				u.Field.Coord, plural(u.Field.Limit.Burst, "selection", "selections"), u.Field.Limit.Period,
+				plural(u.Count, "time", "times"), plural(max(u.Decision.Remaining, 0), "is left", "are left"), seconds(o.RetryAfter))
 		}
-		ge.Extensions["field"] = u.field.coord
-		for _, name := range u.path {
+		ge.Extensions["field"] = u.Field.Coord
+		for _, name := range u.Path {
 			ge.Path = append(ge.Path, ast.PathName(name))
 		}
 		return ge
@@ -506,21 +494,21 @@ func (l *Limiter) verdictError(o outcome, cost int64, p *plan) *gqlerror.Error {
 
 // answer writes the rate-limit headers of outcome o into h and returns the
 // status it calls for, given the status gqlgen chose.
-func (l *Limiter) answer(h http.Header, r *http.Request, p *plan, o outcome, status int) int {
-	if o.known {
-		setOutcomeHeaders(h, p, &o, l.clock.Now())
+func (l *Limiter) answer(h http.Header, r *http.Request, set *settings, p *plan, o budget.Outcome, status int) int {
+	if o.Known {
+		set.setOutcomeHeaders(h, p, &o, l.clock.Now())
 	}
-	if o.retryAfter > 0 {
-		h.Set(HeaderRetryAfter, strconv.FormatInt(o.retryAfter, 10))
+	if o.RetryAfter > 0 {
+		h.Set(HeaderRetryAfter, strconv.FormatInt(o.RetryAfter, 10))
 	}
-	a := answers[o.verdict]
+	a := o.Verdict.Answer()
 	switch {
-	case a.status == 0:
+	case a.Status == 0:
 		return status // admitted, or refused by gqlgen with its own status
-	case a.status == http.StatusUnprocessableEntity && isGraphQLResponse(h.Get("Content-Type"), r):
+	case a.Status == http.StatusUnprocessableEntity && isGraphQLResponse(h.Get("Content-Type"), r):
 		return http.StatusBadRequest // GraphQL-over-HTTP's status for application/graphql-response+json
 	}
-	return a.status
+	return a.Status
 }
 
 // InterceptResponse implements graphql.ResponseInterceptor: it adds
@@ -573,7 +561,7 @@ func (l *Limiter) checkDirectiveHooks(ctx context.Context, errs gqlerror.List) {
 		if ge.Message != "directive cost is not implemented" && ge.Message != "directive listSize is not implemented" {
 			continue
 		}
-		if _, due := l.directiveWarn.due(l.clock.Now().Sub(l.start)); due {
+		if _, due := l.directiveWarn.Due(l.clock.Now().Sub(l.start)); due {
 			l.log.ErrorContext(ctx, "middleware: fields with @cost or @listSize fail because gqlgen generated runtime hooks for them; "+
 				"add `directives: {cost: {skip_runtime: true}, listSize: {skip_runtime: true}}` to gqlgen.yml and run gqlgen generate (docs/gqlgen.md)",
 				"error", ge.Message)
@@ -594,14 +582,14 @@ func (s *requestState) costReport() Cost {
 			RestoreRate:      s.plan.restoreRate,
 		},
 	}
-	if s.hasActual || s.outcome.known {
+	if s.hasActual || s.outcome.Known {
 		vals := new([2]int64) // one allocation for both pointers
 		if s.hasActual {
 			vals[0] = s.actual
 			c.ActualQueryCost = &vals[0]
 		}
-		if s.outcome.known {
-			vals[1] = max(s.outcome.decision.Remaining, 0)
+		if s.outcome.Known {
+			vals[1] = max(s.outcome.Decision.Remaining, 0)
 			c.ThrottleStatus.CurrentlyAvailable = &vals[1]
 		}
 	}
@@ -664,7 +652,7 @@ type requestState struct {
 	reported bool
 	cost     int64 // the price debited; 0 when the request was not priced
 	code     string
-	outcome  outcome
+	outcome  budget.Outcome
 	// actual is the executed operation's actual cost (when hasActual),
 	// refunded what was given back of cost, and excess what was debited
 	// beyond it (actual − cost, when the response held more than its price).
@@ -686,7 +674,7 @@ type requestState struct {
 	// and slot its lease among its principal's (Config.Concurrency), given
 	// back when the response is written.
 	admission admission
-	slot      slot
+	slot      budget.Slot
 	// r is the HTTP request, with the wrapper (for the challenge answer),
 	// and w the writer it answers through.
 	r *http.Request
@@ -695,10 +683,16 @@ type requestState struct {
 
 type stateKey struct{}
 
-func (s *requestState) record(o outcome, cost int64, code string) {
+func (s *requestState) record(o budget.Outcome, cost int64, code string) {
 	s.mu.Lock()
 	s.outcome, s.cost, s.code, s.decided = o, cost, code, true
 	s.mu.Unlock()
+}
+
+// request is what the engine is asked about st's operation: its price
+// cost, in lane ln, selecting fields.
+func (s *requestState) request(ln *lane, cost int64, fields []complexity.FieldCount) budget.Request {
+	return budget.Request{Key: s.id.Key, Addr: s.addr, Rule: s.plan.Rule, Lane: ln.budgetRule(), Cost: cost, Fields: fields}
 }
 
 // currentLane is the lane decided so far (nil before the operation was
@@ -717,7 +711,7 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 		return
 	}
 	s.mu.Lock()
-	if !s.decided || s.reported || (!s.outcome.known && s.outcome.verdict == admitted && s.outcome.trace.result == "") {
+	if !s.decided || s.reported || (!s.outcome.Known && s.outcome.Verdict == budget.Admitted && s.outcome.Trace.Result == guard.ResultNone) {
 		s.mu.Unlock()
 		return
 	}
@@ -734,7 +728,7 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 
 // current returns the decision so far, without any I/O; decided is false
 // when nothing was decided (gqlgen answered before the Extension ran).
-func (s *requestState) current() (o outcome, decided bool) {
+func (s *requestState) current() (o budget.Outcome, decided bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.outcome, s.decided
@@ -743,17 +737,13 @@ func (s *requestState) current() (o outcome, decided bool) {
 // settle returns the decision and the price. If nothing was decided, gqlgen
 // refused the request before the Extension priced it (a parse or
 // validation error): it pays InvalidCost now, and charged says so.
-func (s *requestState) settle(ctx context.Context, l *Limiter) (o outcome, cost int64, charged bool) {
+func (s *requestState) settle(ctx context.Context, l *Limiter) (o budget.Outcome, cost int64, charged bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.decided {
-		s.outcome, s.decided, charged = l.chargeInvalid(ctx, s.set, s.id, s.plan), true, true
-		if s.outcome.verdict == capExceeded {
-			s.outcome.verdict = invalid // gqlgen chose the status
-		} else if s.plan.shadow && s.outcome.verdict == rateLimited {
-			s.outcome.verdict, s.outcome.retryAfter = invalid, 0 // gqlgen refuses it all the same
-		}
-		s.code = answers[s.outcome.verdict].code
+		// gqlgen chose the status, and refuses it all the same.
+		s.outcome, s.decided, charged = l.engine.ChargeInvalid(ctx, s.id.Key, s.plan.Rule, budget.Invalid, false), true, true
+		s.code = s.outcome.Verdict.Answer().Code
 	}
 	return s.outcome, s.cost, charged
 }
@@ -791,8 +781,8 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 			return nil, codedError(CodeUnknownAPIKey, 0, "unknown API key")
 		}
 		e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
-		ra := e.l.retryAfter(unavailableRetryAfter)
-		return nil, codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
+		ra := e.l.engine.RetryAfter(budget.UnavailableRetryAfter)
+		return nil, codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
 	}
 	st := &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r)}
 	opCtx.Stats.SetExtension(statsKey, st)
@@ -841,11 +831,11 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		if boundary, ok := isMultipart(r); ok {
-			if o := l.peek(r.Context(), st.id, st.plan); o.known && o.decision.Remaining < st.set.gql.MinCost {
+			if o := l.engine.Peek(r.Context(), budget.Request{Key: st.id.Key, Rule: st.plan.Rule}); o.Known && o.Decision.Remaining < st.set.gql.MinCost {
 				// An upload its budget cannot pay is refused before up to
 				// MaxUploadBytes of it are read (it pays InvalidCost, or
 				// gets the 429 when even that is not there).
-				l.refuseRequest(w, r, st, refuse(http.StatusTooManyRequests, CodeRateLimited,
+				l.refuseRequest(w, r, st, refuse(http.StatusTooManyRequests, budget.CodeRateLimited,
 					"rate limited: the budget cannot pay for an operation"))
 				return
 			}
@@ -933,21 +923,21 @@ func (l *Limiter) shedBeforeReading(w http.ResponseWriter, r *http.Request, st *
 	st.mu.Lock()
 	st.lane, st.laned = ln, true
 	st.mu.Unlock()
-	st.record(outcome{verdict: shed, retryAfter: ra}, 0, CodeOverloaded)
+	st.record(budget.Outcome{Verdict: budget.Shed, RetryAfter: ra}, 0, budget.CodeOverloaded)
 	if ln != nil && ln.Challenge != "" {
 		l.challenge(r.Context(), w.Header(), st.id, ln)
 	}
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
-		codedError(CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra)), ra)
+		codedError(budget.CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra)), ra)
 	st.report(r.Context(), l)
 }
 
 // busy answers a request whose client left, or whose server is shutting
 // down, while its body waited for room.
 func (l *Limiter) busy(w http.ResponseWriter, r *http.Request) {
-	ra := l.retryAfter(unavailableRetryAfter)
+	ra := l.engine.RetryAfter(budget.UnavailableRetryAfter)
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
-		codedError(CodeRateLimiterUnavailable, ra, "the server is busy; retry in %s", seconds(ra)), ra)
+		codedError(budget.CodeRateLimiterUnavailable, ra, "the server is busy; retry in %s", seconds(ra)), ra)
 }
 
 // Handler installs l on a gqlgen server: it adds l's Extension (pricing and
@@ -963,7 +953,7 @@ func (l *Limiter) Handler(srv *handler.Server) http.Handler {
 // notInstalled answers a request GraphQL cannot limit, logging the mistake
 // at most once a minute.
 func (l *Limiter) notInstalled(w http.ResponseWriter, r *http.Request) {
-	if _, due := l.notInstalledWarn.due(l.clock.Now().Sub(l.start)); due {
+	if _, due := l.notInstalledWarn.Due(l.clock.Now().Sub(l.start)); due {
 		l.log.ErrorContext(r.Context(), "middleware: Limiter.GraphQL wraps a handler, but no Extension of this Limiter was added to a gqlgen server (srv.Use(lim.Extension()), or use lim.Handler(srv)); refusing every GraphQL request")
 	}
 	writeGraphQLError(w, r, http.StatusInternalServerError,
@@ -976,9 +966,9 @@ func (l *Limiter) graphQLIdentifyFailed(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	l.log.ErrorContext(r.Context(), "middleware: cannot identify the request; answering 503", "err", err)
-	ra := l.retryAfter(unavailableRetryAfter)
+	ra := l.engine.RetryAfter(budget.UnavailableRetryAfter)
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
-		codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra)), ra)
+		codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra)), ra)
 }
 
 // refuseRequest answers a request screenGraphQL refused, after charging
@@ -993,31 +983,28 @@ func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requ
 	if ref.status == http.StatusRequestTimeout {
 		ctx = context.WithoutCancel(ctx) // the connection may be gone; the charge is not
 	}
-	o := l.chargeInvalid(ctx, st.set, st.id, st.plan)
-	if o.verdict == rateLimited && st.plan.shadow {
-		o.verdict, o.retryAfter = capExceeded, 0 // refused all the same, by the bound
-	}
-	if o.verdict == unavailable && ref.status == http.StatusRequestTimeout {
-		o = outcome{verdict: capExceeded, trace: o.trace} // the body's fault, not the store's
+	o := l.engine.ChargeInvalid(ctx, st.id.Key, st.plan.Rule, budget.CapExceeded, false) // refused by the bound
+	if o.Verdict == budget.Unavailable && ref.status == http.StatusRequestTimeout {
+		o = budget.Outcome{Verdict: budget.CapExceeded, Trace: o.Trace} // the body's fault, not the store's
 	}
 	code := ref.code
 	if ref.gqlErr != nil {
 		code, _ = ref.gqlErr.Extensions["code"].(string)
 	}
-	if c := answers[o.verdict].code; c != "" {
+	if c := o.Verdict.Answer().Code; c != "" {
 		code = c
 	}
 	st.record(o, 0, code)
 	defer st.report(r.Context(), l)
-	if o.known {
-		setOutcomeHeaders(w.Header(), st.plan, &o, l.clock.Now())
+	if o.Known {
+		st.set.setOutcomeHeaders(w.Header(), st.plan, &o, l.clock.Now())
 	}
 	if ge := l.verdictError(o, st.set.gql.InvalidCost, st.plan); ge != nil {
 		status := http.StatusTooManyRequests
-		if o.verdict == unavailable {
+		if o.Verdict == budget.Unavailable {
 			status = http.StatusServiceUnavailable
 		}
-		writeGraphQLError(w, r, status, ge, o.retryAfter)
+		writeGraphQLError(w, r, status, ge, o.RetryAfter)
 		return
 	}
 	ge := ref.gqlErr
@@ -1167,11 +1154,11 @@ func (w *graphQLWriter) writeHeader() {
 	}
 	status := cmp.Or(w.status, http.StatusOK)
 	if o, decided := w.st.current(); decided {
-		if o.verdict != admitted && isGraphQLResponse(w.ResponseWriter.Header().Get("Content-Type"), w.r) {
+		if o.Verdict != budget.Admitted && isGraphQLResponse(w.ResponseWriter.Header().Get("Content-Type"), w.r) {
 			w.holding = true
 		}
-		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.plan, o, status)
-		if o.verdict == shed || o.verdict == rateLimited {
+		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.set, w.st.plan, o, status)
+		if o.Verdict == budget.Shed || o.Verdict == budget.RateLimited {
 			w.l.challenge(w.r.Context(), w.ResponseWriter.Header(), w.st.id, w.st.currentLane())
 		}
 	}
@@ -1211,8 +1198,8 @@ func (s *settings) complexityOptions() []complexity.Option {
 		// No WithBreakdownLimit: totals only, as every request needs; a
 		// report asks for the breakdown with Explain.
 	}
-	if len(s.fieldCoords) > 0 {
-		opts = append(opts, complexity.WithCountedFields(s.fieldCoords...))
+	if len(s.pol.FieldCoordinates()) > 0 {
+		opts = append(opts, complexity.WithCountedFields(s.pol.FieldCoordinates()...))
 	}
 	return opts
 }
@@ -1220,7 +1207,7 @@ func (s *settings) complexityOptions() []complexity.Option {
 // pricesLike reports whether an analyzer built for s prices as one built
 // for t: the same GraphQL options and the same counted fields.
 func (s *settings) pricesLike(t *settings) bool {
-	return s == t || s.gql == t.gql && slices.Equal(s.fieldCoords, t.fieldCoords)
+	return s == t || s.gql == t.gql && slices.Equal(s.pol.FieldCoordinates(), t.pol.FieldCoordinates())
 }
 
 func (s *settings) documentLimits() complexity.DocumentLimits {

@@ -14,6 +14,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
@@ -81,7 +82,7 @@ func TestGraphQLRateLimited(t *testing.T) {
 	if w.Code != http.StatusTooManyRequests {
 		t.Fatalf("status %d, want 429: %s", w.Code, w.Body)
 	}
-	if resp.code() != middleware.CodeRateLimited {
+	if resp.code() != budget.CodeRateLimited {
 		t.Fatalf("errors %+v", resp.Errors)
 	}
 	// 20.5 points missing at 1 point/s: 20.5 s, rounded up.
@@ -121,7 +122,7 @@ func TestGraphQLRejectedMutationChangesNothing(t *testing.T) {
 		t.Fatalf("first mutation: %d", w.Code)
 	}
 	w, resp := query(t, h, mutation11, nil)
-	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeRateLimited {
+	if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeRateLimited {
 		t.Fatalf("second mutation: %d %+v", w.Code, resp.Errors)
 	}
 	if schema.issueCount() != 1 || schema.resolvers.Load() != 1 {
@@ -248,23 +249,23 @@ func TestGraphQLStatusTable(t *testing.T) {
 		auth  http.Header
 	}
 	scenarios := []scenario{
-		{code: middleware.CodeRateLimited, query: mutation11 + " ", setup: func(c *middleware.Config) {
-			c.Plans["anon"] = middleware.Plan{Burst: 20, Rate: 1, Per: time.Hour}
+		{code: budget.CodeRateLimited, query: mutation11 + " ", setup: func(c *middleware.Config) {
+			c.Plans["anon"] = budget.Plan{Burst: 20, Rate: 1, Per: time.Hour}
 		}},
-		{code: middleware.CodeRateLimiterUnavailable, query: query61, auth: bearer(aliceKey), setup: func(c *middleware.Config) {
+		{code: budget.CodeRateLimiterUnavailable, query: query61, auth: bearer(aliceKey), setup: func(c *middleware.Config) {
 			c.Store = &failingStore{err: errTest}
-			c.FailureMode = middleware.FailClosed
+			c.FailureMode = budget.FailClosed
 		}},
 		{code: middleware.CodeUnknownAPIKey, query: query61, auth: bearer("nope")},
 		{code: complexity.CodeMaxCostExceeded, query: query61},
 		{code: complexity.CodeMaxDepthExceeded, query: deepQuery(7), auth: bearer(aliceKey)},
 	}
 	want := map[string][2]int{ // [application/json, application/graphql-response+json]
-		middleware.CodeRateLimited:            {429, 429},
-		middleware.CodeRateLimiterUnavailable: {503, 503},
-		middleware.CodeUnknownAPIKey:          {401, 401},
-		complexity.CodeMaxCostExceeded:        {422, 400},
-		complexity.CodeMaxDepthExceeded:       {422, 400},
+		budget.CodeRateLimited:            {429, 429},
+		budget.CodeRateLimiterUnavailable: {503, 503},
+		middleware.CodeUnknownAPIKey:      {401, 401},
+		complexity.CodeMaxCostExceeded:    {422, 400},
+		complexity.CodeMaxDepthExceeded:   {422, 400},
 	}
 	for _, sc := range scenarios {
 		for i, accept := range []string{"application/json", "application/graphql-response+json"} {
@@ -373,7 +374,7 @@ func TestGraphQLInvalidDocument(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
 	cfg.GraphQL.InvalidCost = 30
-	cfg.Plans["anon"] = middleware.Plan{Burst: 30, Rate: 30, Per: time.Minute}
+	cfg.Plans["anon"] = budget.Plan{Burst: 30, Rate: 30, Per: time.Minute}
 	lim := newLimiter(t, cfg)
 	schema := newTestSchema()
 	h := graphQLServer(lim, schema)
@@ -403,7 +404,7 @@ func TestGraphQLInvalidDocument(t *testing.T) {
 	}
 	// 10 points left, 30 needed: 429, whatever was wrong with the request.
 	w, resp := query(t, h, `{ nope }`, bearer(aliceKey))
-	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeRateLimited || w.Header().Get(middleware.HeaderRetryAfter) != "20" || len(resp.Errors) != 2 {
+	if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeRateLimited || w.Header().Get(middleware.HeaderRetryAfter) != "20" || len(resp.Errors) != 2 {
 		t.Errorf("empty budget: %d %s %v", w.Code, w.Body, w.Header())
 	}
 	if schema.resolvers.Load() != 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
@@ -69,6 +70,19 @@ func (s *failingStore) Take(ctx context.Context, key string, l limiter.Limit, co
 		return s.inner.Take(context.WithoutCancel(ctx), key, l, cost)
 	}
 	s.calls.Add(1)
+	if s.hang {
+		<-ctx.Done()
+		return limiter.Decision{}, ctx.Err()
+	}
+	return limiter.Decision{}, s.err
+}
+
+// Refund gives back to the memory store while the link is healthy, and
+// fails as Take does while it is not.
+func (s *failingStore) Refund(ctx context.Context, key string, l limiter.Limit, amount int64) (limiter.Decision, error) {
+	if s.healthy.Load() {
+		return s.inner.Refund(context.WithoutCancel(ctx), key, l, amount)
+	}
 	if s.hang {
 		<-ctx.Done()
 		return limiter.Decision{}, ctx.Err()
@@ -147,8 +161,8 @@ func (h *countingHandler) text() string {
 // The test schema answers with nulls, so an operation's actual cost is the
 // minimum: refunds are off, and the tests of refunds turn them on
 // (withRefunds).
-func testPlans() map[string]middleware.Plan {
-	return map[string]middleware.Plan{
+func testPlans() map[string]budget.Plan {
+	return map[string]budget.Plan{
 		"free": {Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true}, // 1 point per second
 		"anon": {Burst: 20, Rate: 20, Per: 100 * time.Second, DisableRefund: true},   // 1 point per 5 seconds
 	}
@@ -156,7 +170,7 @@ func testPlans() map[string]middleware.Plan {
 
 // withRefunds turns refunds of unused cost back on for every plan of cfg.
 func withRefunds(cfg middleware.Config) middleware.Config {
-	plans := make(map[string]middleware.Plan, len(cfg.Plans))
+	plans := make(map[string]budget.Plan, len(cfg.Plans))
 	for name, p := range cfg.Plans {
 		p.DisableRefund = false
 		plans[name] = p

@@ -12,6 +12,7 @@ import (
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 )
@@ -44,7 +45,7 @@ func BenchmarkExtensionHooks(b *testing.B) {
 
 	b.Run("costguard", func(b *testing.B) {
 		lim, err := New(Config{
-			Plans:         map[string]Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
+			Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 			AnonymousPlan: "big",
 			Clock:         limiter.SystemClock{},
 		})
@@ -96,8 +97,8 @@ func BenchmarkExtensionHooks(b *testing.B) {
 //	go test -run '^$' -bench ResponseReport -benchmem ./middleware/
 func BenchmarkResponseReport(b *testing.B) {
 	lim, err := New(Config{
-		Plans: map[string]Plan{"anon": {Burst: 1e12, Rate: 1e12, Per: time.Second,
-			Quota: &Quota{Limit: 1e15, Per: 24 * time.Hour}}},
+		Plans: map[string]budget.Plan{"anon": {Burst: 1e12, Rate: 1e12, Per: time.Second,
+			Quota: &budget.Quota{Limit: 1e15, Per: 24 * time.Hour}}},
 		AnonymousPlan: "anon",
 		Clock:         limiter.SystemClock{},
 	})
@@ -105,18 +106,19 @@ func BenchmarkResponseReport(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer lim.Close()
-	p := lim.current().plans["anon"]
-	q := p.quota
-	o := outcome{known: true, decision: limiter.Decision{Allowed: true, Limit: p.Burst, Remaining: p.Burst - 1, ResetAfter: time.Microsecond},
-		limits: []limitUse{{quoted: q.quoted, policy: q.policy, capacity: q.limit.Rate,
-			d: limiter.Decision{Allowed: true, Limit: q.limit.Rate, Remaining: q.limit.Rate - 1, ResetAfter: 11 * time.Hour}}}}
+	set := lim.current()
+	p := set.plans["anon"]
+	q := p.QuotaRule()
+	o := budget.Outcome{Known: true, Decision: limiter.Decision{Allowed: true, Limit: p.Burst, Remaining: p.Burst - 1, ResetAfter: time.Microsecond},
+		Limits: []budget.Use{{Quota: q, Capacity: q.Limit.Rate,
+			Decision: limiter.Decision{Allowed: true, Limit: q.Limit.Rate, Remaining: q.Limit.Rate - 1, ResetAfter: 11 * time.Hour}}}}
 	now := time.Now()
 	newHeader := func() http.Header { return http.Header{"Content-Type": {"application/json"}} }
 	b.Run("headers", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			h := newHeader()
-			setOutcomeHeaders(h, p, &o, now)
+			set.setOutcomeHeaders(h, p, &o, now)
 			_ = h.Clone()
 		}
 	})

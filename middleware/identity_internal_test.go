@@ -42,29 +42,3 @@ func TestHeaderArithmetic(t *testing.T) {
 		t.Errorf("sfString = %s", got)
 	}
 }
-
-func TestRetryAfterJitter(t *testing.T) {
-	l := &Limiter{jitter: 0.5}
-	tests := []struct {
-		wait time.Duration
-		rand float64
-		want int64
-	}{
-		{0, 0.99, 1},                       // never below one second
-		{1500 * time.Millisecond, 0, 2},    // rounded up, jitter adds nothing
-		{1500 * time.Millisecond, 0.99, 2}, // 2 + floor(0.99 × 0.5 × 2)
-		{10 * time.Second, 0.5, 12},        // 10 + floor(2.5)
-		{10 * time.Second, 0.999999, 14},   // never reaches 10 × 1.5 = 15
-	}
-	for _, tc := range tests {
-		l.randFloat = func() float64 { return tc.rand }
-		if got := l.retryAfter(tc.wait); got != tc.want {
-			t.Errorf("retryAfter(%v) with rand %v = %d, want %d", tc.wait, tc.rand, got, tc.want)
-		}
-	}
-	l.jitter = 0
-	l.randFloat = func() float64 { panic("jitter 0 must not draw") }
-	if got := l.retryAfter(2 * time.Second); got != 2 {
-		t.Errorf("no jitter: %d", got)
-	}
-}

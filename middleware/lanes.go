@@ -8,8 +8,8 @@ import (
 
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
-	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/overload"
 )
 
@@ -33,7 +33,7 @@ type Lane struct {
 	// Budget, when set, is a token bucket per principal for this lane
 	// (Burst, Rate and Per; its other fields are not used), debited on top
 	// of the plan's: a request pays both or neither.
-	Budget *Plan
+	Budget *budget.Plan
 }
 
 // LaneMatch says which requests a lane takes. GraphQL and REST are
@@ -63,14 +63,19 @@ type lane struct {
 	fields map[string]bool // GraphQL root coordinates
 	routes *http.ServeMux  // REST patterns; nil when none
 	plans  map[string]bool
-	budget *plan // Budget's bucket, decided as a plan is; nil without
+	budget *budget.Rule // Budget's bucket, decided as a plan is; nil without
 	// dry is the lane a dry run of this lane takes: itself, or a copy at
 	// normal priority without a queue when it is above normal or queues.
 	dry *lane
 }
 
-// key is the bucket key of the lane's budget for the principal of id.
-func (ln *lane) key(id identity.Identity) string { return "lane:" + ln.Name + ":" + id.Key }
+// budgetRule is the lane's budget, nil for no lane or none.
+func (ln *lane) budgetRule() *budget.Rule {
+	if ln == nil {
+		return nil
+	}
+	return ln.budget
+}
 
 // name is the lane's name, "" for no lane.
 func (ln *lane) name() string {
@@ -142,16 +147,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 				ln.plans[p] = true
 			}
 		}
-		if b := l.Budget; b != nil {
-			if b.Burst <= 0 || b.Rate <= 0 || b.Per <= 0 {
-				return fmt.Errorf("%w: %s: budget burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, where, b.Burst, b.Rate, b.Per)
-			}
-			limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: b.Burst, Rate: b.Rate, Period: b.Per}
-			if err := limit.Validate(); err != nil {
-				return fmt.Errorf("%w: %s: budget: %w", ErrInvalidConfig, where, err)
-			}
-			ln.budget = &plan{Plan: Plan{Burst: b.Burst, Rate: b.Rate, Per: b.Per}, name: "lane:" + l.Name, limit: limit, failOpen: s.failOpen}
-		}
+		ln.budget = s.pol.Lane(l.Name) // compiled with the policy
 		s.lanes = append(s.lanes, ln)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/overload"
@@ -106,7 +107,7 @@ func TestLanesInvalid(t *testing.T) {
 		"both kinds of user":  {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{Authenticated: true, Anonymous: true}}},
 		"bad coordinate":      {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{GraphQL: []string{"createIssue"}}}},
 		"bad pattern":         {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET api"}}}},
-		"budget without rate": {{Name: "a", Priority: overload.Normal, Budget: &middleware.Plan{Burst: 10, Per: time.Second}}},
+		"budget without rate": {{Name: "a", Priority: overload.Normal, Budget: &budget.Plan{Burst: 10, Per: time.Second}}},
 		"unknown plan":        {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{Plans: []string{"gold"}}}},
 	} {
 		cfg := testConfig(t, newClock())
@@ -123,11 +124,11 @@ func TestLaneBudget(t *testing.T) {
 	cfg := withRefunds(testConfig(t, newClock()))
 	cfg.Lanes = []middleware.Lane{
 		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
-			Budget: &middleware.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
+			Budget: &budget.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
 		{Name: "writes", Priority: overload.High, Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}},
-			Budget: &middleware.Plan{Burst: 11, Rate: 1, Per: time.Hour}},
+			Budget: &budget.Plan{Burst: 11, Rate: 1, Per: time.Hour}},
 		{Name: "reads", Priority: overload.Normal, Match: middleware.LaneMatch{GraphQL: []string{"Query.user"}},
-			Budget: &middleware.Plan{Burst: 70, Rate: 1, Per: time.Hour}},
+			Budget: &budget.Plan{Burst: 70, Rate: 1, Per: time.Hour}},
 		{Name: "rest", Priority: overload.Normal},
 	}
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
@@ -153,7 +154,7 @@ func TestLaneBudget(t *testing.T) {
 		t.Fatalf("first mutation: %d %s", w.Code, w.Body)
 	}
 	w, resp := query(t, h, mutation11, bearer(aliceKey))
-	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeRateLimited || !strings.Contains(resp.Errors[0].Message, `lane "writes"`) {
+	if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeRateLimited || !strings.Contains(resp.Errors[0].Message, `lane "writes"`) {
 		t.Errorf("second mutation: %d %+v", w.Code, resp.Errors)
 	}
 

@@ -1,14 +1,10 @@
 package middleware
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,85 +12,16 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/internal/logevery"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/overload"
 )
-
-// FailureMode chooses what happens when the store fails or times out.
-type FailureMode string
-
-const (
-	// FailOpen admits through a local in-memory bucket per identity (the
-	// same limit, kept by this process only), started from the store's last
-	// decision this process saw for it, or empty (limiter/lastknown), and
-	// logs a warning at most once a minute.
-	FailOpen FailureMode = "open"
-	// FailClosed answers 503 with Retry-After (GraphQL code
-	// RATE_LIMITER_UNAVAILABLE).
-	FailClosed FailureMode = "closed"
-)
-
-// Mode says whether the Limiter refuses what it would refuse.
-type Mode string
-
-const (
-	// Enforce refuses what the budget cannot pay or a static cap forbids.
-	Enforce Mode = "enforce"
-	// Shadow prices and debits everything as Enforce does, but lets what
-	// Enforce would refuse for its budget or a static cap run, answering as
-	// if admitted; the decision is reported as OutcomeShadowRejected and
-	// logged. The document bounds (body size, MaxTokens, MaxSelections,
-	// variables) and complexity.AbsoluteMaxDepth, which protect the server
-	// before anything is priced, stay on; so do DisableIntrospection and
-	// fail-closed 503s.
-	Shadow Mode = "shadow"
-)
-
-// Plan is a token bucket in points: Burst points at most, Rate points
-// restored every Per.
-type Plan struct {
-	Burst int64
-	Rate  int64
-	Per   time.Duration
-	// FailureMode overrides Config.FailureMode for this plan when set.
-	FailureMode FailureMode
-	// Mode overrides Config.Mode for this plan when set.
-	Mode Mode
-	// DisableIntrospection refuses operations of this plan that select
-	// __schema or __type (INTROSPECTION_DISABLED).
-	DisableIntrospection bool
-	// DisableCostReport refuses the per-field breakdown a request asks for
-	// with "GraphQL-Cost: report" (400 COST_REPORT_DISABLED): a report prices
-	// the operation a second time and tells the client how the schema is
-	// priced.
-	DisableCostReport bool
-	// SplitBudget serves this plan from local leases of each principal's
-	// budget (limiter/splitbudget, tuned by Config.SplitBudget): most
-	// requests skip the store's round trip, at the price of up to
-	// (gateways × lease) points of overshoot within a window. For UX-grade
-	// plans; leave it false (the default) for billing-grade plans, which
-	// the store then keeps exact. It needs a Config.Store with Refund (a
-	// limiter.Store).
-	SplitBudget bool
-	// MaxConcurrent caps this plan's principals' requests in flight at
-	// once, overriding Config.Concurrency.PerPrincipal (0: that; None: no
-	// cap).
-	MaxConcurrent int
-	// Quota, when set, is a second budget the same cost is drawn from, in
-	// fixed windows aligned to UTC ("100,000 a day"): see Quota.
-	Quota *Quota
-	// DisableRefund keeps the whole requested cost of a GraphQL operation
-	// even when its response shows it cost less: by default the unused
-	// part (requested − actual) is given back before the response is
-	// written (docs/middleware.md, "Actual cost and refunds").
-	DisableRefund bool
-}
 
 // SplitBudgetOptions tune the leases of the plans with Plan.SplitBudget.
 // Zero fields take limiter/splitbudget's defaults.
@@ -108,9 +35,10 @@ type SplitBudgetOptions struct {
 }
 
 // None, given for a cap of GraphQLOptions, lifts it; given for a cost, makes
-// it 0. A zero field always means the default, so None is how to say
-// "nothing" (other negative values are refused).
-const None = -1
+// it 0; given for Plan.MaxConcurrent, lifts the cap. A zero field always
+// means the default, so None is how to say "nothing" (other negative
+// values are refused).
+const None = budget.None
 
 // GraphQLOptions are the static caps and pricing knobs of the Extension.
 // Zero means the default; None means no cap, or no cost.
@@ -200,7 +128,7 @@ type GraphQLOptions struct {
 	// Query type has a field of this name with a Boolean argument dryRun,
 	// an operation selecting it with dryRun: true is priced and answered
 	// without running any other root field or debiting anything. Default
-	// DefaultRateLimitField ("rateLimit"); a schema without that field
+	// "rateLimit"; a schema without that field
 	// simply has no dry runs, while another name the schema lacks is an
 	// error when the Extension is added to a server.
 	RateLimitField string
@@ -231,11 +159,14 @@ type RESTOptions struct {
 // Config configures a Limiter. Zero fields take the documented defaults.
 type Config struct {
 	// Store holds the budgets. Nil: an in-memory store owned by the Limiter
-	// (released by Close). Share a redisstore between processes.
-	Store stack.Taker
+	// (released by Close). Share a redisstore between processes. Quotas
+	// and field limits need a store that also decides several budgets at
+	// once (limiter.MultiTaker and limiter.MultiRefunder: memorystore,
+	// redisstore); New refuses them on another.
+	Store limiter.Store
 	// Plans maps a plan name to its budget. Required. Names must be
 	// printable ASCII; they appear in the RateLimit headers.
-	Plans map[string]Plan
+	Plans map[string]budget.Plan
 	// AnonymousPlan is the plan of requests without a principal or API key,
 	// which are keyed by client address. Required.
 	AnonymousPlan string
@@ -261,7 +192,7 @@ type Config struct {
 	// decided with the plan's bucket and quota, all or nothing (429
 	// FIELD_RATE_LIMITED). Coordinates the schema lacks are an error when
 	// the Extension is added to a server.
-	FieldLimits map[string]FieldLimit
+	FieldLimits map[string]budget.FieldLimit
 
 	// MaxBodyBytes bounds a request body in the GraphQL and REST wrappers:
 	// a larger one, declared or chunked, is answered 413 before anything
@@ -306,17 +237,25 @@ type Config struct {
 	Challenger challenge.Challenger
 	// Mode applies to the plans that set none: Enforce (the default) or
 	// Shadow, to watch what the Limiter would refuse before it does.
-	Mode Mode
+	Mode budget.Mode
 	// FailureMode applies when the store fails or times out and the plan
 	// sets none. Default FailOpen.
-	FailureMode FailureMode
+	FailureMode budget.FailureMode
 	// StoreTimeout bounds every store call. Default 100ms.
 	StoreTimeout time.Duration
-	// Breaker stops calling a shared store that keeps failing, for a
-	// cool-down: requests are then decided by their failure mode at once
-	// instead of each waiting StoreTimeout. Defaults: 5 failures in a
-	// row, 1 s (BreakerOptions).
-	Breaker BreakerOptions
+	// Breaker tunes the circuit breaker in front of a shared store
+	// (limiter/breaker, run by limiter/guard). After Failures store
+	// failures or timeouts in a row it opens: for CoolDown no request calls
+	// the store, and each is decided at once by its plan's failure mode
+	// (budget.FailOpen: the local fallback bucket; budget.FailClosed: 503).
+	// Then one request at a time probes the store; the first that succeeds
+	// closes the breaker, a failure re-opens it. A request whose client
+	// left before the store answered counts for nothing. Refunds are
+	// skipped while it is open (the points return by refill). Defaults:
+	// breaker.DefaultFailures (5) in a row, breaker.DefaultCoolDown (1 s);
+	// Failures None disables it. The in-memory store has none: it never
+	// waits.
+	Breaker breaker.Config
 	// RetryAfterJitter adds up to this fraction of Retry-After, at random,
 	// so rejected clients do not return in lockstep. It only ever adds.
 	// Between 0 (default) and 1.
@@ -338,23 +277,10 @@ type Config struct {
 	SplitBudget SplitBudgetOptions
 }
 
-// Defaults applied by New to zero Config fields.
+// Defaults applied by New to zero Config fields (those of GraphQLOptions:
+// DefaultGraphQLOptions; StoreTimeout: stack.DefaultStoreTimeout).
 const (
-	DefaultStoreTimeout = 100 * time.Millisecond
-	DefaultMaxDepth     = 15
-	DefaultMaxBreadth   = 100
-	DefaultMaxNodes     = 500_000
-	DefaultRESTCost     = 1
-
-	DefaultMaxAliases           = 100
-	DefaultMaxRootFields        = 100
-	DefaultMaxTokens            = 20_000
-	DefaultMaxSelections        = 500
-	DefaultMaxVariableValues    = 10_000
-	DefaultMaxVariablesDepth    = 32
-	DefaultInvalidCost          = 1
-	DefaultMinCost              = 1
-	DefaultIntrospectionCost    = 50
+	DefaultRESTCost             = 1
 	DefaultMaxBodyBytes         = 1 << 20
 	DefaultMaxBodyBytesInFlight = 1 << 20
 )
@@ -371,17 +297,10 @@ func (l *Limiter) holdBody(ctx context.Context, n int) (release func(), err erro
 	return func() { l.bodies.Release(int64(n)) }, nil
 }
 
-// overflowKey prefixes a plan's name to make its overflow bucket's key.
-const overflowKey = "overflow:"
-
 const (
-	// unavailableRetryAfter is the Retry-After of a 503: long enough not to
-	// hammer a recovering store, short enough to notice it is back.
-	unavailableRetryAfter = time.Second
-	storeFailureLogEvery  = time.Minute
-	graphQLResponseMIME   = "application/graphql-response+json"
-	jsonMIME              = "application/json"
-	jsonUTF8              = "application/json; charset=utf-8"
+	graphQLResponseMIME = "application/graphql-response+json"
+	jsonMIME            = "application/json"
+	jsonUTF8            = "application/json; charset=utf-8"
 )
 
 // Sentinel errors.
@@ -390,81 +309,49 @@ var (
 	ErrInvalidConfig = errors.New("middleware: invalid config")
 )
 
-// errUnavailable: the store failed or timed out and the plan fails closed.
-var errUnavailable = errors.New("middleware: rate limiter unavailable")
-
-// plan is a validated Plan with everything the hot path needs precomputed.
+// plan is a compiled plan (budget.Rule) with its rate-limit headers
+// precomputed for the hot path.
 type plan struct {
-	Plan
-	name     string
-	limit    limiter.Limit
-	failOpen bool
-	shadow   bool // refusals are reported, not enforced (Mode Shadow)
-	// maxConcurrent caps the principal's requests in flight (0: no cap).
-	maxConcurrent int64
-	quotedName    string
-	policyHeader  string
-	burstText     string      // Burst in decimal, X-RateLimit-Limit
-	quota         *quotaLimit // nil: no quota
-	restoreRate   float64     // points per second
-	store         stack.Taker // exact, or leased for a SplitBudget plan; maybe behind the over-limit cache
-	// multi decides several budgets at once (the quota, field limits);
-	// nil for a plan they never apply to.
-	multi limiter.MultiTaker
-
-	// Warnings logged at most once a minute for each plan: a store failure
-	// (under the plan's failure mode), a full memory store, a refusal shadow
-	// mode let through, a refund that failed.
-	storeWarn, fullWarn, shadowWarn, refundWarn, excessWarn everyMinute
+	*budget.Rule
+	quotedName   string
+	policyHeader string
+	burstText    string  // Burst in decimal, X-RateLimit-Limit
+	restoreRate  float64 // points per second
+	// quotaQuoted and quotaPolicy are the quota's name and RateLimit-Policy
+	// item, bothPolicies the plan's and the quota's ("" without a quota).
+	quotaQuoted, quotaPolicy, bothPolicies string
 }
 
 // Limiter prices requests and debits them from per-principal budgets. Build
 // it with New; it is safe for concurrent use. Close releases the in-memory
 // stores it owns.
 type Limiter struct {
-	store  stack.Taker
-	stores *stack.Stack // the store behind its decorators, the fallback and overflow buckets
+	// stores decides: the over-limit cache, the guard of store failures
+	// (timeout, breaker, fail-open fallback, overflow) and the store.
+	stores *stack.Stack
 	// settings is what Reload swaps: plans, identification, GraphQL options,
 	// REST costs, modes. A request loads it once and keeps it to the end.
 	settings atomic.Pointer[settings]
-	// splitBudget: the stores were built with split-budget leases, so a
-	// plan may ask for them (a Reload cannot add the layer).
-	splitBudget bool
-	// overflowRoom is how many budgets the overflow store has room for.
-	overflowRoom int
-	maxBody      int64
-	maxUpload    int64 // MaxUploadBytes
-	observer     Observer
-	shed         *overload.Shedder // nil: nothing is shed
-	challenger   challenge.Challenger
-	slots        concurrency.Slots // the leases of Concurrency
-	subs         subscriptionSlots // the subscriptions open, by principal
-	slotTTL      time.Duration
-	bodies       *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
-	timeout      time.Duration
-	// brk keeps calls off a failing shared store (nil: the in-memory
-	// store, or Breaker.Failures None); slotsBehindBreaker: the
-	// concurrency slots live in a shared store too.
-	brk                *breaker.Breaker
-	brkCoolDown        time.Duration
-	slotsBehindBreaker bool
-	// remember: the store's decisions are handed to the fail-open
-	// fallback (a shared store), so that it starts from them.
-	remember bool
-	jitter   float64
-	log      *slog.Logger
-	clock    limiter.Clock
-	start    time.Time
-
-	// flush debits the fallback's debts once the store answers (repay.go).
-	flush flusher
+	// engine decides every cost on the stores, by the policy of the
+	// settings in force.
+	engine     *budget.Engine
+	maxBody    int64
+	maxUpload  int64 // MaxUploadBytes
+	observer   Observer
+	shed       *overload.Shedder // nil: nothing is shed
+	challenger challenge.Challenger
+	subs       subscriptionSlots   // the subscriptions open, by principal
+	bodies     *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
+	log        *slog.Logger
+	clock      limiter.Clock
+	start      time.Time
 
 	// Warnings logged at most once a minute: a wrapper without its
 	// extension (the others are per plan).
-	notInstalledWarn everyMinute
+	notInstalledWarn logevery.Gate
 	// directiveWarn: gqlgen generated runtime hooks for @cost or
 	// @listSize (no skip_runtime) and a field failed for it.
-	directiveWarn everyMinute
+	directiveWarn logevery.Gate
 	// installed: an Extension of this Limiter was added to a gqlgen server.
 	installed atomic.Bool
 	// screened remembers the queries that passed the document bounds.
@@ -473,31 +360,18 @@ type Limiter struct {
 	// to check new options and field limits against.
 	schemasMu sync.Mutex
 	schemas   []*ast.Schema
-
-	// randFloat returns a number in [0, 1) for the jitter; tests pin it.
-	randFloat func() float64
 }
 
 // New validates cfg and builds a Limiter.
 func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{
-		store:     cfg.Store,
-		timeout:   cfg.StoreTimeout,
-		jitter:    cfg.RetryAfterJitter,
-		log:       cfg.Logger,
-		clock:     cfg.Clock,
-		randFloat: rand.Float64,
-		maxBody:   cfg.MaxBodyBytes,
-		screened:  newScreenCache(),
+		log:      cfg.Logger,
+		clock:    cfg.Clock,
+		maxBody:  cfg.MaxBodyBytes,
+		screened: newScreenCache(),
 	}
-	if l.timeout < 0 {
-		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, l.timeout)
-	}
-	if l.timeout == 0 {
-		l.timeout = DefaultStoreTimeout
-	}
-	if math.IsNaN(l.jitter) || l.jitter < 0 || l.jitter > 1 {
-		return nil, fmt.Errorf("%w: RetryAfterJitter %v is not between 0 and 1", ErrInvalidConfig, l.jitter)
+	if cfg.StoreTimeout < 0 {
+		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, cfg.StoreTimeout)
 	}
 	if l.log == nil {
 		l.log = slog.Default()
@@ -548,20 +422,23 @@ func New(cfg Config) (*Limiter, error) {
 	if err := l.checkChallenges(st); err != nil {
 		return nil, err
 	}
-	if err := l.buildSlots(cfg); err != nil {
+	slots, ttl, err := l.buildSlots(cfg)
+	if err != nil {
 		return nil, err
 	}
 	if l.stores, err = l.buildStores(cfg, st); err != nil {
 		return nil, err
 	}
-	l.brkCoolDown = cmp.Or(cfg.Breaker.CoolDown, breaker.DefaultCoolDown)
-	if err := l.buildBreaker(cfg.Breaker); err != nil {
+	_, localSlots := slots.(*concurrency.Memory)
+	hasBreaker := l.stores.BreakerState() != ""
+	l.engine, err = budget.NewEngine(l.stores, st.pol,
+		budget.WithClock(l.clock),
+		budget.WithLogger(l.log),
+		budget.WithRetryAfterJitter(cfg.RetryAfterJitter),
+		budget.WithSlots(slots, ttl, hasBreaker && !localSlots))
+	if err != nil {
 		l.stores.Close()
-		return nil, err
-	}
-	if err := l.attachStores(st); err != nil {
-		l.stores.Close()
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	l.settings.Store(st)
 	return l, nil
@@ -572,7 +449,6 @@ func New(cfg Config) (*Limiter, error) {
 // of SplitBudget plans back to the store and releases the in-memory
 // stores the Limiter created. It does not close Config.Store.
 func (l *Limiter) Close() error {
-	l.flush.stop()
 	return l.stores.Close()
 }
 
@@ -580,16 +456,11 @@ func (l *Limiter) Close() error {
 // behind the over-limit cache when that is on, split-budget leases when a
 // plan asks for them, the fail-open fallback and the overflow buckets.
 func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
-	split := ""
-	for _, p := range set.plans {
-		if p.SplitBudget && (split == "" || p.name < split) {
-			split = p.name // the first, for messages
-		}
-	}
+	split := set.pol.SplitBudget()
 	st, err := stack.New(stack.Config{
 		Store:          cfg.Store,
 		MemoryMaxKeys:  cfg.MemoryStore.MaxKeys,
-		OverflowKeys:   overflowKeys(set.overflowBudgets()),
+		OverflowKeys:   overflowKeys(set.pol.OverflowBudgets()),
 		OverLimitCache: cfg.OverLimitCache,
 		SplitBudget:    split != "",
 		LeaseFraction:  cfg.SplitBudget.LeaseFraction,
@@ -597,364 +468,14 @@ func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
 		OnSettleError: func(key string, err error) {
 			l.log.Warn("middleware: giving split-budget tokens back failed; they return by refill", "err", err)
 		},
-		Clock: l.clock,
+		StoreTimeout: cfg.StoreTimeout,
+		Breaker:      cfg.Breaker,
+		NoBreaker:    cfg.Breaker.Failures == None,
+		Logger:       l.log,
+		Clock:        l.clock,
 	})
-	l.splitBudget = split != ""
-	l.overflowRoom = overflowKeys(set.overflowBudgets())
 	if err != nil {
-		if errors.Is(err, stack.ErrSplitBudgetNeedsRefund) {
-			return nil, fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, split, stack.ErrSplitBudgetNeedsRefund)
-		}
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return st, nil
-}
-
-// verdict is what became of a request's cost.
-type verdict uint8
-
-const (
-	admitted           verdict = iota
-	rateLimited                // not enough tokens now
-	overBudget                 // costs more than the plan's burst: never admitted
-	unavailable                // store failed and the plan fails closed
-	capExceeded                // a static GraphQL cap refused it before pricing; InvalidCost paid
-	invalid                    // gqlgen refused it before pricing; InvalidCost paid, gqlgen's status
-	shed                       // the process was overloaded for its lane's priority; nothing paid
-	concurrencyLimited         // the principal had its plan's requests in flight already; nothing paid
-	quotaExceeded              // the plan's quota cannot pay in this window; nothing paid
-	fieldLimited               // a field limit cannot pay the selections; nothing paid
-)
-
-// answers is the one table from a verdict to what a client is told: the
-// GraphQL extensions.code (empty: the refusal carries its own) and HTTP
-// status (0: gqlgen's own), and the REST status and error code.
-var answers = [...]struct {
-	code       string
-	status     int
-	restStatus int
-	restCode   string
-}{
-	admitted:    {},
-	rateLimited: {CodeRateLimited, http.StatusTooManyRequests, http.StatusTooManyRequests, "rate_limited"},
-	// A REST cost above the burst is refused at New; a custom store with a
-	// smaller capacity still gets a 429, never a 200.
-	overBudget:  {complexity.CodeMaxCostExceeded, http.StatusUnprocessableEntity, http.StatusTooManyRequests, "rate_limited"},
-	unavailable: {CodeRateLimiterUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable, "rate_limiter_unavailable"},
-	capExceeded: {"", http.StatusUnprocessableEntity, 0, ""},
-	invalid:     {},
-	shed:        {CodeOverloaded, http.StatusServiceUnavailable, http.StatusServiceUnavailable, "overloaded"},
-
-	concurrencyLimited: {CodeConcurrencyLimited, http.StatusTooManyRequests, http.StatusTooManyRequests, "concurrency_limited"},
-	quotaExceeded:      {CodeQuotaExceeded, http.StatusTooManyRequests, http.StatusTooManyRequests, "quota_exceeded"},
-	fieldLimited:       {CodeFieldRateLimited, http.StatusTooManyRequests, http.StatusTooManyRequests, "field_rate_limited"},
-}
-
-// outcome is a budget decision ready to be rendered.
-type outcome struct {
-	verdict  verdict
-	decision limiter.Decision
-	// known: decision describes the bucket, so the headers can be sent.
-	known bool
-	// retryAfter in whole seconds, jitter included (rateLimited, unavailable).
-	retryAfter int64
-	// shadowed is the refusal shadow mode turned into admitted (0: none).
-	shadowed verdict
-	// charged is what was debited.
-	charged int64
-	trace   storeTrace
-	// laneCharged is what was debited from the lane's budget, and
-	// laneTrace how (for refunds); byLane names the lane whose budget
-	// refused the request.
-	laneCharged int64
-	laneTrace   storeTrace
-	byLane      *lane
-	// limits are the budgets decided with the bucket (the quota, field
-	// limits), byLimit the one that refused, never whether it never can
-	// (a field selected more often than its limit), and groups what the
-	// debit took, store by store (spendAll).
-	limits  []limitUse
-	byLimit *limitUse
-	never   bool
-	groups  []takenGroup
-}
-
-// storeTrace is what the store calls of a decision took, for its Event.
-type storeTrace struct {
-	took     time.Duration
-	result   StoreResult
-	fallback bool // the fail-open local bucket decided
-	// gone: the client left before the store answered; nothing was
-	// decided, so nothing is reported.
-	gone bool
-	// breakerChanged: a store call of this decision moved the breaker.
-	breakerChanged bool
-	// from and key say which store debited and under which key (the
-	// budget's, the fail-open fallback's, or the plan's overflow bucket),
-	// so that a refund goes back to it.
-	from stack.Taker
-	key  string
-}
-
-// addLane folds the trace of a lane budget's call into t, the plan's: its
-// time and whether it moved the breaker, but not which store and key to
-// refund (t keeps the plan's; the lane's is kept apart).
-func (t *storeTrace) addLane(u storeTrace) {
-	t.took += u.took
-	t.breakerChanged = t.breakerChanged || u.breakerChanged
-}
-
-// add folds a later call's trace into t.
-func (t *storeTrace) add(u storeTrace) {
-	t.took += u.took
-	if u.result != "" {
-		t.result = u.result
-	}
-	t.fallback = t.fallback || u.fallback
-	t.gone = t.gone || u.gone
-	t.breakerChanged = t.breakerChanged || u.breakerChanged
-	if u.from != nil {
-		t.from, t.key = u.from, u.key
-	}
-}
-
-// spend debits cost from id's bucket on plan p.
-func (l *Limiter) spend(ctx context.Context, id identity.Identity, p *plan, cost int64) outcome {
-	if cost > p.Burst {
-		return outcome{verdict: overBudget} // never debited; the caller decides what it pays
-	}
-	var o outcome
-	d, err := l.take(ctx, id.Key, p, cost, &o.trace)
-	switch {
-	case errors.Is(err, limiter.ErrCostExceedsCapacity):
-		o.verdict, o.decision, o.known = overBudget, d, true
-	case err != nil:
-		o.verdict, o.retryAfter = unavailable, l.retryAfter(unavailableRetryAfter)
-	case !d.Allowed:
-		o.verdict, o.decision, o.known, o.retryAfter = rateLimited, d, true, l.retryAfter(d.RetryAfter)
-	default:
-		o.verdict, o.decision, o.known, o.charged = admitted, d, true, cost
-	}
-	return o
-}
-
-// spendIn debits cost from id's bucket on plan p and, when lane ln has a
-// budget, from id's bucket of that lane too: both or neither. A refusal by
-// the lane's budget gives the plan's debit back; the headers then describe
-// the plan's bucket, the error and Retry-After the lane's.
-func (l *Limiter) spendIn(ctx context.Context, id identity.Identity, p *plan, ln *lane, cost int64) outcome {
-	o := l.spend(ctx, id, p, cost)
-	if o.verdict != admitted || ln == nil || ln.budget == nil {
-		return o
-	}
-	lo := l.spend(ctx, identity.Identity{Key: ln.key(id)}, ln.budget, cost)
-	o.trace.addLane(lo.trace)
-	if lo.verdict == admitted {
-		o.laneCharged, o.laneTrace = cost, lo.trace
-		return o
-	}
-	if d, ok := l.refund(ctx, p, o.trace, cost); ok {
-		o.decision = d
-	}
-	o.verdict, o.retryAfter, o.charged, o.byLane = lo.verdict, lo.retryAfter, 0, ln
-	if lo.verdict == overBudget {
-		o.known = false // the caller charges InvalidCost and reports that decision
-	}
-	return o
-}
-
-// shadow lets a refusal through when p is in shadow mode: a request its
-// budget cannot pay (rateLimited) or that costs more than it ever could
-// (overBudget, capExceeded) is answered as admitted, with the real
-// bucket's headers and no Retry-After. It reports whether it did.
-func (l *Limiter) shadow(ctx context.Context, p *plan, o *outcome) bool {
-	if !p.shadow {
-		return false
-	}
-	switch o.verdict {
-	case rateLimited, overBudget, capExceeded, quotaExceeded, fieldLimited:
-	default:
-		return false
-	}
-	if held, due := p.shadowWarn.due(l.clock.Now().Sub(l.start)); due {
-		l.log.WarnContext(ctx, "middleware: shadow mode let through a request enforce mode would refuse",
-			"plan", p.name, "would_be", string(outcomeOf(o.verdict)), "refusals_since_last_warning", held+1)
-	}
-	o.shadowed, o.verdict, o.retryAfter = o.verdict, admitted, 0
-	return true
-}
-
-// chargeInvalid debits InvalidCost for a request refused before it could be
-// priced, from the bucket and the quota. The verdict is capExceeded once
-// paid, else what refused the payment (rateLimited, quotaExceeded,
-// unavailable).
-func (l *Limiter) chargeInvalid(ctx context.Context, set *settings, id identity.Identity, p *plan) outcome {
-	o := l.spendAll(ctx, set, id, "", p, nil, set.gql.InvalidCost, nil) // the quota pays it too
-	if o.verdict == admitted || o.verdict == overBudget {
-		o.verdict = capExceeded
-	}
-	return o
-}
-
-// take is Store.Take under the timeout, the breaker and the plan's failure
-// mode; tr records the call.
-func (l *Limiter) take(ctx context.Context, key string, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
-	tr.from, tr.key = p.store, key
-	if c, ok := p.store.(rememberer); ok {
-		// A refusal the over-limit cache remembers is answered without the
-		// store: it must not count as the store's success for the breaker
-		// (a failing store would stay "healthy" while refused clients
-		// hammer it), nor wait for the breaker's permission.
-		if d, hit := c.Remembered(key, p.limit, cost); hit {
-			tr.result = StoreOK
-			return d, nil
-		}
-	}
-	var d limiter.Decision
-	var err error
-	if t := l.allowStore(tr); t.Allowed {
-		tctx, cancel := l.storeContext(ctx)
-		began := time.Now() // a latency, not the limiter's clock
-		d, err = p.store.Take(tctx, key, p.limit, cost)
-		tr.took += time.Since(began)
-		tr.result = storeResult(ctx, tctx, err, tr)
-		cancel()
-		l.storeDone(ctx, t, err, tr)
-		if err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) {
-			if l.remember {
-				l.stores.Fallback().Observe(key, p.limit, cost, d)
-				l.repayAfter(ctx, key, "") // what an outage's fallback admitted here
-			}
-			return d, err
-		}
-		if stack.IsFull(err) {
-			return l.takeOverflow(ctx, p, cost, tr)
-		}
-		if ctx.Err() != nil {
-			// The client went away: not the store's failure, and nobody is
-			// left to admit.
-			return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, ctx.Err())
-		}
-		l.storeFailed(p, err)
-	} else {
-		tr.result, err = StoreSkipped, errBreakerOpen
-	}
-	if !p.failOpen {
-		return limiter.Decision{}, fmt.Errorf("%w: %w", errUnavailable, err)
-	}
-	// The local store never blocks, so the caller's ctx is bound enough.
-	tr.fallback, tr.from = true, l.stores.Fallback()
-	d, err = l.stores.Fallback().Take(ctx, key, p.limit, cost)
-	if stack.IsFull(err) {
-		return l.takeOverflow(ctx, p, cost, tr)
-	}
-	return d, err
-}
-
-// rememberer answers a refusal it remembers without asking the store (the
-// over-limit cache, limiter/overlimit).
-type rememberer interface {
-	Remembered(key string, limit limiter.Limit, cost int64) (limiter.Decision, bool)
-}
-
-// remembererAll is rememberer for several budgets at once.
-type remembererAll interface {
-	RememberedAll(reqs []limiter.Request, ds []limiter.Decision) (bool, error)
-}
-
-// storeResult names how a store call under tctx (from ctx) ended, and
-// marks tr gone when the client left first.
-func storeResult(ctx, tctx context.Context, err error, tr *storeTrace) StoreResult {
-	switch {
-	case err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity) || stack.IsFull(err):
-		return StoreOK
-	case ctx.Err() != nil:
-		tr.gone = true
-		return tr.result
-	case tctx.Err() == context.DeadlineExceeded:
-		return StoreTimeout
-	}
-	return StoreError
-}
-
-// storeContext bounds a store call by StoreTimeout. The in-memory store
-// answers under a lock and never waits, so its calls keep ctx as it is:
-// a deadline costs a timer and four allocations a call.
-func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.stores.Local() {
-		return ctx, noCancel
-	}
-	return context.WithTimeout(ctx, l.timeout)
-}
-
-func noCancel() {}
-
-// takeOverflow decides for an identity that a full memory store cannot
-// hold without resetting another identity's budget (memorystore.ErrFull):
-// it spends from one bucket per plan, shared by every such identity, with
-// the plan's limit. A flood of new identities then exhausts that bucket,
-// not anyone else's budget, and never gets a fresh burst per identity.
-func (l *Limiter) takeOverflow(ctx context.Context, p *plan, cost int64, tr *storeTrace) (limiter.Decision, error) {
-	tr.from, tr.key = l.stores.Overflow(), overflowKey+p.name
-	l.overflowing(p)
-	return l.stores.Overflow().Take(ctx, overflowKey+p.name, p.limit, cost)
-}
-
-// overflowing logs, at most once a minute per plan, that identities of p
-// are decided by its overflow bucket.
-func (l *Limiter) overflowing(p *plan) {
-	if held, due := p.fullWarn.due(l.clock.Now().Sub(l.start)); due {
-		l.log.Warn("middleware: memory store full (MemoryStore.MaxKeys) and no budget in it is whole; new identities share their plan's overflow bucket",
-			"plan", p.name, "identities_since_last_warning", held+1)
-	}
-}
-
-// storeFailed logs a store failure, at most once per storeFailureLogEvery
-// for each plan (so each failure mode in use gets its own line); the
-// message counts the failures it stood in for.
-func (l *Limiter) storeFailed(p *plan, err error) {
-	since, due := p.storeWarn.due(l.clock.Now().Sub(l.start))
-	if !due {
-		return
-	}
-	mode := FailClosed
-	action := "answering 503"
-	if p.failOpen {
-		mode, action = FailOpen, "admitting through the local fallback bucket"
-	}
-	l.log.Warn("middleware: rate-limit store failed; "+action,
-		"err", err, "plan", p.name, "failure_mode", string(mode),
-		"failures_since_last_warning", since)
-}
-
-// everyMinute lets one caller a minute through, counting the others.
-type everyMinute struct {
-	last       atomic.Int64 // nanoseconds since the Limiter started, +1 so 0 means never
-	suppressed atomic.Int64
-}
-
-// due reports whether the caller at elapsed (since the Limiter started)
-// should log, and how many callers were held back since the last one.
-func (e *everyMinute) due(elapsed time.Duration) (suppressed int64, ok bool) {
-	now := int64(elapsed) + 1
-	last := e.last.Load()
-	if (last != 0 && now-last < int64(storeFailureLogEvery)) || !e.last.CompareAndSwap(last, now) {
-		e.suppressed.Add(1) // not due, or another caller logs it
-		return 0, false
-	}
-	return e.suppressed.Swap(0), true
-}
-
-// retryAfter turns a wait into whole seconds, rounded up, never below 1,
-// plus the configured jitter (which only adds).
-func (l *Limiter) retryAfter(wait time.Duration) int64 {
-	s := max(ceilSeconds(wait), 1)
-	if l.jitter == 0 {
-		return s
-	}
-	extra := l.randFloat() * l.jitter * float64(s)
-	if extra >= float64(math.MaxInt64-s) {
-		return math.MaxInt64
-	}
-	return s + int64(extra)
 }

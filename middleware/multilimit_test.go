@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
@@ -41,7 +42,7 @@ func errorPath(t *testing.T, body []byte) []any {
 	return resp.Errors[0].Path
 }
 
-func fieldLimitConfig(t *testing.T, clock *fakeClock, limits map[string]middleware.FieldLimit) middleware.Config {
+func fieldLimitConfig(t *testing.T, clock *fakeClock, limits map[string]budget.FieldLimit) middleware.Config {
 	cfg := testConfig(t, clock)
 	cfg.FieldLimits = limits
 	return cfg
@@ -54,7 +55,7 @@ func fieldLimitConfig(t *testing.T, clock *fakeClock, limits map[string]middlewa
 func TestFieldLimitCountsAliases(t *testing.T) {
 	clock := newClock()
 	s := newTestSchema()
-	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{
+	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]budget.FieldLimit{
 		"Mutation.createIssue": {Limit: 5, Per: time.Minute},
 	})), s)
 
@@ -68,7 +69,7 @@ func TestFieldLimitCountsAliases(t *testing.T) {
 	before := w.Header().Get(middleware.HeaderXRateLimitRemaining)
 
 	w, resp = query(t, h, aliasedIssues(3), bearer(aliceKey))
-	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeFieldRateLimited {
+	if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeFieldRateLimited {
 		t.Fatalf("second: %d %s", w.Code, w.Body)
 	}
 	if got := w.Header().Get(middleware.HeaderRetryAfter); got != "12" { // 1 token at 5 a minute
@@ -99,11 +100,11 @@ func TestFieldLimitCountsAliases(t *testing.T) {
 func TestFieldLimitNeverFits(t *testing.T) {
 	clock := newClock()
 	s := newTestSchema()
-	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{
+	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]budget.FieldLimit{
 		"Mutation.createIssue": {Limit: 5, Per: time.Minute},
 	})), s)
 	w, resp := query(t, h, aliasedIssues(6), bearer(aliceKey))
-	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeFieldRateLimited {
+	if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeFieldRateLimited {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
 	if got := w.Header().Get(middleware.HeaderRetryAfter); got != "" {
@@ -147,8 +148,8 @@ func TestFieldLimitCounting(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := newClock()
-			cfg := fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{tc.coord: {Limit: tc.limit, Per: time.Hour}})
-			cfg.Plans = map[string]middleware.Plan{
+			cfg := fieldLimitConfig(t, clock, map[string]budget.FieldLimit{tc.coord: {Limit: tc.limit, Per: time.Hour}})
+			cfg.Plans = map[string]budget.Plan{
 				"free": {Burst: 10000, Rate: 10000, Per: time.Second, DisableRefund: true},
 				"anon": {Burst: 20, Rate: 20, Per: 100 * time.Second, DisableRefund: true},
 			}
@@ -159,7 +160,7 @@ func TestFieldLimitCounting(t *testing.T) {
 				}
 			}
 			w, resp := query(t, h, tc.query, bearer(aliceKey))
-			if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeFieldRateLimited {
+			if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeFieldRateLimited {
 				t.Fatalf("request %d: %d %s, want FIELD_RATE_LIMITED", tc.admitted+1, w.Code, w.Body)
 			}
 		})
@@ -173,8 +174,8 @@ func TestFieldLimitCounting(t *testing.T) {
 func TestQuota(t *testing.T) {
 	clock := newClock() // 2030-01-02 03:04:05 UTC: 75,355 s to midnight
 	cfg := testConfig(t, clock)
-	cfg.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true,
-		Quota: &middleware.Quota{Limit: 120, Per: 24 * time.Hour}}
+	cfg.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true,
+		Quota: &budget.Quota{Limit: 120, Per: 24 * time.Hour}}
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 
 	// 9 mutations of 11 points: 99 from the bucket and the quota.
@@ -200,7 +201,7 @@ func TestQuota(t *testing.T) {
 	}
 
 	w, resp := query(t, h, mutation11, bearer(aliceKey))
-	if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeQuotaExceeded {
+	if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeQuotaExceeded {
 		t.Fatalf("11th: %d %s", w.Code, w.Body)
 	}
 	if got := w.Header().Get(middleware.HeaderRetryAfter); got != "75255" {
@@ -231,9 +232,9 @@ func TestQuota(t *testing.T) {
 // and the quota.
 func TestMultiLimitAllOrNothing(t *testing.T) {
 	clock := newClock()
-	cfg := fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: 20, Per: time.Hour}})
-	cfg.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true,
-		Quota: &middleware.Quota{Limit: 1000, Per: 24 * time.Hour, Name: "free-day"}}
+	cfg := fieldLimitConfig(t, clock, map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: 20, Per: time.Hour}})
+	cfg.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true,
+		Quota: &budget.Quota{Limit: 1000, Per: 24 * time.Hour, Name: "free-day"}}
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 
 	policies := func(w interface{ Header() http.Header }) string {
@@ -259,7 +260,7 @@ func TestMultiLimitAllOrNothing(t *testing.T) {
 		}
 	}
 	w, resp := query(t, h, aliasedIssues(10), bearer(aliceKey))
-	if resp.code() != middleware.CodeRateLimited {
+	if resp.code() != budget.CodeRateLimited {
 		t.Fatalf("want RATE_LIMITED, got %d %s", w.Code, w.Body)
 	}
 	// Nothing of it reached the field limit or the quota: after the
@@ -272,7 +273,7 @@ func TestMultiLimitAllOrNothing(t *testing.T) {
 	// Now the field limit refuses; the bucket and quota stay as they are.
 	bucket := w.Header().Get(middleware.HeaderXRateLimitRemaining)
 	w, resp = query(t, h, aliasedIssues(1), bearer(aliceKey))
-	if resp.code() != middleware.CodeFieldRateLimited {
+	if resp.code() != budget.CodeFieldRateLimited {
 		t.Fatalf("want FIELD_RATE_LIMITED, got %d %s", w.Code, w.Body)
 	}
 	if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != bucket {
@@ -284,8 +285,8 @@ func TestMultiLimitAllOrNothing(t *testing.T) {
 // together, and each address apart.
 func TestFieldLimitByIP(t *testing.T) {
 	clock := newClock()
-	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{
-		"Mutation.createIssue": {Limit: 2, Per: time.Hour, By: middleware.ByIP},
+	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]budget.FieldLimit{
+		"Mutation.createIssue": {Limit: 2, Per: time.Hour, By: budget.ByIP},
 	})), newTestSchema())
 	post := func(key, addr string) int {
 		body, _ := json.Marshal(map[string]any{"query": mutation11})
@@ -310,8 +311,8 @@ func TestFieldLimitByIP(t *testing.T) {
 func TestMultiLimitShadow(t *testing.T) {
 	clock := newClock()
 	s := newTestSchema()
-	cfg := fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Hour}})
-	cfg.Mode = middleware.Shadow
+	cfg := fieldLimitConfig(t, clock, map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Hour}})
+	cfg.Mode = budget.Shadow
 	rec := &recorder{}
 	cfg.Observer = rec
 	h := graphQLServer(newLimiter(t, cfg), s)
@@ -324,7 +325,7 @@ func TestMultiLimitShadow(t *testing.T) {
 		t.Errorf("issues = %d, want 2", s.issueCount())
 	}
 	ev := rec.take()
-	if last := ev[len(ev)-1]; last.Outcome != middleware.OutcomeShadowRejected || last.Code != middleware.CodeFieldRateLimited {
+	if last := ev[len(ev)-1]; last.Outcome != budget.ClassShadowRejected || last.Code != budget.CodeFieldRateLimited {
 		t.Errorf("event = %+v", last)
 	}
 }
@@ -333,8 +334,8 @@ func TestMultiLimitShadow(t *testing.T) {
 func TestQuotaRefund(t *testing.T) {
 	clock := newClock()
 	cfg := withRefunds(testConfig(t, clock))
-	cfg.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second,
-		Quota: &middleware.Quota{Limit: 100, Per: time.Hour}}
+	cfg.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second,
+		Quota: &budget.Quota{Limit: 100, Per: time.Hour}}
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 	// Priced 1 + 10 × 1 = 11; the schema answers null, so it costs 1.
 	w, resp := query(t, h, `{ user(login: "a") { repos { name } } }`, bearer(aliceKey))
@@ -359,28 +360,28 @@ func TestMultiLimitConfigErrors(t *testing.T) {
 		wants string
 	}{
 		{"quota below the burst", func(c *middleware.Config) {
-			c.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: time.Minute, Quota: &middleware.Quota{Limit: 50, Per: time.Hour}}
+			c.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, Quota: &budget.Quota{Limit: 50, Per: time.Hour}}
 		}, "below the burst"},
 		{"quota without a window", func(c *middleware.Config) {
-			c.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: time.Minute, Quota: &middleware.Quota{Limit: 500}}
+			c.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, Quota: &budget.Quota{Limit: 500}}
 		}, "must be positive"},
 		{"quota with split budget", func(c *middleware.Config) {
-			c.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: time.Minute, SplitBudget: true, Quota: &middleware.Quota{Limit: 500, Per: time.Hour}}
+			c.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, SplitBudget: true, Quota: &budget.Quota{Limit: 500, Per: time.Hour}}
 		}, "SplitBudget"},
 		{"coordinate without a field", func(c *middleware.Config) {
-			c.FieldLimits = map[string]middleware.FieldLimit{"Mutation": {Limit: 1, Per: time.Minute}}
+			c.FieldLimits = map[string]budget.FieldLimit{"Mutation": {Limit: 1, Per: time.Minute}}
 		}, "Type.field"},
 		{"field limit of zero", func(c *middleware.Config) {
-			c.FieldLimits = map[string]middleware.FieldLimit{"Mutation.createIssue": {Per: time.Minute}}
+			c.FieldLimits = map[string]budget.FieldLimit{"Mutation.createIssue": {Per: time.Minute}}
 		}, "must be positive"},
 		{"more field limits than one decision holds", func(c *middleware.Config) {
-			c.FieldLimits = map[string]middleware.FieldLimit{}
+			c.FieldLimits = map[string]budget.FieldLimit{}
 			for i := range 63 {
-				c.FieldLimits[fmt.Sprintf("Query.f%d", i)] = middleware.FieldLimit{Limit: 1, Per: time.Minute}
+				c.FieldLimits[fmt.Sprintf("Query.f%d", i)] = budget.FieldLimit{Limit: 1, Per: time.Minute}
 			}
 		}, "at most 62"},
 		{"field limit by whom", func(c *middleware.Config) {
-			c.FieldLimits = map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Minute, By: "user"}}
+			c.FieldLimits = map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Minute, By: "user"}}
 		}, `by "user"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -404,7 +405,7 @@ func TestFieldLimitUnknownCoordinate(t *testing.T) {
 	h := graphQLServer(lim, s)
 
 	bad := cfg
-	bad.FieldLimits = map[string]middleware.FieldLimit{"Mutation.deleteEverything": {Limit: 1, Per: time.Minute}}
+	bad.FieldLimits = map[string]budget.FieldLimit{"Mutation.deleteEverything": {Limit: 1, Per: time.Minute}}
 	err := lim.Reload(bad)
 	if !errors.Is(err, middleware.ErrInvalidConfig) || !strings.Contains(err.Error(), "Mutation.deleteEverything") {
 		t.Fatalf("Reload: %v", err)
@@ -416,12 +417,12 @@ func TestFieldLimitUnknownCoordinate(t *testing.T) {
 		t.Errorf("CheckSchema: %v", err)
 	}
 	good := cfg
-	good.FieldLimits = map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Minute}}
+	good.FieldLimits = map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Minute}}
 	if err := lim.Reload(good); err != nil {
 		t.Fatal(err)
 	}
 	query(t, h, mutation11, bearer(aliceKey))
-	if w, resp := query(t, h, mutation11, bearer(aliceKey)); resp.code() != middleware.CodeFieldRateLimited {
+	if w, resp := query(t, h, mutation11, bearer(aliceKey)); resp.code() != budget.CodeFieldRateLimited {
 		t.Errorf("after reloading a field limit: %d %s", w.Code, w.Body)
 	}
 }
@@ -432,7 +433,7 @@ func TestFieldLimitUnknownCoordinate(t *testing.T) {
 // refusals).
 func TestMultiLimitOverLimitCache(t *testing.T) {
 	clock := newClock()
-	cfg := fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: 2, Per: time.Hour}})
+	cfg := fieldLimitConfig(t, clock, map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: 2, Per: time.Hour}})
 	cfg.OverLimitCache = stack.OverLimitCacheOn
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 	for range 2 {
@@ -442,7 +443,7 @@ func TestMultiLimitOverLimitCache(t *testing.T) {
 	}
 	for i := range 3 { // the store refuses, then the cache
 		w, resp := query(t, h, mutation11, bearer(aliceKey))
-		if w.Code != http.StatusTooManyRequests || resp.code() != middleware.CodeFieldRateLimited || w.Header().Get(middleware.HeaderRetryAfter) != "1800" {
+		if w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeFieldRateLimited || w.Header().Get(middleware.HeaderRetryAfter) != "1800" {
 			t.Fatalf("refusal %d: %d %v %s", i, w.Code, w.Header(), w.Body)
 		}
 	}
@@ -456,8 +457,8 @@ func TestMultiLimitOverLimitCache(t *testing.T) {
 // refusal names the field whose limit refused, and the headers list both.
 func TestFieldLimitsByIPAndPrincipal(t *testing.T) {
 	clock := newClock()
-	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{
-		"Issue.id":             {Limit: 100, Per: time.Hour, By: middleware.ByIP}, // sorts first
+	h := graphQLServer(newLimiter(t, fieldLimitConfig(t, clock, map[string]budget.FieldLimit{
+		"Issue.id":             {Limit: 100, Per: time.Hour, By: budget.ByIP}, // sorts first
 		"Mutation.createIssue": {Limit: 2, Per: time.Hour},
 	})), newTestSchema())
 	post := func() (*httptest.ResponseRecorder, gqlResponse) {
@@ -473,7 +474,7 @@ func TestFieldLimitsByIPAndPrincipal(t *testing.T) {
 		}
 	}
 	w, resp := post()
-	if resp.code() != middleware.CodeFieldRateLimited || resp.Errors[0].Extensions["field"] != "Mutation.createIssue" {
+	if resp.code() != budget.CodeFieldRateLimited || resp.Errors[0].Extensions["field"] != "Mutation.createIssue" {
 		t.Fatalf("third: %d %s", w.Code, w.Body)
 	}
 	want := `"free";q=100;w=100, "Mutation.createIssue";q=2;w=3600, "Issue.id";q=100;w=3600`
@@ -490,8 +491,8 @@ func TestFieldLimitsByIPAndPrincipal(t *testing.T) {
 func TestQuotaPaysInvalidCost(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
-	cfg.Plans["free"] = middleware.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true,
-		Quota: &middleware.Quota{Limit: 500, Per: time.Hour}}
+	cfg.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second, DisableRefund: true,
+		Quota: &budget.Quota{Limit: 500, Per: time.Hour}}
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 	if w, _ := query(t, h, `{ nope }`, bearer(aliceKey)); w.Code != http.StatusUnprocessableEntity {
 		t.Fatalf("%d %s", w.Code, w.Body)

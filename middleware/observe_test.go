@@ -11,6 +11,8 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -40,7 +42,7 @@ func (r *recorder) take() []middleware.Event {
 type eventView struct {
 	plan, kind, outcome, refused, code string
 	requested, charged                 int64
-	store                              middleware.StoreResult
+	store                              guard.Result
 	fallback, known                    bool
 	remaining                          int64
 }
@@ -69,23 +71,23 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 		want eventView
 	}{
 		{"admitted", func() { query(t, h, query61, bearer(aliceKey)) },
-			eventView{plan: "free", kind: "graphql", outcome: "admitted", requested: 61, charged: 61, store: middleware.StoreOK, known: true, remaining: 39}},
+			eventView{plan: "free", kind: "graphql", outcome: "admitted", requested: 61, charged: 61, store: guard.ResultOK, known: true, remaining: 39}},
 		{"rate limited", func() { query(t, h, query61, bearer(aliceKey)) },
-			eventView{plan: "free", kind: "graphql", outcome: "rate_limited", code: "RATE_LIMITED", requested: 61, store: middleware.StoreOK, known: true, remaining: 39}},
+			eventView{plan: "free", kind: "graphql", outcome: "rate_limited", code: "RATE_LIMITED", requested: 61, store: guard.ResultOK, known: true, remaining: 39}},
 		{"static cap", func() { query(t, h, deep, bearer(aliceKey)) },
-			eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: "MAX_DEPTH_EXCEEDED", charged: 1, store: middleware.StoreOK, known: true, remaining: 38}},
+			eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: "MAX_DEPTH_EXCEEDED", charged: 1, store: guard.ResultOK, known: true, remaining: 38}},
 		{"parse error", func() { query(t, h, `{ user(`, bearer(aliceKey)) },
-			eventView{plan: "free", kind: "graphql", outcome: "admitted", charged: 1, store: middleware.StoreOK, known: true, remaining: 37}},
+			eventView{plan: "free", kind: "graphql", outcome: "admitted", charged: 1, store: guard.ResultOK, known: true, remaining: 37}},
 		{"body too large", func() {
 			do(t, h, request{path: "/graphql", body: `{"query":"` + strings.Repeat(" ", 2<<10) + `{ viewer { login } }"}`, header: bearer(aliceKey)})
-		}, eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: "REQUEST_TOO_LARGE", charged: 1, store: middleware.StoreOK, known: true, remaining: 36}},
+		}, eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: "REQUEST_TOO_LARGE", charged: 1, store: guard.ResultOK, known: true, remaining: 36}},
 		{"rest", func() { do(t, h, request{method: http.MethodGet, path: "/api/search", header: bearer(aliceKey)}) },
-			eventView{plan: "free", kind: "rest", outcome: "admitted", requested: 10, charged: 10, store: middleware.StoreOK, known: true, remaining: 26}},
+			eventView{plan: "free", kind: "rest", outcome: "admitted", requested: 10, charged: 10, store: guard.ResultOK, known: true, remaining: 26}},
 		{"rest too large", func() {
 			do(t, h, request{method: http.MethodPost, path: "/api/search", body: strings.Repeat("x", 2<<10), header: bearer(aliceKey)})
 		}, eventView{plan: "free", kind: "rest", outcome: "cost_exceeded", code: "request_too_large", requested: 1}},
 		{"anonymous", func() { do(t, h, request{method: http.MethodGet, path: "/api/x", remoteAddr: "192.0.2.7:1"}) },
-			eventView{plan: "anon", kind: "rest", outcome: "admitted", requested: 1, charged: 1, store: middleware.StoreOK, known: true, remaining: 19}},
+			eventView{plan: "anon", kind: "rest", outcome: "admitted", requested: 1, charged: 1, store: guard.ResultOK, known: true, remaining: 19}},
 	}
 	for _, s := range steps {
 		s.run()
@@ -119,7 +121,7 @@ func TestObserverWithoutWrapper(t *testing.T) {
 	srv.Use(lim.Extension())
 	query(t, srv, mutation11, bearer(aliceKey))
 	got := rec.take()
-	if len(got) != 1 || got[0].Outcome != middleware.OutcomeAdmitted || got[0].RequestedCost != 11 {
+	if len(got) != 1 || got[0].Outcome != budget.ClassAdmitted || got[0].RequestedCost != 11 {
 		t.Errorf("events %+v, want one admitted at 11", got)
 	}
 }
@@ -129,13 +131,13 @@ func TestObserverStoreFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		store *failingStore
-		mode  middleware.FailureMode
+		mode  budget.FailureMode
 		want  eventView
 	}{
-		{"error, fail open", &failingStore{err: errTest}, middleware.FailOpen,
-			eventView{plan: "free", kind: "rest", outcome: "admitted", requested: 10, charged: 10, store: middleware.StoreError, fallback: true, known: true, remaining: 90}},
-		{"timeout, fail closed", &failingStore{hang: true}, middleware.FailClosed,
-			eventView{plan: "free", kind: "rest", outcome: "unavailable", code: "rate_limiter_unavailable", requested: 10, store: middleware.StoreTimeout}},
+		{"error, fail open", &failingStore{err: errTest}, budget.FailOpen,
+			eventView{plan: "free", kind: "rest", outcome: "admitted", requested: 10, charged: 10, store: guard.ResultError, fallback: true, known: true, remaining: 90}},
+		{"timeout, fail closed", &failingStore{hang: true}, budget.FailClosed,
+			eventView{plan: "free", kind: "rest", outcome: "unavailable", code: "rate_limiter_unavailable", requested: 10, store: guard.ResultTimeout}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t, newClock())
@@ -185,7 +187,7 @@ func TestDecisionLogHashesThePrincipal(t *testing.T) {
 func TestShadowMode(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
-	cfg.Mode = middleware.Shadow
+	cfg.Mode = budget.Shadow
 	cfg.GraphQL.MaxDepth = 4
 	cfg.GraphQL.MaxSelections = 20
 	rec := &recorder{}
@@ -209,7 +211,7 @@ func TestShadowMode(t *testing.T) {
 		t.Errorf("%d resolvers ran, want 2", schema.resolvers.Load())
 	}
 	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "shadow_rejected", refused: "rate_limited",
-		code: "RATE_LIMITED", requested: 61, store: middleware.StoreOK, known: true, remaining: 39}) {
+		code: "RATE_LIMITED", requested: 61, store: guard.ResultOK, known: true, remaining: 39}) {
 		t.Errorf("events %+v", got)
 	}
 
@@ -218,7 +220,7 @@ func TestShadowMode(t *testing.T) {
 	if w.Code != http.StatusOK || len(resp.Errors) != 0 || schema.resolvers.Load() != 3 {
 		t.Errorf("shadowed depth cap: status %d errors %+v resolvers %d", w.Code, resp.Errors, schema.resolvers.Load())
 	}
-	if got := rec.take(); len(got) != 1 || got[0].Outcome != middleware.OutcomeShadowRejected || got[0].Refused != middleware.OutcomeCostExceeded || got[0].Code != "MAX_DEPTH_EXCEEDED" || got[0].Charged != 1 {
+	if got := rec.take(); len(got) != 1 || got[0].Outcome != budget.ClassShadowRejected || got[0].Refused != budget.ClassCostExceeded || got[0].Code != "MAX_DEPTH_EXCEEDED" || got[0].Charged != 1 {
 		t.Errorf("events %+v", got)
 	}
 
@@ -227,7 +229,7 @@ func TestShadowMode(t *testing.T) {
 	if w.Code != http.StatusUnprocessableEntity || resp.code() != "MAX_SELECTIONS_EXCEEDED" {
 		t.Errorf("document bound in shadow mode: status %d code %q", w.Code, resp.code())
 	}
-	if got := rec.take(); len(got) != 1 || got[0].Outcome != middleware.OutcomeCostExceeded {
+	if got := rec.take(); len(got) != 1 || got[0].Outcome != budget.ClassCostExceeded {
 		t.Errorf("events %+v", got)
 	}
 
@@ -240,7 +242,7 @@ func TestShadowMode(t *testing.T) {
 	if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderRetryAfter) != "" {
 		t.Errorf("shadowed REST: status %d Retry-After %q", w.Code, w.Header().Get(middleware.HeaderRetryAfter))
 	}
-	if got := rec.take(); len(got) != 1 || got[0].Outcome != middleware.OutcomeShadowRejected || got[0].Code != "rate_limited" {
+	if got := rec.take(); len(got) != 1 || got[0].Outcome != budget.ClassShadowRejected || got[0].Code != "rate_limited" {
 		t.Errorf("events %+v", got)
 	}
 	if n := strings.Count(logs.text(), "shadow mode let through"); n != 1 {
@@ -251,10 +253,10 @@ func TestShadowMode(t *testing.T) {
 // A plan's mode overrides the global one.
 func TestShadowModePerPlan(t *testing.T) {
 	cfg := testConfig(t, newClock())
-	cfg.Mode = middleware.Shadow
+	cfg.Mode = budget.Shadow
 	plans := testPlans()
 	p := plans["free"]
-	p.Mode = middleware.Enforce
+	p.Mode = budget.Enforce
 	plans["free"] = p
 	cfg.Plans = plans
 	lim := newLimiter(t, cfg)
@@ -268,7 +270,7 @@ func TestShadowModePerPlan(t *testing.T) {
 			t.Fatalf("shadowed anon plan: status %d", w.Code)
 		}
 	}
-	cfg.Plans = map[string]middleware.Plan{"free": {Burst: 1, Rate: 1, Per: 1, Mode: "quiet"}, "anon": testPlans()["anon"]}
+	cfg.Plans = map[string]budget.Plan{"free": {Burst: 1, Rate: 1, Per: 1, Mode: "quiet"}, "anon": testPlans()["anon"]}
 	if _, err := middleware.New(cfg); !errors.Is(err, middleware.ErrInvalidConfig) {
 		t.Errorf("bad plan mode: %v", err)
 	}

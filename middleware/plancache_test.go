@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/budget"
 )
 
 // Operations are priced through compiled plans, cached per parsed
@@ -14,8 +14,8 @@ import (
 // their field counts, never the first request's.
 func TestCompiledPlansFollowVariables(t *testing.T) {
 	clock := newClock()
-	cfg := fieldLimitConfig(t, clock, map[string]middleware.FieldLimit{"Repository.issues": {Limit: 12, Per: time.Hour}})
-	cfg.Plans["free"] = middleware.Plan{Burst: 10000, Rate: 10000, Per: time.Hour, DisableRefund: true}
+	cfg := fieldLimitConfig(t, clock, map[string]budget.FieldLimit{"Repository.issues": {Limit: 12, Per: time.Hour}})
+	cfg.Plans["free"] = budget.Plan{Burst: 10000, Rate: 10000, Per: time.Hour, DisableRefund: true}
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
 	const q = `query($n: Int, $deep: Boolean!) { user(login: "a") { repos(first: $n) { name issues(first: 2) @include(if: $deep) { id } } } }`
 	post := func(vars map[string]any) (int, int64) {

@@ -11,12 +11,9 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 )
-
-// DefaultRateLimitField is the default GraphQLOptions.RateLimitField:
-// GitHub's name.
-const DefaultRateLimitField = "rateLimit"
 
 // dryRunArgument is the Boolean argument of the rate-limit field that asks
 // for a dry run.
@@ -96,17 +93,17 @@ func RateLimitFrom(ctx context.Context) (RateLimitStatus, bool) {
 
 // noteRate records what RateLimitFrom returns for outcome o of an
 // operation priced by rep at cost.
-func (s *requestState) noteRate(rep *complexity.Report, cost int64, o *outcome, l *Limiter) {
-	if !o.known {
+func (s *requestState) noteRate(rep *complexity.Report, cost int64, o *budget.Outcome, l *Limiter) {
+	if !o.Known {
 		return
 	}
-	left := max(o.decision.Remaining, 0)
+	left := max(o.Decision.Remaining, 0)
 	rs := RateLimitStatus{
 		Limit:     s.plan.Burst,
 		Cost:      cost,
 		Remaining: left,
 		Used:      max(s.plan.Burst-left, 0),
-		ResetAt:   time.Unix(unixCeil(l.clock.Now(), o.decision.ResetAfter), 0),
+		ResetAt:   time.Unix(unixCeil(l.clock.Now(), o.Decision.ResetAfter), 0),
 		NodeCount: rep.Nodes,
 	}
 	s.mu.Lock()
@@ -147,7 +144,7 @@ func hasDryRun(def *ast.Definition, name string) bool {
 // required to be there.
 func (e *Extension) checkRateLimitField(schema *ast.Schema, set *settings) error {
 	f := findRateLimitField(schema, set.gql.RateLimitField)
-	if !f.onQuery && f.name != DefaultRateLimitField {
+	if !f.onQuery && f.name != DefaultGraphQLOptions().RateLimitField {
 		return fmt.Errorf("middleware: GraphQLOptions.RateLimitField is %q, but the schema's Query type has no such field with a Boolean argument %s",
 			f.name, dryRunArgument)
 	}

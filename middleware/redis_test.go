@@ -14,20 +14,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
-	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
 // redisLimiter builds a Limiter on a Redis store. Time is Redis's own.
-func redisLimiter(t *testing.T, store stack.Taker, mode middleware.FailureMode, timeout time.Duration) *middleware.Limiter {
+func redisLimiter(t *testing.T, store limiter.Store, mode budget.FailureMode, timeout time.Duration) *middleware.Limiter {
 	t.Helper()
 	return newLimiter(t, middleware.Config{
 		Store: store,
-		Plans: map[string]middleware.Plan{
+		Plans: map[string]budget.Plan{
 			// No meaningful refill during the test, and no refunds: the
 			// tests count admitted requests by their requested price.
 			"free": {Burst: 500, Rate: 1, Per: time.Hour, DisableRefund: true},
@@ -55,7 +55,7 @@ func TestSharedRedisNeverOverspends(t *testing.T) {
 	// slow, and this test is about exactness, not timeouts.
 	var urls []string
 	for range 3 {
-		ts := httptest.NewServer(graphQLServer(redisLimiter(t, store, middleware.FailClosed, time.Minute), newTestSchema()))
+		ts := httptest.NewServer(graphQLServer(redisLimiter(t, store, budget.FailClosed, time.Minute), newTestSchema()))
 		t.Cleanup(ts.Close)
 		urls = append(urls, ts.URL)
 	}
@@ -138,8 +138,8 @@ func TestRedisDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := graphQLServer(redisLimiter(t, store, middleware.FailOpen, 100*time.Millisecond), newTestSchema())
-	closed := graphQLServer(redisLimiter(t, store, middleware.FailClosed, 100*time.Millisecond), newTestSchema())
+	open := graphQLServer(redisLimiter(t, store, budget.FailOpen, 100*time.Millisecond), newTestSchema())
+	closed := graphQLServer(redisLimiter(t, store, budget.FailClosed, 100*time.Millisecond), newTestSchema())
 	search := request{method: "GET", path: "/api/search", header: bearer(aliceKey)}
 
 	if w := do(t, closed, search); w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "490" {
@@ -154,7 +154,7 @@ func TestRedisDown(t *testing.T) {
 	if w := do(t, closed, search); w.Code != http.StatusServiceUnavailable {
 		t.Errorf("closed, Redis down: %d", w.Code)
 	}
-	if w, resp := query(t, closed, query61, bearer(aliceKey)); w.Code != http.StatusServiceUnavailable || resp.code() != middleware.CodeRateLimiterUnavailable {
+	if w, resp := query(t, closed, query61, bearer(aliceKey)); w.Code != http.StatusServiceUnavailable || resp.code() != budget.CodeRateLimiterUnavailable {
 		t.Errorf("closed, Redis down, GraphQL: %d %+v", w.Code, resp.Errors)
 	}
 	// The fallback bucket is local and starts from what this process last
@@ -203,15 +203,15 @@ func TestSharedRedisMultiLimitAllOrNothing(t *testing.T) {
 			for range 3 {
 				cfg := middleware.Config{
 					Store: store,
-					Plans: map[string]middleware.Plan{
+					Plans: map[string]budget.Plan{
 						"free": {Burst: bucket.Burst, Rate: bucket.Rate, Per: bucket.Period, DisableRefund: true,
-							Quota: &middleware.Quota{Limit: quota.Rate, Per: quota.Period}},
+							Quota: &budget.Quota{Limit: quota.Rate, Per: quota.Period}},
 						"anon": {Burst: 20, Rate: 20, Per: time.Hour},
 					},
-					FieldLimits:   map[string]middleware.FieldLimit{"Mutation.createIssue": {Limit: field.Burst, Per: field.Period}},
+					FieldLimits:   map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: field.Burst, Per: field.Period}},
 					AnonymousPlan: "anon",
 					APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
-					FailureMode:   middleware.FailClosed,
+					FailureMode:   budget.FailClosed,
 					StoreTimeout:  time.Minute, // exactness, not timeouts
 					Logger:        discardLogger(),
 				}

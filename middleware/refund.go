@@ -6,57 +6,9 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
-	"github.com/costguard/costguard/limiter"
-	"github.com/costguard/costguard/limiter/breaker"
 )
-
-// refunder is the store method a refund needs: limiter.Store has it, a
-// Take-only Store does not (and then nothing is refunded).
-type refunder interface {
-	Refund(ctx context.Context, key string, limit limiter.Limit, amount int64) (limiter.Decision, error)
-}
-
-// refund gives amount back to the store that took a decision's cost, under
-// the store timeout. It reports the bucket after the refund, and false when
-// nothing was given back (the store has no Refund, or it failed: the
-// points then return by refill, and a warning is logged at most once a
-// minute per plan), or the store's breaker is open (skipped).
-func (l *Limiter) refund(ctx context.Context, p *plan, tr storeTrace, amount int64) (limiter.Decision, bool) {
-	r, ok := tr.from.(refunder)
-	if !ok || amount <= 0 {
-		return limiter.Decision{}, false
-	}
-	remote := l.remote(tr.from)
-	t := breaker.Ticket{Allowed: true}
-	if remote {
-		if t = l.allowStore(nil); !t.Allowed {
-			return limiter.Decision{}, false // the breaker is open: the points return by refill
-		}
-	}
-	tctx, cancel := l.storeContext(ctx)
-	d, err := r.Refund(tctx, tr.key, p.limit, amount)
-	cancel()
-	if remote {
-		l.storeDone(ctx, t, err, nil)
-	}
-	if err != nil {
-		l.refundFailed(ctx, p, err)
-		return limiter.Decision{}, false
-	}
-	if remote && l.remember {
-		l.stores.Fallback().Observe(tr.key, p.limit, 0, d)
-	}
-	return d, true
-}
-
-// refundFailed logs a refund that failed, at most once a minute per plan.
-func (l *Limiter) refundFailed(ctx context.Context, p *plan, err error) {
-	if held, due := p.refundWarn.due(l.clock.Now().Sub(l.start)); due && ctx.Err() == nil {
-		l.log.WarnContext(ctx, "middleware: giving points back failed; they return by refill",
-			"err", err, "plan", p.name, "failures_since_last_warning", held+1)
-	}
-}
 
 // settleActual prices what an executed operation's response holds (its
 // actual cost: each list sized by the items it returned) and settles the
@@ -80,10 +32,10 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	o, cost, costPlan := st.outcome, st.cost, st.costPlan
 	st.mu.Unlock()
 	op := opCtx.Operation
-	if cost == 0 || o.verdict != admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
+	if cost == 0 || o.Verdict != budget.Admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
 		return // not executed as priced, or a stream: the requested cost stands
 	}
-	if o.charged == 0 && o.shadowed == 0 {
+	if o.Charged == 0 && o.Shadowed == 0 {
 		return // a dry run: priced, not executed, nothing debited
 	}
 	if opCtx.DisableIntrospection && onlyIntrospection(opCtx.Doc, op.SelectionSet) {
@@ -115,71 +67,22 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 	if up := st.uploadCost(); up > 0 {
 		actual = min(actual, 1<<63-1-up) + up
 	}
-	var refunded, excess int64
-	settles := o.shadowed == 0 && o.charged == cost
-	switch {
-	case settles && actual < cost && !st.plan.DisableRefund && len(resp.Errors) == 0:
-		refunded = e.l.refundPaid(ctx, st, &o, cost-actual)
-	case settles && actual > cost:
-		excess = actual - cost
-		e.l.takeExcess(ctx, st, &o, excess, opCtx.OperationName)
-	}
+	o = e.l.engine.Settle(ctx, st.request(st.currentLane(), cost, nil), o, actual, len(resp.Errors) == 0, opCtx.OperationName)
+	refunded, excess := o.Refunded, o.Excess
 	st.mu.Lock()
 	st.outcome, st.actual, st.hasActual, st.refunded, st.excess = o, actual, true, refunded, excess
 	st.mu.Unlock()
 }
 
-// refundPaid refunds amount of what request st paid to each budget it was
-// debited from (its bucket, its quota, its lane's budget), updating o, and
-// returns what its bucket took back (0 when the refund failed or was
-// skipped).
-func (l *Limiter) refundPaid(ctx context.Context, st *requestState, o *outcome, amount int64) (refunded int64) {
-	if d, ok := l.refund(ctx, st.plan, o.trace, amount); ok {
-		o.decision, refunded = d, amount
-	}
-	l.refundQuota(ctx, st.plan, o, amount)
-	if ln := st.currentLane(); o.laneCharged == o.charged && ln != nil && ln.budget != nil {
-		l.refund(ctx, ln.budget, o.laneTrace, amount)
-	}
-	return refunded
-}
-
-// takeExcess debits excess, what a response held beyond its price, from
-// each budget the request was debited from (its bucket, its quota, its
-// lane's budget), saturating at empty, and warns at most once a minute
-// per plan that the schema's assumed sizes are below what it returns.
-func (l *Limiter) takeExcess(ctx context.Context, st *requestState, o *outcome, excess int64, operation string) {
-	p := st.plan
-	if d, ok := l.takeSpent(ctx, o.trace.from, limiter.Request{Key: o.trace.key, Limit: p.limit, Cost: excess}); ok {
-		o.decision = d
-	}
-	if p.quota != nil && len(o.groups) > 0 {
-		g := o.groups[len(o.groups)-1] // the principal's: the bucket, then the quota
-		if len(g.reqs) >= 2 && g.reqs[1].Name == quotaBudget && len(o.limits) > 0 {
-			req := g.reqs[1]
-			req.Cost = excess
-			if d, ok := l.takeSpent(ctx, g.from, req); ok {
-				o.limits[0].d = d
-			}
-		}
-	}
-	if ln := st.currentLane(); o.laneCharged == o.charged && ln != nil && ln.budget != nil {
-		l.takeSpent(ctx, o.laneTrace.from, limiter.Request{Key: o.laneTrace.key, Limit: ln.budget.limit, Cost: excess})
-	}
-	if held, due := p.excessWarn.due(l.clock.Now().Sub(l.start)); due {
-		l.log.WarnContext(ctx, "middleware: a response held more than its price (a list returned more items than the size it was priced at, an assumed size or a slicing argument its resolver ignored); the excess was debited after the response. Give the list a slicing argument or @listSize(assumedSize:) that bounds it",
-			"plan", p.name, "operation", operation, "excess", excess, "excesses_since_last_warning", held+1)
-	}
-}
-
 // refuseIntrospection settles an operation whose every root field gqlgen
 // refused as introspection: it pays InvalidCost, the rest of its price
 // goes back to the budgets debited, refunds on or off.
-func (e *Extension) refuseIntrospection(ctx context.Context, st *requestState, o outcome, cost int64) {
+func (e *Extension) refuseIntrospection(ctx context.Context, st *requestState, o budget.Outcome, cost int64) {
 	invalid := min(st.set.gql.InvalidCost, cost)
 	var refunded int64
-	if o.shadowed == 0 && o.charged == cost && cost > invalid {
-		refunded = e.l.refundPaid(ctx, st, &o, cost-invalid)
+	if o.Shadowed == budget.Admitted && o.Charged == cost && cost > invalid {
+		o = e.l.engine.Refund(ctx, st.request(st.currentLane(), cost, nil), o, cost-invalid)
+		refunded = o.Refunded
 	}
 	st.mu.Lock()
 	st.outcome, st.actual, st.hasActual, st.refunded = o, invalid, true, refunded

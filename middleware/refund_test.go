@@ -13,7 +13,10 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/middleware"
 )
@@ -53,7 +56,7 @@ func TestRefundBeforeHeaders(t *testing.T) {
 		query(t, h, query61, bearer(aliceKey))
 	}
 	cfg2 := withRefunds(testConfig(t, newClock()))
-	cfg2.Plans = map[string]middleware.Plan{"free": {Burst: 61, Rate: 1, Per: time.Hour}, "anon": testPlans()["anon"]}
+	cfg2.Plans = map[string]budget.Plan{"free": {Burst: 61, Rate: 1, Per: time.Hour}, "anon": testPlans()["anon"]}
 	lim2 := newLimiter(t, cfg2)
 	h2 := graphQLServer(lim2, newTestSchema())
 	query(t, h2, mutation11, bearer(aliceKey))
@@ -95,17 +98,6 @@ func TestNoRefundWhenTheResponseHasErrors(t *testing.T) {
 	}
 }
 
-// A Take-only store cannot refund: the requested cost stays.
-func TestNoRefundWithoutStoreRefund(t *testing.T) {
-	cfg := withRefunds(testConfig(t, newClock()))
-	cfg.Store = takeOnly{cfg.Store.(limiter.Store)}
-	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
-	w, resp := query(t, h, query61, bearer(aliceKey))
-	if *resp.Extensions.Cost.ActualQueryCost != 1 || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
-		t.Errorf("actual %d, remaining %s", *resp.Extensions.Cost.ActualQueryCost, w.Header().Get(middleware.HeaderXRateLimitRemaining))
-	}
-}
-
 // refundCounter is a toggleStore that counts the Refund calls reaching it.
 type refundCounter struct {
 	*toggleStore
@@ -129,16 +121,16 @@ func TestNoRefundWhileBreakerOpen(t *testing.T) {
 		refunds     int64
 		remaining   string
 		refunded    int64
-		breaker     middleware.BreakerState
+		breaker     guard.BreakerState
 	}{
-		{"closed: refunded", false, 1, "99", 60, middleware.BreakerClosed},
-		{"open: skipped", true, 0, "39", 0, middleware.BreakerOpen},
+		{"closed: refunded", false, 1, "99", 60, guard.BreakerClosed},
+		{"open: skipped", true, 0, "39", 0, guard.BreakerOpen},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := withRefunds(testConfig(t, newClock()))
 			store := &refundCounter{toggleStore: &toggleStore{Store: cfg.Store.(*memorystore.Store)}}
 			cfg.Store = store
-			cfg.Breaker = middleware.BreakerOptions{Failures: 3, CoolDown: time.Minute}
+			cfg.Breaker = breaker.Config{Failures: 3, CoolDown: time.Minute}
 			rec := &recorder{}
 			cfg.Observer = rec
 			lim := newLimiter(t, cfg)

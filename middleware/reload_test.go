@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 )
@@ -25,7 +26,7 @@ func TestReloadSwapsSettings(t *testing.T) {
 
 	next := cfg
 	next.Plans = testPlans()
-	next.Plans["free"] = middleware.Plan{Burst: 200, Rate: 100, Per: 100 * time.Second}
+	next.Plans["free"] = budget.Plan{Burst: 200, Rate: 100, Per: 100 * time.Second}
 	next.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{"carol-key": {Principal: "carol", Plan: "free"}})
 	next.REST = middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 15}}
 	next.GraphQL.MaxDepth = 2
@@ -111,7 +112,7 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 func TestReloadUnderLoad(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
-	cfg.Plans["free"] = middleware.Plan{Burst: 1 << 30, Rate: 1 << 30, Per: time.Second}
+	cfg.Plans["free"] = budget.Plan{Burst: 1 << 30, Rate: 1 << 30, Per: time.Second}
 	lim := newLimiter(t, cfg)
 	h := graphQLServer(lim, newTestSchema())
 
@@ -128,7 +129,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			}
 			next := cfg
 			next.Plans = testPlans()
-			next.Plans["free"] = middleware.Plan{Burst: 1<<30 + int64(i%2), Rate: 1 << 30, Per: time.Second}
+			next.Plans["free"] = budget.Plan{Burst: 1<<30 + int64(i%2), Rate: 1 << 30, Per: time.Second}
 			next.GraphQL.MaxDepth = 10 + i%2
 			if err := lim.Reload(next); err != nil {
 				t.Error(err)

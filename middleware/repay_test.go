@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
-	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -31,7 +31,7 @@ func TestFailOpenRepaysEveryBudgetWhenTheStoreAnswers(t *testing.T) {
 		links[i].healthy.Store(true)
 		cfg := testConfig(t, clock)
 		cfg.Store = links[i]
-		cfg.FailureMode = middleware.FailOpen
+		cfg.FailureMode = budget.FailOpen
 		limiters[i] = newLimiter(t, cfg)
 		handlers[i] = graphQLServer(limiters[i], newTestSchema())
 	}
@@ -79,7 +79,7 @@ func TestFailOpenRepaysEveryBudgetWhenTheStoreAnswers(t *testing.T) {
 // blockingStore holds the Takes of keys containing block until their ctx
 // ends, counting those in flight and telling entered of each.
 type blockingStore struct {
-	inner    stack.Taker
+	inner    limiter.Store
 	block    atomic.Pointer[string]
 	inFlight atomic.Int64
 	entered  chan struct{}
@@ -99,6 +99,10 @@ func (s *blockingStore) Take(ctx context.Context, key string, l limiter.Limit, c
 	return s.inner.Take(ctx, key, l, cost)
 }
 
+func (s *blockingStore) Refund(ctx context.Context, key string, l limiter.Limit, amount int64) (limiter.Decision, error) {
+	return s.inner.Refund(ctx, key, l, amount)
+}
+
 // Close stops the flush: the debit in flight ends within StoreTimeout,
 // and no goroutine of the flush is left.
 func TestCloseStopsTheRepayment(t *testing.T) {
@@ -108,7 +112,7 @@ func TestCloseStopsTheRepayment(t *testing.T) {
 	link.healthy.Store(true)
 	store := &blockingStore{inner: link, entered: make(chan struct{}, 1)}
 	cfg.Store = store
-	cfg.FailureMode = middleware.FailOpen
+	cfg.FailureMode = budget.FailOpen
 	cfg.StoreTimeout = 20 * time.Millisecond
 	lim, err := middleware.New(cfg)
 	if err != nil {

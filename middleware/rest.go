@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 )
 
@@ -29,7 +30,7 @@ func (s *settings) buildRoutes(o RESTOptions) error {
 	smallest := s.smallestPlan()
 	if s.restCost > smallest.Burst {
 		return fmt.Errorf("%w: REST default cost %d is more than the burst %d of plan %q: no request on that plan could ever pass",
-			ErrInvalidConfig, s.restCost, smallest.Burst, smallest.name)
+			ErrInvalidConfig, s.restCost, smallest.Burst, smallest.Name())
 	}
 	s.routes = http.NewServeMux()
 	patterns := make([]string, 0, len(o.Routes))
@@ -44,7 +45,7 @@ func (s *settings) buildRoutes(o RESTOptions) error {
 		}
 		if cost > smallest.Burst {
 			return fmt.Errorf("%w: REST route %q costs %d, more than the burst %d of plan %q: no request on that plan could ever pass",
-				ErrInvalidConfig, pattern, cost, smallest.Burst, smallest.name)
+				ErrInvalidConfig, pattern, cost, smallest.Burst, smallest.Name())
 		}
 		if err := handlePattern(s.routes, pattern, routeCost(cost)); err != nil {
 			return fmt.Errorf("%w: REST route %q: %v", ErrInvalidConfig, pattern, err)
@@ -123,7 +124,7 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 		ln := set.laneForREST(r, id)
 		if !l.boundRESTBody(w, r) {
 			if l.observing(r.Context()) {
-				e := l.newEvent(KindREST, id, p, ln, outcome{verdict: capExceeded}, cost, "request_too_large")
+				e := l.newEvent(KindREST, id, p, ln, budget.Outcome{Verdict: budget.CapExceeded}, cost, "request_too_large")
 				l.report(r.Context(), &e)
 			}
 			return
@@ -132,50 +133,50 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 		if !ok {
 			l.challenge(r.Context(), w.Header(), id, ln)
 			if l.observing(r.Context()) && r.Context().Err() == nil {
-				e := l.newEvent(KindREST, id, p, ln, outcome{verdict: shed}, cost, answers[shed].restCode)
+				e := l.newEvent(KindREST, id, p, ln, budget.Outcome{Verdict: budget.Shed}, cost, budget.Shed.Answer().RESTCode)
 				l.report(r.Context(), &e)
 			}
-			writeRESTError(w, http.StatusServiceUnavailable, answers[shed].restCode, l.shedRetryAfter())
+			writeRESTError(w, http.StatusServiceUnavailable, budget.Shed.Answer().RESTCode, l.shedRetryAfter())
 			return
 		}
 		defer adm.done()
-		sl, refused := l.takeSlot(r.Context(), id, p)
+		req := budget.Request{Key: id.Key, Rule: p.Rule, Lane: ln.budgetRule(), Cost: cost}
+		sl, refused := l.engine.AcquireSlot(r.Context(), req)
 		if refused != nil {
-			a := answers[refused.verdict]
+			a := refused.Verdict.Answer()
 			if l.observing(r.Context()) && r.Context().Err() == nil {
-				e := l.newEvent(KindREST, id, p, ln, *refused, cost, a.restCode)
+				e := l.newEvent(KindREST, id, p, ln, *refused, cost, a.RESTCode)
 				l.report(r.Context(), &e)
 			}
-			writeRESTError(w, a.restStatus, a.restCode, max(refused.retryAfter, 1))
+			writeRESTError(w, a.RESTStatus, a.RESTCode, max(refused.RetryAfter, 1))
 			return
 		}
-		defer sl.release()
-		o := l.spendAll(r.Context(), set, id, "", p, ln, cost, nil)
-		l.shadow(r.Context(), p, &o)
-		if o.known {
-			setOutcomeHeaders(w.Header(), p, &o, l.clock.Now())
+		defer sl.Release()
+		o := l.engine.Charge(r.Context(), req)
+		if o.Known {
+			set.setOutcomeHeaders(w.Header(), p, &o, l.clock.Now())
 		}
 		if l.observing(r.Context()) {
-			code := answers[o.verdict].restCode
-			if o.shadowed != 0 {
-				code = answers[o.shadowed].restCode
+			code := o.Verdict.Answer().RESTCode
+			if o.Shadowed != 0 {
+				code = o.Shadowed.Answer().RESTCode
 			}
 			e := l.newEvent(KindREST, id, p, ln, o, cost, code)
 			l.report(r.Context(), &e)
 		}
-		switch o.verdict {
-		case admitted:
+		switch o.Verdict {
+		case budget.Admitted:
 			next.ServeHTTP(w, l.withDegradation(r))
-		case rateLimited, overBudget, unavailable, quotaExceeded:
-			if o.verdict == rateLimited {
+		case budget.RateLimited, budget.OverBudget, budget.Unavailable, budget.QuotaExceeded:
+			if o.Verdict == budget.RateLimited {
 				l.challenge(r.Context(), w.Header(), id, ln)
 			}
-			a := answers[o.verdict]
-			retry := o.retryAfter
-			if a.restStatus == http.StatusTooManyRequests {
+			a := o.Verdict.Answer()
+			retry := o.RetryAfter
+			if a.RESTStatus == http.StatusTooManyRequests {
 				retry = max(retry, 1) // a 429 always says when to come back
 			}
-			writeRESTError(w, a.restStatus, a.restCode, retry)
+			writeRESTError(w, a.RESTStatus, a.RESTCode, retry)
 		}
 	})
 }
@@ -186,7 +187,7 @@ func (l *Limiter) restIdentifyFailed(w http.ResponseWriter, r *http.Request, err
 		return
 	}
 	l.log.ErrorContext(r.Context(), "middleware: cannot identify the request; answering 503", "err", err)
-	writeRESTError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", l.retryAfter(unavailableRetryAfter))
+	writeRESTError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", l.engine.RetryAfter(budget.UnavailableRetryAfter))
 }
 
 // writeRESTError writes {"error":code} and, when retryAfter > 0, the

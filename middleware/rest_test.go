@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 )
@@ -114,7 +115,7 @@ func TestRetryAfterNeverEarly(t *testing.T) {
 	for _, cost := range []int64{1, 3, 7} {
 		clock := newClock()
 		cfg := testConfig(t, clock)
-		cfg.Plans = map[string]middleware.Plan{"p": {Burst: 7, Rate: 3, Per: 7 * time.Second}} // 3 points per 7 s: waits are fractional
+		cfg.Plans = map[string]budget.Plan{"p": {Burst: 7, Rate: 3, Per: 7 * time.Second}} // 3 points per 7 s: waits are fractional
 		cfg.AnonymousPlan = "p"
 		cfg.APIKeys = nil
 		cfg.REST = middleware.RESTOptions{DefaultCost: cost}
@@ -195,9 +196,9 @@ func TestConfigRefused(t *testing.T) {
 		{"negative route cost", func(c *middleware.Config) { c.REST.Routes = map[string]int64{"/x": -1} }, []string{`"/x"`, "negative"}},
 		{"malformed pattern", func(c *middleware.Config) { c.REST.Routes = map[string]int64{"GET  /x {": 1} }, []string{"REST route"}},
 		{"no plans", func(c *middleware.Config) { c.Plans = nil }, []string{"no plans"}},
-		{"zero burst", func(c *middleware.Config) { c.Plans["free"] = middleware.Plan{Rate: 1, Per: time.Second} }, []string{`plan "free"`, "positive"}},
-		{"negative rate", func(c *middleware.Config) { c.Plans["free"] = middleware.Plan{Burst: 1, Rate: -1, Per: time.Second} }, []string{`plan "free"`}},
-		{"sub-microsecond period", func(c *middleware.Config) { c.Plans["free"] = middleware.Plan{Burst: 1, Rate: 1, Per: 1500} }, []string{`plan "free"`, "microseconds"}},
+		{"zero burst", func(c *middleware.Config) { c.Plans["free"] = budget.Plan{Rate: 1, Per: time.Second} }, []string{`plan "free"`, "positive"}},
+		{"negative rate", func(c *middleware.Config) { c.Plans["free"] = budget.Plan{Burst: 1, Rate: -1, Per: time.Second} }, []string{`plan "free"`}},
+		{"sub-microsecond period", func(c *middleware.Config) { c.Plans["free"] = budget.Plan{Burst: 1, Rate: 1, Per: 1500} }, []string{`plan "free"`, "microseconds"}},
 		{"unknown anonymous plan", func(c *middleware.Config) { c.AnonymousPlan = "gold" }, []string{`"gold"`}},
 		{"missing anonymous plan", func(c *middleware.Config) { c.AnonymousPlan = "" }, []string{"anonymous plan"}},
 		{"key grants unknown plan", func(c *middleware.Config) {
@@ -205,7 +206,7 @@ func TestConfigRefused(t *testing.T) {
 		}, []string{`"gold"`}},
 		{"bad failure mode", func(c *middleware.Config) { c.FailureMode = "maybe" }, []string{`"maybe"`}},
 		{"bad plan failure mode", func(c *middleware.Config) {
-			c.Plans["free"] = middleware.Plan{Burst: 1, Rate: 1, Per: time.Second, FailureMode: "sometimes"}
+			c.Plans["free"] = budget.Plan{Burst: 1, Rate: 1, Per: time.Second, FailureMode: "sometimes"}
 		}, []string{`"sometimes"`}},
 		{"negative timeout", func(c *middleware.Config) { c.StoreTimeout = -time.Second }, []string{"StoreTimeout"}},
 		{"jitter above 1", func(c *middleware.Config) { c.RetryAfterJitter = 1.5 }, []string{"RetryAfterJitter"}},
@@ -214,7 +215,7 @@ func TestConfigRefused(t *testing.T) {
 		{"bad proxy header", func(c *middleware.Config) { c.ProxyHeader = "X-Real-IP" }, []string{`"X-Real-IP"`}},
 		{"negative GraphQL option", func(c *middleware.Config) { c.GraphQL.MaxDepth = -2 }, []string{"GraphQL", "MaxDepth", "None"}},
 		{"no default list size", func(c *middleware.Config) { c.GraphQL.DefaultListSize = middleware.None }, []string{"DefaultListSize"}},
-		{"plan name with a control character", func(c *middleware.Config) { c.Plans["a\nb"] = middleware.Plan{Burst: 1, Rate: 1, Per: time.Second} }, []string{"plan name"}},
+		{"plan name with a control character", func(c *middleware.Config) { c.Plans["a\nb"] = budget.Plan{Burst: 1, Rate: 1, Per: time.Second} }, []string{"plan name"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

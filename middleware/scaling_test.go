@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/memorystore"
@@ -34,13 +35,6 @@ func (c *countingStore) Refund(ctx context.Context, key string, l limiter.Limit,
 	return c.Store.Refund(ctx, key, l, n)
 }
 
-// takeOnly hides Refund: a stack.Taker but not a limiter.Store.
-type takeOnly struct{ s limiter.Store }
-
-func (t takeOnly) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
-	return t.s.Take(ctx, key, l, cost)
-}
-
 func newMemoryStore(t *testing.T, clock limiter.Clock) *memorystore.Store {
 	t.Helper()
 	m, err := memorystore.New(memorystore.Config{Clock: clock})
@@ -58,7 +52,7 @@ func newMemoryStore(t *testing.T, clock limiter.Clock) *memorystore.Store {
 func TestOverLimitCacheModes(t *testing.T) {
 	cases := []struct {
 		name   string
-		store  func(mem *memorystore.Store) stack.Taker
+		store  func(mem *memorystore.Store) limiter.Store
 		mode   stack.OverLimitCache
 		cached bool
 		err    string
@@ -67,11 +61,8 @@ func TestOverLimitCacheModes(t *testing.T) {
 		{"shared store, auto", shared, stack.OverLimitCacheAuto, true, ""},
 		{"shared store, on", shared, stack.OverLimitCacheOn, true, ""},
 		{"shared store, off", shared, stack.OverLimitCacheOff, false, ""},
-		{"memory store, auto", func(m *memorystore.Store) stack.Taker { return m }, stack.OverLimitCacheAuto, false, ""},
-		{"memory store, on", func(m *memorystore.Store) stack.Taker { return m }, stack.OverLimitCacheOn, true, ""},
-		{"take-only store, auto", func(m *memorystore.Store) stack.Taker { return takeOnly{m} }, "", false, ""},
-		{"take-only store, on", func(m *memorystore.Store) stack.Taker { return takeOnly{m} }, stack.OverLimitCacheOn,
-			false, `OverLimitCache "on" needs a Store with Refund`},
+		{"memory store, auto", func(m *memorystore.Store) limiter.Store { return m }, stack.OverLimitCacheAuto, false, ""},
+		{"memory store, on", func(m *memorystore.Store) limiter.Store { return m }, stack.OverLimitCacheOn, true, ""},
 		{"unknown mode", shared, "sometimes", false, `OverLimitCache "sometimes" is none of "auto", "on", "off"`},
 	}
 	for _, c := range cases {
@@ -119,7 +110,7 @@ func TestOverLimitCacheModes(t *testing.T) {
 	}
 }
 
-func shared(m *memorystore.Store) stack.Taker { return &countingStore{Store: m} }
+func shared(m *memorystore.Store) limiter.Store { return &countingStore{Store: m} }
 
 // A SplitBudget plan is served from leases; an exact plan next to it
 // still asks the store for every request. Close gives the leases back.
@@ -129,7 +120,7 @@ func TestSplitBudgetPlans(t *testing.T) {
 	store := &countingStore{Store: mem}
 	cfg := testConfig(t, clock)
 	cfg.Store = store
-	cfg.Plans = map[string]middleware.Plan{
+	cfg.Plans = map[string]budget.Plan{
 		"ux":      {Burst: 100, Rate: 100, Per: 100 * time.Second, SplitBudget: true},
 		"billing": {Burst: 100, Rate: 100, Per: 100 * time.Second},
 		"anon":    {Burst: 20, Rate: 20, Per: 100 * time.Second},
@@ -187,11 +178,10 @@ func TestSplitBudgetConfig(t *testing.T) {
 	mem := newMemoryStore(t, clock)
 	cases := []struct {
 		name  string
-		store stack.Taker
+		store limiter.Store
 		opts  middleware.SplitBudgetOptions
 		err   string
 	}{
-		{"take-only store", takeOnly{mem}, middleware.SplitBudgetOptions{}, `plan "free": SplitBudget needs a Store with Refund`},
 		{"lease fraction above 1", mem, middleware.SplitBudgetOptions{LeaseFraction: 2}, "LeaseFraction 2 is not in (0, 1]"},
 		{"negative settle interval", mem, middleware.SplitBudgetOptions{SettleInterval: -time.Second}, "SettleInterval must not be negative"},
 	}

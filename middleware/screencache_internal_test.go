@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 )
@@ -92,7 +93,7 @@ func TestScreenedQueryKeep(t *testing.T) {
 // every request is still screened: the last one is found in the cache.
 func TestScreenCacheBoundedOverHTTP(t *testing.T) {
 	l, err := New(Config{
-		Plans:         map[string]Plan{"anon": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
+		Plans:         map[string]budget.Plan{"anon": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 		AnonymousPlan: "anon",
 		Clock:         limiter.SystemClock{},
 		Logger:        slog.New(slog.DiscardHandler),

@@ -3,13 +3,12 @@ package middleware
 import (
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
-	"github.com/costguard/costguard/limiter"
 )
 
 // settings is the part of a Limiter's configuration Reload may swap: the
@@ -17,21 +16,20 @@ import (
 // and the modes. It is immutable once built; a request loads the current
 // one once and keeps it to its end, so a swap never mixes two.
 type settings struct {
+	// pol is what the budget engine decides by; plans are its plans with
+	// their headers.
+	pol      *budget.Policy
 	plans    map[string]*plan
 	ident    identity.Identifier
 	gql      GraphQLOptions
 	routes   *http.ServeMux
 	restCost int64
 	lanes    []*lane // in order; empty: no lanes
-	failOpen bool    // the global failure mode, for lane budgets
-	// fieldLimits by coordinate (nil: none); fieldCoords are their
-	// coordinates, sorted, as the analyzer counts them.
-	fieldLimits map[string]*fieldLimit
-	fieldCoords []string
-	// addrKey keys a request by its client address, for limits ByIP;
-	// anyByIP says whether a field limit needs it.
+	// fieldHeaders are the field limits' RateLimit-Policy names and items,
+	// by coordinate.
+	fieldHeaders map[string]limitHeaders
+	// addrKey keys a request by its client address, for limits ByIP.
 	addrKey func(*http.Request) string
-	anyByIP bool
 	// maxSubscriptions caps a principal's open subscriptions (0: no cap).
 	maxSubscriptions int
 }
@@ -39,24 +37,33 @@ type settings struct {
 // compileSettings validates the reloadable part of cfg.
 func compileSettings(cfg Config) (*settings, error) {
 	s := &settings{}
-	failure := cfg.FailureMode
-	if failure == "" {
-		failure = FailOpen
-	}
-	if failure != FailOpen && failure != FailClosed {
-		return nil, fmt.Errorf("%w: failure mode %q is neither %q nor %q", ErrInvalidConfig, failure, FailOpen, FailClosed)
-	}
-	mode := cfg.Mode
-	if mode == "" {
-		mode = Enforce
-	}
-	if mode != Enforce && mode != Shadow {
-		return nil, fmt.Errorf("%w: mode %q is neither %q nor %q", ErrInvalidConfig, mode, Enforce, Shadow)
-	}
-	s.failOpen = failure == FailOpen
-	if err := s.buildPlans(cfg.Plans, failure, mode); err != nil {
+	gql, err := normalizeGraphQL(cfg.GraphQL)
+	if err != nil {
 		return nil, err
 	}
+	s.gql = gql
+	if cfg.Concurrency.PerPrincipal < 0 {
+		return nil, fmt.Errorf("%w: Concurrency.PerPrincipal %d is negative", ErrInvalidConfig, cfg.Concurrency.PerPrincipal)
+	}
+	var lanes []budget.LaneBudget
+	for _, ln := range cfg.Lanes {
+		if b := ln.Budget; b != nil && budget.ValidName(ln.Name) {
+			lanes = append(lanes, budget.LaneBudget{Name: ln.Name, Burst: b.Burst, Rate: b.Rate, Per: b.Per})
+		}
+	}
+	if s.pol, err = budget.Compile(budget.Config{
+		Plans:         cfg.Plans,
+		FieldLimits:   cfg.FieldLimits,
+		Lanes:         lanes,
+		Mode:          cfg.Mode,
+		FailureMode:   cfg.FailureMode,
+		InvalidCost:   gql.InvalidCost,
+		MaxConcurrent: cfg.Concurrency.PerPrincipal,
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	s.buildPlans()
+	s.buildFieldHeaders()
 	if _, ok := s.plans[cfg.AnonymousPlan]; !ok {
 		return nil, fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, s.planList())
 	}
@@ -69,7 +76,6 @@ func compileSettings(cfg Config) (*settings, error) {
 	}
 	s.ident = cfg.Identifier
 	if s.ident == nil {
-		var err error
 		s.ident, err = identity.NewChain(identity.ChainConfig{
 			Keys:           cfg.APIKeys,
 			AnonymousPlan:  cfg.AnonymousPlan,
@@ -80,17 +86,9 @@ func compileSettings(cfg Config) (*settings, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
-	gql, err := normalizeGraphQL(cfg.GraphQL)
-	if err != nil {
-		return nil, err
-	}
-	s.gql = gql
 	if smallest := s.smallestPlan(); max(gql.InvalidCost, gql.MinCost) > smallest.Burst {
 		return nil, fmt.Errorf("%w: GraphQL InvalidCost (%d) and MinCost (%d) must not exceed the burst %d of plan %q",
-			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.name)
-	}
-	if err := s.buildFieldLimits(cfg.FieldLimits); err != nil {
-		return nil, err
+			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.Name())
 	}
 	if s.addrKey, err = identity.NewAddressKey(identity.ChainConfig{TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -99,9 +97,6 @@ func compileSettings(cfg Config) (*settings, error) {
 		return nil, err
 	}
 	if err := s.buildLanes(cfg.Lanes); err != nil {
-		return nil, err
-	}
-	if err := s.buildConcurrency(cfg); err != nil {
 		return nil, err
 	}
 	if s.maxSubscriptions, err = cfg.Subscriptions.maxSubscriptions(); err != nil {
@@ -113,46 +108,6 @@ func compileSettings(cfg Config) (*settings, error) {
 // overflowKeys is the room for overflow buckets: one per plan, with spare
 // room for the plans a Reload adds.
 func overflowKeys(plans int) int { return max(2*plans, 64) }
-
-// overflowBudgets is how many overflow budgets s may need: per plan a
-// bucket, a quota and the field limits, and a bucket per lane budget.
-func (s *settings) overflowBudgets() int {
-	n := len(s.plans) * (2 + len(s.fieldLimits))
-	for _, ln := range s.lanes {
-		if ln.budget != nil {
-			n++
-		}
-	}
-	return n
-}
-
-// attachStores gives each plan of s its store: exact, or leased for a
-// SplitBudget plan when the stores have leases.
-func (l *Limiter) attachStores(s *settings) error {
-	buckets := s.overflowBudgets()
-	for _, ln := range s.lanes {
-		if ln.budget != nil {
-			ln.budget.store = l.stores.Store(false)
-		}
-	}
-	if buckets > l.overflowRoom {
-		return fmt.Errorf("%w: %d overflow budgets (plans × (bucket, quota, field limits) and lane budgets): the Limiter has room for %d without a restart", ErrInvalidConfig, buckets, l.overflowRoom)
-	}
-	for _, p := range s.plans {
-		if p.SplitBudget && !l.splitBudget {
-			return fmt.Errorf("%w: plan %q: SplitBudget needs split-budget leases, which the Limiter was built without (no plan had SplitBudget); restart to add them", ErrInvalidConfig, p.name)
-		}
-		p.store = l.stores.Store(p.SplitBudget)
-		if s.multiLimited(p) {
-			multi, err := l.stores.StoreAll(p.SplitBudget)
-			if err != nil {
-				return fmt.Errorf("%w: plan %q: quotas and field limits need a stack.Taker that decides several budgets at once (limiter.MultiTaker: memorystore, redisstore): %w", ErrInvalidConfig, p.name, err)
-			}
-			p.multi = multi
-		}
-	}
-	return nil
-}
 
 // Reload validates cfg and swaps in its plans, anonymous plan, API keys and
 // identification (APIKeys, Identifier, TrustedProxies, ProxyHeader),
@@ -172,8 +127,8 @@ func (l *Limiter) Reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := l.attachStores(s); err != nil {
-		return err
+	if err := l.engine.Check(s.pol); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := l.checkChallenges(s); err != nil {
 		return err
@@ -182,71 +137,41 @@ func (l *Limiter) Reload(cfg Config) error {
 		return err
 	}
 	l.settings.Store(s)
-	return nil
+	return l.engine.Swap(s.pol) // checked above; it cannot fail
 }
 
 // current returns the settings in force.
 func (l *Limiter) current() *settings { return l.settings.Load() }
 
-func (s *settings) buildPlans(plans map[string]Plan, mode FailureMode, global Mode) error {
-	if len(plans) == 0 {
-		return fmt.Errorf("%w: no plans", ErrInvalidConfig)
-	}
-	s.plans = make(map[string]*plan, len(plans))
-	for name, p := range plans {
-		if !validPlanName(name) {
-			return fmt.Errorf("%w: plan name %q must be non-empty printable ASCII", ErrInvalidConfig, name)
-		}
-		if p.Burst <= 0 || p.Rate <= 0 || p.Per <= 0 {
-			return fmt.Errorf("%w: plan %q: burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, name, p.Burst, p.Rate, p.Per)
-		}
-		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: p.Burst, Rate: p.Rate, Period: p.Per}
-		if err := limit.Validate(); err != nil {
-			return fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, name, err)
-		}
-		pm := p.FailureMode
-		if pm == "" {
-			pm = mode
-		}
-		shadow := p.Mode
-		if shadow == "" {
-			shadow = global
-		}
-		if shadow != Enforce && shadow != Shadow {
-			return fmt.Errorf("%w: plan %q: mode %q is neither %q nor %q", ErrInvalidConfig, name, shadow, Enforce, Shadow)
-		}
-		if pm != FailOpen && pm != FailClosed {
-			return fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, pm, FailOpen, FailClosed)
-		}
+// buildPlans puts the rate-limit headers of each plan of the policy
+// beside it.
+func (s *settings) buildPlans() {
+	s.plans = make(map[string]*plan, len(s.pol.PlanNames()))
+	for _, name := range s.pol.PlanNames() {
+		r, _ := s.pol.Plan(name)
 		q := sfString(name)
-		policy := fmt.Sprintf("%s;q=%d;w=%d", q, p.Burst, fillSeconds(p.Burst, p.Rate, p.Per))
-		quota, err := buildQuota(name, p, policy)
-		if err != nil {
-			return err
-		}
-		s.plans[name] = &plan{
-			quota:        quota,
-			Plan:         p,
-			name:         name,
-			limit:        limit,
-			failOpen:     pm == FailOpen,
-			shadow:       shadow == Shadow,
+		p := &plan{
+			Rule:         r,
 			quotedName:   q,
-			burstText:    strconv.FormatInt(p.Burst, 10),
-			policyHeader: policy,
-			restoreRate:  float64(p.Rate) / p.Per.Seconds(),
+			burstText:    strconv.FormatInt(r.Burst, 10),
+			policyHeader: fmt.Sprintf("%s;q=%d;w=%d", q, r.Burst, fillSeconds(r.Burst, r.Rate, r.Per)),
+			restoreRate:  float64(r.Rate) / r.Per.Seconds(),
 		}
+		if qr := r.QuotaRule(); qr != nil {
+			p.quotaQuoted = sfString(qr.Name)
+			p.quotaPolicy = p.quotaQuoted + ";q=" + strconv.FormatInt(qr.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(qr.Limit.Period), 10)
+			p.bothPolicies = p.policyHeader + ", " + p.quotaPolicy
+		}
+		s.plans[name] = p
 	}
-	return nil
 }
 
 // planList names the plans, sorted, for error messages.
 func (s *settings) planList() string {
 	names := make([]string, 0, len(s.plans))
-	for n := range s.plans {
+	for _, n := range s.pol.PlanNames() {
 		names = append(names, fmt.Sprintf("%q", n))
 	}
-	slices.Sort(names)
 	return strings.Join(names, ", ")
 }
 
@@ -254,8 +179,8 @@ func (s *settings) planList() string {
 // one a fixed cost is checked against.
 func (s *settings) smallestPlan() *plan {
 	var min *plan
-	for _, p := range s.plans {
-		if min == nil || p.Burst < min.Burst || (p.Burst == min.Burst && p.name < min.name) {
+	for _, name := range s.pol.PlanNames() { // sorted: ties go to the first name
+		if p := s.plans[name]; min == nil || p.Burst < min.Burst {
 			min = p
 		}
 	}
@@ -276,32 +201,56 @@ func orDefault[T int | int64](name string, v *T, def T) error {
 	return nil
 }
 
+// DefaultGraphQLOptions returns the value each zero field of
+// GraphQLOptions takes (0 for MaxCost and UploadCostPerMiB: no cap, no
+// cost). Each default is written here once.
+func DefaultGraphQLOptions() GraphQLOptions {
+	return GraphQLOptions{
+		MaxDepth:          15, // GraphiQL's schema query is 13 deep
+		MaxBreadth:        100,
+		MaxNodes:          500_000,
+		DefaultListSize:   complexity.DefaultListSize,
+		MutationCost:      complexity.DefaultMutationBaseCost,
+		MaxAliases:        100,
+		MaxRootFields:     100,
+		MaxTokens:         20_000,
+		MaxSelections:     500,
+		MaxVariableValues: 10_000,
+		MaxVariablesDepth: 32,
+		InvalidCost:       1,
+		MinCost:           1,
+		IntrospectionCost: 50,
+		RateLimitField:    "rateLimit", // GitHub's name
+	}
+}
+
 // normalizeGraphQL resolves the options to their effective values, where 0
 // means no cap (or no cost) for every field but DefaultListSize.
 func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
+	def := DefaultGraphQLOptions()
 	if o.RateLimitField == "" {
-		o.RateLimitField = DefaultRateLimitField
+		o.RateLimitField = def.RateLimitField
 	}
 	if o.DefaultListSize == None {
 		return o, fmt.Errorf("%w: GraphQL option complexity.DefaultListSize cannot be None: a list needs a size", ErrInvalidConfig)
 	}
 	for _, err := range []error{
-		orDefault("MaxDepth", &o.MaxDepth, DefaultMaxDepth),
-		orDefault("MaxBreadth", &o.MaxBreadth, DefaultMaxBreadth),
-		orDefault("MaxNodes", &o.MaxNodes, DefaultMaxNodes),
-		orDefault("MaxCost", &o.MaxCost, 0), // by default the plan's burst is the only ceiling
-		orDefault("DefaultListSize", &o.DefaultListSize, complexity.DefaultListSize),
-		orDefault("MutationCost", &o.MutationCost, complexity.DefaultMutationBaseCost),
-		orDefault("MaxAliases", &o.MaxAliases, DefaultMaxAliases),
-		orDefault("MaxRootFields", &o.MaxRootFields, DefaultMaxRootFields),
-		orDefault("MaxTokens", &o.MaxTokens, DefaultMaxTokens),
-		orDefault("MaxSelections", &o.MaxSelections, DefaultMaxSelections),
-		orDefault("MaxVariableValues", &o.MaxVariableValues, DefaultMaxVariableValues),
-		orDefault("MaxVariablesDepth", &o.MaxVariablesDepth, DefaultMaxVariablesDepth),
-		orDefault("InvalidCost", &o.InvalidCost, DefaultInvalidCost),
-		orDefault("MinCost", &o.MinCost, DefaultMinCost),
-		orDefault("IntrospectionCost", &o.IntrospectionCost, DefaultIntrospectionCost),
-		orDefault("UploadCostPerMiB", &o.UploadCostPerMiB, 0),
+		orDefault("MaxDepth", &o.MaxDepth, def.MaxDepth),
+		orDefault("MaxBreadth", &o.MaxBreadth, def.MaxBreadth),
+		orDefault("MaxNodes", &o.MaxNodes, def.MaxNodes),
+		orDefault("MaxCost", &o.MaxCost, def.MaxCost), // by default the plan's burst is the only ceiling
+		orDefault("DefaultListSize", &o.DefaultListSize, def.DefaultListSize),
+		orDefault("MutationCost", &o.MutationCost, def.MutationCost),
+		orDefault("MaxAliases", &o.MaxAliases, def.MaxAliases),
+		orDefault("MaxRootFields", &o.MaxRootFields, def.MaxRootFields),
+		orDefault("MaxTokens", &o.MaxTokens, def.MaxTokens),
+		orDefault("MaxSelections", &o.MaxSelections, def.MaxSelections),
+		orDefault("MaxVariableValues", &o.MaxVariableValues, def.MaxVariableValues),
+		orDefault("MaxVariablesDepth", &o.MaxVariablesDepth, def.MaxVariablesDepth),
+		orDefault("InvalidCost", &o.InvalidCost, def.InvalidCost),
+		orDefault("MinCost", &o.MinCost, def.MinCost),
+		orDefault("IntrospectionCost", &o.IntrospectionCost, def.IntrospectionCost),
+		orDefault("UploadCostPerMiB", &o.UploadCostPerMiB, def.UploadCostPerMiB),
 	} {
 		if err != nil {
 			return o, err

@@ -9,15 +9,11 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/overload"
 )
-
-// CodeOverloaded: the process has too many requests in flight for the
-// request's lane's priority (Config.Overload); 503 with Retry-After,
-// nothing debited. REST: {"error":"overloaded","retry_after_seconds":N}.
-const CodeOverloaded = "OVERLOADED"
 
 // checkChallenges refuses lanes asking for a challenge nobody can issue.
 func (l *Limiter) checkChallenges(s *settings) error {
@@ -152,24 +148,24 @@ func (e *Extension) admit(ctx context.Context, st *requestState, ln *lane) *gqle
 	}
 	a, ok := e.l.admit(ctx, r, st.id, ln)
 	if ok {
-		sl, refused := e.l.takeSlot(ctx, st.id, st.plan)
+		sl, refused := e.l.engine.AcquireSlot(ctx, budget.Request{Key: st.id.Key, Rule: st.plan.Rule})
 		st.mu.Lock()
 		st.admission, st.slot = a, sl
 		st.mu.Unlock()
 		if refused == nil {
 			return nil
 		}
-		code := answers[refused.verdict].code
+		code := refused.Verdict.Answer().Code
 		st.record(*refused, 0, code)
-		if refused.verdict == unavailable {
-			return codedError(code, refused.retryAfter, "rate limiter unavailable; retry in %s", seconds(refused.retryAfter))
+		if refused.Verdict == budget.Unavailable {
+			return codedError(code, refused.RetryAfter, "rate limiter unavailable; retry in %s", seconds(refused.RetryAfter))
 		}
-		return codedError(code, refused.retryAfter, "too many requests in flight: plan %q allows %d at once; retry in %s",
-			st.plan.name, st.plan.maxConcurrent, seconds(refused.retryAfter))
+		return codedError(code, refused.RetryAfter, "too many requests in flight: plan %q allows %d at once; retry in %s",
+			st.plan.Name(), st.plan.MaxConcurrent(), seconds(refused.RetryAfter))
 	}
 	ra := e.l.shedRetryAfter()
-	st.record(outcome{verdict: shed, retryAfter: ra}, 0, CodeOverloaded)
-	return codedError(CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra))
+	st.record(budget.Outcome{Verdict: budget.Shed, RetryAfter: ra}, 0, budget.CodeOverloaded)
+	return codedError(budget.CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra))
 }
 
 // release gives the operation's slots back (among the process's requests
@@ -177,9 +173,9 @@ func (e *Extension) admit(ctx context.Context, st *requestState, ln *lane) *gqle
 func (s *requestState) release() {
 	s.mu.Lock()
 	a, sl := s.admission, s.slot
-	s.admission, s.slot = admission{}, slot{}
+	s.admission, s.slot = admission{}, budget.Slot{}
 	s.mu.Unlock()
-	sl.release()
+	sl.Release()
 	a.done()
 }
 

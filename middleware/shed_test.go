@@ -12,6 +12,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/overload"
@@ -99,11 +100,11 @@ func TestShedding(t *testing.T) {
 		t.Fatalf("no challenge on a shed anonymous request: %q", header)
 	}
 	gw, resp := query(t, s.h, `{ viewer { login } }`, nil)
-	if gw.Code != http.StatusServiceUnavailable || resp.code() != middleware.CodeOverloaded || gw.Header().Get(challenge.HeaderChallenge) == "" {
+	if gw.Code != http.StatusServiceUnavailable || resp.code() != budget.CodeOverloaded || gw.Header().Get(challenge.HeaderChallenge) == "" {
 		t.Errorf("shed GraphQL: %d %q %v", gw.Code, resp.code(), gw.Header())
 	}
 	events := s.rec.take()
-	if len(events) != 2 || events[0].Outcome != middleware.OutcomeShed || events[1].Outcome != middleware.OutcomeShed || events[0].Charged != 0 {
+	if len(events) != 2 || events[0].Outcome != budget.ClassShed || events[1].Outcome != budget.ClassShed || events[0].Charged != 0 {
 		t.Errorf("events %+v", events)
 	}
 
@@ -199,7 +200,7 @@ func TestLanesByWhatRuns(t *testing.T) {
 		"@include from a variable": {path: "/graphql", header: bearer(aliceKey),
 			body: `{"query":"mutation($on: Boolean!) { createIssue(repo: \"a\", title: \"t\") @include(if: $on) { id } rateLimit { cost } }","variables":{"on":false}}`},
 	} {
-		if w := do(t, s.h, req); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), middleware.CodeOverloaded) {
+		if w := do(t, s.h, req); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), budget.CodeOverloaded) {
 			t.Errorf("%s: %d %s, want 503 OVERLOADED", name, w.Code, w.Body)
 		}
 	}
@@ -269,7 +270,7 @@ func TestShedAtTheDoor(t *testing.T) {
 	r.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
 	s.h.ServeHTTP(w, r)
-	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), middleware.CodeOverloaded) {
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), budget.CodeOverloaded) {
 		t.Fatalf("%d %s, want 503 OVERLOADED", w.Code, w.Body)
 	}
 	if body.n != 0 {

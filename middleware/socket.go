@@ -9,6 +9,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
@@ -83,8 +84,8 @@ func (e *Extension) identifyError(ctx context.Context, err error) *gqlerror.Erro
 		return codedError(CodeUnknownAPIKey, 0, "unknown API key")
 	}
 	e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
-	ra := e.l.retryAfter(unavailableRetryAfter)
-	return codedError(CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
+	ra := e.l.engine.RetryAfter(budget.UnavailableRetryAfter)
+	return codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
 }
 
 // withInitCredentials returns the upgrade request r with the credentials

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/costguard/costguard/budget"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
@@ -220,8 +221,7 @@ func (e *Extension) chargeEvent(ctx context.Context, st *requestState, opCtx *gr
 		}
 	}
 	cost = max(cost, st.set.gql.MinCost)
-	o := l.spendAll(ctx, st.set, st.id, st.addr, st.plan, ln, cost, nil)
-	l.shadow(ctx, st.plan, &o)
+	o := l.engine.Charge(ctx, st.request(ln, cost, nil))
 	if l.observing(ctx) {
 		// RequestedCost is what the event cost; it has no actual cost apart
 		// from that (costguard_operation_actual_cost_points stays about
@@ -234,11 +234,11 @@ func (e *Extension) chargeEvent(ctx context.Context, st *requestState, opCtx *gr
 		ActualQueryCost:    &cost,
 		ThrottleStatus:     ThrottleStatus{MaximumAvailable: st.plan.Burst, RestoreRate: st.plan.restoreRate},
 	}
-	if o.known {
-		left := max(o.decision.Remaining, 0)
+	if o.Known {
+		left := max(o.Decision.Remaining, 0)
 		c.ThrottleStatus.CurrentlyAvailable = &left
 	}
-	if o.verdict != admitted {
+	if o.Verdict != budget.Admitted {
 		st.sub.end()
 		return &graphql.Response{
 			Errors:     gqlerror.List{l.verdictError(o, cost, st.plan)},

@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/memorystore"
@@ -52,7 +53,7 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 	t.Helper()
 	a := &adopter{t: t, clock: newClock(), res: graph.NewResolver()}
 	if cfg.Plans == nil {
-		cfg.Plans = map[string]middleware.Plan{
+		cfg.Plans = map[string]budget.Plan{
 			"anon": {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour},
 			"pro":  {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour},
 		}
@@ -329,7 +330,7 @@ func TestWebSocketOperationsArePriced(t *testing.T) {
 			if m.Type != "error" || m.ID != "refused" {
 				t.Fatalf("refused mutation: %s %s %s, want its error message", m.ID, m.Type, m.Payload)
 			}
-			if codes := errorCodes(t, m); len(codes) != 1 || codes[0] != middleware.CodeRateLimited {
+			if codes := errorCodes(t, m); len(codes) != 1 || codes[0] != budget.CodeRateLimited {
 				t.Errorf("codes %v, want [RATE_LIMITED]", codes)
 			}
 			if !strings.Contains(string(m.Payload), `"retryAfterSeconds"`) || !strings.Contains(string(m.Payload), `"cost"`) {
@@ -500,7 +501,7 @@ func TestSubscriptionEventsPay(t *testing.T) {
 			var subscribes, events int
 			for _, e := range rec.take() {
 				switch {
-				case e.Kind == middleware.KindSubscriptionEvent && e.Outcome == middleware.OutcomeAdmitted && e.Charged >= 1:
+				case e.Kind == middleware.KindSubscriptionEvent && e.Outcome == budget.ClassAdmitted && e.Charged >= 1:
 					events++
 				case e.Kind == middleware.KindGraphQL && e.RequestedCost == price && e.Key != "user:pro-user":
 					subscribes++
@@ -523,7 +524,7 @@ func TestSubscriptionEventsPay(t *testing.T) {
 				t.Fatalf("unpaid event: %s %s, want next with the refusal", m.Type, m.Payload)
 			}
 			r := decode(t, m.Payload)
-			if (len(r.Data) != 0 && string(r.Data) != "null") || len(r.Errors) != 1 || r.Errors[0].Extensions["code"] != middleware.CodeRateLimited ||
+			if (len(r.Data) != 0 && string(r.Data) != "null") || len(r.Errors) != 1 || r.Errors[0].Extensions["code"] != budget.CodeRateLimited ||
 				r.Errors[0].Extensions["retryAfterSeconds"] == nil {
 				t.Errorf("unpaid event: %s", m.Payload)
 			}
@@ -846,7 +847,7 @@ func TestWebSocketFloodsPay(t *testing.T) {
 	if n := a.lim.OpenSubscriptions(); n != middleware.DefaultMaxSubscriptionsPerPrincipal {
 		t.Errorf("%d subscriptions open, want %d", n, middleware.DefaultMaxSubscriptionsPerPrincipal)
 	}
-	if codes[middleware.CodeSubscriptionsLimited]+codes[middleware.CodeRateLimited] != 500 {
+	if codes[middleware.CodeSubscriptionsLimited]+codes[budget.CodeRateLimited] != 500 {
 		t.Errorf("refusals %v, want 500", codes)
 	}
 }
@@ -960,11 +961,11 @@ func TestRefusedIntrospectionPaysInvalidCost(t *testing.T) {
 	if len(resp.Errors) == 0 || resp.Extensions.Cost.RequestedQueryCost != 200 {
 		t.Fatalf("off: status %d, errors %v, requested %d; want an error and 200 requested", status, resp.Errors, resp.Extensions.Cost.RequestedQueryCost)
 	}
-	if a := resp.Extensions.Cost.ActualQueryCost; a == nil || *a != middleware.DefaultInvalidCost {
-		t.Errorf("off: actualQueryCost %v, want %d", a, middleware.DefaultInvalidCost)
+	if a := resp.Extensions.Cost.ActualQueryCost; a == nil || *a != middleware.DefaultGraphQLOptions().InvalidCost {
+		t.Errorf("off: actualQueryCost %v, want %d", a, middleware.DefaultGraphQLOptions().InvalidCost)
 	}
-	if got := off.remaining(adopterKey); got != adopterBurst-middleware.DefaultInvalidCost {
-		t.Errorf("off: remaining %d, want %d", got, adopterBurst-middleware.DefaultInvalidCost)
+	if got := off.remaining(adopterKey); got != adopterBurst-middleware.DefaultGraphQLOptions().InvalidCost {
+		t.Errorf("off: remaining %d, want %d", got, adopterBurst-middleware.DefaultGraphQLOptions().InvalidCost)
 	}
 	// On, through an Introspection extension added after the limiter: it
 	// runs, and pays its price.

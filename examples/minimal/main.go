@@ -15,8 +15,10 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/querycache"
 )
 
 func main() {
@@ -24,7 +26,7 @@ func main() {
 	flag.Parse()
 
 	lim, err := middleware.New(middleware.Config{
-		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
+		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon", // requests are keyed by client IP until you add API keys
 	})
 	if err != nil {
@@ -34,8 +36,8 @@ func main() {
 
 	srv := handler.New(graph.NewResolver().Schema()) // your gqlgen schema
 	srv.AddTransport(transport.POST{})
-	srv.Use(extension.Introspection{})         // for GraphiQL and other tooling
-	cache, _ := middleware.NewQueryCache(0, 0) // bounded by bytes as well as entries
+	srv.Use(extension.Introspection{}) // for GraphiQL and other tooling
+	cache, _ := querycache.New(0, 0)   // bounded by bytes as well as entries
 	srv.SetQueryCache(cache)
 
 	http.Handle("/graphql", lim.Handler(srv)) // the extension, the statuses, the headers

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/middleware"
 )
@@ -99,7 +100,7 @@ var attacks = []attack{
 	{
 		name:    "8,000 __typename from a client with 0 points left",
 		body:    func() string { return jsonBody("{"+strings.Repeat(" __typename", 8000)+" }", nil) },
-		drained: true, status: http.StatusTooManyRequests, code: middleware.CodeRateLimited,
+		drained: true, status: http.StatusTooManyRequests, code: budget.CodeRateLimited,
 	},
 	{
 		name:   "65,000 aliases (972 KB)",

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/internal/testenv"
 	"github.com/costguard/costguard/limiter"
@@ -62,7 +63,7 @@ func TestChaos(t *testing.T) {
 	const rate = 5 // points a second: the fallback's refill over a fault stays small
 	cfg := defaultConfig()
 	cfg.Plans["free"] = planConfig{Burst: 2000, Rate: rate * 3600, Per: time.Hour}
-	cfg.FailureMode = string(middleware.FailOpen)
+	cfg.FailureMode = string(budget.FailOpen)
 	logs := &syncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -14,8 +14,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/breaker"
@@ -24,6 +24,7 @@ import (
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/costguard/costguard/overload"
 )
 
@@ -127,11 +128,11 @@ type laneConfig struct {
 }
 
 // plan is the middleware's form of b (nil for none).
-func (b *laneBudgetConfig) plan() *middleware.Plan {
+func (b *laneBudgetConfig) plan() *budget.Plan {
 	if b == nil {
 		return nil
 	}
-	return &middleware.Plan{Burst: int64(b.Burst), Rate: int64(b.Rate), Per: b.Per}
+	return &budget.Plan{Burst: int64(b.Burst), Rate: int64(b.Rate), Per: b.Per}
 }
 
 // laneBudgetConfig is a lane's own bucket, in points.
@@ -299,6 +300,7 @@ const demoAPIKey = "demo-free-key"
 // defaultConfig returns the configuration the server runs with when no file
 // is given: the example of docs/server.md (a test holds them equal).
 func defaultConfig() config {
+	gql := middleware.DefaultGraphQLOptions()
 	return config{
 		Plans: map[string]planConfig{
 			"free": {Burst: 5000, Rate: 5000, Per: time.Hour},
@@ -310,32 +312,32 @@ func defaultConfig() config {
 		},
 		// The middleware's defaults, each defined there once.
 		GraphQL: graphQLConfig{
-			MaxDepth:        middleware.DefaultMaxDepth,
-			MaxBreadth:      middleware.DefaultMaxBreadth,
-			MaxNodes:        middleware.DefaultMaxNodes,
+			MaxDepth:        whole(gql.MaxDepth),
+			MaxBreadth:      whole(gql.MaxBreadth),
+			MaxNodes:        whole(gql.MaxNodes),
 			MaxCost:         0, // no cap but the plan's burst
-			DefaultListSize: complexity.DefaultListSize,
-			MutationCost:    complexity.DefaultMutationBaseCost,
+			DefaultListSize: whole(gql.DefaultListSize),
+			MutationCost:    whole(gql.MutationCost),
 
-			MaxAliases:        middleware.DefaultMaxAliases,
-			MaxRootFields:     middleware.DefaultMaxRootFields,
-			MaxTokens:         middleware.DefaultMaxTokens,
-			MaxSelections:     middleware.DefaultMaxSelections,
-			MaxVariableValues: middleware.DefaultMaxVariableValues,
-			MaxVariablesDepth: middleware.DefaultMaxVariablesDepth,
-			InvalidCost:       middleware.DefaultInvalidCost,
-			MinCost:           middleware.DefaultMinCost,
-			IntrospectionCost: middleware.DefaultIntrospectionCost,
-			QueryCacheEntries: middleware.DefaultQueryCacheEntries,
-			QueryCacheBytes:   middleware.DefaultQueryCacheBytes,
+			MaxAliases:        whole(gql.MaxAliases),
+			MaxRootFields:     whole(gql.MaxRootFields),
+			MaxTokens:         whole(gql.MaxTokens),
+			MaxSelections:     whole(gql.MaxSelections),
+			MaxVariableValues: whole(gql.MaxVariableValues),
+			MaxVariablesDepth: whole(gql.MaxVariablesDepth),
+			InvalidCost:       whole(gql.InvalidCost),
+			MinCost:           whole(gql.MinCost),
+			IntrospectionCost: whole(gql.IntrospectionCost),
+			QueryCacheEntries: querycache.DefaultEntries,
+			QueryCacheBytes:   querycache.DefaultBytes,
 		},
 		REST: restConfig{
 			DefaultCost: middleware.DefaultRESTCost,
 			Routes:      map[string]whole{"GET /api/search": 10},
 		},
-		FailureMode:      string(middleware.FailOpen),
+		FailureMode:      string(budget.FailOpen),
 		Breaker:          breakerConfig{Failures: breaker.DefaultFailures, CoolDown: breaker.DefaultCoolDown},
-		Mode:             modeName(middleware.Enforce),
+		Mode:             modeName(budget.Enforce),
 		TrustedProxies:   []string{},
 		RetryAfterJitter: 0,
 		OverLimitCache:   string(stack.OverLimitCacheAuto),
@@ -641,10 +643,10 @@ func (c config) validatePlans() error {
 		if fl.Per <= 0 {
 			return fmt.Errorf("%s.per is %v; it must be positive, %s", key, fl.Per, durationForm)
 		}
-		switch middleware.FieldLimitBy(fl.By) {
-		case "", middleware.ByPrincipal, middleware.ByIP:
+		switch budget.FieldLimitBy(fl.By) {
+		case "", budget.ByPrincipal, budget.ByIP:
 		default:
-			return fmt.Errorf("%s.by is %q; it must be %q or %q", key, fl.By, middleware.ByPrincipal, middleware.ByIP)
+			return fmt.Errorf("%s.by is %q; it must be %q or %q", key, fl.By, budget.ByPrincipal, budget.ByIP)
 		}
 	}
 	list := strings.Join(names, ", ")
@@ -779,22 +781,22 @@ func (c config) needsChallenger() bool {
 }
 
 func checkFailureMode(key, mode string) error {
-	switch middleware.FailureMode(mode) {
-	case middleware.FailOpen, middleware.FailClosed:
+	switch budget.FailureMode(mode) {
+	case budget.FailOpen, budget.FailClosed:
 		return nil
 	}
-	return fmt.Errorf("%s is %q; it must be %q or %q", key, mode, middleware.FailOpen, middleware.FailClosed)
+	return fmt.Errorf("%s is %q; it must be %q or %q", key, mode, budget.FailOpen, budget.FailClosed)
 }
 
 // limiterConfig maps the file onto the middleware's configuration. The
 // caller adds the store, clock and logger.
 func (c config) limiterConfig() middleware.Config {
-	plans := make(map[string]middleware.Plan, len(c.Plans))
+	plans := make(map[string]budget.Plan, len(c.Plans))
 	for name, p := range c.Plans {
-		plans[name] = middleware.Plan{
+		plans[name] = budget.Plan{
 			Burst: int64(p.Burst), Rate: int64(p.Rate), Per: p.Per,
-			FailureMode:          middleware.FailureMode(p.FailureMode),
-			Mode:                 middleware.Mode(p.Mode),
+			FailureMode:          budget.FailureMode(p.FailureMode),
+			Mode:                 budget.Mode(p.Mode),
 			SplitBudget:          p.SplitBudget,
 			DisableIntrospection: p.Introspection != nil && !*p.Introspection,
 			DisableRefund:        p.RefundUnused != nil && !*p.RefundUnused,
@@ -803,15 +805,15 @@ func (c config) limiterConfig() middleware.Config {
 		}
 		if p.Quota != nil {
 			pl := plans[name]
-			pl.Quota = &middleware.Quota{Limit: int64(p.Quota.Limit), Per: p.Quota.Per, Name: p.Quota.Name}
+			pl.Quota = &budget.Quota{Limit: int64(p.Quota.Limit), Per: p.Quota.Per, Name: p.Quota.Name}
 			plans[name] = pl
 		}
 	}
-	var fieldLimits map[string]middleware.FieldLimit
+	var fieldLimits map[string]budget.FieldLimit
 	if len(c.FieldLimits) > 0 {
-		fieldLimits = make(map[string]middleware.FieldLimit, len(c.FieldLimits))
+		fieldLimits = make(map[string]budget.FieldLimit, len(c.FieldLimits))
 		for coord, fl := range c.FieldLimits {
-			fieldLimits[coord] = middleware.FieldLimit{Limit: int64(fl.Limit), Per: fl.Per, By: middleware.FieldLimitBy(fl.By)}
+			fieldLimits[coord] = budget.FieldLimit{Limit: int64(fl.Limit), Per: fl.Per, By: budget.FieldLimitBy(fl.By)}
 		}
 	}
 	keys := make(map[string]identity.APIKey, len(c.APIKeys))
@@ -875,9 +877,9 @@ func (c config) limiterConfig() middleware.Config {
 			DefaultCost: int64(c.REST.DefaultCost),
 			Routes:      routes,
 		},
-		FailureMode:      middleware.FailureMode(c.FailureMode),
-		Breaker:          middleware.BreakerOptions{Failures: int(c.Breaker.Failures), CoolDown: c.Breaker.CoolDown},
-		Mode:             middleware.Mode(c.Mode),
+		FailureMode:      budget.FailureMode(c.FailureMode),
+		Breaker:          breaker.Config{Failures: int(c.Breaker.Failures), CoolDown: c.Breaker.CoolDown},
+		Mode:             budget.Mode(c.Mode),
 		RetryAfterJitter: c.RetryAfterJitter,
 		OverLimitCache:   stack.OverLimitCache(c.OverLimitCache),
 		SplitBudget: middleware.SplitBudgetOptions{
@@ -903,7 +905,7 @@ func (c config) overloadConfig() overload.Config {
 	}
 }
 
-// maxConcurrent maps a plan's concurrency onto middleware.Plan.MaxConcurrent:
+// maxConcurrent maps a plan's concurrency onto budget.Plan.MaxConcurrent:
 // unset inherits the top-level cap (0 there), per_principal 0 lifts the cap
 // for the plan (middleware.None), any other value is the plan's cap.
 func (pc *concurrencyConfig) maxConcurrent() int {
@@ -938,14 +940,14 @@ func (w *whole) UnmarshalYAML(n *yaml.Node) error {
 var _ yaml.Unmarshaler = (*modeName)(nil)
 
 // modeName is an enforcement mode in the YAML file: "enforce" or "shadow"
-// (middleware.Enforce, middleware.Shadow). Decoding refuses anything else,
+// (budget.Enforce, budget.Shadow). Decoding refuses anything else,
 // so checkDocument names the line and key path of a bad one.
 type modeName string
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (m *modeName) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-		return fmt.Errorf("%s is not %q or %q", describe(n), middleware.Enforce, middleware.Shadow)
+		return fmt.Errorf("%s is not %q or %q", describe(n), budget.Enforce, budget.Shadow)
 	}
 	v := modeName(n.Value)
 	if err := v.check(); err != nil {
@@ -957,9 +959,9 @@ func (m *modeName) UnmarshalYAML(n *yaml.Node) error {
 
 // check refuses a mode the middleware does not have.
 func (m modeName) check() error {
-	switch middleware.Mode(m) {
-	case middleware.Enforce, middleware.Shadow:
+	switch budget.Mode(m) {
+	case budget.Enforce, budget.Shadow:
 		return nil
 	}
-	return fmt.Errorf("%q is not %q or %q", string(m), middleware.Enforce, middleware.Shadow)
+	return fmt.Errorf("%q is not %q or %q", string(m), budget.Enforce, budget.Shadow)
 }

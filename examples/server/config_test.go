@@ -12,7 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
@@ -84,7 +86,7 @@ func TestDocsMatchDefaults(t *testing.T) {
 
 func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	m := defaultConfig().limiterConfig()
-	assert.Equal(t, map[string]middleware.Plan{
+	assert.Equal(t, map[string]budget.Plan{
 		"free": {Burst: 5000, Rate: 5000, Per: time.Hour},
 		"anon": {Burst: 500, Rate: 500, Per: time.Hour},
 	}, m.Plans)
@@ -98,9 +100,9 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	assert.Equal(t, int64(1<<20), m.MaxBodyBytesInFlight)
 	assert.Equal(t, 100_000, m.MemoryStore.MaxKeys)
 	assert.Equal(t, middleware.RESTOptions{DefaultCost: 1, Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
-	assert.Equal(t, middleware.FailOpen, m.FailureMode)
-	assert.Equal(t, middleware.BreakerOptions{Failures: 5, CoolDown: time.Second}, m.Breaker)
-	assert.Equal(t, middleware.Enforce, m.Mode)
+	assert.Equal(t, budget.FailOpen, m.FailureMode)
+	assert.Equal(t, breaker.Config{Failures: 5, CoolDown: time.Second}, m.Breaker)
+	assert.Equal(t, budget.Enforce, m.Mode)
 	assert.Empty(t, m.TrustedProxies)
 	assert.Zero(t, m.RetryAfterJitter)
 	assert.Equal(t, stack.OverLimitCacheAuto, m.OverLimitCache)
@@ -123,10 +125,10 @@ plans:
 `))
 	require.NoError(t, err)
 	m := cfg.limiterConfig()
-	assert.Equal(t, middleware.Shadow, m.Mode)
-	assert.Equal(t, middleware.Mode(""), m.Plans["anon"].Mode, "unset: inherits the top-level mode")
-	assert.Equal(t, middleware.Enforce, m.Plans["free"].Mode)
-	assert.Equal(t, middleware.Shadow, m.Plans["trial"].Mode)
+	assert.Equal(t, budget.Shadow, m.Mode)
+	assert.Equal(t, budget.Mode(""), m.Plans["anon"].Mode, "unset: inherits the top-level mode")
+	assert.Equal(t, budget.Enforce, m.Plans["free"].Mode)
+	assert.Equal(t, budget.Shadow, m.Plans["trial"].Mode)
 	_, cleanup, err := newServer(cfg, deps{})
 	require.NoError(t, err, "the middleware takes both modes")
 	require.NoError(t, cleanup())

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/limiter/limitertest"
@@ -151,7 +152,7 @@ func checkShedOrPriceOnly(t *testing.T, a gqlAnswer) {
 	r := decodeGraphQL(t, a.body)
 	switch a.status {
 	case http.StatusServiceUnavailable:
-		assert.Equal(t, middleware.CodeOverloaded, r.code(), "%s: %s", a.name, a.body)
+		assert.Equal(t, budget.CodeOverloaded, r.code(), "%s: %s", a.name, a.body)
 	case http.StatusOK:
 		assert.NotContains(t, string(r.Data), `"createIssue":{`, "%s ran: %s", a.name, a.body)
 		assert.NotNil(t, r.Extensions.Cost, "%s: a 200 without its price: %s", a.name, a.body)
@@ -235,7 +236,7 @@ func TestDryRunsTakeNoCriticalSlot(t *testing.T) {
 		query: `mutation { createIssue(repo: "hello-world", title: "Anonymous") { id } }`}})[0]
 	require.NoError(t, anonCreate.err)
 	require.Equal(t, http.StatusServiceUnavailable, anonCreate.status, "%s", anonCreate.body)
-	assert.Equal(t, middleware.CodeOverloaded, decodeGraphQL(t, anonCreate.body).code())
+	assert.Equal(t, budget.CodeOverloaded, decodeGraphQL(t, anonCreate.body).code())
 	assert.NotEmpty(t, anonCreate.header.Get(challenge.HeaderChallenge), "shed without the anonymous lane's challenge")
 	require.Empty(t, queue.queued, "an anonymous createIssue queued for a critical slot")
 

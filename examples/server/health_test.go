@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -111,7 +112,7 @@ func TestReadyzFollowsThePing(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, int64(1), pings.Load())
 	assert.Positive(t, budget.Load())
-	assert.LessOrEqual(t, budget.Load(), int64(middleware.DefaultStoreTimeout), "the ping runs under the store timeout")
+	assert.LessOrEqual(t, budget.Load(), int64(stack.DefaultStoreTimeout), "the ping runs under the store timeout")
 
 	// Within readyReuse the answer is reused: the store sees one ping.
 	fail.Store(true)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/limiter/limitertest"
@@ -380,7 +381,7 @@ func TestLaneBudgetKey(t *testing.T) {
 	require.NoError(t, err)
 	b := cfg.limiterConfig().Lanes[0].Budget
 	require.NotNil(t, b)
-	require.Equal(t, middleware.Plan{Burst: 20, Rate: 20, Per: time.Hour}, *b)
+	require.Equal(t, budget.Plan{Burst: 20, Rate: 20, Per: time.Hour}, *b)
 	_, err = parseConfig([]byte("lanes:\n  - {name: search, priority: normal, budget: {burst: 20, rate: 0, per: 1h}}\n"))
 	require.ErrorContains(t, err, "lanes[0].budget.rate is 0")
 

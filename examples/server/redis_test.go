@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
@@ -120,7 +121,7 @@ func TestServersSharingRedisNeverOverspend(t *testing.T) {
 			// Exactness of the shared store is what is tested: a store call
 			// that times out on a loaded machine answers 503 rather than
 			// admitting through this process's fallback bucket.
-			cfg.FailureMode = string(middleware.FailClosed)
+			cfg.FailureMode = string(budget.FailClosed)
 			prefix := fmt.Sprintf("overspend-%s-%d", name, time.Now().UnixNano())
 
 			var urls []string
@@ -239,7 +240,7 @@ func TestStoreDown(t *testing.T) {
 			assert.JSONEq(t, `{"error":"rate_limiter_unavailable","retry_after_seconds":1}`, w.Body.String())
 			assert.Equal(t, "1", w.Header().Get(middleware.HeaderRetryAfter))
 			assert.Equal(t, http.StatusServiceUnavailable, gw.Code)
-			assert.Equal(t, middleware.CodeRateLimiterUnavailable, body.code())
+			assert.Equal(t, budget.CodeRateLimiterUnavailable, body.code())
 			assert.Equal(t, "rate limiter unavailable; retry in 1 second", body.Errors[0].Message, "singular")
 			assert.Equal(t, ran, ts.res.Calls(), "nothing runs when the limiter cannot decide")
 		})

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
-	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -64,14 +64,14 @@ func TestRefundDisabledPerPlan(t *testing.T) {
 // holds burst − 14n, never more, never less.
 func TestRefundsAreExactUnderConcurrency(t *testing.T) {
 	const clients, each = 8, 10
-	stores := map[string]func(t *testing.T) stack.Taker{
-		"memory": func(*testing.T) stack.Taker { return nil },
-		"redis": func(t *testing.T) stack.Taker {
+	stores := map[string]func(t *testing.T) limiter.Store{
+		"memory": func(*testing.T) limiter.Store { return nil },
+		"redis": func(t *testing.T) limiter.Store {
 			s, err := redisstore.New(redistest.StartServer(t).Client(t), redisstore.Config{Prefix: "refund"})
 			require.NoError(t, err)
 			return s
 		},
-		"cluster": func(t *testing.T) stack.Taker {
+		"cluster": func(t *testing.T) limiter.Store {
 			s, err := redisstore.New(redistest.SharedCluster(t).Client(t), redisstore.Config{Prefix: "refund-" + strings.ReplaceAll(t.Name(), "/", "-")})
 			require.NoError(t, err)
 			return s

@@ -29,6 +29,7 @@ import (
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/prommetrics"
+	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/costguard/costguard/overload"
 )
 
@@ -43,7 +44,7 @@ const featureSearch = "search"
 // production defaults.
 type deps struct {
 	// store holds the budgets; nil: an in-memory store owned by the server.
-	store stack.Taker
+	store limiter.Store
 	// ping asks store whether it answers, for /readyz; nil: always ready,
 	// as the in-memory store is.
 	ping func(ctx context.Context) error
@@ -80,8 +81,8 @@ type server struct {
 	// challenger is the PoW of lanes with challenge: pow; nil when no lane
 	// asked for one at start.
 	challenger *challenge.PoW
-	cache      *middleware.QueryCache // shared by every gqlgen server built
-	gql        swappable              // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
+	cache      *querycache.Cache // shared by every gqlgen server built
+	gql        swappable         // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
 
 	mu  sync.Mutex // one reload at a time; guards cfg
 	cfg config     // the configuration in force
@@ -128,7 +129,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 			Help: "The most requests admitted by the load shedder at once since the server started.",
 		}, func() float64 { _, peak := s.lim.InFlight(); return float64(peak) }),
 	)
-	if s.cache, err = middleware.NewQueryCache(int(cfg.GraphQL.QueryCacheEntries), int64(cfg.GraphQL.QueryCacheBytes)); err != nil {
+	if s.cache, err = querycache.New(int(cfg.GraphQL.QueryCacheEntries), int64(cfg.GraphQL.QueryCacheBytes)); err != nil {
 		s.lim.Close()
 		return nil, nil, refusedConfig{file: cfg.file, err: err}
 	}
@@ -153,7 +154,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	// or hides the metrics.
 	timeout := mcfg.StoreTimeout
 	if timeout == 0 {
-		timeout = middleware.DefaultStoreTimeout
+		timeout = stack.DefaultStoreTimeout
 	}
 	clock := d.clock
 	if clock == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/identity"
@@ -193,7 +194,7 @@ func TestNewcomerFlow(t *testing.T) {
 	wait := secondsFor(cost - (burst - admitted))
 	require.EqualValues(t, 65, wait)
 	assert.Equal(t, strconv.FormatInt(wait, 10), resp.Header.Get(middleware.HeaderRetryAfter))
-	assert.Equal(t, middleware.CodeRateLimited, body.code())
+	assert.Equal(t, budget.CodeRateLimited, body.code())
 	assert.EqualValues(t, wait, body.Errors[0].Extensions["retryAfterSeconds"])
 	assert.Equal(t, "rate limited: the operation costs 61 points and 52 are available; retry in 65 seconds",
 		body.Errors[0].Message, "the README's transcript")
@@ -305,7 +306,7 @@ func TestRESTAndGraphQLShareABudget(t *testing.T) {
 	// ...and so is a GraphQL operation of 11 points, while one of 4 passes.
 	w, body = ts.graphql(alice, `{ user(login: "octocat") { repos(first: 10) { name } } }`)
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, middleware.CodeRateLimited, body.code())
+	assert.Equal(t, budget.CodeRateLimited, body.code())
 	w, body = ts.graphql(alice, `{ user(login: "octocat") { repos(first: 3) { name } } }`)
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.EqualValues(t, 1, *body.Extensions.Cost.ThrottleStatus.CurrentlyAvailable)
@@ -346,7 +347,7 @@ func TestRejectedMutationChangesNothing(t *testing.T) {
 	calls := ts.res.Calls()
 	w, body = ts.graphql(anonymous, mutation)
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, middleware.CodeRateLimited, body.code())
+	assert.Equal(t, budget.CodeRateLimited, body.code())
 	assert.JSONEq(t, "null", string(body.Data))
 	assert.Equal(t, calls, ts.res.Calls(), "a refused mutation ran resolvers")
 	assert.Equal(t, before+1, issues(), "a refused mutation changed the data")

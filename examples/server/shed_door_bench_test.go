@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
-	"github.com/costguard/costguard/middleware"
 )
 
 // countingBody is a request body that counts the bytes read from it.
@@ -92,7 +92,7 @@ func BenchmarkShedAtTheDoor(b *testing.B) {
 			}
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
-			if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), middleware.CodeOverloaded) {
+			if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), budget.CodeOverloaded) {
 				b.Fatalf("%d %.300s, want 503 OVERLOADED", w.Code, w.Body)
 			}
 			read += body.n

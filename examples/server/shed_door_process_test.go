@@ -18,10 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/costguard/costguard/middleware"
 )
 
 // serverProcess is the example server running as its own process: the
@@ -213,7 +212,7 @@ func (b burst) post(t *testing.T, url string) burstResult {
 			continue
 		}
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%.300s", body)
-		require.Equal(t, middleware.CodeOverloaded, decodeGraphQL(t, body).code(), "%.300s", body)
+		require.Equal(t, budget.CodeOverloaded, decodeGraphQL(t, body).code(), "%.300s", body)
 		r.answered++
 	}
 	r.wall = time.Since(start)

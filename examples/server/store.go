@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
-	"github.com/costguard/costguard/limiter/stack"
 )
 
 // pingTimeout bounds the start-up check that Redis answers: a server
@@ -25,7 +25,7 @@ const pingTimeout = 3 * time.Second
 
 // budgetStore is where the budgets live and how to let go of it.
 type budgetStore struct {
-	store stack.Taker // nil: the limiter's own in-memory store
+	store limiter.Store // nil: the limiter's own in-memory store
 	// ping asks the store whether it answers, within ctx (the start-up
 	// check and /readyz); nil for the in-memory store, which always does.
 	ping     func(ctx context.Context) error

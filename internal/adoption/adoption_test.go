@@ -125,7 +125,7 @@ import (
 func TestCostguard(t *testing.T) {
 	var logs bytes.Buffer
 	lim, err := middleware.New(middleware.Config{
-		Plans:         map[string]middleware.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
+		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon",
 		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 	})

@@ -20,7 +20,8 @@ var (
 
 // header opens the listing; lines that start with # are not API.
 const header = `# The public API of github.com/costguard/costguard: every exported name of
-# the packages under complexity/, limiter/ and middleware/ but internal ones.
+# the packages under budget/, complexity/, limiter/ and middleware/ but
+# internal ones.
 # Made by go test ./internal/apicheck -update; see api/README.md.
 `
 

@@ -127,6 +127,9 @@ func New(cfg Config) (*Breaker, error) {
 // passed still reads Open until the next Allow).
 func (b *Breaker) State() State { return State(b.state.Load()) }
 
+// CoolDown is how long the breaker stays open before a probe.
+func (b *Breaker) CoolDown() time.Duration { return b.coolDown }
+
 // Allow says whether a call may go to the store at now. Every allowed
 // Ticket must be handed to Done.
 func (b *Breaker) Allow(now time.Time) Ticket {

@@ -1,58 +1,63 @@
 // Package stack puts together the stores a rate limiter decides with: the
 // budget store (a shared one such as redisstore, or an in-memory default it
 // owns), the over-limit cache in front of it (limiter/overlimit), split-
-// budget leases for the budgets that want them (limiter/splitbudget), the
-// local buckets a fail-open policy falls back to (limiter/lastknown: each
-// starts from the store's last word on it, or empty), and the overflow
-// buckets of identities a full memory store cannot hold. It is the one place that
-// knows which decorator goes where; package middleware builds its stores
-// with it, and so can a program that decides budgets without HTTP.
+// budget leases for the budgets that want them (limiter/splitbudget), and,
+// between the cache and the store, the guard of what happens when the
+// store fails (limiter/guard: the call timeout, the circuit breaker, the
+// fail-open fallback of limiter/lastknown and its settlement, the
+// overflow buckets of identities a full memory store cannot hold). It is
+// the one place that knows which decorator goes where; package middleware
+// builds its stores with it, and so can a program that decides budgets
+// without HTTP.
+//
+// A Stack is a guard.Guard: its Take, TakeAll, Refund, RefundAll and
+// TakeSpent are the one surface a caller decides with, each call saying
+// its failure mode (guard.Call) and each reporting what it did in a
+// guard.Trace. The over-limit cache answers a refusal it remembers before
+// the guard (so a remembered refusal neither waits for the breaker nor
+// counts as the store's answer); it remembers only the store's own
+// refusals, never the fallback's.
 //
 // When the store reports that it lost its data (DataLossNotifier, which
 // redisstore.Store implements), the Stack drops what it derived from it:
 // the over-limit caches forget their rejections and the split-budget
-// leases are discarded, so the middleware needs nothing of its own.
+// leases are discarded, so the caller needs nothing of its own.
 //
-// StoreAll hands out the store as a limiter.MultiTaker for the several
-// budgets of one request (TakeAll), or says why it cannot: split-budget
+// The store must give points back (limiter.Store with Refund); to decide
+// several budgets of one request at once (TakeAll, for quotas and field
+// limits) it must also be a limiter.MultiTaker and a
+// limiter.MultiRefunder. CanTakeAll says whether it can: split-budget
 // leases never decide several budgets at once, so a configuration that
-// combines them with multi-limits is refused when it is loaded. Overflow
-// is a memory store, Fallback a lastknown store, both with TakeAll.
+// combines them with multi-limits is refused when it is loaded.
 //
 //	st, err := stack.New(stack.Config{Store: redisStore})
 //	defer st.Close()
-//	d, err := st.Store(false).Take(ctx, "user:42", limit, cost)
-//	if stack.IsFull(err) {
-//		d, err = st.Overflow().Take(ctx, "overflow:free", limit, cost)
-//	}
+//	var tr guard.Trace
+//	d, err := st.Take(ctx, guard.Call{Plan: "free", FailOpen: true}, "user:42", limit, cost, &tr)
+//	...
+//	_, err = st.Refund(ctx, tr.Receipt, limit, unused)
 package stack
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/limiter/lastknown"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/overlimit"
 	"github.com/costguard/costguard/limiter/splitbudget"
 )
 
-// Taker is the least a budget store does: limiter.Store without Refund.
-// The over-limit cache and split budgets need Refund too.
-type Taker interface {
-	Take(ctx context.Context, key string, limit limiter.Limit, cost int64) (limiter.Decision, error)
-}
-
-var _ Taker = limiter.Store(nil)
-
-// TakeAller is a Taker that also decides several budgets of one request
-// in one atomic step (limiter.MultiTaker).
+// TakeAller decides one budget or several of one request at once, and
+// gives them back.
 type TakeAller interface {
-	Taker
-	limiter.MultiTaker
+	limiter.Store
+	guard.MultiStore
 }
 
 // DataLossNotifier is a Store that tells when it has lost its data (a
@@ -74,28 +79,25 @@ const (
 	// other than a *memorystore.Store), where it saves a network round
 	// trip; off for the in-memory store, which answers in a lock anyway.
 	OverLimitCacheAuto OverLimitCache = "auto"
-	// OverLimitCacheOn always remembers rejections; it needs a Store with
-	// Refund.
+	// OverLimitCacheOn always remembers rejections.
 	OverLimitCacheOn OverLimitCache = "on"
 	// OverLimitCacheOff sends every decision to the store.
 	OverLimitCacheOff OverLimitCache = "off"
 )
 
-// Configuration errors New returns: ErrInvalidConfig wraps them all; the
-// other two say which decorator needs Refund of a Take-only Store (the
-// over-limit cache, split budgets).
-var (
-	ErrInvalidConfig          = errors.New("stack: invalid config")
-	ErrOverLimitNeedsRefund   = errors.New("needs a Store with Refund (a limiter.Store)")
-	ErrSplitBudgetNeedsRefund = errors.New("SplitBudget needs a Store with Refund (a limiter.Store)")
-)
+// DefaultStoreTimeout bounds each call to a shared store when
+// Config.StoreTimeout is zero.
+const DefaultStoreTimeout = 100 * time.Millisecond
+
+// ErrInvalidConfig wraps every configuration error New returns.
+var ErrInvalidConfig = errors.New("stack: invalid config")
 
 // Config says what to put together. Zero fields take the defaults of the
 // packages they configure.
 type Config struct {
 	// Store holds the budgets. Nil: an in-memory store the Stack owns
 	// (released by Close), sized by MemoryMaxKeys.
-	Store Taker
+	Store limiter.Store
 	// MemoryMaxKeys bounds the in-memory stores the Stack creates: the
 	// default Store and the fail-open fallback (the budgets it knows).
 	// Default memorystore.DefaultMaxKeys.
@@ -105,8 +107,8 @@ type Config struct {
 	OverflowKeys int
 	// OverLimitCache puts the over-limit cache in front of the store.
 	OverLimitCache OverLimitCache
-	// SplitBudget builds split-budget leases on the store for Store(true);
-	// it needs a Store with Refund.
+	// SplitBudget builds split-budget leases on the store, for the calls
+	// with guard.Call.Leased.
 	SplitBudget bool
 	// LeaseFraction and SettleInterval tune the leases (splitbudget.Config).
 	LeaseFraction  float64
@@ -114,26 +116,40 @@ type Config struct {
 	// OnSettleError is told of unspent lease tokens that could not be given
 	// back (they return by refill).
 	OnSettleError func(key string, err error)
+	// StoreTimeout bounds every call to a shared store (the in-memory one
+	// never waits). Default DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// Breaker tunes the circuit breaker in front of a shared store (the
+	// in-memory one has none); zero fields take limiter/breaker's
+	// defaults. NoBreaker leaves it out.
+	Breaker   breaker.Config
+	NoBreaker bool
+	// Logger is told when the breaker moves. Default slog.Default().
+	Logger *slog.Logger
 	// Clock is the time source of the in-memory stores and the decorators.
 	// Default limiter.SystemClock.
 	Clock limiter.Clock
 }
 
-// Stack is a put-together set of stores. Close releases what it owns: the
-// in-memory stores it created, the split budget's leases (given back to
-// the store) and its subscription to the store's data-loss reports; it
-// never closes Config.Store.
+// Stack is a put-together set of stores, decided with through its
+// guard.Guard. Close stops the guard's settlement and releases what it
+// owns: the in-memory stores it created, the split budget's leases (given
+// back to the store) and its subscription to the store's data-loss
+// reports; it never closes Config.Store.
 type Stack struct {
-	exact    Taker // the store, behind the over-limit cache when on
-	multi    bool  // the store is a limiter.MultiTaker, and so is exact
-	local    bool  // the store is an in-memory store: it never waits
-	leased   Taker // split-budget leases, behind the cache when on; nil without SplitBudget
+	*guard.Guard
+	exact    limiter.Store // the store, behind the over-limit cache when on
+	multi    bool          // the store decides several budgets at once, and so does exact
+	local    bool          // the store is an in-memory store: it never waits
+	leased   limiter.Store // split-budget leases, behind the cache when on; nil without SplitBudget
 	owned    *memorystore.Store
 	fallback *lastknown.Store
 	overflow *memorystore.Store
 	split    *splitbudget.Store
 	caches   []*overlimit.Store // the over-limit caches New built
-	stopLoss func()             // unsubscribes from the store's data-loss reports
+	// overflowKeys is the room of the overflow store.
+	overflowKeys int
+	stopLoss     func() // unsubscribes from the store's data-loss reports
 }
 
 // New validates cfg and puts the stores together.
@@ -141,26 +157,29 @@ func New(cfg Config) (*Stack, error) {
 	if cfg.MemoryMaxKeys < 0 || cfg.OverflowKeys < 0 {
 		return nil, fmt.Errorf("%w: MemoryMaxKeys (%d) and OverflowKeys (%d) must not be negative", ErrInvalidConfig, cfg.MemoryMaxKeys, cfg.OverflowKeys)
 	}
-	full, hasRefund := cfg.Store.(limiter.Store)
+	if cfg.StoreTimeout < 0 {
+		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, cfg.StoreTimeout)
+	}
+	_, inMemory := cfg.Store.(*memorystore.Store)
 	cache := false
 	switch cfg.OverLimitCache {
 	case "", OverLimitCacheAuto:
-		_, inMemory := cfg.Store.(*memorystore.Store)
-		cache = cfg.Store != nil && hasRefund && !inMemory
+		cache = cfg.Store != nil && !inMemory
 	case OverLimitCacheOn:
-		if cfg.Store != nil && !hasRefund {
-			return nil, fmt.Errorf("%w: OverLimitCache %q %w", ErrInvalidConfig, cfg.OverLimitCache, ErrOverLimitNeedsRefund)
-		}
 		cache = true
 	case OverLimitCacheOff:
 	default:
 		return nil, fmt.Errorf("%w: OverLimitCache %q is none of %q, %q, %q", ErrInvalidConfig, cfg.OverLimitCache, OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff)
 	}
-	if cfg.SplitBudget && cfg.Store != nil && !hasRefund {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, ErrSplitBudgetNeedsRefund)
+	var brk *breaker.Breaker
+	if !cfg.NoBreaker {
+		var err error
+		if brk, err = breaker.New(cfg.Breaker); err != nil {
+			return nil, fmt.Errorf("%w: Breaker: %w", ErrInvalidConfig, err)
+		}
 	}
 
-	s := &Stack{}
+	s := &Stack{overflowKeys: max(cfg.OverflowKeys, 1)}
 	memCfg := memorystore.Config{Clock: cfg.Clock, MaxKeys: cfg.MemoryMaxKeys}
 	var err error
 	if s.fallback, err = lastknown.New(lastknown.Config{Clock: cfg.Clock, MaxBudgets: cfg.MemoryMaxKeys}); err != nil {
@@ -171,24 +190,20 @@ func New(cfg Config) (*Stack, error) {
 		s.Close()
 		return nil, fmt.Errorf("%w: overflow store: %w", ErrInvalidConfig, err)
 	}
-	s.exact = cfg.Store
-	if cfg.Store == nil {
+	full := cfg.Store
+	if full == nil {
 		if s.owned, err = memorystore.New(memCfg); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("%w: default store: %w", ErrInvalidConfig, err)
 		}
-		s.exact, full = s.owned, s.owned
+		full = s.owned
 	}
-	_, inMemory := cfg.Store.(*memorystore.Store)
+	s.exact = full
 	s.local = cfg.Store == nil || inMemory
-	_, s.multi = full.(limiter.MultiTaker)
-	if cfg.Store != nil && !hasRefund {
-		_, s.multi = cfg.Store.(limiter.MultiTaker)
-	}
-	wrap := func(st limiter.Store) (Taker, error) {
-		if !cache {
-			return st, nil
-		}
+	// Several budgets at once need TakeAll and RefundAll both.
+	multi, _ := full.(guard.MultiStore)
+	s.multi = multi != nil
+	wrap := func(st limiter.Store) (*overlimit.Store, error) {
 		c, err := overlimit.New(st, overlimit.Config{Clock: cfg.Clock})
 		if err != nil {
 			return nil, fmt.Errorf("%w: over-limit cache: %w", ErrInvalidConfig, err)
@@ -196,10 +211,15 @@ func New(cfg Config) (*Stack, error) {
 		s.caches = append(s.caches, c)
 		return c, nil
 	}
+	var exactCache *overlimit.Store
 	if cache {
-		if s.exact, err = wrap(full); err != nil {
+		if exactCache, err = wrap(full); err != nil {
 			s.Close()
 			return nil, err
+		}
+		s.exact = exactCache
+		if multi != nil {
+			multi = exactCache
 		}
 	}
 	if cfg.SplitBudget {
@@ -213,14 +233,38 @@ func New(cfg Config) (*Stack, error) {
 			s.Close()
 			return nil, fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err)
 		}
-		if s.leased, err = wrap(s.split); err != nil {
-			s.Close()
-			return nil, err
-		}
+		s.leased = s.split
 		if cache {
+			c, err := wrap(s.split)
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
 			// The cache has a TakeAll, which leases cannot serve: hide it.
-			s.leased = oneAtATime{s.leased.(limiter.Store)}
+			s.leased = oneAtATime{c}
 		}
+	}
+	gcfg := guard.Config{
+		Store:    s.exact,
+		Multi:    multi,
+		Leased:   s.leased,
+		Fallback: s.fallback,
+		Overflow: s.overflow,
+		Local:    s.local,
+		Timeout:  cfg.StoreTimeout,
+		Breaker:  brk,
+		Clock:    cfg.Clock,
+		Logger:   cfg.Logger,
+	}
+	if gcfg.Timeout == 0 {
+		gcfg.Timeout = DefaultStoreTimeout
+	}
+	if exactCache != nil {
+		gcfg.Cache = exactCache
+	}
+	if s.Guard, err = guard.New(gcfg); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if n, ok := cfg.Store.(DataLossNotifier); ok && (len(s.caches) > 0 || s.split != nil) {
 		s.stopLoss = n.OnDataLoss(s.dropDerived)
@@ -245,14 +289,13 @@ func (s *Stack) dropDerived() {
 // never a limiter.MultiTaker.
 type oneAtATime struct{ limiter.Store }
 
-// Store returns the store of a budget: exact (the store, behind the
-// over-limit cache when it is on), or split-budget leases on it when
-// leased is true and the Stack was built with SplitBudget. Leases are
+// Store returns the store of a budget, below the guard: exact (the store,
+// behind the over-limit cache when it is on), or split-budget leases on it
+// when leased is true and the Stack was built with SplitBudget. Leases are
 // one budget's each, so Store(true) of such a Stack never implements
-// limiter.MultiTaker. Store(false) may implement it and still refuse
-// (the over-limit cache in front of a Config.Store without TakeAll
-// answers ErrTakeAllUnsupported): StoreAll is the one to ask.
-func (s *Stack) Store(leased bool) Taker {
+// limiter.MultiTaker. A caller decides through the Stack's guard (Take);
+// Store is for tests and tools that read a budget behind its back.
+func (s *Stack) Store(leased bool) limiter.Store {
 	if leased && s.leased != nil {
 		return s.leased
 	}
@@ -260,48 +303,67 @@ func (s *Stack) Store(leased bool) Taker {
 }
 
 // StoreAll returns the store that decides several budgets of one request
-// at once (limiter.MultiTaker), as Store(leased) would decide each alone:
-// the store, behind the over-limit cache when it is on. It fails with an
-// error wrapping limiter.ErrTakeAllUnsupported when leased is true and
-// the Stack was built with SplitBudget (leases split one budget between
-// processes; several cannot be debited atomically), or when Config.Store
-// is not a limiter.MultiTaker. A caller checks it when it loads its
-// configuration, so a plan combining split budgets with several limits
-// per request is refused at start.
+// at once, below the guard, as Store(leased) would decide each alone, or
+// the error CanTakeAll reports.
 func (s *Stack) StoreAll(leased bool) (TakeAller, error) {
-	if leased && s.leased != nil {
-		return nil, fmt.Errorf("stack: split-budget leases: %w", limiter.ErrTakeAllUnsupported)
-	}
-	if !s.multi {
-		return nil, fmt.Errorf("stack: store %T: %w", s.exact, limiter.ErrTakeAllUnsupported)
+	if err := s.CanTakeAll(leased); err != nil {
+		return nil, err
 	}
 	return s.exact.(TakeAller), nil
 }
 
+// CanTakeAll reports whether TakeAll can decide several budgets at once
+// for the calls with guard.Call.Leased = leased: it fails with an error
+// wrapping limiter.ErrTakeAllUnsupported when leased is true and the Stack
+// was built with SplitBudget (leases split one budget between processes;
+// several cannot be debited atomically), or when Config.Store is not a
+// limiter.MultiTaker and a limiter.MultiRefunder. A caller checks it when
+// it loads its configuration, so a plan combining split budgets with
+// several limits per request is refused at start.
+func (s *Stack) CanTakeAll(leased bool) error {
+	if leased && s.leased != nil {
+		return fmt.Errorf("stack: split-budget leases: %w", limiter.ErrTakeAllUnsupported)
+	}
+	if !s.multi {
+		return fmt.Errorf("stack: store %T is not a limiter.MultiTaker and a limiter.MultiRefunder: %w", s.exact, limiter.ErrTakeAllUnsupported)
+	}
+	return nil
+}
+
+// Leases reports whether the Stack was built with split-budget leases
+// (Config.SplitBudget), which calls with guard.Call.Leased take from.
+func (s *Stack) Leases() bool { return s.leased != nil }
+
+// OverflowKeys is how many overflow buckets the Stack has room for.
+func (s *Stack) OverflowKeys() int { return s.overflowKeys }
+
 // Local reports whether the store is an in-memory one (the Stack's own,
-// or a *memorystore.Store), which answers under a lock and never waits:
-// a caller may skip the deadline it would give a network round trip.
+// or a *memorystore.Store), which answers under a lock and never waits.
 func (s *Stack) Local() bool { return s.local }
 
-// Fallback is this process's local buckets, for a fail-open policy to
-// decide with while the store is away. It decides several budgets at once
-// as the store does (TakeAll). It starts each budget from what it was told
-// of it (lastknown.Store.Observe: hand it the store's decisions), or empty:
+// Fallback is this process's local buckets, which the guard decides with
+// for a fail-open call while the store is away. It decides several budgets
+// at once as the store does (TakeAll). It starts each budget from what it
+// was told of it (the guard hands it the store's decisions), or empty:
 // never from a fresh, full bucket.
 func (s *Stack) Fallback() *lastknown.Store { return s.fallback }
 
 // Overflow holds the buckets shared by the identities a full memory store
-// cannot hold (IsFull): a flood of new identities spends these, never
-// another identity's budget. It has TakeAll too.
+// cannot hold: a flood of new identities spends these, never another
+// identity's budget. It has TakeAll too.
 func (s *Stack) Overflow() TakeAller { return s.overflow }
 
 // IsFull reports whether err says a memory store could not take a new
 // identity without resetting another's budget (memorystore.ErrFull).
 func IsFull(err error) bool { return errors.Is(err, memorystore.ErrFull) }
 
-// Close gives the split budget's leases back and releases the in-memory
-// stores the Stack created. Config.Store is the caller's to close.
+// Close stops the guard's settlement, gives the split budget's leases back
+// and releases the in-memory stores the Stack created. Config.Store is the
+// caller's to close.
 func (s *Stack) Close() error {
+	if s.Guard != nil {
+		s.Guard.Close()
+	}
 	if s.stopLoss != nil {
 		s.stopLoss()
 	}

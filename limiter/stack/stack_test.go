@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/overlimit"
@@ -16,9 +17,6 @@ import (
 
 // shared stands for a store other processes share (not a memorystore).
 type shared struct{ limiter.Store }
-
-// takeOnly has no Refund.
-type takeOnly struct{ stack.Taker }
 
 func TestComposition(t *testing.T) {
 	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
@@ -33,7 +31,7 @@ func TestComposition(t *testing.T) {
 		cached    bool // Store(false) is behind the over-limit cache
 		leased    bool // Store(true) is split-budget leases
 		wantErr   error
-		wantStore stack.Taker // when neither cached nor owned
+		wantStore limiter.Store // when neither cached nor owned
 	}{
 		{name: "nil store: an owned memory store, no cache", cfg: stack.Config{}},
 		{name: "memory store: auto leaves the cache off", cfg: stack.Config{Store: mem}, wantStore: mem},
@@ -41,8 +39,6 @@ func TestComposition(t *testing.T) {
 		{name: "cache forced on", cfg: stack.Config{Store: mem, OverLimitCache: stack.OverLimitCacheOn}, cached: true},
 		{name: "cache forced off", cfg: stack.Config{Store: shared{mem}, OverLimitCache: stack.OverLimitCacheOff}, wantStore: shared{mem}},
 		{name: "split budget", cfg: stack.Config{Store: mem, SplitBudget: true}, leased: true, wantStore: mem},
-		{name: "cache on a take-only store", cfg: stack.Config{Store: takeOnly{mem}, OverLimitCache: stack.OverLimitCacheOn}, wantErr: stack.ErrOverLimitNeedsRefund},
-		{name: "split budget on a take-only store", cfg: stack.Config{Store: takeOnly{mem}, SplitBudget: true}, wantErr: stack.ErrSplitBudgetNeedsRefund},
 		{name: "unknown cache mode", cfg: stack.Config{OverLimitCache: "sometimes"}, wantErr: stack.ErrInvalidConfig},
 		{name: "negative keys", cfg: stack.Config{MemoryMaxKeys: -1}, wantErr: stack.ErrInvalidConfig},
 	}
@@ -77,7 +73,7 @@ func TestComposition(t *testing.T) {
 			// The fallback starts from what it was told (here: 10 left).
 			limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Minute}
 			st.Fallback().Observe("k", limit, 0, limiter.Decision{Allowed: true, Limit: 10, Remaining: 10})
-			for _, s := range []stack.Taker{exact, st.Fallback(), st.Overflow()} {
+			for _, s := range []limiter.Store{exact, st.Fallback(), st.Overflow()} {
 				if d, err := s.Take(context.Background(), "k", limit, 1); err != nil || !d.Allowed {
 					t.Errorf("%T: %+v, %v", s, d, err)
 				}
@@ -179,5 +175,66 @@ func TestStoreAll(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// flaky is a shared store that counts the calls reaching it and fails
+// while down.
+type flaky struct {
+	limiter.Store
+	calls int
+	down  bool
+}
+
+func (s *flaky) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
+	s.calls++
+	if s.down {
+		return limiter.Decision{}, errors.New("connection refused")
+	}
+	return s.Store.Take(ctx, key, l, cost)
+}
+
+// The over-limit cache answers before the guard: a remembered refusal
+// reaches neither the breaker nor the store. It remembers the store's own
+// refusals, never the fail-open fallback's: once the store is back, it
+// decides.
+func TestCacheBeforeGuard(t *testing.T) {
+	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
+	mem, err := memorystore.New(memorystore.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	store := &flaky{Store: mem}
+	st, err := stack.New(stack.Config{Store: store, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Minute}
+	open := guard.Call{Plan: "free", FailOpen: true}
+	take := func(key string, cost int64) (limiter.Decision, guard.Trace) {
+		t.Helper()
+		var tr guard.Trace
+		d, err := st.Take(context.Background(), open, key, limit, cost, &tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, tr
+	}
+	take("a", 10)
+	if d, _ := take("a", 1); d.Allowed || store.calls != 2 {
+		t.Fatalf("the store's refusal: %+v after %d calls", d, store.calls)
+	}
+	if d, tr := take("a", 1); d.Allowed || store.calls != 2 || tr.Result != guard.ResultOK || tr.Took != 0 {
+		t.Errorf("remembered: %+v %+v after %d calls; want no store call", d, tr, store.calls)
+	}
+	store.down = true
+	if d, tr := take("b", 1); d.Allowed || !tr.Fallback {
+		t.Fatalf("b in the outage: %+v %+v; want the empty fallback's refusal", d, tr)
+	}
+	store.down = false
+	if d, tr := take("b", 1); !d.Allowed || tr.Fallback {
+		t.Errorf("b once the store is back: %+v %+v; want the store's admission", d, tr)
 	}
 }

@@ -6,15 +6,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 )
 
 // benchEvent is an admitted GraphQL operation with a refund and a store
 // call: every metric but the fallback counter moves.
 var benchEvent = middleware.Event{
-	Plan: "pro", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeAdmitted,
+	Plan: "pro", Kind: middleware.KindGraphQL, Outcome: budget.ClassAdmitted,
 	RequestedCost: 120, Charged: 120, ActualCost: 45, HasActualCost: true, Refunded: 75,
-	StoreDuration: 300 * time.Microsecond, StoreResult: middleware.StoreOK,
+	StoreDuration: 300 * time.Microsecond, StoreResult: guard.ResultOK,
 }
 
 // BenchmarkObserveDecision measures ObserveDecision against the peer a

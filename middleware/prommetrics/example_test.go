@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/prommetrics"
 )
@@ -29,7 +31,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	lim, err := middleware.New(middleware.Config{
-		Plans: map[string]middleware.Plan{
+		Plans: map[string]budget.Plan{
 			"anon": {Burst: 100, Rate: 1000, Per: time.Hour},
 			"pro":  {Burst: 2000, Rate: 50000, Per: time.Hour},
 		},
@@ -63,14 +65,14 @@ func ExampleMetrics_ObserveDecision() {
 	m.ObserveDecision(&middleware.Event{
 		Plan:          "pro",
 		Kind:          middleware.KindGraphQL,
-		Outcome:       middleware.OutcomeAdmitted,
+		Outcome:       budget.ClassAdmitted,
 		RequestedCost: 120,
 		Charged:       120,
 		ActualCost:    45,
 		HasActualCost: true,
 		Refunded:      75,
 		StoreDuration: 300 * time.Microsecond,
-		StoreResult:   middleware.StoreOK,
+		StoreResult:   guard.ResultOK,
 	})
 
 	w := httptest.NewRecorder()

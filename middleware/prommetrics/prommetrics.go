@@ -84,6 +84,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -103,15 +105,15 @@ const (
 // The expected label values, in the order of the arrays of series.
 var (
 	kinds    = [...]middleware.Kind{middleware.KindGraphQL, middleware.KindREST, middleware.KindSubscriptionEvent}
-	outcomes = [...]middleware.Outcome{
-		middleware.OutcomeAdmitted,
-		middleware.OutcomeRateLimited,
-		middleware.OutcomeCostExceeded,
-		middleware.OutcomeUnavailable,
-		middleware.OutcomeShadowRejected,
-		middleware.OutcomeShed,
+	outcomes = [...]budget.Class{
+		budget.ClassAdmitted,
+		budget.ClassRateLimited,
+		budget.ClassCostExceeded,
+		budget.ClassUnavailable,
+		budget.ClassShadowRejected,
+		budget.ClassShed,
 	}
-	results = [...]middleware.StoreResult{middleware.StoreOK, middleware.StoreError, middleware.StoreTimeout}
+	results = [...]guard.Result{guard.ResultOK, guard.ResultError, guard.ResultTimeout}
 )
 
 // ErrInvalidOption reports an option that New refuses.
@@ -377,7 +379,7 @@ func (m *Metrics) ObserveDecision(e *middleware.Event) {
 	}
 	switch e.Breaker {
 	case "":
-	case middleware.BreakerClosed:
+	case guard.BreakerClosed:
 		m.breaker.WithLabelValues().Set(0)
 	default:
 		m.breaker.WithLabelValues().Set(1)
@@ -386,7 +388,7 @@ func (m *Metrics) ObserveDecision(e *middleware.Event) {
 		d := max(e.StoreDuration.Seconds(), 0)
 		if r := indexOf(results[:], e.StoreResult); r >= 0 {
 			m.storeBy[r].Observe(d)
-		} else if e.StoreResult == middleware.StoreSkipped {
+		} else if e.StoreResult == guard.ResultSkipped {
 			m.store.WithLabelValues(string(e.StoreResult)).Observe(d) // only while a breaker is open
 		} else {
 			m.store.WithLabelValues(Other).Observe(d)

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/prommetrics"
 )
@@ -33,43 +35,43 @@ var script = []middleware.Event{
 	// decisions{pro,graphql,admitted}; cost{pro,graphql} 30 (le=50);
 	// charged{pro,graphql} 30; actual{pro} 12 (le=20); refunded{pro} 18;
 	// store{ok} 200µs (le=0.00025).
-	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeAdmitted,
+	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: budget.ClassAdmitted,
 		RequestedCost: 30, Charged: 30, ActualCost: 12, HasActualCost: true, Refunded: 18,
-		StoreDuration: 200 * time.Microsecond, StoreResult: middleware.StoreOK},
+		StoreDuration: 200 * time.Microsecond, StoreResult: guard.ResultOK},
 	// decisions{pro,graphql,rate_limited}; cost{pro,graphql} 700 (le=1000);
 	// store{ok} 150µs (le=0.00025).
-	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeRateLimited,
-		RequestedCost: 700, StoreDuration: 150 * time.Microsecond, StoreResult: middleware.StoreOK},
+	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: budget.ClassRateLimited,
+		RequestedCost: 700, StoreDuration: 150 * time.Microsecond, StoreResult: guard.ResultOK},
 	// An unparsable document: decisions{pro,graphql,cost_exceeded}; no
 	// cost (not priced); charged{pro,graphql} 1; store{ok} 80µs (le=0.0001).
-	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeCostExceeded,
-		Charged: 1, StoreDuration: 80 * time.Microsecond, StoreResult: middleware.StoreOK},
+	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: budget.ClassCostExceeded,
+		Charged: 1, StoreDuration: 80 * time.Microsecond, StoreResult: guard.ResultOK},
 	// decisions{pro,rest,admitted}; fallback{pro}; cost{pro,rest} 5 (le=5);
 	// charged{pro,rest} 5; store{error} 3ms (le=0.005).
-	{Plan: "pro", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted, Fallback: true,
-		RequestedCost: 5, Charged: 5, StoreDuration: 3 * time.Millisecond, StoreResult: middleware.StoreError},
+	{Plan: "pro", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted, Fallback: true,
+		RequestedCost: 5, Charged: 5, StoreDuration: 3 * time.Millisecond, StoreResult: guard.ResultError},
 	// decisions{free,rest,unavailable}; cost{free,rest} 1 (le=1);
 	// store{timeout} 100ms (le=0.1).
-	{Plan: "free", Kind: middleware.KindREST, Outcome: middleware.OutcomeUnavailable,
-		RequestedCost: 1, StoreDuration: 100 * time.Millisecond, StoreResult: middleware.StoreTimeout},
+	{Plan: "free", Kind: middleware.KindREST, Outcome: budget.ClassUnavailable,
+		RequestedCost: 1, StoreDuration: 100 * time.Millisecond, StoreResult: guard.ResultTimeout},
 	// decisions{free,graphql,shadow_rejected}; cost{free,graphql} 100000
 	// (le=100000); store{ok} 1ms (le=0.001).
-	{Plan: "free", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeShadowRejected,
-		Refused: middleware.OutcomeRateLimited, RequestedCost: 100000,
-		StoreDuration: time.Millisecond, StoreResult: middleware.StoreOK},
+	{Plan: "free", Kind: middleware.KindGraphQL, Outcome: budget.ClassShadowRejected,
+		Refused: budget.ClassRateLimited, RequestedCost: 100000,
+		StoreDuration: time.Millisecond, StoreResult: guard.ResultOK},
 	// A free route answered without a store call: decisions{free,rest,admitted}
 	// only.
-	{Plan: "free", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted},
+	{Plan: "free", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted},
 	// decisions{free,graphql,admitted}; cost{free,graphql} 2 (le=2);
 	// charged{free,graphql} 2; actual{free} 0 (le=1); refunded{free} 2;
 	// store{ok} 300ms (+Inf).
-	{Plan: "free", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeAdmitted,
+	{Plan: "free", Kind: middleware.KindGraphQL, Outcome: budget.ClassAdmitted,
 		RequestedCost: 2, Charged: 2, HasActualCost: true, Refunded: 2,
-		StoreDuration: 300 * time.Millisecond, StoreResult: middleware.StoreOK},
+		StoreDuration: 300 * time.Millisecond, StoreResult: guard.ResultOK},
 	// A response that held more than its price: decisions{pro,graphql,admitted};
 	// cost{pro,graphql} 250000 (+Inf); charged{pro,graphql} 250000;
 	// actual{pro} 250007 (+Inf); excess{pro} 7.
-	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeAdmitted,
+	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: budget.ClassAdmitted,
 		RequestedCost: 250000, Charged: 250000, ActualCost: 250007, HasActualCost: true, Excess: 7},
 }
 
@@ -266,7 +268,7 @@ func TestPlanSeriesAppearWithFirstEvent(t *testing.T) {
 	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 0 {
 		t.Fatalf("%d decision series before any event", n)
 	}
-	m.ObserveDecision(&middleware.Event{Plan: "team", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted})
+	m.ObserveDecision(&middleware.Event{Plan: "team", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted})
 	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 18 {
 		t.Errorf("%d decision series, want 18", n)
 	}
@@ -280,12 +282,12 @@ func TestPlanSeriesAppearWithFirstEvent(t *testing.T) {
 func TestUnexpectedLabelValues(t *testing.T) {
 	m, reg := newMetrics(t, prommetrics.WithPlans("free"))
 	observe(m, []middleware.Event{
-		{Plan: "free", Kind: "grpc", Outcome: middleware.OutcomeAdmitted, RequestedCost: 3, Charged: 3},
+		{Plan: "free", Kind: "grpc", Outcome: budget.ClassAdmitted, RequestedCost: 3, Charged: 3},
 		{Plan: "free", Kind: middleware.KindREST, Outcome: "queued"},
 		{Plan: "free", Kind: "", Outcome: "", StoreResult: "canceled", StoreDuration: time.Millisecond},
-		{Plan: "enterprise", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted, Fallback: true},
-		{Plan: "", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted},
-		{Plan: "other", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted},
+		{Plan: "enterprise", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted, Fallback: true},
+		{Plan: "", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted},
+		{Plan: "other", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted},
 	})
 	for _, c := range []struct {
 		name   string
@@ -318,7 +320,7 @@ func TestWithPlansBoundsCardinality(t *testing.T) {
 	m, reg := newMetrics(t, prommetrics.WithPlans("free"))
 	for i := range 1000 {
 		m.ObserveDecision(&middleware.Event{Plan: fmt.Sprint("plan", i), Kind: middleware.KindGraphQL,
-			Outcome: middleware.OutcomeAdmitted, RequestedCost: 1})
+			Outcome: budget.ClassAdmitted, RequestedCost: 1})
 	}
 	if n, _ := testutil.GatherAndCount(reg, "costguard_decisions_total"); n != 36 {
 		t.Errorf("%d decision series, want 36", n)
@@ -333,9 +335,9 @@ func TestWithPlansBoundsCardinality(t *testing.T) {
 func TestNegativeValues(t *testing.T) {
 	m, reg := newMetrics(t, prommetrics.WithPlans("free"))
 	m.ObserveDecision(nil)
-	m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindGraphQL, Outcome: middleware.OutcomeAdmitted,
+	m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindGraphQL, Outcome: budget.ClassAdmitted,
 		RequestedCost: -5, Charged: -5, Refunded: -5, Excess: -5, ActualCost: -5, HasActualCost: true,
-		StoreDuration: -time.Second, StoreResult: middleware.StoreOK})
+		StoreDuration: -time.Second, StoreResult: guard.ResultOK})
 	err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP costguard_refunded_points_total Points given back to budgets once an operation's actual cost was known.
 # TYPE costguard_refunded_points_total counter
@@ -378,7 +380,7 @@ func TestDefaultRegisterer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted})
+	m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted})
 	if v := value(t, reg, "costguard_decisions_total", "plan", "free", "kind", "rest", "outcome", "admitted"); v != 1 {
 		t.Errorf("decisions on the default registerer = %v, want 1", v)
 	}
@@ -400,7 +402,7 @@ func TestWrappedRegisterers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted})
+		m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted})
 	}
 	if v := value(t, reg, "costguard_decisions_total", "limiter", "internal", "plan", "free", "kind", "rest", "outcome", "admitted"); v != 1 {
 		t.Errorf("decisions{limiter=internal} = %v, want 1", v)
@@ -433,8 +435,8 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range events {
 				m.ObserveDecision(&middleware.Event{Plan: fmt.Sprint("p", (g+i)%plans), Kind: middleware.KindGraphQL,
-					Outcome: middleware.OutcomeAdmitted, RequestedCost: 2, Charged: 2,
-					StoreResult: middleware.StoreOK, StoreDuration: time.Millisecond})
+					Outcome: budget.ClassAdmitted, RequestedCost: 2, Charged: 2,
+					StoreResult: guard.ResultOK, StoreDuration: time.Millisecond})
 			}
 		})
 	}
@@ -566,23 +568,23 @@ func TestBreakerGaugeAndSkipped(t *testing.T) {
 	const absent = -1
 	steps := []struct {
 		name    string
-		breaker middleware.BreakerState
-		result  middleware.StoreResult
+		breaker guard.BreakerState
+		result  guard.Result
 		gauge   float64 // absent: no series
 		skipped float64 // absent: no series
 	}{
-		{"no breaker", "", middleware.StoreOK, absent, absent},
-		{"closed", middleware.BreakerClosed, middleware.StoreOK, 0, absent},
-		{"failure opens", middleware.BreakerOpen, middleware.StoreError, 1, absent},
-		{"open: skipped", middleware.BreakerOpen, middleware.StoreSkipped, 1, 1},
+		{"no breaker", "", guard.ResultOK, absent, absent},
+		{"closed", guard.BreakerClosed, guard.ResultOK, 0, absent},
+		{"failure opens", guard.BreakerOpen, guard.ResultError, 1, absent},
+		{"open: skipped", guard.BreakerOpen, guard.ResultSkipped, 1, 1},
 		{"no store call", "", "", 1, 1},
-		{"failed probe", middleware.BreakerOpen, middleware.StoreTimeout, 1, 1},
-		{"half-open: skipped behind the probe", middleware.BreakerHalfOpen, middleware.StoreSkipped, 1, 2},
-		{"good probe closes", middleware.BreakerClosed, middleware.StoreOK, 0, 2},
-		{"closed again", middleware.BreakerClosed, middleware.StoreOK, 0, 2},
+		{"failed probe", guard.BreakerOpen, guard.ResultTimeout, 1, 1},
+		{"half-open: skipped behind the probe", guard.BreakerHalfOpen, guard.ResultSkipped, 1, 2},
+		{"good probe closes", guard.BreakerClosed, guard.ResultOK, 0, 2},
+		{"closed again", guard.BreakerClosed, guard.ResultOK, 0, 2},
 	}
 	for _, s := range steps {
-		m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindREST, Outcome: middleware.OutcomeAdmitted,
+		m.ObserveDecision(&middleware.Event{Plan: "free", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted,
 			StoreResult: s.result, StoreDuration: time.Microsecond, Breaker: s.breaker})
 		g, ok := find(t, reg, "costguard_store_breaker_open")
 		if !ok {
@@ -591,7 +593,7 @@ func TestBreakerGaugeAndSkipped(t *testing.T) {
 		if g != s.gauge {
 			t.Errorf("%s: costguard_store_breaker_open %v, want %v (-1: absent)", s.name, g, s.gauge)
 		}
-		n, ok := find(t, reg, "costguard_store_duration_seconds", "result", string(middleware.StoreSkipped))
+		n, ok := find(t, reg, "costguard_store_duration_seconds", "result", string(guard.ResultSkipped))
 		if !ok {
 			n = absent
 		}

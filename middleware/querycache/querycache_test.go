@@ -1,4 +1,4 @@
-package middleware_test
+package querycache_test
 
 import (
 	"context"
@@ -7,17 +7,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
-
-	"github.com/costguard/costguard/middleware"
 )
 
 func TestQueryCacheBounds(t *testing.T) {
 	ctx := context.Background()
 	doc := &ast.QueryDocument{}
 	// "{ a }" is 5 bytes and 3 tokens: 8192 + 5 + 3×256 = 8965 bytes.
-	c, err := middleware.NewQueryCache(3, 8965*2)
+	c, err := querycache.New(3, 8965*2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +39,7 @@ func TestQueryCacheBounds(t *testing.T) {
 	}
 
 	// The entry bound.
-	c, _ = middleware.NewQueryCache(3, 1<<30)
+	c, _ = querycache.New(3, 1<<30)
 	for i := range 10 {
 		c.Add(ctx, fmt.Sprintf("{ f%d }", i), doc)
 	}
@@ -50,7 +49,7 @@ func TestQueryCacheBounds(t *testing.T) {
 	if _, ok := c.Get(ctx, "{ f9 }"); !ok {
 		t.Error("the newest entry is missing")
 	}
-	if _, err := middleware.NewQueryCache(-1, 0); err == nil {
+	if _, err := querycache.New(-1, 0); err == nil {
 		t.Error("negative bound accepted")
 	}
 }
@@ -85,7 +84,7 @@ func TestQueryCacheEstimateCoversTheTree(t *testing.T) {
 			held := int64(after.HeapAlloc-before.HeapAlloc) / copies
 			runtime.KeepAlive(kept)
 
-			c, _ := middleware.NewQueryCache(1, 1<<40)
+			c, _ := querycache.New(1, 1<<40)
 			c.Add(context.Background(), q, kept[0])
 			t.Logf("%d bytes: the tree holds %d, the estimate is %d", len(q), held, c.Bytes())
 			if c.Bytes() < held {

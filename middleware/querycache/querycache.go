@@ -1,8 +1,11 @@
-package middleware
+// Package querycache bounds gqlgen's cache of parsed documents by the
+// memory they hold as well as by their number.
+package querycache
 
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -12,10 +15,10 @@ import (
 	"github.com/costguard/costguard/complexity"
 )
 
-// Defaults of NewQueryCache.
+// Defaults of New.
 const (
-	DefaultQueryCacheEntries = 1000
-	DefaultQueryCacheBytes   = 32 << 20
+	DefaultEntries = 1000
+	DefaultBytes   = 32 << 20
 	// queryCacheBytesPerToken is what one token of a document costs once
 	// parsed (gqlparser's syntax tree: 20 to 200 bytes a token for the
 	// shapes TestQueryCacheEstimateCoversTheTree measures), on top of the
@@ -26,16 +29,16 @@ const (
 	queryCacheEntryBytes = 8 << 10
 )
 
-var _ graphql.Cache[*ast.QueryDocument] = (*QueryCache)(nil)
+var _ graphql.Cache[*ast.QueryDocument] = (*Cache)(nil)
 
-// QueryCache is a gqlgen query cache (handler.Server.SetQueryCache) bounded
+// Cache is a gqlgen query cache (handler.Server.SetQueryCache) bounded
 // by the memory of the documents it holds as well as by their number:
 // gqlgen's lru.New counts entries only, so 1,000 documents of a megabyte
 // each could pin gigabytes. An entry is charged its query's bytes plus an
 // estimate of its parsed tree (8 KiB, and 256 bytes a token), which a test
 // holds above what gqlparser's tree really takes; the least recently used
 // entries go first. Safe for concurrent use.
-type QueryCache struct {
+type Cache struct {
 	mu         sync.Mutex
 	maxEntries int
 	maxBytes   int64
@@ -50,24 +53,27 @@ type queryCacheEntry struct {
 	bytes int64
 }
 
-// NewQueryCache returns a cache of at most maxEntries documents and
-// maxBytes estimated bytes; zero takes DefaultQueryCacheEntries and
-// DefaultQueryCacheBytes. A document larger than maxBytes is never kept.
-func NewQueryCache(maxEntries int, maxBytes int64) (*QueryCache, error) {
+// ErrInvalidConfig wraps the errors New returns.
+var ErrInvalidConfig = errors.New("querycache: invalid config")
+
+// New returns a cache of at most maxEntries documents and maxBytes
+// estimated bytes; zero takes DefaultEntries and DefaultBytes. A document
+// larger than maxBytes is never kept.
+func New(maxEntries int, maxBytes int64) (*Cache, error) {
 	if maxEntries < 0 || maxBytes < 0 {
 		return nil, fmt.Errorf("%w: query cache bounds must not be negative (entries %d, bytes %d)", ErrInvalidConfig, maxEntries, maxBytes)
 	}
 	if maxEntries == 0 {
-		maxEntries = DefaultQueryCacheEntries
+		maxEntries = DefaultEntries
 	}
 	if maxBytes == 0 {
-		maxBytes = DefaultQueryCacheBytes
+		maxBytes = DefaultBytes
 	}
-	return &QueryCache{maxEntries: maxEntries, maxBytes: maxBytes, order: list.New(), items: make(map[string]*list.Element)}, nil
+	return &Cache{maxEntries: maxEntries, maxBytes: maxBytes, order: list.New(), items: make(map[string]*list.Element)}, nil
 }
 
 // Get implements graphql.Cache.
-func (c *QueryCache) Get(_ context.Context, key string) (*ast.QueryDocument, bool) {
+func (c *Cache) Get(_ context.Context, key string) (*ast.QueryDocument, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[key]
@@ -80,8 +86,8 @@ func (c *QueryCache) Get(_ context.Context, key string) (*ast.QueryDocument, boo
 
 // Add implements graphql.Cache. gqlgen adds a document once it has parsed
 // and validated it.
-func (c *QueryCache) Add(_ context.Context, key string, doc *ast.QueryDocument) {
-	size := documentBytes(key)
+func (c *Cache) Add(_ context.Context, key string, doc *ast.QueryDocument) {
+	size := DocumentBytes(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[key]; ok {
@@ -99,27 +105,29 @@ func (c *QueryCache) Add(_ context.Context, key string, doc *ast.QueryDocument) 
 }
 
 // Len is the number of documents held; Bytes their estimated size.
-func (c *QueryCache) Len() int {
+func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.order.Len()
 }
 
 // Bytes is the estimated memory of the documents held.
-func (c *QueryCache) Bytes() int64 {
+func (c *Cache) Bytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.bytes
 }
 
-func (c *QueryCache) remove(el *list.Element) {
+func (c *Cache) remove(el *list.Element) {
 	e := c.order.Remove(el).(*queryCacheEntry)
 	delete(c.items, e.key)
 	c.bytes -= e.bytes
 }
 
-// documentBytes estimates what a parsed query holds in memory.
-func documentBytes(query string) int64 {
+// DocumentBytes estimates what a parsed query holds in memory: what the
+// cache charges an entry, and what a cache beside it (compiled cost plans)
+// charges for the document an entry keeps alive.
+func DocumentBytes(query string) int64 {
 	size, _ := complexity.CheckDocument(query, complexity.DocumentLimits{}) // no limits: counts only
 	return queryCacheEntryBytes + int64(len(query)) + int64(size.Tokens)*queryCacheBytesPerToken
 }

@@ -1,0 +1,512 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/costguard/costguard/internal/logevery"
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/concurrency"
+)
+
+// FailureMode chooses what happens when the store fails or times out.
+type FailureMode string
+
+const (
+	// FailOpen admits through a local in-memory bucket per identity (the
+	// same limit, kept by this process only), started from the store's last
+	// decision this process saw for it, or empty (limiter/lastknown), and
+	// logs a warning at most once a minute.
+	FailOpen FailureMode = "open"
+	// FailClosed refuses (Unavailable: 503 with Retry-After, GraphQL code
+	// RATE_LIMITER_UNAVAILABLE).
+	FailClosed FailureMode = "closed"
+)
+
+// Mode says whether the engine refuses what it would refuse.
+type Mode string
+
+const (
+	// Enforce refuses what the budget cannot pay or a static cap forbids.
+	Enforce Mode = "enforce"
+	// Shadow prices and debits everything as Enforce does, but lets what
+	// Enforce would refuse for its budget or a static cap run, answering as
+	// if admitted; the decision is reported as ClassShadowRejected and
+	// logged. The document bounds (body size, MaxTokens, MaxSelections,
+	// variables) and complexity.AbsoluteMaxDepth, which protect the server
+	// before anything is priced, stay on; so do DisableIntrospection and
+	// fail-closed 503s.
+	Shadow Mode = "shadow"
+)
+
+// None, given for a count, lifts its cap (Plan.MaxConcurrent). A zero
+// field always means the default, so None is how to say "nothing".
+const None = -1
+
+// Plan is a token bucket in points: Burst points at most, Rate points
+// restored every Per.
+type Plan struct {
+	Burst int64
+	Rate  int64
+	Per   time.Duration
+	// FailureMode overrides Config.FailureMode for this plan when set.
+	FailureMode FailureMode
+	// Mode overrides Config.Mode for this plan when set.
+	Mode Mode
+	// DisableIntrospection refuses operations of this plan that select
+	// __schema or __type (INTROSPECTION_DISABLED).
+	DisableIntrospection bool
+	// DisableCostReport refuses the per-field breakdown a request asks for
+	// with "GraphQL-Cost: report" (400 COST_REPORT_DISABLED): a report prices
+	// the operation a second time and tells the client how the schema is
+	// priced.
+	DisableCostReport bool
+	// SplitBudget serves this plan from local leases of each principal's
+	// budget (limiter/splitbudget): most requests skip the store's round
+	// trip, at the price of up to (gateways × lease) points of overshoot
+	// within a window. For UX-grade plans; leave it false (the default)
+	// for billing-grade plans, which the store then keeps exact.
+	SplitBudget bool
+	// MaxConcurrent caps this plan's principals' requests in flight at
+	// once, overriding Config.MaxConcurrent (0: that; None: no cap).
+	MaxConcurrent int
+	// Quota, when set, is a second budget the same cost is drawn from, in
+	// fixed windows aligned to UTC ("100,000 a day"): see Quota.
+	Quota *Quota
+	// DisableRefund keeps the whole requested cost of a GraphQL operation
+	// even when its response shows it cost less: by default the unused
+	// part (requested − actual) is given back before the response is
+	// written (docs/middleware.md, "Actual cost and refunds").
+	DisableRefund bool
+}
+
+// Quota is a plan's second budget: Limit points per fixed window of Per,
+// drawn by the same cost as the plan's bucket ("5,000 an hour, 100,000 a
+// day"). Windows are aligned on multiples of Per since the Unix epoch, so a
+// 24h quota renews at midnight UTC and a 1h quota on the hour. A request is
+// admitted only if the bucket and the quota (and the field limits it
+// selects) can all pay; otherwise none of them is debited.
+type Quota struct {
+	// Limit is the points one window admits. It must be at least the
+	// plan's Burst: a smaller quota would make the burst unreachable.
+	Limit int64
+	// Per is the window.
+	Per time.Duration
+	// Name is the quota's policy name in RateLimit-Policy. Default: the
+	// plan's name and "-daily" (Per 24h), "-hourly" (1h), "-weekly" (168h)
+	// or "-quota".
+	Name string
+}
+
+// FieldLimitBy says whose selections of a field a FieldLimit counts.
+type FieldLimitBy string
+
+const (
+	// ByPrincipal counts per principal (the identity that pays: user, API
+	// key, or client address for anonymous requests). The default.
+	ByPrincipal FieldLimitBy = "principal"
+	// ByIP counts per client address (IPv6 by /64), whoever the principal
+	// is (Request.Addr).
+	ByIP FieldLimitBy = "ip"
+)
+
+// FieldLimit is a rate on one schema field ("Mutation.login": 5 a minute),
+// counted per selection: each alias, each occurrence through fragments,
+// and each item of an enclosing list by its priced size. It is a token
+// bucket: Limit selections at once, refilled at Limit per Per.
+type FieldLimit struct {
+	Limit int64
+	Per   time.Duration
+	// By is ByPrincipal (the default) or ByIP.
+	By FieldLimitBy
+}
+
+// LaneBudget is the bucket of a lane (a class of requests by priority),
+// drawn with the plan's by every request in the lane, per principal.
+type LaneBudget struct {
+	// Name is the lane's.
+	Name  string
+	Burst int64
+	Rate  int64
+	Per   time.Duration
+}
+
+// ErrInvalidConfig wraps every error Compile returns.
+var ErrInvalidConfig = errors.New("budget: invalid config")
+
+// Config is what a Policy is compiled from.
+type Config struct {
+	// Plans maps a plan name (printable ASCII) to its budget. Required.
+	Plans map[string]Plan
+	// FieldLimits attach a rate to schema coordinates ("Mutation.login"),
+	// decided with the plan's bucket and quota, all or nothing.
+	FieldLimits map[string]FieldLimit
+	// Lanes are the lane budgets.
+	Lanes []LaneBudget
+	// Mode applies to the plans that set none. Default Enforce.
+	Mode Mode
+	// FailureMode applies to the plans that set none, and to the lane
+	// budgets. Default FailOpen.
+	FailureMode FailureMode
+	// InvalidCost is what a request refused before it could be priced
+	// pays (ChargeInvalid); 0 makes it free. It must not be negative.
+	InvalidCost int64
+	// MaxConcurrent caps the requests in flight of a principal on a plan
+	// that sets no MaxConcurrent. 0: no cap.
+	MaxConcurrent int
+}
+
+// Policy is a compiled, validated Config: what an Engine decides by. It
+// is immutable; a reload compiles a new one and swaps it in (Engine.Swap),
+// and a request keeps the Policy it started under to its end.
+type Policy struct {
+	plans    map[string]*Rule
+	names    []string // the plans' names, sorted
+	lanes    map[string]*Rule
+	fields   map[string]*FieldRule
+	coords   []string // the field limits' coordinates, sorted
+	anyByIP  bool
+	invalid  int64
+	failOpen bool
+}
+
+// Rule is a compiled plan, or a lane's budget, with what a decision needs
+// precomputed.
+type Rule struct {
+	// Plan is the plan as configured (a lane budget's Burst, Rate, Per).
+	Plan
+	name          string
+	lane          string // the lane's name, for a lane budget
+	limit         limiter.Limit
+	failOpen      bool
+	shadow        bool
+	maxConcurrent int64
+	quota         *QuotaRule
+	policy        *Policy
+
+	// Warnings logged at most once a minute for each rule: a store failure
+	// (under its failure mode), a full memory store, a refusal shadow mode
+	// let through, a refund that failed, a response beyond its price.
+	storeWarn, fullWarn, shadowWarn, refundWarn, excessWarn logevery.Gate
+}
+
+// Name is the plan's name ("lane:" and the lane's name for a lane budget).
+func (r *Rule) Name() string { return r.name }
+
+// Lane is the lane's name of a lane budget, "" for a plan.
+func (r *Rule) Lane() string { return r.lane }
+
+// Limit is the bucket's limit.
+func (r *Rule) Limit() limiter.Limit { return r.limit }
+
+// FailOpen reports whether the rule fails open when the store fails.
+func (r *Rule) FailOpen() bool { return r.failOpen }
+
+// Shadowed reports whether the rule's refusals are reported, not enforced.
+func (r *Rule) Shadowed() bool { return r.shadow }
+
+// MaxConcurrent caps a principal's requests in flight (0: no cap).
+func (r *Rule) MaxConcurrent() int64 { return r.maxConcurrent }
+
+// QuotaRule is the plan's compiled quota, nil without one.
+func (r *Rule) QuotaRule() *QuotaRule { return r.quota }
+
+// Policy is the Policy the rule belongs to.
+func (r *Rule) Policy() *Policy { return r.policy }
+
+// key is the bucket key of the rule for the principal key k.
+func (r *Rule) key(k string) string {
+	if r.lane != "" {
+		return r.name + ":" + k
+	}
+	return k
+}
+
+// QuotaRule is a compiled Quota.
+type QuotaRule struct {
+	// Name is its policy name (Quota.Name or its default).
+	Name  string
+	Limit limiter.Limit
+}
+
+// FieldRule is a compiled FieldLimit.
+type FieldRule struct {
+	Coord  string
+	Limit  limiter.Limit
+	ByIP   bool
+	budget string // fieldBudgetPrefix + Coord
+}
+
+// Budget names beside a principal's bucket (limiter.Request.Name): the
+// plan's quota and one per limited field.
+const (
+	quotaBudget       = "quota"
+	fieldBudgetPrefix = "field:"
+)
+
+// Compile validates cfg and compiles it.
+func Compile(cfg Config) (*Policy, error) {
+	failure := cfg.FailureMode
+	if failure == "" {
+		failure = FailOpen
+	}
+	if failure != FailOpen && failure != FailClosed {
+		return nil, fmt.Errorf("%w: failure mode %q is neither %q nor %q", ErrInvalidConfig, failure, FailOpen, FailClosed)
+	}
+	mode := cfg.Mode
+	if mode == "" {
+		mode = Enforce
+	}
+	if mode != Enforce && mode != Shadow {
+		return nil, fmt.Errorf("%w: mode %q is neither %q nor %q", ErrInvalidConfig, mode, Enforce, Shadow)
+	}
+	if cfg.InvalidCost < 0 {
+		return nil, fmt.Errorf("%w: InvalidCost %d is negative", ErrInvalidConfig, cfg.InvalidCost)
+	}
+	if cfg.MaxConcurrent < 0 {
+		return nil, fmt.Errorf("%w: MaxConcurrent %d is negative", ErrInvalidConfig, cfg.MaxConcurrent)
+	}
+	p := &Policy{failOpen: failure == FailOpen, invalid: cfg.InvalidCost}
+	if err := p.buildPlans(cfg.Plans, failure, mode, cfg.MaxConcurrent); err != nil {
+		return nil, err
+	}
+	if err := p.buildFieldLimits(cfg.FieldLimits); err != nil {
+		return nil, err
+	}
+	if err := p.buildLanes(cfg.Lanes); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Policy) buildPlans(plans map[string]Plan, failure FailureMode, global Mode, maxConcurrent int) error {
+	if len(plans) == 0 {
+		return fmt.Errorf("%w: no plans", ErrInvalidConfig)
+	}
+	p.plans = make(map[string]*Rule, len(plans))
+	for name, pl := range plans {
+		if !ValidName(name) {
+			return fmt.Errorf("%w: plan name %q must be non-empty printable ASCII", ErrInvalidConfig, name)
+		}
+		if pl.Burst <= 0 || pl.Rate <= 0 || pl.Per <= 0 {
+			return fmt.Errorf("%w: plan %q: burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, name, pl.Burst, pl.Rate, pl.Per)
+		}
+		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: pl.Burst, Rate: pl.Rate, Period: pl.Per}
+		if err := limit.Validate(); err != nil {
+			return fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, name, err)
+		}
+		fm := cmpOr(pl.FailureMode, failure)
+		mode := cmpOr(pl.Mode, global)
+		if mode != Enforce && mode != Shadow {
+			return fmt.Errorf("%w: plan %q: mode %q is neither %q nor %q", ErrInvalidConfig, name, mode, Enforce, Shadow)
+		}
+		if fm != FailOpen && fm != FailClosed {
+			return fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, fm, FailOpen, FailClosed)
+		}
+		quota, err := buildQuota(name, pl)
+		if err != nil {
+			return err
+		}
+		r := &Rule{Plan: pl, name: name, limit: limit, failOpen: fm == FailOpen, shadow: mode == Shadow, quota: quota, policy: p}
+		switch n := pl.MaxConcurrent; {
+		case n == 0:
+			r.maxConcurrent = int64(maxConcurrent)
+		case n == None:
+			r.maxConcurrent = 0
+		case n < 0:
+			return fmt.Errorf("%w: plan %q: MaxConcurrent %d; it must be positive, 0 for Config.MaxConcurrent or None", ErrInvalidConfig, name, n)
+		default:
+			r.maxConcurrent = int64(n)
+		}
+		if r.maxConcurrent > concurrency.MaxLimit {
+			return fmt.Errorf("%w: plan %q: at most %d requests in flight can be capped", ErrInvalidConfig, name, concurrency.MaxLimit)
+		}
+		p.plans[name] = r
+	}
+	p.names = slices.Sorted(maps.Keys(p.plans))
+	return nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// quotaName is a quota's default policy name.
+func quotaName(plan string, per time.Duration) string {
+	switch per {
+	case 24 * time.Hour:
+		return plan + "-daily"
+	case time.Hour:
+		return plan + "-hourly"
+	case 7 * 24 * time.Hour:
+		return plan + "-weekly"
+	}
+	return plan + "-quota"
+}
+
+// buildQuota validates plan name's quota.
+func buildQuota(name string, p Plan) (*QuotaRule, error) {
+	q := p.Quota
+	if q == nil {
+		return nil, nil
+	}
+	if q.Limit <= 0 || q.Per <= 0 {
+		return nil, fmt.Errorf("%w: plan %q: quota limit (%d) and per (%v) must be positive", ErrInvalidConfig, name, q.Limit, q.Per)
+	}
+	if q.Limit < p.Burst {
+		return nil, fmt.Errorf("%w: plan %q: quota limit %d is below the burst %d, which could then never be spent", ErrInvalidConfig, name, q.Limit, p.Burst)
+	}
+	if p.SplitBudget {
+		return nil, fmt.Errorf("%w: plan %q: a quota cannot be combined with SplitBudget (leases are spent locally, the quota in one atomic step with the bucket)", ErrInvalidConfig, name)
+	}
+	qn := q.Name
+	if qn == "" {
+		qn = quotaName(name, q.Per)
+	}
+	if !ValidName(qn) {
+		return nil, fmt.Errorf("%w: plan %q: quota name %q must be non-empty printable ASCII", ErrInvalidConfig, name, qn)
+	}
+	limit := limiter.Limit{Algorithm: limiter.FixedWindow, Rate: q.Limit, Period: q.Per}
+	if err := limit.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: plan %q: quota: %w", ErrInvalidConfig, name, err)
+	}
+	return &QuotaRule{Name: qn, Limit: limit}, nil
+}
+
+// buildFieldLimits validates the field limits. Coordinates are checked
+// against the schema by the adapter that knows it.
+func (p *Policy) buildFieldLimits(fls map[string]FieldLimit) error {
+	if len(fls) == 0 {
+		return nil
+	}
+	// One decision takes the bucket, the quota and every limited field an
+	// operation selects in one TakeAll, which refuses more than
+	// limiter.MaxTakeAll budgets: past that, an operation selecting them
+	// all would fail like a broken store (and count towards the breaker).
+	if most := limiter.MaxTakeAll - 2; len(fls) > most {
+		return fmt.Errorf("%w: %d field limits; at most %d fit one decision with the bucket and the quota", ErrInvalidConfig, len(fls), most)
+	}
+	p.fields = make(map[string]*FieldRule, len(fls))
+	for _, coord := range slices.Sorted(maps.Keys(fls)) {
+		fl := fls[coord]
+		typ, field, ok := strings.Cut(coord, ".")
+		if !ok || typ == "" || field == "" || strings.Contains(field, ".") || !ValidName(coord) {
+			return fmt.Errorf("%w: field limit %q: want a schema coordinate Type.field", ErrInvalidConfig, coord)
+		}
+		if fl.Limit <= 0 || fl.Per <= 0 {
+			return fmt.Errorf("%w: field limit %q: limit (%d) and per (%v) must be positive", ErrInvalidConfig, coord, fl.Limit, fl.Per)
+		}
+		switch fl.By {
+		case "", ByPrincipal, ByIP:
+		default:
+			return fmt.Errorf("%w: field limit %q: by %q is neither %q nor %q", ErrInvalidConfig, coord, fl.By, ByPrincipal, ByIP)
+		}
+		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: fl.Limit, Rate: fl.Limit, Period: fl.Per}
+		if err := limit.Validate(); err != nil {
+			return fmt.Errorf("%w: field limit %q: %w", ErrInvalidConfig, coord, err)
+		}
+		p.fields[coord] = &FieldRule{Coord: coord, Limit: limit, ByIP: fl.By == ByIP, budget: fieldBudgetPrefix + coord}
+		p.coords = append(p.coords, coord)
+		p.anyByIP = p.anyByIP || fl.By == ByIP
+	}
+	for _, name := range p.names {
+		if p.plans[name].SplitBudget {
+			return fmt.Errorf("%w: plan %q: field limits cannot be combined with SplitBudget (leases are spent locally, field limits in one atomic step with the bucket)", ErrInvalidConfig, name)
+		}
+	}
+	return nil
+}
+
+// buildLanes validates the lane budgets.
+func (p *Policy) buildLanes(lanes []LaneBudget) error {
+	for _, b := range lanes {
+		where := fmt.Sprintf("lane %q", b.Name)
+		if !ValidName(b.Name) {
+			return fmt.Errorf("%w: %s: name must be non-empty printable ASCII", ErrInvalidConfig, where)
+		}
+		if b.Burst <= 0 || b.Rate <= 0 || b.Per <= 0 {
+			return fmt.Errorf("%w: %s: budget burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, where, b.Burst, b.Rate, b.Per)
+		}
+		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: b.Burst, Rate: b.Rate, Period: b.Per}
+		if err := limit.Validate(); err != nil {
+			return fmt.Errorf("%w: %s: budget: %w", ErrInvalidConfig, where, err)
+		}
+		if p.lanes == nil {
+			p.lanes = make(map[string]*Rule, len(lanes))
+		}
+		p.lanes[b.Name] = &Rule{
+			Plan: Plan{Burst: b.Burst, Rate: b.Rate, Per: b.Per},
+			name: "lane:" + b.Name, lane: b.Name, limit: limit, failOpen: p.failOpen, policy: p,
+		}
+	}
+	return nil
+}
+
+// Plan returns the rule of the plan named name.
+func (p *Policy) Plan(name string) (*Rule, bool) {
+	r, ok := p.plans[name]
+	return r, ok
+}
+
+// PlanNames returns the plans' names, sorted.
+func (p *Policy) PlanNames() []string { return p.names }
+
+// Lane returns the budget of the lane named name, nil when it has none.
+func (p *Policy) Lane(name string) *Rule { return p.lanes[name] }
+
+// Field returns the limit of the field at coord, nil when it has none.
+func (p *Policy) Field(coord string) *FieldRule { return p.fields[coord] }
+
+// FieldCoordinates returns the coordinates of the field limits, sorted.
+func (p *Policy) FieldCoordinates() []string { return p.coords }
+
+// AnyByIP reports whether a field limit counts by client address.
+func (p *Policy) AnyByIP() bool { return p.anyByIP }
+
+// InvalidCost is what a request refused before it could be priced pays.
+func (p *Policy) InvalidCost() int64 { return p.invalid }
+
+// MultiLimited reports whether requests on r may be decided by more than
+// its bucket (a quota, field limits): they need a store that decides
+// several budgets at once.
+func (p *Policy) MultiLimited(r *Rule) bool { return r.quota != nil || len(p.fields) > 0 }
+
+// OverflowBudgets is how many overflow budgets p may need: per plan a
+// bucket, a quota and the field limits, and a bucket per lane budget.
+func (p *Policy) OverflowBudgets() int {
+	return len(p.plans)*(2+len(p.fields)) + len(p.lanes)
+}
+
+// SplitBudget is the first plan, by name, that asks for split-budget
+// leases, "" when none does.
+func (p *Policy) SplitBudget() string {
+	for _, n := range p.names {
+		if p.plans[n].SplitBudget {
+			return n
+		}
+	}
+	return ""
+}
+
+// ValidName reports whether name can be a plan's, a quota's or a lane's:
+// non-empty printable ASCII, so that it is a structured-field string and
+// a readable log field.
+func ValidName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x20 || name[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
