@@ -41,7 +41,6 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/identity"
-	"github.com/costguard/costguard/middleware"
 )
 
 // overloadFactor is the offered load, as a multiple of capacity.
