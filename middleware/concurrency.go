@@ -11,7 +11,8 @@ import (
 // REST and GraphQL together, with leases that expire so that a crashed
 // process gives its slots back.
 type ConcurrencyOptions struct {
-	// PerPrincipal is the cap of plans that set no MaxConcurrent. 0: none.
+	// PerPrincipal is the cap of plans that set no MaxConcurrent. Default:
+	// no cap (None says the same).
 	PerPrincipal int
 	// TTL is how long a lease lives unless its request ends first; a
 	// request running longer loses its slot. Default

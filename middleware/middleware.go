@@ -34,10 +34,10 @@ type SplitBudgetOptions struct {
 	SettleInterval time.Duration
 }
 
-// None, given for a cap of GraphQLOptions, lifts it; given for a cost, makes
-// it 0; given for Plan.MaxConcurrent, lifts the cap. A zero field always
-// means the default, so None is how to say "nothing" (other negative
-// values are refused).
+// None says "nothing" where zero cannot: given for a cap of GraphQLOptions,
+// it lifts it; for a cost, makes it 0; for Plan.MaxConcurrent or
+// Concurrency.PerPrincipal, lifts the cap; for Breaker.Failures, removes
+// the breaker. Other negative values are refused.
 const None = budget.None
 
 // GraphQLOptions are the static caps and pricing knobs of the Extension.
@@ -156,7 +156,12 @@ type RESTOptions struct {
 	Routes map[string]int64
 }
 
-// Config configures a Limiter. Zero fields take the documented defaults.
+// Config configures a Limiter. One rule for zero holds across it: a zero
+// field takes its documented default (for some, such as
+// GraphQLOptions.UploadCostPerMiB or Concurrency.PerPrincipal, "none"),
+// and None says "nothing" where
+// the default is something. Reload takes a whole Config and changes only
+// what may change while requests run (see Reload).
 type Config struct {
 	// Store holds the budgets. Nil: an in-memory store owned by the Limiter
 	// (released by Close). Share a redisstore between processes. Quotas
@@ -218,7 +223,7 @@ type Config struct {
 	MemoryStore MemoryStoreOptions
 
 	// Lanes classify requests by priority (first match wins; a request no
-	// lane matches goes to the last). None: every request is in no lane.
+	// lane matches goes to the last). Empty: no lanes.
 	Lanes []Lane
 	// Overload, when set, sheds requests by their lane's priority once this
 	// process has too many in flight, and switches named features off as
@@ -345,6 +350,9 @@ type Limiter struct {
 	log        *slog.Logger
 	clock      limiter.Clock
 	start      time.Time
+	// atNew is the Config New was given: Reload refuses to change the
+	// fields New fixed (fixedChanges).
+	atNew Config
 
 	// Warnings logged at most once a minute: a wrapper without its
 	// extension (the others are per plan).
@@ -365,6 +373,7 @@ type Limiter struct {
 // New validates cfg and builds a Limiter.
 func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{
+		atNew:    cfg,
 		log:      cfg.Logger,
 		clock:    cfg.Clock,
 		maxBody:  cfg.MaxBodyBytes,

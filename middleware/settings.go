@@ -42,8 +42,12 @@ func compileSettings(cfg Config) (*settings, error) {
 		return nil, err
 	}
 	s.gql = gql
-	if cfg.Concurrency.PerPrincipal < 0 {
-		return nil, fmt.Errorf("%w: Concurrency.PerPrincipal %d is negative", ErrInvalidConfig, cfg.Concurrency.PerPrincipal)
+	perPrincipal := cfg.Concurrency.PerPrincipal
+	switch {
+	case perPrincipal == None: // no cap, which is also the default
+		perPrincipal = 0
+	case perPrincipal < 0:
+		return nil, fmt.Errorf("%w: Concurrency.PerPrincipal %d is negative (None: no cap)", ErrInvalidConfig, perPrincipal)
 	}
 	var lanes []budget.LaneBudget
 	for _, ln := range cfg.Lanes {
@@ -58,7 +62,7 @@ func compileSettings(cfg Config) (*settings, error) {
 		Mode:          cfg.Mode,
 		FailureMode:   cfg.FailureMode,
 		InvalidCost:   gql.InvalidCost,
-		MaxConcurrent: cfg.Concurrency.PerPrincipal,
+		MaxConcurrent: perPrincipal,
 	}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -108,37 +112,6 @@ func compileSettings(cfg Config) (*settings, error) {
 // overflowKeys is the room for overflow buckets: one per plan, with spare
 // room for the plans a Reload adds.
 func overflowKeys(plans int) int { return max(2*plans, 64) }
-
-// Reload validates cfg and swaps in its plans, anonymous plan, API keys and
-// identification (APIKeys, Identifier, TrustedProxies, ProxyHeader),
-// GraphQL options, REST costs, failure mode and modes, atomically: a
-// request in flight finishes under the configuration it started with, the
-// next one sees the new one, and none is dropped. Budgets are kept: a
-// principal's bucket is the same key under its plan's new limit. On error
-// the running configuration stays.
-//
-// The fields that shape the stores and the body bounds are fixed when New
-// runs and Reload ignores them: Store, MemoryStore, OverLimitCache,
-// SplitBudget, StoreTimeout, MaxBodyBytes, MaxBodyBytesInFlight,
-// RetryAfterJitter, Observer, Overload, Challenger, Logger and Clock. A plan may turn
-// SplitBudget on only if some plan had it at New.
-func (l *Limiter) Reload(cfg Config) error {
-	s, err := compileSettings(cfg)
-	if err != nil {
-		return err
-	}
-	if err := l.engine.Check(s.pol); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if err := l.checkChallenges(s); err != nil {
-		return err
-	}
-	if err := l.checkSchemas(s); err != nil {
-		return err
-	}
-	l.settings.Store(s)
-	return l.engine.Swap(s.pol) // checked above; it cannot fail
-}
 
 // current returns the settings in force.
 func (l *Limiter) current() *settings { return l.settings.Load() }

@@ -392,6 +392,7 @@ func TestKeepRestartKeys(t *testing.T) {
 	next.OverLimitCache = "off"
 	next.SplitBudget = splitBudgetConfig{LeaseFraction: 0.5, SettleInterval: time.Second}
 	next.RetryAfterJitter = 0.5
+	next.Breaker = breakerConfig{Failures: 9, CoolDown: time.Minute}
 	next.Overload.MaxInFlight = 8
 	next.Overload.ShedAt["sheddable"] = 0.25
 	next.Overload.Adaptive = true
@@ -412,7 +413,7 @@ func TestKeepRestartKeys(t *testing.T) {
 		"max_body_bytes", "max_body_bytes_in_flight", "memory_store.max_keys",
 		"graphql.query_cache_entries", "graphql.query_cache_bytes", "over_limit_cache",
 		"split_budget.lease_fraction", "split_budget.settle_interval", "retry_after_jitter",
-		"overload.max_in_flight", "overload.shed_at", "overload.adaptive", "degradation",
+		"breaker.failures", "breaker.cool_down", "overload.max_in_flight", "overload.shed_at", "overload.adaptive", "degradation",
 		"challenge.secret", "challenge.bits", "demo_latency",
 	}, changed)
 	same := defaultConfig()

@@ -186,18 +186,28 @@ func New(next limiter.Store, cfg Config) (*Store, error) {
 	return newStore(next, cfg, nil)
 }
 
+// Validate reports what New would refuse in cfg's tuning, so that a
+// configuration that builds no leases yet is checked too.
+func (cfg Config) Validate() error {
+	switch {
+	case math.IsNaN(cfg.LeaseFraction) || cfg.LeaseFraction < 0 || cfg.LeaseFraction > 1:
+		return fmt.Errorf("%w: LeaseFraction %v is not in (0, 1]", ErrInvalidConfig, cfg.LeaseFraction)
+	case cfg.SettleInterval < 0:
+		return fmt.Errorf("%w: SettleInterval must not be negative (got %v)", ErrInvalidConfig, cfg.SettleInterval)
+	case cfg.SettleTimeout < 0:
+		return fmt.Errorf("%w: SettleTimeout must not be negative (got %v)", ErrInvalidConfig, cfg.SettleTimeout)
+	}
+	return nil
+}
+
 // newStore is New with an optional settle tick channel, which tests
 // provide to drive the loop without waiting.
 func newStore(next limiter.Store, cfg Config, tick <-chan time.Time) (*Store, error) {
-	switch {
-	case next == nil:
+	if next == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
-	case math.IsNaN(cfg.LeaseFraction) || cfg.LeaseFraction < 0 || cfg.LeaseFraction > 1:
-		return nil, fmt.Errorf("%w: LeaseFraction %v is not in (0, 1]", ErrInvalidConfig, cfg.LeaseFraction)
-	case cfg.SettleInterval < 0:
-		return nil, fmt.Errorf("%w: SettleInterval must not be negative (got %v)", ErrInvalidConfig, cfg.SettleInterval)
-	case cfg.SettleTimeout < 0:
-		return nil, fmt.Errorf("%w: SettleTimeout must not be negative (got %v)", ErrInvalidConfig, cfg.SettleTimeout)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	size, err := shardmap.Size{MaxKeys: cfg.MaxKeys}.
 		Resolve(ErrInvalidConfig, shardmap.Size{MaxKeys: DefaultMaxKeys, Shards: defaultShards})

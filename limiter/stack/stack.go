@@ -160,6 +160,11 @@ func New(cfg Config) (*Stack, error) {
 	if cfg.StoreTimeout < 0 {
 		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, cfg.StoreTimeout)
 	}
+	// The lease tuning is checked even without leases: a bad value is a
+	// mistake now, not when a plan first asks for SplitBudget.
+	if err := (splitbudget.Config{LeaseFraction: cfg.LeaseFraction, SettleInterval: cfg.SettleInterval}).Validate(); err != nil {
+		return nil, fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err)
+	}
 	_, inMemory := cfg.Store.(*memorystore.Store)
 	cache := false
 	switch cfg.OverLimitCache {
