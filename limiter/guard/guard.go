@@ -265,55 +265,14 @@ func (g *Guard) Take(ctx context.Context, c Call, key string, limit limiter.Limi
 			return d, nil
 		}
 	}
-	var d limiter.Decision
-	var err error
-	if t := g.allow(tr); t.Allowed {
-		tctx, cancel := g.callContext(ctx)
-		began := time.Now() // a latency, not the limiter's clock
-		d, err = store.Take(tctx, key, limit, cost)
-		tr.Took += time.Since(began)
-		tr.Result = result(ctx, tctx, err, tr)
-		cancel()
-		g.done(ctx, t, err, tr)
-		if decided(err) {
-			if g.remembers() {
-				g.fallback.Observe(key, limit, cost, d)
-				g.repayAfter(ctx, key, "") // what an outage's fallback admitted here
-			}
-			return d, err
+	a := attempt{store: store, key: key, limit: limit, cost: cost}
+	if err := g.decide(ctx, c, tr, &a); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return limiter.Decision{}, err // nothing decided: no stale answer
 		}
-		if isFull(err) {
-			return g.takeOverflow(ctx, c, limit, cost, tr)
-		}
-		if ctx.Err() != nil {
-			// The client went away: not the store's failure, and nobody is
-			// left to admit.
-			return limiter.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-		}
-		tr.Failure = err
-	} else {
-		tr.Result, err = ResultSkipped, ErrBreakerOpen
+		return a.d, err
 	}
-	if !c.FailOpen {
-		return limiter.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	// The local store never blocks, so the caller's ctx is bound enough.
-	tr.Fallback, tr.Receipt.from = true, fallback
-	d, err = g.fallback.Take(ctx, key, limit, cost)
-	if isFull(err) {
-		return g.takeOverflow(ctx, c, limit, cost, tr)
-	}
-	return d, err
-}
-
-// takeOverflow decides for an identity that a full memory store cannot
-// hold without resetting another identity's budget (memorystore.ErrFull):
-// it spends from one bucket per plan, shared by every such identity, with
-// the plan's limit. A flood of new identities then exhausts that bucket,
-// not anyone else's budget, and never gets a fresh burst per identity.
-func (g *Guard) takeOverflow(ctx context.Context, c Call, limit limiter.Limit, cost int64, tr *Trace) (limiter.Decision, error) {
-	tr.Receipt, tr.Overflow = Receipt{from: overflow, Key: OverflowPrefix + c.Plan}, true
-	return g.overflow.Take(ctx, tr.Receipt.Key, limit, cost)
+	return a.d, nil
 }
 
 // TakeAll debits several budgets of one request all or none (the budgets
@@ -333,28 +292,57 @@ func (g *Guard) TakeAll(ctx context.Context, c Call, reqs []limiter.Request, ds 
 			return err
 		}
 	}
+	return g.decide(ctx, c, tr, &attempt{many: true, multi: g.multi, reqs: reqs, ds: ds})
+}
+
+// attempt is one debit or refund the guard makes: one budget (store, key,
+// limit, cost, its decision d) or, when many, several all or none (multi,
+// reqs, ds).
+// One concrete type, switching on many at each step, keeps it on the
+// caller's stack; an interface per shape would move it to the heap.
+type attempt struct {
+	many  bool
+	store limiter.Store
+	multi MultiStore
+	key   string
+	limit limiter.Limit
+	cost  int64
+	d     limiter.Decision
+	reqs  []limiter.Request
+	ds    []limiter.Decision
+}
+
+// decide runs one debit through the failure sequence, the one place it is
+// written: the store under the breaker and the timeout; its answer taught
+// to the fallback, with what an outage's fallback admitted repaid; a full
+// memory store sent to the overflow buckets; a failure refused (fail
+// closed) or decided by the fallback (fail open).
+func (g *Guard) decide(ctx context.Context, c Call, tr *Trace, a *attempt) error {
 	var err error
 	if t := g.allow(tr); t.Allowed {
 		tctx, cancel := g.callContext(ctx)
 		began := time.Now() // a latency, not the limiter's clock
-		err = g.multi.TakeAll(tctx, reqs, ds)
+		if a.many {
+			err = a.multi.TakeAll(tctx, a.reqs, a.ds)
+		} else {
+			a.d, err = a.store.Take(tctx, a.key, a.limit, a.cost)
+		}
 		tr.Took += time.Since(began)
 		tr.Result = result(ctx, tctx, err, tr)
 		cancel()
 		g.done(ctx, t, err, tr)
 		if decided(err) {
 			if g.remembers() {
-				g.fallback.ObserveAll(reqs, ds)
-				for _, r := range reqs {
-					g.repayAfter(ctx, r.Key, r.Name) // what an outage's fallback admitted here
-				}
+				g.learn(ctx, a)
 			}
 			return err
 		}
 		if isFull(err) {
-			return g.takeAllOverflow(ctx, c, reqs, ds, tr)
+			return g.overflowFor(ctx, c, tr, a)
 		}
 		if ctx.Err() != nil {
+			// The client went away: not the store's failure, and nobody is
+			// left to admit.
 			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 		tr.Failure = err
@@ -364,22 +352,51 @@ func (g *Guard) TakeAll(ctx context.Context, c Call, reqs []limiter.Request, ds 
 	if !c.FailOpen {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	// The local store never blocks, so the caller's ctx is bound enough.
 	tr.Fallback, tr.Receipt.from = true, fallback
-	if err = g.fallback.TakeAll(ctx, reqs, ds); isFull(err) {
-		return g.takeAllOverflow(ctx, c, reqs, ds, tr)
+	if a.many {
+		err = g.fallback.TakeAll(ctx, a.reqs, a.ds)
+	} else {
+		a.d, err = g.fallback.Take(ctx, a.key, a.limit, a.cost)
+	}
+	if isFull(err) {
+		return g.overflowFor(ctx, c, tr, a)
 	}
 	return err
 }
 
-// takeAllOverflow is takeOverflow for a TakeAll: the identity's budgets
-// become its plan's overflow budgets, under the same names.
-func (g *Guard) takeAllOverflow(ctx context.Context, c Call, reqs []limiter.Request, ds []limiter.Decision, tr *Trace) error {
-	key := OverflowPrefix + c.Plan
-	for i := range reqs {
-		reqs[i].Key = key
+// learn teaches the fallback what the store answered for a, and repays
+// what an outage's fallback admitted on those budgets.
+func (g *Guard) learn(ctx context.Context, a *attempt) {
+	if !a.many {
+		g.fallback.Observe(a.key, a.limit, a.cost, a.d)
+		g.repayAfter(ctx, a.key, "")
+		return
 	}
+	g.fallback.ObserveAll(a.reqs, a.ds)
+	for _, r := range a.reqs {
+		g.repayAfter(ctx, r.Key, r.Name)
+	}
+}
+
+// overflowFor decides a for an identity that a full memory store cannot
+// hold without resetting another identity's budget (memorystore.ErrFull):
+// it spends from one bucket per plan and budget name, shared by every such
+// identity, with the plan's limits. A flood of new identities then
+// exhausts that bucket, not anyone else's budget, and never gets a fresh
+// burst per identity. The keys of a's requests are rewritten so that what
+// was taken is given back there too.
+func (g *Guard) overflowFor(ctx context.Context, c Call, tr *Trace, a *attempt) (err error) {
+	key := OverflowPrefix + c.Plan
 	tr.Receipt, tr.Overflow = Receipt{from: overflow, Key: key}, true
-	return g.overflow.TakeAll(ctx, reqs, ds)
+	if !a.many {
+		a.d, err = g.overflow.Take(ctx, key, a.limit, a.cost)
+		return err
+	}
+	for i := range a.reqs {
+		a.reqs[i].Key = key
+	}
+	return g.overflow.TakeAll(ctx, a.reqs, a.ds)
 }
 
 // Refund gives amount back to key's budget (r.Key) where r took it, under
@@ -387,36 +404,13 @@ func (g *Guard) takeAllOverflow(ctx context.Context, c Call, reqs []limiter.Requ
 // nothing is given back (the points return by refill) and the error wraps
 // ErrBreakerOpen.
 func (g *Guard) Refund(ctx context.Context, r Receipt, limit limiter.Limit, amount int64) (limiter.Decision, error) {
-	var store limiter.Store
-	switch r.from {
-	case exact:
-		store = g.store
-	case leased:
-		store = g.leased
-	case fallback:
-		store = g.fallback
-	case overflow:
-		store = g.overflow
-	default:
+	store := g.singleOf(r)
+	if store == nil {
 		return limiter.Decision{}, errors.New("guard: nothing was taken")
 	}
-	remote := g.remote(r)
-	t := breaker.Ticket{Allowed: true}
-	if remote {
-		if t = g.allow(nil); !t.Allowed {
-			return limiter.Decision{}, ErrBreakerOpen
-		}
-	}
-	tctx, cancel := g.callContext(ctx)
-	d, err := store.Refund(tctx, r.Key, limit, amount)
-	cancel()
-	if remote {
-		g.done(ctx, t, err, nil)
-		if err == nil && g.remembers() {
-			g.fallback.Observe(r.Key, limit, 0, d)
-		}
-	}
-	return d, err
+	a := attempt{store: store, key: r.Key, limit: limit, cost: amount}
+	err := g.giveBack(ctx, r, &a)
+	return a.d, err
 }
 
 // RefundAll gives back what a TakeAll took where r says it took it, as
@@ -426,6 +420,13 @@ func (g *Guard) RefundAll(ctx context.Context, r Receipt, reqs []limiter.Request
 	if err != nil {
 		return err
 	}
+	return g.giveBack(ctx, r, &attempt{many: true, multi: store, reqs: reqs, ds: ds})
+}
+
+// giveBack refunds a where r took it, the one place a refund is written:
+// under the timeout and, for the store, its breaker, whose answer the
+// fallback learns.
+func (g *Guard) giveBack(ctx context.Context, r Receipt, a *attempt) (err error) {
 	remote := g.remote(r)
 	t := breaker.Ticket{Allowed: true}
 	if remote {
@@ -434,12 +435,20 @@ func (g *Guard) RefundAll(ctx context.Context, r Receipt, reqs []limiter.Request
 		}
 	}
 	tctx, cancel := g.callContext(ctx)
-	err = store.RefundAll(tctx, reqs, ds)
+	if a.many {
+		err = a.multi.RefundAll(tctx, a.reqs, a.ds)
+	} else {
+		a.d, err = a.store.Refund(tctx, a.key, a.limit, a.cost)
+	}
 	cancel()
 	if remote {
 		g.done(ctx, t, err, nil)
 		if err == nil && g.remembers() {
-			g.fallback.ObserveAll(reqs, ds)
+			if a.many {
+				g.fallback.ObserveAll(a.reqs, a.ds)
+			} else {
+				g.fallback.Observe(a.key, a.limit, 0, a.d)
+			}
 		}
 	}
 	return err
