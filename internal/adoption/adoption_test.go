@@ -117,6 +117,7 @@ import (
 	"github.com/99designs/gqlgen/client"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
 
 	"example.com/todo/graph"
