@@ -164,33 +164,9 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 // set, the operation's base cost and its totals.
 func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 	a, op := w.a, w.op
-	root, base := a.rootType(op)
-	if root == nil {
-		return set, 0, totals, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
-	}
-	if a.cfg.maxAliases > 0 {
-		if err := w.checkAliases(); err != nil {
-			return set, 0, totals, err
-		}
-	}
-	groups, _, err := w.collect(root, nil, op.SelectionSet)
-	if err == nil && w.refused != nil {
-		err = w.refused
-	}
+	root, base, groups, err := w.rootFields()
 	if err != nil {
 		return set, 0, totals, err
-	}
-	if a.cfg.maxRootFields > 0 {
-		// Every response key counts, introspection and __typename included.
-		if n := len(groups); n > a.cfg.maxRootFields {
-			return set, 0, totals, &Error{
-				Code:      CodeMaxRootFieldsExceeded,
-				Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
-				Locations: locationsOf(op.Position),
-				Value:     float64(n),
-				Limit:     float64(a.cfg.maxRootFields),
-			}
-		}
 	}
 	if err := w.priceGroups(&set, root, nil, 0, groups, noSizes, 1, 0, false); err != nil {
 		return set, 0, totals, err
@@ -200,6 +176,37 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 		return set, 0, totals, err
 	}
 	return set, base, totals, nil
+}
+
+// rootFields collects w.op's root fields, of type root, after the checks
+// that read the document alone (aliases, root fields); base is the cost
+// the operation starts from. The walk and a plan's compiler both start
+// here.
+func (w *walker) rootFields() (root *typeInfo, base Cost, groups []fieldGroup, err error) {
+	a, op := w.a, w.op
+	root, base = a.rootType(op)
+	if root == nil {
+		return nil, 0, nil, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
+	}
+	if a.cfg.maxAliases > 0 {
+		if err := w.checkAliases(); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	if groups, _, err = w.collect(root, nil, op.SelectionSet); err != nil {
+		return nil, 0, nil, err
+	}
+	// Every response key counts, introspection and __typename included.
+	if n := len(groups); a.cfg.maxRootFields > 0 && n > a.cfg.maxRootFields {
+		return nil, 0, nil, &Error{
+			Code:      CodeMaxRootFieldsExceeded,
+			Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
+			Locations: locationsOf(op.Position),
+			Value:     float64(n),
+			Limit:     float64(a.cfg.maxRootFields),
+		}
+	}
+	return root, base, groups, nil
 }
 
 // rootType is the type op's root fields belong to (nil if the schema has
@@ -525,7 +532,8 @@ type collection struct {
 // the executor's CollectFields does: @skip/@include applied, fragments
 // applied by type condition, fields grouped by response key in document
 // order. The groups live on the w.groups stack; the caller releases them
-// with w.groups = w.groups[:start].
+// with w.groups = w.groups[:start]. A condition the executor would refuse
+// (see included) fails the collection.
 func (w *walker) collect(t *typeInfo, parent *fieldGroup, root ast.SelectionSet) (groups []fieldGroup, start int, err error) {
 	c := collection{t: t, start: len(w.groups)}
 	if parent == nil {
@@ -540,6 +548,9 @@ func (w *walker) collect(t *typeInfo, parent *fieldGroup, root ast.SelectionSet)
 				break
 			}
 		}
+	}
+	if err == nil && w.refused != nil {
+		err = w.refused
 	}
 	if err != nil {
 		w.groups = w.groups[:c.start]
@@ -936,10 +947,6 @@ func (w *walker) groupID(g *fieldGroup) string {
 // which is member i of abstract type via (via nil: t is the field's type).
 func (w *walker) priceObject(set *pricedSet, t, via *typeInfo, i int, g *fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	groups, start, err := w.collect(t, g, nil)
-	if err == nil && w.refused != nil {
-		w.groups = w.groups[:start]
-		err = w.refused
-	}
 	if err != nil {
 		return err
 	}

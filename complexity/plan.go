@@ -374,28 +374,11 @@ func (c *planCompiler) compile(doc *ast.QueryDocument, op *ast.OperationDefiniti
 	w := a.acquire(doc, op, vars)
 	defer a.release(w)
 	c.w = w
-	root, _ := a.rootType(op)
-	if root == nil {
-		return nil, ErrInvalidDocument
-	}
-	if a.cfg.maxAliases > 0 {
-		if err := w.checkAliases(); err != nil {
-			return nil, err
-		}
-	}
-	groups, start, err := w.collect(root, nil, op.SelectionSet)
-	if err == nil && w.refused != nil {
-		err = w.refused
-	}
+	root, _, groups, err := w.rootFields()
 	if err != nil {
 		return nil, err
 	}
-	if a.cfg.maxRootFields > 0 && len(groups) > a.cfg.maxRootFields {
-		return nil, ErrMaxRootFields
-	}
-	set, err := c.groups(root, groups, 1, 0)
-	w.groups = w.groups[:start]
-	return set, err
+	return c.groups(root, groups, 1, 0)
 }
 
 // groups compiles the collected fields of concrete type t at absolute
@@ -552,11 +535,7 @@ func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planS
 func (c *planCompiler) object(t *typeInfo, g *fieldGroup, depth int, weight Cost) (*planSet, error) {
 	w := c.w
 	groups, start, err := w.collect(t, g, nil)
-	if err == nil && w.refused != nil {
-		err = w.refused
-	}
 	if err != nil {
-		w.groups = w.groups[:start]
 		return nil, err
 	}
 	set, err := c.groups(t, groups, depth, weight)
