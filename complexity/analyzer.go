@@ -127,19 +127,9 @@ func (a *Analyzer) analyze(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{
-		Operation:     op.Name,
-		OperationType: string(op.Operation),
-		Introspection: w.introspection,
-		Totals:        totals,
-		Points:        totals.Cost.Points(),
-	}
-	if r.OperationType == "" {
-		r.OperationType = string(ast.Query)
-	}
-	r.Fields = w.breakdown(set.fields, min(int64(limit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
-	if w.counting {
-		r.FieldCounts = a.counting.fieldCounts(w.counts)
+	r := a.report(op, totals, w.introspection, w.counts)
+	if limit > 0 {
+		r.Fields = w.breakdown(set.fields, min(int64(limit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
 	}
 	return r, nil
 }
@@ -163,7 +153,6 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 // AnalyzeOperation and ActualCost. It returns the root selection's priced
 // set, the operation's base cost and its totals.
 func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
-	a, op := w.a, w.op
 	root, base, groups, err := w.rootFields()
 	if err != nil {
 		return set, 0, totals, err
@@ -171,8 +160,7 @@ func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
 	if err := w.priceGroups(&set, root, nil, 0, groups, noSizes, 1, 0, false); err != nil {
 		return set, 0, totals, err
 	}
-	totals = Totals{Cost: addCost(base, set.cost), Depth: set.depth, Nodes: set.nodes}
-	if err := a.checkTotals(op, totals); err != nil {
+	if totals, err = w.a.totals(w.op, base, set.price); err != nil {
 		return set, 0, totals, err
 	}
 	return set, base, totals, nil
@@ -401,13 +389,10 @@ type memoKey struct {
 	sizes  sizes
 }
 
-// pricedSet is the price of a selection set for one parent type, relative
-// to its position: cost includes the type's weight, depth counts levels
-// below the parent, nodes are per single parent object.
+// pricedSet is the price of a selection set for one parent type, per
+// object of its parent.
 type pricedSet struct {
-	cost   Cost
-	depth  int
-	nodes  int64
+	price
 	fields []pricedField // only when explaining
 	lines  int64         // explain entries below, expanded (saturating)
 	deep   pricedLink    // the field that reaches depth
@@ -448,12 +433,10 @@ type pricedField struct {
 	field *ast.Field
 	info  *fieldInfo
 	n     int64
-	cost  Cost
+	price
 	// own is fieldWeight + argCost: what the field costs for its parent
 	// whatever it returns.
-	own   Cost
-	depth int
-	nodes int64
+	own Cost
 	// fixed marks an introspection field (__typename, __schema, __type, or
 	// a field of an introspection type): its actual cost is its cost.
 	fixed    bool
@@ -738,11 +721,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			return nil, err
 		}
 	} else {
-		// Each member type is priced on its own; the most expensive one
-		// wins. Depth and nodes are worst cases of their own and may come
-		// from another member.
-		var maxDepth int
-		var maxNodes int64
+		var fold memberFold
 		var deep pricedLink
 		multi := len(ret.possible) > 1
 		var members []MemberCost
@@ -754,31 +733,26 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			sets = w.newSets(len(ret.possible))
 		}
 		winner := 0
-		var counts *setCounts
-		var ownCounts bool
 		for i, t := range ret.possible {
 			var s pricedSet
 			if err := w.priceObject(&s, t, ret, i, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
 				return nil, err
 			}
-			if w.counting {
-				counts, ownCounts = maxCounts(counts, ownCounts, w.counts)
-			}
+			costliest, deepest := fold.add(i, s.price, w.counts)
 			if sets != nil {
 				sets[i] = s
 			}
-			if i == 0 || s.cost > set.cost {
+			if costliest {
 				*set, winner = s, i
+			}
+			if deepest {
+				deep = s.deep
 			}
 			if members != nil {
 				members = append(members, MemberCost{Type: t.name, Cost: s.cost})
 			}
-			if i == 0 || s.depth > maxDepth {
-				maxDepth, deep = s.depth, s.deep
-			}
-			maxNodes = max(maxNodes, s.nodes)
 		}
-		set.depth, set.nodes, set.deep, w.counts = maxDepth, maxNodes, deep, counts
+		set.price, set.deep, w.counts = fold.price, deep, fold.counts
 		if members != nil {
 			members[winner].Winner = true
 		}
@@ -959,7 +933,7 @@ func (w *walker) priceObject(set *pricedSet, t, via *typeInfo, i int, g *fieldGr
 // abstract type via, when via is not nil) at absolute depth depth; the
 // set's cost starts from weight (t's own, or 0 for the root).
 func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
-	*set = pricedSet{cost: weight}
+	*set = pricedSet{price: price{cost: weight}}
 	var counts *setCounts // only when counting
 	if w.plan || w.explain {
 		set.fields = w.newFields(len(groups))
@@ -1000,10 +974,7 @@ func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, group
 		if w.counting {
 			w.countField(&counts, fi, g.key, pf.n)
 		}
-		set.cost = addCost(set.cost, pf.cost)
-		set.nodes = addCount(set.nodes, pf.nodes)
-		if pf.depth > set.depth {
-			set.depth = pf.depth
+		if set.add(pf.price) {
 			set.deep = pricedLink{key: g.key, field: g.first, child: pf.children}
 		}
 		if w.explain || w.plan {
@@ -1023,49 +994,18 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 	if depth > w.maxDepth {
 		return w.depthError(f, depth)
 	}
-	*pf = pricedField{key: g.key, field: f, info: fi, n: 1, depth: 1}
-	handed, hasHanded, inherit := sz.lookup(fi.name)
-
-	// declared is the size the field itself declares: its largest slicing
-	// argument, else its @listSize assumedSize.
-	declared, hasDeclared := fi.assumed, fi.hasAssumed
-	if len(fi.slicing) > 0 {
-		sliced, hasSliced, err := w.slicingSize(f, fi)
-		if err != nil {
-			return err
-		}
-		if hasSliced {
-			declared, hasDeclared = sliced, true
-		}
+	declared, hasDeclared, err := w.declaredSize(f, fi)
+	if err != nil {
+		return err
 	}
-	if fi.list {
-		// A size handed down by the parent wins; a declared size counts
-		// unless it is meant for sizedFields; else the default.
-		switch {
-		case hasHanded:
-			pf.n = handed
-		case hasDeclared && len(fi.sized) == 0:
-			pf.n = declared
-		default:
-			pf.n = w.a.cfg.defaultListSize
-		}
+	n, childSizes := w.a.listSize(fi, sz, declared, hasDeclared)
+	own, err := w.ownCost(f, fi)
+	if err != nil {
+		return err
 	}
-	childSizes := inherit
-	if len(fi.sized) > 0 && hasDeclared {
-		childSizes = sizes{spec: fi, size: declared}
-	}
-
-	cost := fi.weight
-	if !fi.argsFree {
-		c, err := w.argCost(f, fi)
-		if err != nil {
-			return err
-		}
-		cost = addCost(cost, c)
-	}
-	pf.own = cost
+	*pf = pricedField{key: g.key, field: f, info: fi, n: n, own: own}
 	if !fi.ret.composite {
-		pf.cost = clampZero(addCost(cost, mulCost(fi.ret.weight, pf.n)))
+		pf.price = fieldPrice(fi, own, n, price{})
 		return nil
 	}
 	var children pricedSet
@@ -1080,14 +1020,7 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 		pf.children = w.newSet()
 		*pf.children = children
 	}
-	pf.depth = 1 + children.depth
-	// Each object a list returns is a node; a single object is not.
-	var perObject int64
-	if fi.list {
-		perObject = 1
-	}
-	pf.nodes = mulCount(pf.n, addCount(perObject, children.nodes))
-	pf.cost = clampZero(addCost(cost, mulCost(children.cost, pf.n)))
+	pf.price = fieldPrice(fi, own, n, children.price)
 	return nil
 }
 

@@ -56,7 +56,6 @@ type subPlan struct {
 	err      error
 	root     *planSet // compiled: the root selection
 	base     Cost
-	depth    int
 	intro    bool       // the operation selects __schema or __type
 	slots    int        // memoised sets, see planSet.slot
 	pool     *sync.Pool // *planEval
@@ -80,7 +79,7 @@ type planSet struct {
 	weight  Cost
 	fields  []planField
 	members []*planSet
-	depth   int   // levels below the parent, as pricedSet.depth
+	depth   int   // levels below the parent (fieldDepth), for the depth limit
 	slot    int32 // index of its memo entry when reached more than once, else -1
 }
 
@@ -314,7 +313,7 @@ func (a *Analyzer) compileSub(s *subPlan, doc *ast.QueryDocument, op *ast.Operat
 	s.shapeBytes = c.bytes
 	switch {
 	case err == nil && c.dynamic:
-		s.root, s.depth, s.intro, s.slots = root, root.depth, c.intro, c.slots
+		s.root, s.intro, s.slots = root, c.intro, c.slots
 		_, s.base = a.rootType(op)
 		s.pool = &sync.Pool{}
 		return c.bytes
@@ -403,16 +402,15 @@ func (c *planCompiler) groups(t *typeInfo, groups []fieldGroup, depth int, weigh
 		if err := c.values(&pf); err != nil {
 			return nil, err
 		}
+		below := 0
 		if fi.ret.composite {
 			ch, err := c.children(g, fi.ret, depth+1)
 			if err != nil {
 				return nil, err
 			}
-			pf.children = ch
-			set.depth = max(set.depth, 1+ch.depth)
-		} else {
-			set.depth = max(set.depth, 1)
+			pf.children, below = ch, ch.depth
 		}
+		set.depth = max(set.depth, fieldDepth(below))
 		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
 			pf.fixed, pf.free = true, w.free(t, g.first.Name)
 			if introspectionRoot(g.first.Name) {
@@ -427,35 +425,20 @@ func (c *planCompiler) groups(t *typeInfo, groups []fieldGroup, depth int, weigh
 	return set, nil
 }
 
-// values compiles what pf's price reads of its arguments: its slicing size
-// and its argument cost, each computed now when it reads no variable.
+// values compiles what pf's price reads of its arguments: its declared
+// size and its own cost, each computed now when it reads no variable.
 func (c *planCompiler) values(pf *planField) error {
 	w, f, fi := c.w, pf.field, pf.fi
-	pf.declared, pf.hasDeclared = fi.assumed, fi.hasAssumed
-	if len(fi.slicing) > 0 {
-		if readsVariables(f, fi.slicing) {
-			pf.dynSlice, c.dynamic = true, true
-		} else {
-			sliced, hasSliced, err := w.slicingSize(f, fi)
-			if err != nil {
-				return err
-			}
-			if hasSliced {
-				pf.declared, pf.hasDeclared = sliced, true
-			}
-		}
+	var err error
+	if readsVariables(f, fi.slicing) {
+		pf.dynSlice, c.dynamic = true, true
+	} else if pf.declared, pf.hasDeclared, err = w.declaredSize(f, fi); err != nil {
+		return err
 	}
-	pf.own = fi.weight
-	if !fi.argsFree {
-		if readsVariables(f, fi.args) {
-			pf.dynOwn, c.dynamic = true, true
-		} else {
-			ac, err := w.argCost(f, fi)
-			if err != nil {
-				return err
-			}
-			pf.own = addCost(pf.own, ac)
-		}
+	if !fi.argsFree && readsVariables(f, fi.args) {
+		pf.dynOwn, c.dynamic = true, true
+	} else if pf.own, err = w.ownCost(f, fi); err != nil {
+		return err
 	}
 	return nil
 }
@@ -564,10 +547,9 @@ type planSizedKey struct {
 	sz  sizes
 }
 
-// planValue is a set's price per parent object.
+// planValue is a set's price per parent object, and its field counts.
 type planValue struct {
-	cost   Cost
-	nodes  int64
+	price
 	counts *setCounts
 }
 
@@ -592,25 +574,11 @@ func (p *Plan) evaluate(s *subPlan, variables map[string]any) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	totals := Totals{Cost: addCost(s.base, v.cost), Depth: s.depth, Nodes: v.nodes}
-	if err := a.checkTotals(p.op, totals); err != nil {
+	totals, err := a.totals(p.op, s.base, v.price)
+	if err != nil {
 		return nil, err
 	}
-	r := &Report{
-		Operation:     p.op.Name,
-		OperationType: string(p.op.Operation),
-		Introspection: s.intro,
-		Totals:        totals,
-		Points:        totals.Cost.Points(),
-		Fields:        make([]FieldCost, 0),
-	}
-	if r.OperationType == "" {
-		r.OperationType = string(ast.Query)
-	}
-	if a.counting != nil {
-		r.FieldCounts = a.counting.fieldCounts(v.counts)
-	}
-	return r, nil
+	return a.report(p.op, totals, s.intro, v.counts), nil
 }
 
 // set prices a compiled set for sizes sz, as priceChildren does.
@@ -634,20 +602,15 @@ func (e *planEval) set(s *planSet, sz sizes) (planValue, error) {
 			return v, err
 		}
 	} else {
-		// The costliest member, the first on a tie; nodes and counts are
-		// maxima of their own.
-		var owned bool
+		var fold memberFold
 		for i, m := range s.members {
 			mv, err := e.object(m, sz)
 			if err != nil {
 				return v, err
 			}
-			if i == 0 || mv.cost > v.cost {
-				v.cost = mv.cost
-			}
-			v.nodes = max(v.nodes, mv.nodes)
-			v.counts, owned = maxCounts(v.counts, owned, mv.counts)
+			fold.add(i, mv.price, mv.counts)
 		}
+		v = planValue{price: fold.price, counts: fold.counts}
 	}
 	if s.slot >= 0 {
 		m := &e.slots[s.slot]
@@ -668,75 +631,42 @@ func (e *planEval) set(s *planSet, sz sizes) (planValue, error) {
 func (e *planEval) object(s *planSet, sz sizes) (planValue, error) {
 	w := &e.w
 	a := w.a
-	v := planValue{cost: s.weight}
+	v := planValue{price: price{cost: s.weight}}
 	for i := range s.fields {
 		pf := &s.fields[i]
 		fi := pf.fi
-		handed, hasHanded, inherit := sz.lookup(fi.name)
-		declared, hasDeclared := pf.declared, pf.hasDeclared
+		declared, hasDeclared, own := pf.declared, pf.hasDeclared, pf.own
+		var err error
 		if pf.dynSlice {
-			sliced, hasSliced, err := w.slicingSize(pf.field, fi)
-			if err != nil {
+			if declared, hasDeclared, err = w.declaredSize(pf.field, fi); err != nil {
 				return v, errFallback
 			}
-			if hasSliced {
-				declared, hasDeclared = sliced, true
-			}
 		}
-		n := int64(1)
-		if fi.list {
-			switch {
-			case hasHanded:
-				n = handed
-			case hasDeclared && len(fi.sized) == 0:
-				n = declared
-			default:
-				n = a.cfg.defaultListSize
-			}
-		}
-		own := pf.own
+		n, childSizes := a.listSize(fi, sz, declared, hasDeclared)
 		if pf.dynOwn {
-			c, err := w.argCost(pf.field, fi)
-			if err != nil {
+			if own, err = w.ownCost(pf.field, fi); err != nil {
 				return v, errFallback
 			}
-			own = addCost(fi.weight, c)
 		}
-		var cost Cost
-		var nodes int64
-		var child *setCounts
-		if pf.children == nil {
-			cost = clampZero(addCost(own, mulCost(fi.ret.weight, n)))
-		} else {
-			childSizes := inherit
-			if len(fi.sized) > 0 && hasDeclared {
-				childSizes = sizes{spec: fi, size: declared}
-			}
-			cv, err := e.set(pf.children, childSizes)
-			if err != nil {
+		var children planValue
+		if pf.children != nil {
+			if children, err = e.set(pf.children, childSizes); err != nil {
 				return v, err
 			}
-			var perObject int64
-			if fi.list {
-				perObject = 1
-			}
-			nodes = mulCount(n, addCount(perObject, cv.nodes))
-			cost = clampZero(addCost(own, mulCost(cv.cost, n)))
-			child = cv.counts
 		}
+		p := fieldPrice(fi, own, n, children.price)
 		if pf.fixed {
 			if pf.free {
-				cost = 0
+				p.cost = 0
 			}
 			if pf.intro {
-				cost = addCost(cost, a.cfg.introspectionCost)
+				p.cost = addCost(p.cost, a.cfg.introspectionCost)
 			}
 		}
 		if a.counting != nil {
-			a.counting.field(&v.counts, pf.counted, pf.key, n, child)
+			a.counting.field(&v.counts, pf.counted, pf.key, n, children.counts)
 		}
-		v.cost = addCost(v.cost, cost)
-		v.nodes = addCount(v.nodes, nodes)
+		v.add(p)
 	}
 	return v, nil
 }
