@@ -487,22 +487,6 @@ func (g *fieldGroup) add(f *ast.Field, viaSpread bool) {
 	}
 }
 
-// introspectionRoot reports whether name is one of the fields that enter
-// the introspection types, __schema and __type.
-func introspectionRoot(name string) bool {
-	return name == "__schema" || name == "__type"
-}
-
-// free reports whether field name of type t costs nothing: with free
-// introspection, __typename, __schema, __type and every field of an
-// introspection type (the names GraphQL reserves, starting with "__"). A
-// free field is still walked: it counts toward depth and nodes, and is
-// held to the limits, like any other.
-func (w *walker) free(t *typeInfo, name string) bool {
-	return w.a.cfg.freeIntrospection &&
-		(name == "__typename" || introspectionRoot(name) || t.reserved)
-}
-
 // collection is the state of one collect call.
 type collection struct {
 	t     *typeInfo
@@ -954,22 +938,9 @@ func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, group
 		if err != nil {
 			return err
 		}
-		if t.reserved || strings.HasPrefix(g.first.Name, "__") {
+		if in, ok := w.a.introspect(t, g.first.Name, depth, &w.introspection); ok {
 			pf.fixed = true
-			if w.free(t, g.first.Name) {
-				pf.cost = 0
-			}
-			if introspectionRoot(g.first.Name) {
-				// Each response key selecting __schema or __type pays the
-				// introspection cost, free introspection or not, except
-				// the operation's first at the root: a tool's schema
-				// fetch (one __schema) does not pay it, a document that
-				// repeats it under aliases or in a list does.
-				if w.introspection || depth > 1 {
-					pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
-				}
-				w.introspection = true
-			}
+			pf.cost = in.price(w.a, pf.cost)
 		}
 		if w.counting {
 			w.countField(&counts, fi, g.key, pf.n)

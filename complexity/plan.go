@@ -3,7 +3,6 @@ package complexity
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -96,12 +95,11 @@ type planField struct {
 	hasDeclared bool
 	dynOwn      bool
 	dynSlice    bool
-	// Introspection: fixed for a field of or into the introspection
-	// types, free when it costs nothing, intro when it is __schema or
-	// __type (charged the introspection cost).
-	fixed, free, intro bool
-	counted            []int // coordinates the field counts toward
-	children           *planSet
+	// fixed marks an introspection field, priced as intro says.
+	fixed    bool
+	intro    introspected
+	counted  []int // coordinates the field counts toward
+	children *planSet
 }
 
 // errFallback stops an evaluation that meets a value the compiled plan
@@ -411,12 +409,7 @@ func (c *planCompiler) groups(t *typeInfo, groups []fieldGroup, depth int, weigh
 			pf.children, below = ch, ch.depth
 		}
 		set.depth = max(set.depth, fieldDepth(below))
-		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
-			pf.fixed, pf.free = true, w.free(t, g.first.Name)
-			if introspectionRoot(g.first.Name) {
-				pf.intro, c.intro = true, true
-			}
-		}
+		pf.intro, pf.fixed = w.a.introspect(t, g.first.Name, depth, &c.intro)
 		if c.a.counting != nil {
 			pf.counted = c.a.counting.byField[fi]
 		}
@@ -656,12 +649,7 @@ func (e *planEval) object(s *planSet, sz sizes) (planValue, error) {
 		}
 		p := fieldPrice(fi, own, n, children.price)
 		if pf.fixed {
-			if pf.free {
-				p.cost = 0
-			}
-			if pf.intro {
-				p.cost = addCost(p.cost, a.cfg.introspectionCost)
-			}
+			p.cost = pf.intro.price(a, p.cost)
 		}
 		if a.counting != nil {
 			a.counting.field(&v.counts, pf.counted, pf.key, n, children.counts)

@@ -429,3 +429,35 @@ func FuzzPlanMatchesScratch(f *testing.F) {
 		}
 	})
 }
+
+// TestPlanIntrospectionCost prices __schema and __type beside a size read
+// from a variable (a compiled tree, not a constant) with the introspection
+// cost on: through the plan, the first at the root pays nothing and every
+// other pays, as from scratch.
+func TestPlanIntrospectionCost(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "fuzz.graphql", Input: fuzzSDL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, free := range []bool{true, false} {
+		a, err := complexity.New(schema, complexity.WithIntrospectionCost(7), complexity.WithFreeIntrospection(free))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			`query($n: Int) { __schema { queryType { name } } items(first: $n) { id } }`,
+			`query($n: Int) { items(first: $n) { id } __type(name: "Item") { name } a: __schema { queryType { name } } }`,
+			`query($n: Int, $c: Boolean!) { a: __schema @include(if: $c) { queryType { name } } b: __type(name: "User") { name } items(first: $n) { id } }`,
+		} {
+			doc := mustParse(t, q)
+			op := doc.Operations[0]
+			p, err := a.Compile(doc, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, vars := range []map[string]any{{"n": int64(0), "c": true}, {"n": int64(3), "c": false}} {
+				checkPlan(t, a, p, doc, op, vars)
+			}
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package complexity
 
 import (
+	"strings"
+
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -129,6 +131,52 @@ func (m *memberFold) add(i int, p price, counts *setCounts) (costliest, deepest 
 	m.nodes = max(m.nodes, p.nodes)
 	m.counts, m.owned = maxCounts(m.counts, m.owned, counts)
 	return costliest, deepest
+}
+
+// introspected is how an introspection field is priced: free, it costs
+// nothing of its own; pays, it adds WithIntrospectionCost.
+type introspected struct{ free, pays bool }
+
+// introspect reports whether field name of type t, at depth, is an
+// introspection field (__typename, __schema, __type, or a field of an
+// introspection type, whose names start with "__"), and how it is priced.
+// seen says whether the operation selected __schema or __type before, in
+// the walk's order; introspect sets it. A free field is still walked: it
+// counts toward depth and nodes and is held to the limits like any other.
+func (a *Analyzer) introspect(t *typeInfo, name string, depth int, seen *bool) (in introspected, ok bool) {
+	if !t.reserved && !strings.HasPrefix(name, "__") {
+		return in, false
+	}
+	root := introspectionRoot(name)
+	in.free = a.cfg.freeIntrospection && (name == "__typename" || root || t.reserved)
+	if root {
+		// Each response key selecting __schema or __type pays the
+		// introspection cost, free introspection or not, except the
+		// operation's first at the root: a tool's schema fetch (one
+		// __schema) does not pay it, a document that repeats it under
+		// aliases or in a list does.
+		in.pays = *seen || depth > 1
+		*seen = true
+	}
+	return in, true
+}
+
+// introspectionRoot reports whether name is one of the fields that enter
+// the introspection types, __schema and __type.
+func introspectionRoot(name string) bool {
+	return name == "__schema" || name == "__type"
+}
+
+// price is the cost of an introspection field that would otherwise cost
+// cost.
+func (in introspected) price(a *Analyzer, cost Cost) Cost {
+	if in.free {
+		cost = 0
+	}
+	if in.pays {
+		cost = addCost(cost, a.cfg.introspectionCost)
+	}
+	return cost
 }
 
 // totals are op's totals from its root selection's price and base, held
