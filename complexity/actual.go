@@ -378,7 +378,7 @@ func (r *response) values(pf *pricedField, levels int) (Cost, int64, error) {
 	// A list of objects of one type, the commonest, is read without item
 	// deciding how for each.
 	var objects *pricedSet
-	if ret := pf.info.ret; levels == 1 && ret.composite && (!ret.abstract || len(ret.possible) == 0) {
+	if ret := pf.info.ret; levels == 1 && ret.composite && ret.oneType() {
 		objects = pf.children
 	}
 	var sum Cost
@@ -429,7 +429,7 @@ func (r *response) item(pf *pricedField) (Cost, error) {
 		return pf.cost, r.skip()
 	}
 	switch {
-	case !ret.abstract || len(ret.possible) == 0:
+	case ret.oneType():
 		return r.object(set, ret.weight)
 	case len(ret.possible) == 1:
 		return r.object(set, memberWeight(ret, ret.possible[0]))

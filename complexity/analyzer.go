@@ -683,14 +683,9 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 	shared = shared || g.shared
 	var key memoKey
 	if shared {
-		key = memoKey{typ: ret, sizes: sz}
-		if g.size() == 1 {
-			key.field = g.first
-		} else {
-			key.merged = w.groupID(g)
-		}
+		key = w.memoKey(g, ret, sz)
 		if s, ok := w.memo[key]; ok {
-			if s.depth > 0 && depth+s.depth-1 > w.maxDepth {
+			if w.exceedsDepth(depth, s.depth) {
 				return nil, w.depthErrorIn(s, depth)
 			}
 			*set = *s
@@ -700,7 +695,7 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			return s, nil
 		}
 	}
-	if !ret.abstract || len(ret.possible) == 0 {
+	if ret.oneType() {
 		if err := w.priceObject(set, ret, nil, 0, g, sz, depth, ret.weight, shared); err != nil {
 			return nil, err
 		}
@@ -883,6 +878,18 @@ func namesTypeOnly(sets []pricedSet, key string) bool {
 	return true
 }
 
+// memoKey is the key of g's merged selection priced for ret with sizes
+// sz.
+func (w *walker) memoKey(g *fieldGroup, ret *typeInfo, sz sizes) memoKey {
+	key := memoKey{typ: ret, sizes: sz}
+	if g.size() == 1 {
+		key.field = g.first
+	} else {
+		key.merged = w.groupID(g)
+	}
+	return key
+}
+
 func (w *walker) groupID(g *fieldGroup) string {
 	if w.ids == nil {
 		w.ids = make(map[*ast.Field]uint32)
@@ -924,16 +931,13 @@ func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, group
 	}
 	for i := range groups {
 		g := &groups[i]
-		fi := t.field(via, member, g.first.Name)
-		if fi == nil && g.first.Name == "__typename" {
-			fi = w.c.typename
-		}
-		if fi == nil {
-			return fmt.Errorf("%w: type %s has no field %q", ErrInvalidDocument, t.name, g.first.Name)
+		fi, err := w.c.fieldOf(t, via, member, g.first.Name)
+		if err != nil {
+			return err
 		}
 		w.path = append(w.path, g.key)
 		var pf pricedField
-		err := w.priceField(&pf, g, fi, sz, depth, shared)
+		err = w.priceField(&pf, g, fi, sz, depth, shared)
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
 			return err
@@ -962,7 +966,7 @@ func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, group
 
 func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz sizes, depth int, shared bool) error {
 	f := g.first
-	if depth > w.maxDepth {
+	if w.exceedsDepth(depth, 1) {
 		return w.depthError(f, depth)
 	}
 	declared, hasDeclared, err := w.declaredSize(f, fi)
@@ -1062,6 +1066,13 @@ func (w *walker) breadthError(f *ast.Field, msg string, n int64) *Error {
 	}
 }
 
+// exceedsDepth reports whether fields at absolute depth depth, reaching
+// levels levels below their parent (1: the fields alone), pass the
+// maximum depth.
+func (w *walker) exceedsDepth(depth, levels int) bool {
+	return levels > 0 && depth+levels-1 > w.maxDepth
+}
+
 func (w *walker) depthError(f *ast.Field, depth int) *Error {
 	return &Error{
 		Code:      CodeMaxDepthExceeded,
@@ -1081,7 +1092,7 @@ func (w *walker) depthErrorIn(s *pricedSet, depth int) *Error {
 	defer func() { w.path = w.path[:saved] }()
 	for s != nil && s.deep.field != nil {
 		w.path = append(w.path, s.deep.key)
-		if depth > w.maxDepth {
+		if w.exceedsDepth(depth, 1) {
 			return w.depthError(s.deep.field, depth)
 		}
 		s, depth = s.deep.child, depth+1
@@ -1099,7 +1110,7 @@ func (w *walker) checkAliases() error {
 	var first *ast.Field
 	var walk func(ast.SelectionSet, int) bool
 	walk = func(sel ast.SelectionSet, depth int) bool {
-		if depth > w.maxDepth {
+		if w.exceedsDepth(depth, 1) {
 			return true // the pricing walk reports the depth
 		}
 		for _, s := range sel {

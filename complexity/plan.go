@@ -375,25 +375,23 @@ func (c *planCompiler) compile(doc *ast.QueryDocument, op *ast.OperationDefiniti
 	if err != nil {
 		return nil, err
 	}
-	return c.groups(root, groups, 1, 0)
+	return c.groups(root, nil, 0, groups, 1, 0)
 }
 
-// groups compiles the collected fields of concrete type t at absolute
-// depth depth, as priceGroups prices them.
-func (c *planCompiler) groups(t *typeInfo, groups []fieldGroup, depth int, weight Cost) (*planSet, error) {
+// groups compiles the collected fields of concrete type t (member member
+// of abstract type via, when via is not nil) at absolute depth depth, as
+// priceGroups prices them.
+func (c *planCompiler) groups(t, via *typeInfo, member int, groups []fieldGroup, depth int, weight Cost) (*planSet, error) {
 	w := c.w
 	set := &planSet{weight: weight, fields: make([]planField, 0, len(groups)), slot: -1}
 	c.bytes += int64(unsafe.Sizeof(*set)) + int64(len(groups))*int64(unsafe.Sizeof(planField{}))
 	for i := range groups {
 		g := &groups[i]
-		fi := t.fields[g.first.Name]
-		if fi == nil && g.first.Name == "__typename" {
-			fi = w.c.typename
+		fi, err := w.c.fieldOf(t, via, member, g.first.Name)
+		if err != nil {
+			return nil, err
 		}
-		if fi == nil {
-			return nil, ErrInvalidDocument
-		}
-		if depth > w.maxDepth {
+		if w.exceedsDepth(depth, 1) {
 			return nil, errPlanDepth
 		}
 		pf := planField{key: g.key, field: g.first, fi: fi}
@@ -466,14 +464,9 @@ func hasVariable(v *ast.Value) bool {
 // depth depth, once per shape: a selection reached again is shared.
 func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planSet, error) {
 	w := c.w
-	key := memoKey{typ: ret}
-	if g.size() == 1 {
-		key.field = g.first
-	} else {
-		key.merged = w.groupID(g)
-	}
+	key := w.memoKey(g, ret, noSizes) // by shape: sizes are evaluated
 	if s, ok := c.memo[key]; ok {
-		if s.depth > 0 && depth+s.depth-1 > w.maxDepth {
+		if w.exceedsDepth(depth, s.depth) {
 			return nil, errPlanDepth
 		}
 		if s.slot < 0 {
@@ -483,8 +476,8 @@ func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planS
 		return s, nil
 	}
 	var set *planSet
-	if !ret.abstract || len(ret.possible) == 0 {
-		s, err := c.object(ret, g, depth, ret.weight)
+	if ret.oneType() {
+		s, err := c.object(ret, nil, 0, g, depth, ret.weight)
 		if err != nil {
 			return nil, err
 		}
@@ -493,7 +486,7 @@ func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planS
 		set = &planSet{slot: -1, members: make([]*planSet, len(ret.possible))}
 		c.bytes += int64(unsafe.Sizeof(*set)) + 8*int64(len(ret.possible))
 		for i, t := range ret.possible {
-			m, err := c.object(t, g, depth, memberWeight(ret, t))
+			m, err := c.object(t, ret, i, g, depth, memberWeight(ret, t))
 			if err != nil {
 				return nil, err
 			}
@@ -508,13 +501,15 @@ func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planS
 	return set, nil
 }
 
-func (c *planCompiler) object(t *typeInfo, g *fieldGroup, depth int, weight Cost) (*planSet, error) {
+// object compiles the merged sub-selections of g for object type t, member
+// member of abstract type via (via nil: t is the field's type).
+func (c *planCompiler) object(t, via *typeInfo, member int, g *fieldGroup, depth int, weight Cost) (*planSet, error) {
 	w := c.w
 	groups, start, err := w.collect(t, g, nil)
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.groups(t, groups, depth, weight)
+	set, err := c.groups(t, via, member, groups, depth, weight)
 	w.groups = w.groups[:start]
 	return set, err
 }

@@ -639,6 +639,24 @@ func costDirective(dirs ast.DirectiveList, where string) (Cost, bool, error) {
 
 func isList(t *ast.Type) bool { return t != nil && t.Elem != nil }
 
+// oneType reports whether a value of t is priced as t itself: an object
+// type, or an interface or union no object type implements. Otherwise
+// each possible type is priced (see memberFold).
+func (t *typeInfo) oneType() bool { return !t.abstract || len(t.possible) == 0 }
+
+// fieldOf is field name of concrete type t, member member of abstract type
+// via when via is not nil; __typename on any type.
+func (c *compiled) fieldOf(t, via *typeInfo, member int, name string) (*fieldInfo, error) {
+	fi := t.field(via, member, name)
+	if fi == nil && name == "__typename" {
+		fi = c.typename
+	}
+	if fi == nil {
+		return nil, fmt.Errorf("%w: type %s has no field %q", ErrInvalidDocument, t.name, name)
+	}
+	return fi, nil
+}
+
 // field returns t's field name; t is member i of abstract type via, or via
 // is nil.
 func (t *typeInfo) field(via *typeInfo, i int, name string) *fieldInfo {
