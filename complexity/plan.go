@@ -37,12 +37,11 @@ type Plan struct {
 	actualBudget int64
 }
 
-// condVar is a variable read as a @skip/@include condition, and the
-// default it takes when the request leaves it out (ok false: none usable).
+// condVar is a variable read as a @skip/@include condition, and the first
+// if argument that reads it.
 type condVar struct {
 	name string
-	def  bool
-	ok   bool
+	arg  *ast.Argument
 }
 
 // subPlan is the price under one assignment of the condition variables:
@@ -137,7 +136,9 @@ func (a *Analyzer) Compile(doc *ast.QueryDocument, op *ast.OperationDefinition) 
 	}
 	p := &Plan{a: a, doc: doc, op: op}
 	p.size = int64(unsafe.Sizeof(*p))
-	conds, ok := conditionVariables(doc, op)
+	w := a.acquire(doc, op, nil)
+	conds, ok := w.conditionVariables()
+	a.release(w)
 	if !ok {
 		return p, nil // every evaluation from scratch
 	}
@@ -220,19 +221,16 @@ func (p *Plan) Explain(variables map[string]any) (*Report, error) {
 }
 
 // assignment returns the index of the sub-plan for the condition values
-// variables give; ok is false when the operation is priced from scratch
-// (too many conditions, or a value that is not a Boolean).
+// variables give, read as the walk reads them; ok is false when the
+// operation is priced from scratch (too many conditions, or a value the
+// walk refuses).
 func (p *Plan) assignment(variables map[string]any) (idx int, ok bool) {
 	if len(p.subs) == 0 {
 		return 0, false
 	}
 	for i := range p.conds {
-		c := &p.conds[i]
-		b, ok := c.def, c.ok
-		if v, given := variables[c.name]; given {
-			b, ok = v.(bool)
-		}
-		if !ok {
+		b, bad := condition(variables, p.op, p.conds[i].arg)
+		if bad != nil {
 			return 0, false
 		}
 		if b {
@@ -243,16 +241,13 @@ func (p *Plan) assignment(variables map[string]any) (idx int, ok bool) {
 }
 
 // conditionVariables lists the variables read as @skip/@include conditions
-// in op and the fragments it spreads; ok is false when there are more than
-// MaxPlanConditions.
-func conditionVariables(doc *ast.QueryDocument, op *ast.OperationDefinition) (conds []condVar, ok bool) {
+// in w.op and the fragments it spreads; ok is false when there are more
+// than MaxPlanConditions.
+func (w *walker) conditionVariables() (conds []condVar, ok bool) {
 	seenFrag := map[string]bool{}
 	add := func(dirs ast.DirectiveList) {
 		for _, d := range dirs {
-			if d.Name != "skip" && d.Name != "include" {
-				continue
-			}
-			a := d.Arguments.ForName("if")
+			a := conditionArgument(d)
 			if a == nil || a.Value == nil || a.Value.Kind != ast.Variable {
 				continue
 			}
@@ -262,15 +257,7 @@ func conditionVariables(doc *ast.QueryDocument, op *ast.OperationDefinition) (co
 					return
 				}
 			}
-			c := condVar{name: name}
-			def := a.Value.VariableDefinition
-			if def == nil {
-				def = op.VariableDefinitions.ForName(name)
-			}
-			if def != nil && def.DefaultValue != nil && def.DefaultValue.Kind == ast.BooleanValue {
-				c.def, c.ok = def.DefaultValue.Raw == "true", true
-			}
-			conds = append(conds, c)
+			conds = append(conds, condVar{name: name, arg: a})
 		}
 	}
 	var walk func(ast.SelectionSet)
@@ -289,17 +276,13 @@ func conditionVariables(doc *ast.QueryDocument, op *ast.OperationDefinition) (co
 					continue
 				}
 				seenFrag[s.Name] = true
-				def := s.Definition
-				if def == nil && doc != nil {
-					def = doc.Fragments.ForName(s.Name)
-				}
-				if def != nil {
+				if def := w.fragment(s); def != nil {
 					walk(def.SelectionSet)
 				}
 			}
 		}
 	}
-	walk(op.SelectionSet)
+	walk(w.op.SelectionSet)
 	return conds, len(conds) <= MaxPlanConditions
 }
 
