@@ -3,6 +3,7 @@ package complexity
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -252,12 +253,9 @@ func (w *walker) conditionVariables() (conds []condVar, ok bool) {
 				continue
 			}
 			name := a.Value.Raw
-			for _, c := range conds {
-				if c.name == name {
-					return
-				}
+			if !slices.ContainsFunc(conds, func(c condVar) bool { return c.name == name }) {
+				conds = append(conds, condVar{name: name, arg: a})
 			}
-			conds = append(conds, condVar{name: name, arg: a})
 		}
 	}
 	var walk func(ast.SelectionSet)

@@ -461,3 +461,34 @@ func TestPlanIntrospectionCost(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanReadsEveryCondition prices operations whose fields carry several
+// conditions, one of them on a variable read before: the plan reads every
+// condition's variable, as the walk does.
+func TestPlanReadsEveryCondition(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "fuzz.graphql", Input: fuzzSDL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := complexity.New(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`query($a: Boolean!, $b: Boolean!) { x: featured @skip(if: $a) { id } y: featured @skip(if: $a) @include(if: $b) { id } }`,
+		`query($a: Boolean!, $b: Boolean!, $n: Int) { featured @include(if: $a) { id } items(first: $n) @include(if: $a) @skip(if: $b) { id } }`,
+	} {
+		doc := mustParse(t, q)
+		op := doc.Operations[0]
+		p, err := a.Compile(doc, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, vars := range []map[string]any{
+			{"a": false, "b": true, "n": int64(2)}, {"a": true, "b": false, "n": int64(4)},
+			{"a": true, "b": true}, {"a": false, "b": false},
+		} {
+			checkPlan(t, a, p, doc, op, vars)
+		}
+	}
+}
