@@ -209,33 +209,6 @@ func (a *Analyzer) rootType(op *ast.OperationDefinition) (*typeInfo, Cost) {
 	return a.c.query, 0
 }
 
-// checkTotals holds an operation's totals to the node and cost limits.
-func (a *Analyzer) checkTotals(op *ast.OperationDefinition, totals Totals) error {
-	if a.cfg.maxNodes > 0 && totals.Nodes > a.cfg.maxNodes {
-		t := totals
-		return &Error{
-			Code:      CodeMaxNodesExceeded,
-			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), t.Nodes, a.cfg.maxNodes),
-			Locations: locationsOf(op.Position),
-			Value:     float64(t.Nodes),
-			Limit:     float64(a.cfg.maxNodes),
-			Totals:    &t,
-		}
-	}
-	if a.cfg.hasMaxCost && totals.Cost > a.cfg.maxCost {
-		t := totals
-		return &Error{
-			Code:      CodeMaxCostExceeded,
-			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), t.Cost, a.cfg.maxCost),
-			Locations: locationsOf(op.Position),
-			Value:     t.Cost.Float64(),
-			Limit:     a.cfg.maxCost.Float64(),
-			Totals:    &t,
-		}
-	}
-	return nil
-}
-
 // release returns w to the pool, dropping references into the finished
 // analysis, and scratch space that grew unusually large.
 func (a *Analyzer) release(w *walker) {
@@ -818,15 +791,6 @@ func (w *walker) newMemberSets() *memberSets {
 	return &w.memberChunk[len(w.memberChunk)-1]
 }
 
-// memberWeight is the weight of one object of member t of abstract type
-// ret: t's own, else a weight declared on ret, else t's default.
-func memberWeight(ret, t *typeInfo) Cost {
-	if !t.hasWeight && ret.hasWeight {
-		return ret.weight
-	}
-	return t.weight
-}
-
 // typenameKeys lists the response keys selecting __typename in each of an
 // abstract field's member sets, keeping only the keys no member selects
 // another field under: a client can alias a String field of one member to
@@ -999,41 +963,6 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 	return nil
 }
 
-// slicingSize checks every slicing argument f gives (coerced, not
-// negative, within MaxBreadth) and returns the largest; hasSize is false
-// when none gives a size. A field whose @listSize requires exactly one
-// slicing argument is refused with any other count.
-func (w *walker) slicingSize(f *ast.Field, fi *fieldInfo) (size int64, hasSize bool, err error) {
-	given := 0
-	for _, in := range fi.slicing {
-		v, ok := w.given(f, in)
-		if !ok {
-			continue
-		}
-		given++
-		n, isList, ok, bad := w.size(v, in)
-		if bad != nil {
-			return 0, false, w.invalidArgument(f, fi.name, in.name, bad)
-		}
-		if !ok {
-			continue
-		}
-		if n < 0 {
-			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s must not be negative", fi.name, describeSize(in.name, n, isList)), n)
-		}
-		if mb := w.a.cfg.maxBreadth; mb > 0 && n > mb {
-			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s exceeds the maximum of %d", fi.name, describeSize(in.name, n, isList), mb), n)
-		}
-		if !hasSize || n > size {
-			size, hasSize = n, true
-		}
-	}
-	if fi.requireOne && given != 1 {
-		return 0, false, w.slicingRequiredError(f, fi, given)
-	}
-	return size, hasSize, nil
-}
-
 // slicingRequiredError is SLICING_ARGUMENT_REQUIRED for f, which gave
 // given slicing arguments where exactly one is required.
 func (w *walker) slicingRequiredError(f *ast.Field, fi *fieldInfo, given int) *Error {
@@ -1064,13 +993,6 @@ func (w *walker) breadthError(f *ast.Field, msg string, n int64) *Error {
 		Value:     float64(n),
 		Limit:     float64(w.a.cfg.maxBreadth),
 	}
-}
-
-// exceedsDepth reports whether fields at absolute depth depth, reaching
-// levels levels below their parent (1: the fields alone), pass the
-// maximum depth.
-func (w *walker) exceedsDepth(depth, levels int) bool {
-	return levels > 0 && depth+levels-1 > w.maxDepth
 }
 
 func (w *walker) depthError(f *ast.Field, depth int) *Error {

@@ -292,8 +292,7 @@ func (a *Analyzer) compileSub(s *subPlan, doc *ast.QueryDocument, op *ast.Operat
 	s.shapeBytes = c.bytes
 	switch {
 	case err == nil && c.dynamic:
-		s.root, s.intro, s.slots = root, c.intro, c.slots
-		_, s.base = a.rootType(op)
+		s.root, s.base, s.intro, s.slots = root, c.base, c.intro, c.slots
 		s.pool = &sync.Pool{}
 		return c.bytes
 	case err != nil && c.dynamic:
@@ -339,6 +338,7 @@ type planCompiler struct {
 	w       *walker
 	memo    map[memoKey]*planSet // by shape: sizes are left out of the key
 	dynamic bool                 // some value priced reads a variable
+	base    Cost
 	intro   bool
 	slots   int
 	bytes   int64
@@ -352,10 +352,11 @@ func (c *planCompiler) compile(doc *ast.QueryDocument, op *ast.OperationDefiniti
 	w := a.acquire(doc, op, vars)
 	defer a.release(w)
 	c.w = w
-	root, _, groups, err := w.rootFields()
+	root, base, groups, err := w.rootFields()
 	if err != nil {
 		return nil, err
 	}
+	c.base = base
 	return c.groups(root, nil, 0, groups, 1, 0)
 }
 
@@ -387,7 +388,7 @@ func (c *planCompiler) groups(t, via *typeInfo, member int, groups []fieldGroup,
 			}
 			pf.children, below = ch, ch.depth
 		}
-		set.depth = max(set.depth, fieldDepth(below))
+		deepen(&set.depth, fieldDepth(below))
 		pf.intro, pf.fixed = w.a.introspect(t, g.first.Name, depth, &c.intro)
 		if c.a.counting != nil {
 			pf.counted = c.a.counting.byField[fi]
@@ -472,7 +473,7 @@ func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planS
 				return nil, err
 			}
 			set.members[i] = m
-			set.depth = max(set.depth, m.depth)
+			deepen(&set.depth, m.depth)
 		}
 	}
 	if c.memo == nil {

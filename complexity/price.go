@@ -1,17 +1,19 @@
 package complexity
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
-// The cost model's rules (see the package doc), each written once. The
-// walk (priceGroups, priceField, priceChildren) applies them to the fields
-// it collects; a plan's evaluation (planEval) to the fields its compiler
-// collected, reading again only what the variables change. Both call the
-// functions below in the same order, so they price alike to the last
-// saturation.
+// The cost model's rules (see the package doc), each written once: here,
+// with the values they read in values.go (argCost, size) and the list-size
+// conventions New resolves in schema.go. The walk (priceGroups,
+// priceField, priceChildren) applies them to the fields it collects; a
+// plan's evaluation (planEval) to the fields its compiler collected,
+// reading again only what the variables change. Both call them in the
+// same order, so they price alike to the last saturation.
 
 // price is what a selection set, or one field of it, costs for one object
 // of its parent: cost (a set's includes its type's weight), the levels it
@@ -48,6 +50,41 @@ func (w *walker) ownCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
 		return 0, err
 	}
 	return addCost(fi.weight, c), nil
+}
+
+// slicingSize checks every slicing argument f gives (coerced, not
+// negative, within MaxBreadth) and returns the largest; hasSize is false
+// when none gives a size. A field whose @listSize requires exactly one
+// slicing argument is refused with any other count.
+func (w *walker) slicingSize(f *ast.Field, fi *fieldInfo) (size int64, hasSize bool, err error) {
+	given := 0
+	for _, in := range fi.slicing {
+		v, ok := w.given(f, in)
+		if !ok {
+			continue
+		}
+		given++
+		n, isList, ok, bad := w.size(v, in)
+		if bad != nil {
+			return 0, false, w.invalidArgument(f, fi.name, in.name, bad)
+		}
+		if !ok {
+			continue
+		}
+		if n < 0 {
+			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s must not be negative", fi.name, describeSize(in.name, n, isList)), n)
+		}
+		if mb := w.a.cfg.maxBreadth; mb > 0 && n > mb {
+			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s exceeds the maximum of %d", fi.name, describeSize(in.name, n, isList), mb), n)
+		}
+		if !hasSize || n > size {
+			size, hasSize = n, true
+		}
+	}
+	if fi.requireOne && given != 1 {
+		return 0, false, w.slicingRequiredError(f, fi, given)
+	}
+	return size, hasSize, nil
 }
 
 // listSize is n, what the price of field fi's value is multiplied by, and
@@ -97,16 +134,39 @@ func fieldPrice(fi *fieldInfo, own Cost, n int64, children price) price {
 // those of its deepest child (0 for a leaf).
 func fieldDepth(children int) int { return 1 + children }
 
+// exceedsDepth reports whether fields at absolute depth depth, reaching
+// levels levels below their parent (1: the fields alone), pass the
+// maximum depth.
+func (w *walker) exceedsDepth(depth, levels int) bool {
+	return levels > 0 && depth+levels-1 > w.maxDepth
+}
+
 // add adds a field's price to its set's, and reports whether the field is
-// the set's deepest so far (the first on a tie).
-func (p *price) add(f price) (deepest bool) {
+// the set's deepest so far.
+func (p *price) add(f price) bool {
 	p.cost = addCost(p.cost, f.cost)
 	p.nodes = addCount(p.nodes, f.nodes)
-	if f.depth > p.depth {
-		p.depth = f.depth
+	return deepen(&p.depth, f.depth)
+}
+
+// deepen raises *depth, a set's, to d, a field's or a member's, when d is
+// deeper, and reports whether it was: a set is as deep as its deepest
+// field or member, the first on a tie.
+func deepen(depth *int, d int) bool {
+	if d > *depth {
+		*depth = d
 		return true
 	}
 	return false
+}
+
+// memberWeight is the weight of one object of member t of abstract type
+// ret: t's own, else a weight declared on ret, else t's default.
+func memberWeight(ret, t *typeInfo) Cost {
+	if !t.hasWeight && ret.hasWeight {
+		return ret.weight
+	}
+	return t.weight
 }
 
 // memberFold prices an interface or union from its possible types, each
@@ -125,9 +185,7 @@ func (m *memberFold) add(i int, p price, counts *setCounts) (costliest, deepest 
 	if i == 0 || p.cost > m.cost {
 		m.cost, costliest = p.cost, true
 	}
-	if i == 0 || p.depth > m.depth {
-		m.depth, deepest = p.depth, true
-	}
+	deepest = deepen(&m.depth, p.depth)
 	m.nodes = max(m.nodes, p.nodes)
 	m.counts, m.owned = maxCounts(m.counts, m.owned, counts)
 	return costliest, deepest
@@ -184,6 +242,33 @@ func (in introspected) price(a *Analyzer, cost Cost) Cost {
 func (a *Analyzer) totals(op *ast.OperationDefinition, base Cost, root price) (Totals, error) {
 	t := Totals{Cost: addCost(base, root.cost), Depth: root.depth, Nodes: root.nodes}
 	return t, a.checkTotals(op, t)
+}
+
+// checkTotals holds an operation's totals to the node and cost limits.
+func (a *Analyzer) checkTotals(op *ast.OperationDefinition, totals Totals) error {
+	if a.cfg.maxNodes > 0 && totals.Nodes > a.cfg.maxNodes {
+		t := totals
+		return &Error{
+			Code:      CodeMaxNodesExceeded,
+			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), t.Nodes, a.cfg.maxNodes),
+			Locations: locationsOf(op.Position),
+			Value:     float64(t.Nodes),
+			Limit:     float64(a.cfg.maxNodes),
+			Totals:    &t,
+		}
+	}
+	if a.cfg.hasMaxCost && totals.Cost > a.cfg.maxCost {
+		t := totals
+		return &Error{
+			Code:      CodeMaxCostExceeded,
+			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), t.Cost, a.cfg.maxCost),
+			Locations: locationsOf(op.Position),
+			Value:     t.Cost.Float64(),
+			Limit:     a.cfg.maxCost.Float64(),
+			Totals:    &t,
+		}
+	}
+	return nil
 }
 
 // report is op's Report for its totals, without a breakdown; counts are
