@@ -26,14 +26,11 @@ type price struct {
 
 // declaredSize is the size field f of fi declares: its largest slicing
 // argument (checked by slicingSize), else its @listSize assumedSize.
-func (w *walker) declaredSize(f *ast.Field, fi *fieldInfo) (size int64, ok bool, err error) {
+func (w *walker) declaredSize(f *ast.Field, fi *fieldInfo) (int64, bool, error) {
 	if len(fi.slicing) > 0 {
 		sliced, hasSliced, err := w.slicingSize(f, fi)
-		if err != nil {
-			return 0, false, err
-		}
-		if hasSliced {
-			return sliced, true, nil
+		if err != nil || hasSliced {
+			return sliced, hasSliced, err
 		}
 	}
 	return fi.assumed, fi.hasAssumed, nil
@@ -42,9 +39,13 @@ func (w *walker) declaredSize(f *ast.Field, fi *fieldInfo) (size int64, ok bool,
 // ownCost is what field f of fi costs whatever it returns: fieldWeight +
 // argCost.
 func (w *walker) ownCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
-	if fi.argsFree {
+	if fi.argsFree { // most fields: inlined
 		return fi.weight, nil
 	}
+	return w.weightAndArgs(f, fi)
+}
+
+func (w *walker) weightAndArgs(f *ast.Field, fi *fieldInfo) (Cost, error) {
 	c, err := w.argCost(f, fi)
 	if err != nil {
 		return 0, err

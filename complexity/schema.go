@@ -647,14 +647,13 @@ func (t *typeInfo) oneType() bool { return !t.abstract || len(t.possible) == 0 }
 // fieldOf is field name of concrete type t, member member of abstract type
 // via when via is not nil; __typename on any type.
 func (c *compiled) fieldOf(t, via *typeInfo, member int, name string) (*fieldInfo, error) {
-	fi := t.field(via, member, name)
-	if fi == nil && name == "__typename" {
-		fi = c.typename
+	if fi := t.field(via, member, name); fi != nil {
+		return fi, nil
 	}
-	if fi == nil {
-		return nil, fmt.Errorf("%w: type %s has no field %q", ErrInvalidDocument, t.name, name)
+	if name == "__typename" {
+		return c.typename, nil
 	}
-	return fi, nil
+	return nil, fmt.Errorf("%w: type %s has no field %q", ErrInvalidDocument, t.name, name)
 }
 
 // field returns t's field name; t is member i of abstract type via, or via
