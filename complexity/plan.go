@@ -72,8 +72,7 @@ type subPlan struct {
 // interface or union (members set, one set per possible type). Its shape
 // (the fields collected, merged and typed) is fixed by the document and
 // the conditions; what varies with the variables are sizes and argument
-// costs, which Evaluate computes in the walker's order with its
-// arithmetic, so the numbers are the same to the last saturation.
+// costs, which Evaluate prices with the walk's rules (price.go).
 type planSet struct {
 	weight  Cost
 	fields  []planField
@@ -498,8 +497,8 @@ func (c *planCompiler) object(t, via *typeInfo, member int, g *fieldGroup, depth
 
 // planEval is the scratch space of one evaluation: the memoised sets'
 // values, by slot, and by (set, sizes) when sizes are handed down. Its
-// walker only reads values (slicingSize, argCost): it collects nothing, so
-// it needs none of the pooled walkers' stacks.
+// walker only reads values (declaredSize, ownCost): it collects nothing,
+// so it needs none of the pooled walkers' stacks.
 type planEval struct {
 	w     walker
 	slots []planMemo
