@@ -170,9 +170,9 @@
 //     shared node) holding each field's weight, its constant sizes and
 //     argument costs, and which of them to read from the variables.
 //     Evaluate walks the tree, memoising shared nodes, without touching
-//     the document. Each pricing rule is one function, which the walk
-//     behind AnalyzeOperation and Evaluate both call in the same order,
-//     so there is one implementation of the model, not two kept equal.
+//     the document, pricing each field with the functions the walk behind
+//     AnalyzeOperation calls, in the same order: each rule is written
+//     once.
 //   - From scratch: Evaluate calls AnalyzeOperation when the conditions
 //     read more than MaxPlanConditions variables, a condition is not a
 //     Boolean, a value is refused (negative or above the maximum breadth,

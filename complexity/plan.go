@@ -402,12 +402,12 @@ func (c *planCompiler) groups(t, via *typeInfo, member int, groups []fieldGroup,
 func (c *planCompiler) values(pf *planField) error {
 	w, f, fi := c.w, pf.field, pf.fi
 	var err error
-	if readsVariables(f, fi.slicing) {
+	if readsVariables(f, fi.sizeArgs()) {
 		pf.dynSlice, c.dynamic = true, true
 	} else if pf.declared, pf.hasDeclared, err = w.declaredSize(f, fi); err != nil {
 		return err
 	}
-	if !fi.argsFree && readsVariables(f, fi.args) {
+	if readsVariables(f, fi.costArgs()) {
 		pf.dynOwn, c.dynamic = true, true
 	} else if pf.own, err = w.ownCost(f, fi); err != nil {
 		return err

@@ -53,6 +53,17 @@ func (w *walker) weightAndArgs(f *ast.Field, fi *fieldInfo) (Cost, error) {
 	return addCost(fi.weight, c), nil
 }
 
+// sizeArgs and costArgs are the arguments declaredSize and ownCost read,
+// for a plan's compiler to tell whether they read a variable.
+func (fi *fieldInfo) sizeArgs() []*inputInfo { return fi.slicing }
+
+func (fi *fieldInfo) costArgs() []*inputInfo {
+	if fi.argsFree {
+		return nil
+	}
+	return fi.args
+}
+
 // slicingSize checks every slicing argument f gives (coerced, not
 // negative, within MaxBreadth) and returns the largest; hasSize is false
 // when none gives a size. A field whose @listSize requires exactly one
