@@ -611,21 +611,27 @@ func (w *walker) visit(name string) bool {
 	return true
 }
 
-// fragment returns the definition s spreads: the one the validator linked,
-// else the document's fragment of that name, nil if there is none.
+// fragment returns the definition s spreads (see spreadDefinition).
 func (w *walker) fragment(s *ast.FragmentSpread) *ast.FragmentDefinition {
-	if s.Definition != nil || w.doc == nil {
+	return spreadDefinition(w.doc, s, &w.fragments)
+}
+
+// spreadDefinition returns the definition s spreads: the one the validator
+// linked, else doc's fragment of that name, nil if there is none. *index
+// caches doc's fragments by name, built on first use.
+func spreadDefinition(doc *ast.QueryDocument, s *ast.FragmentSpread, index *map[string]*ast.FragmentDefinition) *ast.FragmentDefinition {
+	if s.Definition != nil || doc == nil {
 		return s.Definition
 	}
-	if w.fragments == nil {
-		w.fragments = make(map[string]*ast.FragmentDefinition, len(w.doc.Fragments))
-		for _, f := range w.doc.Fragments {
-			if _, dup := w.fragments[f.Name]; !dup {
-				w.fragments[f.Name] = f // the first wins, as in ForName
+	if *index == nil {
+		*index = make(map[string]*ast.FragmentDefinition, len(doc.Fragments))
+		for _, f := range doc.Fragments {
+			if _, dup := (*index)[f.Name]; !dup {
+				(*index)[f.Name] = f // the first wins, as in ForName
 			}
 		}
 	}
-	return w.fragments[s.Name]
+	return (*index)[s.Name]
 }
 
 func (w *walker) findGroup(c *collection, key string) int {
@@ -895,26 +901,26 @@ func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, group
 	}
 	for i := range groups {
 		g := &groups[i]
-		fi, err := w.c.fieldOf(t, via, member, g.first.Name)
-		if err != nil {
-			return err
+		fi := w.c.fieldOf(t, via, member, g.first.Name)
+		if fi == nil {
+			return noField(t, g.first.Name)
 		}
 		w.path = append(w.path, g.key)
 		var pf pricedField
-		err = w.priceField(&pf, g, fi, sz, depth, shared)
+		children, err := w.priceField(&pf, g, fi, sz, depth, shared)
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
 			return err
 		}
-		if in, ok := w.a.introspect(t, g.first.Name, depth, &w.introspection); ok {
-			pf.fixed = true
-			pf.cost = in.price(w.a, pf.cost)
+		in, fixed := w.a.introspect(t, g.first.Name, depth, &w.introspection)
+		var deepest bool
+		pf.price, deepest = w.a.addField(&set.price, fi, pf.own, pf.n, children, in)
+		pf.fixed = fixed
+		if deepest {
+			set.deep = pricedLink{key: g.key, field: g.first, child: pf.children}
 		}
 		if w.counting {
 			w.countField(&counts, fi, g.key, pf.n)
-		}
-		if set.add(pf.price) {
-			set.deep = pricedLink{key: g.key, field: g.first, child: pf.children}
 		}
 		if w.explain || w.plan {
 			set.fields = append(set.fields, pf)
@@ -928,29 +934,31 @@ func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, group
 	return nil
 }
 
-func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz sizes, depth int, shared bool) error {
+// priceField reads field g of fi, at absolute depth depth, into pf: its
+// size, its own cost and its children, whose price it returns for
+// addField.
+func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz sizes, depth int, shared bool) (price, error) {
 	f := g.first
 	if w.exceedsDepth(depth, 1) {
-		return w.depthError(f, depth)
+		return price{}, w.depthError(f, depth)
 	}
-	declared, hasDeclared, err := w.declaredSize(f, fi)
+	d, err := w.declaredSize(f, fi)
 	if err != nil {
-		return err
+		return price{}, err
 	}
-	n, childSizes := w.a.listSize(fi, sz, declared, hasDeclared)
+	n, childSizes := w.a.listSize(fi, sz, d)
 	own, err := w.ownCost(f, fi)
 	if err != nil {
-		return err
+		return price{}, err
 	}
 	*pf = pricedField{key: g.key, field: f, info: fi, n: n, own: own}
 	if !fi.ret.composite {
-		pf.price = fieldPrice(fi, own, n, price{})
-		return nil
+		return price{}, nil
 	}
 	var children pricedSet
 	memo, err := w.priceChildren(&children, g, fi.ret, childSizes, depth+1, shared)
 	if err != nil {
-		return err
+		return price{}, err
 	}
 	switch {
 	case memo != nil:
@@ -959,8 +967,7 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 		pf.children = w.newSet()
 		*pf.children = children
 	}
-	pf.price = fieldPrice(fi, own, n, children.price)
-	return nil
+	return children.price, nil
 }
 
 // slicingRequiredError is SLICING_ARGUMENT_REQUIRED for f, which gave

@@ -89,15 +89,12 @@ type planField struct {
 	// own is fieldWeight + argCost, and declared the size the field
 	// declares, when they read no variable; dynOwn and dynSlice mark those
 	// recomputed from the request's variables.
-	own         Cost
-	declared    int64
-	hasDeclared bool
-	dynOwn      bool
-	dynSlice    bool
-	// fixed marks an introspection field, priced as intro says.
-	fixed    bool
-	intro    introspected
-	counted  []int // coordinates the field counts toward
+	own      Cost
+	declared declared
+	dynOwn   bool
+	dynSlice bool
+	intro    introspected // zero unless an introspection field
+	counted  []int        // coordinates the field counts toward
 	children *planSet
 }
 
@@ -136,9 +133,7 @@ func (a *Analyzer) Compile(doc *ast.QueryDocument, op *ast.OperationDefinition) 
 	}
 	p := &Plan{a: a, doc: doc, op: op}
 	p.size = int64(unsafe.Sizeof(*p))
-	w := a.acquire(doc, op, nil)
-	conds, ok := w.conditionVariables()
-	a.release(w)
+	conds, ok := conditionVariables(doc, op)
 	if !ok {
 		return p, nil // every evaluation from scratch
 	}
@@ -241,10 +236,11 @@ func (p *Plan) assignment(variables map[string]any) (idx int, ok bool) {
 }
 
 // conditionVariables lists the variables read as @skip/@include conditions
-// in w.op and the fragments it spreads; ok is false when there are more
+// in op and the fragments it spreads; ok is false when there are more
 // than MaxPlanConditions.
-func (w *walker) conditionVariables() (conds []condVar, ok bool) {
+func conditionVariables(doc *ast.QueryDocument, op *ast.OperationDefinition) (conds []condVar, ok bool) {
 	seenFrag := map[string]bool{}
+	var fragments map[string]*ast.FragmentDefinition
 	add := func(dirs ast.DirectiveList) {
 		for _, d := range dirs {
 			a := conditionArgument(d)
@@ -273,13 +269,13 @@ func (w *walker) conditionVariables() (conds []condVar, ok bool) {
 					continue
 				}
 				seenFrag[s.Name] = true
-				if def := w.fragment(s); def != nil {
+				if def := spreadDefinition(doc, s, &fragments); def != nil {
 					walk(def.SelectionSet)
 				}
 			}
 		}
 	}
-	walk(w.op.SelectionSet)
+	walk(op.SelectionSet)
 	return conds, len(conds) <= MaxPlanConditions
 }
 
@@ -368,9 +364,9 @@ func (c *planCompiler) groups(t, via *typeInfo, member int, groups []fieldGroup,
 	c.bytes += int64(unsafe.Sizeof(*set)) + int64(len(groups))*int64(unsafe.Sizeof(planField{}))
 	for i := range groups {
 		g := &groups[i]
-		fi, err := w.c.fieldOf(t, via, member, g.first.Name)
-		if err != nil {
-			return nil, err
+		fi := w.c.fieldOf(t, via, member, g.first.Name)
+		if fi == nil {
+			return nil, noField(t, g.first.Name)
 		}
 		if w.exceedsDepth(depth, 1) {
 			return nil, errPlanDepth
@@ -388,7 +384,7 @@ func (c *planCompiler) groups(t, via *typeInfo, member int, groups []fieldGroup,
 			pf.children, below = ch, ch.depth
 		}
 		deepen(&set.depth, fieldDepth(below))
-		pf.intro, pf.fixed = w.a.introspect(t, g.first.Name, depth, &c.intro)
+		pf.intro, _ = w.a.introspect(t, g.first.Name, depth, &c.intro)
 		if c.a.counting != nil {
 			pf.counted = c.a.counting.byField[fi]
 		}
@@ -404,7 +400,7 @@ func (c *planCompiler) values(pf *planField) error {
 	var err error
 	if readsVariables(f, fi.sizeArgs()) {
 		pf.dynSlice, c.dynamic = true, true
-	} else if pf.declared, pf.hasDeclared, err = w.declaredSize(f, fi); err != nil {
+	} else if pf.declared, err = w.declaredSize(f, fi); err != nil {
 		return err
 	}
 	if readsVariables(f, fi.costArgs()) {
@@ -604,14 +600,14 @@ func (e *planEval) object(s *planSet, sz sizes) (planValue, error) {
 	for i := range s.fields {
 		pf := &s.fields[i]
 		fi := pf.fi
-		declared, hasDeclared, own := pf.declared, pf.hasDeclared, pf.own
+		d, own := pf.declared, pf.own
 		var err error
 		if pf.dynSlice {
-			if declared, hasDeclared, err = w.declaredSize(pf.field, fi); err != nil {
+			if d, err = w.declaredSize(pf.field, fi); err != nil {
 				return v, errFallback
 			}
 		}
-		n, childSizes := a.listSize(fi, sz, declared, hasDeclared)
+		n, childSizes := a.listSize(fi, sz, d)
 		if pf.dynOwn {
 			if own, err = w.ownCost(pf.field, fi); err != nil {
 				return v, errFallback
@@ -623,14 +619,10 @@ func (e *planEval) object(s *planSet, sz sizes) (planValue, error) {
 				return v, err
 			}
 		}
-		p := fieldPrice(fi, own, n, children.price)
-		if pf.fixed {
-			p.cost = pf.intro.price(a, p.cost)
-		}
+		a.addField(&v.price, fi, own, n, children.price, pf.intro)
 		if a.counting != nil {
 			a.counting.field(&v.counts, pf.counted, pf.key, n, children.counts)
 		}
-		v.add(p)
 	}
 	return v, nil
 }

@@ -24,16 +24,27 @@ type price struct {
 	nodes int64
 }
 
+// declared is the size a field declares, if any (see declaredSize).
+type declared struct {
+	size int64
+	ok   bool
+}
+
 // declaredSize is the size field f of fi declares: its largest slicing
 // argument (checked by slicingSize), else its @listSize assumedSize.
-func (w *walker) declaredSize(f *ast.Field, fi *fieldInfo) (int64, bool, error) {
-	if len(fi.slicing) > 0 {
-		sliced, hasSliced, err := w.slicingSize(f, fi)
-		if err != nil || hasSliced {
-			return sliced, hasSliced, err
-		}
+func (w *walker) declaredSize(f *ast.Field, fi *fieldInfo) (declared, error) {
+	if fi.slicing != nil {
+		return w.slicedSize(f, fi)
 	}
-	return fi.assumed, fi.hasAssumed, nil
+	return fi.assumed, nil // most fields, inlined into the walk
+}
+
+func (w *walker) slicedSize(f *ast.Field, fi *fieldInfo) (declared, error) {
+	sliced, hasSliced, err := w.slicingSize(f, fi)
+	if err != nil || hasSliced {
+		return declared{sliced, hasSliced}, err
+	}
+	return fi.assumed, nil
 }
 
 // ownCost is what field f of fi costs whatever it returns: fieldWeight +
@@ -100,10 +111,15 @@ func (w *walker) slicingSize(f *ast.Field, fi *fieldInfo) (size int64, hasSize b
 }
 
 // listSize is n, what the price of field fi's value is multiplied by, and
-// the sizes its children inherit. sz is what its parent hands down,
-// declared the field's own size (declaredSize).
-func (a *Analyzer) listSize(fi *fieldInfo, sz sizes, declared int64, hasDeclared bool) (n int64, children sizes) {
-	handed, hasHanded, inherit := sz.lookup(fi.name)
+// the sizes its children inherit. sz is what its parent hands down, d the
+// field's own size (declaredSize).
+func (a *Analyzer) listSize(fi *fieldInfo, sz sizes, d declared) (n int64, children sizes) {
+	var handed int64
+	var hasHanded bool
+	inherit := noSizes
+	if sz.spec != nil { // most fields have nothing handed down
+		handed, hasHanded, inherit = sz.lookup(fi.name)
+	}
 	n = 1
 	if fi.list {
 		// A size handed down by the parent wins; a declared size counts
@@ -111,35 +127,43 @@ func (a *Analyzer) listSize(fi *fieldInfo, sz sizes, declared int64, hasDeclared
 		switch {
 		case hasHanded:
 			n = handed
-		case hasDeclared && len(fi.sized) == 0:
-			n = declared
+		case d.ok && len(fi.sized) == 0:
+			n = d.size
 		default:
 			n = a.cfg.defaultListSize
 		}
 	}
-	if len(fi.sized) > 0 && hasDeclared {
-		return n, sizes{spec: fi, size: declared}
+	if len(fi.sized) > 0 && d.ok {
+		return n, sizes{spec: fi, size: d.size}
 	}
 	return n, inherit
 }
 
-// fieldPrice is the price of a field of fi: own (ownCost) plus n times
-// each item's, the type's weight for a leaf, its selection's price
-// (children) for a composite field; never below 0.
-func fieldPrice(fi *fieldInfo, own Cost, n int64, children price) price {
+// addField prices a field of fi and adds it to set, its set's price. The
+// field costs own (ownCost) plus n times each item's price, the type's
+// weight for a leaf, its selection's (children) for a composite field,
+// never below 0; then as in says, for an introspection field (in is zero
+// for any other). It returns the field's price, and whether the field is
+// the set's deepest so far.
+func (a *Analyzer) addField(set *price, fi *fieldInfo, own Cost, n int64, children price, in introspected) (f price, deepest bool) {
 	if !fi.ret.composite {
-		return price{cost: clampZero(addCost(own, mulCost(fi.ret.weight, n))), depth: fieldDepth(0)}
+		f = price{cost: clampZero(addCost(own, mulCost(fi.ret.weight, n))), depth: fieldDepth(0)}
+	} else {
+		// Each object a list returns is a node; a single object is not.
+		var perObject int64
+		if fi.list {
+			perObject = 1
+		}
+		f = price{
+			cost:  clampZero(addCost(own, mulCost(children.cost, n))),
+			depth: fieldDepth(children.depth),
+			nodes: mulCount(n, addCount(perObject, children.nodes)),
+		}
 	}
-	// Each object a list returns is a node; a single object is not.
-	var perObject int64
-	if fi.list {
-		perObject = 1
-	}
-	return price{
-		cost:  clampZero(addCost(own, mulCost(children.cost, n))),
-		depth: fieldDepth(children.depth),
-		nodes: mulCount(n, addCount(perObject, children.nodes)),
-	}
+	f.cost = in.price(a, f.cost)
+	set.cost = addCost(set.cost, f.cost)
+	set.nodes = addCount(set.nodes, f.nodes)
+	return f, deepen(&set.depth, f.depth)
 }
 
 // fieldDepth is the levels a field reaches below its parent: its own and
@@ -151,14 +175,6 @@ func fieldDepth(children int) int { return 1 + children }
 // maximum depth.
 func (w *walker) exceedsDepth(depth, levels int) bool {
 	return levels > 0 && depth+levels-1 > w.maxDepth
-}
-
-// add adds a field's price to its set's, and reports whether the field is
-// the set's deepest so far.
-func (p *price) add(f price) bool {
-	p.cost = addCost(p.cost, f.cost)
-	p.nodes = addCount(p.nodes, f.nodes)
-	return deepen(&p.depth, f.depth)
 }
 
 // deepen raises *depth, a set's, to d, a field's or a member's, when d is
