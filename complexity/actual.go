@@ -65,11 +65,7 @@ func (a *Analyzer) ActualCost(doc *ast.QueryDocument, op *ast.OperationDefinitio
 		return 0, err
 	}
 	r := response{b: data, s: &w.read}
-	c, err := r.data(&set)
-	if err != nil {
-		return 0, err
-	}
-	return addCost(base, c).Points(), nil
+	return r.data(&set, base)
 }
 
 // maxSkipDepth bounds the nesting of a value ActualCost skips, as
@@ -123,13 +119,15 @@ func (s *reading) reset() bool {
 	return true
 }
 
-// data prices the whole data member: null, or the root object.
-func (r *response) data(root *pricedSet) (Cost, error) {
+// data prices the whole data member, null or the root object, read
+// against root, on top of the operation's base cost: in points, rounded
+// up as Report.Points.
+func (r *response) data(root *pricedSet, base Cost) (int64, error) {
 	c, err := r.root(root)
 	if err != nil {
 		return 0, r.failure()
 	}
-	return c, nil
+	return addCost(base, c).Points(), nil
 }
 
 func (r *response) root(root *pricedSet) (Cost, error) {
@@ -378,7 +376,7 @@ func (r *response) values(pf *pricedField, levels int) (Cost, int64, error) {
 	// A list of objects of one type, the commonest, is read without item
 	// deciding how for each.
 	var objects *pricedSet
-	if ret := pf.info.ret; levels == 1 && ret.composite && (!ret.abstract || len(ret.possible) == 0) {
+	if ret := pf.info.ret; levels == 1 && ret.composite && ret.oneType() {
 		objects = pf.children
 	}
 	var sum Cost
@@ -429,7 +427,7 @@ func (r *response) item(pf *pricedField) (Cost, error) {
 		return pf.cost, r.skip()
 	}
 	switch {
-	case !ret.abstract || len(ret.possible) == 0:
+	case ret.oneType():
 		return r.object(set, ret.weight)
 	case len(ret.possible) == 1:
 		return r.object(set, memberWeight(ret, ret.possible[0]))

@@ -127,19 +127,9 @@ func (a *Analyzer) analyze(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{
-		Operation:     op.Name,
-		OperationType: string(op.Operation),
-		Introspection: w.introspection,
-		Totals:        totals,
-		Points:        totals.Cost.Points(),
-	}
-	if r.OperationType == "" {
-		r.OperationType = string(ast.Query)
-	}
-	r.Fields = w.breakdown(set.fields, min(int64(limit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
-	if w.counting {
-		r.FieldCounts = a.counting.fieldCounts(w.counts)
+	r := a.report(op, totals, w.introspection, w.counts)
+	if limit > 0 {
+		r.Fields = w.breakdown(set.fields, min(int64(limit), set.lines), a.cfg.breakdownBytes, &r.FieldsTruncated)
 	}
 	return r, nil
 }
@@ -163,43 +153,48 @@ func (a *Analyzer) acquire(doc *ast.QueryDocument, op *ast.OperationDefinition, 
 // AnalyzeOperation and ActualCost. It returns the root selection's priced
 // set, the operation's base cost and its totals.
 func (w *walker) run() (set pricedSet, base Cost, totals Totals, err error) {
-	a, op := w.a, w.op
-	root, base := a.rootType(op)
-	if root == nil {
-		return set, 0, totals, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
-	}
-	if a.cfg.maxAliases > 0 {
-		if err := w.checkAliases(); err != nil {
-			return set, 0, totals, err
-		}
-	}
-	groups, _, err := w.collect(root, nil, op.SelectionSet)
-	if err == nil && w.refused != nil {
-		err = w.refused
-	}
+	root, base, groups, err := w.rootFields()
 	if err != nil {
 		return set, 0, totals, err
-	}
-	if a.cfg.maxRootFields > 0 {
-		// Every response key counts, introspection and __typename included.
-		if n := len(groups); n > a.cfg.maxRootFields {
-			return set, 0, totals, &Error{
-				Code:      CodeMaxRootFieldsExceeded,
-				Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
-				Locations: locationsOf(op.Position),
-				Value:     float64(n),
-				Limit:     float64(a.cfg.maxRootFields),
-			}
-		}
 	}
 	if err := w.priceGroups(&set, root, nil, 0, groups, noSizes, 1, 0, false); err != nil {
 		return set, 0, totals, err
 	}
-	totals = Totals{Cost: addCost(base, set.cost), Depth: set.depth, Nodes: set.nodes}
-	if err := a.checkTotals(op, totals); err != nil {
+	if totals, err = w.a.totals(w.op, base, set.price); err != nil {
 		return set, 0, totals, err
 	}
 	return set, base, totals, nil
+}
+
+// rootFields collects w.op's root fields, of type root, after the checks
+// that read the document alone (aliases, root fields); base is the cost
+// the operation starts from. The walk and a plan's compiler both start
+// here.
+func (w *walker) rootFields() (root *typeInfo, base Cost, groups []fieldGroup, err error) {
+	a, op := w.a, w.op
+	root, base = a.rootType(op)
+	if root == nil {
+		return nil, 0, nil, fmt.Errorf("%w: the schema has no %s type", ErrInvalidDocument, op.Operation)
+	}
+	if a.cfg.maxAliases > 0 {
+		if err := w.checkAliases(); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	if groups, _, err = w.collect(root, nil, op.SelectionSet); err != nil {
+		return nil, 0, nil, err
+	}
+	// Every response key counts, introspection and __typename included.
+	if n := len(groups); a.cfg.maxRootFields > 0 && n > a.cfg.maxRootFields {
+		return nil, 0, nil, &Error{
+			Code:      CodeMaxRootFieldsExceeded,
+			Message:   fmt.Sprintf("operation %s selects %d root fields, which exceeds the maximum of %d", opName(op), n, a.cfg.maxRootFields),
+			Locations: locationsOf(op.Position),
+			Value:     float64(n),
+			Limit:     float64(a.cfg.maxRootFields),
+		}
+	}
+	return root, base, groups, nil
 }
 
 // rootType is the type op's root fields belong to (nil if the schema has
@@ -212,33 +207,6 @@ func (a *Analyzer) rootType(op *ast.OperationDefinition) (*typeInfo, Cost) {
 		return a.c.subscription, 0
 	}
 	return a.c.query, 0
-}
-
-// checkTotals holds an operation's totals to the node and cost limits.
-func (a *Analyzer) checkTotals(op *ast.OperationDefinition, totals Totals) error {
-	if a.cfg.maxNodes > 0 && totals.Nodes > a.cfg.maxNodes {
-		t := totals
-		return &Error{
-			Code:      CodeMaxNodesExceeded,
-			Message:   fmt.Sprintf("operation %s may return %d nodes, which exceeds the maximum of %d", opName(op), t.Nodes, a.cfg.maxNodes),
-			Locations: locationsOf(op.Position),
-			Value:     float64(t.Nodes),
-			Limit:     float64(a.cfg.maxNodes),
-			Totals:    &t,
-		}
-	}
-	if a.cfg.hasMaxCost && totals.Cost > a.cfg.maxCost {
-		t := totals
-		return &Error{
-			Code:      CodeMaxCostExceeded,
-			Message:   fmt.Sprintf("operation %s costs %s, which exceeds the maximum of %s", opName(op), t.Cost, a.cfg.maxCost),
-			Locations: locationsOf(op.Position),
-			Value:     t.Cost.Float64(),
-			Limit:     a.cfg.maxCost.Float64(),
-			Totals:    &t,
-		}
-	}
-	return nil
 }
 
 // release returns w to the pool, dropping references into the finished
@@ -394,13 +362,10 @@ type memoKey struct {
 	sizes  sizes
 }
 
-// pricedSet is the price of a selection set for one parent type, relative
-// to its position: cost includes the type's weight, depth counts levels
-// below the parent, nodes are per single parent object.
+// pricedSet is the price of a selection set for one parent type, per
+// object of its parent.
 type pricedSet struct {
-	cost   Cost
-	depth  int
-	nodes  int64
+	price
 	fields []pricedField // only when explaining
 	lines  int64         // explain entries below, expanded (saturating)
 	deep   pricedLink    // the field that reaches depth
@@ -441,12 +406,10 @@ type pricedField struct {
 	field *ast.Field
 	info  *fieldInfo
 	n     int64
-	cost  Cost
+	price
 	// own is fieldWeight + argCost: what the field costs for its parent
 	// whatever it returns.
-	own   Cost
-	depth int
-	nodes int64
+	own Cost
 	// fixed marks an introspection field (__typename, __schema, __type, or
 	// a field of an introspection type): its actual cost is its cost.
 	fixed    bool
@@ -497,22 +460,6 @@ func (g *fieldGroup) add(f *ast.Field, viaSpread bool) {
 	}
 }
 
-// introspectionRoot reports whether name is one of the fields that enter
-// the introspection types, __schema and __type.
-func introspectionRoot(name string) bool {
-	return name == "__schema" || name == "__type"
-}
-
-// free reports whether field name of type t costs nothing: with free
-// introspection, __typename, __schema, __type and every field of an
-// introspection type (the names GraphQL reserves, starting with "__"). A
-// free field is still walked: it counts toward depth and nodes, and is
-// held to the limits, like any other.
-func (w *walker) free(t *typeInfo, name string) bool {
-	return w.a.cfg.freeIntrospection &&
-		(name == "__typename" || introspectionRoot(name) || t.reserved)
-}
-
 // collection is the state of one collect call.
 type collection struct {
 	t     *typeInfo
@@ -525,7 +472,8 @@ type collection struct {
 // the executor's CollectFields does: @skip/@include applied, fragments
 // applied by type condition, fields grouped by response key in document
 // order. The groups live on the w.groups stack; the caller releases them
-// with w.groups = w.groups[:start].
+// with w.groups = w.groups[:start]. A condition the executor would refuse
+// (see included) fails the collection.
 func (w *walker) collect(t *typeInfo, parent *fieldGroup, root ast.SelectionSet) (groups []fieldGroup, start int, err error) {
 	c := collection{t: t, start: len(w.groups)}
 	if parent == nil {
@@ -540,6 +488,9 @@ func (w *walker) collect(t *typeInfo, parent *fieldGroup, root ast.SelectionSet)
 				break
 			}
 		}
+	}
+	if err == nil && w.refused != nil {
+		err = w.refused
 	}
 	if err != nil {
 		w.groups = w.groups[:c.start]
@@ -660,21 +611,27 @@ func (w *walker) visit(name string) bool {
 	return true
 }
 
-// fragment returns the definition s spreads: the one the validator linked,
-// else the document's fragment of that name, nil if there is none.
+// fragment returns the definition s spreads (see spreadDefinition).
 func (w *walker) fragment(s *ast.FragmentSpread) *ast.FragmentDefinition {
-	if s.Definition != nil || w.doc == nil {
+	return spreadDefinition(w.doc, s, &w.fragments)
+}
+
+// spreadDefinition returns the definition s spreads: the one the validator
+// linked, else doc's fragment of that name, nil if there is none. *index
+// caches doc's fragments by name, built on first use.
+func spreadDefinition(doc *ast.QueryDocument, s *ast.FragmentSpread, index *map[string]*ast.FragmentDefinition) *ast.FragmentDefinition {
+	if s.Definition != nil || doc == nil {
 		return s.Definition
 	}
-	if w.fragments == nil {
-		w.fragments = make(map[string]*ast.FragmentDefinition, len(w.doc.Fragments))
-		for _, f := range w.doc.Fragments {
-			if _, dup := w.fragments[f.Name]; !dup {
-				w.fragments[f.Name] = f // the first wins, as in ForName
+	if *index == nil {
+		*index = make(map[string]*ast.FragmentDefinition, len(doc.Fragments))
+		for _, f := range doc.Fragments {
+			if _, dup := (*index)[f.Name]; !dup {
+				(*index)[f.Name] = f // the first wins, as in ForName
 			}
 		}
 	}
-	return w.fragments[s.Name]
+	return (*index)[s.Name]
 }
 
 func (w *walker) findGroup(c *collection, key string) int {
@@ -705,14 +662,9 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 	shared = shared || g.shared
 	var key memoKey
 	if shared {
-		key = memoKey{typ: ret, sizes: sz}
-		if g.size() == 1 {
-			key.field = g.first
-		} else {
-			key.merged = w.groupID(g)
-		}
+		key = w.memoKey(g, ret, sz)
 		if s, ok := w.memo[key]; ok {
-			if s.depth > 0 && depth+s.depth-1 > w.maxDepth {
+			if w.exceedsDepth(depth, s.depth) {
 				return nil, w.depthErrorIn(s, depth)
 			}
 			*set = *s
@@ -722,16 +674,12 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			return s, nil
 		}
 	}
-	if !ret.abstract || len(ret.possible) == 0 {
+	if ret.oneType() {
 		if err := w.priceObject(set, ret, nil, 0, g, sz, depth, ret.weight, shared); err != nil {
 			return nil, err
 		}
 	} else {
-		// Each member type is priced on its own; the most expensive one
-		// wins. Depth and nodes are worst cases of their own and may come
-		// from another member.
-		var maxDepth int
-		var maxNodes int64
+		var fold memberFold
 		var deep pricedLink
 		multi := len(ret.possible) > 1
 		var members []MemberCost
@@ -743,31 +691,26 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			sets = w.newSets(len(ret.possible))
 		}
 		winner := 0
-		var counts *setCounts
-		var ownCounts bool
 		for i, t := range ret.possible {
 			var s pricedSet
 			if err := w.priceObject(&s, t, ret, i, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
 				return nil, err
 			}
-			if w.counting {
-				counts, ownCounts = maxCounts(counts, ownCounts, w.counts)
-			}
+			costliest, deepest := fold.add(i, s.price, w.counts)
 			if sets != nil {
 				sets[i] = s
 			}
-			if i == 0 || s.cost > set.cost {
+			if costliest {
 				*set, winner = s, i
+			}
+			if deepest {
+				deep = s.deep
 			}
 			if members != nil {
 				members = append(members, MemberCost{Type: t.name, Cost: s.cost})
 			}
-			if i == 0 || s.depth > maxDepth {
-				maxDepth, deep = s.depth, s.deep
-			}
-			maxNodes = max(maxNodes, s.nodes)
 		}
-		set.depth, set.nodes, set.deep, w.counts = maxDepth, maxNodes, deep, counts
+		set.price, set.deep, w.counts = fold.price, deep, fold.counts
 		if members != nil {
 			members[winner].Winner = true
 		}
@@ -854,15 +797,6 @@ func (w *walker) newMemberSets() *memberSets {
 	return &w.memberChunk[len(w.memberChunk)-1]
 }
 
-// memberWeight is the weight of one object of member t of abstract type
-// ret: t's own, else a weight declared on ret, else t's default.
-func memberWeight(ret, t *typeInfo) Cost {
-	if !t.hasWeight && ret.hasWeight {
-		return ret.weight
-	}
-	return t.weight
-}
-
 // typenameKeys lists the response keys selecting __typename in each of an
 // abstract field's member sets, keeping only the keys no member selects
 // another field under: a client can alias a String field of one member to
@@ -914,6 +848,18 @@ func namesTypeOnly(sets []pricedSet, key string) bool {
 	return true
 }
 
+// memoKey is the key of g's merged selection priced for ret with sizes
+// sz.
+func (w *walker) memoKey(g *fieldGroup, ret *typeInfo, sz sizes) memoKey {
+	key := memoKey{typ: ret, sizes: sz}
+	if g.size() == 1 {
+		key.field = g.first
+	} else {
+		key.merged = w.groupID(g)
+	}
+	return key
+}
+
 func (w *walker) groupID(g *fieldGroup) string {
 	if w.ids == nil {
 		w.ids = make(map[*ast.Field]uint32)
@@ -936,10 +882,6 @@ func (w *walker) groupID(g *fieldGroup) string {
 // which is member i of abstract type via (via nil: t is the field's type).
 func (w *walker) priceObject(set *pricedSet, t, via *typeInfo, i int, g *fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
 	groups, start, err := w.collect(t, g, nil)
-	if err == nil && w.refused != nil {
-		w.groups = w.groups[:start]
-		err = w.refused
-	}
 	if err != nil {
 		return err
 	}
@@ -952,52 +894,33 @@ func (w *walker) priceObject(set *pricedSet, t, via *typeInfo, i int, g *fieldGr
 // abstract type via, when via is not nil) at absolute depth depth; the
 // set's cost starts from weight (t's own, or 0 for the root).
 func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, groups []fieldGroup, sz sizes, depth int, weight Cost, shared bool) error {
-	*set = pricedSet{cost: weight}
+	*set = pricedSet{price: price{cost: weight}}
 	var counts *setCounts // only when counting
 	if w.plan || w.explain {
 		set.fields = w.newFields(len(groups))
 	}
 	for i := range groups {
 		g := &groups[i]
-		fi := t.field(via, member, g.first.Name)
-		if fi == nil && g.first.Name == "__typename" {
-			fi = w.c.typename
-		}
+		fi := w.c.fieldOf(t, via, member, g.first.Name)
 		if fi == nil {
-			return fmt.Errorf("%w: type %s has no field %q", ErrInvalidDocument, t.name, g.first.Name)
+			return noField(t, g.first.Name)
 		}
 		w.path = append(w.path, g.key)
 		var pf pricedField
-		err := w.priceField(&pf, g, fi, sz, depth, shared)
+		children, err := w.priceField(&pf, g, fi, sz, depth, shared)
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
 			return err
 		}
-		if t.reserved || strings.HasPrefix(g.first.Name, "__") {
-			pf.fixed = true
-			if w.free(t, g.first.Name) {
-				pf.cost = 0
-			}
-			if introspectionRoot(g.first.Name) {
-				// Each response key selecting __schema or __type pays the
-				// introspection cost, free introspection or not, except
-				// the operation's first at the root: a tool's schema
-				// fetch (one __schema) does not pay it, a document that
-				// repeats it under aliases or in a list does.
-				if w.introspection || depth > 1 {
-					pf.cost = addCost(pf.cost, w.a.cfg.introspectionCost)
-				}
-				w.introspection = true
-			}
+		in, fixed := w.a.introspect(t, g.first.Name, depth, &w.introspection)
+		var deepest bool
+		pf.price, deepest = w.a.addField(&set.price, fi, pf.own, pf.n, children, in)
+		pf.fixed = fixed
+		if deepest {
+			set.deep = pricedLink{key: g.key, field: g.first, child: pf.children}
 		}
 		if w.counting {
 			w.countField(&counts, fi, g.key, pf.n)
-		}
-		set.cost = addCost(set.cost, pf.cost)
-		set.nodes = addCount(set.nodes, pf.nodes)
-		if pf.depth > set.depth {
-			set.depth = pf.depth
-			set.deep = pricedLink{key: g.key, field: g.first, child: pf.children}
 		}
 		if w.explain || w.plan {
 			set.fields = append(set.fields, pf)
@@ -1011,60 +934,31 @@ func (w *walker) priceGroups(set *pricedSet, t, via *typeInfo, member int, group
 	return nil
 }
 
-func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz sizes, depth int, shared bool) error {
+// priceField reads field g of fi, at absolute depth depth, into pf: its
+// size, its own cost and its children, whose price it returns for
+// addField.
+func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz sizes, depth int, shared bool) (price, error) {
 	f := g.first
-	if depth > w.maxDepth {
-		return w.depthError(f, depth)
+	if w.exceedsDepth(depth, 1) {
+		return price{}, w.depthError(f, depth)
 	}
-	*pf = pricedField{key: g.key, field: f, info: fi, n: 1, depth: 1}
-	handed, hasHanded, inherit := sz.lookup(fi.name)
-
-	// declared is the size the field itself declares: its largest slicing
-	// argument, else its @listSize assumedSize.
-	declared, hasDeclared := fi.assumed, fi.hasAssumed
-	if len(fi.slicing) > 0 {
-		sliced, hasSliced, err := w.slicingSize(f, fi)
-		if err != nil {
-			return err
-		}
-		if hasSliced {
-			declared, hasDeclared = sliced, true
-		}
+	d, err := w.declaredSize(f, fi)
+	if err != nil {
+		return price{}, err
 	}
-	if fi.list {
-		// A size handed down by the parent wins; a declared size counts
-		// unless it is meant for sizedFields; else the default.
-		switch {
-		case hasHanded:
-			pf.n = handed
-		case hasDeclared && len(fi.sized) == 0:
-			pf.n = declared
-		default:
-			pf.n = w.a.cfg.defaultListSize
-		}
+	n, childSizes := w.a.listSize(fi, sz, d)
+	own, err := w.ownCost(f, fi)
+	if err != nil {
+		return price{}, err
 	}
-	childSizes := inherit
-	if len(fi.sized) > 0 && hasDeclared {
-		childSizes = sizes{spec: fi, size: declared}
-	}
-
-	cost := fi.weight
-	if !fi.argsFree {
-		c, err := w.argCost(f, fi)
-		if err != nil {
-			return err
-		}
-		cost = addCost(cost, c)
-	}
-	pf.own = cost
+	*pf = pricedField{key: g.key, field: f, info: fi, n: n, own: own}
 	if !fi.ret.composite {
-		pf.cost = clampZero(addCost(cost, mulCost(fi.ret.weight, pf.n)))
-		return nil
+		return price{}, nil
 	}
 	var children pricedSet
 	memo, err := w.priceChildren(&children, g, fi.ret, childSizes, depth+1, shared)
 	if err != nil {
-		return err
+		return price{}, err
 	}
 	switch {
 	case memo != nil:
@@ -1073,50 +967,7 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 		pf.children = w.newSet()
 		*pf.children = children
 	}
-	pf.depth = 1 + children.depth
-	// Each object a list returns is a node; a single object is not.
-	var perObject int64
-	if fi.list {
-		perObject = 1
-	}
-	pf.nodes = mulCount(pf.n, addCount(perObject, children.nodes))
-	pf.cost = clampZero(addCost(cost, mulCost(children.cost, pf.n)))
-	return nil
-}
-
-// slicingSize checks every slicing argument f gives (coerced, not
-// negative, within MaxBreadth) and returns the largest; hasSize is false
-// when none gives a size. A field whose @listSize requires exactly one
-// slicing argument is refused with any other count.
-func (w *walker) slicingSize(f *ast.Field, fi *fieldInfo) (size int64, hasSize bool, err error) {
-	given := 0
-	for _, in := range fi.slicing {
-		v, ok := w.given(f, in)
-		if !ok {
-			continue
-		}
-		given++
-		n, isList, ok, bad := w.size(v, in)
-		if bad != nil {
-			return 0, false, w.invalidArgument(f, fi.name, in.name, bad)
-		}
-		if !ok {
-			continue
-		}
-		if n < 0 {
-			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s must not be negative", fi.name, describeSize(in.name, n, isList)), n)
-		}
-		if mb := w.a.cfg.maxBreadth; mb > 0 && n > mb {
-			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s exceeds the maximum of %d", fi.name, describeSize(in.name, n, isList), mb), n)
-		}
-		if !hasSize || n > size {
-			size, hasSize = n, true
-		}
-	}
-	if fi.requireOne && given != 1 {
-		return 0, false, w.slicingRequiredError(f, fi, given)
-	}
-	return size, hasSize, nil
+	return children.price, nil
 }
 
 // slicingRequiredError is SLICING_ARGUMENT_REQUIRED for f, which gave
@@ -1170,7 +1021,7 @@ func (w *walker) depthErrorIn(s *pricedSet, depth int) *Error {
 	defer func() { w.path = w.path[:saved] }()
 	for s != nil && s.deep.field != nil {
 		w.path = append(w.path, s.deep.key)
-		if depth > w.maxDepth {
+		if w.exceedsDepth(depth, 1) {
 			return w.depthError(s.deep.field, depth)
 		}
 		s, depth = s.deep.child, depth+1
@@ -1188,7 +1039,7 @@ func (w *walker) checkAliases() error {
 	var first *ast.Field
 	var walk func(ast.SelectionSet, int) bool
 	walk = func(sel ast.SelectionSet, depth int) bool {
-		if depth > w.maxDepth {
+		if w.exceedsDepth(depth, 1) {
 			return true // the pricing walk reports the depth
 		}
 		for _, s := range sel {

@@ -254,11 +254,11 @@ func isObject(v value) bool {
 	return rv.Kind() == reflect.Map && rv.Type().Key().Kind() == reflect.String
 }
 
-// condition reads the if argument of @skip or @include as the executor
-// does (gqlgen's resolveIfArgument): exactly a Boolean, else the request
-// fails.
-func (w *walker) condition(a *ast.Argument) (bool, *invalidValue) {
-	v, ok := w.resolve(a.Value)
+// condition reads the if argument of @skip or @include of op, with vars,
+// as the executor does (gqlgen's resolveIfArgument): exactly a Boolean,
+// else the request fails.
+func condition(vars map[string]any, op *ast.OperationDefinition, a *ast.Argument) (bool, *invalidValue) {
+	v, ok := resolveIn(vars, op, a.Value)
 	switch {
 	case !ok || v.isNull():
 		return false, &invalidValue{v: v, typ: "Boolean", reason: unsetBoolean}

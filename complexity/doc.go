@@ -169,8 +169,10 @@
 //     applied, merged, typed; a fragment spread in many places is one
 //     shared node) holding each field's weight, its constant sizes and
 //     argument costs, and which of them to read from the variables.
-//     Evaluate walks the tree with the walker's order and arithmetic,
-//     memoising shared nodes, without touching the document.
+//     Evaluate walks the tree, memoising shared nodes, without touching
+//     the document, pricing each field with the functions the walk behind
+//     AnalyzeOperation calls, in the same order: each rule is written
+//     once.
 //   - From scratch: Evaluate calls AnalyzeOperation when the conditions
 //     read more than MaxPlanConditions variables, a condition is not a
 //     Boolean, a value is refused (negative or above the maximum breadth,

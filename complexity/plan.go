@@ -3,7 +3,7 @@ package complexity
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -38,12 +38,11 @@ type Plan struct {
 	actualBudget int64
 }
 
-// condVar is a variable read as a @skip/@include condition, and the
-// default it takes when the request leaves it out (ok false: none usable).
+// condVar is a variable read as a @skip/@include condition, and the first
+// if argument that reads it.
 type condVar struct {
 	name string
-	def  bool
-	ok   bool
+	arg  *ast.Argument
 }
 
 // subPlan is the price under one assignment of the condition variables:
@@ -56,7 +55,6 @@ type subPlan struct {
 	err      error
 	root     *planSet // compiled: the root selection
 	base     Cost
-	depth    int
 	intro    bool       // the operation selects __schema or __type
 	slots    int        // memoised sets, see planSet.slot
 	pool     *sync.Pool // *planEval
@@ -74,13 +72,12 @@ type subPlan struct {
 // interface or union (members set, one set per possible type). Its shape
 // (the fields collected, merged and typed) is fixed by the document and
 // the conditions; what varies with the variables are sizes and argument
-// costs, which Evaluate computes in the walker's order with its
-// arithmetic, so the numbers are the same to the last saturation.
+// costs, which Evaluate prices with the walk's rules (price.go).
 type planSet struct {
 	weight  Cost
 	fields  []planField
 	members []*planSet
-	depth   int   // levels below the parent, as pricedSet.depth
+	depth   int   // levels below the parent (fieldDepth), for the depth limit
 	slot    int32 // index of its memo entry when reached more than once, else -1
 }
 
@@ -92,17 +89,13 @@ type planField struct {
 	// own is fieldWeight + argCost, and declared the size the field
 	// declares, when they read no variable; dynOwn and dynSlice mark those
 	// recomputed from the request's variables.
-	own         Cost
-	declared    int64
-	hasDeclared bool
-	dynOwn      bool
-	dynSlice    bool
-	// Introspection: fixed for a field of or into the introspection
-	// types, free when it costs nothing, intro when it is __schema or
-	// __type (charged the introspection cost).
-	fixed, free, intro bool
-	counted            []int // coordinates the field counts toward
-	children           *planSet
+	own      Cost
+	declared declared
+	dynOwn   bool
+	dynSlice bool
+	intro    introspected // zero unless an introspection field
+	counted  []int        // coordinates the field counts toward
+	children *planSet
 }
 
 // errFallback stops an evaluation that meets a value the compiled plan
@@ -223,19 +216,16 @@ func (p *Plan) Explain(variables map[string]any) (*Report, error) {
 }
 
 // assignment returns the index of the sub-plan for the condition values
-// variables give; ok is false when the operation is priced from scratch
-// (too many conditions, or a value that is not a Boolean).
+// variables give, read as the walk reads them; ok is false when the
+// operation is priced from scratch (too many conditions, or a value the
+// walk refuses).
 func (p *Plan) assignment(variables map[string]any) (idx int, ok bool) {
 	if len(p.subs) == 0 {
 		return 0, false
 	}
 	for i := range p.conds {
-		c := &p.conds[i]
-		b, ok := c.def, c.ok
-		if v, given := variables[c.name]; given {
-			b, ok = v.(bool)
-		}
-		if !ok {
+		b, bad := condition(variables, p.op, p.conds[i].arg)
+		if bad != nil {
 			return 0, false
 		}
 		if b {
@@ -246,34 +236,21 @@ func (p *Plan) assignment(variables map[string]any) (idx int, ok bool) {
 }
 
 // conditionVariables lists the variables read as @skip/@include conditions
-// in op and the fragments it spreads; ok is false when there are more than
-// MaxPlanConditions.
+// in op and the fragments it spreads; ok is false when there are more
+// than MaxPlanConditions.
 func conditionVariables(doc *ast.QueryDocument, op *ast.OperationDefinition) (conds []condVar, ok bool) {
 	seenFrag := map[string]bool{}
+	var fragments map[string]*ast.FragmentDefinition
 	add := func(dirs ast.DirectiveList) {
 		for _, d := range dirs {
-			if d.Name != "skip" && d.Name != "include" {
-				continue
-			}
-			a := d.Arguments.ForName("if")
+			a := conditionArgument(d)
 			if a == nil || a.Value == nil || a.Value.Kind != ast.Variable {
 				continue
 			}
 			name := a.Value.Raw
-			for _, c := range conds {
-				if c.name == name {
-					return
-				}
+			if !slices.ContainsFunc(conds, func(c condVar) bool { return c.name == name }) {
+				conds = append(conds, condVar{name: name, arg: a})
 			}
-			c := condVar{name: name}
-			def := a.Value.VariableDefinition
-			if def == nil {
-				def = op.VariableDefinitions.ForName(name)
-			}
-			if def != nil && def.DefaultValue != nil && def.DefaultValue.Kind == ast.BooleanValue {
-				c.def, c.ok = def.DefaultValue.Raw == "true", true
-			}
-			conds = append(conds, c)
 		}
 	}
 	var walk func(ast.SelectionSet)
@@ -292,11 +269,7 @@ func conditionVariables(doc *ast.QueryDocument, op *ast.OperationDefinition) (co
 					continue
 				}
 				seenFrag[s.Name] = true
-				def := s.Definition
-				if def == nil && doc != nil {
-					def = doc.Fragments.ForName(s.Name)
-				}
-				if def != nil {
+				if def := spreadDefinition(doc, s, &fragments); def != nil {
 					walk(def.SelectionSet)
 				}
 			}
@@ -314,8 +287,7 @@ func (a *Analyzer) compileSub(s *subPlan, doc *ast.QueryDocument, op *ast.Operat
 	s.shapeBytes = c.bytes
 	switch {
 	case err == nil && c.dynamic:
-		s.root, s.depth, s.intro, s.slots = root, root.depth, c.intro, c.slots
-		_, s.base = a.rootType(op)
+		s.root, s.base, s.intro, s.slots = root, c.base, c.intro, c.slots
 		s.pool = &sync.Pool{}
 		return c.bytes
 	case err != nil && c.dynamic:
@@ -361,6 +333,7 @@ type planCompiler struct {
 	w       *walker
 	memo    map[memoKey]*planSet // by shape: sizes are left out of the key
 	dynamic bool                 // some value priced reads a variable
+	base    Cost
 	intro   bool
 	slots   int
 	bytes   int64
@@ -374,68 +347,44 @@ func (c *planCompiler) compile(doc *ast.QueryDocument, op *ast.OperationDefiniti
 	w := a.acquire(doc, op, vars)
 	defer a.release(w)
 	c.w = w
-	root, _ := a.rootType(op)
-	if root == nil {
-		return nil, ErrInvalidDocument
-	}
-	if a.cfg.maxAliases > 0 {
-		if err := w.checkAliases(); err != nil {
-			return nil, err
-		}
-	}
-	groups, start, err := w.collect(root, nil, op.SelectionSet)
-	if err == nil && w.refused != nil {
-		err = w.refused
-	}
+	root, base, groups, err := w.rootFields()
 	if err != nil {
 		return nil, err
 	}
-	if a.cfg.maxRootFields > 0 && len(groups) > a.cfg.maxRootFields {
-		return nil, ErrMaxRootFields
-	}
-	set, err := c.groups(root, groups, 1, 0)
-	w.groups = w.groups[:start]
-	return set, err
+	c.base = base
+	return c.groups(root, nil, 0, groups, 1, 0)
 }
 
-// groups compiles the collected fields of concrete type t at absolute
-// depth depth, as priceGroups prices them.
-func (c *planCompiler) groups(t *typeInfo, groups []fieldGroup, depth int, weight Cost) (*planSet, error) {
+// groups compiles the collected fields of concrete type t (member member
+// of abstract type via, when via is not nil) at absolute depth depth, as
+// priceGroups prices them.
+func (c *planCompiler) groups(t, via *typeInfo, member int, groups []fieldGroup, depth int, weight Cost) (*planSet, error) {
 	w := c.w
 	set := &planSet{weight: weight, fields: make([]planField, 0, len(groups)), slot: -1}
 	c.bytes += int64(unsafe.Sizeof(*set)) + int64(len(groups))*int64(unsafe.Sizeof(planField{}))
 	for i := range groups {
 		g := &groups[i]
-		fi := t.fields[g.first.Name]
-		if fi == nil && g.first.Name == "__typename" {
-			fi = w.c.typename
-		}
+		fi := w.c.fieldOf(t, via, member, g.first.Name)
 		if fi == nil {
-			return nil, ErrInvalidDocument
+			return nil, noField(t, g.first.Name)
 		}
-		if depth > w.maxDepth {
+		if w.exceedsDepth(depth, 1) {
 			return nil, errPlanDepth
 		}
 		pf := planField{key: g.key, field: g.first, fi: fi}
 		if err := c.values(&pf); err != nil {
 			return nil, err
 		}
+		below := 0
 		if fi.ret.composite {
 			ch, err := c.children(g, fi.ret, depth+1)
 			if err != nil {
 				return nil, err
 			}
-			pf.children = ch
-			set.depth = max(set.depth, 1+ch.depth)
-		} else {
-			set.depth = max(set.depth, 1)
+			pf.children, below = ch, ch.depth
 		}
-		if strings.HasPrefix(g.first.Name, "__") || strings.HasPrefix(t.name, "__") {
-			pf.fixed, pf.free = true, w.free(t, g.first.Name)
-			if introspectionRoot(g.first.Name) {
-				pf.intro, c.intro = true, true
-			}
-		}
+		deepen(&set.depth, fieldDepth(below))
+		pf.intro, _ = w.a.introspect(t, g.first.Name, depth, &c.intro)
 		if c.a.counting != nil {
 			pf.counted = c.a.counting.byField[fi]
 		}
@@ -444,35 +393,20 @@ func (c *planCompiler) groups(t *typeInfo, groups []fieldGroup, depth int, weigh
 	return set, nil
 }
 
-// values compiles what pf's price reads of its arguments: its slicing size
-// and its argument cost, each computed now when it reads no variable.
+// values compiles what pf's price reads of its arguments: its declared
+// size and its own cost, each computed now when it reads no variable.
 func (c *planCompiler) values(pf *planField) error {
 	w, f, fi := c.w, pf.field, pf.fi
-	pf.declared, pf.hasDeclared = fi.assumed, fi.hasAssumed
-	if len(fi.slicing) > 0 {
-		if readsVariables(f, fi.slicing) {
-			pf.dynSlice, c.dynamic = true, true
-		} else {
-			sliced, hasSliced, err := w.slicingSize(f, fi)
-			if err != nil {
-				return err
-			}
-			if hasSliced {
-				pf.declared, pf.hasDeclared = sliced, true
-			}
-		}
+	var err error
+	if readsVariables(f, fi.sizeArgs()) {
+		pf.dynSlice, c.dynamic = true, true
+	} else if pf.declared, err = w.declaredSize(f, fi); err != nil {
+		return err
 	}
-	pf.own = fi.weight
-	if !fi.argsFree {
-		if readsVariables(f, fi.args) {
-			pf.dynOwn, c.dynamic = true, true
-		} else {
-			ac, err := w.argCost(f, fi)
-			if err != nil {
-				return err
-			}
-			pf.own = addCost(pf.own, ac)
-		}
+	if readsVariables(f, fi.costArgs()) {
+		pf.dynOwn, c.dynamic = true, true
+	} else if pf.own, err = w.ownCost(f, fi); err != nil {
+		return err
 	}
 	return nil
 }
@@ -507,14 +441,9 @@ func hasVariable(v *ast.Value) bool {
 // depth depth, once per shape: a selection reached again is shared.
 func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planSet, error) {
 	w := c.w
-	key := memoKey{typ: ret}
-	if g.size() == 1 {
-		key.field = g.first
-	} else {
-		key.merged = w.groupID(g)
-	}
+	key := w.memoKey(g, ret, noSizes) // by shape: sizes are evaluated
 	if s, ok := c.memo[key]; ok {
-		if s.depth > 0 && depth+s.depth-1 > w.maxDepth {
+		if w.exceedsDepth(depth, s.depth) {
 			return nil, errPlanDepth
 		}
 		if s.slot < 0 {
@@ -524,8 +453,8 @@ func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planS
 		return s, nil
 	}
 	var set *planSet
-	if !ret.abstract || len(ret.possible) == 0 {
-		s, err := c.object(ret, g, depth, ret.weight)
+	if ret.oneType() {
+		s, err := c.object(ret, nil, 0, g, depth, ret.weight)
 		if err != nil {
 			return nil, err
 		}
@@ -534,12 +463,12 @@ func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planS
 		set = &planSet{slot: -1, members: make([]*planSet, len(ret.possible))}
 		c.bytes += int64(unsafe.Sizeof(*set)) + 8*int64(len(ret.possible))
 		for i, t := range ret.possible {
-			m, err := c.object(t, g, depth, memberWeight(ret, t))
+			m, err := c.object(t, ret, i, g, depth, memberWeight(ret, t))
 			if err != nil {
 				return nil, err
 			}
 			set.members[i] = m
-			set.depth = max(set.depth, m.depth)
+			deepen(&set.depth, m.depth)
 		}
 	}
 	if c.memo == nil {
@@ -549,25 +478,23 @@ func (c *planCompiler) children(g *fieldGroup, ret *typeInfo, depth int) (*planS
 	return set, nil
 }
 
-func (c *planCompiler) object(t *typeInfo, g *fieldGroup, depth int, weight Cost) (*planSet, error) {
+// object compiles the merged sub-selections of g for object type t, member
+// member of abstract type via (via nil: t is the field's type).
+func (c *planCompiler) object(t, via *typeInfo, member int, g *fieldGroup, depth int, weight Cost) (*planSet, error) {
 	w := c.w
 	groups, start, err := w.collect(t, g, nil)
-	if err == nil && w.refused != nil {
-		err = w.refused
-	}
 	if err != nil {
-		w.groups = w.groups[:start]
 		return nil, err
 	}
-	set, err := c.groups(t, groups, depth, weight)
+	set, err := c.groups(t, via, member, groups, depth, weight)
 	w.groups = w.groups[:start]
 	return set, err
 }
 
 // planEval is the scratch space of one evaluation: the memoised sets'
 // values, by slot, and by (set, sizes) when sizes are handed down. Its
-// walker only reads values (slicingSize, argCost): it collects nothing, so
-// it needs none of the pooled walkers' stacks.
+// walker only reads values (declaredSize, ownCost): it collects nothing,
+// so it needs none of the pooled walkers' stacks.
 type planEval struct {
 	w     walker
 	slots []planMemo
@@ -585,10 +512,9 @@ type planSizedKey struct {
 	sz  sizes
 }
 
-// planValue is a set's price per parent object.
+// planValue is a set's price per parent object, and its field counts.
 type planValue struct {
-	cost   Cost
-	nodes  int64
+	price
 	counts *setCounts
 }
 
@@ -613,25 +539,11 @@ func (p *Plan) evaluate(s *subPlan, variables map[string]any) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	totals := Totals{Cost: addCost(s.base, v.cost), Depth: s.depth, Nodes: v.nodes}
-	if err := a.checkTotals(p.op, totals); err != nil {
+	totals, err := a.totals(p.op, s.base, v.price)
+	if err != nil {
 		return nil, err
 	}
-	r := &Report{
-		Operation:     p.op.Name,
-		OperationType: string(p.op.Operation),
-		Introspection: s.intro,
-		Totals:        totals,
-		Points:        totals.Cost.Points(),
-		Fields:        make([]FieldCost, 0),
-	}
-	if r.OperationType == "" {
-		r.OperationType = string(ast.Query)
-	}
-	if a.counting != nil {
-		r.FieldCounts = a.counting.fieldCounts(v.counts)
-	}
-	return r, nil
+	return a.report(p.op, totals, s.intro, v.counts), nil
 }
 
 // set prices a compiled set for sizes sz, as priceChildren does.
@@ -655,20 +567,15 @@ func (e *planEval) set(s *planSet, sz sizes) (planValue, error) {
 			return v, err
 		}
 	} else {
-		// The costliest member, the first on a tie; nodes and counts are
-		// maxima of their own.
-		var owned bool
+		var fold memberFold
 		for i, m := range s.members {
 			mv, err := e.object(m, sz)
 			if err != nil {
 				return v, err
 			}
-			if i == 0 || mv.cost > v.cost {
-				v.cost = mv.cost
-			}
-			v.nodes = max(v.nodes, mv.nodes)
-			v.counts, owned = maxCounts(v.counts, owned, mv.counts)
+			fold.add(i, mv.price, mv.counts)
 		}
+		v = planValue{price: fold.price, counts: fold.counts}
 	}
 	if s.slot >= 0 {
 		m := &e.slots[s.slot]
@@ -689,75 +596,33 @@ func (e *planEval) set(s *planSet, sz sizes) (planValue, error) {
 func (e *planEval) object(s *planSet, sz sizes) (planValue, error) {
 	w := &e.w
 	a := w.a
-	v := planValue{cost: s.weight}
+	v := planValue{price: price{cost: s.weight}}
 	for i := range s.fields {
 		pf := &s.fields[i]
 		fi := pf.fi
-		handed, hasHanded, inherit := sz.lookup(fi.name)
-		declared, hasDeclared := pf.declared, pf.hasDeclared
+		d, own := pf.declared, pf.own
+		var err error
 		if pf.dynSlice {
-			sliced, hasSliced, err := w.slicingSize(pf.field, fi)
-			if err != nil {
+			if d, err = w.declaredSize(pf.field, fi); err != nil {
 				return v, errFallback
 			}
-			if hasSliced {
-				declared, hasDeclared = sliced, true
-			}
 		}
-		n := int64(1)
-		if fi.list {
-			switch {
-			case hasHanded:
-				n = handed
-			case hasDeclared && len(fi.sized) == 0:
-				n = declared
-			default:
-				n = a.cfg.defaultListSize
-			}
-		}
-		own := pf.own
+		n, childSizes := a.listSize(fi, sz, d)
 		if pf.dynOwn {
-			c, err := w.argCost(pf.field, fi)
-			if err != nil {
+			if own, err = w.ownCost(pf.field, fi); err != nil {
 				return v, errFallback
 			}
-			own = addCost(fi.weight, c)
 		}
-		var cost Cost
-		var nodes int64
-		var child *setCounts
-		if pf.children == nil {
-			cost = clampZero(addCost(own, mulCost(fi.ret.weight, n)))
-		} else {
-			childSizes := inherit
-			if len(fi.sized) > 0 && hasDeclared {
-				childSizes = sizes{spec: fi, size: declared}
-			}
-			cv, err := e.set(pf.children, childSizes)
-			if err != nil {
+		var children planValue
+		if pf.children != nil {
+			if children, err = e.set(pf.children, childSizes); err != nil {
 				return v, err
 			}
-			var perObject int64
-			if fi.list {
-				perObject = 1
-			}
-			nodes = mulCount(n, addCount(perObject, cv.nodes))
-			cost = clampZero(addCost(own, mulCost(cv.cost, n)))
-			child = cv.counts
 		}
-		if pf.fixed {
-			if pf.free {
-				cost = 0
-			}
-			if pf.intro {
-				cost = addCost(cost, a.cfg.introspectionCost)
-			}
-		}
+		a.addField(&v.price, fi, own, n, children.price, pf.intro)
 		if a.counting != nil {
-			a.counting.field(&v.counts, pf.counted, pf.key, n, child)
+			a.counting.field(&v.counts, pf.counted, pf.key, n, children.counts)
 		}
-		v.cost = addCost(v.cost, cost)
-		v.nodes = addCount(v.nodes, nodes)
 	}
 	return v, nil
 }

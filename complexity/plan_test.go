@@ -429,3 +429,66 @@ func FuzzPlanMatchesScratch(f *testing.F) {
 		}
 	})
 }
+
+// TestPlanIntrospectionCost prices __schema and __type beside a size read
+// from a variable (a compiled tree, not a constant) with the introspection
+// cost on: through the plan, the first at the root pays nothing and every
+// other pays, as from scratch.
+func TestPlanIntrospectionCost(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "fuzz.graphql", Input: fuzzSDL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, free := range []bool{true, false} {
+		a, err := complexity.New(schema, complexity.WithIntrospectionCost(7), complexity.WithFreeIntrospection(free))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			`query($n: Int) { __schema { queryType { name } } items(first: $n) { id } }`,
+			`query($n: Int) { items(first: $n) { id } __type(name: "Item") { name } a: __schema { queryType { name } } }`,
+			`query($n: Int, $c: Boolean!) { a: __schema @include(if: $c) { queryType { name } } b: __type(name: "User") { name } items(first: $n) { id } }`,
+		} {
+			doc := mustParse(t, q)
+			op := doc.Operations[0]
+			p, err := a.Compile(doc, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, vars := range []map[string]any{{"n": int64(0), "c": true}, {"n": int64(3), "c": false}} {
+				checkPlan(t, a, p, doc, op, vars)
+			}
+		}
+	}
+}
+
+// TestPlanReadsEveryCondition prices operations whose fields carry several
+// conditions, one of them on a variable read before: the plan reads every
+// condition's variable, as the walk does.
+func TestPlanReadsEveryCondition(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "fuzz.graphql", Input: fuzzSDL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := complexity.New(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`query($a: Boolean!, $b: Boolean!) { x: featured @skip(if: $a) { id } y: featured @skip(if: $a) @include(if: $b) { id } }`,
+		`query($a: Boolean!, $b: Boolean!, $n: Int) { featured @include(if: $a) { id } items(first: $n) @include(if: $a) @skip(if: $b) { id } }`,
+	} {
+		doc := mustParse(t, q)
+		op := doc.Operations[0]
+		p, err := a.Compile(doc, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, vars := range []map[string]any{
+			{"a": false, "b": true, "n": int64(2)}, {"a": true, "b": false, "n": int64(4)},
+			{"a": true, "b": true}, {"a": false, "b": false},
+		} {
+			checkPlan(t, a, p, doc, op, vars)
+		}
+	}
+}

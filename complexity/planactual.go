@@ -34,14 +34,11 @@ func (p *Plan) ActualCost(variables map[string]any, data []byte) (int64, error) 
 		rd = new(reading)
 	}
 	r := response{b: data, s: rd, names: t.names}
-	c, err := r.data(&t.root)
+	points, err := r.data(&t.root, t.base)
 	if rd.reset() {
 		p.a.readings.Put(rd)
 	}
-	if err != nil {
-		return 0, err
-	}
-	return addCost(t.base, c).Points(), nil
+	return points, err
 }
 
 // actualTree is a constant sub-plan's priced tree, as ActualCost's walk

@@ -118,11 +118,10 @@ type fieldInfo struct {
 	args      []*inputInfo
 	argsFree  bool // no argument can ever cost anything
 	// slicing are the arguments that size the list: the ones @listSize
-	// names, or the conventions' (see listSizeConventions).
+	// names, or the conventions' (see listSizeConventions); nil if none.
 	slicing    []*inputInfo
 	requireOne bool
-	assumed    int64
-	hasAssumed bool
+	assumed    declared // @listSize(assumedSize:)
 	// sized are the paths of child fields that receive this field's size:
 	// @listSize(sizedFields:), or by convention a …Connection's edges and
 	// nodes, a wrapper's one list, a mutation payload's lists.
@@ -375,7 +374,7 @@ func (c *compiled) handDownConventions(fi *fieldInfo, cfg *config, onMutation bo
 	if len(fi.sized) == 0 {
 		return
 	}
-	fi.slicing = fi.slicing[:0]
+	fi.slicing = nil
 	for _, a := range fi.args {
 		if cfg.pages(a) || cfg.counts(a) || rows(a) {
 			fi.slicing = append(fi.slicing, a)
@@ -527,7 +526,7 @@ func (fi *fieldInfo) readAssumedSize(v *ast.Value, where string) error {
 	if v.Kind != ast.IntValue || err != nil || n < 0 {
 		return fmt.Errorf("%w: %s assumedSize %q is not a non-negative integer", ErrInvalidSchema, where, v.Raw)
 	}
-	fi.assumed, fi.hasAssumed = n, true
+	fi.assumed = declared{size: n, ok: true}
 	return nil
 }
 
@@ -638,6 +637,27 @@ func costDirective(dirs ast.DirectiveList, where string) (Cost, bool, error) {
 }
 
 func isList(t *ast.Type) bool { return t != nil && t.Elem != nil }
+
+// oneType reports whether a value of t is priced as t itself: an object
+// type, or an interface or union no object type implements. Otherwise
+// each possible type is priced (see memberFold).
+func (t *typeInfo) oneType() bool { return !t.abstract || len(t.possible) == 0 }
+
+// fieldOf is field name of concrete type t, member member of abstract type
+// via when via is not nil; __typename on any type; nil if there is none
+// (see noField).
+func (c *compiled) fieldOf(t, via *typeInfo, member int, name string) *fieldInfo {
+	fi := t.field(via, member, name)
+	if fi == nil && name == "__typename" {
+		fi = c.typename
+	}
+	return fi
+}
+
+// noField is the error for field name, which type t does not have.
+func noField(t *typeInfo, name string) error {
+	return fmt.Errorf("%w: type %s has no field %q", ErrInvalidDocument, t.name, name)
+}
 
 // field returns t's field name; t is member i of abstract type via, or via
 // is nil.

@@ -19,11 +19,15 @@ type value struct {
 	isRaw bool
 }
 
-// resolve follows a literal through variables: a variable becomes its value
-// from the variables map, else its declared default. ok is false when the
-// value is absent (an unset variable without default), which is not the
-// same as null.
-func (w *walker) resolve(lit *ast.Value) (value, bool) {
+// resolve follows a literal through the walk's variables (see
+// resolveIn).
+func (w *walker) resolve(lit *ast.Value) (value, bool) { return resolveIn(w.vars, w.op, lit) }
+
+// resolveIn follows a literal of op through vars: a variable becomes its
+// value from vars, else its declared default. ok is false when the value
+// is absent (an unset variable without default), which is not the same
+// as null.
+func resolveIn(vars map[string]any, op *ast.OperationDefinition, lit *ast.Value) (value, bool) {
 	// Two rounds at most: a variable, then its default (defaults are constant
 	// in a validated document; the bound keeps unvalidated ones finite).
 	for range 2 {
@@ -33,12 +37,12 @@ func (w *walker) resolve(lit *ast.Value) (value, bool) {
 		if lit.Kind != ast.Variable {
 			return value{lit: lit}, true
 		}
-		if v, ok := w.vars[lit.Raw]; ok {
+		if v, ok := vars[lit.Raw]; ok {
 			return value{raw: v, isRaw: true}, true
 		}
 		def := lit.VariableDefinition
-		if def == nil && w.op != nil {
-			def = w.op.VariableDefinitions.ForName(lit.Raw)
+		if def == nil && op != nil {
+			def = op.VariableDefinitions.ForName(lit.Raw)
 		}
 		if def == nil {
 			return value{}, false
@@ -392,14 +396,11 @@ func floatSize(f float64) (int64, bool, bool) {
 // when the collection ends; the selection counts as included meanwhile.
 func (w *walker) included(dirs ast.DirectiveList) bool {
 	for _, d := range dirs {
-		if d.Name != "skip" && d.Name != "include" {
-			continue
-		}
-		a := d.Arguments.ForName("if")
+		a := conditionArgument(d)
 		if a == nil {
 			continue
 		}
-		b, bad := w.condition(a)
+		b, bad := condition(w.vars, w.op, a)
 		if bad != nil {
 			if w.refused == nil {
 				w.refused = w.invalidCondition(d, bad)
@@ -411,6 +412,15 @@ func (w *walker) included(dirs ast.DirectiveList) bool {
 		}
 	}
 	return true
+}
+
+// conditionArgument is the if argument of d when d is @skip or @include,
+// else nil.
+func conditionArgument(d *ast.Directive) *ast.Argument {
+	if d.Name != "skip" && d.Name != "include" {
+		return nil
+	}
+	return d.Arguments.ForName("if")
 }
 
 // describeSize renders a slicing argument for messages: "first=500", or
