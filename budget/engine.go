@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/internal/seconds"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/guard"
@@ -278,7 +279,7 @@ func (e *Engine) Settle(ctx context.Context, req Request, o Outcome, actual int6
 // RetryAfter turns a wait into whole seconds, rounded up, never below 1,
 // plus the configured jitter (which only adds).
 func (e *Engine) RetryAfter(wait time.Duration) int64 {
-	s := max(ceilSeconds(wait), 1)
+	s := max(seconds.Ceil(wait), 1)
 	if e.jitter == 0 {
 		return s
 	}
@@ -287,18 +288,6 @@ func (e *Engine) RetryAfter(wait time.Duration) int64 {
 		return math.MaxInt64
 	}
 	return s + int64(extra)
-}
-
-// ceilSeconds rounds d up to whole seconds; negative durations count as 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
 }
 
 // shadow lets a refusal through when r is in shadow mode: a request its

@@ -457,18 +457,18 @@ func (l *Limiter) verdictError(o budget.Outcome, cost int64, p *plan) *gqlerror.
 		if o.ByLane != nil {
 			return pricedError(code, cost, o.RetryAfter,
 				"rate limited by the budget of lane %q: the operation costs %d points; retry in %s",
-				o.ByLane.Lane(), cost, seconds(o.RetryAfter))
+				o.ByLane.Lane(), cost, inSeconds(o.RetryAfter))
 		}
 		return pricedError(code, cost, o.RetryAfter,
 			"rate limited: the operation costs %d points and %d are available; retry in %s",
-			cost, o.Decision.Remaining, seconds(o.RetryAfter))
+			cost, o.Decision.Remaining, inSeconds(o.RetryAfter))
 	case budget.Unavailable:
 		return pricedError(code, cost, o.RetryAfter,
-			"rate limiter unavailable; retry in %s", seconds(o.RetryAfter))
+			"rate limiter unavailable; retry in %s", inSeconds(o.RetryAfter))
 	case budget.QuotaExceeded:
 		return pricedError(code, cost, o.RetryAfter,
 			"quota exceeded: plan %q allows %d points per %s and %d are left in this window; the operation costs %d; retry in %s",
-			p.Name(), p.Quota.Limit, p.Quota.Per, max(o.ByLimit.Decision.Remaining, 0), cost, seconds(o.RetryAfter))
+			p.Name(), p.Quota.Limit, p.Quota.Per, max(o.ByLimit.Decision.Remaining, 0), cost, inSeconds(o.RetryAfter))
 	case budget.FieldLimited:
 		u := o.ByLimit
 		var ge *gqlerror.Error
@@ -481,7 +481,7 @@ func (l *Limiter) verdictError(o budget.Outcome, cost int64, p *plan) *gqlerror.
 			ge = pricedError(code, cost, o.RetryAfter,
 				"field %s is limited to %s per %s; the operation selects it %s and %s; retry in %s",
 				u.Field.Coord, plural(u.Field.Limit.Burst, "selection", "selections"), u.Field.Limit.Period,
-				plural(u.Count, "time", "times"), plural(max(u.Decision.Remaining, 0), "is left", "are left"), seconds(o.RetryAfter))
+				plural(u.Count, "time", "times"), plural(max(u.Decision.Remaining, 0), "is left", "are left"), inSeconds(o.RetryAfter))
 		}
 		ge.Extensions["field"] = u.Field.Coord
 		for _, name := range u.Path {
@@ -782,7 +782,7 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 		}
 		e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
 		ra := e.l.engine.RetryAfter(budget.UnavailableRetryAfter)
-		return nil, codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
+		return nil, codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", inSeconds(ra))
 	}
 	st := &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r)}
 	opCtx.Stats.SetExtension(statsKey, st)
@@ -928,7 +928,7 @@ func (l *Limiter) shedBeforeReading(w http.ResponseWriter, r *http.Request, st *
 		l.challenge(r.Context(), w.Header(), st.id, ln)
 	}
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
-		codedError(budget.CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra)), ra)
+		codedError(budget.CodeOverloaded, ra, "the service is overloaded; retry in %s", inSeconds(ra)), ra)
 	st.report(r.Context(), l)
 }
 
@@ -937,7 +937,7 @@ func (l *Limiter) shedBeforeReading(w http.ResponseWriter, r *http.Request, st *
 func (l *Limiter) busy(w http.ResponseWriter, r *http.Request) {
 	ra := l.engine.RetryAfter(budget.UnavailableRetryAfter)
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
-		codedError(budget.CodeRateLimiterUnavailable, ra, "the server is busy; retry in %s", seconds(ra)), ra)
+		codedError(budget.CodeRateLimiterUnavailable, ra, "the server is busy; retry in %s", inSeconds(ra)), ra)
 }
 
 // Handler installs l on a gqlgen server: it adds l's Extension (pricing and
@@ -968,7 +968,7 @@ func (l *Limiter) graphQLIdentifyFailed(w http.ResponseWriter, r *http.Request, 
 	l.log.ErrorContext(r.Context(), "middleware: cannot identify the request; answering 503", "err", err)
 	ra := l.engine.RetryAfter(budget.UnavailableRetryAfter)
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
-		codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra)), ra)
+		codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", inSeconds(ra)), ra)
 }
 
 // refuseRequest answers a request screenGraphQL refused, after charging

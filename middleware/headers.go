@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/costguard/costguard/internal/seconds"
 	"github.com/costguard/costguard/limiter"
 )
 
@@ -63,7 +64,7 @@ func setBudgetHeaders(h http.Header, p *plan, d limiter.Decision, now time.Time)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, remaining, 10)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	b = strconv.AppendInt(b, seconds.Ceil(d.ResetAfter), 10)
 	rateLimit := len(b)
 	b = strconv.AppendInt(b, remaining, 10)
 	left := len(b)
@@ -81,18 +82,6 @@ func setBudgetHeaders(h http.Header, p *plan, d limiter.Decision, now time.Time)
 	for i, k := range budgetHeaderKeys {
 		h[k] = vals[i : i+1 : i+1]
 	}
-}
-
-// ceilSeconds rounds d up to whole seconds; negative durations count as 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
 }
 
 // unixCeil is the Unix time of now+d in seconds, rounded up.
@@ -120,7 +109,7 @@ func fillSeconds(burst, rate int64, period time.Duration) int64 {
 	if q > math.MaxInt64 {
 		return math.MaxInt64
 	}
-	return ceilSeconds(time.Duration(q))
+	return seconds.Ceil(time.Duration(q))
 }
 
 // sfString renders s as a structured-field string (RFC 9651 §3.3.3). Plan
@@ -137,18 +126,4 @@ func sfString(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
-}
-
-// validPlanName reports whether name can be a structured-field string and a
-// readable log field: non-empty printable ASCII.
-func validPlanName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x20 || name[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

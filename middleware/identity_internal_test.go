@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/costguard/costguard/internal/seconds"
 )
 
 func TestHeaderArithmetic(t *testing.T) {
@@ -11,8 +13,8 @@ func TestHeaderArithmetic(t *testing.T) {
 		d    time.Duration
 		want int64
 	}{{-time.Second, 0}, {0, 0}, {1, 1}, {time.Second, 1}, {time.Second + 1, 2}, {math.MaxInt64, 9223372037}} {
-		if got := ceilSeconds(tc.d); got != tc.want {
-			t.Errorf("ceilSeconds(%v) = %d, want %d", tc.d, got, tc.want)
+		if got := seconds.Ceil(tc.d); got != tc.want {
+			t.Errorf("seconds.Ceil(%v) = %d, want %d", tc.d, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {

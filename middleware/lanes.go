@@ -90,7 +90,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 	seen := make(map[string]bool, len(lanes))
 	for i, l := range lanes {
 		where := fmt.Sprintf("lane %d", i)
-		if !validPlanName(l.Name) {
+		if !budget.ValidName(l.Name) {
 			return fmt.Errorf("%w: %s: name %q must be non-empty printable ASCII", ErrInvalidConfig, where, l.Name)
 		}
 		where = fmt.Sprintf("lane %q", l.Name)

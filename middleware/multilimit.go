@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/internal/seconds"
 )
 
 // limitHeaders are a budget's RateLimit-Policy name (a structured-field
@@ -94,7 +95,7 @@ func (s *settings) setOutcomeHeaders(h http.Header, p *plan, o *budget.Outcome, 
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, max(closest.Decision.Remaining, 0), 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ceilSeconds(closest.Decision.ResetAfter), 10)
+		b = strconv.AppendInt(b, seconds.Ceil(closest.Decision.ResetAfter), 10)
 		h[keyRateLimit][0] = string(b)
 	}
 }

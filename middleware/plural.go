@@ -2,14 +2,9 @@ package middleware
 
 import "strconv"
 
-// seconds spells a whole number of seconds for a message: "1 second",
+// inSeconds spells a whole number of seconds for a message: "1 second",
 // "2 seconds".
-func seconds(n int64) string {
-	if n == 1 {
-		return "1 second"
-	}
-	return strconv.FormatInt(n, 10) + " seconds"
-}
+func inSeconds(n int64) string { return plural(n, "second", "seconds") }
 
 // plural spells a count for a message, one thing or many: plural(1, "time",
 // "times") is "1 time", plural(2, "time", "times") "2 times".

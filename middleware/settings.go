@@ -9,6 +9,7 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/internal/seconds"
 )
 
 // settings is the part of a Limiter's configuration Reload may swap: the
@@ -132,7 +133,7 @@ func (s *settings) buildPlans() {
 		}
 		if qr := r.QuotaRule(); qr != nil {
 			p.quotaQuoted = sfString(qr.Name)
-			p.quotaPolicy = p.quotaQuoted + ";q=" + strconv.FormatInt(qr.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(qr.Limit.Period), 10)
+			p.quotaPolicy = p.quotaQuoted + ";q=" + strconv.FormatInt(qr.Limit.Rate, 10) + ";w=" + strconv.FormatInt(seconds.Ceil(qr.Limit.Period), 10)
 			p.bothPolicies = p.policyHeader + ", " + p.quotaPolicy
 		}
 		s.plans[name] = p

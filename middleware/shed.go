@@ -158,14 +158,14 @@ func (e *Extension) admit(ctx context.Context, st *requestState, ln *lane) *gqle
 		code := refused.Verdict.Answer().Code
 		st.record(*refused, 0, code)
 		if refused.Verdict == budget.Unavailable {
-			return codedError(code, refused.RetryAfter, "rate limiter unavailable; retry in %s", seconds(refused.RetryAfter))
+			return codedError(code, refused.RetryAfter, "rate limiter unavailable; retry in %s", inSeconds(refused.RetryAfter))
 		}
 		return codedError(code, refused.RetryAfter, "too many requests in flight: plan %q allows %d at once; retry in %s",
-			st.plan.Name(), st.plan.MaxConcurrent(), seconds(refused.RetryAfter))
+			st.plan.Name(), st.plan.MaxConcurrent(), inSeconds(refused.RetryAfter))
 	}
 	ra := e.l.shedRetryAfter()
 	st.record(budget.Outcome{Verdict: budget.Shed, RetryAfter: ra}, 0, budget.CodeOverloaded)
-	return codedError(budget.CodeOverloaded, ra, "the service is overloaded; retry in %s", seconds(ra))
+	return codedError(budget.CodeOverloaded, ra, "the service is overloaded; retry in %s", inSeconds(ra))
 }
 
 // release gives the operation's slots back (among the process's requests

@@ -85,7 +85,7 @@ func (e *Extension) identifyError(ctx context.Context, err error) *gqlerror.Erro
 	}
 	e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
 	ra := e.l.engine.RetryAfter(budget.UnavailableRetryAfter)
-	return codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", seconds(ra))
+	return codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", inSeconds(ra))
 }
 
 // withInitCredentials returns the upgrade request r with the credentials

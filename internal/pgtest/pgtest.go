@@ -32,7 +32,6 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,11 +44,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/internal/tailbuf"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -177,7 +176,7 @@ type Server struct {
 // process is the running postmaster and what it printed.
 type process struct {
 	cmd    *exec.Cmd
-	log    *tailBuffer
+	log    *tailbuf.Buffer
 	exited chan struct{} // closed once cmd.Wait returns
 }
 
@@ -258,7 +257,7 @@ func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
 
 // startPostgres runs the postmaster on s.port and waits until it answers.
 func (s *Server) startPostgres(bins binaries, cred *syscall.Credential) error {
-	log := &tailBuffer{max: logTailBytes}
+	log := &tailbuf.Buffer{Max: logTailBytes}
 	cmd := exec.Command(bins.postgres,
 		"-D", s.dataDir(),
 		"-p", strconv.Itoa(s.port),
@@ -427,28 +426,4 @@ func freePort() (int, error) {
 		return port, nil
 	}
 	return 0, errors.New("pgtest: no free loopback port found")
-}
-
-// tailBuffer keeps the last max bytes written to it, so a chatty server
-// cannot grow the test's memory.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf bytes.Buffer
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Write(p)
-	if extra := b.buf.Len() - b.max; extra > 0 {
-		b.buf.Next(extra)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

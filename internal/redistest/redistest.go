@@ -56,7 +56,6 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -70,6 +69,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/internal/tailbuf"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -121,7 +121,7 @@ type Server struct {
 // process is one running redis-server and what it printed.
 type process struct {
 	cmd    *exec.Cmd
-	log    *tailBuffer
+	log    *tailbuf.Buffer
 	exited chan struct{} // closed once cmd.Wait returns
 }
 
@@ -274,7 +274,7 @@ func (s *Server) startLocked() error {
 // prints, and waits until it answers at addr; a process that never does is
 // killed.
 func startProcess(dir, addr, bin string, args ...string) (*process, error) {
-	log := &tailBuffer{max: logTailBytes}
+	log := &tailbuf.Buffer{Max: logTailBytes}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout = log
@@ -372,28 +372,4 @@ func portFree(port int) bool {
 	}
 	_ = ln.Close()
 	return true
-}
-
-// tailBuffer keeps the last max bytes written to it, so a chatty server
-// cannot grow the test's memory.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf bytes.Buffer
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Write(p)
-	if extra := b.buf.Len() - b.max; extra > 0 {
-		b.buf.Next(extra)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

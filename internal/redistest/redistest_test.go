@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/costguard/costguard/internal/tailbuf"
 	"github.com/costguard/costguard/internal/testenv"
 )
 
@@ -193,7 +194,7 @@ func TestStartClusterIsRemoved(t *testing.T) {
 }
 
 func TestTailBufferIsBounded(t *testing.T) {
-	b := &tailBuffer{max: 8}
+	b := &tailbuf.Buffer{Max: 8}
 	for _, s := range []string{"0123", "4567", "89ab"} {
 		if _, err := b.Write([]byte(s)); err != nil {
 			t.Fatal(err)
