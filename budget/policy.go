@@ -50,38 +50,38 @@ const None = -1
 // Plan is a token bucket in points: Burst points at most, Rate points
 // restored every Per.
 type Plan struct {
-	Burst int64
-	Rate  int64
-	Per   time.Duration
+	Burst int64         `yaml:"burst"`
+	Rate  int64         `yaml:"rate"`
+	Per   time.Duration `yaml:"per"`
 	// FailureMode overrides Config.FailureMode for this plan when set.
-	FailureMode FailureMode
+	FailureMode FailureMode `yaml:"failure_mode"`
 	// Mode overrides Config.Mode for this plan when set.
-	Mode Mode
+	Mode Mode `yaml:"mode"`
 	// DisableIntrospection refuses operations of this plan that select
 	// __schema or __type (INTROSPECTION_DISABLED).
-	DisableIntrospection bool
+	DisableIntrospection bool `yaml:"-"`
 	// DisableCostReport refuses the per-field breakdown a request asks for
 	// with "GraphQL-Cost: report" (400 COST_REPORT_DISABLED): a report prices
 	// the operation a second time and tells the client how the schema is
 	// priced.
-	DisableCostReport bool
+	DisableCostReport bool `yaml:"-"`
 	// SplitBudget serves this plan from local leases of each principal's
 	// budget (limiter/splitbudget): most requests skip the store's round
 	// trip, at the price of up to (gateways × lease) points of overshoot
 	// within a window. For UX-grade plans; leave it false (the default)
 	// for billing-grade plans, which the store then keeps exact.
-	SplitBudget bool
+	SplitBudget bool `yaml:"split_budget"`
 	// MaxConcurrent caps this plan's principals' requests in flight at
 	// once, overriding Config.MaxConcurrent (0: that; None: no cap).
-	MaxConcurrent int
+	MaxConcurrent int `yaml:"-"`
 	// Quota, when set, is a second budget the same cost is drawn from, in
 	// fixed windows aligned to UTC ("100,000 a day"): see Quota.
-	Quota *Quota
+	Quota *Quota `yaml:"quota"`
 	// DisableRefund keeps the whole requested cost of a GraphQL operation
 	// even when its response shows it cost less: by default the unused
 	// part (requested − actual) is given back before the response is
 	// written (docs/middleware.md, "Actual cost and refunds").
-	DisableRefund bool
+	DisableRefund bool `yaml:"-"`
 }
 
 // Quota is a plan's second budget: Limit points per fixed window of Per,
@@ -93,13 +93,13 @@ type Plan struct {
 type Quota struct {
 	// Limit is the points one window admits. It must be at least the
 	// plan's Burst: a smaller quota would make the burst unreachable.
-	Limit int64
+	Limit int64 `yaml:"limit"`
 	// Per is the window.
-	Per time.Duration
+	Per time.Duration `yaml:"per"`
 	// Name is the quota's policy name in RateLimit-Policy. Default: the
 	// plan's name and "-daily" (Per 24h), "-hourly" (1h), "-weekly" (168h)
 	// or "-quota".
-	Name string
+	Name string `yaml:"name"`
 }
 
 // FieldLimitBy says whose selections of a field a FieldLimit counts.
@@ -119,10 +119,10 @@ const (
 // and each item of an enclosing list by its priced size. It is a token
 // bucket: Limit selections at once, refilled at Limit per Per.
 type FieldLimit struct {
-	Limit int64
-	Per   time.Duration
+	Limit int64         `yaml:"limit"`
+	Per   time.Duration `yaml:"per"`
 	// By is ByPrincipal (the default) or ByIP.
-	By FieldLimitBy
+	By FieldLimitBy `yaml:"by"`
 }
 
 // LaneBudget is the bucket of a lane (a class of requests by priority),

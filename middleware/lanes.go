@@ -21,19 +21,19 @@ const ChallengePoW = "pow"
 // holds takes a request, and a request no lane matches goes to the last.
 type Lane struct {
 	// Name labels the lane in events, metrics and logs: printable ASCII.
-	Name     string
-	Priority overload.Priority
-	Match    LaneMatch
+	Name     string            `yaml:"name"`
+	Priority overload.Priority `yaml:"priority"`
+	Match    LaneMatch         `yaml:"match"`
 	// Queue is how long a request of a critical lane waits for capacity
 	// under overload instead of being refused (0: it is not queued).
-	Queue time.Duration
+	Queue time.Duration `yaml:"queue"`
 	// Challenge "pow" makes refused or shed requests of the lane carry a
 	// proof-of-work challenge.
-	Challenge string
+	Challenge string `yaml:"challenge"`
 	// Budget, when set, is a token bucket per principal for this lane
 	// (Burst, Rate and Per; its other fields are not used), debited on top
 	// of the plan's: a request pays both or neither.
-	Budget *budget.Plan
+	Budget *budget.Plan `yaml:"budget"`
 }
 
 // LaneMatch says which requests a lane takes. GraphQL and REST are
@@ -45,15 +45,15 @@ type LaneMatch struct {
 	// GraphQL lists root-field coordinates ("Mutation.createIssue",
 	// "Query.search"): an operation selecting any of them at its root,
 	// through fragments too, matches.
-	GraphQL []string
+	GraphQL []string `yaml:"graphql"`
 	// REST lists net/http ServeMux patterns ("POST /api/orders").
-	REST []string
+	REST []string `yaml:"rest"`
 	// Plans lists plan names; the request's plan must be one of them.
-	Plans []string
+	Plans []string `yaml:"plans"`
 	// Authenticated: only requests of a principal or an API key.
-	Authenticated bool
+	Authenticated bool `yaml:"authenticated"`
 	// Anonymous: only requests known by their address alone.
-	Anonymous bool
+	Anonymous bool `yaml:"anonymous"`
 }
 
 // lane is a validated Lane.
