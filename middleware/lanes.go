@@ -3,6 +3,7 @@ package middleware
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,27 +86,30 @@ func (ln *lane) name() string {
 	return ln.Name
 }
 
+// keyed is err about the configuration key at path (budget.ConfigError).
+func keyed(err error, path ...string) error { return &budget.ConfigError{Path: path, Err: err} }
+
 // buildLanes validates the lanes of cfg against s's plans.
 func (s *settings) buildLanes(lanes []Lane) error {
 	seen := make(map[string]bool, len(lanes))
 	for i, l := range lanes {
 		where := fmt.Sprintf("lane %d", i)
 		if !validPlanName(l.Name) {
-			return fmt.Errorf("%w: %s: name %q must be non-empty printable ASCII", ErrInvalidConfig, where, l.Name)
+			return keyed(fmt.Errorf("%w: %s: name %q must be non-empty printable ASCII", ErrInvalidConfig, where, l.Name), "lanes", strconv.Itoa(i), "name")
 		}
 		where = fmt.Sprintf("lane %q", l.Name)
 		if seen[l.Name] {
-			return fmt.Errorf("%w: %s is declared twice", ErrInvalidConfig, where)
+			return keyed(fmt.Errorf("%w: %s is declared twice", ErrInvalidConfig, where), "lanes", strconv.Itoa(i), "name")
 		}
 		seen[l.Name] = true
 		if err := overload.ValidateLane(l.Priority, l.Queue); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, where, err)
+			return keyed(fmt.Errorf("%w: %s: %w", ErrInvalidConfig, where, err), "lanes", strconv.Itoa(i), "queue")
 		}
 		if l.Challenge != "" && l.Challenge != ChallengePoW {
-			return fmt.Errorf("%w: %s: challenge %q is not %q", ErrInvalidConfig, where, l.Challenge, ChallengePoW)
+			return keyed(fmt.Errorf("%w: %s: challenge %q is not %q", ErrInvalidConfig, where, l.Challenge, ChallengePoW), "lanes", strconv.Itoa(i), "challenge")
 		}
 		if l.Match.Authenticated && l.Match.Anonymous {
-			return fmt.Errorf("%w: %s: a match cannot ask for both authenticated and anonymous requests", ErrInvalidConfig, where)
+			return keyed(fmt.Errorf("%w: %s: a match cannot ask for both authenticated and anonymous requests", ErrInvalidConfig, where), "lanes", strconv.Itoa(i), "match")
 		}
 		ln := &lane{Lane: l, index: i}
 		ln.dry = ln
@@ -125,7 +129,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 			for _, c := range l.Match.GraphQL {
 				typ, field, ok := strings.Cut(c, ".")
 				if !ok || typ == "" || field == "" || strings.ContainsAny(field, ". ") {
-					return fmt.Errorf("%w: %s: GraphQL match %q is not a coordinate such as \"Mutation.createIssue\"", ErrInvalidConfig, where, c)
+					return keyed(fmt.Errorf("%w: %s: GraphQL match %q is not a coordinate such as \"Mutation.createIssue\"", ErrInvalidConfig, where, c), "lanes", strconv.Itoa(i), "match")
 				}
 				ln.fields[c] = true
 			}
@@ -134,7 +138,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 			ln.routes = http.NewServeMux()
 			for _, pattern := range l.Match.REST {
 				if err := handlePattern(ln.routes, pattern, routeCost(0)); err != nil {
-					return fmt.Errorf("%w: %s: REST match %q: %v", ErrInvalidConfig, where, pattern, err)
+					return keyed(fmt.Errorf("%w: %s: REST match %q: %v", ErrInvalidConfig, where, pattern, err), "lanes", strconv.Itoa(i), "match")
 				}
 			}
 		}
@@ -142,7 +146,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 			ln.plans = make(map[string]bool, len(l.Match.Plans))
 			for _, p := range l.Match.Plans {
 				if _, ok := s.plans[p]; !ok {
-					return fmt.Errorf("%w: %s: plan %q is not among the plans (%s)", ErrInvalidConfig, where, p, s.planList())
+					return keyed(fmt.Errorf("%w: %s: plan %q is not among the plans (%s)", ErrInvalidConfig, where, p, s.planList()), "lanes", strconv.Itoa(i), "match")
 				}
 				ln.plans[p] = true
 			}

@@ -413,8 +413,8 @@ func New(cfg Config) (*Limiter, error) {
 		inFlight = max(DefaultMaxBodyBytesInFlight, l.maxBody)
 	}
 	if inFlight < l.maxBody {
-		return nil, fmt.Errorf("%w: MaxBodyBytesInFlight %d is less than MaxBodyBytes %d: the largest body would never fit",
-			ErrInvalidConfig, inFlight, l.maxBody)
+		return nil, keyed(fmt.Errorf("%w: MaxBodyBytesInFlight %d is less than MaxBodyBytes %d: the largest body would never fit",
+			ErrInvalidConfig, inFlight, l.maxBody), "max_body_bytes_in_flight")
 	}
 	l.bodies = semaphore.NewWeighted(inFlight)
 	if cfg.MemoryStore.MaxKeys < 0 {
@@ -431,7 +431,7 @@ func New(cfg Config) (*Limiter, error) {
 			oc.Clock = l.clock
 		}
 		if l.shed, err = overload.New(oc); err != nil {
-			return nil, fmt.Errorf("%w: Overload: %w", ErrInvalidConfig, err)
+			return nil, keyed(fmt.Errorf("%w: Overload: %w", ErrInvalidConfig, err), "overload")
 		}
 	}
 	if err := l.checkChallenges(st); err != nil {
