@@ -42,6 +42,9 @@ func TestConfigErrorNamesTheKey(t *testing.T) {
 		{"lane budget, by index", func(c *middleware.Config) {
 			c.Lanes = []middleware.Lane{{Name: "a"}, {Name: "b", Budget: &budget.Plan{Burst: 1, Per: time.Second}}}
 		}, []string{"lanes", "1", "budget", "rate"}},
+		{"lane budget with a plan's field", func(c *middleware.Config) {
+			c.Lanes = []middleware.Lane{{Name: "a", Budget: &budget.Plan{Burst: 1, Rate: 1, Per: time.Second, Mode: budget.Shadow}}}
+		}, []string{"lanes", "0", "budget"}},
 		{"jitter", func(c *middleware.Config) { c.RetryAfterJitter = 2 }, []string{"retry_after_jitter"}},
 	}
 	for _, tt := range tests {

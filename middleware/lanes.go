@@ -32,8 +32,9 @@ type Lane struct {
 	// proof-of-work challenge.
 	Challenge string `yaml:"challenge"`
 	// Budget, when set, is a token bucket per principal for this lane
-	// (Burst, Rate and Per; its other fields are not used), debited on top
-	// of the plan's: a request pays both or neither.
+	// (Burst, Rate and Per; New refuses the other fields, which a lane's
+	// bucket does not have), debited on top of the plan's: a request pays
+	// both or neither.
 	Budget *budget.Plan `yaml:"budget"`
 }
 
@@ -150,6 +151,10 @@ func (s *settings) buildLanes(lanes []Lane) error {
 				}
 				ln.plans[p] = true
 			}
+		}
+		if b := l.Budget; b != nil && *b != (budget.Plan{Burst: b.Burst, Rate: b.Rate, Per: b.Per}) {
+			return keyed(fmt.Errorf("%w: %s: a lane's budget has a burst, a rate and a per, nothing else", ErrInvalidConfig, where),
+				"lanes", strconv.Itoa(i), "budget")
 		}
 		ln.budget = s.pol.Lane(l.Name) // compiled with the policy
 		s.lanes = append(s.lanes, ln)

@@ -134,6 +134,8 @@ func TestOverloadKeyErrors(t *testing.T) {
 		{"queue without unit", lanes("{name: anonymous, priority: critical, queue: 2}"), "line 4: lanes[2].queue: 2 is not a duration"},
 		{"queue on a sheddable lane", lanes("{name: anonymous, priority: sheddable, queue: 1s}"), `line 4: lanes[2].queue: lane "anonymous": overload: invalid queue: a sheddable lane may not queue (1s); only critical lanes wait`},
 		{"negative queue", lanes("{name: anonymous, priority: critical, queue: -1s}"), `line 4: lanes[2].queue: "-1s" is negative`},
+		{"lane budget with a plan's key", "lanes:\n  - {name: search, priority: normal, budget: {burst: 20, rate: 20, per: 1h, mode: shadow}}\n",
+			`line 2: lanes[0].budget: lane "search": a lane's budget has a burst, a rate and a per, nothing else`},
 		{"zero max_in_flight", "overload: {max_in_flight: 0}", "line 1: overload.max_in_flight: 0 is not allowed: the library would take its default"},
 		{"fractional max_in_flight", "overload: {max_in_flight: 6.5}", "line 1: overload.max_in_flight: 6.5 is not a whole number"},
 		{"max_in_flight too small for the lanes", "overload: {max_in_flight: 1}", "line 1: overload: Overload: overload: invalid config: MaxInFlight 1 leaves priority sheddable no slot"},
