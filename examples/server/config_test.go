@@ -469,3 +469,21 @@ func TestLoadConfigFile(t *testing.T) {
 		})
 	}
 }
+
+// The file takes 0 literally: where the library's 0 is a default that is
+// something, the file's 0 that means "none" reaches it as middleware.None,
+// and a key left out reaches it as 0, the library's default.
+func TestZeroMeansNone(t *testing.T) {
+	cfg, err := parseConfig([]byte("concurrency: {per_principal: 0}\nsubscriptions: {max_per_principal: 0}\ngraphql: {max_cost: 0}\n"))
+	require.NoError(t, err)
+	m := cfg.limiterConfig()
+	assert.Equal(t, middleware.None, m.Concurrency.PerPrincipal)
+	assert.Equal(t, middleware.None, m.Subscriptions.MaxPerPrincipal)
+	assert.Zero(t, m.GraphQL.MaxCost, "the library's 0: no cap besides the burst")
+
+	cfg, err = parseConfig(nil)
+	require.NoError(t, err)
+	m = cfg.limiterConfig()
+	assert.Equal(t, 100, m.Concurrency.PerPrincipal, "the example's cap")
+	assert.Zero(t, m.Subscriptions.MaxPerPrincipal, "the library's default, 100")
+}
