@@ -218,6 +218,15 @@ func TestParseOverrides(t *testing.T) {
 			},
 		},
 		{
+			"a name that reads as 0",
+			"plans: {\"0\": {burst: 50, rate: 5, per: 1m}}\nanonymous_plan: \"0\"",
+			func(c *config) {
+				c.Plans = map[string]planConfig{"0": {Plan: budget.Plan{Burst: 50, Rate: 5, Per: time.Minute}}}
+				c.AnonymousPlan = "0"
+				c.APIKeys = map[string]apiKeyConfig{}
+			},
+		},
+		{
 			"plans and api_keys together",
 			"plans: {anon: {burst: 50, rate: 5, per: 1m}}\napi_keys: {k1: {principal: bob, plan: anon}}",
 			func(c *config) {

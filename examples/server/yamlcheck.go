@@ -147,7 +147,7 @@ func checkNode(path string, n *yaml.Node, t reflect.Type) error {
 			if err := checkNode(key, v, f.typ); err != nil {
 				return err
 			}
-			if err := checkZero(key, v, zeros[fieldKey{f.in, k.Value}]); err != nil {
+			if err := checkZero(key, v, f.typ, zeros[fieldKey{f.in, k.Value}]); err != nil {
 				return err
 			}
 		}
@@ -220,10 +220,15 @@ func checkNode(path string, n *yaml.Node, t reflect.Type) error {
 	return nil
 }
 
-// checkZero applies rule to n, the value of the key at path, once its
-// shape is checked: a number that is 0 is refused, kept, or rewritten to
-// middleware.None.
-func checkZero(path string, n *yaml.Node, rule zero) error {
+// checkZero applies rule to n, the value of type t of the key at path,
+// once its shape is checked: a number or duration that is 0 is refused,
+// kept, or rewritten to middleware.None.
+func checkZero(path string, n *yaml.Node, t reflect.Type, rule zero) error {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Float64: // time.Duration is an int64
+	default:
+		return nil
+	}
 	if n.Kind != yaml.ScalarNode || !isZero(n) {
 		return nil
 	}
