@@ -92,7 +92,7 @@ func NewEngine(st *stack.Stack, p *Policy, opts ...Option) (*Engine, error) {
 		o(e)
 	}
 	if math.IsNaN(e.jitter) || e.jitter < 0 || e.jitter > 1 {
-		return nil, fmt.Errorf("%w: RetryAfterJitter %v is not between 0 and 1", ErrInvalidConfig, e.jitter)
+		return nil, keyed(fmt.Errorf("%w: RetryAfterJitter %v is not between 0 and 1", ErrInvalidConfig, e.jitter), "retry_after_jitter")
 	}
 	if e.clock == nil {
 		e.clock = limiter.SystemClock{}

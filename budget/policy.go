@@ -50,38 +50,38 @@ const None = -1
 // Plan is a token bucket in points: Burst points at most, Rate points
 // restored every Per.
 type Plan struct {
-	Burst int64
-	Rate  int64
-	Per   time.Duration
+	Burst int64         `yaml:"burst"`
+	Rate  int64         `yaml:"rate"`
+	Per   time.Duration `yaml:"per"`
 	// FailureMode overrides Config.FailureMode for this plan when set.
-	FailureMode FailureMode
+	FailureMode FailureMode `yaml:"failure_mode"`
 	// Mode overrides Config.Mode for this plan when set.
-	Mode Mode
+	Mode Mode `yaml:"mode"`
 	// DisableIntrospection refuses operations of this plan that select
 	// __schema or __type (INTROSPECTION_DISABLED).
-	DisableIntrospection bool
+	DisableIntrospection bool `yaml:"-"`
 	// DisableCostReport refuses the per-field breakdown a request asks for
 	// with "GraphQL-Cost: report" (400 COST_REPORT_DISABLED): a report prices
 	// the operation a second time and tells the client how the schema is
 	// priced.
-	DisableCostReport bool
+	DisableCostReport bool `yaml:"-"`
 	// SplitBudget serves this plan from local leases of each principal's
 	// budget (limiter/splitbudget): most requests skip the store's round
 	// trip, at the price of up to (gateways × lease) points of overshoot
 	// within a window. For UX-grade plans; leave it false (the default)
 	// for billing-grade plans, which the store then keeps exact.
-	SplitBudget bool
+	SplitBudget bool `yaml:"split_budget"`
 	// MaxConcurrent caps this plan's principals' requests in flight at
 	// once, overriding Config.MaxConcurrent (0: that; None: no cap).
-	MaxConcurrent int
+	MaxConcurrent int `yaml:"-"`
 	// Quota, when set, is a second budget the same cost is drawn from, in
 	// fixed windows aligned to UTC ("100,000 a day"): see Quota.
-	Quota *Quota
+	Quota *Quota `yaml:"quota"`
 	// DisableRefund keeps the whole requested cost of a GraphQL operation
 	// even when its response shows it cost less: by default the unused
 	// part (requested − actual) is given back before the response is
 	// written (docs/middleware.md, "Actual cost and refunds").
-	DisableRefund bool
+	DisableRefund bool `yaml:"-"`
 }
 
 // Quota is a plan's second budget: Limit points per fixed window of Per,
@@ -93,13 +93,13 @@ type Plan struct {
 type Quota struct {
 	// Limit is the points one window admits. It must be at least the
 	// plan's Burst: a smaller quota would make the burst unreachable.
-	Limit int64
+	Limit int64 `yaml:"limit"`
 	// Per is the window.
-	Per time.Duration
+	Per time.Duration `yaml:"per"`
 	// Name is the quota's policy name in RateLimit-Policy. Default: the
 	// plan's name and "-daily" (Per 24h), "-hourly" (1h), "-weekly" (168h)
 	// or "-quota".
-	Name string
+	Name string `yaml:"name"`
 }
 
 // FieldLimitBy says whose selections of a field a FieldLimit counts.
@@ -119,10 +119,10 @@ const (
 // and each item of an enclosing list by its priced size. It is a token
 // bucket: Limit selections at once, refilled at Limit per Per.
 type FieldLimit struct {
-	Limit int64
-	Per   time.Duration
+	Limit int64         `yaml:"limit"`
+	Per   time.Duration `yaml:"per"`
 	// By is ByPrincipal (the default) or ByIP.
-	By FieldLimitBy
+	By FieldLimitBy `yaml:"by"`
 }
 
 // LaneBudget is the bucket of a lane (a class of requests by priority),
@@ -137,6 +137,25 @@ type LaneBudget struct {
 
 // ErrInvalidConfig wraps every error Compile returns.
 var ErrInvalidConfig = errors.New("budget: invalid config")
+
+// ConfigError is a configuration error about one key. Path names the key
+// as a configuration file spells it, by the yaml tags of the config types
+// ({"plans", "free", "burst"}; a list index in decimal), so that a caller
+// that read the configuration from a file can point at the line; Err is
+// the error, wrapping ErrInvalidConfig (or the package's own). Compile and
+// middleware.New return one, wrapped, where the key is known. (Compile
+// names a lane budget's lane by its name, {"lanes", name, "budget"}: it
+// does not see the list; middleware.New puts the lane's index there.)
+type ConfigError struct {
+	Path []string
+	Err  error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// keyed is err about the key at path.
+func keyed(err error, path ...string) error { return &ConfigError{Path: path, Err: err} }
 
 // Config is what a Policy is compiled from.
 type Config struct {
@@ -285,27 +304,28 @@ func Compile(cfg Config) (*Policy, error) {
 
 func (p *Policy) buildPlans(plans map[string]Plan, failure FailureMode, global Mode, maxConcurrent int) error {
 	if len(plans) == 0 {
-		return fmt.Errorf("%w: no plans", ErrInvalidConfig)
+		return keyed(fmt.Errorf("%w: no plans", ErrInvalidConfig), "plans")
 	}
 	p.plans = make(map[string]*Rule, len(plans))
 	for name, pl := range plans {
 		if !ValidName(name) {
-			return fmt.Errorf("%w: plan name %q must be non-empty printable ASCII", ErrInvalidConfig, name)
+			return keyed(fmt.Errorf("%w: plan name %q must be non-empty printable ASCII", ErrInvalidConfig, name), "plans", name)
 		}
 		if pl.Burst <= 0 || pl.Rate <= 0 || pl.Per <= 0 {
-			return fmt.Errorf("%w: plan %q: burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, name, pl.Burst, pl.Rate, pl.Per)
+			return keyed(fmt.Errorf("%w: plan %q: burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, name, pl.Burst, pl.Rate, pl.Per),
+				"plans", name, firstNotPositive("burst", pl.Burst, pl.Rate, pl.Per))
 		}
 		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: pl.Burst, Rate: pl.Rate, Period: pl.Per}
 		if err := limit.Validate(); err != nil {
-			return fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, name, err)
+			return keyed(fmt.Errorf("%w: plan %q: %w", ErrInvalidConfig, name, err), "plans", name)
 		}
 		fm := cmpOr(pl.FailureMode, failure)
 		mode := cmpOr(pl.Mode, global)
 		if mode != Enforce && mode != Shadow {
-			return fmt.Errorf("%w: plan %q: mode %q is neither %q nor %q", ErrInvalidConfig, name, mode, Enforce, Shadow)
+			return keyed(fmt.Errorf("%w: plan %q: mode %q is neither %q nor %q", ErrInvalidConfig, name, mode, Enforce, Shadow), "plans", name, "mode")
 		}
 		if fm != FailOpen && fm != FailClosed {
-			return fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, fm, FailOpen, FailClosed)
+			return keyed(fmt.Errorf("%w: plan %q: failure mode %q is neither %q nor %q", ErrInvalidConfig, name, fm, FailOpen, FailClosed), "plans", name, "failure_mode")
 		}
 		quota, err := buildQuota(name, pl)
 		if err != nil {
@@ -318,17 +338,30 @@ func (p *Policy) buildPlans(plans map[string]Plan, failure FailureMode, global M
 		case n == None:
 			r.maxConcurrent = 0
 		case n < 0:
-			return fmt.Errorf("%w: plan %q: MaxConcurrent %d; it must be positive, 0 for Config.MaxConcurrent or None", ErrInvalidConfig, name, n)
+			return keyed(fmt.Errorf("%w: plan %q: MaxConcurrent %d; it must be positive, 0 for Config.MaxConcurrent or None", ErrInvalidConfig, name, n), "plans", name, "concurrency")
 		default:
 			r.maxConcurrent = int64(n)
 		}
 		if r.maxConcurrent > concurrency.MaxLimit {
-			return fmt.Errorf("%w: plan %q: at most %d requests in flight can be capped", ErrInvalidConfig, name, concurrency.MaxLimit)
+			return keyed(fmt.Errorf("%w: plan %q: at most %d requests in flight can be capped", ErrInvalidConfig, name, concurrency.MaxLimit), "plans", name, "concurrency")
 		}
 		p.plans[name] = r
 	}
 	p.names = slices.Sorted(maps.Keys(p.plans))
 	return nil
+}
+
+// firstNotPositive names the first of count (a plan's burst, a quota's or
+// field limit's limit), rate and per that is not positive: the key a
+// ConfigError points at.
+func firstNotPositive(countKey string, count, rate int64, per time.Duration) string {
+	switch {
+	case count <= 0:
+		return countKey
+	case rate <= 0:
+		return "rate"
+	}
+	return "per"
 }
 
 func cmpOr[T comparable](v, def T) T {
@@ -359,24 +392,27 @@ func buildQuota(name string, p Plan) (*QuotaRule, error) {
 		return nil, nil
 	}
 	if q.Limit <= 0 || q.Per <= 0 {
-		return nil, fmt.Errorf("%w: plan %q: quota limit (%d) and per (%v) must be positive", ErrInvalidConfig, name, q.Limit, q.Per)
+		return nil, keyed(fmt.Errorf("%w: plan %q: quota limit (%d) and per (%v) must be positive", ErrInvalidConfig, name, q.Limit, q.Per),
+			"plans", name, "quota", firstNotPositive("limit", q.Limit, 1, q.Per))
 	}
 	if q.Limit < p.Burst {
-		return nil, fmt.Errorf("%w: plan %q: quota limit %d is below the burst %d, which could then never be spent", ErrInvalidConfig, name, q.Limit, p.Burst)
+		return nil, keyed(fmt.Errorf("%w: plan %q: quota limit %d is below the burst %d, which could then never be spent", ErrInvalidConfig, name, q.Limit, p.Burst),
+			"plans", name, "quota", "limit")
 	}
 	if p.SplitBudget {
-		return nil, fmt.Errorf("%w: plan %q: a quota cannot be combined with SplitBudget (leases are spent locally, the quota in one atomic step with the bucket)", ErrInvalidConfig, name)
+		return nil, keyed(fmt.Errorf("%w: plan %q: a quota cannot be combined with SplitBudget (leases are spent locally, the quota in one atomic step with the bucket)", ErrInvalidConfig, name),
+			"plans", name, "quota")
 	}
 	qn := q.Name
 	if qn == "" {
 		qn = quotaName(name, q.Per)
 	}
 	if !ValidName(qn) {
-		return nil, fmt.Errorf("%w: plan %q: quota name %q must be non-empty printable ASCII", ErrInvalidConfig, name, qn)
+		return nil, keyed(fmt.Errorf("%w: plan %q: quota name %q must be non-empty printable ASCII", ErrInvalidConfig, name, qn), "plans", name, "quota", "name")
 	}
 	limit := limiter.Limit{Algorithm: limiter.FixedWindow, Rate: q.Limit, Period: q.Per}
 	if err := limit.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: plan %q: quota: %w", ErrInvalidConfig, name, err)
+		return nil, keyed(fmt.Errorf("%w: plan %q: quota: %w", ErrInvalidConfig, name, err), "plans", name, "quota")
 	}
 	return &QuotaRule{Name: qn, Limit: limit}, nil
 }
@@ -392,26 +428,27 @@ func (p *Policy) buildFieldLimits(fls map[string]FieldLimit) error {
 	// limiter.MaxTakeAll budgets: past that, an operation selecting them
 	// all would fail like a broken store (and count towards the breaker).
 	if most := limiter.MaxTakeAll - 2; len(fls) > most {
-		return fmt.Errorf("%w: %d field limits; at most %d fit one decision with the bucket and the quota", ErrInvalidConfig, len(fls), most)
+		return keyed(fmt.Errorf("%w: %d field limits; at most %d fit one decision with the bucket and the quota", ErrInvalidConfig, len(fls), most), "field_limits")
 	}
 	p.fields = make(map[string]*FieldRule, len(fls))
 	for _, coord := range slices.Sorted(maps.Keys(fls)) {
 		fl := fls[coord]
 		typ, field, ok := strings.Cut(coord, ".")
 		if !ok || typ == "" || field == "" || strings.Contains(field, ".") || !ValidName(coord) {
-			return fmt.Errorf("%w: field limit %q: want a schema coordinate Type.field", ErrInvalidConfig, coord)
+			return keyed(fmt.Errorf("%w: field limit %q: want a schema coordinate Type.field", ErrInvalidConfig, coord), "field_limits", coord)
 		}
 		if fl.Limit <= 0 || fl.Per <= 0 {
-			return fmt.Errorf("%w: field limit %q: limit (%d) and per (%v) must be positive", ErrInvalidConfig, coord, fl.Limit, fl.Per)
+			return keyed(fmt.Errorf("%w: field limit %q: limit (%d) and per (%v) must be positive", ErrInvalidConfig, coord, fl.Limit, fl.Per),
+				"field_limits", coord, firstNotPositive("limit", fl.Limit, 1, fl.Per))
 		}
 		switch fl.By {
 		case "", ByPrincipal, ByIP:
 		default:
-			return fmt.Errorf("%w: field limit %q: by %q is neither %q nor %q", ErrInvalidConfig, coord, fl.By, ByPrincipal, ByIP)
+			return keyed(fmt.Errorf("%w: field limit %q: by %q is neither %q nor %q", ErrInvalidConfig, coord, fl.By, ByPrincipal, ByIP), "field_limits", coord, "by")
 		}
 		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: fl.Limit, Rate: fl.Limit, Period: fl.Per}
 		if err := limit.Validate(); err != nil {
-			return fmt.Errorf("%w: field limit %q: %w", ErrInvalidConfig, coord, err)
+			return keyed(fmt.Errorf("%w: field limit %q: %w", ErrInvalidConfig, coord, err), "field_limits", coord)
 		}
 		p.fields[coord] = &FieldRule{Coord: coord, Limit: limit, ByIP: fl.By == ByIP, budget: fieldBudgetPrefix + coord}
 		p.coords = append(p.coords, coord)
@@ -419,7 +456,8 @@ func (p *Policy) buildFieldLimits(fls map[string]FieldLimit) error {
 	}
 	for _, name := range p.names {
 		if p.plans[name].SplitBudget {
-			return fmt.Errorf("%w: plan %q: field limits cannot be combined with SplitBudget (leases are spent locally, field limits in one atomic step with the bucket)", ErrInvalidConfig, name)
+			return keyed(fmt.Errorf("%w: plan %q: field limits cannot be combined with SplitBudget (leases are spent locally, field limits in one atomic step with the bucket)", ErrInvalidConfig, name),
+				"plans", name, "split_budget")
 		}
 	}
 	return nil
@@ -430,14 +468,15 @@ func (p *Policy) buildLanes(lanes []LaneBudget) error {
 	for _, b := range lanes {
 		where := fmt.Sprintf("lane %q", b.Name)
 		if !ValidName(b.Name) {
-			return fmt.Errorf("%w: %s: name must be non-empty printable ASCII", ErrInvalidConfig, where)
+			return keyed(fmt.Errorf("%w: %s: name must be non-empty printable ASCII", ErrInvalidConfig, where), "lanes", b.Name, "name")
 		}
 		if b.Burst <= 0 || b.Rate <= 0 || b.Per <= 0 {
-			return fmt.Errorf("%w: %s: budget burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, where, b.Burst, b.Rate, b.Per)
+			return keyed(fmt.Errorf("%w: %s: budget burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, where, b.Burst, b.Rate, b.Per),
+				"lanes", b.Name, "budget", firstNotPositive("burst", b.Burst, b.Rate, b.Per))
 		}
 		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: b.Burst, Rate: b.Rate, Period: b.Per}
 		if err := limit.Validate(); err != nil {
-			return fmt.Errorf("%w: %s: budget: %w", ErrInvalidConfig, where, err)
+			return keyed(fmt.Errorf("%w: %s: budget: %w", ErrInvalidConfig, where, err), "lanes", b.Name, "budget")
 		}
 		if p.lanes == nil {
 			p.lanes = make(map[string]*Rule, len(lanes))

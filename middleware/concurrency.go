@@ -13,15 +13,15 @@ import (
 type ConcurrencyOptions struct {
 	// PerPrincipal is the cap of plans that set no MaxConcurrent. Default:
 	// no cap (None says the same).
-	PerPrincipal int
+	PerPrincipal int `yaml:"per_principal"`
 	// TTL is how long a lease lives unless its request ends first; a
 	// request running longer loses its slot. Default
 	// concurrency.DefaultTTL (60 s).
-	TTL time.Duration
+	TTL time.Duration `yaml:"-"`
 	// Slots keeps the leases. Nil: Config.Store when it keeps slots too (a
 	// redisstore.Store, exact across processes), else an in-memory store
 	// of this process.
-	Slots concurrency.Slots
+	Slots concurrency.Slots `yaml:"-"`
 }
 
 // buildSlots picks the lease store and the life of a lease.

@@ -3,6 +3,7 @@ package middleware
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,19 +22,20 @@ const ChallengePoW = "pow"
 // holds takes a request, and a request no lane matches goes to the last.
 type Lane struct {
 	// Name labels the lane in events, metrics and logs: printable ASCII.
-	Name     string
-	Priority overload.Priority
-	Match    LaneMatch
+	Name     string            `yaml:"name"`
+	Priority overload.Priority `yaml:"priority"`
+	Match    LaneMatch         `yaml:"match"`
 	// Queue is how long a request of a critical lane waits for capacity
 	// under overload instead of being refused (0: it is not queued).
-	Queue time.Duration
+	Queue time.Duration `yaml:"queue"`
 	// Challenge "pow" makes refused or shed requests of the lane carry a
 	// proof-of-work challenge.
-	Challenge string
+	Challenge string `yaml:"challenge"`
 	// Budget, when set, is a token bucket per principal for this lane
-	// (Burst, Rate and Per; its other fields are not used), debited on top
-	// of the plan's: a request pays both or neither.
-	Budget *budget.Plan
+	// (Burst, Rate and Per; New refuses the other fields, which a lane's
+	// bucket does not have), debited on top of the plan's: a request pays
+	// both or neither.
+	Budget *budget.Plan `yaml:"budget"`
 }
 
 // LaneMatch says which requests a lane takes. GraphQL and REST are
@@ -45,15 +47,15 @@ type LaneMatch struct {
 	// GraphQL lists root-field coordinates ("Mutation.createIssue",
 	// "Query.search"): an operation selecting any of them at its root,
 	// through fragments too, matches.
-	GraphQL []string
+	GraphQL []string `yaml:"graphql"`
 	// REST lists net/http ServeMux patterns ("POST /api/orders").
-	REST []string
+	REST []string `yaml:"rest"`
 	// Plans lists plan names; the request's plan must be one of them.
-	Plans []string
+	Plans []string `yaml:"plans"`
 	// Authenticated: only requests of a principal or an API key.
-	Authenticated bool
+	Authenticated bool `yaml:"authenticated"`
 	// Anonymous: only requests known by their address alone.
-	Anonymous bool
+	Anonymous bool `yaml:"anonymous"`
 }
 
 // lane is a validated Lane.
@@ -85,27 +87,30 @@ func (ln *lane) name() string {
 	return ln.Name
 }
 
+// keyed is err about the configuration key at path (budget.ConfigError).
+func keyed(err error, path ...string) error { return &budget.ConfigError{Path: path, Err: err} }
+
 // buildLanes validates the lanes of cfg against s's plans.
 func (s *settings) buildLanes(lanes []Lane) error {
 	seen := make(map[string]bool, len(lanes))
 	for i, l := range lanes {
 		where := fmt.Sprintf("lane %d", i)
 		if !budget.ValidName(l.Name) {
-			return fmt.Errorf("%w: %s: name %q must be non-empty printable ASCII", ErrInvalidConfig, where, l.Name)
+			return keyed(fmt.Errorf("%w: %s: name %q must be non-empty printable ASCII", ErrInvalidConfig, where, l.Name), "lanes", strconv.Itoa(i), "name")
 		}
 		where = fmt.Sprintf("lane %q", l.Name)
 		if seen[l.Name] {
-			return fmt.Errorf("%w: %s is declared twice", ErrInvalidConfig, where)
+			return keyed(fmt.Errorf("%w: %s is declared twice", ErrInvalidConfig, where), "lanes", strconv.Itoa(i), "name")
 		}
 		seen[l.Name] = true
 		if err := overload.ValidateLane(l.Priority, l.Queue); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, where, err)
+			return keyed(fmt.Errorf("%w: %s: %w", ErrInvalidConfig, where, err), "lanes", strconv.Itoa(i), "queue")
 		}
 		if l.Challenge != "" && l.Challenge != ChallengePoW {
-			return fmt.Errorf("%w: %s: challenge %q is not %q", ErrInvalidConfig, where, l.Challenge, ChallengePoW)
+			return keyed(fmt.Errorf("%w: %s: challenge %q is not %q", ErrInvalidConfig, where, l.Challenge, ChallengePoW), "lanes", strconv.Itoa(i), "challenge")
 		}
 		if l.Match.Authenticated && l.Match.Anonymous {
-			return fmt.Errorf("%w: %s: a match cannot ask for both authenticated and anonymous requests", ErrInvalidConfig, where)
+			return keyed(fmt.Errorf("%w: %s: a match cannot ask for both authenticated and anonymous requests", ErrInvalidConfig, where), "lanes", strconv.Itoa(i), "match")
 		}
 		ln := &lane{Lane: l, index: i}
 		ln.dry = ln
@@ -125,7 +130,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 			for _, c := range l.Match.GraphQL {
 				typ, field, ok := strings.Cut(c, ".")
 				if !ok || typ == "" || field == "" || strings.ContainsAny(field, ". ") {
-					return fmt.Errorf("%w: %s: GraphQL match %q is not a coordinate such as \"Mutation.createIssue\"", ErrInvalidConfig, where, c)
+					return keyed(fmt.Errorf("%w: %s: GraphQL match %q is not a coordinate such as \"Mutation.createIssue\"", ErrInvalidConfig, where, c), "lanes", strconv.Itoa(i), "match")
 				}
 				ln.fields[c] = true
 			}
@@ -134,7 +139,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 			ln.routes = http.NewServeMux()
 			for _, pattern := range l.Match.REST {
 				if err := handlePattern(ln.routes, pattern, routeCost(0)); err != nil {
-					return fmt.Errorf("%w: %s: REST match %q: %v", ErrInvalidConfig, where, pattern, err)
+					return keyed(fmt.Errorf("%w: %s: REST match %q: %v", ErrInvalidConfig, where, pattern, err), "lanes", strconv.Itoa(i), "match")
 				}
 			}
 		}
@@ -142,10 +147,14 @@ func (s *settings) buildLanes(lanes []Lane) error {
 			ln.plans = make(map[string]bool, len(l.Match.Plans))
 			for _, p := range l.Match.Plans {
 				if _, ok := s.plans[p]; !ok {
-					return fmt.Errorf("%w: %s: plan %q is not among the plans (%s)", ErrInvalidConfig, where, p, s.planList())
+					return keyed(fmt.Errorf("%w: %s: plan %q is not among the plans (%s)", ErrInvalidConfig, where, p, s.planList()), "lanes", strconv.Itoa(i), "match")
 				}
 				ln.plans[p] = true
 			}
+		}
+		if b := l.Budget; b != nil && *b != (budget.Plan{Burst: b.Burst, Rate: b.Rate, Per: b.Per}) {
+			return keyed(fmt.Errorf("%w: %s: a lane's budget has a burst, a rate and a per, nothing else", ErrInvalidConfig, where),
+				"lanes", strconv.Itoa(i), "budget")
 		}
 		ln.budget = s.pol.Lane(l.Name) // compiled with the policy
 		s.lanes = append(s.lanes, ln)

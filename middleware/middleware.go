@@ -28,10 +28,10 @@ import (
 type SplitBudgetOptions struct {
 	// LeaseFraction is the share of a plan's burst one lease takes, in
 	// (0, 1]. Default splitbudget.DefaultLeaseFraction (5 %).
-	LeaseFraction float64
+	LeaseFraction float64 `yaml:"lease_fraction"`
 	// SettleInterval is how often unspent leases are given back to the
 	// store. Default splitbudget.DefaultSettleInterval (100 ms).
-	SettleInterval time.Duration
+	SettleInterval time.Duration `yaml:"settle_interval"`
 }
 
 // None says "nothing" where zero cannot: given for a cap of GraphQLOptions,
@@ -45,83 +45,83 @@ const None = budget.None
 type GraphQLOptions struct {
 	// MaxDepth caps the nesting of fields (root fields at 1), introspection
 	// included. Default 15: the schema query GraphiQL sends is 13 deep.
-	MaxDepth int
+	MaxDepth int `yaml:"max_depth"`
 	// MaxBreadth caps every slicing argument (first, last, …). Default 100.
-	MaxBreadth int
+	MaxBreadth int `yaml:"max_breadth"`
 	// MaxNodes caps the objects an operation may return through lists, as
 	// GitHub counts them. Default 500,000.
-	MaxNodes int64
+	MaxNodes int64 `yaml:"max_nodes"`
 	// MaxCost caps the cost of one operation. 0 (the default): the
 	// principal's plan burst is the only ceiling.
-	MaxCost int64
+	MaxCost int64 `yaml:"max_cost"`
 	// DefaultListSize is the size assumed for a list field with neither a
 	// slicing argument nor @listSize. Default 10.
-	DefaultListSize int
+	DefaultListSize int `yaml:"default_list_size"`
 	// MutationCost is the base cost of a mutation. Default 10.
-	MutationCost int64
+	MutationCost int64 `yaml:"mutation_cost"`
 	// MaxAliases caps the aliased fields of an operation (introspection
 	// included). Default 100.
-	MaxAliases int
+	MaxAliases int `yaml:"max_aliases"`
 	// MaxRootFields caps the root fields of an operation (introspection
 	// included). Default 100.
-	MaxRootFields int
+	MaxRootFields int `yaml:"max_root_fields"`
 
 	// MaxTokens caps the lexical tokens of a document, counted before it
 	// is parsed (MAX_TOKENS_EXCEEDED). Default 20,000.
-	MaxTokens int
+	MaxTokens int `yaml:"max_tokens"`
 	// MaxSelections caps the fields, fragment spreads and inline
 	// fragments written in a document, counted before it is parsed or
 	// validated (MAX_SELECTIONS_EXCEEDED): validation is quadratic in
 	// them. Default 500.
-	MaxSelections int
+	MaxSelections int `yaml:"max_selections"`
 	// MaxVariableValues caps the JSON values in a request's variables and
 	// extensions together, counted before they are decoded
 	// (VARIABLES_TOO_LARGE). Default 10,000.
-	MaxVariableValues int
+	MaxVariableValues int `yaml:"max_variable_values"`
 	// MaxVariablesDepth caps the nesting of variables and extensions, the
 	// object itself at depth 1 (VARIABLES_TOO_LARGE). Default 32.
-	MaxVariablesDepth int
+	MaxVariablesDepth int `yaml:"max_variables_depth"`
 
 	// InvalidCost is what a request refused before it could be priced
 	// pays: a body or document over a bound, a document that fails to
 	// parse or validate, a static cap. Default 1.
-	InvalidCost int64
+	InvalidCost int64 `yaml:"invalid_cost"`
 	// MinCost is the least an operation is charged, so that an operation
 	// priced at 0 is not free. Default 1.
-	MinCost int64
+	MinCost int64 `yaml:"min_cost"`
 	// IntrospectionCost is what an operation pays for each __schema or
 	// __type selection after its first at the root (each alias counts), on
 	// top of its price: a tool's schema fetch (one __schema) pays MinCost,
 	// N aliased __schema pay (N − 1) × this. Default 50.
-	IntrospectionCost int64
+	IntrospectionCost int64 `yaml:"introspection_cost"`
 	// UploadCostPerMiB is what each MiB begun of a multipart request (its
 	// files) adds to its operation's price. Default 0: uploads cost
 	// their operation's price only.
-	UploadCostPerMiB int64
+	UploadCostPerMiB int64 `yaml:"-"`
 
 	// DisableFirstLastConvention stops treating arguments named first and
 	// last as slicing arguments on fields without @listSize.
-	DisableFirstLastConvention bool
+	DisableFirstLastConvention bool `yaml:"-"`
 	// DisableConnectionConvention stops a …Connection type without
 	// @listSize from handing its size to its edges and nodes.
-	DisableConnectionConvention bool
+	DisableConnectionConvention bool `yaml:"-"`
 	// DisableCountArgumentConvention stops treating Int arguments named
 	// like a count (limit, maxRepositories, batch_size…) as slicing
 	// arguments on fields without @listSize, and a type with one list
 	// from taking its parent's size (complexity.WithCountArgumentConvention).
-	DisableCountArgumentConvention bool
+	DisableCountArgumentConvention bool `yaml:"-"`
 	// DisableKeyListConvention stops sizing a list field without
 	// @listSize by the length of its representations, ids or keys argument
 	// (complexity.WithKeyListConvention).
-	DisableKeyListConvention bool
+	DisableKeyListConvention bool `yaml:"-"`
 	// DisableMutationListConvention stops sizing what a mutation without
 	// @listSize returns by the length of its list arguments
 	// (complexity.WithMutationListConvention).
-	DisableMutationListConvention bool
+	DisableMutationListConvention bool `yaml:"-"`
 	// PriceIntrospectionFields prices the fields beneath __schema and
 	// __type like any other, against the introspection types, on top of
 	// IntrospectionCost (by default they cost nothing).
-	PriceIntrospectionFields bool
+	PriceIntrospectionFields bool `yaml:"-"`
 
 	// RateLimitField names the root field that reports the budget in the
 	// response, GitHub's rateLimit (see RateLimitFrom). When the schema's
@@ -131,7 +131,7 @@ type GraphQLOptions struct {
 	// "rateLimit"; a schema without that field
 	// simply has no dry runs, while another name the schema lacks is an
 	// error when the Extension is added to a server.
-	RateLimitField string
+	RateLimitField string `yaml:"-"`
 }
 
 // MemoryStoreOptions size the in-memory stores the Limiter creates: the
@@ -142,18 +142,18 @@ type MemoryStoreOptions struct {
 	// otherwise admits new identities through one overflow bucket per
 	// plan (see docs/middleware.md). Default memorystore.DefaultMaxKeys
 	// (100,000).
-	MaxKeys int
+	MaxKeys int `yaml:"max_keys"`
 }
 
 // RESTOptions price REST requests.
 type RESTOptions struct {
 	// DefaultCost is the cost of a request no route matches. Default 1.
-	DefaultCost int64
+	DefaultCost int64 `yaml:"default_cost"`
 	// Routes maps a net/http ServeMux pattern ("GET /api/search",
 	// "/api/users/{login}") to its cost. Matching follows ServeMux rules:
 	// the most specific pattern wins. A cost of 0 makes a route free (its
 	// responses still carry the headers).
-	Routes map[string]int64
+	Routes map[string]int64 `yaml:"routes"`
 }
 
 // Config configures a Limiter. One rule for zero holds across it: a zero
@@ -162,92 +162,98 @@ type RESTOptions struct {
 // and None says "nothing" where
 // the default is something. Reload takes a whole Config and changes only
 // what may change while requests run (see Reload).
+//
+// The yaml tags, here and on the option types, are the keys of a YAML
+// configuration file (the example server's, docs/server.md), so that one
+// decodes straight into these types; a field tagged "-" is set in code, or
+// has a form of its own in such a file (Plans, APIKeys, GraphQL). The
+// package itself reads no YAML.
 type Config struct {
 	// Store holds the budgets. Nil: an in-memory store owned by the Limiter
 	// (released by Close). Share a redisstore between processes. Quotas
 	// and field limits need a store that also decides several budgets at
 	// once (limiter.MultiTaker and limiter.MultiRefunder: memorystore,
 	// redisstore); New refuses them on another.
-	Store limiter.Store
+	Store limiter.Store `yaml:"-"`
 	// Plans maps a plan name to its budget. Required. Names must be
 	// printable ASCII; they appear in the RateLimit headers.
-	Plans map[string]budget.Plan
+	Plans map[string]budget.Plan `yaml:"-"`
 	// AnonymousPlan is the plan of requests without a principal or API key,
 	// which are keyed by client address. Required.
-	AnonymousPlan string
+	AnonymousPlan string `yaml:"anonymous_plan"`
 	// APIKeys resolves API keys. Nil: every presented key is unknown (401).
-	APIKeys identity.KeyLookup
+	APIKeys identity.KeyLookup `yaml:"-"`
 	// Identifier replaces the default chain (WithPrincipal principal, then
 	// API key through APIKeys, then client address on AnonymousPlan).
-	Identifier identity.Identifier
+	Identifier identity.Identifier `yaml:"-"`
 	// TrustedProxies lists CIDRs (or single addresses) of reverse proxies
 	// whose forwarding header is believed. Empty: the peer address is the
 	// client, whatever the headers say.
-	TrustedProxies []string
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// ProxyHeader names the forwarding header trusted proxies set:
 	// "X-Forwarded-For" (default) or "Forwarded". Only one is read, so a
 	// client cannot slip a spoofed value through the header a proxy passes
 	// along untouched.
-	ProxyHeader string
+	ProxyHeader string `yaml:"-"`
 
-	GraphQL GraphQLOptions
-	REST    RESTOptions
+	GraphQL GraphQLOptions `yaml:"-"`
+	REST    RESTOptions    `yaml:"rest"`
 	// FieldLimits attach a rate to schema coordinates ("Mutation.login"),
 	// counted per selection, every alias and list item included, and
 	// decided with the plan's bucket and quota, all or nothing (429
 	// FIELD_RATE_LIMITED). Coordinates the schema lacks are an error when
 	// the Extension is added to a server.
-	FieldLimits map[string]budget.FieldLimit
+	FieldLimits map[string]budget.FieldLimit `yaml:"field_limits"`
 
 	// MaxBodyBytes bounds a request body in the GraphQL and REST wrappers:
 	// a larger one, declared or chunked, is answered 413 before anything
 	// reads it into memory beyond the limit. Of a GraphQL multipart
 	// request it bounds the operations part (MaxUploadBytes the whole).
 	// Default 1 MiB.
-	MaxBodyBytes int64
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// MaxUploadBytes bounds a GraphQL multipart request (file uploads),
 	// which the wrapper streams to gqlgen rather than reading it: a larger
 	// one is answered 413, declared or once that much has arrived. Its
 	// first part, operations, is bounded by MaxBodyBytes and screened like
 	// a JSON body. gqlgen's MultipartForm limits (MaxUploadSize, MaxMemory)
 	// apply too. Default 32 MiB (or MaxBodyBytes when larger).
-	MaxUploadBytes int64
+	MaxUploadBytes int64 `yaml:"max_upload_bytes"`
 	// MaxBodyBytesInFlight bounds the GraphQL request bodies larger than
 	// 64 KiB that are screened and handed to gqlgen at once, in bytes:
 	// gqlgen reads and decodes a body into seven to ten times its size, so
 	// this is what bounds the memory of many large requests at once. A
 	// body that finds no room waits (until its request's context ends).
 	// Default 1 MiB (or MaxBodyBytes when larger); at least MaxBodyBytes.
-	MaxBodyBytesInFlight int64
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
 	// MemoryStore sizes the in-memory stores the Limiter creates.
-	MemoryStore MemoryStoreOptions
+	MemoryStore MemoryStoreOptions `yaml:"memory_store"`
 
 	// Lanes classify requests by priority (first match wins; a request no
 	// lane matches goes to the last). Empty: no lanes.
-	Lanes []Lane
+	Lanes []Lane `yaml:"lanes"`
 	// Overload, when set, sheds requests by their lane's priority once this
 	// process has too many in flight, and switches named features off as
 	// load rises (package overload). Nil: nothing is shed. Fixed
 	// at New: Reload keeps the running shedder.
-	Overload *overload.Config
+	Overload *overload.Config `yaml:"overload"`
 	// Concurrency caps the requests one principal has in flight at once,
 	// REST and GraphQL together (per plan: Plan.MaxConcurrent).
-	Concurrency ConcurrencyOptions
+	Concurrency ConcurrencyOptions `yaml:"concurrency"`
 	// Subscriptions caps the GraphQL subscriptions one principal holds
 	// open (default 100 each).
-	Subscriptions SubscriptionOptions
+	Subscriptions SubscriptionOptions `yaml:"subscriptions"`
 	// Challenger issues and checks the challenge of lanes with Challenge
 	// "pow" (challenge.NewPoW). Required when a lane asks for
 	// one.
-	Challenger challenge.Challenger
+	Challenger challenge.Challenger `yaml:"-"`
 	// Mode applies to the plans that set none: Enforce (the default) or
 	// Shadow, to watch what the Limiter would refuse before it does.
-	Mode budget.Mode
+	Mode budget.Mode `yaml:"mode"`
 	// FailureMode applies when the store fails or times out and the plan
 	// sets none. Default FailOpen.
-	FailureMode budget.FailureMode
+	FailureMode budget.FailureMode `yaml:"failure_mode"`
 	// StoreTimeout bounds every store call. Default 100ms.
-	StoreTimeout time.Duration
+	StoreTimeout time.Duration `yaml:"-"`
 	// Breaker tunes the circuit breaker in front of a shared store
 	// (limiter/breaker, run by limiter/guard). After Failures store
 	// failures or timeouts in a row it opens: for CoolDown no request calls
@@ -260,26 +266,26 @@ type Config struct {
 	// breaker.DefaultFailures (5) in a row, breaker.DefaultCoolDown (1 s);
 	// Failures None disables it. The in-memory store has none: it never
 	// waits.
-	Breaker breaker.Config
+	Breaker breaker.Config `yaml:"breaker"`
 	// RetryAfterJitter adds up to this fraction of Retry-After, at random,
 	// so rejected clients do not return in lockstep. It only ever adds.
 	// Between 0 (default) and 1.
-	RetryAfterJitter float64
+	RetryAfterJitter float64 `yaml:"retry_after_jitter"`
 	// Observer receives an Event for every decision (nil: none). Package
 	// middleware/prommetrics turns them into Prometheus metrics.
-	Observer Observer
+	Observer Observer `yaml:"-"`
 	// Logger receives store-failure warnings and identification errors.
 	// Default slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger `yaml:"-"`
 	// Clock is the time source of the headers and of the in-memory stores
 	// the Limiter creates. Default limiter.SystemClock.
-	Clock limiter.Clock
+	Clock limiter.Clock `yaml:"-"`
 
 	// OverLimitCache remembers rejections locally. Default
 	// OverLimitCacheAuto: on for a shared Store, off for the in-memory one.
-	OverLimitCache stack.OverLimitCache
+	OverLimitCache stack.OverLimitCache `yaml:"over_limit_cache"`
 	// SplitBudget tunes the leases of plans with Plan.SplitBudget set.
-	SplitBudget SplitBudgetOptions
+	SplitBudget SplitBudgetOptions `yaml:"split_budget"`
 }
 
 // Defaults applied by New to zero Config fields (those of GraphQLOptions:
@@ -407,8 +413,8 @@ func New(cfg Config) (*Limiter, error) {
 		inFlight = max(DefaultMaxBodyBytesInFlight, l.maxBody)
 	}
 	if inFlight < l.maxBody {
-		return nil, fmt.Errorf("%w: MaxBodyBytesInFlight %d is less than MaxBodyBytes %d: the largest body would never fit",
-			ErrInvalidConfig, inFlight, l.maxBody)
+		return nil, keyed(fmt.Errorf("%w: MaxBodyBytesInFlight %d is less than MaxBodyBytes %d: the largest body would never fit",
+			ErrInvalidConfig, inFlight, l.maxBody), "max_body_bytes_in_flight")
 	}
 	l.bodies = semaphore.NewWeighted(inFlight)
 	if cfg.MemoryStore.MaxKeys < 0 {
@@ -425,7 +431,7 @@ func New(cfg Config) (*Limiter, error) {
 			oc.Clock = l.clock
 		}
 		if l.shed, err = overload.New(oc); err != nil {
-			return nil, fmt.Errorf("%w: Overload: %w", ErrInvalidConfig, err)
+			return nil, keyed(fmt.Errorf("%w: Overload: %w", ErrInvalidConfig, err), "overload")
 		}
 	}
 	if err := l.checkChallenges(st); err != nil {

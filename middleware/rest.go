@@ -21,7 +21,7 @@ func (routeCost) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // plan could never pay.
 func (s *settings) buildRoutes(o RESTOptions) error {
 	if o.DefaultCost < 0 {
-		return fmt.Errorf("%w: REST default cost %d is negative", ErrInvalidConfig, o.DefaultCost)
+		return keyed(fmt.Errorf("%w: REST default cost %d is negative", ErrInvalidConfig, o.DefaultCost), "rest", "default_cost")
 	}
 	s.restCost = o.DefaultCost
 	if s.restCost == 0 {
@@ -29,8 +29,8 @@ func (s *settings) buildRoutes(o RESTOptions) error {
 	}
 	smallest := s.smallestPlan()
 	if s.restCost > smallest.Burst {
-		return fmt.Errorf("%w: REST default cost %d is more than the burst %d of plan %q: no request on that plan could ever pass",
-			ErrInvalidConfig, s.restCost, smallest.Burst, smallest.Name())
+		return keyed(fmt.Errorf("%w: REST default cost %d is more than the burst %d of plan %q: no request on that plan could ever pass",
+			ErrInvalidConfig, s.restCost, smallest.Burst, smallest.Name()), "rest", "default_cost")
 	}
 	s.routes = http.NewServeMux()
 	patterns := make([]string, 0, len(o.Routes))
@@ -41,14 +41,14 @@ func (s *settings) buildRoutes(o RESTOptions) error {
 	for _, pattern := range patterns {
 		cost := o.Routes[pattern]
 		if cost < 0 {
-			return fmt.Errorf("%w: REST route %q has negative cost %d", ErrInvalidConfig, pattern, cost)
+			return keyed(fmt.Errorf("%w: REST route %q has negative cost %d", ErrInvalidConfig, pattern, cost), "rest", "routes", pattern)
 		}
 		if cost > smallest.Burst {
-			return fmt.Errorf("%w: REST route %q costs %d, more than the burst %d of plan %q: no request on that plan could ever pass",
-				ErrInvalidConfig, pattern, cost, smallest.Burst, smallest.Name())
+			return keyed(fmt.Errorf("%w: REST route %q costs %d, more than the burst %d of plan %q: no request on that plan could ever pass",
+				ErrInvalidConfig, pattern, cost, smallest.Burst, smallest.Name()), "rest", "routes", pattern)
 		}
 		if err := handlePattern(s.routes, pattern, routeCost(cost)); err != nil {
-			return fmt.Errorf("%w: REST route %q: %v", ErrInvalidConfig, pattern, err)
+			return keyed(fmt.Errorf("%w: REST route %q: %v", ErrInvalidConfig, pattern, err), "rest", "routes", pattern)
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -65,17 +66,17 @@ func compileSettings(cfg Config) (*settings, error) {
 		InvalidCost:   gql.InvalidCost,
 		MaxConcurrent: perPrincipal,
 	}); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, laneIndexed(err, cfg.Lanes))
 	}
 	s.buildPlans()
 	s.buildFieldHeaders()
 	if _, ok := s.plans[cfg.AnonymousPlan]; !ok {
-		return nil, fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, s.planList())
+		return nil, keyed(fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, s.planList()), "anonymous_plan")
 	}
 	if sk, ok := cfg.APIKeys.(*identity.StaticKeys); ok && sk != nil {
 		for _, name := range sk.Plans() {
 			if _, ok := s.plans[name]; !ok {
-				return nil, fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, s.planList())
+				return nil, keyed(fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, s.planList()), "api_keys")
 			}
 		}
 	}
@@ -88,12 +89,16 @@ func compileSettings(cfg Config) (*settings, error) {
 			ProxyHeader:    cfg.ProxyHeader,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, keyed(err, "trusted_proxies"))
 		}
 	}
 	if smallest := s.smallestPlan(); max(gql.InvalidCost, gql.MinCost) > smallest.Burst {
-		return nil, fmt.Errorf("%w: GraphQL InvalidCost (%d) and MinCost (%d) must not exceed the burst %d of plan %q",
-			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.Name())
+		key := "invalid_cost"
+		if gql.MinCost > gql.InvalidCost {
+			key = "min_cost"
+		}
+		return nil, keyed(fmt.Errorf("%w: GraphQL InvalidCost (%d) and MinCost (%d) must not exceed the burst %d of plan %q",
+			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.Name()), "graphql", key)
 	}
 	if s.addrKey, err = identity.NewAddressKey(identity.ChainConfig{TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -108,6 +113,23 @@ func compileSettings(cfg Config) (*settings, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// laneIndexed puts the index of the lane in place of its name in the path
+// of a budget.ConfigError about a lane's budget, which budget.Compile
+// names by the lane's name.
+func laneIndexed(err error, lanes []Lane) error {
+	var ce *budget.ConfigError
+	if !errors.As(err, &ce) || len(ce.Path) < 2 || ce.Path[0] != "lanes" {
+		return err
+	}
+	for i, l := range lanes {
+		if l.Name == ce.Path[1] {
+			ce.Path[1] = strconv.Itoa(i)
+			break
+		}
+	}
+	return err
 }
 
 // overflowKeys is the room for overflow buckets: one per plan, with spare

@@ -33,7 +33,7 @@ type SubscriptionOptions struct {
 	// is refused with SUBSCRIPTIONS_LIMITED. A slot is free again when the
 	// subscription completes, the client stops it, or its connection
 	// closes. Default DefaultMaxSubscriptionsPerPrincipal; None: no cap.
-	MaxPerPrincipal int
+	MaxPerPrincipal int `yaml:"max_per_principal"`
 }
 
 // maxSubscriptions resolves o's cap: 0 when there is none.

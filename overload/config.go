@@ -62,7 +62,7 @@ type Config struct {
 	// MaxInFlight is the process's capacity: how many requests may run at
 	// once (overload.max_in_flight). Required, 1 to MaxCapacity. With
 	// Adaptive it is the ceiling of the adaptive capacity.
-	MaxInFlight int
+	MaxInFlight int `yaml:"max_in_flight"`
 	// ShedAt gives, for each priority, the fraction of capacity at or
 	// above which a request of that priority is refused
 	// (overload.shed_at). A priority left out has its default (see
@@ -70,45 +70,45 @@ type Config struct {
 	// high, and critical, when given, must be 1. The threshold of a
 	// priority is ⌊ShedAt × capacity⌋ requests in flight, with ShedAt
 	// rounded to a millionth; every priority must get at least one slot.
-	ShedAt map[Priority]float64
+	ShedAt map[Priority]float64 `yaml:"shed_at"`
 	// MaxQueue bounds the critical requests waiting for a slot at once;
 	// one more is refused at once. Default MaxInFlight.
-	MaxQueue int
+	MaxQueue int `yaml:"max_queue"`
 
 	// Adaptive makes the capacity follow observed latency, between
 	// Tuning.MinInFlight and MaxInFlight (overload.adaptive). See the
 	// package documentation for the algorithm.
-	Adaptive bool
+	Adaptive bool `yaml:"adaptive"`
 	// Tuning tunes the adaptive capacity; it is ignored, and not
 	// validated, unless Adaptive is set.
-	Tuning Tuning
+	Tuning Tuning `yaml:"-"`
 
 	// Degradation lists the features to switch off as load rises, in the
 	// order they go (the degradation list). Names are unique and not
 	// empty; At lies in (0, 1], never decreases along the list, and is
 	// above Hysteresis.
-	Degradation []Feature
+	Degradation []Feature `yaml:"-"`
 	// Hysteresis: a feature switched off at load At comes back only when
 	// load is below At − Hysteresis. Between 0 and 1; 0 means
 	// DefaultHysteresis (0.1).
-	Hysteresis float64
+	Hysteresis float64 `yaml:"-"`
 	// Hold: a feature switched off stays off at least this long, whatever
 	// the load does. Default DefaultHold (5s).
-	Hold time.Duration
+	Hold time.Duration `yaml:"-"`
 
 	// RetryAfterMax is the longest Retry-After given to a shed request
 	// (see RetryAfter). At least one second; default
 	// DefaultRetryAfterMax (3s).
-	RetryAfterMax time.Duration
+	RetryAfterMax time.Duration `yaml:"-"`
 
 	// Clock times the degradation hold. Default limiter.SystemClock{}.
-	Clock limiter.Clock
+	Clock limiter.Clock `yaml:"-"`
 	// Timer starts the timer a queued critical request waits on. Default
 	// time.NewTimer; tests inject one that fires on demand.
-	Timer limiter.Timer
+	Timer limiter.Timer `yaml:"-"`
 	// Rand returns a number in [0, 1) for the Retry-After jitter. It must
 	// be safe for concurrent use. Default math/rand/v2.Float64.
-	Rand func() float64
+	Rand func() float64 `yaml:"-"`
 }
 
 // Tuning tunes the adaptive capacity. Its zero value is the defaults.
@@ -141,8 +141,8 @@ type Tuning struct {
 // Feature is one entry of the degradation list: a named feature switched
 // off while load (in-flight ÷ capacity) is at or above At.
 type Feature struct {
-	Name string
-	At   float64
+	Name string  `yaml:"name"`
+	At   float64 `yaml:"at"`
 }
 
 // settings is a validated Config, with fractions turned to parts per

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -106,7 +107,7 @@ func TestCostHeaderValidateOverHTTP(t *testing.T) {
 // on a plan with cost_report: false, and for an unknown value.
 func TestCostHeaderReportOverHTTP(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.Plans["free"] = planConfig{Burst: 5000, Rate: 5000, Per: time.Hour, CostReport: new(false)}
+	cfg.Plans["free"] = planConfig{Plan: budget.Plan{Burst: 5000, Rate: 5000, Per: time.Hour}, CostReport: new(false)}
 	s := newAskServer(t, cfg)
 
 	resp, b := s.post("", "report", `{ user(login: "octocat") { repos(first: 2) { name } } }`, nil)

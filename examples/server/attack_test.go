@@ -295,7 +295,7 @@ func heapRaisedBy(t *testing.T, n int, fn func()) uint64 {
 // not pile up.
 func TestQueryCacheBoundedUnderDistinctDocuments(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.Plans["anon"] = planConfig{Burst: 1_000_000_000, Rate: 1_000_000_000, Per: time.Second}
+	cfg.Plans["anon"] = planConfig{Plan: budget.Plan{Burst: 1_000_000_000, Rate: 1_000_000_000, Per: time.Second}}
 	ts := newTestServer(t, cfg, deps{})
 	hs := httptest.NewServer(ts.h)
 	t.Cleanup(hs.Close)
@@ -327,7 +327,7 @@ func BenchmarkAttacks(b *testing.B) {
 		b.Run(strings.ReplaceAll(a.name, " ", "_"), func(b *testing.B) {
 			cfg := defaultConfig()
 			if !a.drained {
-				cfg.Plans["anon"] = planConfig{Burst: 1_000_000_000, Rate: 1_000_000_000, Per: time.Second}
+				cfg.Plans["anon"] = planConfig{Plan: budget.Plan{Burst: 1_000_000_000, Rate: 1_000_000_000, Per: time.Second}}
 			}
 			h, cleanup, err := newServer(cfg, deps{})
 			require.NoError(b, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/graph"
 )
 
@@ -23,7 +24,7 @@ const benchBody = `{"query":"{ user(login: \"octocat\") { repos(first: 10) { iss
 // benchConfig never runs out: the benchmark measures admission, not refusal.
 func benchConfig() config {
 	cfg := defaultConfig()
-	cfg.Plans["anon"] = planConfig{Burst: 1_000_000_000_000, Rate: 1_000_000_000_000, Per: time.Second}
+	cfg.Plans["anon"] = planConfig{Plan: budget.Plan{Burst: 1_000_000_000_000, Rate: 1_000_000_000_000, Per: time.Second}}
 	cfg.Challenge.Secret = secret(strings.Repeat("b", 32)) // no "random secret drawn" line in the output
 	return cfg
 }

@@ -62,8 +62,8 @@ func TestChaos(t *testing.T) {
 
 	const rate = 5 // points a second: the fallback's refill over a fault stays small
 	cfg := defaultConfig()
-	cfg.Plans["free"] = planConfig{Burst: 2000, Rate: rate * 3600, Per: time.Hour}
-	cfg.FailureMode = string(budget.FailOpen)
+	cfg.Plans["free"] = planConfig{Plan: budget.Plan{Burst: 2000, Rate: rate * 3600, Per: time.Hour}}
+	cfg.FailureMode = budget.FailOpen
 	logs := &syncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -2,8 +2,11 @@ package main
 
 import (
 	"errors"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,10 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/memorystore"
+	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/querycache"
+	"github.com/costguard/costguard/overload"
 )
 
 // issueExample is the configuration example of the issue that specified the
@@ -40,7 +48,7 @@ retry_after_jitter: 0   # fraction added at random to Retry-After, e.g. 0.2
 func TestDefaultsEqualIssueExample(t *testing.T) {
 	got, err := parseConfig([]byte(issueExample))
 	require.NoError(t, err)
-	assert.Equal(t, defaultConfig(), got)
+	assert.Equal(t, withLibraryDefaults(defaultConfig()), withLibraryDefaults(got))
 
 	// An empty file and a comment-only file are the defaults too.
 	for _, src := range []string{"", "# nothing here\n"} {
@@ -54,9 +62,54 @@ func TestDefaultsEqualIssueExample(t *testing.T) {
 	assert.Equal(t, defaultConfig(), got)
 }
 
+// withLibraryDefaults fills the keys c leaves zero with the library's
+// documented defaults, each read from where the library defines it, and
+// the file's 0 where it means "none": the configuration in force.
+func withLibraryDefaults(c config) config {
+	fill := func(v, def any) {
+		if p := reflect.ValueOf(v).Elem(); p.IsZero() {
+			p.Set(reflect.ValueOf(def))
+		}
+	}
+	gql, lib := reflect.ValueOf(&c.GraphQL.GraphQLOptions).Elem(), reflect.ValueOf(middleware.DefaultGraphQLOptions())
+	for i := range gql.NumField() {
+		if gql.Field(i).IsZero() {
+			gql.Field(i).Set(lib.Field(i))
+		}
+	}
+	fill(&c.GraphQL.QueryCacheEntries, querycache.DefaultEntries)
+	fill(&c.GraphQL.QueryCacheBytes, int64(querycache.DefaultBytes))
+	fill(&c.REST.DefaultCost, int64(middleware.DefaultRESTCost))
+	fill(&c.FailureMode, budget.FailOpen)
+	fill(&c.Mode, budget.Enforce)
+	fill(&c.Breaker.Failures, breaker.DefaultFailures)
+	fill(&c.Breaker.CoolDown, breaker.DefaultCoolDown)
+	fill(&c.OverLimitCache, stack.OverLimitCacheAuto)
+	fill(&c.SplitBudget.LeaseFraction, splitbudget.DefaultLeaseFraction)
+	fill(&c.SplitBudget.SettleInterval, splitbudget.DefaultSettleInterval)
+	fill(&c.MaxBodyBytes, int64(middleware.DefaultMaxBodyBytes))
+	fill(&c.MaxBodyBytesInFlight, int64(middleware.DefaultMaxBodyBytesInFlight))
+	fill(&c.MaxUploadBytes, int64(middleware.DefaultMaxUploadBytes))
+	fill(&c.MemoryStore.MaxKeys, memorystore.DefaultMaxKeys)
+	fill(&c.Subscriptions.MaxPerPrincipal, middleware.DefaultMaxSubscriptionsPerPrincipal)
+	fill(&c.Challenge.Bits, challenge.DefaultBits)
+	if len(c.TrustedProxies) == 0 {
+		c.TrustedProxies = nil
+	}
+	if c.Overload != nil {
+		oc := *c.Overload
+		oc.ShedAt = overload.DefaultShedAt()
+		maps.Copy(oc.ShedAt, c.Overload.ShedAt)
+		c.Overload = &oc
+	}
+	return c
+}
+
 // docsPath is the configuration reference, relative to this package.
 var docsPath = filepath.Join("..", "..", "docs", "server.md")
 
+// The defaults block of docs/server.md writes out every default: the
+// example's choices (defaultConfig) and the library's.
 func TestDocsMatchDefaults(t *testing.T) {
 	doc, err := os.ReadFile(docsPath)
 	require.NoError(t, err)
@@ -64,10 +117,9 @@ func TestDocsMatchDefaults(t *testing.T) {
 	require.NotNil(t, m, "docs/server.md has no defaults block")
 	got, err := parseConfig(m[1])
 	require.NoError(t, err)
-	assert.Equal(t, defaultConfig(), got, "docs/server.md's defaults drifted from defaultConfig")
+	assert.Equal(t, withLibraryDefaults(defaultConfig()), withLibraryDefaults(got), "docs/server.md's defaults drifted from the server's and the library's")
 
-	// The documented defaults must start a server: no key is defaulted in
-	// the middleware behind the document's back.
+	// The documented defaults must start a server.
 	_, cleanup, err := newServer(got, deps{})
 	require.NoError(t, err)
 	require.NoError(t, cleanup())
@@ -84,6 +136,8 @@ func TestDocsMatchDefaults(t *testing.T) {
 	}
 }
 
+// The defaults reach the middleware: the example's choices as they are,
+// the rest as zero, which the library reads as its default.
 func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	m := defaultConfig().limiterConfig()
 	assert.Equal(t, map[string]budget.Plan{
@@ -91,22 +145,13 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 		"anon": {Burst: 500, Rate: 500, Per: time.Hour},
 	}, m.Plans)
 	assert.Equal(t, "anon", m.AnonymousPlan)
-	assert.Equal(t, middleware.GraphQLOptions{
-		MaxDepth: 15, MaxBreadth: 100, MaxNodes: 500_000, MaxCost: 0, DefaultListSize: 10, MutationCost: 10,
-		MaxAliases: 100, MaxRootFields: 100, MaxTokens: 20_000, MaxSelections: 500,
-		MaxVariableValues: 10_000, MaxVariablesDepth: 32, InvalidCost: 1, MinCost: 1, IntrospectionCost: 50,
-	}, m.GraphQL)
-	assert.Equal(t, int64(1<<20), m.MaxBodyBytes)
-	assert.Equal(t, int64(1<<20), m.MaxBodyBytesInFlight)
-	assert.Equal(t, 100_000, m.MemoryStore.MaxKeys)
-	assert.Equal(t, middleware.RESTOptions{DefaultCost: 1, Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
-	assert.Equal(t, budget.FailOpen, m.FailureMode)
-	assert.Equal(t, breaker.Config{Failures: 5, CoolDown: time.Second}, m.Breaker)
-	assert.Equal(t, budget.Enforce, m.Mode)
-	assert.Empty(t, m.TrustedProxies)
-	assert.Zero(t, m.RetryAfterJitter)
-	assert.Equal(t, stack.OverLimitCacheAuto, m.OverLimitCache)
-	assert.Equal(t, middleware.SplitBudgetOptions{LeaseFraction: 0.05, SettleInterval: 100 * time.Millisecond}, m.SplitBudget)
+	assert.Equal(t, middleware.GraphQLOptions{}, m.GraphQL)
+	assert.Equal(t, middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
+	assert.Equal(t, middleware.ConcurrencyOptions{PerPrincipal: 100}, m.Concurrency)
+	require.NotNil(t, m.Overload)
+	assert.Equal(t, 64, m.Overload.MaxInFlight)
+	assert.Len(t, m.Overload.Degradation, 2)
+	assert.Len(t, m.Lanes, 3)
 	principal, plan, err := m.APIKeys.LookupAPIKey(t.Context(), demoAPIKey)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"alice", "free"}, []string{principal, plan})
@@ -133,13 +178,15 @@ plans:
 	require.NoError(t, err, "the middleware takes both modes")
 	require.NoError(t, cleanup())
 
-	// A configuration built in code is checked too.
+	// A configuration built in code is checked too, by the middleware.
 	cfg = defaultConfig()
 	cfg.Mode = "observe"
-	assert.ErrorContains(t, cfg.validate(), `mode: "observe" is not "enforce" or "shadow"`)
+	_, _, err = newServer(cfg, deps{})
+	assert.ErrorContains(t, err, `mode "observe" is neither "enforce" nor "shadow"`)
 	cfg = defaultConfig()
-	cfg.Plans["free"] = planConfig{Burst: 1, Rate: 1, Per: time.Hour, Mode: "off"}
-	assert.ErrorContains(t, cfg.validate(), `plans.free.mode: "off" is not "enforce" or "shadow"`)
+	cfg.Plans["free"] = planConfig{Plan: budget.Plan{Burst: 1, Rate: 1, Per: time.Hour, Mode: "off"}}
+	_, _, err = newServer(cfg, deps{})
+	assert.ErrorContains(t, err, `plan "free": mode "off" is neither "enforce" nor "shadow"`)
 }
 
 func TestParseOverrides(t *testing.T) {
@@ -156,7 +203,7 @@ func TestParseOverrides(t *testing.T) {
 			"plans replace the default plans",
 			"plans: {anon: {burst: 50, rate: 5, per: 1m, failure_mode: closed}}\napi_keys: {}",
 			func(c *config) {
-				c.Plans = map[string]planConfig{"anon": {Burst: 50, Rate: 5, Per: time.Minute, FailureMode: "closed"}}
+				c.Plans = map[string]planConfig{"anon": {Plan: budget.Plan{Burst: 50, Rate: 5, Per: time.Minute, FailureMode: "closed"}}}
 				c.APIKeys = map[string]apiKeyConfig{}
 			},
 		},
@@ -166,7 +213,16 @@ func TestParseOverrides(t *testing.T) {
 			"plans without api_keys drop the demo key",
 			"plans: {anon: {burst: 50, rate: 5, per: 1m}}",
 			func(c *config) {
-				c.Plans = map[string]planConfig{"anon": {Burst: 50, Rate: 5, Per: time.Minute}}
+				c.Plans = map[string]planConfig{"anon": {Plan: budget.Plan{Burst: 50, Rate: 5, Per: time.Minute}}}
+				c.APIKeys = map[string]apiKeyConfig{}
+			},
+		},
+		{
+			"a name that reads as 0",
+			"plans: {\"0\": {burst: 50, rate: 5, per: 1m}}\nanonymous_plan: \"0\"",
+			func(c *config) {
+				c.Plans = map[string]planConfig{"0": {Plan: budget.Plan{Burst: 50, Rate: 5, Per: time.Minute}}}
+				c.AnonymousPlan = "0"
 				c.APIKeys = map[string]apiKeyConfig{}
 			},
 		},
@@ -174,7 +230,7 @@ func TestParseOverrides(t *testing.T) {
 			"plans and api_keys together",
 			"plans: {anon: {burst: 50, rate: 5, per: 1m}}\napi_keys: {k1: {principal: bob, plan: anon}}",
 			func(c *config) {
-				c.Plans = map[string]planConfig{"anon": {Burst: 50, Rate: 5, Per: time.Minute}}
+				c.Plans = map[string]planConfig{"anon": {Plan: budget.Plan{Burst: 50, Rate: 5, Per: time.Minute}}}
 				c.APIKeys = map[string]apiKeyConfig{"k1": {Principal: "bob", Plan: "anon"}}
 			},
 		},
@@ -186,7 +242,7 @@ func TestParseOverrides(t *testing.T) {
 		{
 			"routes replace the default routes; default_cost stays",
 			`rest: {routes: {"GET /api/users/{login}": 3}}`,
-			func(c *config) { c.REST.Routes = map[string]whole{"GET /api/users/{login}": 3} },
+			func(c *config) { c.REST.Routes = map[string]int64{"GET /api/users/{login}": 3} },
 		},
 		{
 			"default_cost alone keeps the routes",
@@ -209,10 +265,10 @@ func TestParseOverrides(t *testing.T) {
 				"plans: {free: {burst: 100, rate: 100, per: 1m, split_budget: true}, anon: {burst: 10, rate: 10, per: 1m}}",
 			func(c *config) {
 				c.OverLimitCache = "off"
-				c.SplitBudget = splitBudgetConfig{LeaseFraction: 0.1, SettleInterval: 250 * time.Millisecond}
+				c.SplitBudget = middleware.SplitBudgetOptions{LeaseFraction: 0.1, SettleInterval: 250 * time.Millisecond}
 				c.Plans = map[string]planConfig{
-					"free": {Burst: 100, Rate: 100, Per: time.Minute, SplitBudget: true},
-					"anon": {Burst: 10, Rate: 10, Per: time.Minute},
+					"free": {Plan: budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, SplitBudget: true}},
+					"anon": {Plan: budget.Plan{Burst: 10, Rate: 10, Per: time.Minute}},
 				}
 				c.APIKeys = map[string]apiKeyConfig{} // own plans, no api_keys: no demo key
 			},
@@ -223,8 +279,8 @@ func TestParseOverrides(t *testing.T) {
 			func(c *config) {
 				c.Mode = "shadow"
 				c.Plans = map[string]planConfig{
-					"free": {Burst: 100, Rate: 100, Per: time.Minute, Mode: "enforce"},
-					"anon": {Burst: 10, Rate: 10, Per: time.Minute},
+					"free": {Plan: budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, Mode: "enforce"}},
+					"anon": {Plan: budget.Plan{Burst: 10, Rate: 10, Per: time.Minute}},
 				}
 				c.APIKeys = map[string]apiKeyConfig{}
 			},
@@ -235,11 +291,11 @@ func TestParseOverrides(t *testing.T) {
 				`field_limits: {"Mutation.createIssue": {limit: 3, per: 1m}, "Query.search": {limit: 10, per: 1h, by: ip}}`,
 			func(c *config) {
 				c.Plans = map[string]planConfig{
-					"free": {Burst: 100, Rate: 100, Per: time.Minute, Quota: &quotaConfig{Limit: 100000, Per: 24 * time.Hour}},
-					"anon": {Burst: 10, Rate: 10, Per: time.Minute, Quota: &quotaConfig{Limit: 10, Per: time.Hour, Name: "anon-hour"}},
+					"free": {Plan: budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, Quota: &budget.Quota{Limit: 100000, Per: 24 * time.Hour}}},
+					"anon": {Plan: budget.Plan{Burst: 10, Rate: 10, Per: time.Minute, Quota: &budget.Quota{Limit: 10, Per: time.Hour, Name: "anon-hour"}}},
 				}
 				c.APIKeys = map[string]apiKeyConfig{}
-				c.FieldLimits = map[string]fieldLimitConfig{
+				c.FieldLimits = map[string]budget.FieldLimit{
 					"Mutation.createIssue": {Limit: 3, Per: time.Minute},
 					"Query.search":         {Limit: 10, Per: time.Hour, By: "ip"},
 				}
@@ -248,15 +304,15 @@ func TestParseOverrides(t *testing.T) {
 		{
 			"a free route",
 			`rest: {routes: {"GET /api/search": 0}}`,
-			func(c *config) { c.REST.Routes = map[string]whole{"GET /api/search": 0} },
+			func(c *config) { c.REST.Routes = map[string]int64{"GET /api/search": 0} },
 		},
 		{
 			"per-plan switches",
 			"plans: {free: {burst: 100, rate: 100, per: 1m, introspection: false, cost_report: false}, anon: {burst: 10, rate: 10, per: 1m, cost_report: true}}",
 			func(c *config) {
 				c.Plans = map[string]planConfig{
-					"free": {Burst: 100, Rate: 100, Per: time.Minute, Introspection: new(false), CostReport: new(false)},
-					"anon": {Burst: 10, Rate: 10, Per: time.Minute, CostReport: new(true)},
+					"free": {Plan: budget.Plan{Burst: 100, Rate: 100, Per: time.Minute}, Introspection: new(false), CostReport: new(false)},
+					"anon": {Plan: budget.Plan{Burst: 10, Rate: 10, Per: time.Minute}, CostReport: new(true)},
 				}
 				c.APIKeys = map[string]apiKeyConfig{}
 			},
@@ -280,9 +336,9 @@ func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name, src, want string
 	}{
-		{"unknown top-level key", "plan: {}", "line 1: plan: unknown key; the keys here are plans, anonymous_plan, api_keys, graphql,"},
+		{"unknown top-level key", "plan: {}", "line 1: plan: unknown key; the keys here are plans, api_keys, anonymous_plan, trusted_proxies,"},
 		{"unknown nested key", "graphql: {max_dept: 3}", "line 1: graphql.max_dept: unknown key; the keys here are max_depth,"},
-		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, introspection, refund_unused, cost_report"},
+		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, quota, introspection, refund_unused, cost_report, concurrency"},
 		{"unknown API key field", "api_keys: {s3cret-key: {principal: p, plna: free}}", "api_keys[SHA-256 " + identity.HashAPIKey("s3cret-key") + "].plna: unknown key"},
 		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", "line 1: plans.free.burst: 1.5 is not a whole number"},
 		{"string count", "graphql: {max_depth: ten}", `graphql.max_depth: "ten" is not a whole number`},
@@ -299,55 +355,74 @@ func TestParseErrors(t *testing.T) {
 		{"two documents", "failure_mode: open\n---\nfailure_mode: closed\n", "more than one YAML document"},
 		{"not a mapping", "- a\n- b\n", "line 1: the file must be a mapping of keys such as plans: and graphql:"},
 		{"bad YAML", "plans: {free: [", "yaml:"},
-		{"zero max_depth", "graphql: {max_depth: 0}", "graphql.max_depth is 0; it must be between 1 and 2147483647"},
-		{"negative max_cost", "graphql: {max_cost: -1}", "graphql.max_cost is -1; it must be between 0 and"},
-		{"huge max_breadth", "graphql: {max_breadth: 3000000000}", "graphql.max_breadth is 3000000000"},
-		{"zero mutation_cost", "graphql: {mutation_cost: 0}", "graphql.mutation_cost is 0"},
-		{"bad over_limit_cache", "over_limit_cache: sometimes", `over_limit_cache is "sometimes"; it must be "auto", "on" or "off"`},
-		{"zero lease_fraction", "split_budget: {lease_fraction: 0}", "split_budget.lease_fraction is 0; it must be above 0 and at most 1"},
-		{"lease_fraction above 1", "split_budget: {lease_fraction: 1.5}", "split_budget.lease_fraction is 1.5"},
-		{"zero settle_interval", "split_budget: {settle_interval: 0s}", "split_budget.settle_interval is 0s; it must be positive"},
-		{"zero default_list_size", "graphql: {default_list_size: 0}", "graphql.default_list_size is 0"},
-		{"zero max_nodes", "graphql: {max_nodes: 0}", "graphql.max_nodes is 0"},
-		{"zero default_cost", "rest: {default_cost: 0}", "rest.default_cost is 0"},
-		{"negative route", `rest: {routes: {"GET /x": -1}}`, `rest.routes["GET /x"] is -1; a cost must not be negative`},
-		{"failure mode", "failure_mode: maybe", `failure_mode is "maybe"; it must be "open" or "closed"`},
+		{"zero max_depth", "graphql: {max_depth: 0}", "line 1: graphql.max_depth: 0 is not allowed: the library would take its default"},
+		{"negative max_cost", "graphql: {max_cost: -1}", "line 1: graphql.max_cost: -1 is negative"},
+		{"huge max_breadth", "graphql: {max_breadth: 3000000000}", "line 1: graphql.max_breadth: 3000000000 is more than 2147483647"},
+		{"zero mutation_cost", "graphql: {mutation_cost: 0}", "line 1: graphql.mutation_cost: 0 is not allowed: the library would take its default"},
+		{"bad over_limit_cache", "over_limit_cache: sometimes", `line 1: over_limit_cache: "sometimes" is not "auto", "on" or "off"`},
+		{"zero lease_fraction", "split_budget: {lease_fraction: 0}", "line 1: split_budget.lease_fraction: 0 is not allowed: the library would take its default"},
+		{"lease_fraction above 1", "split_budget: {lease_fraction: 1.5}", "stack: invalid config: SplitBudget: splitbudget: invalid config: LeaseFraction 1.5 is not in (0, 1]"},
+		{"zero settle_interval", "split_budget: {settle_interval: 0s}", "line 1: split_budget.settle_interval: 0s is not allowed"},
+		{"zero default_list_size", "graphql: {default_list_size: 0}", "line 1: graphql.default_list_size: 0 is not allowed: the library would take its default"},
+		{"zero max_nodes", "graphql: {max_nodes: 0}", "line 1: graphql.max_nodes: 0 is not allowed: the library would take its default"},
+		{"zero default_cost", "rest: {default_cost: 0}", "line 1: rest.default_cost: 0 is not allowed: the library would take its default"},
+		{"negative route", `rest: {routes: {"GET /x": -1}}`, `line 1: rest.routes["GET /x"]: -1 is negative`},
+		{"failure mode", "failure_mode: maybe", `line 1: failure_mode: "maybe" is not "open" or "closed"`},
 		{"mode", "mode: shadw", `line 1: mode: "shadw" is not "enforce" or "shadow"`},
 		{"mode not a string", "mode: [shadow]", `line 1: mode: a list is not "enforce" or "shadow"`},
 		{"mode in capitals", "mode: Shadow", `line 1: mode: "Shadow" is not "enforce" or "shadow"`},
 		{"plan mode", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, mode: dry-run}", `line 2: plans.anon.mode: "dry-run" is not "enforce" or "shadow"`},
 		{"empty plan mode", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, mode: \"\"}", `line 2: plans.anon.mode: "" is not "enforce" or "shadow"`},
-		{"plan failure mode", "plans: {anon: {burst: 1, rate: 1, per: 1h, failure_mode: shut}}", `plans.anon.failure_mode is "shut"`},
-		{"jitter above 1", "retry_after_jitter: 1.5", "retry_after_jitter is 1.5; it must be between 0 and 1"},
-		{"negative jitter", "retry_after_jitter: -0.1", "retry_after_jitter is -0.1"},
-		{"no plans", "plans: {}", "plans is empty; it must name at least one plan"},
-		{"plan with zero burst", "plans: {anon: {burst: 0, rate: 1, per: 1h}}", "plans.anon.burst is 0; it must be at least 1"},
-		{"plan with zero rate", "plans: {anon: {burst: 1, rate: 0, per: 1h}}", "plans.anon.rate is 0; it must be at least 1"},
-		{"plan without per", "plans: {anon: {burst: 1, rate: 1}}", "plans.anon.per is 0s; it must be positive, a Go duration with a unit, such as 1h or 90s"},
-		{"plan name with a space", `plans: {"a b": {burst: 1, rate: 1, per: 0s}}`, `plans["a b"].per is 0s`},
-		{"anonymous plan missing", "anonymous_plan: guest", `anonymous_plan is "guest"; it must be one of the plans (anon, free)`},
+		{"plan failure mode", "plans: {anon: {burst: 1, rate: 1, per: 1h, failure_mode: shut}}", `line 1: plans.anon.failure_mode: "shut" is not "open" or "closed"`},
+		{"jitter above 1", "retry_after_jitter: 1.5", "line 1: retry_after_jitter: RetryAfterJitter 1.5 is not between 0 and 1"},
+		{"negative jitter", "retry_after_jitter: -0.1", "line 1: retry_after_jitter: -0.1 is negative"},
+		{"no plans", "plans: {}", "line 1: plans: no plans"},
+		{"plan with zero burst", "plans: {anon: {burst: 0, rate: 1, per: 1h}}", "line 1: plans.anon.burst: 0 is not allowed: the library would take its default"},
+		{"plan with zero rate", "plans: {anon: {burst: 1, rate: 0, per: 1h}}", "line 1: plans.anon.rate: 0 is not allowed: the library would take its default"},
+		{"plan without per", "plans: {anon: {burst: 1, rate: 1}}", `line 1: plans.anon.per: plan "anon": burst (1), rate (1) and per (0s) must be positive`},
+		{"plan name with a space", `plans: {"a b": {burst: 1, rate: 1, per: 0s}}`, `line 1: plans["a b"].per: 0s is not allowed`},
+		{"anonymous plan missing", "anonymous_plan: guest", `line 1: anonymous_plan: anonymous plan "guest" is not among the plans ("anon", "free")`},
 		{"API key on a missing plan", "api_keys: {s3cret-key: {principal: p, plan: gold}}",
-			"api_keys[SHA-256 " + identity.HashAPIKey("s3cret-key") + `].plan is "gold"; it must be one of the plans (anon, free)`},
+			`line 1: api_keys: an API key grants plan "gold", which is not among the plans ("anon", "free")`},
 		{"demo key kept on a missing plan", "plans: {anon: {burst: 1, rate: 1, per: 1h}}\napi_keys: {demo-free-key: {principal: alice, plan: free}}",
-			`.plan is "free"; it must be one of the plans (anon)`},
+			`line 2: api_keys: an API key grants plan "free", which is not among the plans ("anon")`},
 		{"key without principal", "api_keys: {s3cret-key: {plan: free}}", "api_keys[SHA-256 " + identity.HashAPIKey("s3cret-key") + "].principal is empty"},
 		{"empty key", `api_keys: {"": {principal: x, plan: free}}`, "an API key must not be empty"},
-		{"quota below the burst", "plans: {anon: {burst: 10, rate: 1, per: 1h, quota: {limit: 5, per: 24h}}}", "plans.anon.quota.limit is 5; it must be at least the plan's burst, 10"},
-		{"quota without per", "plans: {anon: {burst: 10, rate: 1, per: 1h, quota: {limit: 50}}}", "plans.anon.quota.per is 0s; it must be positive"},
-		{"quota with split budget", "plans: {anon: {burst: 10, rate: 1, per: 1h, split_budget: true, quota: {limit: 50, per: 1h}}}", "plans.anon: quota and split_budget cannot be combined"},
-		{"field limit of zero", `field_limits: {"Mutation.createIssue": {limit: 0, per: 1m}}`, `field_limits["Mutation.createIssue"].limit is 0; it must be at least 1`},
-		{"field limit without per", `field_limits: {"Mutation.createIssue": {limit: 3}}`, `field_limits["Mutation.createIssue"].per is 0s`},
-		{"field limit by whom", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, by: user}}`, `field_limits["Mutation.createIssue"].by is "user"; it must be "principal" or "ip"`},
+		{"quota below the burst", "plans: {anon: {burst: 10, rate: 1, per: 1h, quota: {limit: 5, per: 24h}}}", `line 1: plans.anon.quota.limit: plan "anon": quota limit 5 is below the burst 10`},
+		{"quota without per", "plans: {anon: {burst: 10, rate: 1, per: 1h, quota: {limit: 50}}}", `line 1: plans.anon.quota.per: plan "anon": quota limit (50) and per (0s) must be positive`},
+		{"quota with split budget", "plans: {anon: {burst: 10, rate: 1, per: 1h, split_budget: true, quota: {limit: 50, per: 1h}}}", `line 1: plans.anon.quota: plan "anon": a quota cannot be combined with SplitBudget`},
+		{"field limit of zero", `field_limits: {"Mutation.createIssue": {limit: 0, per: 1m}}`, `line 1: field_limits["Mutation.createIssue"].limit: 0 is not allowed: the library would take its default`},
+		{"field limit without per", `field_limits: {"Mutation.createIssue": {limit: 3}}`, `line 1: field_limits["Mutation.createIssue"].per: field limit "Mutation.createIssue": limit (3) and per (0s) must be positive`},
+		{"field limit by whom", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, by: user}}`, `line 1: field_limits["Mutation.createIssue"].by: "user" is not "principal" or "ip"`},
 		{"unknown field limit key", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, per_ip: true}}`, "per_ip: unknown key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig([]byte(tt.src))
+			err := startErr(t, tt.src)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
 			assert.NotContains(t, err.Error(), "s3cret-key", "an API key leaked into an error")
 		})
 	}
+}
+
+// startErr is the error the server stops with at start on the file src:
+// a mistake of shape from the file's decoding, one of meaning from
+// middleware.New, each naming the file, the key path and, where the file
+// writes the key, its line.
+func startErr(t *testing.T, src string) error {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "costguard.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(src), 0o600))
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return err
+	}
+	_, cleanup, err := newServer(cfg, deps{logger: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		require.NoError(t, cleanup())
+	}
+	return err
 }
 
 // Configurations that parse but that the middleware refuses: newServer
@@ -391,7 +466,7 @@ func TestLoadConfigFile(t *testing.T) {
 
 	for _, tt := range []struct{ name, path, want string }{
 		{"missing file", filepath.Join(dir, "absent.yaml"), "absent.yaml"},
-		{"invalid file", write("bad.yaml", "graphql: {max_depth: 0}\n"), "bad.yaml: graphql.max_depth is 0"},
+		{"invalid file", write("bad.yaml", "graphql: {max_depth: 0}\n"), "bad.yaml: line 1: graphql.max_depth: 0 is not allowed: the library would take its default"},
 		{"huge file", write("huge.yaml", "#"+strings.Repeat("x", maxConfigBytes)+"\n"), "huge.yaml: larger than 1048576 bytes"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -402,4 +477,22 @@ func TestLoadConfigFile(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+// The file takes 0 literally: where the library's 0 is a default that is
+// something, the file's 0 that means "none" reaches it as middleware.None,
+// and a key left out reaches it as 0, the library's default.
+func TestZeroMeansNone(t *testing.T) {
+	cfg, err := parseConfig([]byte("concurrency: {per_principal: 0}\nsubscriptions: {max_per_principal: 0}\ngraphql: {max_cost: 0}\n"))
+	require.NoError(t, err)
+	m := cfg.limiterConfig()
+	assert.Equal(t, middleware.None, m.Concurrency.PerPrincipal)
+	assert.Equal(t, middleware.None, m.Subscriptions.MaxPerPrincipal)
+	assert.Zero(t, m.GraphQL.MaxCost, "the library's 0: no cap besides the burst")
+
+	cfg, err = parseConfig(nil)
+	require.NoError(t, err)
+	m = cfg.limiterConfig()
+	assert.Equal(t, 100, m.Concurrency.PerPrincipal, "the example's cap")
+	assert.Zero(t, m.Subscriptions.MaxPerPrincipal, "the library's default, 100")
 }

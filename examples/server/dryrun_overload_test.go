@@ -23,6 +23,7 @@ import (
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/overload"
 )
 
 // queueWatch is the overload queue's timer for a test: it never fires, so
@@ -179,7 +180,7 @@ func TestDryRunsTakeNoCriticalSlot(t *testing.T) {
 	cfg.Overload.MaxInFlight = 4
 	// Normal may use every slot, so that four of alice's requests fill
 	// them; critical may still queue.
-	cfg.Overload.ShedAt = map[string]float64{"sheddable": 0.5, "normal": 1, "high": 1}
+	cfg.Overload.ShedAt = map[overload.Priority]float64{overload.Sheddable: 0.5, overload.Normal: 1, overload.High: 1}
 	cfg.Challenge = challengeConfig{Secret: testSecret, Bits: 8}
 	require.NoError(t, cfg.validate())
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
@@ -31,10 +32,10 @@ var rateLimitHeaders = []string{
 func TestProbesAreUnlimited(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Plans = map[string]planConfig{
-		"free": {Burst: 3, Rate: 1, Per: time.Hour},
-		"anon": {Burst: 2, Rate: 1, Per: time.Hour},
+		"free": {Plan: budget.Plan{Burst: 3, Rate: 1, Per: time.Hour}},
+		"anon": {Plan: budget.Plan{Burst: 2, Rate: 1, Per: time.Hour}},
 	}
-	cfg.REST.Routes = map[string]whole{}
+	cfg.REST.Routes = map[string]int64{}
 	s := newTestServer(t, cfg, deps{ping: func(context.Context) error { return nil }})
 
 	for _, c := range []client{alice, anonymous} {

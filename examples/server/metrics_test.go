@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,7 +16,7 @@ import (
 // nor counted.
 func TestMetricsCountEveryDecision(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.Plans["anon"] = planConfig{Burst: 20, Rate: 20, Per: cfg.Plans["anon"].Per}
+	cfg.Plans["anon"] = planConfig{Plan: budget.Plan{Burst: 20, Rate: 20, Per: cfg.Plans["anon"].Per}}
 	ts := newTestServer(t, cfg, deps{})
 	srv := httptest.NewServer(ts.h)
 	t.Cleanup(srv.Close)

@@ -52,7 +52,7 @@ func TestIssue12ExampleIsTheDefaults(t *testing.T) {
 	want.Challenge.Secret = testSecret
 	want.DemoLatency = 50 * time.Millisecond
 	want.Lanes[0].Match.Authenticated = false
-	assert.Equal(t, want, got)
+	assert.Equal(t, withLibraryDefaults(want), withLibraryDefaults(got))
 	assert.Zero(t, defaultConfig().DemoLatency, "the default adds no latency")
 }
 
@@ -67,7 +67,7 @@ func TestOverloadDefaultsMapOntoMiddleware(t *testing.T) {
 	}, m.Lanes)
 	assert.Equal(t, &overload.Config{
 		MaxInFlight: 64,
-		ShedAt:      map[overload.Priority]float64{overload.Sheddable: 0.5, overload.Normal: 0.8, overload.High: 0.9, overload.Critical: 1},
+		ShedAt:      nil, // the library's overload.DefaultShedAt
 		Adaptive:    false,
 		Degradation: []overload.Feature{{Name: "recommendations", At: 0.7}, {Name: "search", At: 0.85}},
 	}, m.Overload)
@@ -114,9 +114,8 @@ degradation: []
 	assert.Equal(t, 5, m.Plans["free"].MaxConcurrent)
 	assert.Equal(t, middleware.None, m.Plans["pro"].MaxConcurrent, "0 in the file: no cap")
 	assert.Equal(t, 20, m.Concurrency.PerPrincipal)
-	assert.Equal(t, map[overload.Priority]float64{
-		overload.Sheddable: 0.3, overload.Normal: 0.8, overload.High: 0.9, overload.Critical: 1,
-	}, m.Overload.ShedAt, "a priority the file leaves out keeps its default")
+	assert.Equal(t, map[overload.Priority]float64{overload.Sheddable: 0.3}, m.Overload.ShedAt,
+		"a priority the file leaves out is left to the library, which gives it its default")
 	assert.True(t, m.Overload.Adaptive)
 	assert.Equal(t, 10, m.Overload.MaxInFlight)
 	assert.Empty(t, m.Overload.Degradation)
@@ -130,39 +129,41 @@ func TestOverloadKeyErrors(t *testing.T) {
 		return "lanes:\n  - {name: checkout, priority: critical}\n  - {name: authenticated, priority: normal}\n  - " + third + "\n"
 	}
 	tests := []struct{ name, src, want string }{
-		{"bad challenge", lanes("{name: anonymous, priority: sheddable, challenge: captcha}"), `lanes[2].challenge is "captcha"; it must be "pow" or unset`},
+		{"bad challenge", lanes("{name: anonymous, priority: sheddable, challenge: captcha}"), `line 4: lanes[2].challenge: lane "anonymous": challenge "captcha" is not "pow"`},
 		{"challenge not a string", lanes("{name: anonymous, priority: sheddable, challenge: [pow]}"), "line 4: lanes[2].challenge: a list is not a string"},
 		{"queue without unit", lanes("{name: anonymous, priority: critical, queue: 2}"), "line 4: lanes[2].queue: 2 is not a duration"},
-		{"queue on a sheddable lane", lanes("{name: anonymous, priority: sheddable, queue: 1s}"), "lanes[2].queue is 1s; only a critical lane may queue, and this one is sheddable"},
-		{"negative queue", lanes("{name: anonymous, priority: critical, queue: -1s}"), "lanes[2].queue is -1s; it must not be negative"},
-		{"zero max_in_flight", "overload: {max_in_flight: 0}", "overload.max_in_flight is 0; it must be between 1 and 1048576"},
+		{"queue on a sheddable lane", lanes("{name: anonymous, priority: sheddable, queue: 1s}"), `line 4: lanes[2].queue: lane "anonymous": overload: invalid queue: a sheddable lane may not queue (1s); only critical lanes wait`},
+		{"negative queue", lanes("{name: anonymous, priority: critical, queue: -1s}"), `line 4: lanes[2].queue: "-1s" is negative`},
+		{"lane budget with a plan's key", "lanes:\n  - {name: search, priority: normal, budget: {burst: 20, rate: 20, per: 1h, mode: shadow}}\n",
+			`line 2: lanes[0].budget: lane "search": a lane's budget has a burst, a rate and a per, nothing else`},
+		{"zero max_in_flight", "overload: {max_in_flight: 0}", "line 1: overload.max_in_flight: 0 is not allowed: the library would take its default"},
 		{"fractional max_in_flight", "overload: {max_in_flight: 6.5}", "line 1: overload.max_in_flight: 6.5 is not a whole number"},
-		{"max_in_flight too small for the lanes", "overload: {max_in_flight: 1}", "overload: overload: invalid config: MaxInFlight 1 leaves priority sheddable no slot"},
-		{"shed_at above 1", "overload: {shed_at: {normal: 1.2}}", "overload.shed_at.normal is 1.2; it must be above 0 and at most 1"},
-		{"shed_at zero", "overload: {shed_at: {sheddable: 0}}", "overload.shed_at.sheddable is 0"},
-		{"shed_at unknown priority", "overload: {shed_at: {urgent: 0.5}}", "overload.shed_at.urgent: unknown priority"},
-		{"shed_at critical below 1", "overload: {shed_at: {critical: 0.9}}", "overload.shed_at.critical is 0.9; critical may always use the whole capacity: 1"},
-		{"shed_at out of order", "overload: {shed_at: {normal: 0.95}}", "overload.shed_at.normal is 0.95, above overload.shed_at.high (0.9); a lower priority must be shed first"},
+		{"max_in_flight too small for the lanes", "overload: {max_in_flight: 1}", "line 1: overload: Overload: overload: invalid config: MaxInFlight 1 leaves priority sheddable no slot"},
+		{"shed_at above 1", "overload: {shed_at: {normal: 1.2}}", "line 1: overload: Overload: overload: invalid config: ShedAt[normal] 1.2 is not in (0, 1]"},
+		{"shed_at zero", "overload: {shed_at: {sheddable: 0}}", "ShedAt[sheddable] 0 is not in (0, 1]"},
+		{"shed_at unknown priority", "overload: {shed_at: {urgent: 0.5}}", `line 1: overload.shed_at.urgent: overload: invalid priority "urgent"`},
+		{"shed_at critical below 1", "overload: {shed_at: {critical: 0.9}}", "ShedAt[critical] 0.9: critical may always use the whole capacity (1)"},
+		{"shed_at out of order", "overload: {shed_at: {normal: 0.95}}", "ShedAt[normal] 0.95 is above ShedAt[high] 0.9: a lower priority must be shed first"},
 		{"shed_at not a number", "overload: {shed_at: {normal: lots}}", `overload.shed_at.normal: "lots" is not a number`},
 		{"adaptive not a bool", "overload: {adaptive: sometimes}", `overload.adaptive: "sometimes" is not true or false`},
-		{"negative concurrency", "concurrency: {per_principal: -1}", "concurrency.per_principal is -1; it must be between 0 and 65536"},
-		{"plan concurrency", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, concurrency: {per_principal: -2}}", "plans.anon.concurrency.per_principal is -2; it must be between 0 (no cap) and 65536"},
-		{"feature without a name", "degradation: [{at: 0.5}]", "degradation[0].name is empty"},
-		{"feature twice", "degradation: [{name: a, at: 0.5}, {name: a, at: 0.6}]", `degradation[1].name "a" is listed twice`},
-		{"feature at above 1", "degradation: [{name: a, at: 1.5}]", "degradation[0].at is 1.5; it must be above 0.1"},
-		{"feature at within the hysteresis", "degradation: [{name: a, at: 0.05}]", "degradation[0].at is 0.05"},
-		{"features out of order", "degradation: [{name: a, at: 0.8}, {name: b, at: 0.6}]", "degradation[1].at is 0.6, below degradation[0].at (0.8)"},
+		{"negative concurrency", "concurrency: {per_principal: -1}", "line 1: concurrency.per_principal: -1 is negative"},
+		{"plan concurrency", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, concurrency: {per_principal: -2}}", "line 2: plans.anon.concurrency.per_principal: -2 is negative"},
+		{"feature without a name", "degradation: [{at: 0.5}]", "Degradation[0] has no name"},
+		{"feature twice", "degradation: [{name: a, at: 0.5}, {name: a, at: 0.6}]", `Degradation[1]: feature "a" is listed twice`},
+		{"feature at above 1", "degradation: [{name: a, at: 1.5}]", `Degradation[0] "a": At 1.5 is not in (0, 1]`},
+		{"feature at within the hysteresis", "degradation: [{name: a, at: 0.05}]", `Degradation[0] "a": At 0.05 is not above Hysteresis 0.1`},
+		{"features out of order", "degradation: [{name: a, at: 0.8}, {name: b, at: 0.6}]", `Degradation[1] "b": At 0.6 is below the 0.8 of "a" before it`},
 		{"feature key", "degradation: [{name: a, when: 0.5}]", "line 1: degradation[0].when: unknown key; the keys here are name, at"},
-		{"bits zero", "challenge: {bits: 0}", "challenge.bits is 0; it must be between 1 and 32"},
-		{"bits too many", "challenge: {bits: 40}", "challenge.bits is 40"},
-		{"short secret", `challenge: {secret: "s3cret-short"}`, "challenge.secret is 12 bytes; it must be at least 32"},
+		{"bits zero", "challenge: {bits: 0}", "line 1: challenge.bits: 0 is not allowed: the library would take its default"},
+		{"bits too many", "challenge: {bits: 40}", "challenge: challenge: invalid config: Bits 40 is not between 1 and 32"},
+		{"short secret", `challenge: {secret: "s3cret-short"}`, "challenge: challenge: invalid config: Secret is 12 bytes, want at least 32"},
 		{"secret not a string", "challenge: {secret: [a]}", "line 1: challenge.secret: a list is not a string"},
-		{"negative demo_latency", "demo_latency: -5ms", "demo_latency is -5ms; it must not be negative"},
+		{"negative demo_latency", "demo_latency: -5ms", `line 1: demo_latency: "-5ms" is negative`},
 		{"demo_latency without unit", "demo_latency: 50", "line 1: demo_latency: 50 is not a duration"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig([]byte(tt.src))
+			err := startErr(t, tt.src)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
 			assert.NotContains(t, err.Error(), "s3cret", "the secret leaked into an error")
@@ -255,8 +256,8 @@ func gqlCall(t *testing.T, apiKey, query string) httpCall {
 func TestOverloadOverHTTP(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Overload.MaxInFlight = 4
-	cfg.Overload.ShedAt = map[string]float64{"sheddable": 0.5, "normal": 1, "high": 1}
-	cfg.Degradation = []featureConfig{{Name: "recommendations", At: 0.5}, {Name: "search", At: 0.75}}
+	cfg.Overload.ShedAt = map[overload.Priority]float64{overload.Sheddable: 0.5, overload.Normal: 1, overload.High: 1}
+	cfg.Degradation = []overload.Feature{{Name: "recommendations", At: 0.5}, {Name: "search", At: 0.75}}
 	cfg.Challenge = challengeConfig{Secret: testSecret, Bits: 8} // cheap work for a test
 	require.NoError(t, cfg.validate())
 
@@ -382,8 +383,10 @@ func TestLaneBudgetKey(t *testing.T) {
 	b := cfg.limiterConfig().Lanes[0].Budget
 	require.NotNil(t, b)
 	require.Equal(t, budget.Plan{Burst: 20, Rate: 20, Per: time.Hour}, *b)
-	_, err = parseConfig([]byte("lanes:\n  - {name: search, priority: normal, budget: {burst: 20, rate: 0, per: 1h}}\n"))
-	require.ErrorContains(t, err, "lanes[0].budget.rate is 0")
+	err = startErr(t, "lanes:\n  - {name: search, priority: normal, budget: {burst: 20, rate: 0, per: 1h}}\n")
+	require.ErrorContains(t, err, "lanes[0].budget.rate: 0 is not allowed")
+	err = startErr(t, "lanes:\n  - {name: search, priority: normal, budget: {burst: 20, per: 1h}}\n")
+	require.ErrorContains(t, err, "line 2: lanes[0].budget.rate: lane \"search\": budget burst (20), rate (0) and per (1h0m0s) must be positive")
 
 	ts := newTestServer(t, cfg, deps{})
 	for i := range 2 {

@@ -117,11 +117,11 @@ func TestServersSharingRedisNeverOverspend(t *testing.T) {
 			)
 			cfg := defaultConfig()
 			// Refill is 1 point a day: nothing comes back during the test.
-			cfg.Plans["free"] = planConfig{Burst: burst, Rate: 1, Per: 24 * time.Hour}
+			cfg.Plans["free"] = planConfig{Plan: budget.Plan{Burst: burst, Rate: 1, Per: 24 * time.Hour}}
 			// Exactness of the shared store is what is tested: a store call
 			// that times out on a loaded machine answers 503 rather than
 			// admitting through this process's fallback bucket.
-			cfg.FailureMode = string(budget.FailClosed)
+			cfg.FailureMode = budget.FailClosed
 			prefix := fmt.Sprintf("overspend-%s-%d", name, time.Now().UnixNano())
 
 			var urls []string
@@ -217,7 +217,7 @@ func TestStoreDown(t *testing.T) {
 			st, err := redisstore.New(rs.Client(t), redisstore.Config{})
 			require.NoError(t, err)
 			cfg := defaultConfig()
-			cfg.FailureMode = mode
+			cfg.FailureMode = budget.FailureMode(mode)
 			logs := &syncBuffer{}
 			ts := newTestServer(t, cfg, deps{store: st, logger: slog.New(slog.NewTextHandler(logs, nil))})
 			// The process hears of alice from the store first: the fail-open

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
@@ -81,7 +82,7 @@ func TestRefundsAreExactUnderConcurrency(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := defaultConfig()
 			// A refill so slow it adds nothing during the test.
-			cfg.Plans["free"] = planConfig{Burst: 100_000, Rate: 1, Per: 24 * time.Hour}
+			cfg.Plans["free"] = planConfig{Plan: budget.Plan{Burst: 100_000, Rate: 1, Per: 24 * time.Hour}}
 			ts := newTestServer(t, cfg, deps{store: open(t)})
 			srv := httptest.NewServer(ts.h)
 			t.Cleanup(srv.Close)

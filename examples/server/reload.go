@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+
+	"github.com/costguard/costguard/overload"
 )
 
 // watchReloads reloads the configuration file at path each time reload
@@ -53,7 +55,7 @@ func (s *server) reload(path string) error {
 			s.log.Info("server: configuration reloaded", "file", path)
 			return nil
 		}
-		err = refusedConfig{file: path, err: err}
+		err = refusedConfig{file: path, doc: next.doc, err: err}
 	}
 	// err names the file and the key path, and the line of a mistake of shape.
 	s.log.Warn("server: reload refused; the running configuration stays", "file", path, "err", err)
@@ -73,7 +75,7 @@ func (s *server) apply(next config) error {
 			}
 		}
 	}
-	before, after := s.cfg.GraphQL.MaxTokens, next.GraphQL.MaxTokens
+	before, after := s.cfg.GraphQL.maxTokens(), next.GraphQL.maxTokens()
 	old := s.gql.get()
 	if after > before {
 		s.gql.set(s.graphQL(next))
@@ -110,7 +112,7 @@ func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "breaker.failures", &c.Breaker.Failures, running.Breaker.Failures)
 	keep(&changed, "breaker.cool_down", &c.Breaker.CoolDown, running.Breaker.CoolDown)
 	keep(&changed, "overload.max_in_flight", &c.Overload.MaxInFlight, running.Overload.MaxInFlight)
-	keepFunc(&changed, "overload.shed_at", &c.Overload.ShedAt, running.Overload.ShedAt, maps.Equal)
+	keepFunc(&changed, "overload.shed_at", &c.Overload.ShedAt, running.Overload.ShedAt, sameShedAt)
 	keep(&changed, "overload.adaptive", &c.Overload.Adaptive, running.Overload.Adaptive)
 	keep(&changed, "overload.max_queue", &c.Overload.MaxQueue, running.Overload.MaxQueue)
 	keepFunc(&changed, "degradation", &c.Degradation, running.Degradation, slices.Equal)
@@ -118,6 +120,17 @@ func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "challenge.bits", &c.Challenge.Bits, running.Challenge.Bits)
 	keep(&changed, "demo_latency", &c.DemoLatency, running.DemoLatency)
 	return changed
+}
+
+// sameShedAt reports whether a and b shed alike: a priority either leaves
+// out has its default.
+func sameShedAt(a, b map[overload.Priority]float64) bool {
+	withDefaults := func(m map[overload.Priority]float64) map[overload.Priority]float64 {
+		d := overload.DefaultShedAt()
+		maps.Copy(d, m)
+		return d
+	}
+	return maps.Equal(withDefaults(a), withDefaults(b))
 }
 
 // keepFunc is keep for values == cannot compare.

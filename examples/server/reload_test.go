@@ -20,9 +20,12 @@ import (
 
 	"github.com/99designs/gqlgen/graphql/errcode"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/overload"
 )
 
 // The log lines a reload ends with, one or the other.
@@ -375,8 +378,8 @@ func TestReloadModes(t *testing.T) {
 	srv := s.h.(*server)
 	writeConfig(t, path, "mode: shadow\nplans:\n  anon: {burst: 500, rate: 500, per: 1h, mode: enforce}\n")
 	require.NoError(t, srv.reload(path))
-	assert.Equal(t, modeName("shadow"), srv.cfg.Mode)
-	assert.Equal(t, modeName("enforce"), srv.cfg.Plans["anon"].Mode)
+	assert.Equal(t, budget.Shadow, srv.cfg.Mode)
+	assert.Equal(t, budget.Enforce, srv.cfg.Plans["anon"].Mode)
 }
 
 // Every key keepRestartKeys holds is named when it changes, its running
@@ -390,11 +393,11 @@ func TestKeepRestartKeys(t *testing.T) {
 	next.GraphQL.QueryCacheEntries = 7
 	next.GraphQL.QueryCacheBytes = 7 << 20
 	next.OverLimitCache = "off"
-	next.SplitBudget = splitBudgetConfig{LeaseFraction: 0.5, SettleInterval: time.Second}
+	next.SplitBudget = middleware.SplitBudgetOptions{LeaseFraction: 0.5, SettleInterval: time.Second}
 	next.RetryAfterJitter = 0.5
-	next.Breaker = breakerConfig{Failures: 9, CoolDown: time.Minute}
+	next.Breaker = breaker.Config{Failures: 9, CoolDown: time.Minute}
 	next.Overload.MaxInFlight = 8
-	next.Overload.ShedAt["sheddable"] = 0.25
+	next.Overload.ShedAt = map[overload.Priority]float64{overload.Sheddable: 0.25}
 	next.Overload.Adaptive = true
 	next.Degradation = next.Degradation[:1]
 	next.Challenge = challengeConfig{Secret: testSecret, Bits: 20}

@@ -254,7 +254,7 @@ func TestRunRefusesToStart(t *testing.T) {
 		{"duration without unit", "", []string{"-config", seconds}, errConfig, "invalid configuration: " + seconds +
 			": line 2: plans.anon.per: 3600 is not a duration; write a Go duration with a unit, such as 1h or 90s"},
 		{"route dearer than a burst", "", []string{"-config", badRoute}, errConfig,
-			"invalid configuration: " + badRoute + `: REST route "GET /api/search" costs 100000`},
+			"invalid configuration: " + badRoute + `: line 1: rest.routes["GET /api/search"]: REST route "GET /api/search" costs 100000`},
 		{"both stores", "", []string{"-redis", "redis://127.0.0.1:1", "-redis-cluster", "127.0.0.1:2"}, errUsage, "exclude each other"},
 		{"bad redis URL", "", []string{"-redis", "http://127.0.0.1:1"}, errUsage, "-redis:"},
 		{"bad REDIS_URL", "mongodb://127.0.0.1:1", nil, errUsage, "$REDIS_URL: redis: invalid URL scheme: mongodb"},

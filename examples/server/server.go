@@ -4,6 +4,7 @@ import (
 	"context"
 	cryptorand "crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -20,7 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.yaml.in/yaml/v3"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/graph/model"
@@ -115,7 +118,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	}
 	mcfg := s.limiterConfig(cfg)
 	if s.lim, err = middleware.New(mcfg); err != nil {
-		return nil, nil, refusedConfig{file: cfg.file, err: err}
+		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
 	}
 	// The shedder's count, and its high-water mark, which sampling the
 	// count between two scrapes would miss.
@@ -129,13 +132,13 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 			Help: "The most requests admitted by the load shedder at once since the server started.",
 		}, func() float64 { _, peak := s.lim.InFlight(); return float64(peak) }),
 	)
-	if s.cache, err = querycache.New(int(cfg.GraphQL.QueryCacheEntries), int64(cfg.GraphQL.QueryCacheBytes)); err != nil {
+	if s.cache, err = querycache.New(cfg.GraphQL.QueryCacheEntries, cfg.GraphQL.QueryCacheBytes); err != nil {
 		s.lim.Close()
-		return nil, nil, refusedConfig{file: cfg.file, err: err}
+		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
 	}
 	if err := s.lim.CheckSchema(s.res.Schema().Schema()); err != nil { // field limits name fields of the schema
 		s.lim.Close()
-		return nil, nil, refusedConfig{file: cfg.file, err: err}
+		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
 	}
 	s.gql.set(s.graphQL(cfg))
 
@@ -213,9 +216,9 @@ func newChallenger(cfg challengeConfig, log *slog.Logger) (*challenge.PoW, error
 		log.Info("server: challenge.secret is unset, so a random one was drawn: challenge tokens verify only in this process; " +
 			"give every process the same challenge.secret to share them")
 	}
-	pow, err := challenge.NewPoW(challenge.Config{Secret: key, Bits: int(cfg.Bits)})
+	pow, err := challenge.NewPoW(challenge.Config{Secret: key, Bits: cfg.Bits})
 	if err != nil {
-		// validate checked both keys; this is the backstop.
+		// config.validate checked both keys; this is the backstop.
 		return nil, fmt.Errorf("%w: challenge: %w", errConfig, err)
 	}
 	return pow, nil
@@ -240,7 +243,7 @@ func (s *server) graphQL(cfg config) http.Handler {
 	gql.SetQueryCache(s.cache)                  // bounded by bytes too: documents can be a megabyte each
 	// The Extension refuses longer documents before gqlgen parses them; the
 	// parser's own limit is the same bound, should a transport skip it.
-	gql.SetParserTokenLimit(int(cfg.GraphQL.MaxTokens))
+	gql.SetParserTokenLimit(cfg.GraphQL.maxTokens())
 	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
 	return streamsOutliveWriteTimeout(s.lim.Handler(gql))
 }
@@ -259,16 +262,29 @@ func streamsOutliveWriteTimeout(h http.Handler) http.Handler {
 }
 
 // refusedConfig is a configuration the middleware refused. It reads
-// "invalid configuration: FILE: what is wrong", without the middleware's
-// own "middleware: invalid config:" prefix, and wraps both errConfig and
-// the middleware's error.
+// "invalid configuration: FILE: line N: KEY: what is wrong", without the
+// library's own "middleware: invalid config:" prefix, and wraps both
+// errConfig and the middleware's error. The key path and its line are
+// those of the budget.ConfigError in err, when there is one; the line is
+// found in doc, the file's YAML.
 type refusedConfig struct {
-	file string // "" when the configuration came from no file
+	file string     // "" when the configuration came from no file
+	doc  *yaml.Node // the file's document; nil without one
 	err  error
 }
 
 func (e refusedConfig) Error() string {
-	msg := strings.TrimPrefix(e.err.Error(), middleware.ErrInvalidConfig.Error()+": ")
+	msg := e.err.Error()
+	for _, prefix := range []error{middleware.ErrInvalidConfig, budget.ErrInvalidConfig} {
+		msg = strings.TrimPrefix(msg, prefix.Error()+": ")
+	}
+	if ce := (*budget.ConfigError)(nil); errors.As(e.err, &ce) && len(ce.Path) > 0 {
+		key, line := locate(e.doc, ce.Path)
+		msg = key + ": " + msg
+		if line > 0 {
+			msg = fmt.Sprintf("line %d: %s", line, msg)
+		}
+	}
 	if e.file != "" {
 		msg = e.file + ": " + msg
 	}

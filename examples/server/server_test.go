@@ -279,7 +279,7 @@ func TestQueryPrices(t *testing.T) {
 // bucket, in both directions.
 func TestRESTAndGraphQLShareABudget(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.Plans["free"] = planConfig{Burst: 30, Rate: 30, Per: time.Hour}
+	cfg.Plans["free"] = planConfig{Plan: budget.Plan{Burst: 30, Rate: 30, Per: time.Hour}}
 	ts := newTestServer(t, cfg, deps{})
 
 	w := ts.do(alice, http.MethodGet, "/api/search?q=octo", nil)
@@ -320,7 +320,7 @@ func TestRESTAndGraphQLShareABudget(t *testing.T) {
 // A mutation refused for its cost runs no resolver and changes nothing.
 func TestRejectedMutationChangesNothing(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.Plans["anon"] = planConfig{Burst: 12, Rate: 1, Per: time.Hour}
+	cfg.Plans["anon"] = planConfig{Plan: budget.Plan{Burst: 12, Rate: 1, Per: time.Hour}}
 	ts := newTestServer(t, cfg, deps{})
 	const mutation = `mutation { createIssue(repo: "hello-world", title: "From a test") { id title } }`
 	issues := func() int {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestShadowModeOverHTTP(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Mode = "shadow"
-	cfg.Plans["anon"] = planConfig{Burst: 20, Rate: 20, Per: cfg.Plans["anon"].Per}
+	cfg.Plans["anon"] = planConfig{Plan: budget.Plan{Burst: 20, Rate: 20, Per: cfg.Plans["anon"].Per}}
 	ts := newTestServer(t, cfg, deps{})
 	srv := httptest.NewServer(ts.h)
 	t.Cleanup(srv.Close)

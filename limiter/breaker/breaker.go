@@ -35,10 +35,10 @@ var ErrInvalidConfig = errors.New("breaker: invalid config")
 type Config struct {
 	// Failures is how many store failures or timeouts in a row open the
 	// breaker. Default DefaultFailures (5).
-	Failures int
+	Failures int `yaml:"failures"`
 	// CoolDown is how long the breaker stays open before it lets one probe
 	// through. Default DefaultCoolDown (1 s).
-	CoolDown time.Duration
+	CoolDown time.Duration `yaml:"cool_down"`
 }
 
 // State is where a Breaker stands. Its names are stable (metrics, logs).
