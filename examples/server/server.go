@@ -65,6 +65,10 @@ type deps struct {
 	// keys resolves the API keys the configuration file does not have
 	// (-keys-postgres); nil: the file's only.
 	keys identity.KeyLookup
+	// storeTimeout bounds each store call; 0: the library's default. Tests
+	// of exactness on a loaded machine raise it, so that a slow refund is
+	// not counted as a store failure.
+	storeTimeout time.Duration
 }
 
 // server is the example API, an http.Handler, and what a reload swaps in
@@ -188,6 +192,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 func (s *server) limiterConfig(cfg config) middleware.Config {
 	mcfg := cfg.limiterConfig()
 	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
+	mcfg.StoreTimeout = s.d.storeTimeout
 	mcfg.Observer = s.metrics
 	if s.d.keys != nil {
 		mcfg.APIKeys = fileThenDatabase{file: mcfg.APIKeys, db: s.d.keys}
