@@ -774,19 +774,24 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 		r.Method = http.MethodGet
 		return e.socketState(ctx, &connState{r: r}, opCtx)
 	}
-	set := e.l.current()
-	id, p, err := set.identify(r)
+	st, err := e.l.current().newState(r)
 	if err != nil {
-		if errors.Is(err, identity.ErrUnknownAPIKey) {
-			return nil, codedError(CodeUnknownAPIKey, 0, "unknown API key")
-		}
-		e.l.log.ErrorContext(ctx, "middleware: cannot identify the operation", "err", err)
-		ra := e.l.engine.RetryAfter(budget.UnavailableRetryAfter)
-		return nil, codedError(budget.CodeRateLimiterUnavailable, ra, "rate limiter unavailable; retry in %s", inSeconds(ra))
+		return nil, e.identifyError(ctx, err)
 	}
-	st := &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r)}
 	opCtx.Stats.SetExtension(statsKey, st)
 	return st, nil
+}
+
+// newState identifies r under set and starts its requestState: the one
+// place every install path (the wrapper, a WebSocket operation, the
+// Extension alone) begins a request, before the same hooks price it and
+// the same engine decides it.
+func (set *settings) newState(r *http.Request) (*requestState, error) {
+	id, p, err := set.identify(r)
+	if err != nil {
+		return nil, err
+	}
+	return &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r)}, nil
 }
 
 // GraphQL wraps a gqlgen handler (whose server uses this Limiter's
@@ -812,7 +817,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		set := l.current()
-		id, p, err := set.identify(r)
+		st, err := set.newState(r)
 		if err != nil {
 			l.graphQLIdentifyFailed(w, r, err)
 			return
@@ -821,8 +826,8 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.serveSocket(w, r, h) // each operation on it is decided alone
 			return
 		}
-		st := &requestState{set: set, id: id, plan: p, get: r.Method == http.MethodGet, wrapped: true, addr: set.clientAddr(r)}
-		if l.shedAtTheDoor(r, set, id) {
+		st.get, st.wrapped = r.Method == http.MethodGet, true
+		if l.shedAtTheDoor(r, set, st.id) {
 			l.shedBeforeReading(w, r, st)
 			return
 		}

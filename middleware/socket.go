@@ -67,13 +67,11 @@ func (l *Limiter) serveSocket(w http.ResponseWriter, r *http.Request, h http.Han
 // context: a principal the application's InitFunc put there
 // (WithPrincipal) is seen as on any request.
 func (e *Extension) socketState(ctx context.Context, cs *connState, opCtx *graphql.OperationContext) (*requestState, *gqlerror.Error) {
-	set := e.l.current()
-	r := cs.r.WithContext(ctx)
-	id, p, err := set.identify(r)
+	st, err := e.l.current().newState(cs.r.WithContext(ctx))
 	if err != nil {
 		return nil, e.identifyError(ctx, err)
 	}
-	st := &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r), conn: cs}
+	st.conn = cs
 	opCtx.Stats.SetExtension(statsKey, st)
 	return st, nil
 }
