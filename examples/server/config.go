@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -308,6 +311,14 @@ func (c config) validate() error {
 			return fmt.Errorf("%s.principal is empty; every API key needs one", mapPath("api_keys", key))
 		}
 	}
+	// Checked here, not left to the library, so that the message names
+	// the key (by its hash) whose plan is missing.
+	for _, key := range slices.Sorted(maps.Keys(c.APIKeys)) {
+		if plan := c.APIKeys[key].Plan; !hasPlan(c.Plans, plan) {
+			return fmt.Errorf("%s.plan is %q; it must be one of the plans (%s)", mapPath("api_keys", key), plan,
+				strings.Join(slices.Sorted(maps.Keys(c.Plans)), ", "))
+		}
+	}
 	// The secret is checked now even when no lane asks for a challenge
 	// yet: a reload may add one. Unset, one is drawn at start.
 	key := []byte(c.Challenge.Secret)
@@ -318,6 +329,12 @@ func (c config) validate() error {
 		return fmt.Errorf("challenge: %w", err)
 	}
 	return nil
+}
+
+// hasPlan reports whether plans has one named name.
+func hasPlan(plans map[string]planConfig, name string) bool {
+	_, ok := plans[name]
+	return ok
 }
 
 // needsChallenger reports whether some lane asks for the PoW challenge.
