@@ -343,20 +343,38 @@ func (e *Engine) spendIn(ctx context.Context, key string, r, ln *Rule, cost int6
 	if o.Verdict != Admitted || ln == nil {
 		return o
 	}
-	lo := e.spend(ctx, key, ln, cost)
-	addLane(&o.Trace, lo.Trace)
-	if lo.Verdict == Admitted {
-		o.LaneCharged, o.LaneTrace = cost, lo.Trace
+	lo, paid := e.payLane(ctx, key, ln, cost, &o)
+	if paid {
 		return o
 	}
 	if d, ok := e.refund(ctx, r, o.Trace, cost); ok {
 		o.Decision = d
 	}
+	refusedByLane(&o, lo, ln)
+	return o
+}
+
+// payLane debits cost from key's bucket of lane budget ln, once the plan's
+// budgets admitted o, and records it in o; it reports whether the lane
+// paid, and its outcome. On a refusal the caller gives the plan's debits
+// back, then refusedByLane.
+func (e *Engine) payLane(ctx context.Context, key string, ln *Rule, cost int64, o *Outcome) (Outcome, bool) {
+	lo := e.spend(ctx, key, ln, cost)
+	addLane(&o.Trace, lo.Trace)
+	if lo.Verdict != Admitted {
+		return lo, false
+	}
+	o.LaneCharged, o.LaneTrace = cost, lo.Trace
+	return lo, true
+}
+
+// refusedByLane makes o, whose plan's debits were given back, the lane's
+// refusal lo: its verdict and Retry-After, nothing charged.
+func refusedByLane(o *Outcome, lo Outcome, ln *Rule) {
 	o.Verdict, o.RetryAfter, o.Charged, o.ByLane = lo.Verdict, lo.RetryAfter, 0, ln
 	if lo.Verdict == OverBudget {
 		o.Known = false // the caller charges InvalidCost and reports that decision
 	}
-	return o
 }
 
 // take is Store.Take through the store's guard (the timeout, the breaker

@@ -111,10 +111,8 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 	if ln == nil {
 		return o
 	}
-	lo := e.spend(ctx, key, ln, cost)
-	addLane(&o.Trace, lo.Trace)
-	if lo.Verdict == Admitted {
-		o.LaneCharged, o.LaneTrace = cost, lo.Trace
+	lo, paid := e.payLane(ctx, key, ln, cost, &o)
+	if paid {
 		return o
 	}
 	if after, ok := e.giveBack(ctx, r, o.groups); ok {
@@ -125,10 +123,7 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 		}
 	}
 	o.groups = nil
-	o.Verdict, o.RetryAfter, o.Charged, o.ByLane = lo.Verdict, lo.RetryAfter, 0, ln
-	if lo.Verdict == OverBudget {
-		o.Known = false
-	}
+	refusedByLane(&o, lo, ln)
 	return o
 }
 
