@@ -177,6 +177,12 @@ func (r *Rule) call() guard.Call {
 // from the lane's budget, and applies shadow mode.
 func (e *Engine) Charge(ctx context.Context, req Request) Outcome {
 	o := e.spendAll(ctx, req)
+	if req.Rule.Unlimited && o.Verdict.refusedForBudget() {
+		// Run unpaid: nothing was debited, and the decisions read stay as
+		// they are for the headers.
+		o.Verdict, o.RetryAfter, o.Never, o.ByLimit, o.ByLane = Admitted, 0, false, nil, nil
+		return o
+	}
 	if req.ChargeInvalidIfNever && (o.Verdict == OverBudget || o.Never) {
 		// It can never run: it pays InvalidCost, as a static cap would.
 		if paid := e.chargeInvalid(ctx, req.Key, req.Rule); paid.Verdict == CapExceeded {
@@ -207,7 +213,7 @@ func (e *Engine) ChargeInvalid(ctx context.Context, key string, r *Rule, paid Ve
 	if shadowable && e.shadow(ctx, r, &o) {
 		return o
 	}
-	if o.Verdict == RateLimited && r.shadow {
+	if (o.Verdict == RateLimited && r.shadow) || (o.Verdict.refusedForBudget() && r.Unlimited) {
 		o.Verdict, o.RetryAfter = paid, 0 // refused all the same, by its own reason
 	}
 	return o

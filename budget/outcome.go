@@ -85,6 +85,17 @@ var answers = [...]Answer{
 // Answer is what a client is told of v.
 func (v Verdict) Answer() Answer { return answers[v] }
 
+// refusedForBudget reports whether v refuses a request because one of its
+// budgets cannot pay for it (not a cap, a store failure or load): what an
+// Unlimited plan lets through.
+func (v Verdict) refusedForBudget() bool {
+	switch v {
+	case RateLimited, OverBudget, QuotaExceeded, FieldLimited:
+		return true
+	}
+	return false
+}
+
 // Class is a verdict as reported (a decision event's outcome, the outcome
 // label of costguard_decisions_total), relied on by dashboards: new values
 // may be added, none renamed.

@@ -82,6 +82,14 @@ type Plan struct {
 	// part (requested − actual) is given back before the response is
 	// written (docs/middleware.md, "Actual cost and refunds").
 	DisableRefund bool `yaml:"-"`
+	// Unlimited never refuses this plan's requests for budget: trusted
+	// internal callers. They are priced, debited and reported as on any
+	// plan (headers, extensions.cost, events), and a request its budgets
+	// cannot pay (the bucket, the quota, a field limit or a lane budget is
+	// short, or the cost is above the burst) runs anyway, unpaid: nothing is
+	// debited for it and the headers show the budgets as they are. Static
+	// caps (depth, breadth, MaxCost, …) still refuse, and pay InvalidCost.
+	Unlimited bool `yaml:"unlimited"`
 }
 
 // Quota is a plan's second budget: Limit points per fixed window of Per,

@@ -54,13 +54,13 @@ func stateOf(ctx context.Context) (*requestState, bool) {
 // peek), records the price and reports true; the caller then admits the
 // operation, whose hooks answer it without running anything else. It
 // reports false for any other operation, and for one whose price is above
-// the plan's burst, which is refused (and pays InvalidCost) as if it were
-// to run.
+// the plan's burst (unless the plan is Unlimited), which is refused (and
+// pays InvalidCost) as if it were to run.
 func (e *Extension) priceOnly(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64) bool {
 	if st.ask.mode != modeValidate && !st.ask.dryRun { // decided with the lane
 		return false
 	}
-	if cost > st.plan.Burst {
+	if cost > st.plan.Burst && !st.plan.Unlimited {
 		return false
 	}
 	o := e.l.engine.Peek(ctx, budget.Request{Key: st.id.Key, Rule: st.plan.Rule})

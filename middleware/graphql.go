@@ -836,7 +836,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			return
 		}
 		if boundary, ok := isMultipart(r); ok {
-			if o := l.engine.Peek(r.Context(), budget.Request{Key: st.id.Key, Rule: st.plan.Rule}); o.Known && o.Decision.Remaining < st.set.gql.MinCost {
+			if o := l.engine.Peek(r.Context(), budget.Request{Key: st.id.Key, Rule: st.plan.Rule}); o.Known && o.Decision.Remaining < st.set.gql.MinCost && !st.plan.Unlimited {
 				// An upload its budget cannot pay is refused before up to
 				// MaxUploadBytes of it are read (it pays InvalidCost, or
 				// gets the 429 when even that is not there).

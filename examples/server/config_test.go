@@ -160,6 +160,20 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 // The top-level mode applies to every plan that names none; a plan's own
 // mode overrides it. The middleware resolves the inheritance; the file
 // maps each key onto its field.
+// plans.<name>.unlimited reaches the library's plan; unset, a plan is
+// limited.
+func TestUnlimitedMapsOntoMiddleware(t *testing.T) {
+	cfg, err := parseConfig([]byte(`
+plans:
+  anon: {burst: 10, rate: 10, per: 1m}
+  internal: {burst: 100, rate: 100, per: 1m, unlimited: true}
+`))
+	require.NoError(t, err)
+	m := cfg.limiterConfig()
+	assert.True(t, m.Plans["internal"].Unlimited)
+	assert.False(t, m.Plans["anon"].Unlimited)
+}
+
 func TestModesMapOntoMiddleware(t *testing.T) {
 	cfg, err := parseConfig([]byte(`
 mode: shadow
@@ -338,7 +352,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", "plan: {}", "line 1: plan: unknown key; the keys here are plans, api_keys, anonymous_plan, trusted_proxies,"},
 		{"unknown nested key", "graphql: {max_dept: 3}", "line 1: graphql.max_dept: unknown key; the keys here are max_depth,"},
-		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, quota, introspection, refund_unused, cost_report, concurrency"},
+		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, quota, unlimited, introspection, refund_unused, cost_report, concurrency"},
 		{"unknown API key field", "api_keys: {s3cret-key: {principal: p, plna: free}}", "api_keys[SHA-256 " + identity.HashAPIKey("s3cret-key") + "].plna: unknown key"},
 		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", "line 1: plans.free.burst: 1.5 is not a whole number"},
 		{"string count", "graphql: {max_depth: ten}", `graphql.max_depth: "ten" is not a whole number`},
