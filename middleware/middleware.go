@@ -19,6 +19,7 @@ import (
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
+	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/overload"
 )
@@ -441,6 +442,9 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkStoreOptions(cfg); err != nil {
+		return nil, err
+	}
 	if l.stores, err = l.buildStores(cfg, st); err != nil {
 		return nil, err
 	}
@@ -457,6 +461,21 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l.settings.Store(st)
 	return l, nil
+}
+
+// checkStoreOptions runs the checks of the stack's options (package
+// limiter/stack runs them again) with the key of each, so that a mistake in
+// them is named as a configuration file spells it.
+func checkStoreOptions(cfg Config) error {
+	if err := (splitbudget.Config{LeaseFraction: cfg.SplitBudget.LeaseFraction, SettleInterval: cfg.SplitBudget.SettleInterval}).Validate(); err != nil {
+		return keyed(fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err), "split_budget")
+	}
+	if cfg.Breaker.Failures != None {
+		if _, err := breaker.New(cfg.Breaker); err != nil {
+			return keyed(fmt.Errorf("%w: Breaker: %w", ErrInvalidConfig, err), "breaker")
+		}
+	}
+	return nil
 }
 
 // Close stops the background repayment of what the fail-open fallback

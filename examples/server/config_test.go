@@ -375,7 +375,7 @@ func TestParseErrors(t *testing.T) {
 		{"zero mutation_cost", "graphql: {mutation_cost: 0}", "line 1: graphql.mutation_cost: 0 is not allowed: the library would take its default"},
 		{"bad over_limit_cache", "over_limit_cache: sometimes", `line 1: over_limit_cache: "sometimes" is not "auto", "on" or "off"`},
 		{"zero lease_fraction", "split_budget: {lease_fraction: 0}", "line 1: split_budget.lease_fraction: 0 is not allowed: the library would take its default"},
-		{"lease_fraction above 1", "split_budget: {lease_fraction: 1.5}", "stack: invalid config: SplitBudget: splitbudget: invalid config: LeaseFraction 1.5 is not in (0, 1]"},
+		{"lease_fraction above 1", "split_budget: {lease_fraction: 1.5}", "line 1: split_budget: SplitBudget: splitbudget: invalid config: LeaseFraction 1.5 is not in (0, 1]"},
 		{"zero settle_interval", "split_budget: {settle_interval: 0s}", "line 1: split_budget.settle_interval: 0s is not allowed"},
 		{"zero default_list_size", "graphql: {default_list_size: 0}", "line 1: graphql.default_list_size: 0 is not allowed: the library would take its default"},
 		{"zero max_nodes", "graphql: {max_nodes: 0}", "line 1: graphql.max_nodes: 0 is not allowed: the library would take its default"},
