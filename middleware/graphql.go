@@ -619,9 +619,12 @@ func pricedError(code string, cost, retryAfter int64, format string, args ...any
 // price and the decision (set by the Extension), read by the response
 // interceptor and the wrapper's writer.
 type requestState struct {
-	set  *settings // the configuration the request started under
-	id   identity.Identity
-	plan *plan
+	// invalidOnce charges InvalidCost to a request gqlgen refused before
+	// the Extension priced it (settle).
+	invalidOnce sync.Once
+	set         *settings // the configuration the request started under
+	id          identity.Identity
+	plan        *plan
 	// get: the request came by GET, whose transport refuses mutations
 	// after the Extension has run.
 	get bool
@@ -739,12 +742,27 @@ func (s *requestState) current() (o budget.Outcome, decided bool) {
 // validation error): it pays InvalidCost now, and charged says so.
 func (s *requestState) settle(ctx context.Context, l *Limiter) (o budget.Outcome, cost int64, charged bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.decided {
-		// gqlgen chose the status, and refuses it all the same.
-		s.outcome, s.decided, charged = l.engine.ChargeInvalid(ctx, s.id.Key, s.plan.Rule, budget.Invalid, false), true, true
-		s.code = s.outcome.Verdict.Answer().Code
+	decided := s.decided
+	s.mu.Unlock()
+	if !decided {
+		// gqlgen chose the status, and refuses it all the same. Once, and
+		// with no lock held across the store call.
+		s.invalidOnce.Do(func() {
+			s.mu.Lock()
+			decided := s.decided
+			s.mu.Unlock()
+			if decided {
+				return
+			}
+			paid := l.engine.ChargeInvalid(ctx, s.id.Key, s.plan.Rule, budget.Invalid, false)
+			s.mu.Lock()
+			s.outcome, s.decided, s.code = paid, true, paid.Verdict.Answer().Code
+			s.mu.Unlock()
+			charged = true
+		})
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.outcome, s.cost, charged
 }
 
