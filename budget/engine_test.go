@@ -3,7 +3,6 @@ package budget_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -36,20 +35,7 @@ func newFixture(t *testing.T, cfg budget.Config, store func(*memorystore.Store) 
 	if store != nil {
 		s = store(mem)
 	}
-	pol, err := budget.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := stack.New(stack.Config{Store: s, OverflowKeys: 64, Clock: clock, StoreTimeout: time.Second, NoBreaker: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	eng, err := budget.NewEngine(st, pol, budget.WithClock(clock), budget.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{eng: eng, mem: mem, clock: clock}
+	return &fixture{eng: newEngine(t, cfg, s, clock), mem: mem, clock: clock}
 }
 
 func (f *fixture) rule(t *testing.T, name string) *budget.Rule {

@@ -111,14 +111,16 @@ func TestUnlimitedPlan(t *testing.T) {
 	}
 }
 
-// newEngine is an Engine on store, deciding by cfg.
+// newEngine is an Engine on store, deciding by cfg, with the stack's
+// defaults but no breaker and a store timeout long enough for a loaded
+// machine.
 func newEngine(t *testing.T, cfg budget.Config, store limiter.Store, clock limiter.Clock) *budget.Engine {
 	t.Helper()
 	pol, err := budget.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := stack.New(stack.Config{Store: store, OverflowKeys: 64, Clock: clock, StoreTimeout: 5 * time.Second, NoBreaker: true, OverLimitCache: stack.OverLimitCacheOff})
+	st, err := stack.New(stack.Config{Store: store, OverflowKeys: 64, Clock: clock, StoreTimeout: 5 * time.Second, NoBreaker: true})
 	if err != nil {
 		t.Fatal(err)
 	}
