@@ -328,6 +328,26 @@ func (c *Cache) LookupAPIKey(ctx context.Context, apiKey string) (principal, pla
 	}
 }
 
+// Forget makes the cache ask the backing lookup about apiKey on its next
+// request, instead of answering from memory until the TTL: a key revoked,
+// or one issued after the cache found it unknown, takes effect at once. A
+// known key stays counted as seen, so that its next lookup needs no token
+// of the budget of unseen keys. A lookup of the key already in flight
+// still records what it finds. A key the cache does not hold is ignored.
+func (c *Cache) Forget(apiKey string) {
+	h := sha256.Sum256([]byte(apiKey))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch e := c.entries[h]; {
+	case e == nil:
+	case e.unknown:
+		c.unknown.remove(e)
+		delete(c.entries, h)
+	default:
+		e.expires = 0 // expired: looked up again, as seen
+	}
+}
+
 // lookup asks the backing lookup about the key whose hash is h, records
 // the answer and hands it to the flight's waiters.
 func (c *Cache) lookup(ctx context.Context, apiKey string, h [sha256.Size]byte, f *flight, seen bool) (string, string, error) {

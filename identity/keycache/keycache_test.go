@@ -606,3 +606,43 @@ func TestLookupPanics(t *testing.T) {
 		t.Fatalf("after the panic: %q, %v; want alice", got, err)
 	}
 }
+
+// Forget makes the next request ask the backing lookup: a revoked key is
+// refused at once, and a key issued after the cache found it unknown is
+// granted at once; a forgotten known key needs no token of the budget of
+// unseen keys, even while a flood has spent it.
+func TestForget(t *testing.T) {
+	ctx := context.Background()
+	clock, f := &fakeClock{}, newFake()
+	c, err := keycache.New(f, keycache.WithClock(clock), keycache.WithLookupBudget(1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.LookupAPIKey(ctx, "alice-key"); err != nil {
+		t.Fatal(err)
+	}
+	flood(t, c, clock, 0, 10, 0) // the budget of unseen keys is spent
+	f.set("alice-key", nil)      // revoked
+	if p, _, err := c.LookupAPIKey(ctx, "alice-key"); err != nil || p != "alice" {
+		t.Fatalf("before Forget: %q, %v; want the cached grant", p, err)
+	}
+	c.Forget("alice-key")
+	if _, _, err := c.LookupAPIKey(ctx, "alice-key"); !errors.Is(err, identity.ErrUnknownAPIKey) || errors.Is(err, keycache.ErrNotLookedUp) {
+		t.Fatalf("after Forget: %v; want unknown, looked up", err)
+	}
+
+	clock.Advance(time.Second) // a token for the next unseen key
+	if _, _, err := c.LookupAPIKey(ctx, "carol-key"); !errors.Is(err, identity.ErrUnknownAPIKey) {
+		t.Fatal(err)
+	}
+	f.set("carol-key", &identity.APIKey{Principal: "carol", Plan: "pro"}) // issued
+	c.Forget("carol-key")
+	clock.Advance(time.Second)
+	if p, _, err := c.LookupAPIKey(ctx, "carol-key"); err != nil || p != "carol" {
+		t.Fatalf("a key issued after the cache found it unknown, forgotten: %q, %v", p, err)
+	}
+	c.Forget("never-seen") // nothing held: nothing happens
+	if s := c.Stats(); s.Known != 1 || s.Unknown != 2 || s.NotLookedUp != 9 {
+		t.Fatalf("stats %+v: want carol known; alice and the one flood key looked up unknown; 9 not looked up", s)
+	}
+}
