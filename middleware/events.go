@@ -102,6 +102,12 @@ type Event struct {
 	// when Known.
 	Remaining int64
 	Known     bool
+	// Policy names the budget that refused the request (or, in shadow
+	// mode, would have), as RateLimit-Policy names it: the plan's name for
+	// its bucket, the quota's name, a field limit's coordinate, or
+	// "lane:" and the lane's name for a lane budget. Empty when no budget
+	// refused.
+	Policy string
 
 	gone bool // the client left before anything was decided: not reported
 }
@@ -144,8 +150,28 @@ func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o
 	if o.Known {
 		e.Remaining, e.Known = max(o.Decision.Remaining, 0), true
 	}
+	e.Policy = refusingPolicy(p, o)
 	e.gone = o.Trace.Gone
 	return e
+}
+
+// refusingPolicy names the budget that refused o (Event.Policy).
+func refusingPolicy(p *plan, o budget.Outcome) string {
+	v := o.Verdict
+	if o.Shadowed != 0 {
+		v = o.Shadowed
+	}
+	switch {
+	case o.ByLane != nil:
+		return o.ByLane.Name()
+	case o.ByLimit != nil && o.ByLimit.Field != nil:
+		return o.ByLimit.Field.Coord
+	case o.ByLimit != nil && o.ByLimit.Quota != nil:
+		return o.ByLimit.Quota.Name
+	case v == budget.RateLimited || v == budget.OverBudget:
+		return p.Name()
+	}
+	return ""
 }
 
 // report hands e to the Observer and, at debug level, to the log, which

@@ -211,7 +211,7 @@ func TestShadowMode(t *testing.T) {
 		t.Errorf("%d resolvers ran, want 2", schema.resolvers.Load())
 	}
 	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "shadow_rejected", refused: "rate_limited",
-		code: "RATE_LIMITED", requested: 61, store: guard.ResultOK, known: true, remaining: 39}) {
+		code: "RATE_LIMITED", requested: 61, store: guard.ResultOK, known: true, remaining: 39}) || got[0].Policy != "free" {
 		t.Errorf("events %+v", got)
 	}
 
