@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/limiter"
 )
 
 // Defaults of New.
@@ -280,6 +281,10 @@ func New(next identity.KeyLookup, opts ...Option) (*Cache, error) {
 // now is the clock's time in nanoseconds since the cache's epoch.
 func (c *Cache) now() int64 { return int64(c.clock.Now().Sub(c.epoch)) }
 
+// micros is now (from c.now) in µs since the Unix epoch, as the bucket
+// keeps time.
+func (c *Cache) micros(now int64) int64 { return c.epoch.UnixMicro() + now/int64(time.Microsecond) }
+
 // LookupAPIKey implements identity.KeyLookup.
 func (c *Cache) LookupAPIKey(ctx context.Context, apiKey string) (principal, plan string, err error) {
 	h := sha256.Sum256([]byte(apiKey))
@@ -315,7 +320,7 @@ func (c *Cache) LookupAPIKey(ctx context.Context, apiKey string) (principal, pla
 		// A known entry past its TTL is refreshed without a token: the
 		// budget only bounds keys the cache has never seen granted.
 		seen := e != nil && !e.unknown
-		if !seen && !c.budget.take(now) {
+		if !seen && !c.budget.take(c.micros(now)) {
 			c.stats.NotLookedUp++
 			c.mu.Unlock()
 			return "", "", ErrNotLookedUp
@@ -376,7 +381,7 @@ func (c *Cache) lookup(ctx context.Context, apiKey string, h [sha256.Size]byte, 
 	switch {
 	case err == nil:
 		if !seen {
-			c.budget.refund()
+			c.budget.refund(c.micros(now))
 		}
 		c.putKnown(h, principal, plan, now+c.ttl)
 		f.principal, f.plan = principal, plan
@@ -477,40 +482,33 @@ func (l *lru) moveToFront(e *entry) {
 	l.pushFront(e)
 }
 
-// bucket is the token bucket of lookups of unseen keys, in exact integer
-// arithmetic: a token is tokenUnits units, and rate units accrue each
-// nanosecond (rate tokens a second).
+// bucket is the token bucket of lookups of unseen keys, kept with the
+// limiter's own arithmetic (limiter.TakeBucket, RefundBucket) under the
+// cache's lock. Times are µs since the Unix epoch; the zero state is full.
 type bucket struct {
-	rate  int64 // tokens a second, which is units a nanosecond
-	max   int64 // burst × tokenUnits
-	level int64 // units available
-	last  int64 // when level was last brought up to date, in ns since epoch
+	limit limiter.Limit
+	state limiter.BucketState
 }
 
-const tokenUnits = int64(time.Second)
-
-// newBucket returns a full bucket. rate and burst are at most 10⁶, so
-// max is at most 10¹⁵ units and level + elapsed × rate never overflows.
+// newBucket returns a full bucket of burst tokens refilled at rate a
+// second (both checked by WithLookupBudget).
 func newBucket(rate, burst int64) bucket {
-	return bucket{rate: rate, max: burst * tokenUnits, level: burst * tokenUnits}
+	return bucket{limit: limiter.Limit{Algorithm: limiter.TokenBucket, Burst: burst, Rate: rate, Period: time.Second}}
 }
 
 // take takes a token at now, if there is one.
 func (b *bucket) take(now int64) bool {
-	if elapsed := now - b.last; elapsed > 0 {
-		if elapsed >= (b.max-b.level)/b.rate+1 {
-			b.level = b.max
-		} else {
-			b.level += elapsed * b.rate
-		}
-		b.last = now
-	}
-	if b.level < tokenUnits {
+	s, d, err := limiter.TakeBucket(b.limit, b.state, now, 1)
+	if err != nil || !d.Allowed {
 		return false
 	}
-	b.level -= tokenUnits
+	b.state = s
 	return true
 }
 
-// refund gives a token back.
-func (b *bucket) refund() { b.level = min(b.level+tokenUnits, b.max) }
+// refund gives a token back at now.
+func (b *bucket) refund(now int64) {
+	if s, _, err := limiter.RefundBucket(b.limit, b.state, now, 1); err == nil {
+		b.state = s
+	}
+}
