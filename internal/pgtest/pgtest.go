@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/internal/tailbuf"
+	"github.com/costguard/costguard/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -139,11 +140,7 @@ func requireBinaries(tb testing.TB) binaries {
 	tb.Helper()
 	b, err := findBinaries(debianBinDirs)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(err.Error() + " (CI=true: PostgreSQL tests must run)")
-			return binaries{}
-		}
-		tb.Skip(err.Error() + " (skipping PostgreSQL test)")
+		testenv.Missing(tb, err.Error()+": a PostgreSQL test")
 	}
 	return b
 }

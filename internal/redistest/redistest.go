@@ -70,6 +70,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/internal/tailbuf"
+	"github.com/costguard/costguard/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,11 +99,7 @@ func requireBinaries(tb testing.TB, names ...string) {
 	tb.Helper()
 	for _, name := range names {
 		if _, err := exec.LookPath(name); err != nil {
-			msg := fmt.Sprintf("%v: %s missing", ErrNotInstalled, name)
-			if os.Getenv("CI") == "true" {
-				tb.Fatal(msg + " (CI=true: Redis tests must run)")
-			}
-			tb.Skip(msg + " (skipping Redis test)")
+			testenv.Missing(tb, fmt.Sprintf("%v: %s missing: a Redis test", ErrNotInstalled, name))
 		}
 	}
 }

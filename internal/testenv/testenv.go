@@ -37,3 +37,15 @@ func Long(tb testing.TB) {
 		tb.Skip("long test: run it with " + LongEnv + "=1 go test ./...")
 	}
 }
+
+// Missing ends tb because something it needs is not on this machine
+// (a server binary, a tool): it fails under CI=true, where every test must
+// run, and skips otherwise. why says what is missing and for what.
+func Missing(tb testing.TB, why string) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(why + " (CI=true: this test must run)")
+		return // a stand-in for a test may not end the goroutine
+	}
+	tb.Skip(why + " (skipping)")
+}

@@ -7,16 +7,6 @@ import (
 	"testing"
 )
 
-// skipRecorder stands in for a test: it records Skip instead of ending the
-// goroutine.
-type skipRecorder struct {
-	testing.TB
-	skipped string
-}
-
-func (r *skipRecorder) Helper()          {}
-func (r *skipRecorder) Skip(args ...any) { r.skipped = args[0].(string) }
-
 func TestLong(t *testing.T) {
 	tests := []struct {
 		long, ci string
@@ -32,7 +22,7 @@ func TestLong(t *testing.T) {
 	for _, tt := range tests {
 		t.Setenv(LongEnv, tt.long)
 		t.Setenv("CI", tt.ci)
-		r := &skipRecorder{TB: t}
+		r := &recorder{TB: t}
 		Long(r)
 		if got := r.skipped != ""; got != tt.skip {
 			t.Errorf("%s=%q CI=%q: skipped %v, want %v", LongEnv, tt.long, tt.ci, got, tt.skip)
@@ -71,5 +61,28 @@ func TestDocumentedAndRunInCI(t *testing.T) {
 	}
 	if export < 0 || test < 0 || export > test {
 		t.Errorf(".ci/run does not export %s=1 before go test -race", LongEnv)
+	}
+}
+
+// recorder stands in for a test: it records Skip and Fatal instead of
+// ending the goroutine.
+type recorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *recorder) Helper()           {}
+func (r *recorder) Skip(args ...any)  { r.skipped = args[0].(string) }
+func (r *recorder) Fatal(args ...any) { r.failed = args[0].(string) }
+
+// Missing skips, except under CI=true, where it fails; never both.
+func TestMissing(t *testing.T) {
+	for _, ci := range []string{"", "true"} {
+		t.Setenv("CI", ci)
+		r := &recorder{TB: t}
+		Missing(r, "redis-server missing")
+		if got, other := r.skipped, r.failed; (ci == "true") == (got != "") || (got == "") == (other == "") {
+			t.Errorf("CI=%q: skipped %q, failed %q", ci, r.skipped, r.failed)
+		}
 	}
 }
