@@ -659,3 +659,40 @@ type Query { feed(first: Int): [Feed] }
 		{name: "forged __typename, 100 posts of 50 comments", sdl: sdl, query: query, data: b.String(), requested: 5100, actual: 5100},
 	})
 }
+
+// The trial on gqlgen's starwars app, where no client sent __typename: the
+// hero and its friends are Characters (Human or Droid, priced alike), and
+// before objects were priced by their keys the refund never came.
+// R2-D2 has three friends; they have 4 + 3 + 4 of their own.
+func TestActualCostStarwarsWithoutTypename(t *testing.T) {
+	const sdl = `
+enum Episode { NEWHOPE EMPIRE JEDI }
+interface Character { id: ID! name: String! friends: [Character!] appearsIn: [Episode!]! }
+type Human implements Character { id: ID! name: String! friends: [Character!] appearsIn: [Episode!]! height: Float mass: Float }
+type Droid implements Character { id: ID! name: String! friends: [Character!] appearsIn: [Episode!]! primaryFunction: String }
+type Query { hero(episode: Episode): Character }
+`
+	friendsOf := func(names ...string) string {
+		return `[{"name":"` + strings.Join(names, `"},{"name":"`) + `"}]`
+	}
+	twoLevels := `{"hero":{"friends":[` +
+		`{"friends":` + friendsOf("Han Solo", "Leia Organa", "C-3PO", "R2-D2") + `},` +
+		`{"friends":` + friendsOf("Luke Skywalker", "Leia Organa", "R2-D2") + `},` +
+		`{"friends":` + friendsOf("Luke Skywalker", "Han Solo", "C-3PO", "R2-D2") + `}]}}`
+	runActualCases(t, []actualCase{
+		// 1 + 10 × 1 requested; the hero and 3 friends returned.
+		{name: "hero { name friends { name } }", sdl: sdl,
+			query:     `{ hero { name friends { name } } }`,
+			data:      `{"hero":{"name":"R2-D2","friends":` + friendsOf("Luke Skywalker", "Han Solo", "Leia Organa") + `}}`,
+			requested: 11, actual: 4},
+		// 1 + 10 × (1 + 10) requested; 1 + 3 + 11 objects returned.
+		{name: "hero { friends { friends { name } } }", sdl: sdl,
+			query: `{ hero { friends { friends { name } } } }`, data: twoLevels,
+			requested: 111, actual: 15},
+		// A member-only field tells the member apart: a Human's height.
+		{name: "hero as a Human by its keys", sdl: sdl,
+			query:     `{ hero(episode: EMPIRE) { name ... on Human { height } ... on Droid { primaryFunction } friends { name } } }`,
+			data:      `{"hero":{"name":"Luke Skywalker","height":1.72,"friends":` + friendsOf("Han Solo", "Leia Organa", "C-3PO", "R2-D2") + `}}`,
+			requested: 11, actual: 5},
+	})
+}
