@@ -36,7 +36,8 @@
 // variables dropped), the document's tokens and selections (one lexer pass,
 // before gqlgen parses or validates), and the large bodies decoded at once
 // (MaxBodyBytesInFlight). Every request refused before it could be priced
-// pays InvalidCost; introspection pays IntrospectionCost a selection.
+// pays InvalidCost; each __schema or __type selection after an operation's
+// first pays IntrospectionCost, so a tool's schema fetch stays affordable.
 // Package middleware/querycache bounds gqlgen's document cache by bytes. docs/threat-model.md
 // has the measured bounds.
 //
