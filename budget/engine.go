@@ -130,14 +130,23 @@ func (e *Engine) Check(p *Policy) error {
 		return fmt.Errorf("%w: %d overflow budgets (plans × (bucket, quota, field limits) and lane budgets): the stores have room for %d without a restart", ErrInvalidConfig, n, room)
 	}
 	for _, name := range p.names {
-		r := p.plans[name]
-		if r.SplitBudget && !e.stores.Leases() {
-			return fmt.Errorf("%w: plan %q: SplitBudget needs split-budget leases, which the stores were built without (no plan had SplitBudget); restart to add them", ErrInvalidConfig, name)
+		if err := e.CheckRule(p.plans[name]); err != nil {
+			return err
 		}
-		if p.MultiLimited(r) {
-			if err := e.stores.CanTakeAll(r.SplitBudget); err != nil {
-				return fmt.Errorf("%w: plan %q: quotas and field limits need a store that decides several budgets at once (limiter.MultiTaker and limiter.MultiRefunder: memorystore, redisstore): %w", ErrInvalidConfig, name, err)
-			}
+	}
+	return nil
+}
+
+// CheckRule reports whether the stores can decide r, a plan's rule or an
+// override's (Policy.Override): split-budget leases when it asks for them,
+// several budgets at once when it has a quota or there are field limits.
+func (e *Engine) CheckRule(r *Rule) error {
+	if r.SplitBudget && !e.stores.Leases() {
+		return fmt.Errorf("%w: plan %q: SplitBudget needs split-budget leases, which the stores were built without (no plan had SplitBudget); restart to add them", ErrInvalidConfig, r.name)
+	}
+	if r.policy.MultiLimited(r) {
+		if err := e.stores.CanTakeAll(r.SplitBudget); err != nil {
+			return fmt.Errorf("%w: plan %q: quotas and field limits need a store that decides several budgets at once (limiter.MultiTaker and limiter.MultiRefunder: memorystore, redisstore): %w", ErrInvalidConfig, r.name, err)
 		}
 	}
 	return nil
@@ -169,7 +178,7 @@ type Request struct {
 // call is how r's budget is decided by the store's guard: its failure
 // mode, whether from split-budget leases, and its overflow bucket.
 func (r *Rule) call() guard.Call {
-	return guard.Call{Plan: r.name, FailOpen: r.failOpen, Leased: r.SplitBudget}
+	return guard.Call{Plan: cmpOr(r.overflow, r.name), FailOpen: r.failOpen, Leased: r.SplitBudget}
 }
 
 // Charge debits req.Cost from the principal's bucket on req.Rule, its

@@ -70,9 +70,12 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 		return e.spendIn(ctx, key, r, req.Lane, cost)
 	}
 	reqs, ds, uses, groups := newScratch(n)
-	reqs = append(reqs, limiter.Request{Key: key, Limit: r.limit, Cost: cost})
+	// The principal's budgets share one key (an override's rule keeps them
+	// apart from the plan's), so a Redis Cluster keeps them in one slot.
+	own := r.key(key)
+	reqs = append(reqs, limiter.Request{Key: own, Limit: r.limit, Cost: cost})
 	if q := r.quota; q != nil {
-		reqs = append(reqs, limiter.Request{Key: key, Name: quotaBudget, Limit: q.Limit, Cost: cost})
+		reqs = append(reqs, limiter.Request{Key: own, Name: quotaBudget, Limit: q.Limit, Cost: cost})
 		uses = append(uses, Use{Quota: q, Capacity: q.Limit.Rate})
 	}
 	mineEnd := 0
@@ -82,7 +85,7 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 			if fl == nil || c.Count <= 0 || (fl.ByIP && addr != key) != (pass == 1) {
 				continue
 			}
-			k := key
+			k := own
 			if pass == 1 {
 				k = addr
 			}

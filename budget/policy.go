@@ -214,6 +214,15 @@ type Rule struct {
 	maxConcurrent int64
 	quota         *QuotaRule
 	policy        *Policy
+	// keyPrefix starts the keys of the rule's budgets: "lane:<name>:" for
+	// a lane budget, "override:<id>:" for an override's rule, "" for a plan.
+	keyPrefix string
+	// overflow names the rule's overflow bucket when it is not name's (an
+	// override of limits).
+	overflow string
+	// override is the override the rule was compiled from ("" for a plan
+	// or a lane budget): its canonical form.
+	override string
 
 	// Warnings logged at most once a minute for each rule: a store failure
 	// (under its failure mode), a full memory store, a refusal shadow mode
@@ -247,8 +256,8 @@ func (r *Rule) Policy() *Policy { return r.policy }
 
 // key is the bucket key of the rule for the principal key k.
 func (r *Rule) key(k string) string {
-	if r.lane != "" {
-		return r.name + ":" + k
+	if r.keyPrefix != "" {
+		return r.keyPrefix + k
 	}
 	return k
 }
@@ -492,6 +501,7 @@ func (p *Policy) buildLanes(lanes []LaneBudget) error {
 		p.lanes[b.Name] = &Rule{
 			Plan: Plan{Burst: b.Burst, Rate: b.Rate, Per: b.Per},
 			name: "lane:" + b.Name, lane: b.Name, limit: limit, failOpen: p.failOpen, policy: p,
+			keyPrefix: "lane:" + b.Name + ":",
 		}
 	}
 	return nil

@@ -108,6 +108,12 @@ type Event struct {
 	// "lane:" and the lane's name for a lane budget. Empty when no budget
 	// refused.
 	Policy string
+	// Override is the per-principal override that applied
+	// (Limiter.SetOverride), in its canonical form ("plan=pro",
+	// "burst=20000 rate=20000 per=1h0m0s"); empty when none did. Plan is
+	// then the policy in force: the override's plan, or "override:" and
+	// the plan's name when it replaced limits.
+	Override string
 
 	gone bool // the client left before anything was decided: not reported
 }
@@ -151,6 +157,7 @@ func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o
 		e.Remaining, e.Known = max(o.Decision.Remaining, 0), true
 	}
 	e.Policy = refusingPolicy(p, o)
+	e.Override = p.Override()
 	e.gone = o.Trace.Gone
 	return e
 }

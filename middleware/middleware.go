@@ -22,6 +22,7 @@ import (
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/overload"
+	"github.com/costguard/costguard/override"
 )
 
 // SplitBudgetOptions tune the leases of the plans with Plan.SplitBudget.
@@ -287,6 +288,9 @@ type Config struct {
 	OverLimitCache stack.OverLimitCache `yaml:"over_limit_cache"`
 	// SplitBudget tunes the leases of plans with Plan.SplitBudget set.
 	SplitBudget SplitBudgetOptions `yaml:"split_budget"`
+	// Overrides say where the per-principal overrides live
+	// (Limiter.SetOverride); by default in this process's memory.
+	Overrides OverrideOptions `yaml:"overrides"`
 }
 
 // Defaults applied by New to zero Config fields (those of GraphQLOptions:
@@ -346,7 +350,9 @@ type Limiter struct {
 	settings atomic.Pointer[settings]
 	// engine decides every cost on the stores, by the policy of the
 	// settings in force.
-	engine     *budget.Engine
+	engine *budget.Engine
+	// overrides are the per-principal overrides, watched in their store.
+	overrides  *overrides
 	maxBody    int64
 	maxUpload  int64 // MaxUploadBytes
 	observer   Observer
@@ -459,8 +465,42 @@ func New(cfg Config) (*Limiter, error) {
 		l.stores.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if l.overrides, err = l.watchOverrides(cfg.Overrides); err != nil {
+		l.stores.Close()
+		return nil, err
+	}
+	st.overrides = l.overrides
 	l.settings.Store(st)
 	return l, nil
+}
+
+// watchOverrides starts watching the override store (a memory one by
+// default); it reads the store once, so one that cannot be read fails New.
+func (l *Limiter) watchOverrides(o OverrideOptions) (*overrides, error) {
+	store := o.Store
+	if store == nil {
+		m, err := override.NewMemory(o.MaxOverrides)
+		if err != nil {
+			return nil, keyed(fmt.Errorf("%w: Overrides: %w", ErrInvalidConfig, err), "overrides", "max_overrides")
+		}
+		store = m
+	}
+	interval := o.PollInterval
+	switch {
+	case interval == None:
+		interval = 0
+	case interval < 0:
+		return nil, keyed(fmt.Errorf("%w: Overrides.PollInterval %v is negative (None: never)", ErrInvalidConfig, interval), "overrides")
+	case interval == 0:
+		interval = override.DefaultPollInterval
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	w, err := override.NewWatcher(ctx, store, override.WithClock(l.clock), override.WithLogger(l.log), override.WithPollInterval(interval))
+	if err != nil {
+		return nil, fmt.Errorf("%w: Overrides: %w", ErrInvalidConfig, err)
+	}
+	return &overrides{w: w, engine: l.engine, clock: l.clock, log: l.log.Warn, start: l.start}, nil
 }
 
 // checkStoreOptions runs the checks of the stack's options (package
@@ -478,11 +518,12 @@ func checkStoreOptions(cfg Config) error {
 	return nil
 }
 
-// Close stops the background repayment of what the fail-open fallback
+// Close stops watching the override store, stops the background repayment of what the fail-open fallback
 // admitted (a debit in flight ends within StoreTimeout), gives the leases
 // of SplitBudget plans back to the store and releases the in-memory
 // stores the Limiter created. It does not close Config.Store.
 func (l *Limiter) Close() error {
+	l.overrides.w.Close()
 	return l.stores.Close()
 }
 

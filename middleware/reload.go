@@ -21,8 +21,8 @@ import (
 // stores, the body bounds, the shedder, the dependencies) cannot change:
 // Store, MemoryStore, OverLimitCache, SplitBudget, StoreTimeout, Breaker,
 // MaxBodyBytes, MaxBodyBytesInFlight, MaxUploadBytes, RetryAfterJitter,
-// Overload, Concurrency.TTL and .Slots, Challenger, Observer, Logger and
-// Clock must be what New was given (the same values; a function is the
+// Overload, Concurrency.TTL and .Slots, Challenger, Observer, Logger,
+// Clock and Overrides must be what New was given (the same values; a function is the
 // same function), or Reload refuses, naming them: restart to change them.
 // A plan may turn SplitBudget on only if some plan had it at New.
 func (l *Limiter) Reload(cfg Config) error {
@@ -42,6 +42,7 @@ func (l *Limiter) Reload(cfg Config) error {
 	if err := l.checkSchemas(s); err != nil {
 		return err
 	}
+	s.overrides = l.overrides
 	l.settings.Store(s)
 	return l.engine.Swap(s.pol) // checked above; it cannot fail
 }
@@ -72,6 +73,7 @@ func fixedChanges(was, now Config) []string {
 		{"Observer", was.Observer, now.Observer},
 		{"Logger", was.Logger, now.Logger},
 		{"Clock", was.Clock, now.Clock},
+		{"Overrides", was.Overrides, now.Overrides},
 	} {
 		// Only Overload, a *overload.Config that whoever rebuilds a Config
 		// builds afresh, is compared by what it points to.

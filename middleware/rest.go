@@ -28,6 +28,7 @@ func (s *settings) buildRoutes(o RESTOptions) error {
 		s.restCost = DefaultRESTCost
 	}
 	smallest := s.smallestPlan()
+	s.leastBurst = max(s.leastBurst, s.restCost)
 	if s.restCost > smallest.Burst {
 		return keyed(fmt.Errorf("%w: REST default cost %d is more than the burst %d of plan %q: no request on that plan could ever pass",
 			ErrInvalidConfig, s.restCost, smallest.Burst, smallest.Name()), "rest", "default_cost")
@@ -43,6 +44,7 @@ func (s *settings) buildRoutes(o RESTOptions) error {
 		if cost < 0 {
 			return keyed(fmt.Errorf("%w: REST route %q has negative cost %d", ErrInvalidConfig, pattern, cost), "rest", "routes", pattern)
 		}
+		s.leastBurst = max(s.leastBurst, cost)
 		if cost > smallest.Burst {
 			return keyed(fmt.Errorf("%w: REST route %q costs %d, more than the burst %d of plan %q: no request on that plan could ever pass",
 				ErrInvalidConfig, pattern, cost, smallest.Burst, smallest.Name()), "rest", "routes", pattern)

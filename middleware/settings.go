@@ -34,6 +34,14 @@ type settings struct {
 	addrKey func(*http.Request) string
 	// maxSubscriptions caps a principal's open subscriptions (0: no cap).
 	maxSubscriptions int
+	// leastBurst is the least burst a plan (or an override) must have: the
+	// fixed costs (InvalidCost, MinCost, the REST costs) must fit it.
+	leastBurst int64
+	// anonymousPlan is the plan of requests keyed by client address.
+	anonymousPlan string
+	// overrides are the per-principal overrides in force (the Limiter's,
+	// set after compileSettings).
+	overrides *overrides
 }
 
 // compileSettings validates the reloadable part of cfg.
@@ -70,6 +78,7 @@ func compileSettings(cfg Config) (*settings, error) {
 	}
 	s.buildPlans()
 	s.buildFieldHeaders()
+	s.anonymousPlan = cfg.AnonymousPlan
 	if _, ok := s.plans[cfg.AnonymousPlan]; !ok {
 		return nil, keyed(fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, s.planList()), "anonymous_plan")
 	}
@@ -92,6 +101,7 @@ func compileSettings(cfg Config) (*settings, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, keyed(err, "trusted_proxies"))
 		}
 	}
+	s.leastBurst = max(gql.InvalidCost, gql.MinCost)
 	if smallest := s.smallestPlan(); max(gql.InvalidCost, gql.MinCost) > smallest.Burst {
 		key := "invalid_cost"
 		if gql.MinCost > gql.InvalidCost {
@@ -145,21 +155,27 @@ func (s *settings) buildPlans() {
 	s.plans = make(map[string]*plan, len(s.pol.PlanNames()))
 	for _, name := range s.pol.PlanNames() {
 		r, _ := s.pol.Plan(name)
-		q := sfString(name)
-		p := &plan{
-			Rule:         r,
-			quotedName:   q,
-			burstText:    strconv.FormatInt(r.Burst, 10),
-			policyHeader: fmt.Sprintf("%s;q=%d;w=%d", q, r.Burst, fillSeconds(r.Burst, r.Rate, r.Per)),
-			restoreRate:  float64(r.Rate) / r.Per.Seconds(),
-		}
-		if qr := r.QuotaRule(); qr != nil {
-			p.quotaQuoted = sfString(qr.Name)
-			p.quotaPolicy = p.quotaQuoted + ";q=" + strconv.FormatInt(qr.Limit.Rate, 10) + ";w=" + strconv.FormatInt(seconds.Ceil(qr.Limit.Period), 10)
-			p.bothPolicies = p.policyHeader + ", " + p.quotaPolicy
-		}
-		s.plans[name] = p
+		s.plans[name] = newPlan(r)
 	}
+}
+
+// newPlan puts the rate-limit headers of r beside it: a plan's rule, or an
+// override's.
+func newPlan(r *budget.Rule) *plan {
+	q := sfString(r.Name())
+	p := &plan{
+		Rule:         r,
+		quotedName:   q,
+		burstText:    strconv.FormatInt(r.Burst, 10),
+		policyHeader: fmt.Sprintf("%s;q=%d;w=%d", q, r.Burst, fillSeconds(r.Burst, r.Rate, r.Per)),
+		restoreRate:  float64(r.Rate) / r.Per.Seconds(),
+	}
+	if qr := r.QuotaRule(); qr != nil {
+		p.quotaQuoted = sfString(qr.Name)
+		p.quotaPolicy = p.quotaQuoted + ";q=" + strconv.FormatInt(qr.Limit.Rate, 10) + ";w=" + strconv.FormatInt(seconds.Ceil(qr.Limit.Period), 10)
+		p.bothPolicies = p.policyHeader + ", " + p.quotaPolicy
+	}
+	return p
 }
 
 // planList names the plans, sorted, for error messages.
@@ -265,5 +281,5 @@ func (s *settings) identify(r *http.Request) (identity.Identity, *plan, error) {
 	if !ok {
 		return id, nil, fmt.Errorf("middleware: identity %s has plan %q, which is not among the plans (%s)", id.Key, id.Plan, s.planList())
 	}
-	return id, p, nil
+	return id, s.overrides.apply(s, id.Key, p), nil
 }
