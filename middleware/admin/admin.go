@@ -1,0 +1,215 @@
+// Package admin serves the per-principal override API of a
+// middleware.Limiter over HTTP, for an adopter to mount on its own admin
+// listener (never on the public one):
+//
+//	GET    /admin/principals/{principal}[?plan=free]  the principal's plan, override and budgets
+//	PUT    /admin/principals/{principal}/override     set its override: {"plan": "pro"} or
+//	                                                  {"burst": 20000, "rate": 20000, "per": "1h"},
+//	                                                  optionally "quota", "concurrency", "until"
+//	DELETE /admin/principals/{principal}/override     remove it (204; 404 when there was none)
+//
+// Every route asks for "Authorization: Bearer <token>", checked in constant
+// time against the token's SHA-256 (Config.TokenSHA256); a handler
+// without a token must be asked for explicitly (Config.NoToken), for a
+// listener only the local machine reaches. Answers are JSON; errors are
+// {"error": "..."}, never echoing the token.
+package admin
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/override"
+)
+
+// Principals is what the API needs of a Limiter.
+type Principals interface {
+	Principal(ctx context.Context, principal, plan string) (middleware.PrincipalState, error)
+	SetOverride(ctx context.Context, principal string, o override.Override) error
+	DeleteOverride(ctx context.Context, principal string) (bool, error)
+}
+
+var _ Principals = (*middleware.Limiter)(nil)
+
+// MaxBodyBytes bounds a PUT body.
+const MaxBodyBytes = 16 << 10
+
+// ErrNoToken: New was given neither a token nor NoToken.
+var ErrNoToken = errors.New("admin: no token (set Config.TokenSHA256, or NoToken for a loopback-only listener)")
+
+// Config configures the handler.
+type Config struct {
+	// TokenSHA256 is the SHA-256 of the bearer token, in hex (as
+	// `printf %s "$TOKEN" | sha256sum` prints it). Required unless NoToken.
+	TokenSHA256 string
+	// NoToken serves the API to anyone who reaches it: only for a listener
+	// bound to the loopback interface.
+	NoToken bool
+	// Logger receives the store failures answered 503. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+type handler struct {
+	p     Principals
+	log   *slog.Logger
+	token []byte // SHA-256 of the token; nil: none asked
+	mux   *http.ServeMux
+}
+
+// New returns the API's handler, serving the routes above and 404 for
+// anything else.
+func New(p Principals, cfg Config) (http.Handler, error) {
+	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	switch {
+	case cfg.TokenSHA256 != "":
+		sum, err := hex.DecodeString(strings.TrimSpace(cfg.TokenSHA256))
+		if err != nil || len(sum) != sha256.Size {
+			return nil, errors.New("admin: TokenSHA256 is not a SHA-256 in hex (64 hex digits)")
+		}
+		h.token = sum
+	case !cfg.NoToken:
+		return nil, ErrNoToken
+	}
+	h.mux.HandleFunc("GET /admin/principals/{principal}", h.get)
+	h.mux.HandleFunc("PUT /admin/principals/{principal}/override", h.put)
+	h.mux.HandleFunc("DELETE /admin/principals/{principal}/override", h.delete)
+	return h, nil
+}
+
+// HashToken returns the hex SHA-256 of a token: what Config.TokenSHA256 holds.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="costguard admin"`)
+		writeError(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// authorized checks the bearer token against its hash in constant time
+// (hashing first makes the comparison's length fixed).
+func (h *handler) authorized(r *http.Request) bool {
+	if h.token == nil {
+		return true
+	}
+	auth := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+		return false
+	}
+	sum := sha256.Sum256([]byte(auth[len(prefix):]))
+	return subtle.ConstantTimeCompare(sum[:], h.token) == 1
+}
+
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	st, err := h.p.Principal(r.Context(), r.PathValue("principal"), r.URL.Query().Get("plan"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (h *handler) put(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "the body could not be read")
+		return
+	}
+	o, err := override.Parse(body)
+	if err == nil {
+		err = h.p.SetOverride(r.Context(), r.PathValue("principal"), o)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	key, _ := override.Principal(r.PathValue("principal"))
+	writeJSON(w, http.StatusOK, struct {
+		Principal string            `json:"principal"`
+		Override  override.Override `json:"override"`
+	}{key, o})
+}
+
+func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
+	ok, err := h.p.DeleteOverride(r.Context(), r.PathValue("principal"))
+	switch {
+	case err != nil:
+		h.fail(w, r, err)
+	case !ok:
+		writeError(w, http.StatusNotFound, "the principal has no override")
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// fail answers err by what it is: the caller's mistake (400, with
+// the message, which names only what the caller sent), a full store (409),
+// or the store's failure (503, without the message).
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, override.ErrInvalid), errors.Is(err, override.ErrInvalidPrincipal),
+		errors.Is(err, budget.ErrUnknownPlan), errors.Is(err, budget.ErrInvalidConfig),
+		errors.Is(err, middleware.ErrPlanNeeded):
+		msg := err.Error()
+		if errors.Is(err, middleware.ErrPlanNeeded) {
+			msg += " (?plan=<name>)"
+		}
+		writeError(w, http.StatusBadRequest, msg)
+	case errors.Is(err, override.ErrFull):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		h.log.WarnContext(r.Context(), "admin: a store failed", "err", err, "method", r.Method)
+		writeError(w, http.StatusServiceUnavailable, "the override store or the budget store did not answer; retry")
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, struct {
+		Error string `json:"error"`
+	}{msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // read by people and scripts, never by a browser as HTML
+	var b []byte
+	if err := enc.Encode(v); err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"the answer could not be encoded"}`+"\n")
+	} else {
+		b = buf.Bytes()
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
