@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +62,8 @@ type config struct {
 	// Challenge configures the proof-of-work challenge of lanes with
 	// challenge: pow.
 	Challenge challengeConfig `yaml:"challenge"`
+	// Admin configures the admin listener's override API.
+	Admin adminConfig `yaml:"admin"`
 	// DemoLatency makes the example's root resolvers and REST handlers
 	// take this long, to fill the server with requests in flight in a
 	// demo. 0: none.
@@ -137,6 +141,15 @@ type secret string
 
 func (secret) String() string   { return "[redacted]" }
 func (secret) GoString() string { return `"[redacted]"` }
+
+// adminConfig configures the override API on the admin listener
+// (/admin/principals/…).
+type adminConfig struct {
+	// TokenSHA256 is the hex SHA-256 of the API's bearer token
+	// (-admin-token-file gives the token itself instead). Without either,
+	// the API is served only on a loopback-only admin listener.
+	TokenSHA256 string `yaml:"token_sha256"`
+}
 
 type apiKeyConfig struct {
 	Principal string `yaml:"principal"`
@@ -319,6 +332,9 @@ func (c config) validate() error {
 				strings.Join(slices.Sorted(maps.Keys(c.Plans)), ", "))
 		}
 	}
+	if h := c.Admin.TokenSHA256; h != "" && !isSHA256Hex(h) {
+		return errors.New("admin.token_sha256 must be a SHA-256 in hex, 64 digits (printf %s \"$TOKEN\" | sha256sum)")
+	}
 	// The secret is checked now even when no lane asks for a challenge
 	// yet: a reload may add one. Unset, one is drawn at start.
 	key := []byte(c.Challenge.Secret)
@@ -329,6 +345,12 @@ func (c config) validate() error {
 		return fmt.Errorf("challenge: %w", err)
 	}
 	return nil
+}
+
+// isSHA256Hex reports whether s is a SHA-256 in hex.
+func isSHA256Hex(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == sha256.Size
 }
 
 // hasPlan reports whether plans has one named name.

@@ -18,6 +18,14 @@
 //	GET  /readyz               200 when the budget store answers a ping, else 503; unlimited
 //	GET  /metrics              Prometheus metrics (docs/operations.md); unlimited
 //
+// and on the admin listener (-admin-addr) beside /metrics and the probes,
+// behind a bearer token (-admin-token-file or admin.token_sha256; a
+// loopback-only listener may go without):
+//
+//	GET    /admin/principals/{principal}           plan, override and budgets
+//	PUT    /admin/principals/{principal}/override  {"plan": "pro"} or limits, optionally "until"
+//	DELETE /admin/principals/{principal}/override
+//
 // Requests with "Authorization: Bearer demo-free-key" (or X-API-Key) spend
 // alice's budget on the free plan (5000 points an hour); requests without a
 // key spend their IP address's budget on the anon plan (500 an hour).
@@ -38,6 +46,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -45,8 +55,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -97,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", ":8080", "listen `address`")
 	adminAddr := fs.String("admin-addr", defaultAdminAddr,
-		"serve /metrics, /healthz and /readyz at this `address`, off the public port (\"\": no admin listener)")
+		"serve /metrics, /healthz, /readyz and the override API (/admin/…) at this `address`, off the public port (\"\": no admin listener)")
 	redisAddr := fs.String("redis", "",
 		"keep budgets in the Redis at this `address`: host:port, or a URL redis://[:password@]host:port/db (rediss:// for TLS)\n"+
 			"(default $REDIS_URL, which takes the same forms; neither: in memory)")
@@ -105,6 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		"keep budgets in the Redis Cluster reachable at these comma-separated `host:port`s")
 	keysPostgres := fs.String("keys-postgres", "",
 		"also look API keys up in the PostgreSQL database at this `URL` (postgres://user:password@host:port/db), through a cache; docs/keys.md")
+	adminTokenFile := fs.String("admin-token-file", "",
+		"read the admin API's bearer token from this `file` (instead of admin.token_sha256 in the configuration)")
 	cfgPath := fs.String("config", "", "YAML configuration `file` (docs/server.md); unset: built-in defaults")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout,
 		"on SIGINT or SIGTERM, how long requests in flight may take to finish")
@@ -126,6 +140,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	adminToken, err := adminTokenSHA256(*adminTokenFile, cfg.Admin.TokenSHA256, *adminAddr)
+	if err != nil {
+		return err
+	}
 	// go-redis logs through a process-wide logger of its own: send its
 	// pool messages to ours, at debug level, rather than to stderr.
 	redisstore.SetGoRedisLogger(logger)
@@ -150,7 +168,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		logger.Info("server: API keys from the configuration file, then from " + keys.describe)
 	}
 
-	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger, keys: keys.lookup})
+	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger, keys: keys.lookup,
+		overrides: st.overrides, adminTokenSHA256: adminToken})
 	if err != nil {
 		return err
 	}
@@ -202,6 +221,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}
 		fmt.Fprintf(stdout, "admin endpoints (/metrics, /healthz, /readyz) on %s\n", displayURL(adminLn.Addr()))
+		if adminToken == "" {
+			logger.Warn("server: the admin API (/admin/principals/…) is served WITHOUT a token: the admin listener is loopback-only, so only this machine reaches it; give -admin-token-file or admin.token_sha256 to ask for one",
+				"admin_addr", adminLn.Addr().String())
+		} else {
+			logger.Info("server: the admin API (/admin/principals/…) asks for a bearer token", "admin_addr", adminLn.Addr().String())
+		}
 		adminServed := make(chan error, 1)
 		go func() { adminServed <- admin.Serve(adminLn) }()
 		defer func() {
@@ -228,6 +253,64 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// maxTokenFileBytes bounds what -admin-token-file reads.
+const maxTokenFileBytes = 4096
+
+// adminTokenSHA256 is the hex SHA-256 of the admin API's token: of the
+// token in file (-admin-token-file, one line; trailing space and newlines
+// are not part of it), else configured (admin.token_sha256), else "". It
+// refuses the two at once, and no token when the admin listener at addr
+// is reachable from other machines: the override API must not be open to
+// the network.
+func adminTokenSHA256(file, configured, addr string) (string, error) {
+	if file != "" && configured != "" {
+		return "", fmt.Errorf("%w: -admin-token-file and admin.token_sha256 exclude each other", errUsage)
+	}
+	hash := configured
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return "", fmt.Errorf("%w: -admin-token-file: %w", errUsage, err)
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+		f.Close()
+		token := strings.TrimRight(string(b), " \t\r\n")
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("%w: -admin-token-file: %w", errUsage, err)
+		case len(b) > maxTokenFileBytes:
+			return "", fmt.Errorf("%w: -admin-token-file %s is larger than %d bytes", errUsage, file, maxTokenFileBytes)
+		case len(token) < minAdminToken || strings.ContainsAny(token, "\r\n"):
+			return "", fmt.Errorf("%w: -admin-token-file %s: the token must be one line of at least %d bytes", errUsage, file, minAdminToken)
+		}
+		sum := sha256.Sum256([]byte(token))
+		hash = hex.EncodeToString(sum[:])
+	}
+	if hash == "" && addr != "" && !loopbackOnly(addr) {
+		return "", fmt.Errorf("%w: the admin listener %s is reachable from other machines and serves the override API (/admin/principals/…): give it a token (-admin-token-file, or admin.token_sha256 in the configuration), or listen on loopback (-admin-addr 127.0.0.1:9091)", errUsage, addr)
+	}
+	return hash, nil
+}
+
+// minAdminToken is the shortest admin token accepted: 16 bytes, so that a
+// token cannot be guessed; 32 random bytes in hex is a good choice.
+const minAdminToken = 16
+
+// loopbackOnly reports whether a listener on addr is reachable only from
+// this machine: its host is a loopback address or "localhost". An empty
+// or unspecified host listens on every interface.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // defaultAdminAddr is where the operational endpoints listen by default:

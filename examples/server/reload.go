@@ -119,6 +119,7 @@ func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "challenge.secret", &c.Challenge.Secret, running.Challenge.Secret)
 	keep(&changed, "challenge.bits", &c.Challenge.Bits, running.Challenge.Bits)
 	keep(&changed, "demo_latency", &c.DemoLatency, running.DemoLatency)
+	keep(&changed, "admin.token_sha256", &c.Admin.TokenSHA256, running.Admin.TokenSHA256)
 	return changed
 }
 

@@ -31,9 +31,11 @@ import (
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
+	adminapi "github.com/costguard/costguard/middleware/admin"
 	"github.com/costguard/costguard/middleware/prommetrics"
 	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/costguard/costguard/overload"
+	"github.com/costguard/costguard/override"
 )
 
 // searchResults is how many hits GET /api/search returns at most.
@@ -65,6 +67,14 @@ type deps struct {
 	// keys resolves the API keys the configuration file does not have
 	// (-keys-postgres); nil: the file's only.
 	keys identity.KeyLookup
+	// overrides keeps the per-principal overrides; nil: in this process's
+	// memory. The server shares them through Redis when its budgets are
+	// there.
+	overrides override.Store
+	// adminTokenSHA256 is the hex SHA-256 of the admin API's bearer token;
+	// "": the API asks for none (run allows that only on a loopback-only
+	// admin listener).
+	adminTokenSHA256 string
 	// storeTimeout bounds each store call; 0: the library's default. Tests
 	// of exactness on a loaded machine raise it, so that a slow refund is
 	// not counted as a store failure.
@@ -173,6 +183,12 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	admin.HandleFunc("GET /healthz", healthz)
 	admin.Handle("GET /readyz", readiness)
 	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	principals, err := adminapi.New(s.lim, adminapi.Config{TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log})
+	if err != nil {
+		s.lim.Close()
+		return nil, nil, err
+	}
+	admin.Handle("/admin/", principals)
 	s.admin = admin
 
 	// The public port keeps the cheap probes (load balancers look there)
@@ -193,6 +209,7 @@ func (s *server) limiterConfig(cfg config) middleware.Config {
 	mcfg := cfg.limiterConfig()
 	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
 	mcfg.StoreTimeout = s.d.storeTimeout
+	mcfg.Overrides.Store = s.d.overrides
 	mcfg.Observer = s.metrics
 	if s.d.keys != nil {
 		mcfg.APIKeys = fileThenDatabase{file: mcfg.APIKeys, db: s.d.keys}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/redisstore"
+	"github.com/costguard/costguard/override"
+	"github.com/costguard/costguard/override/redisoverride"
 )
 
 // pingTimeout bounds the start-up check that Redis answers: a server
@@ -26,6 +28,9 @@ const pingTimeout = 3 * time.Second
 // budgetStore is where the budgets live and how to let go of it.
 type budgetStore struct {
 	store limiter.Store // nil: the limiter's own in-memory store
+	// overrides keeps the per-principal overrides in the same Redis; nil
+	// in memory.
+	overrides override.Store
 	// ping asks the store whether it answers, within ctx (the start-up
 	// check and /readyz); nil for the in-memory store, which always does.
 	ping     func(ctx context.Context) error
@@ -89,7 +94,11 @@ func openStore(ctx context.Context, redisAddr, clusterAddrs string) (*budgetStor
 	// them (after the round trips in flight) before closing the client they
 	// use.
 	closeAll := func() error { return errors.Join(st.Close(), client.Close()) }
-	return &budgetStore{store: st, ping: ping, describe: describe, close: closeAll}, nil
+	ov, err := redisoverride.New(redisoverride.Config{Client: client})
+	if err != nil {
+		return nil, errors.Join(err, closeAll())
+	}
+	return &budgetStore{store: st, overrides: ov, ping: ping, describe: describe, close: closeAll}, nil
 }
 
 // pingMasters pings every master of the Cluster, at once. Each master

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/costguard/costguard/internal/redistest"
+)
+
+const adminTestToken = "an-admin-token-of-some-length"
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// The admin API needs a token unless its listener is loopback-only; the
+// token comes from a file or, as its hash, from the configuration.
+func TestAdminTokenRules(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	good := file("good", adminTestToken+"\n")
+	short := file("short", "tiny\n")
+	twoLines := file("two", adminTestToken+"\nmore-of-the-token\n")
+	for _, tc := range []struct {
+		name, file, configured, addr string
+		want, err                    string
+	}{
+		{name: "loopback, no token", addr: "127.0.0.1:9091"},
+		{name: "IPv6 loopback", addr: "[::1]:9091"},
+		{name: "localhost", addr: "localhost:0"},
+		{name: "no admin listener", addr: ""},
+		{name: "every interface, no token", addr: ":9091", err: "reachable from other machines"},
+		{name: "unspecified, no token", addr: "0.0.0.0:9091", err: "reachable from other machines"},
+		{name: "a public address, no token", addr: "192.0.2.1:9091", err: "give it a token"},
+		{name: "token file", file: good, addr: ":9091", want: sha256Hex(adminTestToken)},
+		{name: "configured hash", configured: sha256Hex("x"), addr: ":9091", want: sha256Hex("x")},
+		{name: "both", file: good, configured: sha256Hex("x"), addr: ":9091", err: "exclude each other"},
+		{name: "short token", file: short, addr: ":9091", err: "at least 16 bytes"},
+		{name: "two lines", file: twoLines, addr: ":9091", err: "one line"},
+		{name: "missing file", file: filepath.Join(dir, "none"), addr: ":9091", err: "-admin-token-file"},
+	} {
+		got, err := adminTokenSHA256(tc.file, tc.configured, tc.addr)
+		if tc.err != "" {
+			if assert.Error(t, err, tc.name) {
+				assert.ErrorIs(t, err, errUsage, tc.name)
+				assert.Contains(t, err.Error(), tc.err, tc.name)
+			}
+			continue
+		}
+		assert.NoError(t, err, tc.name)
+		assert.Equal(t, tc.want, got, tc.name)
+	}
+	_, err := parseConfig([]byte("admin: {token_sha256: not-a-hash}\n"))
+	assert.ErrorContains(t, err, "admin.token_sha256 must be a SHA-256 in hex")
+}
+
+// The admin listener serves the override API behind the token, and an
+// override applies to the public routes at once in this process.
+func TestAdminAPIOnTheAdminListener(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Plans["pro"] = planConfig{Plan: cfg.Plans["free"].Plan}
+	p := cfg.Plans["pro"]
+	p.Burst, p.Rate = 50000, 50000
+	cfg.Plans["pro"] = p
+	s, cleanup, err := newServer(cfg, deps{logger: discardLogger(), adminTokenSHA256: sha256Hex(adminTestToken)})
+	require.NoError(t, err)
+	defer cleanup()
+	admin := httptest.NewServer(s.admin)
+	defer admin.Close()
+	public := httptest.NewServer(s)
+	defer public.Close()
+
+	status, _ := adminCall(t, admin.URL, http.MethodPut, "/admin/principals/alice/override", "", `{"plan":"pro"}`)
+	assert.Equal(t, http.StatusUnauthorized, status)
+	status, body := adminCall(t, admin.URL, http.MethodPut, "/admin/principals/alice/override", adminTestToken, `{"plan":"pro"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, `"pro";q=50000;w=3600`, policyOf(t, public.URL))
+	status, body = adminCall(t, admin.URL, http.MethodGet, "/admin/principals/alice", adminTestToken, "")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, `{"principal":"user:alice","plan":"pro","override":{"plan":"pro"},"policies":[{"name":"pro","limit":50000,"remaining":49999,"reset_seconds":1}]}`, body)
+	// The public port has no admin API.
+	resp, err := http.Get(public.URL + "/admin/principals/alice")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+func adminCall(t *testing.T, base, method, path, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// policyOf is the RateLimit-Policy of a REST request with the demo key.
+func policyOf(t *testing.T, base string) string {
+	t.Helper()
+	p, err := tryPolicyOf(base)
+	require.NoError(t, err)
+	return p
+}
+
+func tryPolicyOf(base string) (string, error) {
+	req, _ := http.NewRequest(http.MethodGet, base+"/api/users/octocat", nil)
+	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", errors.New(resp.Status)
+	}
+	return resp.Header.Get("RateLimit-Policy"), nil
+}
+
+// startRedisServerProcess starts the server as its own process with its
+// budgets and overrides in the Redis at redisAddr, the admin token from a
+// file, and the configuration yml.
+func startRedisServerProcess(t *testing.T, redisAddr, yml string) *serverProcess {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath, tokenPath := filepath.Join(dir, "costguard.yaml"), filepath.Join(dir, "admin-token")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(yml), 0o600))
+	require.NoError(t, os.WriteFile(tokenPath, []byte(adminTestToken+"\n"), 0o600))
+	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
+		"-config", cfgPath, "-redis", redisAddr, "-admin-token-file", tokenPath)
+	cmd.Env = append(os.Environ(), envServeMain+"=1")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	p := &serverProcess{stderr: &syncBuffer{}}
+	cmd.Stderr = p.stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	p.pid = cmd.Process.Pid
+	out := bufio.NewReader(stdout)
+	first, err := out.ReadString('\n')
+	require.NoError(t, err, "stderr: %s", p.stderr.String())
+	m := startLine.FindStringSubmatch(strings.TrimSuffix(first, "\n"))
+	require.NotNil(t, m, "unexpected first line %q", first)
+	second, err := out.ReadString('\n')
+	require.NoError(t, err, "stderr: %s", p.stderr.String())
+	a := adminLine.FindStringSubmatch(strings.TrimSuffix(second, "\n"))
+	require.NotNil(t, a, "unexpected second line %q", second)
+	p.url, p.admin = m[1], a[1]
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return p
+}
+
+const propagationYAML = `plans:
+  free: {burst: 5000, rate: 5000, per: 1h}
+  anon: {burst: 500, rate: 500, per: 1h}
+  pro: {burst: 50000, rate: 50000, per: 1h}
+api_keys:
+  demo-free-key: {principal: alice, plan: free}
+`
+
+// TestOverridePropagationAcrossProcesses runs three server processes on
+// one Redis, sets an override through the admin API of the first and
+// measures when each of the other two serves the principal by it (the
+// RateLimit-Policy of its requests), then the same for a delete: within
+// a second, the contract.
+func TestOverridePropagationAcrossProcesses(t *testing.T) {
+	rs := redistest.StartServer(t)
+	procs := make([]*serverProcess, 3)
+	for i := range procs {
+		procs[i] = startRedisServerProcess(t, rs.Addr(), propagationYAML)
+	}
+	const free, pro = `"free";q=5000;w=3600`, `"pro";q=50000;w=3600`
+	for _, p := range procs {
+		require.Equal(t, free, policyOf(t, p.url))
+	}
+	measure := func(method, body, want string) {
+		t.Helper()
+		status, answer := adminCall(t, procs[0].admin, method, "/admin/principals/alice/override", adminTestToken, body)
+		require.Contains(t, []int{http.StatusOK, http.StatusNoContent}, status, answer)
+		set := time.Now()
+		assert.Equal(t, want, policyOf(t, procs[0].url), "the process that made the change applies it at once")
+		var wg sync.WaitGroup
+		took := make([]time.Duration, len(procs))
+		for i := 1; i < len(procs); i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				for ctx.Err() == nil {
+					if got, err := tryPolicyOf(procs[i].url); err == nil && got == want {
+						took[i] = time.Since(set)
+						return
+					}
+					time.Sleep(5 * time.Millisecond) // polling a real process: real time
+				}
+				took[i] = -1
+			}()
+		}
+		wg.Wait()
+		for i := 1; i < len(procs); i++ {
+			t.Logf("%s: process %d applied it after %v", method, i, took[i].Round(time.Millisecond))
+			assert.True(t, took[i] >= 0 && took[i] < time.Second, "%s: process %d took %v (stderr: %s)", method, i, took[i], procs[i].stderr.String())
+		}
+	}
+	measure(http.MethodPut, `{"plan":"pro"}`, pro)
+	measure(http.MethodDelete, "", free)
+}
