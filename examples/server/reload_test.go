@@ -402,6 +402,7 @@ func TestKeepRestartKeys(t *testing.T) {
 	next.Degradation = next.Degradation[:1]
 	next.Challenge = challengeConfig{Secret: testSecret, Bits: 20}
 	next.DemoLatency = 50 * time.Millisecond
+	next.Admin.TokenSHA256 = sha256Hex("another token")
 	next.GraphQL.MaxDepth = 3 // reloadable: not held
 	next.Concurrency.PerPrincipal = 7
 	next.Lanes[0].Queue = time.Second
@@ -417,7 +418,7 @@ func TestKeepRestartKeys(t *testing.T) {
 		"graphql.query_cache_entries", "graphql.query_cache_bytes", "over_limit_cache",
 		"split_budget.lease_fraction", "split_budget.settle_interval", "retry_after_jitter",
 		"breaker.failures", "breaker.cool_down", "overload.max_in_flight", "overload.shed_at", "overload.adaptive", "degradation",
-		"challenge.secret", "challenge.bits", "demo_latency",
+		"challenge.secret", "challenge.bits", "demo_latency", "admin.token_sha256",
 	}, changed)
 	same := defaultConfig()
 	assert.Empty(t, same.keepRestartKeys(running))
