@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/override"
 	"github.com/costguard/costguard/override/redisoverride"
@@ -24,33 +27,42 @@ import (
 // watchers poll in real time.
 func TestOverridePropagation(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		store func(t *testing.T) func() override.Store // one per Limiter
+		name string
+		// setup returns a new override store for each Limiter, and their
+		// shared budget store (nil: each Limiter's own memory).
+		setup func(t *testing.T) (func() override.Store, limiter.Store)
 	}{
-		{"memory", func(t *testing.T) func() override.Store {
+		{"memory", func(t *testing.T) (func() override.Store, limiter.Store) {
 			m, err := override.NewMemory(0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return func() override.Store { return m }
+			return func() override.Store { return m }, nil
 		}},
-		{"redis", func(t *testing.T) func() override.Store {
+		{"redis", func(t *testing.T) (func() override.Store, limiter.Store) {
 			srv := redistest.StartServer(t)
-			return func() override.Store { return redisOverrides(t, srv.Client(t)) }
+			return func() override.Store { return redisOverrides(t, srv.Client(t)) }, nil
 		}},
-		{"cluster", func(t *testing.T) func() override.Store {
+		{"cluster", func(t *testing.T) (func() override.Store, limiter.Store) {
 			cl := redistest.StartCluster(t)
-			return func() override.Store { return redisOverrides(t, cl.Client(t)) }
+			st, err := redisstore.New(cl.Client(t), redisstore.Config{Prefix: "mw-override-budgets"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return func() override.Store { return redisOverrides(t, cl.Client(t)) }, st
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			next := tc.store(t)
+			next, budgets := tc.setup(t)
 			var hs []http.Handler
 			var lims []*middleware.Limiter
 			for range 3 {
 				lim := newLimiter(t, middleware.Config{
+					Store:       budgets,
+					FailureMode: budget.FailClosed, // a store error is a 503, never hidden
 					Plans: map[string]budget.Plan{
-						"free": {Burst: 100, Rate: 100, Per: 100 * time.Second},
+						"free": {Burst: 100, Rate: 100, Per: 100 * time.Second, Quota: &budget.Quota{Limit: 1000, Per: 24 * time.Hour}},
 						"pro":  {Burst: 1000, Rate: 1000, Per: 100 * time.Second},
 						"anon": {Burst: 20, Rate: 20, Per: 100 * time.Second},
 					},
@@ -97,7 +109,29 @@ func TestOverridePropagation(t *testing.T) {
 			}
 			ctx := context.Background()
 			measure("set", func() error { return lims[0].SetOverride(ctx, "alice", override.Override{Plan: "pro"}) }, `"pro";q=1000;w=100`)
-			measure("delete", func() error { _, err := lims[0].DeleteOverride(ctx, "alice"); return err }, `"free";q=100;w=100`)
+			measure("delete", func() error { _, err := lims[0].DeleteOverride(ctx, "alice"); return err }, `"free";q=100;w=100, "free-daily";q=1000;w=86400`)
+			if budgets == nil {
+				return
+			}
+			// On a shared Cluster, an override's bucket and quota are one
+			// principal's budgets in one slot, decided at once and shared
+			// by every process.
+			measure("limits", func() error {
+				return lims[0].SetOverride(ctx, "alice", override.Override{Plan: "free", Burst: 500, Quota: &override.Quota{Limit: 5000}})
+			}, `"override:free";q=500;w=500, "override:free-daily";q=5000;w=86400`)
+			before := do(t, hs[0], request{method: "GET", path: "/api/users/x", header: bearer(aliceKey)})
+			for i, h := range hs {
+				w := do(t, h, request{method: "GET", path: "/api/users/x", header: bearer(aliceKey)})
+				if w.Code != http.StatusOK {
+					t.Fatalf("Limiter %d: %d %s", i, w.Code, w.Body)
+				}
+				if i == len(hs)-1 {
+					left, _ := strconv.Atoi(before.Header().Get(middleware.HeaderXRateLimitRemaining))
+					if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != strconv.Itoa(left-3) {
+						t.Errorf("after one request through each Limiter: %s left, want %d (one shared budget)", got, left-3)
+					}
+				}
+			}
 		})
 	}
 }
