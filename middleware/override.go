@@ -172,7 +172,8 @@ func (l *Limiter) SetOverride(ctx context.Context, principal string, o override.
 }
 
 // DeleteOverride removes the principal's override, returning it to its
-// plan's budgets as they stand; it reports whether there was one.
+// plan's budgets as they stand; it reports whether there was one. Store
+// calls take at most override.CallTimeout.
 func (l *Limiter) DeleteOverride(ctx context.Context, principal string) (bool, error) {
 	key, err := override.Principal(principal)
 	if err != nil {

@@ -179,3 +179,44 @@ func TestWatcher(t *testing.T) {
 		t.Fatal("a delete did not apply at once")
 	}
 }
+
+// failing is a Store whose reads fail while down is set.
+type failing struct {
+	override.Store
+	down bool
+}
+
+func (f *failing) Version(ctx context.Context) (int64, error) {
+	if f.down {
+		return 0, errors.New("store down")
+	}
+	return f.Store.Version(ctx)
+}
+
+// A store that cannot be read fails NewWatcher; one that fails later
+// leaves the last snapshot in force.
+func TestWatcherStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	clock := limitertest.NewFakeClock(overridetest.T0)
+	m, _ := override.NewMemory(0)
+	f := &failing{Store: m, down: true}
+	if _, err := override.NewWatcher(ctx, f, override.WithPollInterval(0)); err == nil {
+		t.Fatal("a store that cannot be read: NewWatcher succeeded")
+	}
+	f.down = false
+	w, err := override.NewWatcher(ctx, f, override.WithClock(clock), override.WithPollInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Put(ctx, "user:alice", override.Override{Plan: "pro"}); err != nil {
+		t.Fatal(err)
+	}
+	f.down = true
+	if err := w.Refresh(ctx); err == nil {
+		t.Fatal("a failing store refreshed")
+	}
+	if _, ok := w.Snapshot().Get("user:alice", clock.Now()); !ok {
+		t.Fatal("a failed refresh dropped the overrides in force")
+	}
+}

@@ -15,8 +15,9 @@ import (
 // round trip (well within a second).
 const DefaultPollInterval = 250 * time.Millisecond
 
-// pollTimeout bounds each of a Watcher's store calls.
-const pollTimeout = time.Second
+// CallTimeout bounds each of a Watcher's store calls (a poll, a Put, a
+// Delete), within the caller's own deadline.
+const CallTimeout = time.Second
 
 // Clock tells the time; limiter.Clock satisfies it.
 type Clock interface{ Now() time.Time }
@@ -150,8 +151,10 @@ func (w *Watcher) Refresh(ctx context.Context) error {
 
 // Put validates o and sets key's override in the store, then refreshes
 // this process's snapshot, so that it applies here at once (elsewhere
-// within a poll).
+// within a poll). The two store calls take at most CallTimeout.
 func (w *Watcher) Put(ctx context.Context, key string, o Override) error {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	now := w.clock.Now()
 	if err := o.Validate(now); err != nil {
 		return err
@@ -165,6 +168,8 @@ func (w *Watcher) Put(ctx context.Context, key string, o Override) error {
 // Delete removes key's override from the store and refreshes this
 // process's snapshot; it reports whether there was one.
 func (w *Watcher) Delete(ctx context.Context, key string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	ok, err := w.store.Delete(ctx, key)
 	if err != nil {
 		return false, err
@@ -195,7 +200,7 @@ func (w *Watcher) poll() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
 		err := w.Refresh(ctx)
 		cancel()
 		switch {
