@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/override"
@@ -178,4 +181,50 @@ func TestPrincipalReport(t *testing.T) {
 	if got, want := report("ip:203.0.113.7", ""), `{"principal":"ip:203.0.113.7","plan":"anon","override":null,"policies":[{"name":"anon","limit":20,"remaining":20,"reset_seconds":0}]}`; got != want {
 		t.Errorf("address:\n got %s\nwant %s", got, want)
 	}
+}
+
+// An override's concurrency cap and plan apply on every install path:
+// a REST request held in flight fills a cap of 1, so the principal's
+// GraphQL operation is refused; with the cap lifted it runs, priced by the
+// override's plan.
+func TestOverrideConcurrencyAndGraphQL(t *testing.T) {
+	ctx := context.Background()
+	cfg := overrideConfig(t, newClock())
+	cfg.Concurrency = middleware.ConcurrencyOptions{PerPrincipal: 5}
+	lim := newLimiter(t, cfg)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	})
+	gql := handler.New(newTestSchema().executable())
+	gql.AddTransport(transport.POST{})
+	mux := http.NewServeMux()
+	mux.Handle("/graphql", lim.Handler(gql))
+	mux.Handle("/api/", lim.REST(api))
+
+	one := 1
+	if err := lim.SetOverride(ctx, "alice", override.Override{Plan: "pro", Concurrency: &one}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		do(t, mux, request{method: http.MethodGet, path: "/api/hold", header: bearer(aliceKey)})
+	}()
+	<-entered
+	if w, resp := query(t, mux, `{ viewer { login } }`, bearer(aliceKey)); w.Code != http.StatusTooManyRequests || resp.code() != budget.CodeConcurrencyLimited {
+		t.Errorf("over the override's cap of 1: %d %q", w.Code, resp.code())
+	}
+	zero := 0
+	if err := lim.SetOverride(ctx, "alice", override.Override{Plan: "pro", Concurrency: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	w, resp := query(t, mux, `{ viewer { login } }`, bearer(aliceKey))
+	if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderRateLimitPolicy) != `"override:pro";q=1000;w=100` {
+		t.Errorf("cap lifted: %d %q %s", w.Code, resp.code(), w.Header().Get(middleware.HeaderRateLimitPolicy))
+	}
+	close(release)
+	<-done
 }
