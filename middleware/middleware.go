@@ -469,6 +469,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.stores.Close()
 		return nil, err
 	}
+
 	st.overrides = l.overrides
 	l.settings.Store(st)
 	return l, nil
@@ -500,7 +501,8 @@ func (l *Limiter) watchOverrides(o OverrideOptions) (*overrides, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Overrides: %w", ErrInvalidConfig, err)
 	}
-	return &overrides{w: w, engine: l.engine, clock: l.clock, log: l.log.Warn, start: l.start}, nil
+	return &overrides{w: w, engine: l.engine, clock: l.clock, log: l.log.Warn, start: l.start,
+		localOnly: o.Store == nil && l.atNew.Store != nil}, nil
 }
 
 // checkStoreOptions runs the checks of the stack's options (package

@@ -54,6 +54,11 @@ type overrides struct {
 	// warn: an override that does not compile under the plans in force
 	// (a reload removed its plan), logged at most once a minute.
 	warn logevery.Gate
+	// localOnly: the budgets are in a store of the caller's (shared, most
+	// likely) and the overrides in this process's memory; the first
+	// SetOverride says so.
+	localOnly     bool
+	localOnlyWarn sync.Once
 }
 
 // overrideCache holds the rules compiled for one snapshot under one
@@ -167,6 +172,11 @@ func (l *Limiter) SetOverride(ctx context.Context, principal string, o override.
 		if _, err := compileOverride(l.engine, set, base, o); err != nil {
 			return err
 		}
+	}
+	if l.overrides.localOnly {
+		l.overrides.localOnlyWarn.Do(func() {
+			l.log.WarnContext(ctx, "middleware: this override applies in this process only: the budgets are in Config.Store, but Config.Overrides.Store is nil (the memory of this process); to share overrides between processes give an override/redisoverride store")
+		})
 	}
 	return l.overrides.w.Put(ctx, key, o)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -227,4 +228,25 @@ func TestOverrideConcurrencyAndGraphQL(t *testing.T) {
 	}
 	close(release)
 	<-done
+}
+
+// Budgets in a store of the caller's with overrides in this process's
+// memory are said once, at the first override.
+func TestOverrideInThisProcessOnlyIsSaid(t *testing.T) {
+	ctx := context.Background()
+	cfg := overrideConfig(t, newClock())
+	logs := &countingHandler{}
+	cfg.Logger = slog.New(logs)
+	lim := newLimiter(t, cfg)
+	if logs.count(slog.LevelWarn) != 0 {
+		t.Fatalf("New warned:\n%s", logs.text())
+	}
+	for range 2 {
+		if err := lim.SetOverride(ctx, "alice", override.Override{Plan: "pro"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if logs.count(slog.LevelWarn) != 1 || !strings.Contains(logs.text(), "applies in this process only") {
+		t.Errorf("want one warning, got:\n%s", logs.text())
+	}
 }
