@@ -73,19 +73,16 @@ type overrideCache struct {
 }
 
 // apply returns the plan the principal key on p is served by: p, or the
-// rule its override compiles to. Without overrides it reads one atomic
-// pointer; with one for key, a map under a lock (compiled once per
-// change).
+// rule its override compiles to. It reads one atomic pointer and, when
+// there are overrides, a map; for a principal with one, the clock and the
+// rule compiled for it under a lock (once per change).
 func (ov *overrides) apply(set *settings, key string, p *plan) *plan {
 	if ov == nil {
 		return p
 	}
 	snap := ov.w.Snapshot()
-	if snap.Len() == 0 {
-		return p
-	}
-	o, ok := snap.Get(key, ov.clock.Now())
-	if !ok {
+	o, ok := snap.Find(key)
+	if !ok || o.Expired(ov.clock.Now()) { // the clock is read only for a principal with one
 		return p
 	}
 	c := ov.cache.Load()

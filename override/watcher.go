@@ -43,14 +43,21 @@ func (s *Snapshot) Len() int { return len(s.entries) }
 // Get returns key's override when it applies at now (it exists and has
 // not expired).
 func (s *Snapshot) Get(key string, now time.Time) (Override, bool) {
-	if len(s.entries) == 0 {
-		return Override{}, false
-	}
-	o, ok := s.entries[key]
+	o, ok := s.Find(key)
 	if !ok || o.Expired(now) {
 		return Override{}, false
 	}
 	return o, true
+}
+
+// Find returns key's override, expired or not: a caller that reads the
+// clock only when there is one checks Expired itself.
+func (s *Snapshot) Find(key string) (Override, bool) {
+	if len(s.entries) == 0 {
+		return Override{}, false
+	}
+	o, ok := s.entries[key]
+	return o, ok
 }
 
 // Watcher keeps a local Snapshot of a Store, refreshed by polling the
