@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/concurrency"
@@ -81,11 +82,13 @@ func (p *Policy) Override(base *Rule, o override.Override) (*Rule, error) {
 	}
 	quota, err := buildQuota(name, pl)
 	if err != nil {
-		var ce *ConfigError
-		if errors.As(err, &ce) {
-			err = ce.Err
+		// buildQuota says "budget: invalid config: plan "override:…": …",
+		// about a plan the caller never named: keep what follows.
+		msg := err.Error()
+		if _, rest, ok := strings.Cut(msg, fmt.Sprintf("plan %q: ", name)); ok {
+			msg = rest
 		}
-		return nil, bad("%w", err)
+		return nil, bad("%s", msg)
 	}
 	r := &Rule{Plan: pl, name: name, limit: limit, failOpen: start.failOpen, shadow: start.shadow,
 		maxConcurrent: start.maxConcurrent, quota: quota, policy: p, override: o.String()}
