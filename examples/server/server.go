@@ -65,6 +65,9 @@ type deps struct {
 	// keys resolves the API keys the configuration file does not have
 	// (-keys-postgres); nil: the file's only.
 	keys identity.KeyLookup
+	// keyMetrics, when set, exports what the cache in front of keys did
+	// (prommetrics.KeyCache); served at /metrics with the rest.
+	keyMetrics prometheus.Collector
 	// storeTimeout bounds each store call; 0: the library's default. Tests
 	// of exactness on a loaded machine raise it, so that a slow refund is
 	// not counted as a store failure.
@@ -117,6 +120,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	// test) may build several servers.
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.d.keyMetrics != nil {
+		s.reg.MustRegister(s.d.keyMetrics)
+	}
 	if s.metrics, err = prommetrics.New(prommetrics.WithRegisterer(s.reg)); err != nil {
 		return nil, nil, err
 	}
