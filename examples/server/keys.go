@@ -6,18 +6,21 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/identity/keycache"
 	"github.com/costguard/costguard/identity/pgkeys"
+	"github.com/costguard/costguard/middleware/prommetrics"
 )
 
 // keySource is where API keys come from besides the configuration file,
 // and how to let go of it.
 type keySource struct {
-	lookup   identity.KeyLookup // nil: the file's keys only
-	describe string             // for the start-up log; never holds a password
-	close    func()             // run calls it after the HTTP server has shut down
+	lookup   identity.KeyLookup   // nil: the file's keys only
+	metrics  prometheus.Collector // the cache's, for /metrics; nil without one
+	describe string               // for the start-up log; never holds a password
+	close    func()               // run calls it after the HTTP server has shut down
 }
 
 // openKeys connects to the PostgreSQL database at url (-keys-postgres),
@@ -51,6 +54,7 @@ func openKeys(ctx context.Context, url string) (*keySource, error) {
 	}
 	return &keySource{
 		lookup:   cache,
+		metrics:  prommetrics.KeyCache(cache),
 		describe: fmt.Sprintf("PostgreSQL at %s:%d, database %s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
 		close:    pool.Close,
 	}, nil

@@ -51,6 +51,14 @@ func TestRunWithPostgresKeys(t *testing.T) {
 			assert.Equal(t, tt.policy, resp.Header.Get(middleware.HeaderRateLimitPolicy), tt.key)
 		}
 	}
+	// The cache in front of the database is on /metrics: "db-key" and
+	// "nobody-key" were looked up ("gold-key" too), no key was answered twice.
+	resp, err := http.Get(srv.admin + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(metrics), "costguard_key_cache_lookups_total 3\n")
+	assert.Contains(t, string(metrics), `costguard_key_cache_entries{kind="unknown"} 1`+"\n")
 	assert.Contains(t, srv.stderr.String(), "API keys from the configuration file, then from PostgreSQL at 127.0.0.1:")
 	assert.NotContains(t, srv.stderr.String(), "db-key", "keys are never logged")
 }

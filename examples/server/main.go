@@ -168,7 +168,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		logger.Info("server: API keys from the configuration file, then from " + keys.describe)
 	}
 
-	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger, keys: keys.lookup,
+	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger, keys: keys.lookup, keyMetrics: keys.metrics,
 		overrides: st.overrides, adminTokenSHA256: adminToken})
 	if err != nil {
 		return err

@@ -67,6 +67,9 @@ type deps struct {
 	// keys resolves the API keys the configuration file does not have
 	// (-keys-postgres); nil: the file's only.
 	keys identity.KeyLookup
+	// keyMetrics, when set, exports what the cache in front of keys did
+	// (prommetrics.KeyCache); served at /metrics with the rest.
+	keyMetrics prometheus.Collector
 	// overrides keeps the per-principal overrides; nil: in this process's
 	// memory. The server shares them through Redis when its budgets are
 	// there.
@@ -127,6 +130,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	// test) may build several servers.
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.d.keyMetrics != nil {
+		s.reg.MustRegister(s.d.keyMetrics)
+	}
 	if s.metrics, err = prommetrics.New(prommetrics.WithRegisterer(s.reg)); err != nil {
 		return nil, nil, err
 	}

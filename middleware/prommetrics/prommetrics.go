@@ -45,6 +45,9 @@
 //
 // Points debited net of refunds are charged minus refunded plus excess.
 //
+// KeyCache is a second collector, for the API-key cache in front of a
+// database (identity/keycache): its costguard_key_cache_* metrics.
+//
 // The cost histograms have the buckets 1, 2, 5, 10, 20, 50, …, 50000,
 // 100000 points. costguard_operation_cost_points leaves out requests that
 // were never priced (a GraphQL document refused before pricing has

@@ -1,0 +1,333 @@
+// Package spenders finds who spends a budget: per plan, the principals with
+// the most net points (charged − refunded + excess) over sliding windows of
+// time, in memory bounded whatever the number of principals.
+//
+// Each window is a ring of slots (the 1-minute window: six of 10 seconds;
+// the 15-minute window: fifteen of a minute), and each slot a Space-Saving
+// summary of at most Capacity principals. A query merges the slots of its
+// window. For a window whose slots saw N points in all, every principal
+// reported has
+//
+//	Points − Error ≤ its true net points ≤ Points,  Error ≤ Bound ≤ N / Capacity
+//
+// and every principal that spent more than Bound is reported when Limit
+// lets the list be long enough. A window covers the slot in progress and
+// the ones before it: between Length − Slot and Length of history.
+//
+// The Tracker is a pure core: time is passed in, nothing runs in the
+// background. Feed it one Add per settled request (the net points of its
+// decision, once any refund is known).
+package spenders
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Window is a sliding window kept as a ring of Length / Slot slots.
+type Window struct {
+	Length time.Duration
+	Slot   time.Duration
+}
+
+// Name is the window's name in queries: its Length as Go writes it, less
+// any zero minutes or seconds ("1m", "15m", "1h").
+func (w Window) Name() string {
+	s := w.Length.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// DefaultWindows are the windows a zero Config keeps: 1 minute in slots of
+// 10 seconds, 15 minutes in slots of 1 minute.
+var DefaultWindows = []Window{{time.Minute, 10 * time.Second}, {15 * time.Minute, time.Minute}}
+
+// Defaults of a zero Config.
+const (
+	DefaultCapacity = 256
+	DefaultMaxPlans = 64
+	// maxSlots bounds Length / Slot of one window.
+	maxSlots = 1024
+	// maxCapacity bounds the counters of one slot.
+	maxCapacity = 1 << 16
+)
+
+// Other is the plan under which a Tracker counts the principals of plans
+// past its MaxPlans.
+const Other = "other"
+
+// ErrInvalidConfig wraps New's errors; ErrUnknownWindow, Top's.
+var (
+	ErrInvalidConfig = errors.New("spenders: invalid config")
+	ErrUnknownWindow = errors.New("spenders: unknown window")
+)
+
+// Config sizes a Tracker. Memory is bounded by MaxPlans × Σ slots ×
+// Capacity counters (about 100 bytes each plus the principal's name).
+type Config struct {
+	// Capacity is the principals one slot of one plan keeps. Default 256.
+	Capacity int
+	// Windows are the windows kept. Default DefaultWindows.
+	Windows []Window
+	// MaxPlans bounds the plans kept apart; later ones count as Other.
+	// Default 64.
+	MaxPlans int
+}
+
+// Tracker keeps the top spenders. It is safe for concurrent use.
+type Tracker struct {
+	cfg   Config
+	mu    sync.RWMutex
+	plans map[string]*planState
+}
+
+type planState struct {
+	mu    sync.Mutex
+	rings []ring // one per cfg.Windows
+}
+
+type ring struct {
+	slot  int64 // the slot's length in nanoseconds
+	slots []slot
+}
+
+type slot struct {
+	index int64 // ⌊t / slot length⌋ of what it holds; -1 when empty
+	sum   *summary
+}
+
+// New returns a Tracker for cfg.
+func New(cfg Config) (*Tracker, error) {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if cfg.MaxPlans == 0 {
+		cfg.MaxPlans = DefaultMaxPlans
+	}
+	if cfg.Windows == nil {
+		cfg.Windows = DefaultWindows
+	}
+	if cfg.Capacity < 1 || cfg.Capacity > maxCapacity {
+		return nil, fmt.Errorf("%w: capacity %d is not between 1 and %d", ErrInvalidConfig, cfg.Capacity, maxCapacity)
+	}
+	if cfg.MaxPlans < 1 {
+		return nil, fmt.Errorf("%w: max plans %d is below 1", ErrInvalidConfig, cfg.MaxPlans)
+	}
+	if len(cfg.Windows) == 0 {
+		return nil, fmt.Errorf("%w: no windows", ErrInvalidConfig)
+	}
+	seen := map[string]bool{}
+	for _, w := range cfg.Windows {
+		if w.Slot <= 0 || w.Length < w.Slot || w.Length%w.Slot != 0 || w.Length/w.Slot > maxSlots {
+			return nil, fmt.Errorf("%w: window %v in slots of %v: the slot must be positive and divide the length into at most %d",
+				ErrInvalidConfig, w.Length, w.Slot, maxSlots)
+		}
+		if seen[w.Name()] {
+			return nil, fmt.Errorf("%w: window %s twice", ErrInvalidConfig, w.Name())
+		}
+		seen[w.Name()] = true
+	}
+	cfg.Windows = slices.Clone(cfg.Windows)
+	return &Tracker{cfg: cfg, plans: map[string]*planState{}}, nil
+}
+
+// Windows names the windows Top answers for.
+func (t *Tracker) Windows() []string {
+	names := make([]string, len(t.cfg.Windows))
+	for i, w := range t.cfg.Windows {
+		names[i] = w.Name()
+	}
+	return names
+}
+
+// Add counts points (> 0; others are ignored) spent by principal on plan
+// at now.
+func (t *Tracker) Add(now time.Time, plan, principal string, points int64) {
+	if points <= 0 {
+		return
+	}
+	p := t.plan(plan)
+	at := now.UnixNano()
+	p.mu.Lock()
+	for i := range p.rings {
+		p.rings[i].current(at, t.cfg.Capacity).add(principal, points)
+	}
+	p.mu.Unlock()
+}
+
+// plan returns plan's state, made on first use (Other's past MaxPlans).
+func (t *Tracker) plan(name string) *planState {
+	t.mu.RLock()
+	p := t.plans[name]
+	t.mu.RUnlock()
+	if p != nil {
+		return p
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p = t.plans[name]; p != nil {
+		return p
+	}
+	if len(t.plans) >= t.cfg.MaxPlans && name != Other {
+		if p = t.plans[Other]; p != nil {
+			return p
+		}
+		name = Other
+	}
+	p = &planState{rings: make([]ring, len(t.cfg.Windows))}
+	for i, w := range t.cfg.Windows {
+		r := ring{slot: int64(w.Slot), slots: make([]slot, w.Length/w.Slot)}
+		for j := range r.slots {
+			r.slots[j].index = -1
+		}
+		p.rings[i] = r
+	}
+	t.plans[name] = p
+	return p
+}
+
+// current returns the summary of the slot holding at, emptied first when
+// it held an older slot.
+func (r *ring) current(at int64, capacity int) *summary {
+	idx := floorDiv(at, r.slot)
+	s := &r.slots[mod(idx, int64(len(r.slots)))]
+	if s.sum == nil {
+		s.sum = newSummary(capacity)
+	}
+	if s.index != idx {
+		s.sum.reset()
+		s.index = idx
+	}
+	return s.sum
+}
+
+// Spender is one principal of a Report.
+type Spender struct {
+	Principal string `json:"principal"`
+	// Points is an upper bound of the principal's net points in the window;
+	// Points − Error a lower bound.
+	Points int64 `json:"points"`
+	Error  int64 `json:"error"`
+}
+
+// Report is the top of one plan over one window.
+type Report struct {
+	Plan   string `json:"plan"`
+	Window string `json:"window"`
+	// Total is the net points every principal of the plan spent in the
+	// window, exactly.
+	Total int64 `json:"total_points"`
+	// Bound is the most any Points of the report, or any principal left
+	// out of it, can be above the truth: a principal that spent more than
+	// Bound is in the report unless Limit cut it short.
+	Bound    int64     `json:"error_bound"`
+	Spenders []Spender `json:"spenders"`
+}
+
+// Plans lists the plans that have spent, sorted.
+func (t *Tracker) Plans() []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	names := make([]string, 0, len(t.plans))
+	for n := range t.plans {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Top returns plan's limit (≥ 1) biggest spenders over the named window at
+// now, by Points, then by name.
+func (t *Tracker) Top(now time.Time, plan, window string, limit int) (Report, error) {
+	wi := slices.Index(t.Windows(), window)
+	if wi < 0 {
+		return Report{}, fmt.Errorf("%w: %q (known: %s)", ErrUnknownWindow, window, strings.Join(t.Windows(), ", "))
+	}
+	rep := Report{Plan: plan, Window: window, Spenders: []Spender{}}
+	t.mu.RLock()
+	p := t.plans[plan]
+	t.mu.RUnlock()
+	if p == nil || limit < 1 {
+		return rep, nil
+	}
+	type acc struct {
+		est, err int64
+		held     int64 // the floors of the slots that hold it
+	}
+	at := now.UnixNano()
+	p.mu.Lock()
+	r := &p.rings[wi]
+	cur := floorDiv(at, r.slot)
+	var live []*summary
+	for i := range r.slots {
+		s := &r.slots[i]
+		if s.sum != nil && s.index > cur-int64(len(r.slots)) && s.index <= cur {
+			live = append(live, s.sum)
+		}
+	}
+	merged := map[string]*acc{}
+	var floors int64
+	for _, s := range live {
+		rep.Total = saturatingAdd(rep.Total, s.total)
+		floors = saturatingAdd(floors, s.floor())
+		for _, c := range s.counters {
+			a := merged[c.item]
+			if a == nil {
+				a = &acc{}
+				merged[c.item] = a
+			}
+			a.est = saturatingAdd(a.est, c.estimate)
+			a.err = saturatingAdd(a.err, c.err)
+			a.held = saturatingAdd(a.held, s.floor())
+		}
+	}
+	p.mu.Unlock()
+	rep.Bound = floors
+	for item, a := range merged {
+		// The slots without a counter for item add at most their floors.
+		absent := floors - a.held
+		rep.Spenders = append(rep.Spenders, Spender{
+			Principal: item,
+			Points:    saturatingAdd(a.est, absent),
+			Error:     saturatingAdd(a.err, absent),
+		})
+	}
+	slices.SortFunc(rep.Spenders, func(a, b Spender) int {
+		if a.Points != b.Points {
+			if a.Points > b.Points {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Principal, b.Principal)
+	})
+	if len(rep.Spenders) > limit {
+		rep.Spenders = rep.Spenders[:limit]
+	}
+	return rep, nil
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
