@@ -147,7 +147,8 @@ func (e *Engine) Check(p *Policy) error {
 type Request struct {
 	// Key names the principal who pays.
 	Key string
-	// Addr keys the client's address, for the field limits counted ByIP.
+	// Addr keys the client's address, for the field and route limits
+	// counted ByIP or ByBoth ("": the principal's key).
 	Addr string
 	// Rule is the principal's plan, from the Policy the request started
 	// under (Policy.Plan).
@@ -159,6 +160,9 @@ type Request struct {
 	// Fields are the selections of the fields the operation selects; the
 	// limited ones are decided with the plan's bucket.
 	Fields []complexity.FieldCount
+	// Route is the limit of the request's route (Policy.Route), nil for
+	// none: it counts 1, decided with the plan's bucket.
+	Route *RouteRule
 	// ChargeInvalidIfNever makes a request whose cost can never be paid
 	// (above the plan's burst, or a field selected more often than its
 	// limit) pay the Policy's InvalidCost instead, as a request refused by
@@ -305,7 +309,7 @@ func (e *Engine) shadow(ctx context.Context, r *Rule, o *Outcome) bool {
 		return false
 	}
 	switch o.Verdict {
-	case RateLimited, OverBudget, CapExceeded, QuotaExceeded, FieldLimited:
+	case RateLimited, OverBudget, CapExceeded, QuotaExceeded, FieldLimited, RouteLimited:
 	default:
 		return false
 	}
@@ -471,8 +475,7 @@ func (e *Engine) takeExcess(ctx context.Context, req Request, o *Outcome, excess
 	if d, ok := e.stores.TakeSpent(ctx, o.Trace.Receipt, limiter.Request{Key: o.Trace.Receipt.Key, Limit: r.limit, Cost: excess}); ok {
 		o.Decision = d
 	}
-	if r.quota != nil && len(o.groups) > 0 {
-		g := o.groups[len(o.groups)-1] // the principal's: the bucket, then the quota
+	if g, ok := o.mine(); r.quota != nil && ok { // the bucket, then the quota
 		if len(g.reqs) >= 2 && g.reqs[1].Name == quotaBudget && len(o.Limits) > 0 {
 			qr := g.reqs[1]
 			qr.Cost = excess

@@ -42,13 +42,22 @@ func newScratch(n int) (reqs []limiter.Request, ds []limiter.Decision, uses []Us
 }
 
 // spendAll debits req.Cost from the principal's bucket on req.Rule, its
-// quota and the field limits req.Fields selects, all or nothing, then from
-// the lane's budget as spendIn does. Field limits by client address key
-// on req.Addr; when that is not the principal's key they are decided
-// first, apart (a Redis Cluster keeps one principal's budgets in one slot,
-// not an address's), and given back when the principal's budgets refuse.
+// quota, the field limits req.Fields selects and the route limit
+// req.Route, all or nothing, then from the lane's budget as spendIn does.
+// Limits by client address key on req.Addr; when that is not the
+// principal's key they are decided apart from the principal's (a Redis
+// Cluster keeps one principal's budgets in one slot, not an address's):
+// first, and given back when the principal's budgets refuse, unless they
+// hold a LeakyBucketShaping limit, whose turn cannot be given back: then
+// last, the principal's budgets given back when they refuse. For the
+// same reason a request with a shaping limit pays its lane's budget
+// first, given back when its other budgets refuse. (Compile lets shaping
+// limits count by one key only, so one side at most holds them.)
 func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
-	r, pol, key, addr, cost := req.Rule, req.Rule.policy, req.Key, req.Addr, req.Cost
+	r, pol, key, addr, cost, rt := req.Rule, req.Rule.policy, req.Key, req.Addr, req.Cost, req.Route
+	if addr == "" {
+		addr = key
+	}
 	if !pol.MultiLimited(r) {
 		return e.spendIn(ctx, key, r, req.Lane, cost)
 	}
@@ -56,17 +65,21 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 		return Outcome{Verdict: OverBudget}
 	}
 	// The principal's requests come first (the bucket, the quota, its
-	// field limits), then the address's; uses[i] describes reqs[i+1].
+	// field and route limits), then the address's; uses[i] describes
+	// reqs[i+1].
 	n := 1
 	if r.quota != nil {
 		n++
 	}
 	for _, c := range req.Fields {
-		if pol.fields[c.Coordinate] != nil && c.Count > 0 {
-			n++
+		if fl := pol.fields[c.Coordinate]; fl != nil && c.Count > 0 {
+			n += countsOf(fl.By, key, addr)
 		}
 	}
-	if n == 1 { // no quota, no limited field selected: the bucket alone
+	if rt != nil {
+		n += countsOf(rt.By, key, addr)
+	}
+	if n == 1 { // no quota, no limit selected: the bucket alone
 		return e.spendIn(ctx, key, r, req.Lane, cost)
 	}
 	reqs, ds, uses, groups := newScratch(n)
@@ -76,18 +89,22 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 		uses = append(uses, Use{Quota: q, Capacity: q.Limit.Rate})
 	}
 	mineEnd := 0
-	for pass := range 2 { // the principal's field limits, then the address's
+	for pass := range 2 { // the principal's limits, then the address's
+		k, byAddr := key, pass == 1
+		if byAddr {
+			k = addr
+		}
 		for _, c := range req.Fields {
 			fl := pol.fields[c.Coordinate]
-			if fl == nil || c.Count <= 0 || (fl.ByIP && addr != key) != (pass == 1) {
+			if fl == nil || c.Count <= 0 || !countsIn(fl.By, byAddr, key, addr) {
 				continue
 			}
-			k := key
-			if pass == 1 {
-				k = addr
-			}
 			reqs = append(reqs, limiter.Request{Key: k, Name: fl.budget, Limit: fl.Limit, Cost: c.Count})
-			uses = append(uses, Use{Field: fl, Capacity: fl.Limit.Burst, Count: c.Count, Path: c.Path})
+			uses = append(uses, Use{Field: fl, Capacity: fl.Limit.Capacity(), Count: c.Count, Path: c.Path, ByAddr: byAddr})
+		}
+		if rt != nil && countsIn(rt.By, byAddr, key, addr) {
+			reqs = append(reqs, limiter.Request{Key: k, Name: rt.budget, Limit: rt.Limit, Cost: 1})
+			uses = append(uses, Use{Route: rt, Capacity: rt.Limit.Capacity(), Count: 1, ByAddr: byAddr})
 		}
 		if pass == 0 {
 			mineEnd = len(reqs)
@@ -95,36 +112,111 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 	}
 	mine, theirs := reqs[:mineEnd], reqs[mineEnd:]
 	o := Outcome{Limits: uses, groups: groups}
-	// The address's field limits are taken first.
-	if len(theirs) > 0 {
-		if !e.decideGroup(ctx, r, theirs, ds[mineEnd:], &o, mineEnd-1) {
+	shapingTheirs := anyShaping(theirs)
+	ln, lanePaid := req.Lane, false
+	if ln != nil && (shapingTheirs || anyShaping(mine)) {
+		lo, paid := e.payLane(ctx, key, ln, cost, &o)
+		if !paid {
+			refusedByLane(&o, lo, ln)
 			return o
 		}
+		lanePaid = true
 	}
-	if !e.decideGroup(ctx, r, mine, ds[:mineEnd], &o, -1) {
-		e.giveBack(ctx, r, o.groups)
+	// The address's limits are taken first, unless a shaping turn is
+	// among them.
+	order := [2]bool{true, false} // the address's group?
+	if shapingTheirs {
+		order = [2]bool{false, true}
+	}
+	for _, addrs := range order {
+		var ok bool
+		switch {
+		case addrs && len(theirs) == 0:
+			continue
+		case addrs:
+			ok = e.decideGroup(ctx, r, theirs, ds[mineEnd:], &o, mineEnd-1)
+		default:
+			ok = e.decideGroup(ctx, r, mine, ds[:mineEnd], &o, -1)
+		}
+		if ok {
+			continue
+		}
+		if after, given := e.giveBack(ctx, r, o.groups); given && after != nil {
+			o.setMine(after)
+		}
 		o.groups = nil
+		if lanePaid {
+			e.refund(ctx, ln, o.LaneTrace, cost)
+			o.LaneCharged, o.LaneTrace = 0, guard.Trace{}
+		}
 		return o
 	}
 	o.Verdict, o.Charged = Admitted, cost
-	ln := req.Lane
-	if ln == nil {
+	for _, d := range ds {
+		o.Delay = max(o.Delay, d.Delay)
+	}
+	if ln == nil || lanePaid {
 		return o
 	}
 	lo, paid := e.payLane(ctx, key, ln, cost, &o)
 	if paid {
 		return o
 	}
-	if after, ok := e.giveBack(ctx, r, o.groups); ok {
-		// The principal's group is the last: its decisions after the refund.
-		o.Decision = after[0]
-		for i := 1; i < len(after); i++ {
-			o.Limits[i-1].Decision = after[i]
-		}
+	if after, ok := e.giveBack(ctx, r, o.groups); ok && after != nil {
+		o.setMine(after)
 	}
-	o.groups = nil
+	o.groups, o.Delay = nil, 0
 	refusedByLane(&o, lo, ln)
 	return o
+}
+
+// countsOf is how many times a limit counting by by is decided for a
+// request of the principal key from the address addr.
+func countsOf(by FieldLimitBy, key, addr string) int {
+	if by == ByBoth && addr != key {
+		return 2
+	}
+	return 1
+}
+
+// countsIn reports whether a limit counting by by is decided in the
+// address's group (byAddr) or the principal's.
+func countsIn(by FieldLimitBy, byAddr bool, key, addr string) bool {
+	apart := addr != key
+	if byAddr {
+		return apart && (by == ByIP || by == ByBoth)
+	}
+	return by == ByPrincipal || by == ByBoth || !apart
+}
+
+// anyShaping reports whether a LeakyBucketShaping budget is among reqs.
+func anyShaping(reqs []limiter.Request) bool {
+	for i := range reqs {
+		if reqs[i].Limit.Algorithm == limiter.LeakyBucketShaping {
+			return true
+		}
+	}
+	return false
+}
+
+// setMine records the decisions of the principal's group after a refund:
+// the bucket's, then the other budgets' in o.Limits.
+func (o *Outcome) setMine(after []limiter.Decision) {
+	o.Decision = after[0]
+	for i := 1; i < len(after); i++ {
+		o.Limits[i-1].Decision = after[i]
+	}
+}
+
+// mine is the principal's group of what o debited (the bucket, then the
+// quota), false when none was.
+func (o *Outcome) mine() (takenGroup, bool) {
+	for _, g := range o.groups {
+		if g.mine {
+			return g, true
+		}
+	}
+	return takenGroup{}, false
 }
 
 // decideGroup takes the requests of one owner in one atomic step and
@@ -152,7 +244,7 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Reques
 		}
 	}
 	if err == nil && limiter.AllAllowed(ds) {
-		o.groups = append(o.groups, takenGroup{from: from, reqs: reqs})
+		o.groups = append(o.groups, takenGroup{from: from, reqs: reqs, mine: principal})
 		return true
 	}
 	// Report the refusal that waits longest: Retry-After is when every
@@ -185,9 +277,13 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Reques
 		o.Verdict = RateLimited
 	default:
 		o.ByLimit = &o.Limits[offset+best]
-		o.Verdict = QuotaExceeded
-		if o.ByLimit.Field != nil {
+		switch {
+		case o.ByLimit.Field != nil:
 			o.Verdict = FieldLimited
+		case o.ByLimit.Route != nil:
+			o.Verdict = RouteLimited
+		default:
+			o.Verdict = QuotaExceeded
 		}
 	}
 	if !o.Never {
@@ -197,16 +293,19 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Reques
 }
 
 // giveBack refunds what the groups debited (a later budget refused) and
-// returns the decisions of the last group after its refund. Refunds that
-// fail return by refill.
+// returns the decisions of the principal's group after its refund (nil
+// when it was not among them). Refunds that fail return by refill.
 func (e *Engine) giveBack(ctx context.Context, r *Rule, groups []takenGroup) (after []limiter.Decision, ok bool) {
+	ok = true
 	for _, g := range groups {
 		ds := make([]limiter.Decision, len(g.reqs))
 		err := e.stores.RefundAll(ctx, g.from, g.reqs, ds)
 		if err != nil && !errors.Is(err, guard.ErrBreakerOpen) {
 			e.refundFailed(ctx, r, err)
 		}
-		after, ok = ds, err == nil
+		if g.mine {
+			after, ok = ds, err == nil
+		}
 	}
 	return after, ok
 }
@@ -214,10 +313,10 @@ func (e *Engine) giveBack(ctx context.Context, r *Rule, groups []takenGroup) (af
 // refundQuota gives amount back to the quota o debited with the bucket,
 // as the bucket's refund does; field limits keep what they counted.
 func (e *Engine) refundQuota(ctx context.Context, r *Rule, o *Outcome, amount int64) {
-	if r.quota == nil || len(o.groups) == 0 {
+	g, ok := o.mine() // the bucket, then the quota
+	if r.quota == nil || !ok {
 		return
 	}
-	g := o.groups[len(o.groups)-1] // the principal's: the bucket, then the quota
 	if len(g.reqs) < 2 || g.reqs[1].Name != quotaBudget {
 		return
 	}
