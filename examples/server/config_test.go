@@ -146,7 +146,12 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	}, m.Plans)
 	assert.Equal(t, "anon", m.AnonymousPlan)
 	assert.Equal(t, middleware.GraphQLOptions{}, m.GraphQL)
-	assert.Equal(t, middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
+	assert.Equal(t, middleware.RESTOptions{
+		Routes: map[string]int64{"GET /api/search": 10},
+		RouteLimits: map[string]budget.FieldLimit{
+			"POST /api/login": {Limit: 5, Per: 15 * time.Minute, Algorithm: budget.SlidingLog, By: budget.ByIP},
+		},
+	}, m.REST)
 	assert.Equal(t, middleware.ConcurrencyOptions{PerPrincipal: 100}, m.Concurrency)
 	require.NotNil(t, m.Overload)
 	assert.Equal(t, 64, m.Overload.MaxInFlight)
