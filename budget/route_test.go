@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/limitertest"
@@ -393,4 +394,37 @@ func joinPath(p []string) string {
 		s += k
 	}
 	return s
+}
+
+// A field limit takes an algorithm and counts by both too: each alias
+// counts, in a fixed window, for the principal and for the address.
+func TestFieldLimitAlgorithmByBoth(t *testing.T) {
+	for _, s := range routeStores() {
+		t.Run(s.name, func(t *testing.T) {
+			f := newRouteFixture(t, s, budget.Config{
+				Plans:       routePlans(),
+				FieldLimits: map[string]budget.FieldLimit{"Mutation.login": {Limit: 3, Per: time.Hour, Algorithm: budget.FixedWindow, By: budget.ByBoth}},
+			})
+			free, _ := f.eng.Policy().Plan("free")
+			charge := func(key, addr string, count int64) budget.Outcome {
+				return f.eng.Charge(ctx, budget.Request{Key: key, Addr: addr, Rule: free, Cost: 1,
+					Fields: []complexity.FieldCount{{Coordinate: "Mutation.login", Count: count}}})
+			}
+			if o := charge("user:a", "ip:1", 2); o.Verdict != budget.Admitted || len(o.Limits) != 2 {
+				t.Fatalf("two selections: %v, %d limits", o.Verdict, len(o.Limits))
+			}
+			if o := charge("user:a", "ip:2", 2); o.Verdict != budget.FieldLimited || o.ByLimit.ByAddr {
+				t.Fatalf("the principal's third and fourth: %v (by address %v)", o.Verdict, o.ByLimit != nil && o.ByLimit.ByAddr)
+			}
+			if o := charge("user:b", "ip:1", 2); o.Verdict != budget.FieldLimited || !o.ByLimit.ByAddr {
+				t.Fatalf("the address's third and fourth: %v", o.Verdict)
+			}
+			if o := charge("user:b", "ip:2", 3); o.Verdict != budget.Admitted {
+				t.Fatalf("neither count moved by the refusals: %v", o.Verdict)
+			}
+			if o := charge("user:c", "ip:3", 4); o.Verdict != budget.FieldLimited || !o.Never {
+				t.Fatalf("more selections than the limit: %v never %v", o.Verdict, o.Never)
+			}
+		})
+	}
 }

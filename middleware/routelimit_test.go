@@ -156,8 +156,13 @@ func TestRESTRouteLimitAllOrNothing(t *testing.T) {
 	// alice from elsewhere: her count was not taken by that refusal.
 	for i, addr := range []string{"203.0.113.1:1", "203.0.113.2:1"} {
 		alice.remoteAddr = addr
-		if w := do(t, h, alice); w.Code != http.StatusOK {
+		w := do(t, h, alice)
+		if w.Code != http.StatusOK {
 			t.Fatalf("alice login %d: %d %s", i+1, w.Code, w.Body)
+		}
+		// Counted twice, listed once.
+		if got := w.Header().Get(middleware.HeaderRateLimitPolicy); got != `"free";q=100;w=100, "POST /api/login";q=2;w=3600` {
+			t.Errorf("alice login %d: RateLimit-Policy %s", i+1, got)
 		}
 	}
 	alice.remoteAddr = "203.0.113.3:1"
