@@ -135,8 +135,10 @@ func (e *Engine) Check(p *Policy) error {
 			return fmt.Errorf("%w: plan %q: SplitBudget needs split-budget leases, which the stores were built without (no plan had SplitBudget); restart to add them", ErrInvalidConfig, name)
 		}
 		if p.MultiLimited(r) {
-			if err := e.stores.CanTakeAll(r.SplitBudget); err != nil {
-				return fmt.Errorf("%w: plan %q: quotas and field limits need a store that decides several budgets at once (limiter.MultiTaker and limiter.MultiRefunder: memorystore, redisstore): %w", ErrInvalidConfig, name, err)
+			// A split-budget plan takes only route limits in several
+			// budgets at once, from the store (spendSplit).
+			if err := e.stores.CanTakeAll(false); err != nil {
+				return fmt.Errorf("%w: plan %q: quotas, field limits and route limits need a store that decides several budgets at once (limiter.MultiTaker and limiter.MultiRefunder: memorystore, redisstore): %w", ErrInvalidConfig, name, err)
 			}
 		}
 	}
@@ -396,10 +398,15 @@ func (e *Engine) take(ctx context.Context, key string, r *Rule, cost int64, tr *
 }
 
 // takeAll is TakeAll through the store's guard, as take is for one
-// budget. When the overflow buckets decide, the keys of reqs become
-// theirs, so that what was taken is given back there too.
-func (e *Engine) takeAll(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, tr *guard.Trace) error {
-	err := e.stores.TakeAll(ctx, r.call(), reqs, ds, tr)
+// budget (store: from the store, not from split-budget leases). When the
+// overflow buckets decide, the keys of reqs become theirs, so that what
+// was taken is given back there too.
+func (e *Engine) takeAll(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, tr *guard.Trace, store bool) error {
+	c := r.call()
+	if store {
+		c.Leased = false // a route limit of a split-budget plan
+	}
+	err := e.stores.TakeAll(ctx, c, reqs, ds, tr)
 	e.noteCall(r, tr)
 	return err
 }

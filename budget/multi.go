@@ -58,11 +58,14 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 	if addr == "" {
 		addr = key
 	}
-	if !pol.MultiLimited(r) {
+	if !pol.MultiLimited(r) || (r.SplitBudget && rt == nil) {
 		return e.spendIn(ctx, key, r, req.Lane, cost)
 	}
 	if cost > r.Burst {
 		return Outcome{Verdict: OverBudget}
+	}
+	if r.SplitBudget {
+		return e.spendSplit(ctx, req)
 	}
 	// The principal's requests come first (the bucket, the quota, its
 	// field and route limits), then the address's; uses[i] describes
@@ -134,9 +137,9 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 		case addrs && len(theirs) == 0:
 			continue
 		case addrs:
-			ok = e.decideGroup(ctx, r, theirs, ds[mineEnd:], &o, mineEnd-1)
+			ok = e.decideGroup(ctx, r, theirs, ds[mineEnd:], &o, mineEnd-1, false)
 		default:
-			ok = e.decideGroup(ctx, r, mine, ds[:mineEnd], &o, -1)
+			ok = e.decideGroup(ctx, r, mine, ds[:mineEnd], &o, -1, false)
 		}
 		if ok {
 			continue
@@ -155,6 +158,11 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 	for _, d := range ds {
 		o.Delay = max(o.Delay, d.Delay)
 	}
+	if g, ok := o.mine(); ok {
+		// Refunds and excess debits of the bucket go where the
+		// principal's group took, whichever group was decided last.
+		o.Trace.Receipt = g.from
+	}
 	if ln == nil || lanePaid {
 		return o
 	}
@@ -167,6 +175,71 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 	}
 	o.groups, o.Delay = nil, 0
 	refusedByLane(&o, lo, ln)
+	return o
+}
+
+// spendSplit is spendAll for a plan served from split-budget leases, whose
+// bucket is spent locally and so cannot be decided in one step with
+// anything: its route limit is decided in the store apart (the
+// principal's count, then the address's), before the bucket and given
+// back if the bucket or the lane refuses, or, when it is a shaping limit,
+// after them, which are then given back if it refuses. (Compile refuses
+// quotas and field limits on such a plan.)
+func (e *Engine) spendSplit(ctx context.Context, req Request) Outcome {
+	r, key, addr, rt, cost, ln := req.Rule, req.Key, cmpOr(req.Addr, req.Key), req.Route, req.Cost, req.Lane
+	n := countsOf(rt.By, key, addr)
+	reqs := make([]limiter.Request, 0, n)
+	uses := make([]Use, 0, n)
+	for _, byAddr := range []bool{false, true} {
+		if countsIn(rt.By, byAddr, key, addr) {
+			k := key
+			if byAddr {
+				k = addr
+			}
+			reqs = append(reqs, limiter.Request{Key: k, Name: rt.budget, Limit: rt.Limit, Cost: 1})
+			uses = append(uses, Use{Route: rt, Capacity: rt.Limit.Capacity(), Count: 1, ByAddr: byAddr})
+		}
+	}
+	ds := make([]limiter.Decision, len(reqs))
+	var routes Outcome // the route limit's decisions: Limits, groups, and a refusal
+	routes.Limits = uses
+	decide := func() bool {
+		for i := range reqs {
+			if !e.decideGroup(ctx, r, reqs[i:i+1], ds[i:i+1], &routes, i, true) {
+				e.giveBack(ctx, r, routes.groups)
+				routes.groups = nil
+				return false
+			}
+		}
+		return true
+	}
+	shaping := rt.Limit.Algorithm == limiter.LeakyBucketShaping
+	if !shaping && !decide() {
+		return routes
+	}
+	o := e.spendIn(ctx, key, r, ln, cost)
+	o.Limits, o.groups = routes.Limits, routes.groups
+	addTrace(&o.Trace, guard.Trace{Took: routes.Trace.Took, BreakerChanged: routes.Trace.BreakerChanged})
+	if o.Verdict != Admitted {
+		e.giveBack(ctx, r, o.groups)
+		o.groups = nil
+		return o
+	}
+	if shaping && !decide() {
+		if d, ok := e.refund(ctx, r, o.Trace, cost); ok {
+			o.Decision = d
+		}
+		if o.LaneCharged == cost && ln != nil {
+			e.refund(ctx, ln, o.LaneTrace, cost)
+		}
+		routes.Decision, routes.Known = o.Decision, o.Known
+		routes.Trace.Took += o.Trace.Took
+		return routes
+	}
+	o.groups = routes.groups
+	for _, d := range ds {
+		o.Delay = max(o.Delay, d.Delay)
+	}
 	return o
 }
 
@@ -224,8 +297,9 @@ func (o *Outcome) mine() (takenGroup, bool) {
 // it), each other limit's in o.Limits (request i at o.Limits[offset+i];
 // offset is -1 for the principal's group, whose request 0 is the bucket),
 // and the verdict of a refusal. It reports whether everything was debited.
-func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, o *Outcome, offset int) bool {
-	err := e.takeAll(ctx, r, reqs, ds, &o.Trace)
+// store takes from the store even on a plan with split-budget leases.
+func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, o *Outcome, offset int, store bool) bool {
+	err := e.takeAll(ctx, r, reqs, ds, &o.Trace, store)
 	from := o.Trace.Receipt
 	principal := offset < 0
 	decided := err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity)

@@ -623,8 +623,8 @@ func (p *Policy) buildFieldLimits(fls map[string]FieldLimit) error {
 	return p.noSplitBudget("field limits")
 }
 
-// noSplitBudget refuses a plan with SplitBudget beside what (field or
-// route limits), which are decided with the bucket in one atomic step.
+// noSplitBudget refuses a plan with SplitBudget beside what (field
+// limits), which are decided with the bucket in one atomic step.
 func (p *Policy) noSplitBudget(what string) error {
 	for _, name := range p.names {
 		if p.plans[name].SplitBudget {
@@ -656,7 +656,7 @@ func (p *Policy) buildRouteLimits(rls map[string]FieldLimit) error {
 		p.routes[route] = &RouteRule{Route: route, Limit: limit, By: by, Max: rl.Limit, budget: routeBudgetPrefix + route}
 		p.anyByIP = p.anyByIP || by != ByPrincipal
 	}
-	return p.noSplitBudget("route limits")
+	return nil
 }
 
 // checkShaping refuses LeakyBucketShaping limits that count by different

@@ -3,6 +3,7 @@ package budget_test
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/redisstore"
+	"github.com/costguard/costguard/limiter/stack"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -424,6 +426,78 @@ func TestFieldLimitAlgorithmByBoth(t *testing.T) {
 			}
 			if o := charge("user:c", "ip:3", 4); o.Verdict != budget.FieldLimited || !o.Never {
 				t.Fatalf("more selections than the limit: %v never %v", o.Verdict, o.Never)
+			}
+		})
+	}
+}
+
+// A plan served from split-budget leases takes a route limit too: the
+// route limit is decided in the store, apart from the lease, and given
+// back when the bucket refuses; a shaping one is decided after the
+// bucket, which is given back when it refuses.
+func TestRouteLimitSplitBudget(t *testing.T) {
+	for _, fl := range []budget.FieldLimit{
+		{Limit: 3, Per: time.Hour, Algorithm: budget.SlidingLog},
+		{Limit: 3, Per: time.Minute, Algorithm: budget.LeakyBucketShaping, MaxDelay: 40 * time.Second}, // 3 at once: now, in 20s, in 40s
+	} {
+		t.Run(string(fl.Algorithm), func(t *testing.T) {
+			clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
+			mem, err := memorystore.New(memorystore.Config{Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { mem.Close() })
+			pol, err := budget.Compile(budget.Config{
+				Plans:       map[string]budget.Plan{"ux": {Burst: 10, Rate: 1, Per: time.Hour, SplitBudget: true}},
+				RouteLimits: map[string]budget.FieldLimit{login: fl},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := stack.New(stack.Config{Store: mem, OverflowKeys: 64, Clock: clock, SplitBudget: true, NoBreaker: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			eng, err := budget.NewEngine(st, pol, budget.WithClock(clock), budget.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ux, _ := pol.Plan("ux")
+			rt := pol.Route(login)
+			route := func(key string) limiter.Decision {
+				ds := make([]limiter.Decision, 1)
+				if err := mem.TakeAll(ctx, []limiter.Request{{Key: key, Name: "route:" + login, Limit: rt.Limit}}, ds); err != nil {
+					t.Fatal(err)
+				}
+				return ds[0]
+			}
+			charge := func(key string, cost int64) budget.Outcome {
+				return eng.Charge(ctx, budget.Request{Key: key, Rule: ux, Cost: cost, Route: rt})
+			}
+			// The bucket refuses: the route limit keeps its count.
+			if o := charge("user:a", 9); o.Verdict != budget.Admitted {
+				t.Fatalf("first: %v", o.Verdict)
+			}
+			was := route("user:a")
+			if o := charge("user:a", 5); o.Verdict != budget.RateLimited {
+				t.Fatalf("bucket short: %v", o.Verdict)
+			}
+			if now := route("user:a"); now != was {
+				t.Errorf("the bucket's refusal moved the route limit: %+v, was %+v", now, was)
+			}
+			// The route refuses the fourth: the bucket keeps its points.
+			for i := range 3 {
+				if o := charge("user:b", 1); o.Verdict != budget.Admitted {
+					t.Fatalf("login %d: %v", i+1, o.Verdict)
+				}
+			}
+			before := eng.Peek(ctx, budget.Request{Key: "user:b", Rule: ux}).Decision.Remaining
+			if o := charge("user:b", 1); o.Verdict != budget.RouteLimited || o.RetryAfter <= 0 {
+				t.Fatalf("login 4: %v", o.Verdict)
+			}
+			if after := eng.Peek(ctx, budget.Request{Key: "user:b", Rule: ux}).Decision.Remaining; after != before {
+				t.Errorf("the route's refusal moved the bucket from %d to %d", before, after)
 			}
 		})
 	}

@@ -268,3 +268,24 @@ func TestGraphQLFieldLimitShaping(t *testing.T) {
 		t.Errorf("%d issues created; want 2", n)
 	}
 }
+
+// A plan served from split-budget leases takes route limits too.
+func TestRESTRouteLimitSplitBudget(t *testing.T) {
+	clock := newClock()
+	cfg := testConfig(t, clock)
+	cfg.Plans = testPlans()
+	p := cfg.Plans["free"]
+	p.SplitBudget = true
+	cfg.Plans["free"] = p
+	cfg.REST.RouteLimits = map[string]budget.FieldLimit{"POST /api/login": {Limit: 2, Per: time.Minute, Algorithm: budget.SlidingCounter}}
+	h := graphQLServer(newLimiter(t, cfg), newTestSchema())
+	login := request{method: "POST", path: "/api/login", header: bearer(aliceKey)}
+	for i := range 2 {
+		if w := do(t, h, login); w.Code != http.StatusOK {
+			t.Fatalf("login %d: %d %s", i+1, w.Code, w.Body)
+		}
+	}
+	if w := do(t, h, login); w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "route_rate_limited") {
+		t.Fatalf("login 3: %d %s", w.Code, w.Body)
+	}
+}

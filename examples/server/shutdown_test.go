@@ -118,8 +118,7 @@ func TestRunShutdownReturnsLeases(t *testing.T) {
 	// shutdown to give back.
 	cfg := "split_budget: {lease_fraction: 0.05, settle_interval: 1h}\n" +
 		"plans: {free: {burst: 5000, rate: 1, per: 24h, split_budget: true}, anon: {burst: 500, rate: 500, per: 1h}}\n" +
-		"api_keys: {" + demoAPIKey + ": {principal: alice, plan: free}}\n" +
-		"rest: {route_limits: {}}\n" // split-budget plans take no route limit
+		"api_keys: {" + demoAPIKey + ": {principal: alice, plan: free}}\n"
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	args := []string{"-addr", "127.0.0.1:0", "-config", path, "-redis", "redis://" + srv.Addr() + "/0"}
 	client := &http.Client{Transport: &http.Transport{}, Timeout: waitLimit}
