@@ -502,3 +502,33 @@ func TestRouteLimitSplitBudget(t *testing.T) {
 		})
 	}
 }
+
+// When the address's budgets are decided last (they hold a shaping turn),
+// a refund of unused cost still goes to the principal's bucket.
+func TestShapingByAddrRefundsThePrincipal(t *testing.T) {
+	for _, s := range routeStores() {
+		t.Run(s.name, func(t *testing.T) {
+			f := newRouteFixture(t, s, budget.Config{
+				Plans:       routePlans(),
+				FieldLimits: map[string]budget.FieldLimit{"Mutation.send": {Limit: 10, Per: time.Second, Algorithm: budget.LeakyBucketShaping, By: budget.ByIP}},
+			})
+			free, _ := f.eng.Policy().Plan("free")
+			req := budget.Request{Key: "user:a", Addr: "ip:1", Rule: free, Cost: 30,
+				Fields: []complexity.FieldCount{{Coordinate: "Mutation.send", Count: 1}}}
+			o := f.eng.Charge(ctx, req)
+			if o.Verdict != budget.Admitted {
+				t.Fatal(o.Verdict)
+			}
+			o = f.eng.Settle(ctx, req, o, 10, true, "send")
+			if o.Refunded != 20 {
+				t.Fatalf("refunded %d", o.Refunded)
+			}
+			if got := f.bucket(t, "user:a"); got != 90 {
+				t.Errorf("the principal's bucket holds %d; want 90 (30 paid, 20 back)", got)
+			}
+			if got := f.bucket(t, "ip:1"); got != 100 {
+				t.Errorf("the address's plain bucket holds %d; want 100 (untouched)", got)
+			}
+		})
+	}
+}
