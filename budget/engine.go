@@ -2,9 +2,9 @@
 // budgets.
 //
 // An Engine decides by a compiled, validated Policy (plans, quotas, field
-// limits, lane budgets, modes) on the stores of a limiter/stack, with no
-// transport: a principal key, a plan, a cost, optional field counts and a
-// lane go in, one Outcome comes out. Charge debits a price, ChargeInvalid
+// and route limits, lane budgets, modes) on the stores of a limiter/stack,
+// with no transport: a principal key, a plan, a cost, optional field
+// counts, a route and a lane go in, one Outcome comes out. Charge debits a price, ChargeInvalid
 // the cost of a request refused before it could be priced, Peek reads a
 // bucket without spending, Settle debits or gives back the difference
 // between a price and what a response actually cost, Refund gives points
