@@ -2,9 +2,9 @@
 // budgets.
 //
 // An Engine decides by a compiled, validated Policy (plans, quotas, field
-// limits, lane budgets, modes) on the stores of a limiter/stack, with no
-// transport: a principal key, a plan, a cost, optional field counts and a
-// lane go in, one Outcome comes out. Charge debits a price, ChargeInvalid
+// and route limits, lane budgets, modes) on the stores of a limiter/stack,
+// with no transport: a principal key, a plan, a cost, optional field
+// counts, a route and a lane go in, one Outcome comes out. Charge debits a price, ChargeInvalid
 // the cost of a request refused before it could be priced, Peek reads a
 // bucket without spending, Settle debits or gives back the difference
 // between a price and what a response actually cost, Refund gives points
@@ -145,8 +145,10 @@ func (e *Engine) CheckRule(r *Rule) error {
 		return fmt.Errorf("%w: plan %q: SplitBudget needs split-budget leases, which the stores were built without (no plan had SplitBudget); restart to add them", ErrInvalidConfig, r.name)
 	}
 	if r.policy.MultiLimited(r) {
-		if err := e.stores.CanTakeAll(r.SplitBudget); err != nil {
-			return fmt.Errorf("%w: plan %q: quotas and field limits need a store that decides several budgets at once (limiter.MultiTaker and limiter.MultiRefunder: memorystore, redisstore): %w", ErrInvalidConfig, r.name, err)
+		// A split-budget plan takes only route limits in several budgets
+		// at once, from the store (spendSplit).
+		if err := e.stores.CanTakeAll(false); err != nil {
+			return fmt.Errorf("%w: plan %q: quotas, field limits and route limits need a store that decides several budgets at once (limiter.MultiTaker and limiter.MultiRefunder: memorystore, redisstore): %w", ErrInvalidConfig, r.name, err)
 		}
 	}
 	return nil
@@ -156,7 +158,8 @@ func (e *Engine) CheckRule(r *Rule) error {
 type Request struct {
 	// Key names the principal who pays.
 	Key string
-	// Addr keys the client's address, for the field limits counted ByIP.
+	// Addr keys the client's address, for the field and route limits
+	// counted ByIP or ByBoth ("": the principal's key).
 	Addr string
 	// Rule is the principal's plan, from the Policy the request started
 	// under (Policy.Plan).
@@ -168,6 +171,9 @@ type Request struct {
 	// Fields are the selections of the fields the operation selects; the
 	// limited ones are decided with the plan's bucket.
 	Fields []complexity.FieldCount
+	// Route is the limit of the request's route (Policy.Route), nil for
+	// none: it counts 1, decided with the plan's bucket.
+	Route *RouteRule
 	// ChargeInvalidIfNever makes a request whose cost can never be paid
 	// (above the plan's burst, or a field selected more often than its
 	// limit) pay the Policy's InvalidCost instead, as a request refused by
@@ -314,7 +320,7 @@ func (e *Engine) shadow(ctx context.Context, r *Rule, o *Outcome) bool {
 		return false
 	}
 	switch o.Verdict {
-	case RateLimited, OverBudget, CapExceeded, QuotaExceeded, FieldLimited:
+	case RateLimited, OverBudget, CapExceeded, QuotaExceeded, FieldLimited, RouteLimited:
 	default:
 		return false
 	}
@@ -401,10 +407,15 @@ func (e *Engine) take(ctx context.Context, key string, r *Rule, cost int64, tr *
 }
 
 // takeAll is TakeAll through the store's guard, as take is for one
-// budget. When the overflow buckets decide, the keys of reqs become
-// theirs, so that what was taken is given back there too.
-func (e *Engine) takeAll(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, tr *guard.Trace) error {
-	err := e.stores.TakeAll(ctx, r.call(), reqs, ds, tr)
+// budget (store: from the store, not from split-budget leases). When the
+// overflow buckets decide, the keys of reqs become theirs, so that what
+// was taken is given back there too.
+func (e *Engine) takeAll(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, tr *guard.Trace, store bool) error {
+	c := r.call()
+	if store {
+		c.Leased = false // a route limit of a split-budget plan
+	}
+	err := e.stores.TakeAll(ctx, c, reqs, ds, tr)
 	e.noteCall(r, tr)
 	return err
 }
@@ -480,8 +491,7 @@ func (e *Engine) takeExcess(ctx context.Context, req Request, o *Outcome, excess
 	if d, ok := e.stores.TakeSpent(ctx, o.Trace.Receipt, limiter.Request{Key: o.Trace.Receipt.Key, Limit: r.limit, Cost: excess}); ok {
 		o.Decision = d
 	}
-	if r.quota != nil && len(o.groups) > 0 {
-		g := o.groups[len(o.groups)-1] // the principal's: the bucket, then the quota
+	if g, ok := o.mine(); r.quota != nil && ok { // the bucket, then the quota
 		if len(g.reqs) >= 2 && g.reqs[1].Name == quotaBudget && len(o.Limits) > 0 {
 			qr := g.reqs[1]
 			qr.Cost = excess

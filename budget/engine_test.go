@@ -253,6 +253,7 @@ func TestAnswers(t *testing.T) {
 		{budget.ConcurrencyLimited, "CONCURRENCY_LIMITED", 429, 429, budget.ClassRateLimited},
 		{budget.QuotaExceeded, "QUOTA_EXCEEDED", 429, 429, budget.ClassRateLimited},
 		{budget.FieldLimited, "FIELD_RATE_LIMITED", 429, 429, budget.ClassRateLimited},
+		{budget.RouteLimited, "ROUTE_RATE_LIMITED", 429, 429, budget.ClassRateLimited},
 	}
 	for _, tc := range tests {
 		a := tc.v.Answer()

@@ -42,31 +42,47 @@ func newScratch(n int) (reqs []limiter.Request, ds []limiter.Decision, uses []Us
 }
 
 // spendAll debits req.Cost from the principal's bucket on req.Rule, its
-// quota and the field limits req.Fields selects, all or nothing, then from
-// the lane's budget as spendIn does. Field limits by client address key
-// on req.Addr; when that is not the principal's key they are decided
-// first, apart (a Redis Cluster keeps one principal's budgets in one slot,
-// not an address's), and given back when the principal's budgets refuse.
+// quota, the field limits req.Fields selects and the route limit
+// req.Route, all or nothing, then from the lane's budget as spendIn does.
+// Limits by client address key on req.Addr; when that is not the
+// principal's key they are decided apart from the principal's (a Redis
+// Cluster keeps one principal's budgets in one slot, not an address's):
+// first, and given back when the principal's budgets refuse, unless they
+// hold a LeakyBucketShaping limit, whose turn cannot be given back: then
+// last, the principal's budgets given back when they refuse. For the
+// same reason a request with a shaping limit pays its lane's budget
+// first, given back when its other budgets refuse. (Compile lets shaping
+// limits count by one key only, so one side at most holds them.)
 func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
-	r, pol, key, addr, cost := req.Rule, req.Rule.policy, req.Key, req.Addr, req.Cost
-	if !pol.MultiLimited(r) {
+	r, pol, key, addr, cost, rt := req.Rule, req.Rule.policy, req.Key, req.Addr, req.Cost, req.Route
+	if addr == "" {
+		addr = key
+	}
+	if !pol.MultiLimited(r) || (r.SplitBudget && rt == nil) {
 		return e.spendIn(ctx, key, r, req.Lane, cost)
 	}
 	if cost > r.Burst {
 		return Outcome{Verdict: OverBudget}
 	}
+	if r.SplitBudget {
+		return e.spendSplit(ctx, req)
+	}
 	// The principal's requests come first (the bucket, the quota, its
-	// field limits), then the address's; uses[i] describes reqs[i+1].
+	// field and route limits), then the address's; uses[i] describes
+	// reqs[i+1].
 	n := 1
 	if r.quota != nil {
 		n++
 	}
 	for _, c := range req.Fields {
-		if pol.fields[c.Coordinate] != nil && c.Count > 0 {
-			n++
+		if fl := pol.fields[c.Coordinate]; fl != nil && c.Count > 0 {
+			n += countsOf(fl.By, key, addr)
 		}
 	}
-	if n == 1 { // no quota, no limited field selected: the bucket alone
+	if rt != nil {
+		n += countsOf(rt.By, key, addr)
+	}
+	if n == 1 { // no quota, no limit selected: the bucket alone
 		return e.spendIn(ctx, key, r, req.Lane, cost)
 	}
 	reqs, ds, uses, groups := newScratch(n)
@@ -79,18 +95,22 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 		uses = append(uses, Use{Quota: q, Capacity: q.Limit.Rate})
 	}
 	mineEnd := 0
-	for pass := range 2 { // the principal's field limits, then the address's
+	for pass := range 2 { // the principal's limits, then the address's
+		k, byAddr := own, pass == 1
+		if byAddr {
+			k = addr
+		}
 		for _, c := range req.Fields {
 			fl := pol.fields[c.Coordinate]
-			if fl == nil || c.Count <= 0 || (fl.ByIP && addr != key) != (pass == 1) {
+			if fl == nil || c.Count <= 0 || !countsIn(fl.By, byAddr, key, addr) {
 				continue
 			}
-			k := own
-			if pass == 1 {
-				k = addr
-			}
 			reqs = append(reqs, limiter.Request{Key: k, Name: fl.budget, Limit: fl.Limit, Cost: c.Count})
-			uses = append(uses, Use{Field: fl, Capacity: fl.Limit.Burst, Count: c.Count, Path: c.Path})
+			uses = append(uses, Use{Field: fl, Capacity: fl.Limit.Capacity(), Count: c.Count, Path: c.Path, ByAddr: byAddr})
+		}
+		if rt != nil && countsIn(rt.By, byAddr, key, addr) {
+			reqs = append(reqs, limiter.Request{Key: k, Name: rt.budget, Limit: rt.Limit, Cost: 1})
+			uses = append(uses, Use{Route: rt, Capacity: rt.Limit.Capacity(), Count: 1, ByAddr: byAddr})
 		}
 		if pass == 0 {
 			mineEnd = len(reqs)
@@ -98,36 +118,181 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 	}
 	mine, theirs := reqs[:mineEnd], reqs[mineEnd:]
 	o := Outcome{Limits: uses, groups: groups}
-	// The address's field limits are taken first.
-	if len(theirs) > 0 {
-		if !e.decideGroup(ctx, r, theirs, ds[mineEnd:], &o, mineEnd-1) {
+	shapingTheirs := anyShaping(theirs)
+	ln, lanePaid := req.Lane, false
+	if ln != nil && (shapingTheirs || anyShaping(mine)) {
+		lo, paid := e.payLane(ctx, key, ln, cost, &o)
+		if !paid {
+			refusedByLane(&o, lo, ln)
 			return o
 		}
+		lanePaid = true
 	}
-	if !e.decideGroup(ctx, r, mine, ds[:mineEnd], &o, -1) {
-		e.giveBack(ctx, r, o.groups)
+	// The address's limits are taken first, unless a shaping turn is
+	// among them.
+	order := [2]bool{true, false} // the address's group?
+	if shapingTheirs {
+		order = [2]bool{false, true}
+	}
+	for _, addrs := range order {
+		var ok bool
+		switch {
+		case addrs && len(theirs) == 0:
+			continue
+		case addrs:
+			ok = e.decideGroup(ctx, r, theirs, ds[mineEnd:], &o, mineEnd-1, false)
+		default:
+			ok = e.decideGroup(ctx, r, mine, ds[:mineEnd], &o, -1, false)
+		}
+		if ok {
+			continue
+		}
+		if after, given := e.giveBack(ctx, r, o.groups); given && after != nil {
+			o.setMine(after)
+		}
 		o.groups = nil
+		if lanePaid {
+			e.refund(ctx, ln, o.LaneTrace, cost)
+			o.LaneCharged, o.LaneTrace = 0, guard.Trace{}
+		}
 		return o
 	}
 	o.Verdict, o.Charged = Admitted, cost
-	ln := req.Lane
-	if ln == nil {
+	for _, d := range ds {
+		o.Delay = max(o.Delay, d.Delay)
+	}
+	if g, ok := o.mine(); ok {
+		// Refunds and excess debits of the bucket go where the
+		// principal's group took, whichever group was decided last.
+		o.Trace.Receipt = g.from
+	}
+	if ln == nil || lanePaid {
 		return o
 	}
 	lo, paid := e.payLane(ctx, key, ln, cost, &o)
 	if paid {
 		return o
 	}
-	if after, ok := e.giveBack(ctx, r, o.groups); ok {
-		// The principal's group is the last: its decisions after the refund.
-		o.Decision = after[0]
-		for i := 1; i < len(after); i++ {
-			o.Limits[i-1].Decision = after[i]
-		}
+	if after, ok := e.giveBack(ctx, r, o.groups); ok && after != nil {
+		o.setMine(after)
 	}
-	o.groups = nil
+	o.groups, o.Delay = nil, 0
 	refusedByLane(&o, lo, ln)
 	return o
+}
+
+// spendSplit is spendAll for a plan served from split-budget leases, whose
+// bucket is spent locally and so cannot be decided in one step with
+// anything: its route limit is decided in the store apart (the
+// principal's count, then the address's), before the bucket and given
+// back if the bucket or the lane refuses, or, when it is a shaping limit,
+// after them, which are then given back if it refuses. (Compile refuses
+// quotas and field limits on such a plan.)
+func (e *Engine) spendSplit(ctx context.Context, req Request) Outcome {
+	r, key, addr, rt, cost, ln := req.Rule, req.Key, cmpOr(req.Addr, req.Key), req.Route, req.Cost, req.Lane
+	n := countsOf(rt.By, key, addr)
+	reqs := make([]limiter.Request, 0, n)
+	uses := make([]Use, 0, n)
+	for _, byAddr := range []bool{false, true} {
+		if countsIn(rt.By, byAddr, key, addr) {
+			k := key
+			if byAddr {
+				k = addr
+			}
+			reqs = append(reqs, limiter.Request{Key: k, Name: rt.budget, Limit: rt.Limit, Cost: 1})
+			uses = append(uses, Use{Route: rt, Capacity: rt.Limit.Capacity(), Count: 1, ByAddr: byAddr})
+		}
+	}
+	ds := make([]limiter.Decision, len(reqs))
+	var routes Outcome // the route limit's decisions: Limits, groups, and a refusal
+	routes.Limits = uses
+	decide := func() bool {
+		for i := range reqs {
+			if !e.decideGroup(ctx, r, reqs[i:i+1], ds[i:i+1], &routes, i, true) {
+				e.giveBack(ctx, r, routes.groups)
+				routes.groups = nil
+				return false
+			}
+		}
+		return true
+	}
+	shaping := rt.Limit.Algorithm == limiter.LeakyBucketShaping
+	if !shaping && !decide() {
+		return routes
+	}
+	o := e.spendIn(ctx, key, r, ln, cost)
+	o.Limits, o.groups = routes.Limits, routes.groups
+	addTrace(&o.Trace, guard.Trace{Took: routes.Trace.Took, BreakerChanged: routes.Trace.BreakerChanged})
+	if o.Verdict != Admitted {
+		e.giveBack(ctx, r, o.groups)
+		o.groups = nil
+		return o
+	}
+	if shaping && !decide() {
+		if d, ok := e.refund(ctx, r, o.Trace, cost); ok {
+			o.Decision = d
+		}
+		if o.LaneCharged == cost && ln != nil {
+			e.refund(ctx, ln, o.LaneTrace, cost)
+		}
+		routes.Decision, routes.Known = o.Decision, o.Known
+		routes.Trace.Took += o.Trace.Took
+		return routes
+	}
+	o.groups = routes.groups
+	for _, d := range ds {
+		o.Delay = max(o.Delay, d.Delay)
+	}
+	return o
+}
+
+// countsOf is how many times a limit counting by by is decided for a
+// request of the principal key from the address addr.
+func countsOf(by FieldLimitBy, key, addr string) int {
+	if by == ByBoth && addr != key {
+		return 2
+	}
+	return 1
+}
+
+// countsIn reports whether a limit counting by by is decided in the
+// address's group (byAddr) or the principal's.
+func countsIn(by FieldLimitBy, byAddr bool, key, addr string) bool {
+	apart := addr != key
+	if byAddr {
+		return apart && (by == ByIP || by == ByBoth)
+	}
+	return by == ByPrincipal || by == ByBoth || !apart
+}
+
+// anyShaping reports whether a LeakyBucketShaping budget is among reqs.
+func anyShaping(reqs []limiter.Request) bool {
+	for i := range reqs {
+		if reqs[i].Limit.Algorithm == limiter.LeakyBucketShaping {
+			return true
+		}
+	}
+	return false
+}
+
+// setMine records the decisions of the principal's group after a refund:
+// the bucket's, then the other budgets' in o.Limits.
+func (o *Outcome) setMine(after []limiter.Decision) {
+	o.Decision = after[0]
+	for i := 1; i < len(after); i++ {
+		o.Limits[i-1].Decision = after[i]
+	}
+}
+
+// mine is the principal's group of what o debited (the bucket, then the
+// quota), false when none was.
+func (o *Outcome) mine() (takenGroup, bool) {
+	for _, g := range o.groups {
+		if g.mine {
+			return g, true
+		}
+	}
+	return takenGroup{}, false
 }
 
 // decideGroup takes the requests of one owner in one atomic step and
@@ -135,8 +300,9 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 // it), each other limit's in o.Limits (request i at o.Limits[offset+i];
 // offset is -1 for the principal's group, whose request 0 is the bucket),
 // and the verdict of a refusal. It reports whether everything was debited.
-func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, o *Outcome, offset int) bool {
-	err := e.takeAll(ctx, r, reqs, ds, &o.Trace)
+// store takes from the store even on a plan with split-budget leases.
+func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, o *Outcome, offset int, store bool) bool {
+	err := e.takeAll(ctx, r, reqs, ds, &o.Trace, store)
 	from := o.Trace.Receipt
 	principal := offset < 0
 	decided := err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity)
@@ -155,7 +321,7 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Reques
 		}
 	}
 	if err == nil && limiter.AllAllowed(ds) {
-		o.groups = append(o.groups, takenGroup{from: from, reqs: reqs})
+		o.groups = append(o.groups, takenGroup{from: from, reqs: reqs, mine: principal})
 		return true
 	}
 	// Report the refusal that waits longest: Retry-After is when every
@@ -188,9 +354,13 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Reques
 		o.Verdict = RateLimited
 	default:
 		o.ByLimit = &o.Limits[offset+best]
-		o.Verdict = QuotaExceeded
-		if o.ByLimit.Field != nil {
+		switch {
+		case o.ByLimit.Field != nil:
 			o.Verdict = FieldLimited
+		case o.ByLimit.Route != nil:
+			o.Verdict = RouteLimited
+		default:
+			o.Verdict = QuotaExceeded
 		}
 	}
 	if !o.Never {
@@ -200,16 +370,19 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Reques
 }
 
 // giveBack refunds what the groups debited (a later budget refused) and
-// returns the decisions of the last group after its refund. Refunds that
-// fail return by refill.
+// returns the decisions of the principal's group after its refund (nil
+// when it was not among them). Refunds that fail return by refill.
 func (e *Engine) giveBack(ctx context.Context, r *Rule, groups []takenGroup) (after []limiter.Decision, ok bool) {
+	ok = true
 	for _, g := range groups {
 		ds := make([]limiter.Decision, len(g.reqs))
 		err := e.stores.RefundAll(ctx, g.from, g.reqs, ds)
 		if err != nil && !errors.Is(err, guard.ErrBreakerOpen) {
 			e.refundFailed(ctx, r, err)
 		}
-		after, ok = ds, err == nil
+		if g.mine {
+			after, ok = ds, err == nil
+		}
 	}
 	return after, ok
 }
@@ -217,10 +390,10 @@ func (e *Engine) giveBack(ctx context.Context, r *Rule, groups []takenGroup) (af
 // refundQuota gives amount back to the quota o debited with the bucket,
 // as the bucket's refund does; field limits keep what they counted.
 func (e *Engine) refundQuota(ctx context.Context, r *Rule, o *Outcome, amount int64) {
-	if r.quota == nil || len(o.groups) == 0 {
+	g, ok := o.mine() // the bucket, then the quota
+	if r.quota == nil || !ok {
 		return
 	}
-	g := o.groups[len(o.groups)-1] // the principal's: the bucket, then the quota
 	if len(g.reqs) < 2 || g.reqs[1].Name != quotaBudget {
 		return
 	}

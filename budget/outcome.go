@@ -1,6 +1,8 @@
 package budget
 
 import (
+	"time"
+
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/guard"
@@ -21,6 +23,7 @@ const (
 	ConcurrencyLimited         // the principal had its plan's requests in flight already; nothing paid
 	QuotaExceeded              // the plan's quota cannot pay in this window; nothing paid
 	FieldLimited               // a field limit cannot pay the selections; nothing paid
+	RouteLimited               // the route's limit cannot pay the request; nothing paid
 )
 
 // The GraphQL error codes of the budget's refusals (errors[].extensions.code).
@@ -39,6 +42,9 @@ const (
 	// coordinate. An operation selecting it more times than the limit at
 	// all is never admitted (no Retry-After) and pays InvalidCost.
 	CodeFieldRateLimited = "FIELD_RATE_LIMITED"
+	// CodeRouteRateLimited: the request's route has a limit of its own
+	// (a route limit) that cannot admit it now; 429 with Retry-After.
+	CodeRouteRateLimited = "ROUTE_RATE_LIMITED"
 	// CodeConcurrencyLimited: the principal already has its plan's
 	// requests in flight; 429 with Retry-After, nothing debited.
 	CodeConcurrencyLimited = "CONCURRENCY_LIMITED"
@@ -80,6 +86,7 @@ var answers = [...]Answer{
 	ConcurrencyLimited: {CodeConcurrencyLimited, statusTooManyRequests, statusTooManyRequests, "concurrency_limited"},
 	QuotaExceeded:      {CodeQuotaExceeded, statusTooManyRequests, statusTooManyRequests, "quota_exceeded"},
 	FieldLimited:       {CodeFieldRateLimited, statusTooManyRequests, statusTooManyRequests, "field_rate_limited"},
+	RouteLimited:       {CodeRouteRateLimited, statusTooManyRequests, statusTooManyRequests, "route_rate_limited"},
 }
 
 // Answer is what a client is told of v.
@@ -90,7 +97,7 @@ func (v Verdict) Answer() Answer { return answers[v] }
 // Unlimited plan lets through.
 func (v Verdict) refusedForBudget() bool {
 	switch v {
-	case RateLimited, OverBudget, QuotaExceeded, FieldLimited:
+	case RateLimited, OverBudget, QuotaExceeded, FieldLimited, RouteLimited:
 		return true
 	}
 	return false
@@ -106,8 +113,9 @@ const (
 	// ClassAdmitted: the cost was debited and the request ran.
 	ClassAdmitted Class = "admitted"
 	// ClassRateLimited: the budget could not pay now (429): the bucket,
-	// the quota (QUOTA_EXCEEDED), a field limit (FIELD_RATE_LIMITED) or
-	// the concurrency cap (CONCURRENCY_LIMITED).
+	// the quota (QUOTA_EXCEEDED), a field limit (FIELD_RATE_LIMITED), a
+	// route limit (ROUTE_RATE_LIMITED) or the concurrency cap
+	// (CONCURRENCY_LIMITED).
 	ClassRateLimited Class = "rate_limited"
 	// ClassCostExceeded: a static cap refused the request, or its cost is
 	// above the plan's burst (422, or 413 for a body too large).
@@ -124,7 +132,7 @@ const (
 // Class names v for a report.
 func (v Verdict) Class() Class {
 	switch v {
-	case RateLimited, ConcurrencyLimited, QuotaExceeded, FieldLimited:
+	case RateLimited, ConcurrencyLimited, QuotaExceeded, FieldLimited, RouteLimited:
 		return ClassRateLimited
 	case OverBudget, CapExceeded:
 		return ClassCostExceeded
@@ -145,8 +153,14 @@ type Outcome struct {
 	Decision limiter.Decision
 	Known    bool
 	// RetryAfter in whole seconds, jitter included (RateLimited,
-	// Unavailable, QuotaExceeded, FieldLimited, ConcurrencyLimited).
+	// Unavailable, QuotaExceeded, FieldLimited, RouteLimited,
+	// ConcurrencyLimited).
 	RetryAfter int64
+	// Delay is how long an admitted request must wait before it runs: its
+	// turn under a LeakyBucketShaping limit (at most that limit's
+	// MaxDelay), 0 otherwise. The turn is taken: waiting less, or not
+	// running at all, gives nothing back.
+	Delay time.Duration
 	// Shadowed is the refusal shadow mode turned into Admitted (Admitted:
 	// none).
 	Shadowed Verdict
@@ -165,8 +179,9 @@ type Outcome struct {
 	LaneTrace   guard.Trace
 	ByLane      *Rule
 	// Limits are the budgets decided with the bucket (the quota, field
-	// limits), for the headers; ByLimit is the one that refused, and Never
-	// says it never can pay (a field selected more often than its limit).
+	// limits, the route limit), for the headers; ByLimit is the one that
+	// refused, and Never says it never can pay (a field selected more
+	// often than its limit).
 	Limits  []Use
 	ByLimit *Use
 	Never   bool
@@ -176,9 +191,14 @@ type Outcome struct {
 
 // Use is one budget decided beside the plan's bucket.
 type Use struct {
-	// Quota is the plan's quota, or Field the field limit.
+	// Quota is the plan's quota, Field the field limit or Route the route
+	// limit.
 	Quota *QuotaRule
 	Field *FieldRule
+	Route *RouteRule
+	// ByAddr: this count is the client address's (ByIP, or the address's
+	// count of ByBoth), not the principal's.
+	ByAddr bool
 	// Capacity is the most the budget holds.
 	Capacity int64
 	// Decision is the budget after the decision (Limit 0: not read).
@@ -192,4 +212,5 @@ type Use struct {
 type takenGroup struct {
 	from guard.Receipt
 	reqs []limiter.Request
+	mine bool // the principal's group: the bucket, then the quota
 }

@@ -172,7 +172,7 @@ func (e *Engine) Read(ctx context.Context, key string, r *Rule) ([]Reading, erro
 	own := r.key(key)
 	reqs := []limiter.Request{{Key: own, Limit: r.limit}, {Key: own, Name: quotaBudget, Limit: r.quota.Limit}}
 	ds := make([]limiter.Decision, 2)
-	if err := e.takeAll(ctx, r, reqs, ds, &tr); err != nil {
+	if err := e.takeAll(ctx, r, reqs, ds, &tr, false); err != nil {
 		return nil, err
 	}
 	return []Reading{{Name: r.name, Decision: ds[0]}, {Name: r.quota.Name, Decision: ds[1]}}, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -120,17 +121,150 @@ const (
 	// ByIP counts per client address (IPv6 by /64), whoever the principal
 	// is (Request.Addr).
 	ByIP FieldLimitBy = "ip"
+	// ByBoth counts twice, once for the principal and once for the client
+	// address, and each count must admit; when the principal is keyed by
+	// the address (an anonymous request), once.
+	ByBoth FieldLimitBy = "both"
+)
+
+// LimitAlgorithm names how a FieldLimit (or a route limit) counts, by the
+// names of limiter.Algorithm.
+type LimitAlgorithm string
+
+// The algorithms of a FieldLimit.
+const (
+	// TokenBucket (the default): Limit at once, refilled at Limit per Per.
+	TokenBucket LimitAlgorithm = "token_bucket"
+	// LeakyBucketPolicing admits exactly what TokenBucket admits, seen as
+	// a bucket of Limit draining at Limit per Per.
+	LeakyBucketPolicing LimitAlgorithm = "leaky_bucket_policing"
+	// LeakyBucketShaping lets Limit per Per depart, evenly spaced: an
+	// admitted request is told to wait its turn (Outcome.Delay), at most
+	// MaxDelay, and one that would wait longer is refused. A turn taken
+	// is never given back, not even when the client leaves while it waits.
+	LeakyBucketShaping LimitAlgorithm = "leaky_bucket_shaping"
+	// FixedWindow admits Limit per window of Per aligned on multiples of
+	// Per since the Unix epoch (a calendar quota: up to twice Limit across
+	// a window's end).
+	FixedWindow LimitAlgorithm = "fixed_window"
+	// SlidingLog admits Limit in any trailing Per, exactly, keeping one
+	// timestamp per admitted count (Limit at most limiter.MaxLogRate).
+	SlidingLog LimitAlgorithm = "sliding_log"
+	// SlidingCounter approximates a trailing Per with two fixed windows,
+	// weighting the previous one by how much of it still trails: constant
+	// memory, for high volumes.
+	SlidingCounter LimitAlgorithm = "sliding_counter"
+)
+
+// Shaping delays of LeakyBucketShaping limits.
+const (
+	// DefaultMaxDelay is a shaping limit's MaxDelay when it sets none.
+	DefaultMaxDelay = time.Second
+	// MaxMaxDelay is the longest MaxDelay: a request is not held longer.
+	MaxMaxDelay = time.Minute
 )
 
 // FieldLimit is a rate on one schema field ("Mutation.login": 5 a minute),
 // counted per selection: each alias, each occurrence through fragments,
-// and each item of an enclosing list by its priced size. It is a token
-// bucket: Limit selections at once, refilled at Limit per Per.
+// and each item of an enclosing list by its priced size. By default it is
+// a token bucket: Limit selections at once, refilled at Limit per Per.
+//
+// The same type limits a REST route (Config.RouteLimits), counting 1 per
+// request.
 type FieldLimit struct {
 	Limit int64         `yaml:"limit"`
 	Per   time.Duration `yaml:"per"`
-	// By is ByPrincipal (the default) or ByIP.
+	// By is ByPrincipal (the default), ByIP or ByBoth.
 	By FieldLimitBy `yaml:"by"`
+	// Algorithm is how Limit per Per is counted (default TokenBucket).
+	// For the window algorithms Limit is admitted per window of Per; for
+	// the buckets, Limit at once, restored at Limit per Per.
+	Algorithm LimitAlgorithm `yaml:"algorithm"`
+	// MaxDelay, for LeakyBucketShaping only, is the longest an admitted
+	// request is told to wait (default DefaultMaxDelay, at most
+	// MaxMaxDelay): the queue ahead of it holds at most MaxDelay × Limit /
+	// Per counts. LeakyBucketShaping limits must all count by the same key
+	// (all ByPrincipal or all ByIP, never ByBoth): the budgets of two keys
+	// are decided apart, and a turn taken cannot be given back if the
+	// other refuses.
+	MaxDelay time.Duration `yaml:"max_delay"`
+}
+
+// compileLimit turns a field or route limit into its limiter.Limit; what
+// names the limit in errors, path its key.
+func compileLimit(fl FieldLimit, what string, path ...string) (limiter.Limit, error) {
+	if fl.Limit <= 0 || fl.Per <= 0 {
+		return limiter.Limit{}, keyed(fmt.Errorf("%w: %s: limit (%d) and per (%v) must be positive", ErrInvalidConfig, what, fl.Limit, fl.Per),
+			append(path, firstNotPositive("limit", fl.Limit, 1, fl.Per))...)
+	}
+	switch fl.By {
+	case "", ByPrincipal, ByIP, ByBoth:
+	default:
+		return limiter.Limit{}, keyed(fmt.Errorf("%w: %s: by %q is none of %q, %q and %q", ErrInvalidConfig, what, fl.By, ByPrincipal, ByIP, ByBoth), append(path, "by")...)
+	}
+	limit := limiter.Limit{Burst: fl.Limit, Rate: fl.Limit, Period: fl.Per}
+	switch fl.Algorithm {
+	case "", TokenBucket:
+		limit.Algorithm = limiter.TokenBucket
+	case LeakyBucketPolicing:
+		limit.Algorithm = limiter.LeakyBucketPolicing
+	case FixedWindow:
+		limit.Algorithm = limiter.FixedWindow
+	case SlidingLog:
+		limit.Algorithm = limiter.SlidingLog
+	case SlidingCounter:
+		limit.Algorithm = limiter.SlidingCounter
+	case LeakyBucketShaping:
+		limit.Algorithm = limiter.LeakyBucketShaping
+		if fl.By == ByBoth {
+			return limiter.Limit{}, keyed(fmt.Errorf("%w: %s: %s cannot count by %q (the address's count and the principal's are decided apart, and a turn taken cannot be given back)",
+				ErrInvalidConfig, what, LeakyBucketShaping, ByBoth), append(path, "by")...)
+		}
+		burst, err := shapingBurst(fl)
+		if err != nil {
+			return limiter.Limit{}, keyed(fmt.Errorf("%w: %s: %w", ErrInvalidConfig, what, err), append(path, "max_delay")...)
+		}
+		limit.Burst = burst
+	default:
+		return limiter.Limit{}, keyed(fmt.Errorf("%w: %s: algorithm %q is none of %s", ErrInvalidConfig, what, fl.Algorithm, algorithmNames), append(path, "algorithm")...)
+	}
+	if fl.MaxDelay != 0 && limit.Algorithm != limiter.LeakyBucketShaping {
+		return limiter.Limit{}, keyed(fmt.Errorf("%w: %s: max_delay applies to %s only", ErrInvalidConfig, what, LeakyBucketShaping), append(path, "max_delay")...)
+	}
+	if err := limit.Validate(); err != nil {
+		return limiter.Limit{}, keyed(fmt.Errorf("%w: %s: %w", ErrInvalidConfig, what, err), path...)
+	}
+	return limit, nil
+}
+
+// algorithmNames lists the algorithms for an error.
+const algorithmNames = `"token_bucket", "leaky_bucket_policing", "leaky_bucket_shaping", "fixed_window", "sliding_log" and "sliding_counter"`
+
+// maxDelay is the longest a LeakyBucketShaping limit tells a request to
+// wait: fl.MaxDelay, or DefaultMaxDelay.
+func (fl FieldLimit) maxDelay() time.Duration { return cmpOr(fl.MaxDelay, DefaultMaxDelay) }
+
+// shapingBurst is the burst of a shaping limit: the request itself and
+// the queue ahead that drains within MaxDelay, ⌊MaxDelay × Limit / Per⌋.
+// A request then waits at most (Burst − count) × Per / Limit ≤ MaxDelay.
+func shapingBurst(fl FieldLimit) (int64, error) {
+	d := fl.maxDelay()
+	if d < 0 || d > MaxMaxDelay || d%time.Microsecond != 0 {
+		return 0, fmt.Errorf("max_delay %v must be positive whole microseconds, at most %v", fl.MaxDelay, MaxMaxDelay)
+	}
+	us, per := int64(d/time.Microsecond), int64(fl.Per/time.Microsecond)
+	if per <= 0 {
+		return 0, fmt.Errorf("per %v is below a microsecond", fl.Per)
+	}
+	hi, lo := bits.Mul64(uint64(us), uint64(fl.Limit))
+	if hi >= uint64(per) {
+		return 0, fmt.Errorf("max_delay %v holds too many counts at %d per %v", d, fl.Limit, fl.Per)
+	}
+	q, _ := bits.Div64(hi, lo, uint64(per))
+	if q >= limiter.MaxSafeInteger {
+		return 0, fmt.Errorf("max_delay %v holds too many counts at %d per %v", d, fl.Limit, fl.Per)
+	}
+	return int64(q) + 1, nil
 }
 
 // LaneBudget is the bucket of a lane (a class of requests by priority),
@@ -172,6 +306,12 @@ type Config struct {
 	// FieldLimits attach a rate to schema coordinates ("Mutation.login"),
 	// decided with the plan's bucket and quota, all or nothing.
 	FieldLimits map[string]FieldLimit
+	// RouteLimits attach a limit of its own to a route, keyed by the
+	// route's name (printable ASCII; the REST middleware uses its ServeMux
+	// pattern, "POST /api/login"), counted 1 per request
+	// (Request.Route) and decided with the plan's bucket and quota, all
+	// or nothing.
+	RouteLimits map[string]FieldLimit
 	// Lanes are the lane budgets.
 	Lanes []LaneBudget
 	// Mode applies to the plans that set none. Default Enforce.
@@ -196,6 +336,7 @@ type Policy struct {
 	lanes    map[string]*Rule
 	fields   map[string]*FieldRule
 	coords   []string // the field limits' coordinates, sorted
+	routes   map[string]*RouteRule
 	anyByIP  bool
 	invalid  int64
 	failOpen bool
@@ -271,17 +412,36 @@ type QuotaRule struct {
 
 // FieldRule is a compiled FieldLimit.
 type FieldRule struct {
-	Coord  string
-	Limit  limiter.Limit
-	ByIP   bool
+	Coord string
+	Limit limiter.Limit
+	// ByIP: it counts by client address only (By is ByIP).
+	ByIP bool
+	// By is how it counts (ByPrincipal, ByIP or ByBoth); Max is the
+	// configured limit, counts per Limit.Period.
+	By     FieldLimitBy
+	Max    int64
 	budget string // fieldBudgetPrefix + Coord
 }
 
+// RouteRule is a compiled route limit (Config.RouteLimits).
+type RouteRule struct {
+	// Route is the route's name, as Config.RouteLimits keys it (a REST
+	// pattern, "POST /api/login").
+	Route string
+	Limit limiter.Limit
+	// By is how it counts (ByPrincipal, ByIP or ByBoth); Max is the
+	// configured limit, requests per Limit.Period.
+	By     FieldLimitBy
+	Max    int64
+	budget string // routeBudgetPrefix + Route
+}
+
 // Budget names beside a principal's bucket (limiter.Request.Name): the
-// plan's quota and one per limited field.
+// plan's quota, one per limited field and one per limited route.
 const (
 	quotaBudget       = "quota"
 	fieldBudgetPrefix = "field:"
+	routeBudgetPrefix = "route:"
 )
 
 // Compile validates cfg and compiles it.
@@ -311,6 +471,12 @@ func Compile(cfg Config) (*Policy, error) {
 		return nil, err
 	}
 	if err := p.buildFieldLimits(cfg.FieldLimits); err != nil {
+		return nil, err
+	}
+	if err := p.buildRouteLimits(cfg.RouteLimits); err != nil {
+		return nil, err
+	}
+	if err := checkShaping(cfg.FieldLimits, cfg.RouteLimits); err != nil {
 		return nil, err
 	}
 	if err := p.buildLanes(cfg.Lanes); err != nil {
@@ -454,27 +620,79 @@ func (p *Policy) buildFieldLimits(fls map[string]FieldLimit) error {
 		if !ok || typ == "" || field == "" || strings.Contains(field, ".") || !ValidName(coord) {
 			return keyed(fmt.Errorf("%w: field limit %q: want a schema coordinate Type.field", ErrInvalidConfig, coord), "field_limits", coord)
 		}
-		if fl.Limit <= 0 || fl.Per <= 0 {
-			return keyed(fmt.Errorf("%w: field limit %q: limit (%d) and per (%v) must be positive", ErrInvalidConfig, coord, fl.Limit, fl.Per),
-				"field_limits", coord, firstNotPositive("limit", fl.Limit, 1, fl.Per))
+		limit, err := compileLimit(fl, fmt.Sprintf("field limit %q", coord), "field_limits", coord)
+		if err != nil {
+			return err
 		}
-		switch fl.By {
-		case "", ByPrincipal, ByIP:
-		default:
-			return keyed(fmt.Errorf("%w: field limit %q: by %q is neither %q nor %q", ErrInvalidConfig, coord, fl.By, ByPrincipal, ByIP), "field_limits", coord, "by")
-		}
-		limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: fl.Limit, Rate: fl.Limit, Period: fl.Per}
-		if err := limit.Validate(); err != nil {
-			return keyed(fmt.Errorf("%w: field limit %q: %w", ErrInvalidConfig, coord, err), "field_limits", coord)
-		}
-		p.fields[coord] = &FieldRule{Coord: coord, Limit: limit, ByIP: fl.By == ByIP, budget: fieldBudgetPrefix + coord}
+		by := cmpOr(fl.By, ByPrincipal)
+		p.fields[coord] = &FieldRule{Coord: coord, Limit: limit, ByIP: by == ByIP, By: by, Max: fl.Limit, budget: fieldBudgetPrefix + coord}
 		p.coords = append(p.coords, coord)
-		p.anyByIP = p.anyByIP || fl.By == ByIP
+		p.anyByIP = p.anyByIP || by != ByPrincipal
 	}
+	return p.noSplitBudget("field limits")
+}
+
+// noSplitBudget refuses a plan with SplitBudget beside what (field
+// limits), which are decided with the bucket in one atomic step.
+func (p *Policy) noSplitBudget(what string) error {
 	for _, name := range p.names {
 		if p.plans[name].SplitBudget {
-			return keyed(fmt.Errorf("%w: plan %q: field limits cannot be combined with SplitBudget (leases are spent locally, field limits in one atomic step with the bucket)", ErrInvalidConfig, name),
+			return keyed(fmt.Errorf("%w: plan %q: %s cannot be combined with SplitBudget (leases are spent locally, %s in one atomic step with the bucket)", ErrInvalidConfig, name, what, what),
 				"plans", name, "split_budget")
+		}
+	}
+	return nil
+}
+
+// buildRouteLimits validates the route limits. Route names are checked
+// by the adapter that matches them (the REST middleware: ServeMux
+// patterns).
+func (p *Policy) buildRouteLimits(rls map[string]FieldLimit) error {
+	if len(rls) == 0 {
+		return nil
+	}
+	p.routes = make(map[string]*RouteRule, len(rls))
+	for _, route := range slices.Sorted(maps.Keys(rls)) {
+		rl := rls[route]
+		if !ValidName(route) {
+			return keyed(fmt.Errorf("%w: route limit %q: the route must be non-empty printable ASCII", ErrInvalidConfig, route), "route_limits", route)
+		}
+		limit, err := compileLimit(rl, fmt.Sprintf("route limit %q", route), "route_limits", route)
+		if err != nil {
+			return err
+		}
+		by := cmpOr(rl.By, ByPrincipal)
+		p.routes[route] = &RouteRule{Route: route, Limit: limit, By: by, Max: rl.Limit, budget: routeBudgetPrefix + route}
+		p.anyByIP = p.anyByIP || by != ByPrincipal
+	}
+	return nil
+}
+
+// checkShaping refuses LeakyBucketShaping limits that count by different
+// keys: one request's budgets of the principal and of the address are
+// decided apart, the shaping ones last, and the others are given back
+// when a shaping one refuses; a shaping turn, once taken, cannot be.
+func checkShaping(fls, rls map[string]FieldLimit) error {
+	var first FieldLimitBy
+	var firstPath []string
+	for _, set := range []struct {
+		key    string
+		limits map[string]FieldLimit
+	}{{"field_limits", fls}, {"route_limits", rls}} {
+		for _, name := range slices.Sorted(maps.Keys(set.limits)) {
+			fl := set.limits[name]
+			if fl.Algorithm != LeakyBucketShaping {
+				continue
+			}
+			by := cmpOr(fl.By, ByPrincipal)
+			if first == "" {
+				first, firstPath = by, []string{set.key, name}
+				continue
+			}
+			if by != first {
+				return keyed(fmt.Errorf("%w: %s %q counts by %q and %s %q by %q: %s limits must all count by the same key (a turn taken cannot be given back when the other key's budgets refuse)",
+					ErrInvalidConfig, firstPath[0], firstPath[1], first, set.key, name, by, LeakyBucketShaping), set.key, name, "by")
+			}
 		}
 	}
 	return nil
@@ -522,10 +740,17 @@ func (p *Policy) Lane(name string) *Rule { return p.lanes[name] }
 // Field returns the limit of the field at coord, nil when it has none.
 func (p *Policy) Field(coord string) *FieldRule { return p.fields[coord] }
 
+// Route returns the limit of the route named route, nil when it has none.
+func (p *Policy) Route(route string) *RouteRule { return p.routes[route] }
+
+// RouteNames returns the names of the limited routes, sorted.
+func (p *Policy) RouteNames() []string { return slices.Sorted(maps.Keys(p.routes)) }
+
 // FieldCoordinates returns the coordinates of the field limits, sorted.
 func (p *Policy) FieldCoordinates() []string { return p.coords }
 
-// AnyByIP reports whether a field limit counts by client address.
+// AnyByIP reports whether a field or route limit counts by client address
+// (ByIP or ByBoth).
 func (p *Policy) AnyByIP() bool { return p.anyByIP }
 
 // InvalidCost is what a request refused before it could be priced pays.
@@ -534,12 +759,15 @@ func (p *Policy) InvalidCost() int64 { return p.invalid }
 // MultiLimited reports whether requests on r may be decided by more than
 // its bucket (a quota, field limits): they need a store that decides
 // several budgets at once.
-func (p *Policy) MultiLimited(r *Rule) bool { return r.quota != nil || len(p.fields) > 0 }
+func (p *Policy) MultiLimited(r *Rule) bool {
+	return r.quota != nil || len(p.fields) > 0 || len(p.routes) > 0
+}
 
 // OverflowBudgets is how many overflow budgets p may need: per plan a
-// bucket, a quota and the field limits, and a bucket per lane budget.
+// bucket, a quota, the field limits and the route limits, and a bucket
+// per lane budget.
 func (p *Policy) OverflowBudgets() int {
-	return len(p.plans)*(2+len(p.fields)) + len(p.lanes)
+	return len(p.plans)*(2+len(p.fields)+len(p.routes)) + len(p.lanes)
 }
 
 // SplitBudget is the first plan, by name, that asks for split-budget

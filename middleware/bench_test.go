@@ -101,3 +101,34 @@ func BenchmarkREST(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRESTRouteLimit is BenchmarkREST on a route with a limit of its
+// own (a sliding counter per principal and per address), decided with the
+// bucket: the price of a route limit against BenchmarkREST's plain route.
+func BenchmarkRESTRouteLimit(b *testing.B) {
+	lim, err := middleware.New(middleware.Config{
+		Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
+		AnonymousPlan: "big",
+		APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "big"}}),
+		REST: middleware.RESTOptions{
+			Routes:      map[string]int64{"GET /api/search": 10, "GET /api/users/{login}": 1},
+			RouteLimits: map[string]budget.FieldLimit{"GET /api/users/{login}": {Limit: 1e9, Per: time.Second, Algorithm: budget.SlidingCounter, By: budget.ByBoth}},
+		},
+		Logger: discardLogger(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lim.Close()
+	h := lim.REST(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("GET", "/api/users/octocat", nil)
+	r.Header.Set("Authorization", "Bearer "+aliceKey)
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatal(w.Code)
+		}
+	}
+}

@@ -30,6 +30,12 @@ func TestConfigErrorNamesTheKey(t *testing.T) {
 		{"field limit", func(c *middleware.Config) {
 			c.FieldLimits = map[string]budget.FieldLimit{"Query.search": {Limit: 1}}
 		}, []string{"field_limits", "Query.search", "per"}},
+		{"route limit", func(c *middleware.Config) {
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST /login": {Limit: 5, Per: time.Minute, Algorithm: "gcra"}}
+		}, []string{"rest", "route_limits", "POST /login", "algorithm"}},
+		{"route limit pattern", func(c *middleware.Config) {
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST": {Limit: 5, Per: time.Minute}}
+		}, []string{"rest", "route_limits", "POST"}},
 		{"anonymous plan", func(c *middleware.Config) { c.AnonymousPlan = "guest" }, []string{"anonymous_plan"}},
 		{"route", func(c *middleware.Config) { c.REST.Routes = map[string]int64{"GET /x": 1000} }, []string{"rest", "routes", "GET /x"}},
 		{"graphql invalid cost", func(c *middleware.Config) { c.GraphQL.InvalidCost = 1000 }, []string{"graphql", "invalid_cost"}},

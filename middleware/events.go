@@ -104,9 +104,9 @@ type Event struct {
 	Known     bool
 	// Policy names the budget that refused the request (or, in shadow
 	// mode, would have), as RateLimit-Policy names it: the plan's name for
-	// its bucket, the quota's name, a field limit's coordinate, or
-	// "lane:" and the lane's name for a lane budget. Empty when no budget
-	// refused.
+	// its bucket, the quota's name, a field limit's coordinate, a route
+	// limit's pattern, or "lane:" and the lane's name for a lane budget.
+	// Empty when no budget refused.
 	Policy string
 	// Override is the per-principal override that applied
 	// (Limiter.SetOverride), in its canonical form ("plan=pro",
@@ -114,6 +114,13 @@ type Event struct {
 	// then the policy in force: the override's plan, or "override:" and
 	// the plan's name when it replaced limits.
 	Override string
+	// RouteLimit is the pattern of the route limit decided with the
+	// request (RESTOptions.RouteLimits), whether it admitted or refused;
+	// empty when none applied.
+	RouteLimit string
+	// Delay is how long an admitted request was told to wait for its turn
+	// under a leaky_bucket_shaping limit before it ran (0: none).
+	Delay time.Duration
 
 	gone bool // the client left before anything was decided: not reported
 }
@@ -158,6 +165,13 @@ func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o
 	}
 	e.Policy = refusingPolicy(p, o)
 	e.Override = p.Override()
+	for i := range o.Limits {
+		if rt := o.Limits[i].Route; rt != nil {
+			e.RouteLimit = rt.Route
+			break
+		}
+	}
+	e.Delay = o.Delay
 	e.gone = o.Trace.Gone
 	return e
 }
@@ -173,6 +187,8 @@ func refusingPolicy(p *plan, o budget.Outcome) string {
 		return o.ByLane.Name()
 	case o.ByLimit != nil && o.ByLimit.Field != nil:
 		return o.ByLimit.Field.Coord
+	case o.ByLimit != nil && o.ByLimit.Route != nil:
+		return o.ByLimit.Route.Route
 	case o.ByLimit != nil && o.ByLimit.Quota != nil:
 		return o.ByLimit.Quota.Name
 	case v == budget.RateLimited || v == budget.OverBudget:

@@ -438,7 +438,15 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 	st.record(o, cost, codeOf(o, nil))
 	e.noteDecision(ctx, st, opCtx, rep, cost, &o)
 	st.sub.settle(o.Verdict == budget.Admitted)
-	return l.verdictError(o, cost, st.plan)
+	if gerr := l.verdictError(o, cost, st.plan); gerr != nil || o.Verdict != budget.Admitted {
+		return gerr
+	}
+	if !l.hold(ctx, o.Delay) {
+		// Its turn under a leaky_bucket_shaping field limit had not come
+		// when the client left; the turn stays taken.
+		return gqlerror.Errorf("the request ended while the operation waited its turn")
+	}
+	return nil
 }
 
 // verdictError is the GraphQL error of a budget decision on cost, nil when
@@ -475,12 +483,12 @@ func (l *Limiter) verdictError(o budget.Outcome, cost int64, p *plan) *gqlerror.
 		if o.Never {
 			ge = pricedError(code, cost, 0,
 				"field %s is limited to %s per %s and the operation selects it %s: it can never run",
-				u.Field.Coord, plural(u.Field.Limit.Burst, "selection", "selections"), u.Field.Limit.Period,
+				u.Field.Coord, plural(u.Field.Max, "selection", "selections"), u.Field.Limit.Period,
 				plural(u.Count, "time", "times"))
 		} else {
 			ge = pricedError(code, cost, o.RetryAfter,
 				"field %s is limited to %s per %s; the operation selects it %s and %s; retry in %s",
-				u.Field.Coord, plural(u.Field.Limit.Burst, "selection", "selections"), u.Field.Limit.Period,
+				u.Field.Coord, plural(u.Field.Max, "selection", "selections"), u.Field.Limit.Period,
 				plural(u.Count, "time", "times"), plural(max(u.Decision.Remaining, 0), "is left", "are left"), inSeconds(o.RetryAfter))
 		}
 		ge.Extensions["field"] = u.Field.Coord

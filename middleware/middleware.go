@@ -156,6 +156,16 @@ type RESTOptions struct {
 	// the most specific pattern wins. A cost of 0 makes a route free (its
 	// responses still carry the headers).
 	Routes map[string]int64 `yaml:"routes"`
+	// RouteLimits give a route a limit of its own beside the shared
+	// budget, by ServeMux pattern ("POST /api/login": 5 per 15m by ip,
+	// sliding_log), matched as Routes are (the most specific pattern
+	// wins; a request matching none has no route limit). Each request
+	// counts 1, decided with the plan's bucket and quota, all or nothing
+	// (429 route_rate_limited). budget.FieldLimit documents the
+	// algorithms and how they count; a leaky_bucket_shaping limit holds
+	// an admitted request for its turn (at most MaxDelay) before next
+	// runs.
+	RouteLimits map[string]budget.FieldLimit `yaml:"route_limits"`
 }
 
 // Config configures a Limiter. One rule for zero holds across it: a zero
@@ -362,7 +372,10 @@ type Limiter struct {
 	bodies     *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
 	log        *slog.Logger
 	clock      limiter.Clock
-	start      time.Time
+	// timer starts the waits of requests held for their turn under a
+	// shaping limit (hold); tests replace it.
+	timer limiter.Timer
+	start time.Time
 	// atNew is the Config New was given: Reload refuses to change the
 	// fields New fixed (fixedChanges).
 	atNew Config
@@ -383,6 +396,12 @@ type Limiter struct {
 	schemas   []*ast.Schema
 }
 
+// systemTimer is time.NewTimer as a limiter.Timer.
+func systemTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
 // New validates cfg and builds a Limiter.
 func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{
@@ -391,6 +410,7 @@ func New(cfg Config) (*Limiter, error) {
 		clock:    cfg.Clock,
 		maxBody:  cfg.MaxBodyBytes,
 		screened: newScreenCache(),
+		timer:    systemTimer,
 	}
 	if cfg.StoreTimeout < 0 {
 		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, cfg.StoreTimeout)

@@ -8,33 +8,47 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/internal/seconds"
+	"github.com/costguard/costguard/limiter"
 )
 
 // limitHeaders are a budget's RateLimit-Policy name (a structured-field
 // string) and item.
 type limitHeaders struct{ quoted, policy string }
 
-// buildFieldHeaders renders the field limits' RateLimit-Policy items.
-// Coordinates are checked against the schema when the Extension is added
-// to a server.
+// buildFieldHeaders renders the field and route limits' RateLimit-Policy
+// items. Coordinates are checked against the schema when the Extension is
+// added to a server, route patterns by buildRoutes.
 func (s *settings) buildFieldHeaders() {
-	coords := s.pol.FieldCoordinates()
-	if len(coords) == 0 {
-		return
+	if coords := s.pol.FieldCoordinates(); len(coords) > 0 {
+		s.fieldHeaders = make(map[string]limitHeaders, len(coords))
+		for _, coord := range coords {
+			s.fieldHeaders[coord] = newLimitHeaders(coord, s.pol.Field(coord).Limit)
+		}
 	}
-	s.fieldHeaders = make(map[string]limitHeaders, len(coords))
-	for _, coord := range coords {
-		fl := s.pol.Field(coord)
-		quoted := sfString(coord)
-		s.fieldHeaders[coord] = limitHeaders{
-			quoted: quoted,
-			policy: quoted + ";q=" + strconv.FormatInt(fl.Limit.Burst, 10) + ";w=" + strconv.FormatInt(fillSeconds(fl.Limit.Burst, fl.Limit.Rate, fl.Limit.Period), 10),
+	if routes := s.pol.RouteNames(); len(routes) > 0 {
+		s.routeHeaders = make(map[string]limitHeaders, len(routes))
+		for _, route := range routes {
+			s.routeHeaders[route] = newLimitHeaders(route, s.pol.Route(route).Limit)
 		}
 	}
 }
 
-// clientAddr is r's client address key when a field limit counts by
-// address, else "".
+// newLimitHeaders renders the RateLimit-Policy name and item of the limit
+// named name: q is what a full budget admits (a bucket's burst, a
+// window's rate; a shaping limit's rate) and w the seconds it takes to be
+// whole again (a bucket's refill from empty, a window; a shaping limit's
+// period).
+func newLimitHeaders(name string, l limiter.Limit) limitHeaders {
+	q, w := l.Rate, seconds.Ceil(l.Period)
+	if l.Algorithm == limiter.TokenBucket || l.Algorithm == limiter.LeakyBucketPolicing {
+		q, w = l.Burst, fillSeconds(l.Burst, l.Rate, l.Period)
+	}
+	quoted := sfString(name)
+	return limitHeaders{quoted: quoted, policy: quoted + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(w, 10)}
+}
+
+// clientAddr is r's client address key when a field or route limit
+// counts by address, else "".
 func (s *settings) clientAddr(r *http.Request) string {
 	if !s.pol.AnyByIP() {
 		return ""
@@ -47,6 +61,9 @@ func (s *settings) clientAddr(r *http.Request) string {
 func (s *settings) headersOf(p *plan, u *budget.Use) limitHeaders {
 	if u.Field != nil {
 		return s.fieldHeaders[u.Field.Coord]
+	}
+	if u.Route != nil {
+		return s.routeHeaders[u.Route.Route]
 	}
 	return limitHeaders{quoted: p.quotaQuoted, policy: p.quotaPolicy}
 }
@@ -61,19 +78,23 @@ func (s *settings) setOutcomeHeaders(h http.Header, p *plan, o *budget.Outcome, 
 		return
 	}
 	policies := p.policyHeader
-	if len(o.Limits) == 1 && o.Limits[0].Field == nil {
+	if len(o.Limits) == 1 && o.Limits[0].Quota != nil {
 		policies = p.bothPolicies // the common case, written once
 	} else {
 		size := len(p.policyHeader)
 		for i := range o.Limits {
-			size += len(", ") + len(s.headersOf(p, &o.Limits[i]).policy)
+			if listed(o.Limits, i) {
+				size += len(", ") + len(s.headersOf(p, &o.Limits[i]).policy)
+			}
 		}
 		var b strings.Builder
 		b.Grow(size) // one allocation
 		b.WriteString(p.policyHeader)
 		for i := range o.Limits {
-			b.WriteString(", ")
-			b.WriteString(s.headersOf(p, &o.Limits[i]).policy)
+			if listed(o.Limits, i) {
+				b.WriteString(", ")
+				b.WriteString(s.headersOf(p, &o.Limits[i]).policy)
+			}
 		}
 		policies = b.String()
 	}
@@ -98,4 +119,19 @@ func (s *settings) setOutcomeHeaders(h http.Header, p *plan, o *budget.Outcome, 
 		b = strconv.AppendInt(b, seconds.Ceil(closest.Decision.ResetAfter), 10)
 		h[keyRateLimit][0] = string(b)
 	}
+}
+
+// listed reports whether uses[i] gets its own RateLimit-Policy item: the
+// address's count of a limit counted ByBoth shares the principal's.
+func listed(uses []budget.Use, i int) bool {
+	u := &uses[i]
+	if !u.ByAddr {
+		return true
+	}
+	for j := range uses {
+		if v := &uses[j]; !v.ByAddr && ((u.Field != nil && v.Field == u.Field) || (u.Route != nil && v.Route == u.Route)) {
+			return false
+		}
+	}
+	return true
 }

@@ -185,6 +185,31 @@ func invalidConfigs() map[string]func(*middleware.Config) {
 		"bad field limit by": func(c *middleware.Config) {
 			c.FieldLimits = map[string]budget.FieldLimit{"Query.a": {Limit: 1, Per: time.Second, By: "moon"}}
 		},
+		"bad route limit pattern": func(c *middleware.Config) {
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST": {Limit: 5, Per: time.Minute}}
+		},
+		"bad route limit algorithm": func(c *middleware.Config) {
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST /login": {Limit: 5, Per: time.Minute, Algorithm: "gcra"}}
+		},
+		"route limit shaping by both": func(c *middleware.Config) {
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST /login": {Limit: 5, Per: time.Minute, Algorithm: budget.LeakyBucketShaping, By: budget.ByBoth}}
+		},
+		"route limit max_delay unshaped": func(c *middleware.Config) {
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST /login": {Limit: 5, Per: time.Minute, Algorithm: budget.SlidingLog, MaxDelay: time.Second}}
+		},
+		"route limit max_delay too long": func(c *middleware.Config) {
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST /login": {Limit: 5, Per: time.Minute, Algorithm: budget.LeakyBucketShaping, MaxDelay: time.Hour}}
+		},
+		"route limit log too long": func(c *middleware.Config) {
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST /login": {Limit: 1 << 21, Per: time.Minute, Algorithm: budget.SlidingLog}}
+		},
+		"shaping limits by two keys": func(c *middleware.Config) {
+			c.FieldLimits = map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: 5, Per: time.Minute, Algorithm: budget.LeakyBucketShaping}}
+			c.REST.RouteLimits = map[string]budget.FieldLimit{"POST /login": {Limit: 5, Per: time.Minute, Algorithm: budget.LeakyBucketShaping, By: budget.ByIP}}
+		},
+		"bad field limit algorithm": func(c *middleware.Config) {
+			c.FieldLimits = map[string]budget.FieldLimit{"Query.a": {Limit: 1, Per: time.Second, Algorithm: "gcra"}}
+		},
 		"invalid cost > burst":   func(c *middleware.Config) { c.GraphQL.InvalidCost = 1000 },
 		"negative max depth":     func(c *middleware.Config) { c.GraphQL.MaxDepth = -5 },
 		"bad trusted proxy":      func(c *middleware.Config) { c.TrustedProxies = []string{"not a cidr"} },

@@ -1,11 +1,13 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
@@ -51,6 +53,35 @@ func (s *settings) buildRoutes(o RESTOptions) error {
 		}
 		if err := handlePattern(s.routes, pattern, routeCost(cost)); err != nil {
 			return keyed(fmt.Errorf("%w: REST route %q: %v", ErrInvalidConfig, pattern, err), "rest", "routes", pattern)
+		}
+	}
+	if names := s.pol.RouteNames(); len(names) > 0 {
+		s.routeLimits = http.NewServeMux()
+		for _, pattern := range names {
+			if err := handlePattern(s.routeLimits, pattern, routeLimit{s.pol.Route(pattern)}); err != nil {
+				return keyed(fmt.Errorf("%w: REST route limit %q: %v", ErrInvalidConfig, pattern, err), "rest", "route_limits", pattern)
+			}
+		}
+	}
+	return nil
+}
+
+// routeLimit is the handler registered for each limited pattern in the
+// Limiter's private ServeMux of route limits: matching a request returns
+// it, never runs it.
+type routeLimit struct{ rule *budget.RouteRule }
+
+func (routeLimit) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// routeLimitOf returns the limit of r's route, its most specific limited
+// pattern's, nil when none matches.
+func (s *settings) routeLimitOf(r *http.Request) *budget.RouteRule {
+	if s.routeLimits == nil {
+		return nil
+	}
+	if h, _ := s.routeLimits.Handler(r); h != nil {
+		if rl, ok := h.(routeLimit); ok {
+			return rl.rule
 		}
 	}
 	return nil
@@ -112,8 +143,12 @@ func (l *Limiter) boundRESTBody(w http.ResponseWriter, r *http.Request) bool {
 //	503 {"error":"rate_limiter_unavailable","retry_after_seconds":N}
 //	503 {"error":"overloaded","retry_after_seconds":N}   (Config.Overload; nothing debited)
 //	429 {"error":"concurrency_limited","retry_after_seconds":N}   (Config.Concurrency; nothing debited)
+//	429 {"error":"route_rate_limited","retry_after_seconds":N}   (RESTOptions.RouteLimits; nothing debited)
 //
-// Admitted requests reach next with the rate-limit headers already set.
+// Admitted requests reach next with the rate-limit headers already set;
+// one a leaky_bucket_shaping route limit gives a turn later than now is
+// held until its turn (at most the limit's MaxDelay), and does not reach
+// next if its client leaves first (the turn stays taken).
 func (l *Limiter) REST(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		set := l.current()
@@ -142,7 +177,10 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			return
 		}
 		defer adm.done()
-		req := budget.Request{Key: id.Key, Rule: p.Rule, Lane: ln.budgetRule(), Cost: cost}
+		req := budget.Request{Key: id.Key, Rule: p.Rule, Lane: ln.budgetRule(), Cost: cost, Route: set.routeLimitOf(r)}
+		if req.Route != nil && req.Route.By != budget.ByPrincipal {
+			req.Addr = set.addrKey(r)
+		}
 		sl, refused := l.engine.AcquireSlot(r.Context(), req)
 		if refused != nil {
 			a := refused.Verdict.Answer()
@@ -168,8 +206,11 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 		}
 		switch o.Verdict {
 		case budget.Admitted:
+			if !l.hold(r.Context(), o.Delay) {
+				return // the client left while waiting its turn
+			}
 			next.ServeHTTP(w, l.withDegradation(r))
-		case budget.RateLimited, budget.OverBudget, budget.Unavailable, budget.QuotaExceeded:
+		case budget.RateLimited, budget.OverBudget, budget.Unavailable, budget.QuotaExceeded, budget.RouteLimited:
 			if o.Verdict == budget.RateLimited {
 				l.challenge(r.Context(), w.Header(), id, ln)
 			}
@@ -181,6 +222,24 @@ func (l *Limiter) REST(next http.Handler) http.Handler {
 			writeRESTError(w, a.RESTStatus, a.RESTCode, retry)
 		}
 	})
+}
+
+// hold waits d, an admitted request's turn under a leaky_bucket_shaping
+// limit (never longer than its MaxDelay), before the request runs. It
+// reports false when ctx ended first: the client left, and the turn,
+// which cannot be given back, stays taken.
+func (l *Limiter) hold(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	fire, stop := l.timer(d)
+	select {
+	case <-fire:
+		return true
+	case <-ctx.Done():
+		stop()
+		return false
+	}
 }
 
 func (l *Limiter) restIdentifyFailed(w http.ResponseWriter, r *http.Request, err error) {

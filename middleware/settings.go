@@ -30,6 +30,10 @@ type settings struct {
 	// fieldHeaders are the field limits' RateLimit-Policy names and items,
 	// by coordinate.
 	fieldHeaders map[string]limitHeaders
+	// routeHeaders are the route limits', by pattern; routeLimits matches
+	// a request to its route limit.
+	routeHeaders map[string]limitHeaders
+	routeLimits  *http.ServeMux
 	// addrKey keys a request by its client address, for limits ByIP.
 	addrKey func(*http.Request) string
 	// maxSubscriptions caps a principal's open subscriptions (0: no cap).
@@ -68,13 +72,14 @@ func compileSettings(cfg Config) (*settings, error) {
 	if s.pol, err = budget.Compile(budget.Config{
 		Plans:         cfg.Plans,
 		FieldLimits:   cfg.FieldLimits,
+		RouteLimits:   cfg.REST.RouteLimits,
 		Lanes:         lanes,
 		Mode:          cfg.Mode,
 		FailureMode:   cfg.FailureMode,
 		InvalidCost:   gql.InvalidCost,
 		MaxConcurrent: perPrincipal,
 	}); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, laneIndexed(err, cfg.Lanes))
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, underREST(laneIndexed(err, cfg.Lanes)))
 	}
 	s.buildPlans()
 	s.buildFieldHeaders()
@@ -138,6 +143,17 @@ func laneIndexed(err error, lanes []Lane) error {
 			ce.Path[1] = strconv.Itoa(i)
 			break
 		}
+	}
+	return err
+}
+
+// underREST puts the route limits' configuration errors under "rest",
+// where a configuration file has them (budget.Compile names them from
+// "route_limits").
+func underREST(err error) error {
+	var ce *budget.ConfigError
+	if errors.As(err, &ce) && len(ce.Path) > 0 && ce.Path[0] == "route_limits" {
+		ce.Path = append([]string{"rest"}, ce.Path...)
 	}
 	return err
 }

@@ -36,11 +36,11 @@ var errConfig = errors.New("invalid configuration")
 //
 // defaultConfig holds what this example chooses besides the library's
 // defaults; a file overrides only the keys it names, except that a map it
-// names (plans, api_keys, rest.routes) replaces the default map instead of
-// merging with it, so a production file never inherits the demo API key by
-// accident of omission: write `api_keys: {}` to have none. A file that
-// names plans but not api_keys has no API key either: the demo key's plan
-// may be gone with the default plans.
+// names (plans, api_keys, rest.routes, rest.route_limits) replaces the
+// default map instead of merging with it, so a production file never
+// inherits the demo API key by accident of omission: write `api_keys: {}`
+// to have none. A file that names plans but not api_keys has no API key
+// either: the demo key's plan may be gone with the default plans.
 type config struct {
 	// Plans maps a plan name to a token bucket in points.
 	Plans map[string]planConfig `yaml:"plans"`
@@ -162,13 +162,20 @@ const demoAPIKey = "demo-free-key"
 // defaultConfig returns the configuration the server runs with when no file
 // is given: the example of docs/server.md, where the library's defaults
 // are written out (a test holds them equal). It sets only what the example
-// chooses: its plans and demo key, a priced route, its lanes, capacity,
-// concurrency cap and degradation list.
+// chooses: its plans and demo key, a priced route, a limited login route,
+// its lanes, capacity, concurrency cap and degradation list.
 func defaultConfig() config {
 	return config{
 		Config: middleware.Config{
 			AnonymousPlan: "anon",
-			REST:          middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}},
+			REST: middleware.RESTOptions{
+				Routes: map[string]int64{"GET /api/search": 10},
+				// Password guessing: 5 attempts in any 15 minutes per
+				// client address, whoever they claim to be.
+				RouteLimits: map[string]budget.FieldLimit{
+					"POST /api/login": {Limit: 5, Per: 15 * time.Minute, Algorithm: budget.SlidingLog, By: budget.ByIP},
+				},
+			},
 			// The seed documents' lanes over the example schema: opening an
 			// issue stands for checkout.
 			Lanes: []middleware.Lane{
@@ -271,8 +278,13 @@ func decodeConfig(data []byte) (config, *yaml.Node, error) {
 		if names("api_keys") {
 			cfg.APIKeys = nil
 		}
-		if rest := mappingValue(top, "rest"); rest != nil && mappingValue(rest, "routes") != nil {
-			cfg.REST.Routes = nil
+		if rest := mappingValue(top, "rest"); rest != nil {
+			if mappingValue(rest, "routes") != nil {
+				cfg.REST.Routes = nil
+			}
+			if mappingValue(rest, "route_limits") != nil {
+				cfg.REST.RouteLimits = nil
+			}
 		}
 		if err := doc.Decode(&cfg); err != nil {
 			return config{}, nil, err

@@ -146,7 +146,12 @@ func TestDefaultsMapOntoMiddleware(t *testing.T) {
 	}, m.Plans)
 	assert.Equal(t, "anon", m.AnonymousPlan)
 	assert.Equal(t, middleware.GraphQLOptions{}, m.GraphQL)
-	assert.Equal(t, middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}}, m.REST)
+	assert.Equal(t, middleware.RESTOptions{
+		Routes: map[string]int64{"GET /api/search": 10},
+		RouteLimits: map[string]budget.FieldLimit{
+			"POST /api/login": {Limit: 5, Per: 15 * time.Minute, Algorithm: budget.SlidingLog, By: budget.ByIP},
+		},
+	}, m.REST)
 	assert.Equal(t, middleware.ConcurrencyOptions{PerPrincipal: 100}, m.Concurrency)
 	require.NotNil(t, m.Overload)
 	assert.Equal(t, 64, m.Overload.MaxInFlight)
@@ -407,7 +412,9 @@ func TestParseErrors(t *testing.T) {
 		{"quota with split budget", "plans: {anon: {burst: 10, rate: 1, per: 1h, split_budget: true, quota: {limit: 50, per: 1h}}}", `line 1: plans.anon.quota: plan "anon": a quota cannot be combined with SplitBudget`},
 		{"field limit of zero", `field_limits: {"Mutation.createIssue": {limit: 0, per: 1m}}`, `line 1: field_limits["Mutation.createIssue"].limit: 0 is not allowed: the library would take its default`},
 		{"field limit without per", `field_limits: {"Mutation.createIssue": {limit: 3}}`, `line 1: field_limits["Mutation.createIssue"].per: field limit "Mutation.createIssue": limit (3) and per (0s) must be positive`},
-		{"field limit by whom", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, by: user}}`, `line 1: field_limits["Mutation.createIssue"].by: "user" is not "principal" or "ip"`},
+		{"field limit by whom", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, by: user}}`, `line 1: field_limits["Mutation.createIssue"].by: "user" is not "principal", "ip" or "both"`},
+		{"route limit algorithm", `rest: {route_limits: {"POST /api/login": {limit: 5, per: 15m, algorithm: gcra}}}`, `line 1: rest.route_limits["POST /api/login"].algorithm: "gcra" is not "token_bucket", "leaky_bucket_policing", "leaky_bucket_shaping", "fixed_window", "sliding_log" or "sliding_counter"`},
+		{"route limit shaping by both", `rest: {route_limits: {"POST /api/login": {limit: 5, per: 1s, algorithm: leaky_bucket_shaping, by: both}}}`, `rest.route_limits["POST /api/login"].by: route limit "POST /api/login": leaky_bucket_shaping cannot count by "both"`},
 		{"unknown field limit key", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, per_ip: true}}`, "per_ip: unknown key"},
 	}
 	for _, tt := range tests {

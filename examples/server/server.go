@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	cryptorand "crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -168,6 +171,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	api := http.NewServeMux()
 	api.HandleFunc("GET /api/users/{login}", rest.getUser)
 	api.HandleFunc("GET /api/search", rest.search)
+	api.HandleFunc("POST /api/login", rest.login)
 	api.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "not_found"})
 	})
@@ -418,6 +422,40 @@ func (a *restAPI) search(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Results []searchHit `json:"results"`
 	}{hits})
+}
+
+// The demo credentials POST /api/login accepts.
+const (
+	demoLogin    = "alice"
+	demoPassword = "correct horse battery staple"
+)
+
+// loginBody is what POST /api/login reads.
+type loginBody struct {
+	Login    string `json:"login"`
+	Password string `json:"password"`
+}
+
+// login serves POST /api/login, a stand-in for a password check: the demo
+// credentials get a fresh session token, anything else 401. It is what a
+// password guesser hammers, so the default configuration gives it a route
+// limit of its own (rest.route_limits).
+func (a *restAPI) login(w http.ResponseWriter, r *http.Request) {
+	var body loginBody
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4<<10)).Decode(&body); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "bad_request"})
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(body.Login), []byte(demoLogin))&subtle.ConstantTimeCompare([]byte(body.Password), []byte(demoPassword)) != 1 {
+		writeJSON(w, http.StatusUnauthorized, errorBody{Error: "invalid_credentials"})
+		return
+	}
+	var token [16]byte
+	_, _ = cryptorand.Read(token[:]) // never fails on a supported platform
+	writeJSON(w, http.StatusOK, struct {
+		Login string `json:"login"`
+		Token string `json:"token"`
+	}{body.Login, hex.EncodeToString(token[:])})
 }
 
 // internalError logs err and answers 500 without its text: error strings

@@ -32,9 +32,11 @@ var (
 // enums are the string types of the library whose values are names: a
 // value outside the list is a mistake of shape, named with its line.
 var enums = map[reflect.Type][]string{
-	reflect.TypeFor[budget.Mode]():          {string(budget.Enforce), string(budget.Shadow)},
-	reflect.TypeFor[budget.FailureMode]():   {string(budget.FailOpen), string(budget.FailClosed)},
-	reflect.TypeFor[budget.FieldLimitBy]():  {string(budget.ByPrincipal), string(budget.ByIP)},
+	reflect.TypeFor[budget.Mode]():         {string(budget.Enforce), string(budget.Shadow)},
+	reflect.TypeFor[budget.FailureMode]():  {string(budget.FailOpen), string(budget.FailClosed)},
+	reflect.TypeFor[budget.FieldLimitBy](): {string(budget.ByPrincipal), string(budget.ByIP), string(budget.ByBoth)},
+	reflect.TypeFor[budget.LimitAlgorithm](): {string(budget.TokenBucket), string(budget.LeakyBucketPolicing), string(budget.LeakyBucketShaping),
+		string(budget.FixedWindow), string(budget.SlidingLog), string(budget.SlidingCounter)},
 	reflect.TypeFor[stack.OverLimitCache](): {string(stack.OverLimitCacheAuto), string(stack.OverLimitCacheOn), string(stack.OverLimitCacheOff)},
 }
 
