@@ -243,6 +243,10 @@ type Config struct {
 	// Subscriptions caps the GraphQL subscriptions one principal holds
 	// open (default 100 each).
 	Subscriptions SubscriptionOptions `yaml:"subscriptions"`
+	// TrustedDocuments are the documents a server's own clients send,
+	// which may be named by hash and, in mode enforce, the only ones that
+	// run. None by default.
+	TrustedDocuments TrustedDocumentsOptions `yaml:"trusted_documents"`
 	// Challenger issues and checks the challenge of lanes with Challenge
 	// "pow" (challenge.NewPoW). Required when a lane asks for
 	// one.

@@ -34,6 +34,8 @@ type settings struct {
 	addrKey func(*http.Request) string
 	// maxSubscriptions caps a principal's open subscriptions (0: no cap).
 	maxSubscriptions int
+	// trusted is the trusted documents (nil: none).
+	trusted *trustedSet
 }
 
 // compileSettings validates the reloadable part of cfg.
@@ -110,6 +112,9 @@ func compileSettings(cfg Config) (*settings, error) {
 		return nil, err
 	}
 	if s.maxSubscriptions, err = cfg.Subscriptions.maxSubscriptions(); err != nil {
+		return nil, err
+	}
+	if s.trusted, err = compileTrusted(cfg.TrustedDocuments); err != nil {
 		return nil, err
 	}
 	return s, nil
