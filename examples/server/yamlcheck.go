@@ -32,10 +32,11 @@ var (
 // enums are the string types of the library whose values are names: a
 // value outside the list is a mistake of shape, named with its line.
 var enums = map[reflect.Type][]string{
-	reflect.TypeFor[budget.Mode]():          {string(budget.Enforce), string(budget.Shadow)},
-	reflect.TypeFor[budget.FailureMode]():   {string(budget.FailOpen), string(budget.FailClosed)},
-	reflect.TypeFor[budget.FieldLimitBy]():  {string(budget.ByPrincipal), string(budget.ByIP)},
-	reflect.TypeFor[stack.OverLimitCache](): {string(stack.OverLimitCacheAuto), string(stack.OverLimitCacheOn), string(stack.OverLimitCacheOff)},
+	reflect.TypeFor[budget.Mode]():                     {string(budget.Enforce), string(budget.Shadow)},
+	reflect.TypeFor[budget.FailureMode]():              {string(budget.FailOpen), string(budget.FailClosed)},
+	reflect.TypeFor[budget.FieldLimitBy]():             {string(budget.ByPrincipal), string(budget.ByIP)},
+	reflect.TypeFor[stack.OverLimitCache]():            {string(stack.OverLimitCacheAuto), string(stack.OverLimitCacheOn), string(stack.OverLimitCacheOff)},
+	reflect.TypeFor[middleware.TrustedDocumentsMode](): {string(middleware.TrustedEnforce), string(middleware.TrustedAllowUnlisted)},
 }
 
 // zero says what an explicit 0 means for one key.
