@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/ast"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -511,3 +514,73 @@ func TestTrustedDocumentsConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPersisted measures one POST through gqlgen and the limiter on
+// the test schema, by the document's text, by its hash alone (gqlgen's
+// automatic persisted queries) and by documentId against trusted
+// documents in mode enforce, with a budget that never runs out; and a
+// refused unknown hash, which pays invalid_cost.
+//
+//	go test -run '^$' -bench BenchmarkPersisted -benchmem ./middleware/
+func BenchmarkPersisted(b *testing.B) {
+	const doc = `query R($n: Int) { viewer { repos(first: $n) { issues(first: 5) { title } } } }`
+	hash := trusteddocs.Hash(doc)
+	vars := map[string]any{"n": 10}
+	build := func(b *testing.B, trusted bool) http.Handler {
+		cfg := middleware.Config{
+			Plans:         map[string]budget.Plan{"anon": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
+			AnonymousPlan: "anon",
+			Logger:        discardLogger(),
+		}
+		if trusted {
+			m, err := trusteddocs.Parse([]byte(`{"` + hash + `": ` + strconvQuote(doc) + `}`))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{Manifest: m}
+		}
+		lim, err := middleware.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { lim.Close() })
+		srv := handler.New(newTestSchema().executable())
+		srv.AddTransport(transport.POST{})
+		srv.SetQueryCache(lru.New[*ast.QueryDocument](100))
+		h := lim.Handler(srv)
+		srv.Use(extension.AutomaticPersistedQuery{Cache: lim.PersistedQueryCache(lru.New[string](100))})
+		return h
+	}
+	run := func(b *testing.B, h http.Handler, body map[string]any, want int) {
+		raw, _ := json.Marshal(body)
+		b.ReportAllocs()
+		for b.Loop() {
+			r := httptest.NewRequest(http.MethodPost, "/graphql", strings.NewReader(string(raw)))
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != want {
+				b.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+		}
+	}
+	b.Run("full document", func(b *testing.B) {
+		run(b, build(b, false), map[string]any{"query": doc, "variables": vars}, http.StatusOK)
+	})
+	b.Run("apq hash only", func(b *testing.B) {
+		h := build(b, false)
+		reg, _ := json.Marshal(map[string]any{"query": doc, "variables": vars, "extensions": apqExt(hash)})
+		r := httptest.NewRequest(http.MethodPost, "/graphql", strings.NewReader(string(reg)))
+		r.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(httptest.NewRecorder(), r) // registers it
+		run(b, h, map[string]any{"variables": vars, "extensions": apqExt(hash)}, http.StatusOK)
+	})
+	b.Run("trusted documentId", func(b *testing.B) {
+		run(b, build(b, true), map[string]any{"documentId": "sha256:" + hash, "variables": vars}, http.StatusOK)
+	})
+	b.Run("unknown hash refused", func(b *testing.B) {
+		run(b, build(b, true), map[string]any{"extensions": apqExt(trusteddocs.Hash("{ x }"))}, http.StatusBadRequest)
+	})
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
