@@ -93,7 +93,7 @@ type server struct {
 	// queries, bounded by entries and bytes, shared by every gqlgen
 	// server built; the trusted documents answer before it.
 	persisted *querycache.Persisted
-	gql        swappable         // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
+	gql       swappable // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
 
 	mu  sync.Mutex // one reload at a time; guards cfg
 	cfg config     // the configuration in force
