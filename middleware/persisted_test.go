@@ -584,3 +584,45 @@ func BenchmarkPersisted(b *testing.B) {
 }
 
 func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// An Apollo manifest, a document of two operations chosen by
+// operationName, and the Extension installed without the wrapper: the
+// hash is filled in and the choice priced by its own plan, and an
+// untrusted document is refused before gqlgen parses it.
+func TestTrustedDocumentsApolloWithoutWrapper(t *testing.T) {
+	const two = `query One { user(login: "octocat") { login } } query Many($n: Int) { user(login: "octocat") { repos(first: $n) { name } } }`
+	manifest, _ := json.Marshal(map[string]any{
+		"format": trusteddocs.ApolloFormat, "version": 1,
+		"operations": []map[string]string{
+			{"id": trusteddocs.Hash(two), "name": "Many", "type": "query", "body": two},
+			{"id": trusteddocs.Hash("{ __typename }"), "name": "", "type": "query", "body": "{ __typename }"},
+		},
+	})
+	path := filepath.Join(t.TempDir(), "apollo.json")
+	if err := os.WriteFile(path, manifest, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := persistedConfig(nil)
+	cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: path}
+	a := newAdopter(t, cfg, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+		srv.Use(lim.Extension()) // no wrapper: every request is decided by the Extension
+		return srv
+	})
+	hash := trusteddocs.Hash(two)
+	x := a.post(map[string]any{"operationName": "Many", "variables": map[string]any{"n": 7}, "extensions": apqExt(hash)})
+	if len(x.resp.Errors) > 0 || x.requested() != 8 {
+		t.Errorf("Many, n=7: %d %+v", x.status, x.resp)
+	}
+	x = a.post(map[string]any{"operationName": "One", "extensions": apqExt(hash)})
+	if len(x.resp.Errors) > 0 || x.requested() != 1 {
+		t.Errorf("One: %d %+v", x.status, x.resp)
+	}
+	x = a.post(map[string]any{"query": untrustedQ})
+	if x.resp.code() != middleware.CodeDocumentNotTrusted {
+		t.Errorf("untrusted without the wrapper: %d %+v", x.status, x.resp)
+	}
+	x = a.post(map[string]any{"extensions": apqExt(trusteddocs.Hash(untrustedQ))})
+	if x.resp.code() != middleware.CodePersistedQueryNotFound {
+		t.Errorf("unknown hash without the wrapper: %d %+v", x.status, x.resp)
+	}
+}
