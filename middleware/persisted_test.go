@@ -618,11 +618,11 @@ func TestTrustedDocumentsApolloWithoutWrapper(t *testing.T) {
 		t.Errorf("One: %d %+v", x.status, x.resp)
 	}
 	x = a.post(map[string]any{"query": untrustedQ})
-	if x.resp.code() != middleware.CodeDocumentNotTrusted {
+	if x.resp.code() != middleware.CodeDocumentNotTrusted || x.status != http.StatusUnprocessableEntity {
 		t.Errorf("untrusted without the wrapper: %d %+v", x.status, x.resp)
 	}
 	x = a.post(map[string]any{"extensions": apqExt(trusteddocs.Hash(untrustedQ))})
-	if x.resp.code() != middleware.CodePersistedQueryNotFound {
+	if x.resp.code() != middleware.CodePersistedQueryNotFound || x.status != http.StatusOK {
 		t.Errorf("unknown hash without the wrapper: %d %+v", x.status, x.resp)
 	}
 }
