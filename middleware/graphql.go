@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -215,8 +216,8 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 		return fmt.Errorf("middleware: %w", err)
 	}
 	e.schema = schema.Schema()
-	e.l.addSchema(e.schema)
 	e.priced.Store(b)
+	e.l.addSchema(e)
 	e.l.installed.Store(true)
 	return nil
 }
@@ -239,13 +240,38 @@ func (s *settings) checkSchema(schema *ast.Schema) error {
 	return err
 }
 
-// addSchema remembers a schema an Extension of l prices, so that Reload
-// can check new options against it.
-func (l *Limiter) addSchema(schema *ast.Schema) {
+// addSchema remembers the schema Extension e of l prices, so that Reload
+// can check new options against it, and e, so that Reload can prepare it.
+func (l *Limiter) addSchema(e *Extension) {
 	l.schemasMu.Lock()
 	defer l.schemasMu.Unlock()
-	if !slices.Contains(l.schemas, schema) {
-		l.schemas = append(l.schemas, schema)
+	if !slices.Contains(l.schemas, e.schema) {
+		l.schemas = append(l.schemas, e.schema)
+	}
+	l.exts = slices.DeleteFunc(l.exts, func(p weak.Pointer[Extension]) bool { return p.Value() == nil })
+	l.exts = append(l.exts, weak.Make(e))
+}
+
+// prepare builds, for every Extension of l still on a server, the
+// analyzer of s with its trusted documents' plans, so that the first
+// request after a Reload does not compile them. Reload checked s against
+// their schemas: it cannot fail.
+func (l *Limiter) prepare(s *settings) {
+	if s.trusted == nil {
+		return // an analyzer alone is cheap to build on first use
+	}
+	l.schemasMu.Lock()
+	exts := make([]*Extension, 0, len(l.exts))
+	for _, p := range l.exts {
+		if e := p.Value(); e != nil {
+			exts = append(exts, e)
+		}
+	}
+	l.schemasMu.Unlock()
+	for _, e := range exts {
+		if _, err := e.boundFor(&e.priced, s); err != nil {
+			l.log.Error("middleware: cannot compile the trusted documents after a reload", "err", err)
+		}
 	}
 }
 

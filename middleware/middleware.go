@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"golang.org/x/sync/semaphore"
@@ -379,6 +380,10 @@ type Limiter struct {
 	// to check new options and field limits against.
 	schemasMu sync.Mutex
 	schemas   []*ast.Schema
+	// exts are the Extensions of this Limiter on servers, held weakly (a
+	// server dropped takes its Extension with it), so that Reload compiles
+	// their trusted documents' plans before a request needs them.
+	exts []weak.Pointer[Extension]
 }
 
 // New validates cfg and builds a Limiter.
