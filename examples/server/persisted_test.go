@@ -258,3 +258,28 @@ func TestExampleTrustedDocuments(t *testing.T) {
 		assert.Equal(t, http.StatusOK, s.status, "the running manifest stays: %+v", s.resp)
 	})
 }
+
+// The example manifest (Apollo's format) beside the server loads, in mode
+// enforce: its operations run by documentId, priced with their variables,
+// and nothing else does.
+func TestExampleManifest(t *testing.T) {
+	dir := t.TempDir()
+	manifest, err := filepath.Abs("trusted-documents.json")
+	require.NoError(t, err)
+	_, srv := persistedServer(t, nil, filepath.Join(dir, "costguard.yaml"), "trusted_documents: {file: "+manifest+", mode: enforce}\n")
+	m, err := trusteddocs.Load(manifest, 0)
+	require.NoError(t, err)
+	require.Equal(t, 3, m.Len())
+	var repos *trusteddocs.Document
+	for _, d := range m.Documents() {
+		if d.Name == "Repos" {
+			repos = d
+		}
+	}
+	require.NotNil(t, repos)
+	got := postJSON(t, srv.URL, map[string]any{"documentId": "sha256:" + repos.Hash, "variables": map[string]any{"login": "octocat", "n": 2}})
+	assert.Equal(t, http.StatusOK, got.status, "%+v", got.resp)
+	assert.EqualValues(t, 1+2*(1+5), got.priced())
+	got = postJSON(t, srv.URL, map[string]any{"query": reposByVar, "variables": map[string]any{"n": 2}})
+	assert.Equal(t, http.StatusForbidden, got.status)
+}
