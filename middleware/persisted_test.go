@@ -626,3 +626,19 @@ func TestTrustedDocumentsApolloWithoutWrapper(t *testing.T) {
 		t.Errorf("unknown hash without the wrapper: %d %+v", x.status, x.resp)
 	}
 }
+
+// A GET request's extensions are bounded before the trusted documents
+// read a hash from them.
+func TestTrustedDocumentsGETExtensionsBounded(t *testing.T) {
+	cfg := persistedConfig(nil)
+	cfg.GraphQL.MaxVariableValues = 10
+	cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), reposDoc, "{ __typename }")}
+	a := newAdopter(t, cfg, nil)
+	big := apqExt(trusteddocs.Hash(reposDoc))
+	big["padding"] = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	ext, _ := json.Marshal(big)
+	var x exchange
+	if got := a.spent(func() { x = a.get(url.Values{"extensions": {string(ext)}}) }); got != 1 || x.resp.code() != middleware.CodeVariablesTooLarge {
+		t.Errorf("spent %d, %d %+v", got, x.status, x.resp)
+	}
+}

@@ -454,8 +454,13 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 	q := r.URL.Query()
 	if t := st.set.trusted; t != nil {
 		apq, hasAPQ := "", false
-		if ext := q.Get("extensions"); ext != "" && jsontext.Valid([]byte(ext)) {
-			apq, hasAPQ = persistedHashJSON([]byte(ext))
+		if ext := bytes.TrimSpace([]byte(q.Get("extensions"))); len(ext) > 0 && jsontext.Valid(ext) && ext[0] == '{' {
+			// Bounded before it is decoded, as below with the variables.
+			budget := st.set.newJSONBudget()
+			if ref := budget.measure("extensions", ext); ref != nil {
+				return ref
+			}
+			apq, hasAPQ = persistedHashJSON(ext)
 		}
 		tr, ref := l.applyTrusted(q.Get("query"), q.Get("documentId"), q.Has("documentId"), apq, hasAPQ, st)
 		if ref != nil {
