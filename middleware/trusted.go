@@ -209,7 +209,7 @@ func (t *trustedSet) resolve(query string, hasQuery bool, id string, hasID bool,
 			return trustedRequest{doc: d}, nil
 		}
 		if t.enforce {
-			return trustedRequest{}, refuse(http.StatusForbidden, CodeDocumentNotTrusted, "the document is not a trusted document of this server")
+			return trustedRequest{}, refuse(statusOfCode(CodeDocumentNotTrusted), CodeDocumentNotTrusted, "the document is not a trusted document of this server")
 		}
 		return trustedRequest{}, nil
 	}
@@ -225,13 +225,14 @@ func (t *trustedSet) resolve(query string, hasQuery bool, id string, hasID bool,
 		}
 	}
 	if hasID || t.enforce {
-		return trustedRequest{}, refuse(http.StatusBadRequest, CodePersistedQueryNotFound, "PersistedQueryNotFound")
+		return trustedRequest{}, refuse(statusOfCode(CodePersistedQueryNotFound), CodePersistedQueryNotFound, "PersistedQueryNotFound")
 	}
 	return trustedRequest{}, nil // allow_unlisted: gqlgen's persisted queries may know it
 }
 
-// statusOfCode is the HTTP status of a refusal the Extension decided with
-// code, when the code has one of its own (0: the verdict's).
+// statusOfCode is the HTTP status of a trusted documents' refusal, by its
+// code, for the wrapper's refusals and the Extension's alike (0: the
+// verdict's).
 func statusOfCode(code string) int {
 	switch code {
 	case CodeDocumentNotTrusted:
