@@ -642,3 +642,18 @@ func TestTrustedDocumentsGETExtensionsBounded(t *testing.T) {
 		t.Errorf("spent %d, %d %+v", got, x.status, x.resp)
 	}
 }
+
+// Shadow mode lets static caps through to watch them, never an untrusted
+// document: mode allow_unlisted is the way to watch before enforcing.
+func TestTrustedDocumentsNotShadowed(t *testing.T) {
+	cfg := persistedConfig(nil)
+	cfg.Mode = budget.Shadow
+	cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), reposDoc)}
+	a := newAdopter(t, cfg, persistedAPQ(false))
+	if x := a.post(map[string]any{"query": untrustedQ}); x.status != http.StatusForbidden || x.resp.code() != middleware.CodeDocumentNotTrusted {
+		t.Errorf("POST: %d %+v", x.status, x.resp)
+	}
+	if _, r := a.wsOnce(map[string]any{"query": untrustedQ}); r.code() != middleware.CodeDocumentNotTrusted {
+		t.Errorf("WebSocket: %+v", r)
+	}
+}
