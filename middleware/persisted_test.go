@@ -657,3 +657,35 @@ func TestTrustedDocumentsNotShadowed(t *testing.T) {
 		t.Errorf("WebSocket: %+v", r)
 	}
 }
+
+// PersistedQueryCache answers with the trusted documents first; in mode
+// enforce with nothing else, and it stores nothing a client registers.
+func TestPersistedQueryCache(t *testing.T) {
+	ctx := context.Background()
+	other := `{ user(login: "octocat") { name } }`
+	for _, mode := range []middleware.TrustedDocumentsMode{middleware.TrustedEnforce, middleware.TrustedAllowUnlisted} {
+		t.Run(string(mode), func(t *testing.T) {
+			cfg := persistedConfig(nil)
+			cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), reposDoc), Mode: mode}
+			lim := newLimiter(t, cfg)
+			inner := lru.New[string](10)
+			c := lim.PersistedQueryCache(inner)
+			if got, ok := c.Get(ctx, strings.ToUpper(trusteddocs.Hash(reposDoc))); !ok || got != reposDoc {
+				t.Errorf("a trusted hash: %q %v", got, ok)
+			}
+			c.Add(ctx, trusteddocs.Hash(other), other)
+			_, stored := inner.Get(ctx, trusteddocs.Hash(other))
+			_, found := c.Get(ctx, trusteddocs.Hash(other))
+			if want := mode == middleware.TrustedAllowUnlisted; stored != want || found != want {
+				t.Errorf("a registration: stored %v, found %v; want %v", stored, found, want)
+			}
+		})
+	}
+	// Without trusted documents it is the cache it wraps.
+	lim := newLimiter(t, persistedConfig(nil))
+	c := lim.PersistedQueryCache(lru.New[string](10))
+	c.Add(ctx, trusteddocs.Hash(other), other)
+	if got, ok := c.Get(ctx, trusteddocs.Hash(other)); !ok || got != other {
+		t.Errorf("without trusted documents: %q %v", got, ok)
+	}
+}
