@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/limiter/redisstore"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/costguard/costguard/middleware/trusteddocs"
 )
 
@@ -282,4 +284,38 @@ func TestExampleManifest(t *testing.T) {
 	assert.EqualValues(t, 1+2*(1+5), got.priced())
 	got = postJSON(t, srv.URL, map[string]any{"query": reposByVar, "variables": map[string]any{"n": 2}})
 	assert.Equal(t, http.StatusForbidden, got.status)
+}
+
+// A flood of distinct registrations, each paying its price, leaves the
+// server's persisted-query cache within its bounds.
+func TestExampleAPQFloodBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "costguard.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("plans:\n  anon: {burst: 100000, rate: 1, per: 1h}\napi_keys: {}\n"), 0o600))
+	cfg, err := loadConfig(path)
+	require.NoError(t, err)
+	s, cleanup, err := newServer(cfg, deps{clock: limitertest.NewFakeClock(time.Unix(1_800_000_000, 0)), logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cleanup()) })
+	const n = querycache.DefaultPersistedEntries + 200
+	for i := range n {
+		doc := fmt.Sprintf(`{ user(login: "octocat") { login f%d: name } }`, i)
+		b, _ := json.Marshal(map[string]any{"query": doc, "extensions": apq(trusteddocs.Hash(doc))})
+		r := httptest.NewRequest(http.MethodPost, "/graphql", strings.NewReader(string(b)))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		require.Equal(t, http.StatusOK, w.Code, "%s", w.Body)
+	}
+	assert.Equal(t, querycache.DefaultPersistedEntries, s.persisted.Len())
+	assert.LessOrEqual(t, s.persisted.Bytes(), int64(querycache.DefaultPersistedBytes))
+	c := decodeGraphQL(t, func() []byte {
+		r := httptest.NewRequest(http.MethodPost, "/graphql", strings.NewReader(`{"query":"{ __typename }"}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set(middleware.HeaderGraphQLCost, "validate")
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		return w.Body.Bytes()
+	}()).Extensions.Cost
+	require.NotNil(t, c)
+	assert.EqualValues(t, 100000-n, *c.ThrottleStatus.CurrentlyAvailable, "each registration paid its price, 1")
 }
