@@ -60,6 +60,20 @@
 // event its actual cost before it is sent; SubscriptionOptions caps those
 // a principal holds open. docs/gqlgen.md has the wiring.
 //
+// # Persisted queries and trusted documents
+//
+// gqlgen's automatic persisted queries work through the limiter: a
+// registration is a whole request (screened, priced, paid for), and a
+// hash alone is priced as the document it stands for, with its
+// variables; an unknown hash pays InvalidCost. PersistedQueryCache puts
+// the trusted documents in front of a bounded cache
+// (querycache.NewPersisted). Config.TrustedDocuments loads a manifest
+// (package middleware/trusteddocs), compiles its plans at start and at
+// every Reload, and in mode enforce runs nothing else
+// (DOCUMENT_NOT_TRUSTED, PERSISTED_QUERY_NOT_FOUND); it may lift the
+// structural caps for those documents, never their price, the budget,
+// MaxBreadth or the variable bounds.
+//
 // # Asking before spending
 //
 // A request with "GraphQL-Cost: validate" (HeaderGraphQLCost) is priced and

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -27,6 +28,7 @@ import (
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware/querycache"
+	"github.com/costguard/costguard/middleware/trusteddocs"
 )
 
 // GraphQL error codes (errors[].extensions.code) the middleware emits
@@ -57,7 +59,7 @@ func init() {
 		budget.CodeRateLimited, budget.CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
 		budget.CodeOverloaded, budget.CodeConcurrencyLimited, budget.CodeQuotaExceeded, budget.CodeFieldRateLimited,
 		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge, CodeRequestTimeout, CodeSubscriptionsLimited,
-		CodeInvalidCostHeader, CodeCostReportDisabled,
+		CodeInvalidCostHeader, CodeCostReportDisabled, CodeDocumentNotTrusted,
 		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
 		complexity.CodeMaxDepthExceeded, complexity.CodeMaxBreadthExceeded, complexity.CodeMaxNodesExceeded,
 		complexity.CodeMaxCostExceeded, complexity.CodeSlicingArgumentRequired,
@@ -121,11 +123,43 @@ type boundAnalyzer struct {
 	set   *settings
 	a     *complexity.Analyzer
 	plans *complexity.PlanCache
+	// trusted are the trusted documents' plans, compiled when it was
+	// built (with the structural caps lifted when the settings say so).
+	trusted trustedPlans
 }
 
-// newBoundAnalyzer binds a to set, with an empty plan cache.
-func newBoundAnalyzer(set *settings, a *complexity.Analyzer) *boundAnalyzer {
-	return &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(planCacheEntries, planCacheBytes)}
+// newBoundAnalyzer binds a to set, with an empty plan cache and the plans
+// of set's trusted documents on schema.
+func newBoundAnalyzer(set *settings, schema *ast.Schema, a *complexity.Analyzer) (*boundAnalyzer, error) {
+	trusted, err := set.trustedPlans(schema, a)
+	if err != nil {
+		return nil, err
+	}
+	return &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(planCacheEntries, planCacheBytes), trusted: trusted}, nil
+}
+
+// trustedPlans compiles s's trusted documents on schema, priced by a or,
+// when their structural caps are lifted, by an analyzer without them.
+func (s *settings) trustedPlans(schema *ast.Schema, a *complexity.Analyzer) (trustedPlans, error) {
+	if s.trusted == nil {
+		return nil, nil
+	}
+	if s.trusted.relax {
+		var err error
+		if a, err = complexity.New(schema, s.relaxedOptions()...); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	return compileTrustedPlans(schema, a, s.trusted)
+}
+
+// trustedPlan is the compiled plan of operation op of trusted document d,
+// nil when d is nil.
+func (b *boundAnalyzer) trustedPlan(d *trusteddocs.Document, op *ast.OperationDefinition) *complexity.Plan {
+	if d == nil {
+		return nil
+	}
+	return b.trusted[d.Hash][op.Name]
 }
 
 // Bounds of the compiled cost plans an Extension keeps (one per priced
@@ -177,9 +211,13 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 	if err := e.checkRateLimitField(schema.Schema(), set); err != nil {
 		return err
 	}
+	b, err := newBoundAnalyzer(set, schema.Schema(), a)
+	if err != nil {
+		return fmt.Errorf("middleware: %w", err)
+	}
 	e.schema = schema.Schema()
-	e.l.addSchema(e.schema)
-	e.priced.Store(newBoundAnalyzer(set, a))
+	e.priced.Store(b)
+	e.l.addSchema(e)
 	e.l.installed.Store(true)
 	return nil
 }
@@ -194,19 +232,46 @@ func (l *Limiter) CheckSchema(schema *ast.Schema) error {
 
 // checkSchema reports whether s's options can price schema.
 func (s *settings) checkSchema(schema *ast.Schema) error {
-	if _, err := complexity.New(schema, s.complexityOptions()...); err != nil {
+	a, err := complexity.New(schema, s.complexityOptions()...)
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return nil
+	_, err = s.trustedPlans(schema, a) // every trusted document parses, validates and compiles
+	return err
 }
 
-// addSchema remembers a schema an Extension of l prices, so that Reload
-// can check new options against it.
-func (l *Limiter) addSchema(schema *ast.Schema) {
+// addSchema remembers the schema Extension e of l prices, so that Reload
+// can check new options against it, and e, so that Reload can prepare it.
+func (l *Limiter) addSchema(e *Extension) {
 	l.schemasMu.Lock()
 	defer l.schemasMu.Unlock()
-	if !slices.Contains(l.schemas, schema) {
-		l.schemas = append(l.schemas, schema)
+	if !slices.Contains(l.schemas, e.schema) {
+		l.schemas = append(l.schemas, e.schema)
+	}
+	l.exts = slices.DeleteFunc(l.exts, func(p weak.Pointer[Extension]) bool { return p.Value() == nil })
+	l.exts = append(l.exts, weak.Make(e))
+}
+
+// prepare builds, for every Extension of l still on a server, the
+// analyzer of s with its trusted documents' plans, so that the first
+// request after a Reload does not compile them. Reload checked s against
+// their schemas: it cannot fail.
+func (l *Limiter) prepare(s *settings) {
+	if s.trusted == nil {
+		return // an analyzer alone is cheap to build on first use
+	}
+	l.schemasMu.Lock()
+	exts := make([]*Extension, 0, len(l.exts))
+	for _, p := range l.exts {
+		if e := p.Value(); e != nil {
+			exts = append(exts, e)
+		}
+	}
+	l.schemasMu.Unlock()
+	for _, e := range exts {
+		if _, err := e.boundFor(&e.priced, s); err != nil {
+			l.log.Error("middleware: cannot compile the trusted documents after a reload", "err", err)
+		}
 	}
 }
 
@@ -246,7 +311,10 @@ func (e *Extension) boundFor(p *atomic.Pointer[boundAnalyzer], set *settings) (*
 	if err != nil {
 		return nil, err
 	}
-	b := newBoundAnalyzer(set, a)
+	b, err := newBoundAnalyzer(set, e.schema, a)
+	if err != nil {
+		return nil, err
+	}
 	p.Store(b)
 	return b, nil
 }
@@ -284,13 +352,61 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 			}
 		}
 	}
-	_, err := complexity.CheckDocument(params.Query, st.set.documentLimits())
+	if t := st.set.trusted; t != nil {
+		// A WebSocket operation, a request without the wrapper, or a
+		// document gqlgen's persisted queries filled in before this hook.
+		apq, hasAPQ := persistedHash(params.Extensions)
+		tr, ref := t.resolve(params.Query, params.Query != "", "", false, apq, hasAPQ)
+		if ref != nil {
+			return e.refuseUnpriced(ctx, st, codedError(ref.code, 0, "%s", ref.message), false)
+		}
+		if tr.inject {
+			params.Query = tr.doc.Body
+		}
+		st.trustedDoc = tr.doc
+		if t.relaxes(tr.doc) {
+			st.documentChecked = params.Query
+			return nil
+		}
+	}
+	if gerr := e.checkDocument(ctx, st, params.Query); gerr != nil {
+		return gerr
+	}
+	return nil
+}
+
+// checkDocument applies the document bounds to query, refusing it (it
+// pays InvalidCost) past them, and marks st checked when it passes.
+func (e *Extension) checkDocument(ctx context.Context, st *requestState, query string) *gqlerror.Error {
+	_, err := complexity.CheckDocument(query, st.set.documentLimits())
 	if err == nil {
+		st.documentChecked = query
 		return nil
 	}
 	var cerr *complexity.Error
 	errors.As(err, &cerr)
 	return e.refuseUnpriced(ctx, st, cerr.GQLError(), false)
+}
+
+// checkParsed applies the trusted documents and the document bounds to an
+// operation whose text no earlier hook saw: gqlgen's persisted queries,
+// added after the Extension, filled it in from their cache. It was bounded
+// when it was registered, but perhaps under other bounds.
+func (e *Extension) checkParsed(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
+	if st.documentChecked == opCtx.RawQuery && opCtx.RawQuery != "" {
+		return nil
+	}
+	t := st.set.trusted
+	if t != nil && st.trustedDoc == nil {
+		st.trustedDoc = t.lookup(opCtx.RawQuery)
+		if st.trustedDoc == nil && t.enforce {
+			return e.refuseUnpriced(ctx, st, codedError(CodeDocumentNotTrusted, 0, "the document is not a trusted document of this server"), false)
+		}
+	}
+	if t.relaxes(st.trustedDoc) {
+		return nil
+	}
+	return e.checkDocument(ctx, st, opCtx.RawQuery)
 }
 
 // refuseUnpriced charges InvalidCost for an operation refused before it was
@@ -367,6 +483,9 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 // and debits its cost; a non-nil error refuses it.
 func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
 	l := e.l
+	if gerr := e.checkParsed(ctx, st, opCtx); gerr != nil {
+		return gerr
+	}
 	// A dry run runs no resolver: it never takes a lane above normal.
 	if st.ask.mode != modeValidate {
 		st.ask.dryRun = e.dryRun(st.set, opCtx.Operation, opCtx.Variables)
@@ -393,7 +512,15 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 		errcode.Set(ge, errcode.ValidationFailed)
 		return e.refuseUnpriced(ctx, st, ge, false)
 	}
-	rep, costPlan, err := bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery)
+	var (
+		rep      *complexity.Report
+		costPlan *complexity.Plan
+	)
+	if costPlan = bound.trustedPlan(st.trustedDoc, opCtx.Operation); costPlan != nil {
+		rep, err = costPlan.Evaluate(opCtx.Variables) // compiled with the manifest; priced with this request's variables
+	} else {
+		rep, costPlan, err = bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery)
+	}
 	if err != nil {
 		var cerr *complexity.Error
 		if !errors.As(err, &cerr) {
@@ -642,6 +769,9 @@ type requestState struct {
 	// documentChecked is the query the wrapper found within the document
 	// bounds, so the Extension need not count it again.
 	documentChecked string
+	// trustedDoc is the trusted document the request runs (nil: none, or
+	// not known yet).
+	trustedDoc *trusteddocs.Document
 	// wrapped: the GraphQL wrapper carries this state and reports its
 	// decision once the response is written.
 	wrapped bool
@@ -735,6 +865,13 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 	e.ActualCost, e.HasActualCost, e.Refunded, e.Excess = s.actual, s.hasActual, s.refunded, s.excess
 	s.mu.Unlock()
 	l.report(ctx, &e)
+}
+
+// recordedCode is the code of the decision so far.
+func (s *requestState) recordedCode() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.code
 }
 
 // current returns the decision so far, without any I/O; decided is false
@@ -1189,6 +1326,9 @@ func (w *graphQLWriter) writeHeader() {
 			w.holding = true
 		}
 		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.set, w.st.plan, o, status)
+		if s := statusOfCode(w.st.recordedCode()); s != 0 && o.Verdict == budget.CapExceeded {
+			status = s // a refusal by the trusted documents
+		}
 		if o.Verdict == budget.Shed || o.Verdict == budget.RateLimited {
 			w.l.challenge(w.r.Context(), w.ResponseWriter.Header(), w.st.id, w.st.currentLane())
 		}
@@ -1238,7 +1378,7 @@ func (s *settings) complexityOptions() []complexity.Option {
 // pricesLike reports whether an analyzer built for s prices as one built
 // for t: the same GraphQL options and the same counted fields.
 func (s *settings) pricesLike(t *settings) bool {
-	return s == t || s.gql == t.gql && slices.Equal(s.pol.FieldCoordinates(), t.pol.FieldCoordinates())
+	return s == t || s.gql == t.gql && s.trusted == t.trusted && slices.Equal(s.pol.FieldCoordinates(), t.pol.FieldCoordinates())
 }
 
 func (s *settings) documentLimits() complexity.DocumentLimits {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"golang.org/x/sync/semaphore"
@@ -254,6 +255,10 @@ type Config struct {
 	// Subscriptions caps the GraphQL subscriptions one principal holds
 	// open (default 100 each).
 	Subscriptions SubscriptionOptions `yaml:"subscriptions"`
+	// TrustedDocuments are the documents a server's own clients send,
+	// which may be named by hash and, in mode enforce, the only ones that
+	// run. None by default.
+	TrustedDocuments TrustedDocumentsOptions `yaml:"trusted_documents"`
 	// Challenger issues and checks the challenge of lanes with Challenge
 	// "pow" (challenge.NewPoW). Required when a lane asks for
 	// one.
@@ -394,6 +399,10 @@ type Limiter struct {
 	// to check new options and field limits against.
 	schemasMu sync.Mutex
 	schemas   []*ast.Schema
+	// exts are the Extensions of this Limiter on servers, held weakly (a
+	// server dropped takes its Extension with it), so that Reload compiles
+	// their trusted documents' plans before a request needs them.
+	exts []weak.Pointer[Extension]
 }
 
 // systemTimer is time.NewTimer as a limiter.Timer.

@@ -44,7 +44,9 @@ func (l *Limiter) Reload(cfg Config) error {
 	}
 	s.overrides = l.overrides
 	l.settings.Store(s)
-	return l.engine.Swap(s.pol) // checked above; it cannot fail
+	err = l.engine.Swap(s.pol) // checked above; it cannot fail
+	l.prepare(s)               // the trusted documents' plans, compiled now rather than by a request
+	return err
 }
 
 // fixedChanges names the fields New fixed that now differs from was.

@@ -184,17 +184,24 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	}
 	var (
 		query     []byte   // the query's string literal
+		queryAt   member   // the query member, when there is one
 		vars      []member // members of the variables object
 		varsStart int      // offsets of the variables object, '{' to '}'
 		varsEnd   int
 		seen      [4]bool // of requestMembers
 		budget    = st.set.newJSONBudget()
+		docID     []byte // documentId's value (trusted documents)
+		ext       []byte // the extensions object
 	)
 	s.open()
 	for m := (member{}); s.next(&m, false); {
 		name := body[m.keyStart+1 : m.nameEnd-1] // compared in place, unless it holds an escape
 		if m.name != "" {
 			name = []byte(m.name)
+		}
+		if string(name) == "documentId" && st.set.trusted != nil {
+			docID = body[m.valueStart:m.valueEnd]
+			continue
 		}
 		canonical, at := "", 0
 		for i, want := range requestMembers {
@@ -217,8 +224,11 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 			if v[0] != '"' && !isNull(v) {
 				return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be a string", canonical)
 			}
-			if canonical == "query" && v[0] == '"' {
-				query = v
+			if canonical == "query" {
+				queryAt = m
+				if v[0] == '"' {
+					query = v
+				}
 			}
 		case "variables", "extensions":
 			if v[0] != '{' && !isNull(v) {
@@ -226,6 +236,9 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 			}
 			if ref := budget.measure(canonical, v); ref != nil {
 				return nil, ref
+			}
+			if canonical == "extensions" && v[0] == '{' {
+				ext = v
 			}
 			if canonical == "variables" && v[0] == '{' {
 				vs := jsonScanner{b: body, i: m.valueStart}
@@ -236,6 +249,30 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 				varsStart, varsEnd = m.valueStart, m.valueEnd
 			}
 		}
+	}
+	tr, ref := l.trustedJSON(query, docID, ext, st)
+	if ref != nil {
+		return nil, ref
+	}
+	if tr.inject {
+		// A hash the trusted documents hold: gqlgen gets the document's
+		// text in place of the query member, or before the others.
+		lit, _ := json.Marshal(tr.doc.Body)
+		out := make([]byte, 0, len(body)+len(lit)+10)
+		if queryAt.valueEnd > 0 {
+			out = append(append(append(out, body[:queryAt.valueStart]...), lit...), body[queryAt.valueEnd:]...)
+		} else {
+			open := bytes.IndexByte(body, '{') + 1
+			out = append(append(append(out, body[:open]...), `"query":`...), lit...)
+			if rest := bytes.TrimLeft(body[open:], " \t\r\n"); len(rest) > 0 && rest[0] != '}' {
+				out = append(out, ',')
+			}
+			out = append(out, body[open:]...)
+		}
+		return out, nil
+	}
+	if st.set.trusted.relaxes(tr.doc) {
+		return body, nil // trusted, as sent, and its bounds lifted: its variables are all kept (and bounded)
 	}
 	screened, ref := l.screenQuery(query, st)
 	if ref != nil {
@@ -256,8 +293,11 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 // literal passed the same bounds before, and marks st checked.
 func (l *Limiter) screenQuery(literal []byte, st *requestState) (*screenedQuery, *refusal) {
 	lim := st.set.documentLimits()
-	if literal == nil {
-		return &screenedQuery{}, l.checkDocument("", st)
+	if len(literal) <= 2 { // nil, or ""
+		// No document: one named by its hash, which gqlgen's persisted
+		// queries fill in. Its variables are all kept (still bounded):
+		// there is no text here to tell which it reads.
+		return &screenedQuery{unreadable: true}, l.checkDocument("", st)
 	}
 	if q := l.screened.get(literal); q != nil && q.limits == lim {
 		st.documentChecked = q.query
@@ -270,6 +310,46 @@ func (l *Limiter) screenQuery(literal []byte, st *requestState) (*screenedQuery,
 	q := newScreenedQuery(key, query, shared, lim)
 	l.screened.put(key, q)
 	return q, nil
+}
+
+// trustedJSON applies the trusted documents to a POST body's query
+// literal, documentId value and extensions object (each nil when absent).
+func (l *Limiter) trustedJSON(query, docID, ext []byte, st *requestState) (trustedRequest, *refusal) {
+	if st.set.trusted == nil {
+		return trustedRequest{}, nil
+	}
+	var q, id string
+	if query != nil {
+		q = jsonString(query)
+	}
+	hasID := docID != nil && !isNull(docID)
+	if hasID {
+		if docID[0] != '"' {
+			return trustedRequest{}, refuse(http.StatusBadRequest, CodeInvalidRequest, "documentId must be a string")
+		}
+		id = jsonString(docID)
+	}
+	apq, hasAPQ := persistedHashJSON(ext)
+	return l.applyTrusted(q, id, hasID, apq, hasAPQ, st)
+}
+
+// applyTrusted resolves a request against the trusted documents and
+// bounds a document filled in from them (unless their bounds are lifted):
+// a document sent as text is bounded by the caller, as any other.
+func (l *Limiter) applyTrusted(q, id string, hasID bool, apq string, hasAPQ bool, st *requestState) (trustedRequest, *refusal) {
+	t := st.set.trusted
+	tr, ref := t.resolve(q, q != "", id, hasID, apq, hasAPQ)
+	if ref != nil || tr.doc == nil {
+		return tr, ref
+	}
+	st.trustedDoc = tr.doc
+	switch {
+	case t.relaxes(tr.doc):
+		st.documentChecked = tr.doc.Body
+	case tr.inject:
+		return tr, l.checkDocument(tr.doc.Body, st)
+	}
+	return tr, nil
 }
 
 // jsonString decodes v, a valid JSON string literal, as encoding/json
@@ -372,8 +452,29 @@ func appendKept(out, src []byte, members []member, keep []bool) []byte {
 // extensions parameters.
 func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 	q := r.URL.Query()
-	if ref := l.checkDocument(q.Get("query"), st); ref != nil {
-		return ref
+	if t := st.set.trusted; t != nil {
+		apq, hasAPQ := "", false
+		if ext := bytes.TrimSpace([]byte(q.Get("extensions"))); len(ext) > 0 && jsontext.Valid(ext) && ext[0] == '{' {
+			// Bounded before it is decoded, as below with the variables.
+			budget := st.set.newJSONBudget()
+			if ref := budget.measure("extensions", ext); ref != nil {
+				return ref
+			}
+			apq, hasAPQ = persistedHashJSON(ext)
+		}
+		tr, ref := l.applyTrusted(q.Get("query"), q.Get("documentId"), q.Has("documentId"), apq, hasAPQ, st)
+		if ref != nil {
+			return ref
+		}
+		if tr.inject {
+			q.Set("query", tr.doc.Body)
+			r.URL.RawQuery = q.Encode()
+		}
+	}
+	if st.trustedDoc == nil || st.documentChecked != q.Get("query") { // else bounded, or lifted, above
+		if ref := l.checkDocument(q.Get("query"), st); ref != nil {
+			return ref
+		}
 	}
 	if op := selectedOperation(q.Get("query"), q.Get("operationName")); op == "mutation" || op == "subscription" {
 		// gqlgen's GET transport would parse and validate it only to refuse
@@ -409,6 +510,9 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		}
 		var screened screenedQuery
 		screened.dollars, screened.unreadable = dollarNames(q.Get("query"))
+		// No document (one named by its hash) or a trusted one: keep them
+		// all (bounded above).
+		screened.unreadable = screened.unreadable || q.Get("query") == "" || st.trustedDoc != nil
 		keep := screened.keep(vars)
 		if keep == nil {
 			continue

@@ -46,6 +46,8 @@ type settings struct {
 	// overrides are the per-principal overrides in force (the Limiter's,
 	// set after compileSettings).
 	overrides *overrides
+	// trusted is the trusted documents (nil: none).
+	trusted *trustedSet
 }
 
 // compileSettings validates the reloadable part of cfg.
@@ -125,6 +127,9 @@ func compileSettings(cfg Config) (*settings, error) {
 		return nil, err
 	}
 	if s.maxSubscriptions, err = cfg.Subscriptions.maxSubscriptions(); err != nil {
+		return nil, err
+	}
+	if s.trusted, err = compileTrusted(cfg.TrustedDocuments); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -36,6 +36,7 @@ type adopter struct {
 	clock *fakeClock
 	srv   *httptest.Server
 	h     http.Handler
+	cfg   middleware.Config // as New got it
 }
 
 const (
@@ -72,6 +73,7 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 		cfg.Store = store
 	}
 	cfg.Logger = discardLogger()
+	a.cfg = cfg
 	a.lim = newLimiter(t, cfg)
 	srv := handler.New(a.res.Schema())
 	srv.AddTransport(transport.Websocket{InitFunc: a.lim.WebsocketInit(nil), KeepAlivePingInterval: time.Hour})

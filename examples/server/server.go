@@ -105,7 +105,11 @@ type server struct {
 	// asked for one at start.
 	challenger *challenge.PoW
 	cache      *querycache.Cache // shared by every gqlgen server built
-	gql        swappable         // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
+	// persisted is what clients register through automatic persisted
+	// queries, bounded by entries and bytes, shared by every gqlgen
+	// server built; the trusted documents answer before it.
+	persisted *querycache.Persisted
+	gql       swappable // the gqlgen server behind the limiter, rebuilt when graphql.max_tokens changes
 
 	mu  sync.Mutex // one reload at a time; guards cfg
 	cfg config     // the configuration in force
@@ -159,7 +163,11 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		s.lim.Close()
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
 	}
-	if err := s.lim.CheckSchema(s.res.Schema().Schema()); err != nil { // field limits name fields of the schema
+	if s.persisted, err = querycache.NewPersisted(0, 0); err != nil {
+		s.lim.Close()
+		return nil, nil, err
+	}
+	if err := s.lim.CheckSchema(s.res.Schema().Schema()); err != nil { // field limits and trusted documents name fields of the schema
 		s.lim.Close()
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
 	}
@@ -277,6 +285,13 @@ func (s *server) graphQL(cfg config) http.Handler {
 	// parser's own limit is the same bound, should a transport skip it.
 	gql.SetParserTokenLimit(cfg.GraphQL.maxTokens())
 	gql.Use(extension.Introspection{}) // the GraphiQL page needs it
+	// Automatic persisted queries: a client may send a document's hash
+	// alone once the document is registered. The trusted documents answer
+	// first; what clients register is kept in a cache bounded by entries
+	// and bytes (querycache.NewPersisted's defaults), so a flood of
+	// distinct registrations evicts rather than grows. Each registration
+	// is a whole request, screened, priced and paid for.
+	gql.Use(extension.AutomaticPersistedQuery{Cache: s.lim.PersistedQueryCache(s.persisted)})
 	return streamsOutliveWriteTimeout(s.lim.Handler(gql))
 }
 

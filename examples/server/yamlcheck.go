@@ -37,7 +37,8 @@ var enums = map[reflect.Type][]string{
 	reflect.TypeFor[budget.FieldLimitBy](): {string(budget.ByPrincipal), string(budget.ByIP), string(budget.ByBoth)},
 	reflect.TypeFor[budget.LimitAlgorithm](): {string(budget.TokenBucket), string(budget.LeakyBucketPolicing), string(budget.LeakyBucketShaping),
 		string(budget.FixedWindow), string(budget.SlidingLog), string(budget.SlidingCounter)},
-	reflect.TypeFor[stack.OverLimitCache](): {string(stack.OverLimitCacheAuto), string(stack.OverLimitCacheOn), string(stack.OverLimitCacheOff)},
+	reflect.TypeFor[stack.OverLimitCache]():            {string(stack.OverLimitCacheAuto), string(stack.OverLimitCacheOn), string(stack.OverLimitCacheOff)},
+	reflect.TypeFor[middleware.TrustedDocumentsMode](): {string(middleware.TrustedEnforce), string(middleware.TrustedAllowUnlisted)},
 }
 
 // zero says what an explicit 0 means for one key.

@@ -2,6 +2,7 @@ package querycache_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -91,5 +92,32 @@ func TestQueryCacheEstimateCoversTheTree(t *testing.T) {
 				t.Errorf("estimate %d is below the %d bytes the parsed document holds", c.Bytes(), held)
 			}
 		})
+	}
+}
+
+// A flood of distinct registrations stays within the persisted cache's
+// bounds, by entries and by bytes, evicting the least recently used.
+func TestPersistedBounded(t *testing.T) {
+	c, err := querycache.NewPersisted(10, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c.Add(ctx, "keep", "{ a }")
+	for i := range 1000 {
+		if _, ok := c.Get(ctx, "keep"); !ok {
+			t.Fatalf("the entry in use was evicted after %d registrations", i)
+		}
+		c.Add(ctx, fmt.Sprintf("h%d", i), fmt.Sprintf("{ f%d }", i))
+		if c.Len() > 10 || c.Bytes() > 4096 {
+			t.Fatalf("after %d registrations: %d entries, %d bytes", i, c.Len(), c.Bytes())
+		}
+	}
+	c.Add(ctx, "huge", strings.Repeat("x", 5000))
+	if _, ok := c.Get(ctx, "huge"); ok {
+		t.Error("a document larger than the cache was kept")
+	}
+	if _, err := querycache.NewPersisted(-1, 0); !errors.Is(err, querycache.ErrInvalidConfig) {
+		t.Errorf("NewPersisted(-1, 0): %v", err)
 	}
 }
