@@ -39,6 +39,7 @@ import (
 	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/costguard/costguard/overload"
 	"github.com/costguard/costguard/override"
+	"github.com/costguard/costguard/spenders"
 )
 
 // searchResults is how many hits GET /api/search returns at most.
@@ -97,6 +98,7 @@ type server struct {
 
 	lim     *middleware.Limiter
 	metrics *prommetrics.Metrics // every decision, served at /metrics
+	spend   *spenders.Tracker    // the top spenders, served at /admin/top
 	reg     *prometheus.Registry // this server's metrics, Go's and the process's
 	d       deps                 // the store, clock and logger every limiter configuration gets
 	log     *slog.Logger
@@ -141,6 +143,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		s.reg.MustRegister(s.d.keyMetrics)
 	}
 	if s.metrics, err = prommetrics.New(prommetrics.WithRegisterer(s.reg)); err != nil {
+		return nil, nil, err
+	}
+	if s.spend, err = spenders.New(spenders.Config{}); err != nil {
 		return nil, nil, err
 	}
 	mcfg := s.limiterConfig(cfg)
@@ -201,7 +206,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	admin.HandleFunc("GET /healthz", healthz)
 	admin.Handle("GET /readyz", readiness)
 	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
-	principals, err := adminapi.New(s.lim, adminapi.Config{TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log})
+	principals, err := adminapi.New(s.lim, adminapi.Config{
+		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Clock: clock,
+	})
 	if err != nil {
 		s.lim.Close()
 		return nil, nil, err
@@ -221,6 +228,13 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	return s, s.lim.Close, nil
 }
 
+// observe counts a decision in the metrics and, by its net points (what
+// stays debited once refunds and excess are settled), among the spenders.
+func (s *server) observe(e *middleware.Event) {
+	s.metrics.ObserveDecision(e)
+	s.spend.Add(e.Time, e.Plan, e.Key, e.Charged-e.Refunded+e.Excess)
+}
+
 // limiterConfig is cfg's middleware configuration with the injected store,
 // clock and logger.
 func (s *server) limiterConfig(cfg config) middleware.Config {
@@ -228,7 +242,7 @@ func (s *server) limiterConfig(cfg config) middleware.Config {
 	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
 	mcfg.StoreTimeout = s.d.storeTimeout
 	mcfg.Overrides.Store = s.d.overrides
-	mcfg.Observer = s.metrics
+	mcfg.Observer = middleware.ObserverFunc(s.observe)
 	if s.d.keys != nil {
 		mcfg.APIKeys = fileThenDatabase{file: mcfg.APIKeys, db: s.d.keys}
 	}

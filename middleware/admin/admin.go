@@ -7,6 +7,8 @@
 //	                                                  {"burst": 20000, "rate": 20000, "per": "1h"},
 //	                                                  optionally "quota", "concurrency", "until"
 //	DELETE /admin/principals/{principal}/override     remove it (204; 404 when there was none)
+//	GET    /admin/top[?plan=&window=1m&limit=10]      the top spenders by net points, per plan
+//	                                                  (with Config.Spenders; package spenders)
 //
 // Every route asks for "Authorization: Bearer <token>", checked in constant
 // time against the token's SHA-256 (Config.TokenSHA256); a handler
@@ -17,6 +19,7 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -27,11 +30,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/override"
+	"github.com/costguard/costguard/spenders"
 )
 
 // Principals is what the API needs of a Limiter.
@@ -60,10 +66,21 @@ type Config struct {
 	// Logger receives the store failures answered 503. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Spenders, when set, serves GET /admin/top from it; feed it the
+	// Limiter's decisions (spenders.Tracker.Add). Nil: no such route.
+	Spenders *spenders.Tracker
+	// Clock tells the time of /admin/top's windows. Default
+	// limiter.SystemClock.
+	Clock limiter.Clock
 }
+
+// MaxTop is the most spenders /admin/top lists per plan.
+const MaxTop = 1000
 
 type handler struct {
 	p     Principals
+	spend *spenders.Tracker
+	clock limiter.Clock
 	log   *slog.Logger
 	token []byte // SHA-256 of the token; nil: none asked
 	mux   *http.ServeMux
@@ -72,9 +89,12 @@ type handler struct {
 // New returns the API's handler, serving the routes above and 404 for
 // anything else.
 func New(p Principals, cfg Config) (http.Handler, error) {
-	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger}
+	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, clock: cfg.Clock}
 	if h.log == nil {
 		h.log = slog.Default()
+	}
+	if h.clock == nil {
+		h.clock = limiter.SystemClock{}
 	}
 	switch {
 	case cfg.TokenSHA256 != "":
@@ -89,6 +109,9 @@ func New(p Principals, cfg Config) (http.Handler, error) {
 	h.mux.HandleFunc("GET /admin/principals/{principal}", h.get)
 	h.mux.HandleFunc("PUT /admin/principals/{principal}/override", h.put)
 	h.mux.HandleFunc("DELETE /admin/principals/{principal}/override", h.delete)
+	if h.spend != nil {
+		h.mux.HandleFunc("GET /admin/top", h.top)
+	}
 	return h, nil
 }
 
@@ -167,6 +190,40 @@ func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// top answers {"window", "reports": [spenders.Report…]}: one plan's
+// (?plan=) or every plan's that has spent, the biggest spenders first.
+func (h *handler) top(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	window := cmp.Or(q.Get("window"), h.spend.Windows()[0])
+	limit := 10
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxTop {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a whole number from 1 to %d", MaxTop))
+			return
+		}
+		limit = n
+	}
+	plans := h.spend.Plans()
+	if p := q.Get("plan"); p != "" {
+		plans = []string{p}
+	}
+	now := h.clock.Now()
+	reports := make([]spenders.Report, 0, len(plans))
+	for _, p := range plans {
+		rep, err := h.spend.Top(now, p, window, limit)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		reports = append(reports, rep)
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Window  string            `json:"window"`
+		Reports []spenders.Report `json:"reports"`
+	}{window, reports})
 }
 
 // fail answers err by what it is: the caller's mistake (400, with

@@ -14,6 +14,7 @@ import (
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/admin"
+	"github.com/costguard/costguard/spenders"
 )
 
 const token = "s3cret-admin-token"
@@ -125,5 +126,51 @@ func TestAdminNoToken(t *testing.T) {
 	srv, _ := newAPI(t, admin.Config{NoToken: true})
 	if status, body := call(t, srv, "PUT", "/admin/principals/alice/override", "", `{"plan":"pro"}`); status != 200 {
 		t.Errorf("NoToken: %d %s", status, body)
+	}
+}
+
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// GET /admin/top lists each plan's biggest spenders over a window, behind
+// the token like every route.
+func TestTopSpenders(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 12, 0, 30, 0, time.UTC)
+	tr, err := spenders.New(spenders.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Add(t0, "free", "user:alice", 40)
+	tr.Add(t0, "free", "user:bob", 70)
+	tr.Add(t0, "free", "user:alice", 45)
+	tr.Add(t0, "anon", "ip:192.0.2.1", 5)
+	srv, _ := newAPI(t, admin.Config{TokenSHA256: admin.HashToken(token), Spenders: tr, Clock: fixedClock(t0)})
+	ok := "Bearer " + token
+	for _, tc := range []struct {
+		name, path, auth string
+		status           int
+		want             string
+	}{
+		{"no token", "/admin/top", "", 401, `{"error":"a bearer token is required (Authorization: Bearer <token>)"}`},
+		{"one plan", "/admin/top?plan=free&window=1m&limit=1", ok, 200,
+			`{"window":"1m","reports":[{"plan":"free","window":"1m","total_points":155,"error_bound":0,"spenders":[{"principal":"user:alice","points":85,"error":0}]}]}`},
+		{"every plan", "/admin/top?window=15m", ok, 200,
+			`{"window":"15m","reports":[{"plan":"anon","window":"15m","total_points":5,"error_bound":0,"spenders":[{"principal":"ip:192.0.2.1","points":5,"error":0}]},` +
+				`{"plan":"free","window":"15m","total_points":155,"error_bound":0,"spenders":[{"principal":"user:alice","points":85,"error":0},{"principal":"user:bob","points":70,"error":0}]}]}`},
+		{"a plan without spenders", "/admin/top?plan=pro", ok, 200,
+			`{"window":"1m","reports":[{"plan":"pro","window":"1m","total_points":0,"error_bound":0,"spenders":[]}]}`},
+		{"unknown window", "/admin/top?window=5m", ok, 400, `{"error":"spenders: unknown window: \"5m\" (known: 1m, 15m)"}`},
+		{"bad limit", "/admin/top?limit=0", ok, 400, `{"error":"limit must be a whole number from 1 to 1000"}`},
+	} {
+		status, body := call(t, srv, "GET", tc.path, tc.auth, "")
+		if status != tc.status || body != tc.want {
+			t.Errorf("%s: %d %s\nwant %d %s", tc.name, status, body, tc.status, tc.want)
+		}
+	}
+	// Without Spenders the route does not exist.
+	plain, _ := newAPI(t, admin.Config{TokenSHA256: admin.HashToken(token)})
+	if status, _ := call(t, plain, "GET", "/admin/top", ok, ""); status != 404 {
+		t.Errorf("without Spenders: %d, want 404", status)
 	}
 }

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The admin listener's /admin/top names who spent: an API key that paid
+// for ten searches (10 points each) above an anonymous client that paid
+// for three user lookups (1 each).
+func TestAdminTopSpenders(t *testing.T) {
+	srv := startRun(t, "-addr", "127.0.0.1:0")
+	get := func(path, key string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.url+path, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+	for range 10 {
+		get("/api/search?q=octo", demoAPIKey)
+	}
+	for range 3 {
+		get("/api/users/octocat", "")
+	}
+	resp, err := http.Get(srv.admin + "/admin/top?window=1m")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var top struct {
+		Window  string `json:"window"`
+		Reports []struct {
+			Plan     string `json:"plan"`
+			Total    int64  `json:"total_points"`
+			Spenders []struct {
+				Principal string `json:"principal"`
+				Points    int64  `json:"points"`
+			} `json:"spenders"`
+		} `json:"reports"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&top))
+	byPlan := map[string]int64{}
+	for _, r := range top.Reports {
+		require.NotEmpty(t, r.Spenders, r.Plan)
+		byPlan[r.Plan] = r.Spenders[0].Points
+		assert.Equal(t, r.Total, r.Spenders[0].Points, "%s: one spender holds the plan's total", r.Plan)
+	}
+	assert.Equal(t, map[string]int64{"free": 100, "anon": 3}, byPlan)
+}
