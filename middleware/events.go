@@ -216,6 +216,10 @@ func (l *Limiter) report(ctx context.Context, e *Event) {
 			slog.Int64("cost", e.RequestedCost),
 			slog.Int64("charged", e.Charged),
 			slog.String("code", e.Code),
+			slog.Int64("refunded", e.Refunded),
+			slog.Int64("excess", e.Excess),
+			slog.String("policy", e.Policy),
+			slog.String("override", e.Override),
 			slog.Bool("fallback", e.Fallback))
 	}
 }

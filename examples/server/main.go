@@ -119,6 +119,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		"also look API keys up in the PostgreSQL database at this `URL` (postgres://user:password@host:port/db), through a cache; docs/keys.md")
 	adminTokenFile := fs.String("admin-token-file", "",
 		"read the admin API's bearer token from this `file` (instead of admin.token_sha256 in the configuration)")
+	logLevel := fs.String("log-level", "info",
+		"the least `level` logged: debug (adds a line per decision, naming the principal by a hash of its key), info, warn or error")
 	cfgPath := fs.String("config", "", "YAML configuration `file` (docs/server.md); unset: built-in defaults")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout,
 		"on SIGINT or SIGTERM, how long requests in flight may take to finish")
@@ -131,6 +133,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil || strings.ContainsAny(*logLevel, "+-0123456789") {
+		return fmt.Errorf("%w: -log-level %q: write debug, info, warn or error", errUsage, *logLevel)
+	}
 	if *shutdownTimeout <= 0 {
 		return fmt.Errorf("%w: -shutdown-timeout %v: it must be positive", errUsage, *shutdownTimeout)
 	}
@@ -139,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	adminToken, err := adminTokenSHA256(*adminTokenFile, cfg.Admin.TokenSHA256, *adminAddr)
 	if err != nil {
 		return err

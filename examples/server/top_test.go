@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,4 +58,32 @@ func TestAdminTopSpenders(t *testing.T) {
 		assert.Equal(t, r.Total, r.Spenders[0].Points, "%s: one spender holds the plan's total", r.Plan)
 	}
 	assert.Equal(t, map[string]int64{"free": 100, "anon": 3}, byPlan)
+}
+
+// -log-level debug logs each decision, naming the principal by a hash of
+// its key; the default (info) does not; a level that is not one of the
+// four is a usage error.
+func TestLogLevel(t *testing.T) {
+	request := func(srv *running) {
+		req, _ := http.NewRequest(http.MethodGet, srv.url+"/api/users/octocat", nil)
+		req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	debug := startRun(t, "-addr", "127.0.0.1:0", "-log-level", "debug")
+	request(debug)
+	line := regexp.MustCompile(`msg="middleware: decision" principal=[0-9a-f]{16} plan=free `)
+	require.Eventually(t, func() bool { return line.MatchString(debug.stderr.String()) },
+		5*time.Second, 10*time.Millisecond, "no decision line in %s", debug.stderr.String())
+	assert.NotContains(t, debug.stderr.String(), demoAPIKey)
+
+	info := startRun(t, "-addr", "127.0.0.1:0")
+	request(info)
+	assert.NotContains(t, info.stderr.String(), "middleware: decision")
+
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-log-level", "verbose"}, io.Discard, io.Discard, nil)
+	assert.ErrorIs(t, err, errUsage)
+	assert.ErrorContains(t, err, `-log-level "verbose"`)
 }
