@@ -99,8 +99,10 @@ type Event struct {
 	Breaker        guard.BreakerState
 	BreakerChanged bool
 	// Remaining is the whole points left in the bucket after the decision,
-	// when Known.
+	// and Limit the bucket's capacity it was decided against (the plan's
+	// burst, or an override's), when Known.
 	Remaining int64
+	Limit     int64
 	Known     bool
 	// Policy names the budget that refused the request (or, in shadow
 	// mode, would have), as RateLimit-Policy names it: the plan's name for
@@ -161,7 +163,7 @@ func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o
 		e.Outcome, e.Refused = budget.ClassShadowRejected, o.Shadowed.Class()
 	}
 	if o.Known {
-		e.Remaining, e.Known = max(o.Decision.Remaining, 0), true
+		e.Remaining, e.Known, e.Limit = max(o.Decision.Remaining, 0), true, o.Decision.Limit
 	}
 	e.Policy = refusingPolicy(p, o)
 	e.Override = p.Override()

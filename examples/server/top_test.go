@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +88,45 @@ func TestLogLevel(t *testing.T) {
 	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-log-level", "verbose"}, io.Discard, io.Discard, nil)
 	assert.ErrorIs(t, err, errUsage)
 	assert.ErrorContains(t, err, `-log-level "verbose"`)
+}
+
+// Every costguard_ metric /metrics serves is in docs/operations.md's
+// table, and the table names none that is not served (the key cache's
+// with -keys-postgres only: TestRunWithPostgresKeys serves them).
+func TestMetricsTableMatchesServed(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	documented := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(line, "| `costguard_") {
+			continue
+		}
+		cell := strings.SplitN(line, "|", 3)[1]
+		for _, m := range regexp.MustCompile("`(costguard_[a-z_]+)`").FindAllStringSubmatch(cell, -1) {
+			documented[m[1]] = true
+		}
+	}
+	srv := startRun(t, "-addr", "127.0.0.1:0")
+	// One request makes the per-plan series; one near the limit would too,
+	// but series exist from the first decision of a plan.
+	resp, err := http.Get(srv.url + "/api/users/octocat")
+	require.NoError(t, err)
+	resp.Body.Close()
+	resp, err = http.Get(srv.admin + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	served := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (costguard_[a-z_]+) `).FindAllStringSubmatch(string(body), -1) {
+		served[m[1]] = true
+	}
+	for name := range served {
+		assert.True(t, documented[name], "%s is served but not in docs/operations.md", name)
+	}
+	for name := range documented {
+		if strings.HasPrefix(name, "costguard_key_cache_") || name == "costguard_store_breaker_open" {
+			continue // with -keys-postgres; on a shared store
+		}
+		assert.True(t, served[name], "%s is documented but not served", name)
+	}
 }

@@ -86,6 +86,7 @@ func ExampleMetrics_ObserveDecision() {
 	// Output:
 	// costguard_charged_points_total{kind="graphql",plan="pro"} 120
 	// costguard_decisions_total{kind="graphql",lane="",outcome="admitted",plan="pro"} 1
+	// costguard_net_points_total{plan="pro"} 45
 	// costguard_operation_actual_cost_points_sum{plan="pro"} 45
 	// costguard_operation_actual_cost_points_count{plan="pro"} 1
 	// costguard_operation_cost_points_sum{kind="graphql",plan="pro"} 120

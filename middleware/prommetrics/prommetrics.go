@@ -43,7 +43,18 @@
 //	    Event.Excess: points debited after execution beyond the price, for
 //	    responses that held more than it (a list overran its priced size)
 //
-// Points debited net of refunds are charged minus refunded plus excess.
+//	costguard_net_points_total{plan}                          counter
+//	    Event.Charged − Event.Refunded + Event.Excess when above 0: what
+//	    stayed debited once each request was settled
+//	costguard_near_limit_decisions_total{plan}                counter
+//	    admitted Events that left the bucket under 20 % of its limit
+//	    (Event.Remaining × 5 < Event.Limit)
+//	costguard_plan_limit_points{plan}                         gauge
+//	    Event.Limit of the plan's last Event that knew it (the plan's
+//	    burst; an override of limits reports under its own plan name)
+//
+// Points debited net of refunds are charged minus refunded plus excess,
+// which costguard_net_points_total counts in one series.
 //
 // KeyCache is a second collector, for the API-key cache in front of a
 // database (identity/keycache): its costguard_key_cache_* metrics.
@@ -162,6 +173,9 @@ type Metrics struct {
 	charged   *prometheus.CounterVec
 	refunded  *prometheus.CounterVec
 	excess    *prometheus.CounterVec
+	net       *prometheus.CounterVec
+	nearLimit *prometheus.CounterVec
+	limit     *prometheus.GaugeVec
 	breaker   *prometheus.GaugeVec // no labels: absent until a Limiter with a breaker reports
 
 	storeBy [len(results)]prometheus.Observer
@@ -192,6 +206,12 @@ type planSeries struct {
 	actual    prometheus.Observer
 	refunded  prometheus.Counter
 	excess    prometheus.Counter
+	net       prometheus.Counter
+	nearLimit prometheus.Counter
+	// limit is made on the plan's first Event that knows its limit, so a
+	// plan never reports a limit of 0 it does not have.
+	limit    atomic.Pointer[prometheus.Gauge]
+	limitVec *prometheus.GaugeVec
 }
 
 // costBuckets are the buckets of the cost histograms, in points: 1, 2, 5
@@ -270,6 +290,18 @@ func New(opts ...Option) (*Metrics, error) {
 			Name: "costguard_excess_points_total",
 			Help: "Points debited after execution beyond the price, for responses that held more than it (a list returned more items than the size it was priced at).",
 		}, []string{labelPlan}),
+		net: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "costguard_net_points_total",
+			Help: "Points that stayed debited from budgets once each request was settled: charged minus refunded plus excess.",
+		}, []string{labelPlan}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "costguard_near_limit_decisions_total",
+			Help: "Admitted decisions that left the principal's bucket under 20% of its limit.",
+		}, []string{labelPlan}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "costguard_plan_limit_points",
+			Help: "The bucket limit (burst) of the plan, in points, as of its last decision that knew it.",
+		}, []string{labelPlan}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "costguard_store_breaker_open",
 			Help: "1 while the rate-limit store's circuit breaker keeps requests off it (open or half-open), else 0.",
@@ -300,12 +332,15 @@ func seriesKey(plan, lane string) seriesID { return seriesID{plan, lane} }
 
 func (m *Metrics) newPlanSeries(plan, lane string) *planSeries {
 	s := &planSeries{
-		name:     plan,
-		lane:     lane,
-		fallback: m.fallback.WithLabelValues(plan),
-		actual:   m.actual.WithLabelValues(plan),
-		refunded: m.refunded.WithLabelValues(plan),
-		excess:   m.excess.WithLabelValues(plan),
+		name:      plan,
+		lane:      lane,
+		fallback:  m.fallback.WithLabelValues(plan),
+		actual:    m.actual.WithLabelValues(plan),
+		refunded:  m.refunded.WithLabelValues(plan),
+		excess:    m.excess.WithLabelValues(plan),
+		net:       m.net.WithLabelValues(plan),
+		nearLimit: m.nearLimit.WithLabelValues(plan),
+		limitVec:  m.limit,
 	}
 	for k, kind := range kinds {
 		for o, outcome := range outcomes {
@@ -315,6 +350,16 @@ func (m *Metrics) newPlanSeries(plan, lane string) *planSeries {
 		s.charged[k] = m.charged.WithLabelValues(plan, string(kind))
 	}
 	return s
+}
+
+// limitGauge returns the plan's limit gauge, made the first time.
+func (s *planSeries) limitGauge() prometheus.Gauge {
+	if g := s.limit.Load(); g != nil {
+		return *g
+	}
+	g := s.limitVec.WithLabelValues(s.name)
+	s.limit.Store(&g)
+	return g
 }
 
 // series returns the series of plan and lane, creating them the first
@@ -379,6 +424,15 @@ func (m *Metrics) ObserveDecision(e *middleware.Event) {
 	}
 	if e.Excess > 0 {
 		s.excess.Add(float64(e.Excess))
+	}
+	if net := e.Charged - e.Refunded + e.Excess; net > 0 {
+		s.net.Add(float64(net))
+	}
+	if e.Known && e.Limit > 0 {
+		s.limitGauge().Set(float64(e.Limit))
+		if e.Outcome == budget.ClassAdmitted && e.Remaining*5 < e.Limit {
+			s.nearLimit.Inc()
+		}
 	}
 	switch e.Breaker {
 	case "":
@@ -448,6 +502,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *Metrics) collectors() [9]prometheus.Collector {
-	return [...]prometheus.Collector{m.decisions, m.fallback, m.cost, m.actual, m.store, m.charged, m.refunded, m.excess, m.breaker}
+func (m *Metrics) collectors() [12]prometheus.Collector {
+	return [...]prometheus.Collector{m.decisions, m.fallback, m.cost, m.actual, m.store, m.charged, m.refunded, m.excess, m.net, m.nearLimit, m.limit, m.breaker}
 }

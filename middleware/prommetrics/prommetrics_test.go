@@ -34,10 +34,12 @@ func newMetrics(t testing.TB, opts ...prommetrics.Option) (*prommetrics.Metrics,
 var script = []middleware.Event{
 	// decisions{pro,graphql,admitted}; cost{pro,graphql} 30 (le=50);
 	// charged{pro,graphql} 30; actual{pro} 12 (le=20); refunded{pro} 18;
-	// store{ok} 200µs (le=0.00025).
+	// store{ok} 200µs (le=0.00025); net{pro} 12; limit{pro} 1000 (300
+	// left: not near the limit).
 	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: budget.ClassAdmitted,
 		RequestedCost: 30, Charged: 30, ActualCost: 12, HasActualCost: true, Refunded: 18,
-		StoreDuration: 200 * time.Microsecond, StoreResult: guard.ResultOK},
+		StoreDuration: 200 * time.Microsecond, StoreResult: guard.ResultOK,
+		Known: true, Remaining: 300, Limit: 1000},
 	// decisions{pro,graphql,rate_limited}; cost{pro,graphql} 700 (le=1000);
 	// store{ok} 150µs (le=0.00025).
 	{Plan: "pro", Kind: middleware.KindGraphQL, Outcome: budget.ClassRateLimited,
@@ -59,9 +61,10 @@ var script = []middleware.Event{
 	{Plan: "free", Kind: middleware.KindGraphQL, Outcome: budget.ClassShadowRejected,
 		Refused: budget.ClassRateLimited, RequestedCost: 100000,
 		StoreDuration: time.Millisecond, StoreResult: guard.ResultOK},
-	// A free route answered without a store call: decisions{free,rest,admitted}
-	// only.
-	{Plan: "free", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted},
+	// A free route answered without a store call: decisions{free,rest,admitted};
+	// limit{free} 100, and 10 left: near_limit{free}.
+	{Plan: "free", Kind: middleware.KindREST, Outcome: budget.ClassAdmitted,
+		Known: true, Remaining: 10, Limit: 100},
 	// decisions{free,graphql,admitted}; cost{free,graphql} 2 (le=2);
 	// charged{free,graphql} 2; actual{free} 0 (le=1); refunded{free} 2;
 	// store{ok} 300ms (+Inf).
@@ -77,6 +80,24 @@ var script = []middleware.Event{
 
 // The expected exposition of script, one metric at a time.
 var want = map[string]string{
+	"costguard_net_points_total": `
+# HELP costguard_net_points_total Points that stayed debited from budgets once each request was settled: charged minus refunded plus excess.
+# TYPE costguard_net_points_total counter
+costguard_net_points_total{plan="free"} 0
+costguard_net_points_total{plan="pro"} 250025
+`,
+	"costguard_near_limit_decisions_total": `
+# HELP costguard_near_limit_decisions_total Admitted decisions that left the principal's bucket under 20% of its limit.
+# TYPE costguard_near_limit_decisions_total counter
+costguard_near_limit_decisions_total{plan="free"} 1
+costguard_near_limit_decisions_total{plan="pro"} 0
+`,
+	"costguard_plan_limit_points": `
+# HELP costguard_plan_limit_points The bucket limit (burst) of the plan, in points, as of its last decision that knew it.
+# TYPE costguard_plan_limit_points gauge
+costguard_plan_limit_points{plan="free"} 100
+costguard_plan_limit_points{plan="pro"} 1000
+`,
 	"costguard_decisions_total": `
 # HELP costguard_decisions_total Rate-limit decisions, by plan, adapter (kind), what became of the request (outcome) and priority lane (empty without lanes).
 # TYPE costguard_decisions_total counter
@@ -213,9 +234,9 @@ func TestScript(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Per plan: 18 decisions (3 kinds, 6 outcomes), 3 cost, 3
-			// charged, fallback, actual, refunded, excess; and the 3 store
-			// results.
-			if want := 2*28 + 3; n != want {
+			// charged, fallback, actual, refunded, excess, net, near
+			// limit, limit; and the 3 store results.
+			if want := 2*31 + 3; n != want {
 				t.Errorf("%d series, want %d", n, want)
 			}
 		})
