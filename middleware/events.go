@@ -56,6 +56,11 @@ type Event struct {
 	// or an address, so hash it before logging it (HashKey).
 	Key  string
 	Kind Kind
+	// Operation is the GraphQL operation's name (at most
+	// MaxOperationName bytes; "" for an anonymous operation, a REST
+	// request, or a document refused before it was parsed). The client
+	// chooses it: bound its cardinality before using it as a label.
+	Operation string
 	// Outcome is what became of the request. In shadow mode a refusal
 	// enforce mode would have made is budget.ClassShadowRejected, and
 	// Refused says what it would have been.

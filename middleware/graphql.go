@@ -483,6 +483,9 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 // and debits its cost; a non-nil error refuses it.
 func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
 	l := e.l
+	st.mu.Lock()
+	st.operation = operationName(opCtx.Operation)
+	st.mu.Unlock()
 	if gerr := e.checkParsed(ctx, st, opCtx); gerr != nil {
 		return gerr
 	}
@@ -772,6 +775,9 @@ type requestState struct {
 	// trustedDoc is the trusted document the request runs (nil: none, or
 	// not known yet).
 	trustedDoc *trusteddocs.Document
+	// operation is the name of the operation that runs, as the document
+	// spells it (cut at MaxOperationName bytes), under mu.
+	operation string
 	// wrapped: the GraphQL wrapper carries this state and reports its
 	// decision once the response is written.
 	wrapped bool
@@ -844,6 +850,23 @@ func (s *requestState) currentLane() *lane {
 	return s.lane
 }
 
+// MaxOperationName is the most bytes of an operation's name an Event
+// carries: the name is the client's to choose.
+const MaxOperationName = 64
+
+// operationName is op's name, cut to MaxOperationName bytes (GraphQL
+// names are ASCII); "" for an anonymous operation.
+func operationName(op *ast.OperationDefinition) string {
+	if op == nil {
+		return ""
+	}
+	name := op.Name
+	if len(name) > MaxOperationName {
+		name = name[:MaxOperationName]
+	}
+	return name
+}
+
 // report sends the request's decision to the Limiter's Observer and debug
 // log, once. A request nothing was decided for (or that touched no budget,
 // a GET mutation) reports nothing.
@@ -863,6 +886,7 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 	}
 	e := l.newEvent(KindGraphQL, s.id, s.plan, ln, s.outcome, s.cost, s.code)
 	e.ActualCost, e.HasActualCost, e.Refunded, e.Excess = s.actual, s.hasActual, s.refunded, s.excess
+	e.Operation = s.operation
 	s.mu.Unlock()
 	l.report(ctx, &e)
 }

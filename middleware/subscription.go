@@ -227,6 +227,9 @@ func (e *Extension) chargeEvent(ctx context.Context, st *requestState, opCtx *gr
 		// from that (costguard_operation_actual_cost_points stays about
 		// operations).
 		ev := l.newEvent(KindSubscriptionEvent, st.id, st.plan, ln, o, cost, codeOf(o, nil))
+		st.mu.Lock()
+		ev.Operation = st.operation
+		st.mu.Unlock()
 		l.report(ctx, &ev)
 	}
 	c := Cost{

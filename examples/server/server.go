@@ -40,6 +40,7 @@ import (
 	"github.com/costguard/costguard/overload"
 	"github.com/costguard/costguard/override"
 	"github.com/costguard/costguard/spenders"
+	"github.com/costguard/costguard/timeline"
 )
 
 // searchResults is how many hits GET /api/search returns at most.
@@ -99,6 +100,7 @@ type server struct {
 	lim     *middleware.Limiter
 	metrics *prommetrics.Metrics // every decision, served at /metrics
 	spend   *spenders.Tracker    // the top spenders, served at /admin/top
+	recent  *timeline.Timeline   // each principal's recent decisions, at /admin/principals/…
 	reg     *prometheus.Registry // this server's metrics, Go's and the process's
 	d       deps                 // the store, clock and logger every limiter configuration gets
 	log     *slog.Logger
@@ -146,6 +148,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		return nil, nil, err
 	}
 	if s.spend, err = spenders.New(spenders.Config{}); err != nil {
+		return nil, nil, err
+	}
+	if s.recent, err = timeline.New(timeline.Config{}); err != nil {
 		return nil, nil, err
 	}
 	mcfg := s.limiterConfig(cfg)
@@ -207,7 +212,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	admin.Handle("GET /readyz", readiness)
 	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	principals, err := adminapi.New(s.lim, adminapi.Config{
-		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Clock: clock,
+		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Clock: clock,
 	})
 	if err != nil {
 		s.lim.Close()
@@ -228,11 +233,17 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	return s, s.lim.Close, nil
 }
 
-// observe counts a decision in the metrics and, by its net points (what
-// stays debited once refunds and excess are settled), among the spenders.
+// observe counts a decision in the metrics, by its net points (what stays
+// debited once refunds and excess are settled) among the spenders, and in
+// its principal's timeline.
 func (s *server) observe(e *middleware.Event) {
 	s.metrics.ObserveDecision(e)
 	s.spend.Add(e.Time, e.Plan, e.Key, e.Charged-e.Refunded+e.Excess)
+	s.recent.Add(e.Key, timeline.Entry{
+		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan,
+		Requested: e.RequestedCost, Actual: e.ActualCost, HasActual: e.HasActualCost,
+		Charged: e.Charged, Outcome: string(e.Outcome), Code: e.Code,
+	})
 }
 
 // limiterConfig is cfg's middleware configuration with the injected store,

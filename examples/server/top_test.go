@@ -130,3 +130,48 @@ func TestMetricsTableMatchesServed(t *testing.T) {
 		assert.True(t, served[name], "%s is documented but not served", name)
 	}
 }
+
+// GET /admin/principals/{principal} shows the principal's recent
+// decisions, and needs no ?plan= once the principal has made one.
+func TestAdminPrincipalTimeline(t *testing.T) {
+	srv := startRun(t, "-addr", "127.0.0.1:0")
+	query := `{"query":"query Repos { user(login: \"octocat\") { repos(first: 10) { name } } }"}`
+	req, _ := http.NewRequest(http.MethodPost, srv.url+"/graphql", strings.NewReader(query))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	var state struct {
+		Principal string `json:"principal"`
+		Plan      string `json:"plan"`
+		Recent    []struct {
+			Kind      string `json:"kind"`
+			Operation string `json:"operation"`
+			Requested int64  `json:"requested"`
+			Actual    int64  `json:"actual"`
+			HasActual bool   `json:"has_actual"`
+			Outcome   string `json:"outcome"`
+		} `json:"recent"`
+	}
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(srv.admin + "/admin/principals/alice")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&state) == nil && len(state.Recent) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "user:alice", state.Principal)
+	assert.Equal(t, "free", state.Plan)
+	r := state.Recent[0]
+	assert.Equal(t, "graphql", r.Kind)
+	assert.Equal(t, "Repos", r.Operation)
+	assert.Equal(t, int64(11), r.Requested)
+	assert.True(t, r.HasActual)
+	assert.Less(t, r.Actual, r.Requested)
+	assert.Equal(t, "admitted", r.Outcome)
+}

@@ -3,6 +3,7 @@
 // listener (never on the public one):
 //
 //	GET    /admin/principals/{principal}[?plan=free]  the principal's plan, override and budgets
+//	                                                  (and its recent decisions, with Config.Timeline)
 //	PUT    /admin/principals/{principal}/override     set its override: {"plan": "pro"} or
 //	                                                  {"burst": 20000, "rate": 20000, "per": "1h"},
 //	                                                  optionally "quota", "concurrency", "until"
@@ -38,6 +39,7 @@ import (
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/override"
 	"github.com/costguard/costguard/spenders"
+	"github.com/costguard/costguard/timeline"
 )
 
 // Principals is what the API needs of a Limiter.
@@ -69,8 +71,13 @@ type Config struct {
 	// Spenders, when set, serves GET /admin/top from it; feed it the
 	// Limiter's decisions (spenders.Tracker.Add). Nil: no such route.
 	Spenders *spenders.Tracker
-	// Clock tells the time of /admin/top's windows. Default
-	// limiter.SystemClock.
+	// Timeline, when set, adds the principal's recent decisions to GET
+	// /admin/principals/{principal} ("recent", oldest first), and names
+	// the plan of a user or an API key that has no ?plan= from its latest
+	// decision; feed it the Limiter's decisions (timeline.Timeline.Add).
+	Timeline *timeline.Timeline
+	// Clock tells the time of /admin/top's windows and of the timeline.
+	// Default limiter.SystemClock.
 	Clock limiter.Clock
 }
 
@@ -78,18 +85,19 @@ type Config struct {
 const MaxTop = 1000
 
 type handler struct {
-	p     Principals
-	spend *spenders.Tracker
-	clock limiter.Clock
-	log   *slog.Logger
-	token []byte // SHA-256 of the token; nil: none asked
-	mux   *http.ServeMux
+	p      Principals
+	spend  *spenders.Tracker
+	recent *timeline.Timeline
+	clock  limiter.Clock
+	log    *slog.Logger
+	token  []byte // SHA-256 of the token; nil: none asked
+	mux    *http.ServeMux
 }
 
 // New returns the API's handler, serving the routes above and 404 for
 // anything else.
 func New(p Principals, cfg Config) (http.Handler, error) {
-	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, clock: cfg.Clock}
+	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, recent: cfg.Timeline, clock: cfg.Clock}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -146,12 +154,36 @@ func (h *handler) authorized(r *http.Request) bool {
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {
-	st, err := h.p.Principal(r.Context(), r.PathValue("principal"), r.URL.Query().Get("plan"))
+	name, plan := r.PathValue("principal"), r.URL.Query().Get("plan")
+	var recent []timeline.Entry
+	if h.recent != nil {
+		if key, err := override.Principal(name); err == nil {
+			recent = h.recent.Recent(h.clock.Now(), key)
+		}
+		if plan == "" && len(recent) > 0 {
+			// The plan its latest decision was made on, unless that was an
+			// override's budget, which names no plan of the configuration.
+			if p := recent[len(recent)-1].Plan; !strings.HasPrefix(p, budget.OverridePrefix) {
+				plan = p
+			}
+		}
+	}
+	st, err := h.p.Principal(r.Context(), name, plan)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	if h.recent == nil {
+		writeJSON(w, http.StatusOK, st)
+		return
+	}
+	if recent == nil {
+		recent = []timeline.Entry{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		middleware.PrincipalState
+		Recent []timeline.Entry `json:"recent"`
+	}{st, recent})
 }
 
 func (h *handler) put(w http.ResponseWriter, r *http.Request) {

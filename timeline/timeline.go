@@ -1,0 +1,169 @@
+// Package timeline keeps each principal's recent decisions, so that an
+// operator looking at one client sees what it asked for and what became of
+// it: time, kind, operation, requested and actual cost, outcome.
+//
+// Memory is bounded per principal (PerPrincipal entries, the newest kept)
+// and in total (MaxEntries entries across MaxPrincipals principals): past
+// either, the principal whose latest decision is the oldest is dropped
+// whole. Entries older than Window are never answered and are dropped as
+// the principal's ring turns. Like package spenders it is a pure core:
+// time is passed in, nothing runs in the background.
+package timeline
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Entry is one decision of a principal.
+type Entry struct {
+	Time      time.Time `json:"time"`
+	Kind      string    `json:"kind"`
+	Operation string    `json:"operation,omitempty"`
+	Plan      string    `json:"plan"`
+	Requested int64     `json:"requested"`
+	// Actual is the cost recomputed from the response, when HasActual.
+	Actual    int64  `json:"actual"`
+	HasActual bool   `json:"has_actual"`
+	Charged   int64  `json:"charged"`
+	Outcome   string `json:"outcome"`
+	Code      string `json:"code,omitempty"`
+}
+
+// Defaults of a zero Config.
+const (
+	DefaultWindow        = 15 * time.Minute
+	DefaultPerPrincipal  = 200
+	DefaultMaxEntries    = 100_000
+	DefaultMaxPrincipals = 10_000
+)
+
+// ErrInvalidConfig wraps New's errors.
+var ErrInvalidConfig = errors.New("timeline: invalid config")
+
+// Config bounds a Timeline.
+type Config struct {
+	Window        time.Duration
+	PerPrincipal  int
+	MaxEntries    int
+	MaxPrincipals int
+}
+
+// Timeline holds the recent decisions. It is safe for concurrent use.
+type Timeline struct {
+	cfg     Config
+	mu      sync.Mutex
+	byKey   map[string]*list.Element // of *history
+	lru     *list.List               // least recently active at the back
+	entries int
+}
+
+type history struct {
+	principal string
+	ring      []Entry // at most PerPrincipal, in order from start
+	start     int
+	n         int
+}
+
+// New returns a Timeline bounded by cfg.
+func New(cfg Config) (*Timeline, error) {
+	if cfg.Window == 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.PerPrincipal == 0 {
+		cfg.PerPrincipal = DefaultPerPrincipal
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.MaxPrincipals == 0 {
+		cfg.MaxPrincipals = DefaultMaxPrincipals
+	}
+	if cfg.Window < 0 || cfg.PerPrincipal < 1 || cfg.MaxEntries < cfg.PerPrincipal || cfg.MaxPrincipals < 1 {
+		return nil, fmt.Errorf("%w: window %v, %d a principal, %d in all, %d principals: each must be positive, and the total at least one principal's",
+			ErrInvalidConfig, cfg.Window, cfg.PerPrincipal, cfg.MaxEntries, cfg.MaxPrincipals)
+	}
+	return &Timeline{cfg: cfg, byKey: map[string]*list.Element{}, lru: list.New()}, nil
+}
+
+// Add records e for principal.
+func (t *Timeline) Add(principal string, e Entry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	el := t.byKey[principal]
+	if el == nil {
+		el = t.lru.PushFront(&history{principal: principal})
+		t.byKey[principal] = el
+	} else {
+		t.lru.MoveToFront(el)
+	}
+	h := el.Value.(*history)
+	h.prune(e.Time.Add(-t.cfg.Window), &t.entries)
+	if h.n == t.cfg.PerPrincipal {
+		h.start = (h.start + 1) % len(h.ring)
+		h.n--
+		t.entries--
+	}
+	if len(h.ring) < t.cfg.PerPrincipal && h.n == len(h.ring) {
+		h.grow(t.cfg.PerPrincipal)
+	}
+	h.ring[(h.start+h.n)%len(h.ring)] = e
+	h.n++
+	t.entries++
+	for (t.entries > t.cfg.MaxEntries || len(t.byKey) > t.cfg.MaxPrincipals) && t.lru.Len() > 1 {
+		old := t.lru.Back().Value.(*history)
+		t.entries -= old.n
+		delete(t.byKey, old.principal)
+		t.lru.Remove(t.lru.Back())
+	}
+}
+
+// Recent returns principal's decisions of the last Window before now,
+// oldest first.
+func (t *Timeline) Recent(now time.Time, principal string) []Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := []Entry{}
+	el := t.byKey[principal]
+	if el == nil {
+		return out
+	}
+	h := el.Value.(*history)
+	since := now.Add(-t.cfg.Window)
+	for i := range h.n {
+		if e := h.ring[(h.start+i)%len(h.ring)]; e.Time.After(since) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Len reports the entries and principals held.
+func (t *Timeline) Len() (entries, principals int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.entries, len(t.byKey)
+}
+
+// prune drops the entries at or before since from the front.
+func (h *history) prune(since time.Time, total *int) {
+	for h.n > 0 && !h.ring[h.start].Time.After(since) {
+		h.ring[h.start] = Entry{}
+		h.start = (h.start + 1) % len(h.ring)
+		h.n--
+		*total--
+	}
+}
+
+// grow doubles the ring, up to max, keeping its entries in order.
+func (h *history) grow(max int) {
+	size := min(max, 2*len(h.ring)+4)
+	ring := make([]Entry, size)
+	for i := range h.n {
+		ring[i] = h.ring[(h.start+i)%len(h.ring)]
+	}
+	h.ring, h.start = ring, 0
+}
