@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -152,33 +150,7 @@ func startRedisServerProcess(t *testing.T, redisAddr, yml string) *serverProcess
 	cfgPath, tokenPath := filepath.Join(dir, "costguard.yaml"), filepath.Join(dir, "admin-token")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(yml), 0o600))
 	require.NoError(t, os.WriteFile(tokenPath, []byte(adminTestToken+"\n"), 0o600))
-	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
-		"-config", cfgPath, "-redis", redisAddr, "-admin-token-file", tokenPath)
-	cmd.Env = append(os.Environ(), envServeMain+"=1")
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	p := &serverProcess{stderr: &syncBuffer{}}
-	cmd.Stderr = p.stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	p.pid = cmd.Process.Pid
-	out := bufio.NewReader(stdout)
-	first, err := out.ReadString('\n')
-	require.NoError(t, err, "stderr: %s", p.stderr.String())
-	m := startLine.FindStringSubmatch(strings.TrimSuffix(first, "\n"))
-	require.NotNil(t, m, "unexpected first line %q", first)
-	second, err := out.ReadString('\n')
-	require.NoError(t, err, "stderr: %s", p.stderr.String())
-	a := adminLine.FindStringSubmatch(strings.TrimSuffix(second, "\n"))
-	require.NotNil(t, a, "unexpected second line %q", second)
-	p.url, p.admin = m[1], a[1]
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return p
+	return runServerProcess(t, "-config", cfgPath, "-redis", redisAddr, "-admin-token-file", tokenPath)
 }
 
 const propagationYAML = `plans:

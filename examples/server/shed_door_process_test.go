@@ -38,7 +38,15 @@ func startServerProcess(t *testing.T, yml string) *serverProcess {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "costguard.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(yml), 0o600))
-	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-config", path)
+	return runServerProcess(t, "-config", path)
+}
+
+// runServerProcess starts the server as its own process with args, on
+// ports of its own, waits for the lines naming its two listeners, and
+// kills it when the test ends.
+func runServerProcess(t *testing.T, args ...string) *serverProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), envServeMain+"=1")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
