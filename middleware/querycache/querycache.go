@@ -3,11 +3,8 @@
 package querycache
 
 import (
-	"container/list"
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -38,20 +35,7 @@ var _ graphql.Cache[*ast.QueryDocument] = (*Cache)(nil)
 // estimate of its parsed tree (8 KiB, and 256 bytes a token), which a test
 // holds above what gqlparser's tree really takes; the least recently used
 // entries go first. Safe for concurrent use.
-type Cache struct {
-	mu         sync.Mutex
-	maxEntries int
-	maxBytes   int64
-	bytes      int64
-	order      *list.List // front: most recently used
-	items      map[string]*list.Element
-}
-
-type queryCacheEntry struct {
-	key   string
-	doc   *ast.QueryDocument
-	bytes int64
-}
+type Cache struct{ c *lru[*ast.QueryDocument] }
 
 // ErrInvalidConfig wraps the errors New returns.
 var ErrInvalidConfig = errors.New("querycache: invalid config")
@@ -60,69 +44,27 @@ var ErrInvalidConfig = errors.New("querycache: invalid config")
 // estimated bytes; zero takes DefaultEntries and DefaultBytes. A document
 // larger than maxBytes is never kept.
 func New(maxEntries int, maxBytes int64) (*Cache, error) {
-	if maxEntries < 0 || maxBytes < 0 {
-		return nil, fmt.Errorf("%w: query cache bounds must not be negative (entries %d, bytes %d)", ErrInvalidConfig, maxEntries, maxBytes)
+	c, err := newLRU[*ast.QueryDocument]("query cache", maxEntries, maxBytes, DefaultEntries, DefaultBytes)
+	if err != nil {
+		return nil, err
 	}
-	if maxEntries == 0 {
-		maxEntries = DefaultEntries
-	}
-	if maxBytes == 0 {
-		maxBytes = DefaultBytes
-	}
-	return &Cache{maxEntries: maxEntries, maxBytes: maxBytes, order: list.New(), items: make(map[string]*list.Element)}, nil
+	return &Cache{c}, nil
 }
 
 // Get implements graphql.Cache.
-func (c *Cache) Get(_ context.Context, key string) (*ast.QueryDocument, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	el, ok := c.items[key]
-	if !ok {
-		return nil, false
-	}
-	c.order.MoveToFront(el)
-	return el.Value.(*queryCacheEntry).doc, true
-}
+func (c *Cache) Get(_ context.Context, key string) (*ast.QueryDocument, bool) { return c.c.get(key) }
 
 // Add implements graphql.Cache. gqlgen adds a document once it has parsed
 // and validated it.
 func (c *Cache) Add(_ context.Context, key string, doc *ast.QueryDocument) {
-	size := DocumentBytes(key)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.items[key]; ok {
-		c.order.MoveToFront(el)
-		return
-	}
-	if size > c.maxBytes {
-		return
-	}
-	for c.order.Len() >= c.maxEntries || c.bytes+size > c.maxBytes {
-		c.remove(c.order.Back())
-	}
-	c.items[key] = c.order.PushFront(&queryCacheEntry{key: key, doc: doc, bytes: size})
-	c.bytes += size
+	c.c.add(key, doc, DocumentBytes(key))
 }
 
 // Len is the number of documents held; Bytes their estimated size.
-func (c *Cache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
-}
+func (c *Cache) Len() int { return c.c.len() }
 
 // Bytes is the estimated memory of the documents held.
-func (c *Cache) Bytes() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.bytes
-}
-
-func (c *Cache) remove(el *list.Element) {
-	e := c.order.Remove(el).(*queryCacheEntry)
-	delete(c.items, e.key)
-	c.bytes -= e.bytes
-}
+func (c *Cache) Bytes() int64 { return c.c.size() }
 
 // DocumentBytes estimates what a parsed query holds in memory: what the
 // cache charges an entry, and what a cache beside it (compiled cost plans)
