@@ -97,6 +97,9 @@ type Plan struct {
 	// middleware's MaxDepth, MaxAliases, MaxRootFields, MaxNodes, MaxTokens
 	// and MaxSelections. The price, the budget, MaxCost, MaxBreadth, the
 	// bounds on variables and complexity.AbsoluteMaxDepth still apply.
+	// Give it to trusted callers only: their documents, unlike trusted
+	// documents, are any text, which reaches gqlgen's parser and
+	// validation bounded by the body size alone.
 	RelaxStructuralLimits bool `yaml:"relax_structural_limits"`
 }
 

@@ -4,9 +4,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -127,5 +131,54 @@ func TestPlanRelaxReload(t *testing.T) {
 		if _, resp := relaxRequest(t, h, false, doc, bearer(aliceKey)); resp.code() == "" {
 			t.Errorf("after the reload, alice: %s ran", doc)
 		}
+	}
+}
+
+// Over a WebSocket the operation's plan is the connection's: the relaxed
+// plan runs the deep document and pays for it, the anonymous plan is
+// refused it, and breadth still refuses on the relaxed plan.
+func TestPlanRelaxOverWebSocket(t *testing.T) {
+	a := newAdopter(t, middleware.Config{
+		Plans: map[string]budget.Plan{
+			"anon": {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour, DisableRefund: true},
+			"pro":  {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour, DisableRefund: true, RelaxStructuralLimits: true},
+		},
+		AnonymousPlan: "anon",
+		GraphQL:       middleware.GraphQLOptions{MaxDepth: 3},
+	}, nil)
+	bad := strings.Replace(deepDoc, "first: 2) { name", "first: 999999999) { name", 1)
+	for _, tc := range []struct {
+		name, key, doc, code string
+	}{
+		{"anonymous, deep", "", deepDoc, "MAX_DEPTH_EXCEEDED"},
+		{"relaxed, deep", adopterKey, deepDoc, ""},
+		{"relaxed, broad", adopterKey, bad, "MAX_BREADTH_EXCEEDED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var header http.Header
+			if tc.key != "" {
+				header = bearer(tc.key)
+			}
+			before := a.remaining(tc.key)
+			s := a.dial(protoTransportWS, header, nil)
+			s.start("1", tc.doc)
+			m := s.next()
+			if tc.code != "" {
+				if codes := errorCodes(t, m); !slices.Contains(codes, tc.code) {
+					t.Errorf("%s %s: codes %v, want %s", m.Type, m.Payload, codes, tc.code)
+				}
+				return
+			}
+			if m.Type != "next" {
+				t.Fatalf("%s %s, want next", m.Type, m.Payload)
+			}
+			r := decode(t, m.Payload)
+			if len(r.Errors) != 0 || r.Extensions.Cost == nil || r.Extensions.Cost.RequestedQueryCost <= 0 {
+				t.Fatalf("response %s", m.Payload)
+			}
+			if got, cost := a.remaining(tc.key), int64(r.Extensions.Cost.RequestedQueryCost); got != before-cost {
+				t.Errorf("budget %d after the operation, want %d - %d", got, before, cost)
+			}
+		})
 	}
 }
