@@ -91,6 +91,16 @@ type Plan struct {
 	// debited for it and the headers show the budgets as they are. Static
 	// caps (depth, breadth, MaxCost, …) still refuse, and pay InvalidCost.
 	Unlimited bool `yaml:"unlimited"`
+	// RelaxStructuralLimits lifts, for this plan's requests, the caps on an
+	// operation's shape that trusted documents can lift
+	// (middleware.TrustedDocumentsOptions.RelaxStructuralLimits): the
+	// middleware's MaxDepth, MaxAliases, MaxRootFields, MaxNodes, MaxTokens
+	// and MaxSelections. The price, the budget, MaxCost, MaxBreadth, the
+	// bounds on variables and complexity.AbsoluteMaxDepth still apply.
+	// Give it to trusted callers only: their documents, unlike trusted
+	// documents, are any text, which reaches gqlgen's parser and
+	// validation bounded by the body size alone.
+	RelaxStructuralLimits bool `yaml:"relax_structural_limits"`
 }
 
 // Quota is a plan's second budget: Limit points per fixed window of Per,

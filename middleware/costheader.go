@@ -131,7 +131,7 @@ func (e *Extension) InterceptOperation(ctx context.Context, next graphql.Operati
 // complexity.DefaultBreakdownLimit entries), for its response: pricing
 // every request keeps none.
 func (e *Extension) explain(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) {
-	a, err := e.analyzer(st.set)
+	a, err := e.analyzer(st)
 	if err == nil {
 		var rep *complexity.Report
 		if rep, err = a.Explain(opCtx.Doc, opCtx.Operation, opCtx.Variables); err == nil {

@@ -123,34 +123,68 @@ type boundAnalyzer struct {
 	set   *settings
 	a     *complexity.Analyzer
 	plans *complexity.PlanCache
+	// relaxed prices by the same options with the structural caps lifted,
+	// with its own plans, for the requests whose caps are lifted (a plan's
+	// RelaxStructuralLimits, a trusted document's): nil when neither a plan
+	// nor the trusted documents lift them.
+	relaxed      *complexity.Analyzer
+	relaxedPlans *complexity.PlanCache
 	// trusted are the trusted documents' plans, compiled when it was
 	// built (with the structural caps lifted when the settings say so).
 	trusted trustedPlans
 }
 
-// newBoundAnalyzer binds a to set, with an empty plan cache and the plans
+// newBoundAnalyzer binds a to set, with empty plan caches and the plans
 // of set's trusted documents on schema.
 func newBoundAnalyzer(set *settings, schema *ast.Schema, a *complexity.Analyzer) (*boundAnalyzer, error) {
-	trusted, err := set.trustedPlans(schema, a)
+	relaxed, err := set.relaxedAnalyzer(schema)
 	if err != nil {
 		return nil, err
 	}
-	return &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(planCacheEntries, planCacheBytes), trusted: trusted}, nil
+	trusted, err := set.trustedPlans(schema, a, relaxed)
+	if err != nil {
+		return nil, err
+	}
+	b := &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(planCacheEntries, planCacheBytes), relaxed: relaxed, trusted: trusted}
+	if relaxed != nil {
+		b.relaxedPlans = relaxed.NewPlanCache(planCacheEntries, planCacheBytes)
+	}
+	return b, nil
+}
+
+// relaxedAnalyzer is the analyzer of s's options with the structural caps
+// lifted, on schema; nil when neither a plan nor the trusted documents
+// lift them.
+func (s *settings) relaxedAnalyzer(schema *ast.Schema) (*complexity.Analyzer, error) {
+	if !s.relaxPlans && (s.trusted == nil || !s.trusted.relax) {
+		return nil, nil
+	}
+	a, err := complexity.New(schema, s.relaxedOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return a, nil
 }
 
 // trustedPlans compiles s's trusted documents on schema, priced by a or,
-// when their structural caps are lifted, by an analyzer without them.
-func (s *settings) trustedPlans(schema *ast.Schema, a *complexity.Analyzer) (trustedPlans, error) {
+// when their structural caps are lifted, by relaxed.
+func (s *settings) trustedPlans(schema *ast.Schema, a, relaxed *complexity.Analyzer) (trustedPlans, error) {
 	if s.trusted == nil {
 		return nil, nil
 	}
 	if s.trusted.relax {
-		var err error
-		if a, err = complexity.New(schema, s.relaxedOptions()...); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
+		a = relaxed
 	}
 	return compileTrustedPlans(schema, a, s.trusted)
+}
+
+// analyzerFor is the analyzer of a request whose structural caps are
+// lifted (relax) or not.
+func (b *boundAnalyzer) analyzerFor(relax bool) *complexity.Analyzer {
+	if relax && b.relaxed != nil {
+		return b.relaxed
+	}
+	return b.a
 }
 
 // trustedPlan is the compiled plan of operation op of trusted document d,
@@ -174,9 +208,15 @@ const (
 // price prices op of doc with variables through its compiled plan,
 // compiling it on the first request of that parsed document, and returns
 // the plan too, to price the response with (settleActual). query is the
-// document's text, for the plan cache's charge.
-func (b *boundAnalyzer) price(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, query string) (*complexity.Report, *complexity.Plan, error) {
-	plan, err := b.plans.GetCharging(doc, op, func() int64 { return querycache.DocumentBytes(query) })
+// document's text, for the plan cache's charge; relax: the request's
+// structural caps are lifted (its plan is compiled by the relaxed
+// analyzer, into its own cache).
+func (b *boundAnalyzer) price(doc *ast.QueryDocument, op *ast.OperationDefinition, variables map[string]any, query string, relax bool) (*complexity.Report, *complexity.Plan, error) {
+	plans := b.plans
+	if relax && b.relaxedPlans != nil {
+		plans = b.relaxedPlans
+	}
+	plan, err := plans.GetCharging(doc, op, func() int64 { return querycache.DocumentBytes(query) })
 	if err != nil {
 		return nil, nil, err
 	}
@@ -236,7 +276,11 @@ func (s *settings) checkSchema(schema *ast.Schema) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	_, err = s.trustedPlans(schema, a) // every trusted document parses, validates and compiles
+	relaxed, err := s.relaxedAnalyzer(schema)
+	if err != nil {
+		return err
+	}
+	_, err = s.trustedPlans(schema, a, relaxed) // every trusted document parses, validates and compiles
 	return err
 }
 
@@ -287,13 +331,14 @@ func (l *Limiter) checkSchemas(s *settings) error {
 	return nil
 }
 
-// analyzer returns the analyzer pricing by set's GraphQL options.
-func (e *Extension) analyzer(set *settings) (*complexity.Analyzer, error) {
-	b, err := e.boundFor(&e.priced, set)
+// analyzer returns the analyzer pricing st by its settings' GraphQL
+// options, with its structural caps lifted when they are (st.relaxed).
+func (e *Extension) analyzer(st *requestState) (*complexity.Analyzer, error) {
+	b, err := e.boundFor(&e.priced, st.set)
 	if err != nil {
 		return nil, err
 	}
-	return b.a, nil
+	return b.analyzerFor(st.relaxed()), nil
 }
 
 // boundFor returns the analyzer, with its plan cache, that p holds when it
@@ -364,10 +409,10 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 			params.Query = tr.doc.Body
 		}
 		st.trustedDoc = tr.doc
-		if t.relaxes(tr.doc) {
-			st.documentChecked = params.Query
-			return nil
-		}
+	}
+	if st.relaxed() {
+		st.documentChecked = params.Query
+		return nil
 	}
 	if gerr := e.checkDocument(ctx, st, params.Query); gerr != nil {
 		return gerr
@@ -403,7 +448,7 @@ func (e *Extension) checkParsed(ctx context.Context, st *requestState, opCtx *gr
 			return e.refuseUnpriced(ctx, st, codedError(CodeDocumentNotTrusted, 0, "the document is not a trusted document of this server"), false)
 		}
 	}
-	if t.relaxes(st.trustedDoc) {
+	if st.relaxed() {
 		return nil
 	}
 	return e.checkDocument(ctx, st, opCtx.RawQuery)
@@ -522,7 +567,7 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 	if costPlan = bound.trustedPlan(st.trustedDoc, opCtx.Operation); costPlan != nil {
 		rep, err = costPlan.Evaluate(opCtx.Variables) // compiled with the manifest; priced with this request's variables
 	} else {
-		rep, costPlan, err = bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery)
+		rep, costPlan, err = bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery, st.relaxed())
 	}
 	if err != nil {
 		var cerr *complexity.Error
@@ -1402,7 +1447,7 @@ func (s *settings) complexityOptions() []complexity.Option {
 // pricesLike reports whether an analyzer built for s prices as one built
 // for t: the same GraphQL options and the same counted fields.
 func (s *settings) pricesLike(t *settings) bool {
-	return s == t || s.gql == t.gql && s.trusted == t.trusted && slices.Equal(s.pol.FieldCoordinates(), t.pol.FieldCoordinates())
+	return s == t || s.gql == t.gql && s.trusted == t.trusted && s.relaxPlans == t.relaxPlans && slices.Equal(s.pol.FieldCoordinates(), t.pol.FieldCoordinates())
 }
 
 func (s *settings) documentLimits() complexity.DocumentLimits {

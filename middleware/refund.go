@@ -54,7 +54,7 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 		actual, err = costPlan.ActualCost(opCtx.Variables, resp.Data)
 	} else {
 		var a *complexity.Analyzer
-		if a, err = e.analyzer(st.set); err != nil {
+		if a, err = e.analyzer(st); err != nil {
 			return
 		}
 		actual, err = a.ActualCost(opCtx.Doc, op, opCtx.Variables, resp.Data)

@@ -271,8 +271,13 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		}
 		return out, nil
 	}
-	if st.set.trusted.relaxes(tr.doc) {
-		return body, nil // trusted, as sent, and its bounds lifted: its variables are all kept (and bounded)
+	if st.relaxed() {
+		// Trusted, as sent, and its bounds lifted, or a plan that lifts
+		// them: its variables are all kept (and bounded).
+		if st.documentChecked == "" && len(query) > 2 {
+			st.documentChecked = jsonString(query)
+		}
+		return body, nil
 	}
 	screened, ref := l.screenQuery(query, st)
 	if ref != nil {
@@ -344,7 +349,7 @@ func (l *Limiter) applyTrusted(q, id string, hasID bool, apq string, hasAPQ bool
 	}
 	st.trustedDoc = tr.doc
 	switch {
-	case t.relaxes(tr.doc):
+	case st.relaxed():
 		st.documentChecked = tr.doc.Body
 	case tr.inject:
 		return tr, l.checkDocument(tr.doc.Body, st)
@@ -471,7 +476,10 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 			r.URL.RawQuery = q.Encode()
 		}
 	}
-	if st.trustedDoc == nil || st.documentChecked != q.Get("query") { // else bounded, or lifted, above
+	switch {
+	case st.relaxed(): // a plan, or the trusted document, lifts the bounds
+		st.documentChecked = q.Get("query")
+	case st.trustedDoc == nil || st.documentChecked != q.Get("query"): // else bounded above
 		if ref := l.checkDocument(q.Get("query"), st); ref != nil {
 			return ref
 		}

@@ -48,6 +48,9 @@ type settings struct {
 	overrides *overrides
 	// trusted is the trusted documents (nil: none).
 	trusted *trustedSet
+	// relaxPlans: some plan lifts the structural caps
+	// (budget.Plan.RelaxStructuralLimits).
+	relaxPlans bool
 }
 
 // compileSettings validates the reloadable part of cfg.
@@ -177,6 +180,7 @@ func (s *settings) buildPlans() {
 	for _, name := range s.pol.PlanNames() {
 		r, _ := s.pol.Plan(name)
 		s.plans[name] = newPlan(r)
+		s.relaxPlans = s.relaxPlans || r.RelaxStructuralLimits
 	}
 }
 

@@ -120,6 +120,13 @@ func (t *trustedSet) relaxes(d *trusteddocs.Document) bool {
 	return t != nil && t.relax && d != nil
 }
 
+// relaxed reports whether st's structural caps are lifted: its plan lifts
+// them (budget.Plan.RelaxStructuralLimits), or it runs a trusted document
+// whose caps are lifted. The same caps are lifted either way.
+func (st *requestState) relaxed() bool {
+	return st.plan != nil && st.plan.RelaxStructuralLimits || st.set.trusted.relaxes(st.trustedDoc)
+}
+
 // trustedPlans are the compiled cost plans of the trusted documents'
 // operations, by hash, then operation name ("" for an anonymous one).
 type trustedPlans map[string]map[string]*complexity.Plan

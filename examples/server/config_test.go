@@ -179,6 +179,26 @@ plans:
 	assert.False(t, m.Plans["anon"].Unlimited)
 }
 
+// plans.<name>.relax_structural_limits reaches the library's plan; unset,
+// a plan is under the structural caps.
+func TestRelaxStructuralLimitsMapsOntoMiddleware(t *testing.T) {
+	cfg, err := parseConfig([]byte(`
+plans:
+  anon: {burst: 10, rate: 10, per: 1m}
+  internal: {burst: 100, rate: 100, per: 1m, relax_structural_limits: true}
+`))
+	require.NoError(t, err)
+	m := cfg.limiterConfig()
+	assert.True(t, m.Plans["internal"].RelaxStructuralLimits)
+	assert.False(t, m.Plans["anon"].RelaxStructuralLimits)
+	_, cleanup, err := newServer(cfg, deps{})
+	require.NoError(t, err, "the middleware takes the switch")
+	require.NoError(t, cleanup())
+
+	_, err = parseConfig([]byte("plans: {anon: {burst: 1, rate: 1, per: 1h, relax_structural_limits: maybe}}"))
+	assert.ErrorContains(t, err, `plans.anon.relax_structural_limits: "maybe" is not true or false`)
+}
+
 func TestModesMapOntoMiddleware(t *testing.T) {
 	cfg, err := parseConfig([]byte(`
 mode: shadow
@@ -357,7 +377,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level key", "plan: {}", "line 1: plan: unknown key; the keys here are plans, api_keys, anonymous_plan, trusted_proxies,"},
 		{"unknown nested key", "graphql: {max_dept: 3}", "line 1: graphql.max_dept: unknown key; the keys here are max_depth,"},
-		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, quota, unlimited, introspection, refund_unused, cost_report, concurrency"},
+		{"unknown plan key", "plans:\n  free: {burst: 1, rate: 1, per: 1h, brust: 2}", "line 2: plans.free.brust: unknown key; the keys here are burst, rate, per, failure_mode, mode, split_budget, quota, unlimited, relax_structural_limits, introspection, refund_unused, cost_report, concurrency"},
 		{"unknown API key field", "api_keys: {s3cret-key: {principal: p, plna: free}}", "api_keys[SHA-256 " + identity.HashAPIKey("s3cret-key") + "].plna: unknown key"},
 		{"float count", "plans: {free: {burst: 1.5, rate: 1, per: 1h}}", "line 1: plans.free.burst: 1.5 is not a whole number"},
 		{"string count", "graphql: {max_depth: ten}", `graphql.max_depth: "ten" is not a whole number`},
