@@ -92,14 +92,13 @@ type Plan struct {
 	// caps (depth, breadth, MaxCost, …) still refuse, and pay InvalidCost.
 	Unlimited bool `yaml:"unlimited"`
 	// RelaxStructuralLimits lifts, for this plan's requests, the caps on an
-	// operation's shape that trusted documents can lift
-	// (middleware.TrustedDocumentsOptions.RelaxStructuralLimits): the
-	// middleware's MaxDepth, MaxAliases, MaxRootFields, MaxNodes, MaxTokens
-	// and MaxSelections. The price, the budget, MaxCost, MaxBreadth, the
-	// bounds on variables and complexity.AbsoluteMaxDepth still apply.
-	// Give it to trusted callers only: their documents, unlike trusted
-	// documents, are any text, which reaches gqlgen's parser and
-	// validation bounded by the body size alone.
+	// operation's shape: the middleware's MaxDepth, MaxAliases,
+	// MaxRootFields and MaxNodes. The price, the budget, MaxCost,
+	// MaxBreadth, the bounds on variables, complexity.AbsoluteMaxDepth and
+	// the document bounds (MaxTokens, MaxSelections), which guard the
+	// parser before anything is priced, still apply: a plan's documents may
+	// be any text (a trusted document's RelaxStructuralLimits lifts the
+	// document bounds too, its text being known at start).
 	RelaxStructuralLimits bool `yaml:"relax_structural_limits"`
 }
 

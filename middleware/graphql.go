@@ -410,7 +410,7 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 		}
 		st.trustedDoc = tr.doc
 	}
-	if st.relaxed() {
+	if st.documentBoundsLifted() {
 		st.documentChecked = params.Query
 		return nil
 	}
@@ -448,7 +448,7 @@ func (e *Extension) checkParsed(ctx context.Context, st *requestState, opCtx *gr
 			return e.refuseUnpriced(ctx, st, codedError(CodeDocumentNotTrusted, 0, "the document is not a trusted document of this server"), false)
 		}
 	}
-	if st.relaxed() {
+	if st.documentBoundsLifted() {
 		return nil
 	}
 	return e.checkDocument(ctx, st, opCtx.RawQuery)

@@ -271,9 +271,9 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		}
 		return out, nil
 	}
-	if st.relaxed() {
-		// Trusted, as sent, and its bounds lifted, or a plan that lifts
-		// them: its variables are all kept (and bounded).
+	if st.documentBoundsLifted() {
+		// Trusted, as sent, and its bounds lifted: its variables are all
+		// kept (and bounded).
 		if st.documentChecked == "" && len(query) > 2 {
 			st.documentChecked = jsonString(query)
 		}
@@ -349,7 +349,7 @@ func (l *Limiter) applyTrusted(q, id string, hasID bool, apq string, hasAPQ bool
 	}
 	st.trustedDoc = tr.doc
 	switch {
-	case st.relaxed():
+	case st.documentBoundsLifted():
 		st.documentChecked = tr.doc.Body
 	case tr.inject:
 		return tr, l.checkDocument(tr.doc.Body, st)
@@ -477,7 +477,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		}
 	}
 	switch {
-	case st.relaxed(): // a plan, or the trusted document, lifts the bounds
+	case st.documentBoundsLifted(): // the trusted document lifts the bounds
 		st.documentChecked = q.Get("query")
 	case st.trustedDoc == nil || st.documentChecked != q.Get("query"): // else bounded above
 		if ref := l.checkDocument(q.Get("query"), st); ref != nil {

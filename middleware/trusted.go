@@ -124,7 +124,16 @@ func (t *trustedSet) relaxes(d *trusteddocs.Document) bool {
 // them (budget.Plan.RelaxStructuralLimits), or it runs a trusted document
 // whose caps are lifted. The same caps are lifted either way.
 func (st *requestState) relaxed() bool {
-	return st.plan != nil && st.plan.RelaxStructuralLimits || st.set.trusted.relaxes(st.trustedDoc)
+	return st.plan != nil && st.plan.RelaxStructuralLimits || st.documentBoundsLifted()
+}
+
+// documentBoundsLifted reports whether st skips the document bounds
+// (MaxTokens, MaxSelections), which protect the parser and validation
+// before anything is priced: only for a trusted document whose caps are
+// lifted, whose text was known and compiled at start. A plan that relaxes
+// its structural caps keeps them: its documents may be any text.
+func (st *requestState) documentBoundsLifted() bool {
+	return st.set.trusted.relaxes(st.trustedDoc)
 }
 
 // trustedPlans are the compiled cost plans of the trusted documents'

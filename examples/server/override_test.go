@@ -96,7 +96,9 @@ func TestAdminAPIOnTheAdminListener(t *testing.T) {
 	assert.Equal(t, `"pro";q=50000;w=3600`, policyOf(t, public.URL))
 	status, body = adminCall(t, admin.URL, http.MethodGet, "/admin/principals/alice", adminTestToken, "")
 	require.Equal(t, http.StatusOK, status, body)
-	assert.Equal(t, `{"principal":"user:alice","plan":"pro","override":{"plan":"pro"},"policies":[{"name":"pro","limit":50000,"remaining":49999,"reset_seconds":1}]}`, body)
+	// The budgets as they stand, then the one decision this process saw.
+	assert.True(t, strings.HasPrefix(body, `{"principal":"user:alice","plan":"pro","override":{"plan":"pro"},"policies":[{"name":"pro","limit":50000,"remaining":49999,"reset_seconds":1}],"recent":[{"time":`), body)
+	assert.Contains(t, body, `"kind":"rest","plan":"pro","requested":1,"actual":0,"has_actual":false,"charged":1,"outcome":"admitted"}]}`)
 	// The public port has no admin API.
 	resp, err := http.Get(public.URL + "/admin/principals/alice")
 	require.NoError(t, err)
