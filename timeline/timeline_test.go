@@ -101,16 +101,23 @@ func TestConfigRefused(t *testing.T) {
 	}
 }
 
+// BenchmarkAdd records one decision: among 1,000 principals (each keeps
+// its ring), and among 50,000, more than the default 10,000 principals,
+// so that every add drops the least recently active one.
 func BenchmarkAdd(b *testing.B) {
-	tl := newTimeline(b, timeline.Config{})
-	names := make([]string, 50_000)
-	for i := range names {
-		names[i] = fmt.Sprintf("ip:%d", i)
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		tl.Add(names[i%len(names)], timeline.Entry{Time: t0.Add(time.Duration(i) * time.Millisecond), Requested: 3})
-		i++
+	for _, n := range []int{1_000, 50_000} {
+		b.Run(fmt.Sprintf("principals=%d", n), func(b *testing.B) {
+			tl := newTimeline(b, timeline.Config{})
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("ip:%d", i)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				tl.Add(names[i%len(names)], timeline.Entry{Time: t0.Add(time.Duration(i) * time.Millisecond), Requested: 3})
+				i++
+			}
+		})
 	}
 }
