@@ -37,6 +37,7 @@ import (
 	adminapi "github.com/costguard/costguard/middleware/admin"
 	"github.com/costguard/costguard/middleware/prommetrics"
 	"github.com/costguard/costguard/middleware/querycache"
+	"github.com/costguard/costguard/opcosts"
 	"github.com/costguard/costguard/overload"
 	"github.com/costguard/costguard/override"
 	"github.com/costguard/costguard/spenders"
@@ -101,6 +102,7 @@ type server struct {
 	metrics *prommetrics.Metrics // every decision, served at /metrics
 	spend   *spenders.Tracker    // the top spenders, served at /admin/top
 	recent  *timeline.Timeline   // each principal's recent decisions, at /admin/principals/…
+	ops     *opcosts.Tracker     // each GraphQL operation's costs, at /admin/operations
 	reg     *prometheus.Registry // this server's metrics, Go's and the process's
 	d       deps                 // the store, clock and logger every limiter configuration gets
 	log     *slog.Logger
@@ -151,6 +153,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		return nil, nil, err
 	}
 	if s.recent, err = timeline.New(timeline.Config{}); err != nil {
+		return nil, nil, err
+	}
+	if s.ops, err = opcosts.New(opcosts.Config{}); err != nil {
 		return nil, nil, err
 	}
 	mcfg := s.limiterConfig(cfg)
@@ -212,7 +217,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	admin.Handle("GET /readyz", readiness)
 	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	principals, err := adminapi.New(s.lim, adminapi.Config{
-		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Clock: clock,
+		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Operations: s.ops, Clock: clock,
 	})
 	if err != nil {
 		s.lim.Close()
@@ -234,8 +239,9 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 }
 
 // observe counts a decision in the metrics, by its net points (what stays
-// debited once refunds and excess are settled) among the spenders, and in
-// its principal's timeline.
+// debited once refunds and excess are settled) among the spenders, in its
+// principal's timeline and, for a GraphQL operation, in its operation's
+// costs.
 func (s *server) observe(e *middleware.Event) {
 	s.metrics.ObserveDecision(e)
 	s.spend.Add(e.Time, e.Plan, e.Key, e.Charged-e.Refunded+e.Excess)
@@ -244,6 +250,12 @@ func (s *server) observe(e *middleware.Event) {
 		Requested: e.RequestedCost, Actual: e.ActualCost, HasActual: e.HasActualCost,
 		Charged: e.Charged, Outcome: string(e.Outcome), Code: e.Code,
 	})
+	if e.Kind == middleware.KindGraphQL {
+		s.ops.Add(e.Time, opcosts.Decision{
+			Operation: e.Operation, Requested: e.RequestedCost, Actual: e.ActualCost, HasActual: e.HasActualCost,
+			Refused: e.Outcome != budget.ClassAdmitted && e.Outcome != budget.ClassShadowRejected,
+		})
+	}
 }
 
 // limiterConfig is cfg's middleware configuration with the injected store,

@@ -175,3 +175,39 @@ func TestAdminPrincipalTimeline(t *testing.T) {
 	assert.Less(t, r.Actual, r.Requested)
 	assert.Equal(t, "admitted", r.Outcome)
 }
+
+// GET /admin/operations reports what each named operation cost.
+func TestAdminOperations(t *testing.T) {
+	srv := startRun(t, "-addr", "127.0.0.1:0")
+	for _, q := range []string{
+		`query Repos { user(login: \"octocat\") { repos(first: 10) { name } } }`,
+		`query Repos { user(login: \"octocat\") { repos(first: 10) { name } } }`,
+		`{ user(login: \"octocat\") { name } }`,
+	} {
+		resp, err := http.Post(srv.url+"/graphql", "application/json", strings.NewReader(`{"query":"`+q+`"}`))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	var rep struct {
+		Operations []struct {
+			Operation       string `json:"operation"`
+			Runs            int64  `json:"runs"`
+			RequestedPoints int64  `json:"requested_points"`
+			ActualPoints    int64  `json:"actual_points"`
+		} `json:"operations"`
+	}
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(srv.admin + "/admin/operations")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&rep) == nil && len(rep.Operations) == 2 && rep.Operations[0].Runs == 2
+	}, 5*time.Second, 10*time.Millisecond, "%+v", rep)
+	assert.Equal(t, "Repos", rep.Operations[0].Operation)
+	assert.Equal(t, int64(22), rep.Operations[0].RequestedPoints)
+	assert.Less(t, rep.Operations[0].ActualPoints, int64(22))
+	assert.Equal(t, "(anonymous)", rep.Operations[1].Operation)
+}

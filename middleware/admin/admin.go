@@ -10,6 +10,8 @@
 //	DELETE /admin/principals/{principal}/override     remove it (204; 404 when there was none)
 //	GET    /admin/top[?plan=&window=1m&limit=10]      the top spenders by net points, per plan
 //	                                                  (with Config.Spenders; package spenders)
+//	GET    /admin/operations[?limit=20]               what each GraphQL operation cost, by name
+//	                                                  (with Config.Operations; package opcosts)
 //
 // Every route asks for "Authorization: Bearer <token>", checked in constant
 // time against the token's SHA-256 (Config.TokenSHA256); a handler
@@ -37,6 +39,7 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/opcosts"
 	"github.com/costguard/costguard/override"
 	"github.com/costguard/costguard/spenders"
 	"github.com/costguard/costguard/timeline"
@@ -71,6 +74,9 @@ type Config struct {
 	// Spenders, when set, serves GET /admin/top from it; feed it the
 	// Limiter's decisions (spenders.Tracker.Add). Nil: no such route.
 	Spenders *spenders.Tracker
+	// Operations, when set, serves GET /admin/operations from it; feed it
+	// the Limiter's GraphQL decisions (opcosts.Tracker.Add).
+	Operations *opcosts.Tracker
 	// Timeline, when set, adds the principal's recent decisions to GET
 	// /admin/principals/{principal} ("recent", oldest first), and names
 	// the plan of a user or an API key that has no ?plan= from its latest
@@ -81,13 +87,15 @@ type Config struct {
 	Clock limiter.Clock
 }
 
-// MaxTop is the most spenders /admin/top lists per plan.
+// MaxTop is the most spenders /admin/top lists per plan, and operations
+// /admin/operations lists.
 const MaxTop = 1000
 
 type handler struct {
 	p      Principals
 	spend  *spenders.Tracker
 	recent *timeline.Timeline
+	ops    *opcosts.Tracker
 	clock  limiter.Clock
 	log    *slog.Logger
 	token  []byte // SHA-256 of the token; nil: none asked
@@ -97,7 +105,7 @@ type handler struct {
 // New returns the API's handler, serving the routes above and 404 for
 // anything else.
 func New(p Principals, cfg Config) (http.Handler, error) {
-	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, recent: cfg.Timeline, clock: cfg.Clock}
+	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, recent: cfg.Timeline, ops: cfg.Operations, clock: cfg.Clock}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -119,6 +127,9 @@ func New(p Principals, cfg Config) (http.Handler, error) {
 	h.mux.HandleFunc("DELETE /admin/principals/{principal}/override", h.delete)
 	if h.spend != nil {
 		h.mux.HandleFunc("GET /admin/top", h.top)
+	}
+	if h.ops != nil {
+		h.mux.HandleFunc("GET /admin/operations", h.operations)
 	}
 	return h, nil
 }
@@ -224,19 +235,39 @@ func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// operations answers opcosts.Report: the operations kept by name, most
+// requested points first (?limit=, default 20), then the rest as one.
+func (h *handler) operations(w http.ResponseWriter, r *http.Request) {
+	limit, ok := limitParam(w, r, 20)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, h.ops.Report(limit))
+}
+
+// limitParam reads ?limit= (1 to MaxTop, def when absent), answering 400
+// when it is not that.
+func limitParam(w http.ResponseWriter, r *http.Request, def int) (int, bool) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxTop {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a whole number from 1 to %d", MaxTop))
+		return 0, false
+	}
+	return n, true
+}
+
 // top answers {"window", "reports": [spenders.Report…]}: one plan's
 // (?plan=) or every plan's that has spent, the biggest spenders first.
 func (h *handler) top(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	window := cmp.Or(q.Get("window"), h.spend.Windows()[0])
-	limit := 10
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxTop {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a whole number from 1 to %d", MaxTop))
-			return
-		}
-		limit = n
+	limit, ok := limitParam(w, r, 10)
+	if !ok {
+		return
 	}
 	plans := h.spend.Plans()
 	if p := q.Get("plan"); p != "" {
