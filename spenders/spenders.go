@@ -229,7 +229,11 @@ type Report struct {
 	// Bound is the most any Points of the report, or any principal left
 	// out of it, can be above the truth: a principal that spent more than
 	// Bound is in the report unless Limit cut it short.
-	Bound    int64     `json:"error_bound"`
+	Bound int64 `json:"error_bound"`
+	// Cut is the most a principal left out of Spenders may have spent in
+	// the window: Bound, or the last listed Points when Limit cut the list
+	// short. Merge adds it for the reports a principal is missing from.
+	Cut      int64     `json:"cut"`
 	Spenders []Spender `json:"spenders"`
 }
 
@@ -301,7 +305,59 @@ func (t *Tracker) Top(now time.Time, plan, window string, limit int) (Report, er
 			Error:     saturatingAdd(a.err, absent),
 		})
 	}
-	slices.SortFunc(rep.Spenders, func(a, b Spender) int {
+	sortSpenders(rep.Spenders)
+	rep.Cut = rep.Bound
+	if len(rep.Spenders) > limit {
+		rep.Cut = max(rep.Bound, rep.Spenders[limit].Points)
+		rep.Spenders = rep.Spenders[:limit]
+	}
+	return rep, nil
+}
+
+// Merge combines the reports of one plan and window from several
+// processes into one of at most limit (≥ 1) spenders. A principal's
+// Points add up its Points where it is listed and the Cut of each report
+// it is missing from, its Error likewise, so the truth stays within
+// [Points − Error, Points]; Totals add up; Bound and Cut are the sum of
+// the reports' Cuts, the most a principal listed nowhere may have spent.
+func Merge(limit int, reports ...Report) Report {
+	out := Report{Spenders: []Spender{}}
+	if len(reports) == 0 {
+		return out
+	}
+	out.Plan, out.Window = reports[0].Plan, reports[0].Window
+	type acc struct{ points, err, cuts int64 }
+	merged := map[string]*acc{}
+	var cuts int64
+	for _, r := range reports {
+		out.Total = saturatingAdd(out.Total, r.Total)
+		cuts = saturatingAdd(cuts, r.Cut)
+		for _, sp := range r.Spenders {
+			a := merged[sp.Principal]
+			if a == nil {
+				a = &acc{}
+				merged[sp.Principal] = a
+			}
+			a.points = saturatingAdd(a.points, sp.Points)
+			a.err = saturatingAdd(a.err, sp.Error)
+			a.cuts = saturatingAdd(a.cuts, r.Cut)
+		}
+	}
+	out.Bound, out.Cut = cuts, cuts
+	for p, a := range merged {
+		absent := cuts - a.cuts // the Cuts of the reports p is missing from
+		out.Spenders = append(out.Spenders, Spender{Principal: p, Points: saturatingAdd(a.points, absent), Error: saturatingAdd(a.err, absent)})
+	}
+	sortSpenders(out.Spenders)
+	if limit = max(limit, 1); len(out.Spenders) > limit {
+		out.Cut = max(out.Cut, out.Spenders[limit].Points)
+		out.Spenders = out.Spenders[:limit]
+	}
+	return out
+}
+
+func sortSpenders(s []Spender) {
+	slices.SortFunc(s, func(a, b Spender) int {
 		if a.Points != b.Points {
 			if a.Points > b.Points {
 				return -1
@@ -310,10 +366,6 @@ func (t *Tracker) Top(now time.Time, plan, window string, limit int) (Report, er
 		}
 		return strings.Compare(a.Principal, b.Principal)
 	})
-	if len(rep.Spenders) > limit {
-		rep.Spenders = rep.Spenders[:limit]
-	}
-	return rep, nil
 }
 
 func floorDiv(a, b int64) int64 {

@@ -209,3 +209,52 @@ func BenchmarkAdd(b *testing.B) {
 		i++
 	}
 }
+
+// Reports of three processes merge into one that keeps the bounds: each
+// listed principal's truth lies in [Points − Error, Points], and one not
+// listed spent at most Cut.
+func TestMergeKeepsTheBounds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	truth := map[string]int64{}
+	var reports []spenders.Report
+	for range 3 {
+		tr := newTracker(t, spenders.Config{Capacity: 16})
+		for i := range 20_000 {
+			p, w := fmt.Sprintf("ip:%d", rng.IntN(5_000)), int64(1+rng.IntN(5))
+			if i%7 == 0 {
+				p, w = fmt.Sprintf("key:heavy-%d", rng.IntN(4)), 20
+			}
+			truth[p] += w
+			tr.Add(t0.Add(time.Duration(i)*time.Millisecond), "free", p, w)
+		}
+		reports = append(reports, top(t, tr, t0.Add(20*time.Second), "free", "1m", 8))
+	}
+	m := spenders.Merge(5, reports...)
+	var total int64
+	for _, w := range truth {
+		total += w
+	}
+	if m.Total != total || m.Plan != "free" || m.Window != "1m" || len(m.Spenders) != 5 {
+		t.Fatalf("merged %s/%s: total %d (want %d), %d spenders", m.Plan, m.Window, m.Total, total, len(m.Spenders))
+	}
+	listed := map[string]bool{}
+	for _, s := range m.Spenders {
+		listed[s.Principal] = true
+		if tv := truth[s.Principal]; s.Points-s.Error > tv || tv > s.Points {
+			t.Errorf("%s: [%d, %d], truth %d", s.Principal, s.Points-s.Error, s.Points, tv)
+		}
+	}
+	for p, tv := range truth {
+		if !listed[p] && tv > m.Cut {
+			t.Errorf("%s spent %d, above the cut %d, and is not listed", p, tv, m.Cut)
+		}
+	}
+	for i := range 4 {
+		if p := fmt.Sprintf("key:heavy-%d", i); !listed[p] {
+			t.Errorf("%s is not among the merged top", p)
+		}
+	}
+	if e := spenders.Merge(3); e.Spenders == nil || len(e.Spenders) != 0 {
+		t.Errorf("merging nothing: %+v", e)
+	}
+}

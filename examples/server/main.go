@@ -175,7 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	}
 
 	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger, keys: keys.lookup, keyMetrics: keys.metrics,
-		overrides: st.overrides, adminTokenSHA256: adminToken})
+		overrides: st.overrides, spendersShared: st.shared, adminTokenSHA256: adminToken})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/costguard/costguard/budget"
@@ -41,6 +42,7 @@ import (
 	"github.com/costguard/costguard/overload"
 	"github.com/costguard/costguard/override"
 	"github.com/costguard/costguard/spenders"
+	"github.com/costguard/costguard/spenders/redisspenders"
 	"github.com/costguard/costguard/timeline"
 )
 
@@ -80,6 +82,10 @@ type deps struct {
 	// memory. The server shares them through Redis when its budgets are
 	// there.
 	overrides override.Store
+	// spendersShared, when set, is the Redis the top spenders of every
+	// process meet in (published every 5 s, merged by /admin/top); nil:
+	// this process's alone.
+	spendersShared redis.UniversalClient
 	// adminTokenSHA256 is the hex SHA-256 of the admin API's bearer token;
 	// "": the API asks for none (run allows that only on a loopback-only
 	// admin listener).
@@ -216,9 +222,20 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	admin.HandleFunc("GET /healthz", healthz)
 	admin.Handle("GET /readyz", readiness)
 	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
-	principals, err := adminapi.New(s.lim, adminapi.Config{
+	adminCfg := adminapi.Config{
 		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Operations: s.ops, Clock: clock,
-	})
+	}
+	// With Redis, every process's top spenders meet there (published by
+	// the goroutine started below), and /admin/top answers for all.
+	var shared *redisspenders.Shared
+	if d.spendersShared != nil {
+		if shared, err = redisspenders.New(redisspenders.Config{Client: d.spendersShared, Tracker: s.spend}); err != nil {
+			s.lim.Close()
+			return nil, nil, err
+		}
+		adminCfg.SharedSpenders = shared
+	}
+	principals, err := adminapi.New(s.lim, adminCfg)
 	if err != nil {
 		s.lim.Close()
 		return nil, nil, err
@@ -235,7 +252,17 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	mux.Handle("/graphql", &s.gql)
 	mux.Handle("/api/", s.lim.REST(api)) // both wrappers bound the body (max_body_bytes)
 	s.Handler = mux
-	return s, s.lim.Close, nil
+	stopPublishing := func() {}
+	if shared != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			shared.Run(ctx, clock.Now, func(err error) { s.log.Warn("server: publishing the top spenders", "err", err) })
+		}()
+		stopPublishing = func() { cancel(); <-done }
+	}
+	return s, func() error { stopPublishing(); return s.lim.Close() }, nil
 }
 
 // observe counts a decision in the metrics, by its net points (what stays

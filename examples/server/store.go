@@ -31,6 +31,9 @@ type budgetStore struct {
 	// overrides keeps the per-principal overrides in the same Redis; nil
 	// in memory.
 	overrides override.Store
+	// shared is the Redis the processes share their top spenders through
+	// (redisspenders); nil in memory.
+	shared redis.UniversalClient
 	// ping asks the store whether it answers, within ctx (the start-up
 	// check and /readyz); nil for the in-memory store, which always does.
 	ping     func(ctx context.Context) error
@@ -98,7 +101,7 @@ func openStore(ctx context.Context, redisAddr, clusterAddrs string) (*budgetStor
 	if err != nil {
 		return nil, errors.Join(err, closeAll())
 	}
-	return &budgetStore{store: st, overrides: ov, ping: ping, describe: describe, close: closeAll}, nil
+	return &budgetStore{store: st, overrides: ov, shared: client, ping: ping, describe: describe, close: closeAll}, nil
 }
 
 // pingMasters pings every master of the Cluster, at once. Each master

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/costguard/costguard/internal/redistest"
 )
 
 // The admin listener's /admin/top names who spent: an API key that paid
@@ -210,4 +212,53 @@ func TestAdminOperations(t *testing.T) {
 	assert.Equal(t, int64(22), rep.Operations[0].RequestedPoints)
 	assert.Less(t, rep.Operations[0].ActualPoints, int64(22))
 	assert.Equal(t, "(anonymous)", rep.Operations[1].Operation)
+}
+
+// With Redis, /admin/top answers for every process: two servers on one
+// Redis, each spent on by another client, and either one's /admin/top
+// lists both (within the 5 s publishing interval).
+func TestAdminTopAcrossProcesses(t *testing.T) {
+	srv := redistest.StartServer(t)
+	a := runServerProcess(t, "-redis", srv.Addr())
+	b := runServerProcess(t, "-redis", srv.Addr())
+	spend := func(p *serverProcess, key string, n int) {
+		for range n {
+			req, _ := http.NewRequest(http.MethodGet, p.url+"/api/search?q=octo", nil)
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	spend(a, demoAPIKey, 3) // alice, on a: 30 points
+	spend(b, "", 2)         // an address, on b: 20 points
+	type report struct {
+		Plan     string `json:"plan"`
+		Spenders []struct {
+			Principal string `json:"principal"`
+			Points    int64  `json:"points"`
+		} `json:"spenders"`
+	}
+	var top struct{ Reports []report }
+	points := map[string]int64{}
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(a.admin + "/admin/top")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&top) != nil {
+			return false
+		}
+		clear(points)
+		for _, r := range top.Reports {
+			for _, s := range r.Spenders {
+				points[r.Plan+" "+strings.SplitN(s.Principal, ":", 2)[0]] = s.Points
+			}
+		}
+		return points["free user"] == 30 && points["anon ip"] == 20
+	}, 15*time.Second, 200*time.Millisecond, "a's /admin/top never listed both processes' spenders: %v", points)
 }

@@ -32,9 +32,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter"
@@ -74,6 +77,10 @@ type Config struct {
 	// Spenders, when set, serves GET /admin/top from it; feed it the
 	// Limiter's decisions (spenders.Tracker.Add). Nil: no such route.
 	Spenders *spenders.Tracker
+	// SharedSpenders, when set with Spenders, answers /admin/top for every
+	// process that publishes there (package spenders/redisspenders), each
+	// plan's reports merged by spenders.Merge.
+	SharedSpenders SharedSpenders
 	// Operations, when set, serves GET /admin/operations from it; feed it
 	// the Limiter's GraphQL decisions (opcosts.Tracker.Add).
 	Operations *opcosts.Tracker
@@ -87,6 +94,12 @@ type Config struct {
 	Clock limiter.Clock
 }
 
+// SharedSpenders is where several processes' top spenders meet.
+type SharedSpenders interface {
+	// Reports returns every live process's reports of window, all plans.
+	Reports(ctx context.Context, now time.Time, window string) ([]spenders.Report, error)
+}
+
 // MaxTop is the most spenders /admin/top lists per plan, and operations
 // /admin/operations lists.
 const MaxTop = 1000
@@ -94,6 +107,7 @@ const MaxTop = 1000
 type handler struct {
 	p      Principals
 	spend  *spenders.Tracker
+	shared SharedSpenders
 	recent *timeline.Timeline
 	ops    *opcosts.Tracker
 	clock  limiter.Clock
@@ -105,7 +119,7 @@ type handler struct {
 // New returns the API's handler, serving the routes above and 404 for
 // anything else.
 func New(p Principals, cfg Config) (http.Handler, error) {
-	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, recent: cfg.Timeline, ops: cfg.Operations, clock: cfg.Clock}
+	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, shared: cfg.SharedSpenders, recent: cfg.Timeline, ops: cfg.Operations, clock: cfg.Clock}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -269,24 +283,57 @@ func (h *handler) top(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	plans := h.spend.Plans()
-	if p := q.Get("plan"); p != "" {
-		plans = []string{p}
+	if !slices.Contains(h.spend.Windows(), window) {
+		_, err := h.spend.Top(time.Time{}, "", window, 1) // its error names the known windows
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	now := h.clock.Now()
-	reports := make([]spenders.Report, 0, len(plans))
-	for _, p := range plans {
-		rep, err := h.spend.Top(now, p, window, limit)
+	var reports []spenders.Report
+	if h.shared != nil {
+		all, err := h.shared.Reports(r.Context(), now, window)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			h.fail(w, r, err)
 			return
 		}
-		reports = append(reports, rep)
+		reports = mergeByPlan(all, q.Get("plan"), limit)
+	} else {
+		plans := h.spend.Plans()
+		if p := q.Get("plan"); p != "" {
+			plans = []string{p}
+		}
+		reports = make([]spenders.Report, 0, len(plans))
+		for _, p := range plans {
+			rep, _ := h.spend.Top(now, p, window, limit) // the window is known
+			reports = append(reports, rep)
+		}
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Window  string            `json:"window"`
 		Reports []spenders.Report `json:"reports"`
 	}{window, reports})
+}
+
+// mergeByPlan merges the processes' reports of each plan (only plan's
+// when it is not ""), plans in order; a plan no process reported answers
+// an empty report.
+func mergeByPlan(all []spenders.Report, plan string, limit int) []spenders.Report {
+	byPlan := map[string][]spenders.Report{}
+	for _, rep := range all {
+		if plan == "" || rep.Plan == plan {
+			byPlan[rep.Plan] = append(byPlan[rep.Plan], rep)
+		}
+	}
+	if plan != "" && len(byPlan) == 0 {
+		m := spenders.Merge(limit)
+		m.Plan = plan
+		return []spenders.Report{m}
+	}
+	out := make([]spenders.Report, 0, len(byPlan))
+	for _, p := range slices.Sorted(maps.Keys(byPlan)) {
+		out = append(out, spenders.Merge(limit, byPlan[p]...))
+	}
+	return out
 }
 
 // fail answers err by what it is: the caller's mistake (400, with

@@ -154,12 +154,12 @@ func TestTopSpenders(t *testing.T) {
 	}{
 		{"no token", "/admin/top", "", 401, `{"error":"a bearer token is required (Authorization: Bearer <token>)"}`},
 		{"one plan", "/admin/top?plan=free&window=1m&limit=1", ok, 200,
-			`{"window":"1m","reports":[{"plan":"free","window":"1m","total_points":155,"error_bound":0,"spenders":[{"principal":"user:alice","points":85,"error":0}]}]}`},
+			`{"window":"1m","reports":[{"plan":"free","window":"1m","total_points":155,"error_bound":0,"cut":70,"spenders":[{"principal":"user:alice","points":85,"error":0}]}]}`},
 		{"every plan", "/admin/top?window=15m", ok, 200,
-			`{"window":"15m","reports":[{"plan":"anon","window":"15m","total_points":5,"error_bound":0,"spenders":[{"principal":"ip:192.0.2.1","points":5,"error":0}]},` +
-				`{"plan":"free","window":"15m","total_points":155,"error_bound":0,"spenders":[{"principal":"user:alice","points":85,"error":0},{"principal":"user:bob","points":70,"error":0}]}]}`},
+			`{"window":"15m","reports":[{"plan":"anon","window":"15m","total_points":5,"error_bound":0,"cut":0,"spenders":[{"principal":"ip:192.0.2.1","points":5,"error":0}]},` +
+				`{"plan":"free","window":"15m","total_points":155,"error_bound":0,"cut":0,"spenders":[{"principal":"user:alice","points":85,"error":0},{"principal":"user:bob","points":70,"error":0}]}]}`},
 		{"a plan without spenders", "/admin/top?plan=pro", ok, 200,
-			`{"window":"1m","reports":[{"plan":"pro","window":"1m","total_points":0,"error_bound":0,"spenders":[]}]}`},
+			`{"window":"1m","reports":[{"plan":"pro","window":"1m","total_points":0,"error_bound":0,"cut":0,"spenders":[]}]}`},
 		{"unknown window", "/admin/top?window=5m", ok, 400, `{"error":"spenders: unknown window: \"5m\" (known: 1m, 15m)"}`},
 		{"bad limit", "/admin/top?limit=0", ok, 400, `{"error":"limit must be a whole number from 1 to 1000"}`},
 	} {
