@@ -164,6 +164,12 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	if s.ops, err = opcosts.New(opcosts.Config{}); err != nil {
 		return nil, nil, err
 	}
+	// The 20 costliest operation names, a bounded label.
+	opMetrics, err := prommetrics.Operations(s.ops, 20)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.reg.MustRegister(opMetrics)
 	mcfg := s.limiterConfig(cfg)
 	if s.lim, err = middleware.New(mcfg); err != nil {
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}

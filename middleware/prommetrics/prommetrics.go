@@ -58,6 +58,8 @@
 //
 // KeyCache is a second collector, for the API-key cache in front of a
 // database (identity/keycache): its costguard_key_cache_* metrics.
+// Operations a third, for what the costliest GraphQL operation names cost
+// (package opcosts), its operation label bounded.
 //
 // The cost histograms have the buckets 1, 2, 5, 10, 20, 50, …, 50000,
 // 100000 points. costguard_operation_cost_points leaves out requests that
