@@ -225,7 +225,30 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	mux.Handle("/graphql", &s.gql)
 	mux.Handle("/api/", s.lim.REST(api)) // both wrappers bound the body (max_body_bytes)
 	s.Handler = mux
-	return s, s.lim.Close, nil
+	return s, s.watchDataLoss(), nil
+}
+
+// watchDataLoss counts, in costguard_store_data_loss_total, each time a
+// store that detects data loss (redisstore) reports that Redis lost what
+// it held, and logs it; the limiter has already dropped what it derived
+// from the lost data (package stack). It returns the server's cleanup:
+// stop listening, then close the limiter. With any other store the
+// counter is not served.
+func (s *server) watchDataLoss() (cleanup func() error) {
+	n, ok := s.d.store.(stack.DataLossNotifier)
+	if !ok {
+		return s.lim.Close
+	}
+	lost := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "costguard_store_data_loss_total",
+		Help: "Times the store found that Redis lost its data (a restart, a failover to a replica, a flush).",
+	})
+	s.reg.MustRegister(lost)
+	stop := n.OnDataLoss(func() {
+		lost.Inc()
+		s.log.Warn("store: Redis lost its data (restarted, failed over or flushed): remembered refusals and leases dropped; budgets start whole")
+	})
+	return func() error { stop(); return s.lim.Close() }
 }
 
 // observe counts a decision in the metrics and, by its net points (what
