@@ -230,8 +230,8 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 
 // watchDataLoss counts, in costguard_store_data_loss_total, each time a
 // store that detects data loss (redisstore) reports that Redis lost what
-// it held, and logs it; the limiter has already dropped what it derived
-// from the lost data (package stack). It returns the server's cleanup:
+// it held, and logs it; on the same report the limiter drops what it
+// derived from the lost data (package stack). It returns the server's cleanup:
 // stop listening, then close the limiter. With any other store the
 // counter is not served.
 func (s *server) watchDataLoss() (cleanup func() error) {
