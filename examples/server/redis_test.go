@@ -260,3 +260,28 @@ func withKey(t *testing.T, url, body string) *http.Response {
 	resp.Body.Close()
 	return resp
 }
+
+// TestDataLossMetric restarts the server's Redis empty: the store detects
+// the loss, and /metrics counts it (and the log says it).
+func TestDataLossMetric(t *testing.T) {
+	rs := redistest.StartServer(t)
+	srv := startRun(t, "-addr", "127.0.0.1:0", "-redis", rs.Addr())
+	lost := func() string {
+		resp, err := http.Get(srv.admin + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "costguard_store_data_loss_total "); ok {
+				return v
+			}
+		}
+		return "absent"
+	}
+	require.Equal(t, "0", lost())
+	require.NoError(t, rs.Restart())
+	require.Eventually(t, func() bool { return lost() == "1" }, waitLimit, 50*time.Millisecond,
+		"no data loss counted; stderr: %s", srv.stderr)
+	assert.Contains(t, srv.stderr.String(), "Redis lost its data")
+}

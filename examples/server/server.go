@@ -268,7 +268,31 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		}()
 		stopPublishing = func() { cancel(); <-done }
 	}
-	return s, func() error { stopPublishing(); return s.lim.Close() }, nil
+	closeLimiter := s.watchDataLoss()
+	return s, func() error { stopPublishing(); return closeLimiter() }, nil
+}
+
+// watchDataLoss counts, in costguard_store_data_loss_total, each time a
+// store that detects data loss (redisstore) reports that Redis lost what
+// it held, and logs it; on the same report the limiter drops what it
+// derived from the lost data (package stack). It returns the server's cleanup:
+// stop listening, then close the limiter. With any other store the
+// counter is not served.
+func (s *server) watchDataLoss() (cleanup func() error) {
+	n, ok := s.d.store.(stack.DataLossNotifier)
+	if !ok {
+		return s.lim.Close
+	}
+	lost := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "costguard_store_data_loss_total",
+		Help: "Times the store found that Redis lost its data (a restart, a failover to a replica, a flush).",
+	})
+	s.reg.MustRegister(lost)
+	stop := n.OnDataLoss(func() {
+		lost.Inc()
+		s.log.Warn("store: Redis lost its data (restarted, failed over or flushed): remembered refusals and leases dropped; budgets start whole")
+	})
+	return func() error { stop(); return s.lim.Close() }
 }
 
 // observe counts a decision in the metrics, by its net points (what stays

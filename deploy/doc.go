@@ -1,0 +1,11 @@
+// Package deploy holds what runs beside costguard in production rather
+// than code: the Prometheus alert rules (prometheus/alerts.yml, with
+// promtool unit tests in prometheus/alerts_test.yml) and a Grafana
+// dashboard (grafana/costguard.json) over the metrics docs/operations.md
+// lists. Its test checks them for real: promtool checks and unit-tests the
+// rules, and a Prometheus started by the test scrapes the example server
+// under load, answers every panel's query and fires the breaker alert
+// when the test stops Redis:
+//
+//	go test -v ./deploy
+package deploy
