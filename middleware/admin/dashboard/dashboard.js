@@ -154,15 +154,13 @@
   }
 
   function showTop(top) {
-    let best = null;
-    const rows = [];
+    const all = [];
     for (const rep of top.reports) {
-      for (const sp of rep.spenders.slice(0, 5)) {
-        rows.push(row([rep.plan, sp.principal, sp.points]));
-        if (!best || sp.points > best.points) best = { plan: rep.plan, principal: sp.principal, points: sp.points };
-      }
+      for (const sp of rep.spenders.slice(0, 5)) all.push({ plan: rep.plan, principal: sp.principal, points: sp.points });
     }
-    fill("spenders", rows.length ? rows : [row(["none yet", "", ""])]);
+    all.sort((x, y) => y.points - x.points); // stable: a tie keeps the first plan's spender first
+    const best = all.length ? all[0] : null;
+    fill("spenders", all.length ? all.map((x) => row([x.plan, x.principal, x.points])) : [row(["none yet", "", ""])]);
     text("top-principal", best ? best.principal : "–");
     text("top-plan", best ? best.plan : "–");
     text("top-points", best ? best.points : 0);
