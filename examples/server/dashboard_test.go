@@ -95,7 +95,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer cancelAlloc()
 	ctx, cancelTab := chromedp.NewContext(actx)
 	defer cancelTab()
-	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
 	var mu sync.Mutex
@@ -155,11 +155,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.Navigate(srv.admin+"/admin/"),
 		chromedp.WaitVisible(chromedp.ID("rate-chart")),
 	), "loading the dashboard")
-	u := waitUpdates(0, 1, "the first poll")
+	waitUpdates(0, 1, "the first poll")
 	// More load while the page watches, so its charts have rates; then
-	// two polls, which see all of it.
+	// two polls more: polls run one after another, so the second began
+	// after the load ended and saw all of it.
 	load(40, 30)
-	waitUpdates(u, 2, "the polls after the load")
+	waitUpdates(updates(), 2, "the polls after the load")
 
 	// What the JSON routes answer.
 	getJSON := func(path string, v any) {
