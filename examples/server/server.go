@@ -109,6 +109,7 @@ type server struct {
 	spend   *spenders.Tracker    // the top spenders, served at /admin/top
 	recent  *timeline.Timeline   // each principal's recent decisions, at /admin/principals/…
 	ops     *opcosts.Tracker     // each GraphQL operation's costs, at /admin/operations
+	stats   *adminapi.Stats      // the decisions' counters, at /admin/stats and on the dashboard
 	reg     *prometheus.Registry // this server's metrics, Go's and the process's
 	d       deps                 // the store, clock and logger every limiter configuration gets
 	log     *slog.Logger
@@ -170,6 +171,11 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		return nil, nil, err
 	}
 	s.reg.MustRegister(opMetrics)
+	since := time.Now()
+	if d.clock != nil {
+		since = d.clock.Now()
+	}
+	s.stats = adminapi.NewStats(since, func() (int, int) { return s.lim.InFlight() })
 	mcfg := s.limiterConfig(cfg)
 	if s.lim, err = middleware.New(mcfg); err != nil {
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
@@ -229,7 +235,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	admin.Handle("GET /readyz", readiness)
 	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	adminCfg := adminapi.Config{
-		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Operations: s.ops, Clock: clock,
+		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Operations: s.ops, Stats: s.stats, Clock: clock,
 	}
 	// With Redis, every process's top spenders meet there (published by
 	// the goroutine started below), and /admin/top answers for all.
@@ -297,10 +303,11 @@ func (s *server) watchDataLoss() (cleanup func() error) {
 
 // observe counts a decision in the metrics, by its net points (what stays
 // debited once refunds and excess are settled) among the spenders, in its
-// principal's timeline and, for a GraphQL operation, in its operation's
-// costs.
+// principal's timeline, in the dashboard's counters and, for a GraphQL
+// operation, in its operation's costs.
 func (s *server) observe(e *middleware.Event) {
 	s.metrics.ObserveDecision(e)
+	s.stats.Add(e)
 	s.spend.Add(e.Time, e.Plan, e.Key, e.Charged-e.Refunded+e.Excess)
 	s.recent.Add(e.Key, timeline.Entry{
 		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan,

@@ -12,8 +12,14 @@
 //	                                                  (with Config.Spenders; package spenders)
 //	GET    /admin/operations[?limit=20]               what each GraphQL operation cost, by name
 //	                                                  (with Config.Operations; package opcosts)
+//	GET    /admin/stats                               decisions by outcome, refusals by code and plan,
+//	                                                  points, breaker, in flight (with Config.Stats)
+//	GET    /admin/ and /admin/assets/…                a live dashboard of the routes above
 //
-// Every route asks for "Authorization: Bearer <token>", checked in constant
+// The dashboard's page and assets are static, embedded in the binary, and
+// served without a token (a browser's address bar sends none); the page
+// fetches every figure from the routes above, with the token the user
+// types into it. Every other route asks for "Authorization: Bearer <token>", checked in constant
 // time against the token's SHA-256 (Config.TokenSHA256); a handler
 // without a token must be asked for explicitly (Config.NoToken), for a
 // listener only the local machine reaches. Answers are JSON; errors are
@@ -89,6 +95,9 @@ type Config struct {
 	// the plan of a user or an API key that has no ?plan= from its latest
 	// decision; feed it the Limiter's decisions (timeline.Timeline.Add).
 	Timeline *timeline.Timeline
+	// Stats, when set, serves GET /admin/stats from it; feed it the
+	// Limiter's decisions (Stats.Add).
+	Stats *Stats
 	// Clock tells the time of /admin/top's windows and of the timeline.
 	// Default limiter.SystemClock.
 	Clock limiter.Clock
@@ -110,6 +119,7 @@ type handler struct {
 	shared SharedSpenders
 	recent *timeline.Timeline
 	ops    *opcosts.Tracker
+	stats  *Stats
 	clock  limiter.Clock
 	log    *slog.Logger
 	token  []byte // SHA-256 of the token; nil: none asked
@@ -119,7 +129,7 @@ type handler struct {
 // New returns the API's handler, serving the routes above and 404 for
 // anything else.
 func New(p Principals, cfg Config) (http.Handler, error) {
-	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, shared: cfg.SharedSpenders, recent: cfg.Timeline, ops: cfg.Operations, clock: cfg.Clock}
+	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, shared: cfg.SharedSpenders, recent: cfg.Timeline, ops: cfg.Operations, stats: cfg.Stats, clock: cfg.Clock}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -145,6 +155,9 @@ func New(p Principals, cfg Config) (http.Handler, error) {
 	if h.ops != nil {
 		h.mux.HandleFunc("GET /admin/operations", h.operations)
 	}
+	if h.stats != nil {
+		h.mux.HandleFunc("GET /admin/stats", h.statsReport)
+	}
 	return h, nil
 }
 
@@ -155,6 +168,9 @@ func HashToken(token string) string {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if serveDashboard(w, r) {
+		return
+	}
 	if !h.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="costguard admin"`)
 		writeError(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
@@ -257,6 +273,11 @@ func (h *handler) operations(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, h.ops.Report(limit))
+}
+
+// statsReport answers Stats.Report.
+func (h *handler) statsReport(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, h.stats.Report(h.clock.Now()))
 }
 
 // limitParam reads ?limit= (1 to MaxTop, def when absent), answering 400

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/costguard/costguard/internal/testenv"
+)
+
+// UpdateScreenshotEnv, set to 1, has TestDashboardInBrowser write the
+// screenshot the README shows (docs/dashboard.png).
+const updateScreenshotEnv = "COSTGUARD_UPDATE_SCREENSHOT"
+
+// chromiumPath finds Debian's chromium (or a Chrome) on this machine.
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	return ""
+}
+
+// The dashboard at /admin/, in a real headless Chromium, after a scripted
+// load: it shows the top spender and the counts the JSON routes answer,
+// looks a principal up, fetches nothing outside the admin listener and
+// logs no error.
+func TestDashboardInBrowser(t *testing.T) {
+	browser := chromiumPath()
+	if browser == "" {
+		testenv.Missing(t, "chromium is not installed (apt-get install chromium): the dashboard's browser test needs it")
+		return
+	}
+	srv := startRun(t, "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0")
+
+	// The load: the demo API key searches (10 points each) more than the
+	// anonymous client, whose budget (500 points) runs out.
+	request := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.url+"/api/search?q=octo", nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	load := func(keyed, anonymous int) {
+		for range keyed {
+			require.Equal(t, http.StatusOK, request(demoAPIKey))
+		}
+		for range anonymous {
+			request("")
+		}
+	}
+	load(40, 30)
+
+	// A fresh profile, and none of Chromium's own connections (the machine
+	// may have no network; the test asserts the page makes no request
+	// elsewhere).
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1280, 1100),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelTab := chromedp.NewContext(actx)
+	defer cancelTab()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+
+	var mu sync.Mutex
+	var requests, problems []string
+	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			requests = append(requests, ev.Request.URL)
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				problems = append(problems, "console."+string(ev.Type)+": "+strings.Join(args, " "))
+			}
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			problems = append(problems, "exception: "+msg)
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
+				problems = append(problems, "log "+string(ev.Entry.Level)+": "+ev.Entry.Text+" "+ev.Entry.URL)
+			}
+		}
+	}), "starting Chromium")
+
+	// updates reads how many polls the page has shown.
+	updates := func() int {
+		a, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("body"), "data-updates"))
+		require.NoError(t, err, "reading the page's updates")
+		n, _ := strconv.Atoi(a.Value)
+		return n
+	}
+	// waitUpdates waits until the page has shown n polls more than from.
+	waitUpdates := func(from, n int, why string) int {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			u := updates()
+			if u >= from+n {
+				return u
+			}
+			if time.Now().After(deadline) {
+				status, _ := chromedp.Run(ctx, chromedp.Text(chromedp.ID("status")))
+				t.Fatalf("%s: the page showed %d updates in 15s, want %d (its status: %q)", why, u-from, n, status)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.admin+"/admin/"),
+		chromedp.WaitVisible(chromedp.ID("rate-chart")),
+	), "loading the dashboard")
+	waitUpdates(0, 1, "the first poll")
+	// More load while the page watches, so its charts have rates; then
+	// two polls more: polls run one after another, so the second began
+	// after the load ended and saw all of it.
+	load(40, 30)
+	waitUpdates(updates(), 2, "the polls after the load")
+
+	// What the JSON routes answer.
+	getJSON := func(path string, v any) {
+		resp, err := http.Get(srv.admin + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(v), path)
+	}
+	var stats struct {
+		Decisions map[string]int64 `json:"decisions"`
+		Requested int64            `json:"requested_points"`
+		Refusals  []struct {
+			Code  string `json:"code"`
+			Plan  string `json:"plan"`
+			Count int64  `json:"count"`
+		} `json:"refusals"`
+	}
+	getJSON("/admin/stats", &stats)
+	var top struct {
+		Reports []struct {
+			Plan     string `json:"plan"`
+			Spenders []struct {
+				Principal string `json:"principal"`
+				Points    int64  `json:"points"`
+			} `json:"spenders"`
+		} `json:"reports"`
+	}
+	getJSON("/admin/top?window=1m", &top)
+	var wantTop, wantPlan string
+	var wantPoints, total, refused int64
+	for _, r := range top.Reports {
+		if len(r.Spenders) > 0 && r.Spenders[0].Points > wantPoints {
+			wantTop, wantPlan, wantPoints = r.Spenders[0].Principal, r.Plan, r.Spenders[0].Points
+		}
+	}
+	for o, n := range stats.Decisions {
+		total += n
+		if o != "admitted" {
+			refused += n
+		}
+	}
+	require.Equal(t, int64(140), total, "the load's decisions")
+	require.Positive(t, refused, "the anonymous client ran out of points")
+	require.Equal(t, "free", wantPlan, "the demo key spent most")
+
+	text := func(id string) string {
+		v, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.ID(id)))
+		require.NoError(t, err, "reading #%s", id)
+		return strings.TrimSpace(v)
+	}
+	shown := struct{ top, plan, points, total, refused, requested, refusals string }{
+		text("top-principal"), text("top-plan"), text("top-points"), text("count-total"),
+		text("count-refused"), text("requested-points"), text("refusals"),
+	}
+	assert.Equal(t, wantTop, shown.top, "the top spender")
+	assert.Equal(t, wantPlan, shown.plan, "the top spender's plan")
+	assert.Equal(t, strconv.FormatInt(wantPoints, 10), shown.points, "the top spender's points")
+	assert.Equal(t, strconv.FormatInt(total, 10), shown.total, "the decisions")
+	assert.Equal(t, strconv.FormatInt(refused, 10), shown.refused, "the refusals")
+	assert.Equal(t, strconv.FormatInt(stats.Requested, 10), shown.requested, "the requested points")
+	for _, r := range stats.Refusals {
+		assert.Contains(t, shown.refusals, r.Code, "the refusals table")
+		assert.Contains(t, shown.refusals, r.Plan, "the refusals table")
+	}
+
+	// The principal lookup: the top spender's plan and its timeline, one
+	// bar a decision.
+	var recent struct {
+		Plan   string            `json:"plan"`
+		Recent []json.RawMessage `json:"recent"`
+	}
+	getJSON("/admin/principals/"+wantTop, &recent)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("principal"), wantTop),
+		chromedp.Click(chromedp.CSS("#principal-form button")),
+		chromedp.WaitVisible(chromedp.ID("principal-result")),
+	), "looking the top spender up")
+	plan := text("p-plan")
+	bars, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#timeline-chart rect").length`))
+	require.NoError(t, err, "counting the timeline's bars")
+	assert.Equal(t, recent.Plan, plan, "the looked-up principal's plan")
+	assert.Len(t, recent.Recent, bars, "one timeline bar a recent decision")
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err, "the screenshot")
+	require.NotEmpty(t, png)
+	if os.Getenv(updateScreenshotEnv) == "1" {
+		require.NoError(t, os.WriteFile("../../docs/dashboard.png", png, 0o644))
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, requests, "no request seen: the network listener is off")
+	for _, u := range requests {
+		assert.True(t, strings.HasPrefix(u, srv.admin+"/"), "a request outside the admin listener: %s", u)
+	}
+	assert.Empty(t, problems, "the page logged errors or warnings")
+}

@@ -1,0 +1,255 @@
+// The costguard dashboard: polls the admin API of its own origin every
+// two seconds and draws what it answers. No library, nothing fetched from
+// elsewhere; the charts are SVG written here.
+"use strict";
+
+(function () {
+  const POLL_MS = 2000;
+  const HISTORY = 90; // readings kept for the charts (3 minutes)
+  const OUTCOMES = ["admitted", "rate_limited", "cost_exceeded", "unavailable", "shed", "shadow_rejected"];
+  const COLORS = {
+    admitted: "#2f855a", rate_limited: "#c53030", cost_exceeded: "#dd6b20", unavailable: "#6b46c1",
+    shed: "#b7791f", shadow_rejected: "#718096", requested: "#2b6cb0", actual: "#38a169",
+  };
+  const SVGNS = "http://www.w3.org/2000/svg";
+  const history = []; // {t: seconds, rates: {outcome: per second}, requested, actual}
+  let previous = null; // the last /admin/stats reading
+  let updates = 0;
+
+  const $ = (id) => document.getElementById(id);
+
+  function token() {
+    try { return sessionStorage.getItem("costguard-admin-token") || ""; } catch (e) { return ""; }
+  }
+
+  async function get(path) {
+    const headers = {};
+    const t = token();
+    if (t) headers.Authorization = "Bearer " + t;
+    const resp = await fetch(path, { headers: headers, cache: "no-store" });
+    let body = null;
+    try { body = await resp.json(); } catch (e) { body = null; }
+    if (!resp.ok) {
+      const msg = body && body.error ? body.error : resp.status + " " + resp.statusText;
+      const err = new Error(path + ": " + msg);
+      err.status = resp.status;
+      throw err;
+    }
+    return body;
+  }
+
+  function text(id, v) { const el = $(id); if (el) el.textContent = String(v); }
+
+  function fmt(n) {
+    if (typeof n !== "number" || !isFinite(n)) return "–";
+    if (Math.abs(n) >= 100 || Number.isInteger(n)) return Math.round(n).toLocaleString("en-US");
+    return n.toFixed(2);
+  }
+
+  function row(cells) {
+    const tr = document.createElement("tr");
+    for (const c of cells) {
+      const td = document.createElement("td");
+      if (c instanceof Node) td.appendChild(c); else td.textContent = String(c);
+      tr.appendChild(td);
+    }
+    return tr;
+  }
+
+  function fill(id, rows) {
+    const tb = $(id);
+    tb.replaceChildren(...rows);
+  }
+
+  function swatch(color, label) {
+    const span = document.createElement("span");
+    const sw = document.createElement("span");
+    sw.className = "swatch";
+    sw.style.background = color;
+    span.append(sw, label);
+    return span;
+  }
+
+  function el(name, attrs) {
+    const e = document.createElementNS(SVGNS, name);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    return e;
+  }
+
+  // lineChart draws series ({name: [values]}) over the same x positions.
+  function lineChart(svg, series, unit) {
+    const W = 600, H = 160, L = 44, B = 16, T = 8;
+    let max = 0;
+    for (const k in series) for (const v of series[k]) max = Math.max(max, v);
+    if (max <= 0) max = 1;
+    const nodes = [
+      el("line", { x1: L, y1: H - B, x2: W, y2: H - B, class: "axis" }),
+      el("line", { x1: L, y1: T, x2: L, y2: H - B, class: "axis" }),
+    ];
+    const top = el("text", { x: 2, y: T + 8 }); top.textContent = fmt(max) + unit; nodes.push(top);
+    const zero = el("text", { x: 2, y: H - B }); zero.textContent = "0"; nodes.push(zero);
+    const span = el("text", { x: L, y: H - 2 }); span.textContent = "last " + Math.round(HISTORY * POLL_MS / 60000) + " min"; nodes.push(span);
+    let legendX = L + 90;
+    for (const k in series) {
+      const vs = series[k];
+      if (vs.some((v) => v > 0)) {
+        const step = (W - L) / Math.max(HISTORY - 1, 1);
+        const x0 = W - (vs.length - 1) * step;
+        const pts = vs.map((v, i) => (x0 + i * step).toFixed(1) + "," + (H - B - (v / max) * (H - B - T)).toFixed(1));
+        nodes.push(el("polyline", { points: pts.join(" "), fill: "none", stroke: COLORS[k] || "#000", "stroke-width": 1.5 }));
+      }
+      const lg = el("text", { x: legendX, y: H - 2 });
+      lg.style.fill = COLORS[k] || "#000"; // CSSOM, which the page's CSP allows
+      lg.textContent = k;
+      nodes.push(lg);
+      legendX += 8 + k.length * 6;
+    }
+    svg.replaceChildren(...nodes);
+  }
+
+  function showStats(s) {
+    let total = 0, refused = 0;
+    for (const o in s.decisions) {
+      total += s.decisions[o];
+      if (o !== "admitted") refused += s.decisions[o];
+    }
+    text("count-total", total);
+    text("count-refused", refused);
+    const rates = {};
+    let reqRate = 0, actRate = 0;
+    if (previous) {
+      const dt = (Date.parse(s.now) - Date.parse(previous.now)) / 1000;
+      if (dt > 0) {
+        for (const o of OUTCOMES) rates[o] = ((s.decisions[o] || 0) - (previous.decisions[o] || 0)) / dt;
+        reqRate = (s.requested_points - previous.requested_points) / dt;
+        actRate = (s.actual_points - previous.actual_points) / dt;
+        history.push({ rates: rates, requested: reqRate, actual: actRate });
+        if (history.length > HISTORY) history.shift();
+      }
+    }
+    previous = s;
+    const shown = OUTCOMES.filter((o) => s.decisions[o] || o === "admitted");
+    fill("outcomes", shown.map((o) => {
+      const tr = row([swatch(COLORS[o], o), s.decisions[o] || 0, fmt(rates[o] || 0)]);
+      tr.id = "outcome-" + o;
+      return tr;
+    }));
+    const series = {};
+    for (const o of shown) series[o] = history.map((h) => h.rates[o] || 0);
+    lineChart($("rate-chart"), series, "/s");
+    lineChart($("points-chart"), {
+      requested: history.map((h) => h.requested),
+      actual: history.map((h) => h.actual),
+    }, "/s");
+    fill("refusals", s.refusals.length
+      ? s.refusals.map((r) => row([r.code, r.plan, r.count]))
+      : [row(["none", "", ""])]);
+    text("requested-points", s.requested_points);
+    text("actual-points", s.actual_points);
+    text("actual-runs", s.actual_runs);
+    text("breaker", s.breaker || "none (in-memory store)");
+    text("fallbacks", s.fallbacks);
+    text("inflight", s.in_flight ? s.in_flight.now : "–");
+    text("inflight-peak", s.in_flight ? s.in_flight.peak : "–");
+  }
+
+  function showTop(top) {
+    const all = [];
+    for (const rep of top.reports) {
+      for (const sp of rep.spenders.slice(0, 5)) all.push({ plan: rep.plan, principal: sp.principal, points: sp.points });
+    }
+    all.sort((x, y) => y.points - x.points); // stable: a tie keeps the first plan's spender first
+    const best = all.length ? all[0] : null;
+    fill("spenders", all.length ? all.map((x) => row([x.plan, x.principal, x.points])) : [row(["none yet", "", ""])]);
+    text("top-principal", best ? best.principal : "–");
+    text("top-plan", best ? best.plan : "–");
+    text("top-points", best ? best.points : 0);
+  }
+
+  async function poll() {
+    const win = $("window").value;
+    try {
+      const [stats, top] = await Promise.all([get("stats"), get("top?window=" + encodeURIComponent(win) + "&limit=10")]);
+      showStats(stats);
+      showTop(top);
+      let ready = "–";
+      try {
+        const r = await fetch("../readyz", { cache: "no-store" });
+        ready = r.ok ? "ready" : "not ready (" + r.status + ")";
+      } catch (e) { ready = "unknown"; }
+      text("ready", ready);
+      updates++;
+      document.body.dataset.updates = String(updates);
+      const st = $("status");
+      st.className = "status";
+      st.textContent = "updated " + new Date().toLocaleTimeString();
+    } catch (e) {
+      const st = $("status");
+      st.className = "status error";
+      st.textContent = e.status === 401 ? "a token is needed: type it on the right" : String(e.message || e);
+    }
+    setTimeout(poll, POLL_MS);
+  }
+
+  function showTimeline(recent) {
+    const svg = $("timeline-chart");
+    const W = 600, H = 160, L = 44, B = 16, T = 8;
+    const nodes = [el("line", { x1: L, y1: H - B, x2: W, y2: H - B, class: "axis" })];
+    if (!recent.length) {
+      const t = el("text", { x: L + 8, y: H / 2 }); t.textContent = "no decisions in the last 15 minutes"; nodes.push(t);
+      svg.replaceChildren(...nodes);
+      return;
+    }
+    const end = Date.now(), start = end - 15 * 60 * 1000;
+    let max = 1;
+    for (const e of recent) max = Math.max(max, e.charged, e.requested);
+    const top = el("text", { x: 2, y: T + 8 }); top.textContent = fmt(max) + " pts"; nodes.push(top);
+    const left = el("text", { x: L, y: H - 2 }); left.textContent = "−15 min"; nodes.push(left);
+    const right = el("text", { x: W - 24, y: H - 2 }); right.textContent = "now"; nodes.push(right);
+    for (const e of recent) {
+      const x = L + ((Date.parse(e.time) - start) / (end - start)) * (W - L - 4);
+      const v = Math.max(e.charged, e.outcome === "admitted" ? 0 : e.requested);
+      const h = Math.max(2, (v / max) * (H - B - T));
+      const bar = el("rect", { x: Math.max(L, x).toFixed(1), y: (H - B - h).toFixed(1), width: 3, height: h.toFixed(1),
+        fill: e.outcome === "admitted" ? COLORS.admitted : COLORS.rate_limited });
+      const tip = el("title", {});
+      tip.textContent = e.time + " " + e.kind + " " + (e.operation || "") + " " + e.outcome + (e.code ? " " + e.code : "") + ": charged " + e.charged;
+      bar.appendChild(tip);
+      nodes.push(bar);
+    }
+    svg.replaceChildren(...nodes);
+  }
+
+  async function lookUp(ev) {
+    ev.preventDefault();
+    const name = $("principal").value.trim();
+    if (!name) return;
+    const plan = $("principal-plan").value.trim();
+    const errEl = $("principal-error");
+    try {
+      const p = await get("principals/" + encodeURIComponent(name) + (plan ? "?plan=" + encodeURIComponent(plan) : ""));
+      errEl.hidden = true;
+      $("principal-result").hidden = false;
+      text("p-plan", p.plan);
+      text("p-override", p.override ? JSON.stringify(p.override) : "none");
+      fill("p-policies", (p.policies || []).map((x) => row([x.name, x.limit, x.remaining, x.reset_seconds])));
+      showTimeline(p.recent || []);
+    } catch (e) {
+      $("principal-result").hidden = true;
+      errEl.hidden = false;
+      errEl.textContent = String(e.message || e);
+    }
+  }
+
+  function start() {
+    $("token").value = token();
+    $("token-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      try { sessionStorage.setItem("costguard-admin-token", $("token").value.trim()); } catch (e) { /* storage off: no token kept */ }
+    });
+    $("principal-form").addEventListener("submit", lookUp);
+    poll();
+  }
+
+  start();
+})();

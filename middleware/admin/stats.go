@@ -1,0 +1,143 @@
+package admin
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/middleware"
+)
+
+// MaxRefusalKeys bounds the (code, plan) pairs Stats counts by name; a
+// pair past it is counted as code and plan "(other)". Codes and plans are
+// bounded sets of the configuration, so the bound only guards against a
+// mistake.
+const MaxRefusalKeys = 256
+
+// Stats counts the Limiter's decisions since it was made, for GET
+// /admin/stats and the dashboard at /admin/: decisions by outcome,
+// refusals by code and plan, requested and actual points, and the store's
+// breaker as the latest decision left it. Feed it from the Limiter's
+// observer (Stats.Add); it is safe for concurrent use and its memory is
+// bounded (MaxRefusalKeys). The counters only grow: a reader computes
+// rates from two readings.
+type Stats struct {
+	mu        sync.Mutex
+	since     time.Time
+	outcomes  map[budget.Class]int64
+	refusals  map[refusalKey]int64
+	requested int64
+	actual    int64
+	actuals   int64 // decisions with an actual cost
+	fallbacks int64
+	breaker   string
+	changes   int64
+	inFlight  func() (now, peak int)
+}
+
+type refusalKey struct{ code, plan string }
+
+// NewStats returns empty counters starting at since. inFlight, when not
+// nil, tells the requests in flight and their peak (middleware.Limiter's
+// InFlight).
+func NewStats(since time.Time, inFlight func() (now, peak int)) *Stats {
+	return &Stats{since: since, outcomes: map[budget.Class]int64{}, refusals: map[refusalKey]int64{}, inFlight: inFlight}
+}
+
+// Add counts one decision.
+func (s *Stats) Add(e *middleware.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outcomes[e.Outcome]++
+	if e.Outcome != budget.ClassAdmitted {
+		k := refusalKey{e.Code, e.Plan}
+		if k.code == "" {
+			k.code = string(e.Outcome)
+		}
+		if _, ok := s.refusals[k]; !ok && len(s.refusals) >= MaxRefusalKeys {
+			k = refusalKey{"(other)", "(other)"}
+		}
+		s.refusals[k]++
+	}
+	s.requested += e.RequestedCost
+	if e.HasActualCost {
+		s.actual += e.ActualCost
+		s.actuals++
+	}
+	if e.Fallback {
+		s.fallbacks++
+	}
+	if e.Breaker != "" {
+		s.breaker = string(e.Breaker)
+	}
+	if e.BreakerChanged {
+		s.changes++
+	}
+}
+
+// Refusal is one (code, plan) pair's count in a StatsReport.
+type Refusal struct {
+	Code  string `json:"code"`
+	Plan  string `json:"plan"`
+	Count int64  `json:"count"`
+}
+
+// StatsReport is the answer of GET /admin/stats.
+type StatsReport struct {
+	Since time.Time `json:"since"`
+	Now   time.Time `json:"now"`
+	// Decisions counts the decisions by outcome ("admitted",
+	// "rate_limited", "cost_exceeded", "unavailable", "shed",
+	// "shadow_rejected").
+	Decisions map[string]int64 `json:"decisions"`
+	// Refusals counts every decision but an admission by its code and plan.
+	Refusals []Refusal `json:"refusals"`
+	// RequestedPoints sums the prices of every decision; ActualPoints the
+	// actual costs of the ActualRuns decisions that have one.
+	RequestedPoints int64 `json:"requested_points"`
+	ActualPoints    int64 `json:"actual_points"`
+	ActualRuns      int64 `json:"actual_runs"`
+	// Fallbacks counts decisions made by the fail-open local bucket.
+	Fallbacks int64 `json:"fallbacks"`
+	// Breaker is the store's circuit breaker after the latest decision
+	// ("closed", "open", "half_open"; "" without a breaker or before the
+	// first decision), BreakerChanges how often a decision moved it.
+	Breaker        string `json:"breaker"`
+	BreakerChanges int64  `json:"breaker_changes"`
+	// InFlight is the requests admitted by the load shedder and not yet
+	// answered, and their peak; null when not known.
+	InFlight *InFlight `json:"in_flight"`
+}
+
+// InFlight is the load shedder's count of a StatsReport.
+type InFlight struct {
+	Now  int `json:"now"`
+	Peak int `json:"peak"`
+}
+
+// Report reads the counters at now, the refusals sorted by code then plan.
+func (s *Stats) Report(now time.Time) StatsReport {
+	s.mu.Lock()
+	r := StatsReport{
+		Since: s.since, Now: now, Decisions: make(map[string]int64, len(s.outcomes)), Refusals: make([]Refusal, 0, len(s.refusals)),
+		RequestedPoints: s.requested, ActualPoints: s.actual, ActualRuns: s.actuals, Fallbacks: s.fallbacks,
+		Breaker: s.breaker, BreakerChanges: s.changes,
+	}
+	for c, n := range s.outcomes {
+		r.Decisions[string(c)] = n
+	}
+	for k, n := range s.refusals {
+		r.Refusals = append(r.Refusals, Refusal{Code: k.code, Plan: k.plan, Count: n})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(r.Refusals, func(a, b Refusal) int {
+		return cmp.Or(cmp.Compare(a.Code, b.Code), cmp.Compare(a.Plan, b.Plan))
+	})
+	if s.inFlight != nil {
+		now, peak := s.inFlight()
+		r.InFlight = &InFlight{Now: now, Peak: peak}
+	}
+	return r
+}
