@@ -1,6 +1,7 @@
-// Package admin serves the per-principal override API of a
-// middleware.Limiter over HTTP, for an adopter to mount on its own admin
-// listener (never on the public one):
+// Package admin serves the admin API of a middleware.Limiter over HTTP
+// (per-principal overrides, who spends, what operations cost, and a live
+// dashboard of them), for an adopter to mount on its own admin listener
+// (never on the public one):
 //
 //	GET    /admin/principals/{principal}[?plan=free]  the principal's plan, override and budgets
 //	                                                  (and its recent decisions, with Config.Timeline)
