@@ -132,6 +132,11 @@ type Event struct {
 	gone bool // the client left before anything was decided: not reported
 }
 
+// Net is what stayed debited for the request once it was settled:
+// Charged − Refunded + Excess (what top spenders and
+// costguard_net_points_total count).
+func (e *Event) Net() int64 { return e.Charged - e.Refunded + e.Excess }
+
 // HashKey names a bucket key in logs without revealing it: the first 16
 // hex digits of its SHA-256, stable across processes so one principal's
 // lines can be followed.

@@ -308,7 +308,7 @@ func (s *server) watchDataLoss() (cleanup func() error) {
 func (s *server) observe(e *middleware.Event) {
 	s.metrics.ObserveDecision(e)
 	s.stats.Add(e)
-	s.spend.Add(e.Time, e.Plan, e.Key, e.Charged-e.Refunded+e.Excess)
+	s.spend.Add(e.Time, e.Plan, e.Key, e.Net())
 	s.recent.Add(e.Key, timeline.Entry{
 		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan,
 		Requested: e.RequestedCost, Actual: e.ActualCost, HasActual: e.HasActualCost,

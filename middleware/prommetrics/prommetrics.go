@@ -427,7 +427,7 @@ func (m *Metrics) ObserveDecision(e *middleware.Event) {
 	if e.Excess > 0 {
 		s.excess.Add(float64(e.Excess))
 	}
-	if net := e.Charged - e.Refunded + e.Excess; net > 0 {
+	if net := e.Net(); net > 0 {
 		s.net.Add(float64(net))
 	}
 	if e.Known && e.Limit > 0 {
