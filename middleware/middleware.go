@@ -367,16 +367,19 @@ type Limiter struct {
 	// settings in force.
 	engine *budget.Engine
 	// overrides are the per-principal overrides, watched in their store.
-	overrides  *overrides
-	maxBody    int64
-	maxUpload  int64 // MaxUploadBytes
-	observer   Observer
-	shed       *overload.Shedder // nil: nothing is shed
-	challenger challenge.Challenger
-	subs       subscriptionSlots   // the subscriptions open, by principal
-	bodies     *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
-	log        *slog.Logger
-	clock      limiter.Clock
+	overrides *overrides
+	maxBody   int64
+	maxUpload int64 // MaxUploadBytes
+	observer  Observer
+	shed      *overload.Shedder // nil: nothing is shed
+	// lanesInFlight counts the requests in flight per lane name
+	// (*atomic.Int64), for Load.
+	lanesInFlight sync.Map
+	challenger    challenge.Challenger
+	subs          subscriptionSlots   // the subscriptions open, by principal
+	bodies        *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
+	log           *slog.Logger
+	clock         limiter.Clock
 	// timer starts the waits of requests held for their turn under a
 	// shaping limit (hold); tests replace it.
 	timer limiter.Timer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -30,6 +31,7 @@ func (l *Limiter) checkChallenges(s *settings) error {
 type admission struct {
 	permit overload.Permit
 	began  time.Time
+	lane   *atomic.Int64 // the lane's count of requests in flight
 }
 
 // done gives the slot back, with the request's latency for the adaptive
@@ -37,6 +39,7 @@ type admission struct {
 func (a admission) done() {
 	if a.permit.Admitted() {
 		a.permit.Done(time.Since(a.began)) // a latency, not the limiter's clock
+		a.lane.Add(-1)
 	}
 }
 
@@ -63,7 +66,21 @@ func (l *Limiter) admit(ctx context.Context, r *http.Request, id identity.Identi
 	if err != nil {
 		return admission{}, false
 	}
-	return admission{permit: permit, began: time.Now()}, true
+	c := l.laneInFlight(ln.name())
+	c.Add(1)
+	return admission{permit: permit, began: time.Now(), lane: c}, true
+}
+
+// laneInFlight is the count of lane's requests in flight ("" for requests
+// of no lane). Counts are kept by name, across reloads, so a request
+// admitted before a reload is taken off the count it was added to; lane
+// names come from the configuration, so the map stays small.
+func (l *Limiter) laneInFlight(lane string) *atomic.Int64 {
+	if c, ok := l.lanesInFlight.Load(lane); ok {
+		return c.(*atomic.Int64)
+	}
+	c, _ := l.lanesInFlight.LoadOrStore(lane, new(atomic.Int64))
+	return c.(*atomic.Int64)
 }
 
 // shedAtTheDoor reports whether a GraphQL request of id is shed before its
@@ -187,4 +204,51 @@ func (l *Limiter) InFlight() (now, peak int) {
 		return 0, 0
 	}
 	return l.shed.InFlight(), l.shed.Peak()
+}
+
+// Load is the load shedder's reading: the requests in flight, in all and
+// per lane, against the capacity that sheds them.
+type Load struct {
+	// InFlight is the requests admitted and not yet answered; Peak the
+	// most at once since New.
+	InFlight, Peak int
+	// Capacity is Overload.MaxInFlight, or the adaptive limit now.
+	Capacity int
+	// Lanes has one entry per lane of the configuration, in its order;
+	// without lanes, one entry named "" for every request.
+	Lanes []LaneLoad
+}
+
+// LaneLoad is one lane's share of a Load.
+type LaneLoad struct {
+	Lane     string
+	Priority overload.Priority
+	// InFlight is the lane's requests admitted and not yet answered.
+	InFlight int
+	// ShedAt is the process's count of requests in flight at or above
+	// which the lane's new requests are shed (overload.Shedder.Threshold
+	// of its priority; the whole capacity for a critical lane).
+	ShedAt int
+}
+
+// Load reads the load shedder; ok is false without Config.Overload.
+func (l *Limiter) Load() (ld Load, ok bool) {
+	if l.shed == nil {
+		return Load{}, false
+	}
+	ld = Load{InFlight: l.shed.InFlight(), Peak: l.shed.Peak(), Capacity: l.shed.Capacity()}
+	set := l.settings.Load()
+	if len(set.lanes) == 0 {
+		ld.Lanes = []LaneLoad{l.laneLoad("", overload.Normal)}
+		return ld, true
+	}
+	ld.Lanes = make([]LaneLoad, len(set.lanes))
+	for i, ln := range set.lanes {
+		ld.Lanes[i] = l.laneLoad(ln.Name, ln.Priority)
+	}
+	return ld, true
+}
+
+func (l *Limiter) laneLoad(name string, p overload.Priority) LaneLoad {
+	return LaneLoad{Lane: name, Priority: p, InFlight: int(l.laneInFlight(name).Load()), ShedAt: l.shed.Threshold(p)}
 }

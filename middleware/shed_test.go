@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 // handlers that hold their slot until release is closed.
 type shedServer struct {
 	h       http.Handler
+	lim     *middleware.Limiter
 	rec     *recorder
 	release chan struct{}
 	entered chan bool // each held handler sends whether "recommendations" was degraded
@@ -40,6 +42,7 @@ func newShedServer(t *testing.T, lanes ...middleware.Lane) *shedServer {
 	s := &shedServer{rec: &recorder{}, release: make(chan struct{}), entered: make(chan bool, 8)}
 	cfg.Observer = s.rec
 	lim := newLimiter(t, cfg)
+	s.lim = lim
 
 	gql := handler.New(newTestSchema().executable())
 	gql.AddTransport(transport.POST{})
@@ -133,6 +136,59 @@ func TestShedding(t *testing.T) {
 	}
 	if w, _ := query(t, s.h, mutation11, bearer(aliceKey)); w.Code != http.StatusOK {
 		t.Errorf("critical GraphQL mutation at 3 of 4: %d %s", w.Code, w.Body)
+	}
+}
+
+// Load counts the requests in flight per lane, each against the count at
+// which its lane is shed, and gives every slot back when they end: the
+// dashboard's and the metrics' reading.
+func TestLoadPerLane(t *testing.T) {
+	s := newShedServer(t)
+	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", remoteAddr: "192.0.2.50:1"})
+	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", header: bearer(aliceKey)})
+	s.hold(t, request{method: http.MethodPost, path: "/api/orders?hold", header: bearer(aliceKey)})
+	if w, _ := query(t, s.h, mutation11, bearer(aliceKey)); w.Code != http.StatusOK { // admitted and answered: counted, then not
+		t.Fatalf("critical mutation: %d %s", w.Code, w.Body)
+	}
+	do(t, s.h, request{method: http.MethodGet, path: "/api/b", header: bearer(aliceKey)}) // shed at 3 of 4: never counted
+	want := middleware.Load{InFlight: 3, Peak: 4, Capacity: 4, Lanes: []middleware.LaneLoad{
+		{Lane: "checkout", Priority: overload.Critical, InFlight: 1, ShedAt: 4},
+		{Lane: "authenticated", Priority: overload.Normal, InFlight: 1, ShedAt: 3},
+		{Lane: "anonymous", Priority: overload.Sheddable, InFlight: 1, ShedAt: 2},
+	}}
+	if got, ok := s.lim.Load(); !ok || !reflect.DeepEqual(got, want) {
+		t.Errorf("Load() = %+v, %v; want %+v", got, ok, want)
+	}
+	s.release <- struct{}{}
+	s.release <- struct{}{}
+	s.release <- struct{}{}
+	s.holding.Wait()
+	got, _ := s.lim.Load()
+	for _, ln := range got.Lanes {
+		if ln.InFlight != 0 {
+			t.Errorf("lane %q: %d in flight after every request ended", ln.Lane, ln.InFlight)
+		}
+	}
+	if got.InFlight != 0 || got.Peak != 4 {
+		t.Errorf("after the end: %d in flight, peak %d; want 0 and 4", got.InFlight, got.Peak)
+	}
+}
+
+// Without lanes Load has one entry, "", for every request; without
+// Overload there is nothing to read.
+func TestLoadWithoutLanes(t *testing.T) {
+	cfg := testConfig(t, newClock())
+	cfg.Overload = &overload.Config{MaxInFlight: 10}
+	lim := newLimiter(t, cfg)
+	h := graphQLServer(lim, newTestSchema())
+	query(t, h, `{ viewer { login } }`, bearer(aliceKey))
+	got, ok := lim.Load()
+	want := middleware.Load{InFlight: 0, Peak: 1, Capacity: 10, Lanes: []middleware.LaneLoad{{Lane: "", Priority: overload.Normal, ShedAt: 8}}}
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Errorf("Load() = %+v, %v; want %+v", got, ok, want)
+	}
+	if _, ok := newLimiter(t, testConfig(t, newClock())).Load(); ok {
+		t.Error("Load() ok without Overload")
 	}
 }
 

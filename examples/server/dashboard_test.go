@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -156,6 +157,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("rate-chart")),
 	), "loading the dashboard")
 	waitUpdates(0, 1, "the first poll")
+	// One request held in flight in the authenticated lane: a login whose
+	// body never comes, so its handler waits with its slot.
+	held, err := net.Dial("tcp", strings.TrimPrefix(srv.url, "http://"))
+	require.NoError(t, err)
+	defer held.Close()
+	_, err = io.WriteString(held, "POST /api/login HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+demoAPIKey+
+		"\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n")
+	require.NoError(t, err)
 	// More load while the page watches, so its charts have rates; then
 	// two polls more: polls run one after another, so the second began
 	// after the load ended and saw all of it.
@@ -171,6 +180,15 @@ func TestDashboardInBrowser(t *testing.T) {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(v), path)
 	}
 	var stats struct {
+		InFlight struct {
+			Capacity int `json:"capacity"`
+			Lanes    []struct {
+				Lane     string `json:"lane"`
+				Priority string `json:"priority"`
+				Now      int    `json:"now"`
+				ShedAt   int    `json:"shed_at"`
+			} `json:"lanes"`
+		} `json:"in_flight"`
 		Decisions map[string]int64 `json:"decisions"`
 		Requested int64            `json:"requested_points"`
 		Refusals  []struct {
@@ -203,7 +221,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			refused += n
 		}
 	}
-	require.Equal(t, int64(140), total, "the load's decisions")
+	require.Equal(t, int64(141), total, "the load's decisions and the held login")
 	require.Positive(t, refused, "the anonymous client ran out of points")
 	require.Equal(t, "free", wantPlan, "the demo key spent most")
 
@@ -226,6 +244,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		assert.Contains(t, shown.refusals, r.Code, "the refusals table")
 		assert.Contains(t, shown.refusals, r.Plan, "the refusals table")
 	}
+
+	// Requests in flight per lane: the held login in the authenticated
+	// lane, each lane's row as the JSON has it.
+	var wantLanes []string
+	for _, ln := range stats.InFlight.Lanes {
+		wantLanes = append(wantLanes, strings.Join([]string{ln.Lane, ln.Priority, strconv.Itoa(ln.Now), strconv.Itoa(ln.ShedAt)}, "|"))
+		if ln.Lane == "authenticated" {
+			assert.Equal(t, 1, ln.Now, "the held login in flight")
+		}
+	}
+	require.Len(t, wantLanes, 3, "the example server's lanes")
+	shownLanes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll("#lanes tr")).map((tr) => Array.from(tr.cells).map((c) => c.textContent).join("|"))`))
+	require.NoError(t, err, "reading the lanes table")
+	assert.Equal(t, wantLanes, shownLanes, "the lanes table")
+	assert.Equal(t, strconv.Itoa(stats.InFlight.Capacity), text("capacity"), "the capacity")
 
 	// The principal lookup: the top spender's plan and its timeline, one
 	// bar a decision.

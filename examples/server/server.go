@@ -175,23 +175,14 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	if d.clock != nil {
 		since = d.clock.Now()
 	}
-	s.stats = adminapi.NewStats(since, func() (int, int) { return s.lim.InFlight() })
+	s.stats = adminapi.NewStats(since, func() (middleware.Load, bool) { return s.lim.Load() })
 	mcfg := s.limiterConfig(cfg)
 	if s.lim, err = middleware.New(mcfg); err != nil {
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
 	}
-	// The shedder's count, and its high-water mark, which sampling the
-	// count between two scrapes would miss.
-	s.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "costguard_requests_in_flight",
-			Help: "Requests admitted by the load shedder (overload) and not yet answered.",
-		}, func() float64 { now, _ := s.lim.InFlight(); return float64(now) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "costguard_requests_in_flight_peak",
-			Help: "The most requests admitted by the load shedder at once since the server started.",
-		}, func() float64 { _, peak := s.lim.InFlight(); return float64(peak) }),
-	)
+	// The shedder's count, its high-water mark (which sampling the count
+	// between two scrapes would miss), capacity and lanes.
+	s.reg.MustRegister(prommetrics.Load(s.lim.Load))
 	if s.cache, err = querycache.New(cfg.GraphQL.QueryCacheEntries, cfg.GraphQL.QueryCacheBytes); err != nil {
 		s.lim.Close()
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}

@@ -14,7 +14,7 @@
 //	GET    /admin/operations[?limit=20]               what each GraphQL operation cost, by name
 //	                                                  (with Config.Operations; package opcosts)
 //	GET    /admin/stats                               decisions by outcome, refusals by code and plan,
-//	                                                  points, breaker, in flight (with Config.Stats)
+//	                                                  points, breaker, in flight per lane (with Config.Stats)
 //	GET    /admin/ and /admin/assets/…                a live dashboard of the routes above
 //
 // The dashboard's page and assets are static, embedded in the binary, and

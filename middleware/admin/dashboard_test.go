@@ -13,6 +13,7 @@ import (
 	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/admin"
+	"github.com/costguard/costguard/overload"
 )
 
 // The dashboard's page and assets are served without a token (they hold
@@ -73,7 +74,12 @@ func TestDashboardNoExternalURL(t *testing.T) {
 // bounded.
 func TestStats(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	stats := admin.NewStats(now.Add(-time.Hour), func() (int, int) { return 2, 7 })
+	stats := admin.NewStats(now.Add(-time.Hour), func() (middleware.Load, bool) {
+		return middleware.Load{InFlight: 2, Peak: 7, Capacity: 8, Lanes: []middleware.LaneLoad{
+			{Lane: "checkout", Priority: overload.Critical, InFlight: 0, ShedAt: 8},
+			{Lane: "anonymous", Priority: overload.Sheddable, InFlight: 2, ShedAt: 4},
+		}}, true
+	})
 	srv, _ := newAPI(t, admin.Config{NoToken: true, Stats: stats, Clock: fixedClock(now)})
 	stats.Add(&middleware.Event{Plan: "free", Outcome: budget.ClassAdmitted, RequestedCost: 10, ActualCost: 4, HasActualCost: true, Breaker: guard.BreakerClosed})
 	stats.Add(&middleware.Event{Plan: "free", Outcome: budget.ClassAdmitted, RequestedCost: 10})
@@ -82,7 +88,8 @@ func TestStats(t *testing.T) {
 	code, body := call(t, srv, "GET", "/admin/stats", "", "")
 	want := `{"since":"2026-01-02T02:04:05Z","now":"2026-01-02T03:04:05Z","decisions":{"admitted":2,"rate_limited":1,"shed":1},` +
 		`"refusals":[{"code":"rate_limited","plan":"anon","count":1},{"code":"shed","plan":"anon","count":1}],` +
-		`"requested_points":21,"actual_points":4,"actual_runs":1,"fallbacks":1,"breaker":"open","breaker_changes":1,"in_flight":{"now":2,"peak":7}}`
+		`"requested_points":21,"actual_points":4,"actual_runs":1,"fallbacks":1,"breaker":"open","breaker_changes":1,"in_flight":{"now":2,"peak":7,"capacity":8,"lanes":[` +
+		`{"lane":"checkout","priority":"critical","now":0,"shed_at":8},{"lane":"anonymous","priority":"sheddable","now":2,"shed_at":4}]}}`
 	if code != http.StatusOK || body != want {
 		t.Fatalf("got %d %s\nwant 200 %s", code, body, want)
 	}

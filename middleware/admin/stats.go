@@ -34,16 +34,16 @@ type Stats struct {
 	fallbacks int64
 	breaker   string
 	changes   int64
-	inFlight  func() (now, peak int)
+	load      func() (middleware.Load, bool)
 }
 
 type refusalKey struct{ code, plan string }
 
-// NewStats returns empty counters starting at since. inFlight, when not
-// nil, tells the requests in flight and their peak (middleware.Limiter's
-// InFlight).
-func NewStats(since time.Time, inFlight func() (now, peak int)) *Stats {
-	return &Stats{since: since, outcomes: map[budget.Class]int64{}, refusals: map[refusalKey]int64{}, inFlight: inFlight}
+// NewStats returns empty counters starting at since. load, when not nil,
+// reads the load shedder (middleware.Limiter's Load): the requests in
+// flight in all and per lane.
+func NewStats(since time.Time, load func() (middleware.Load, bool)) *Stats {
+	return &Stats{since: since, outcomes: map[budget.Class]int64{}, refusals: map[refusalKey]int64{}, load: load}
 }
 
 // Add counts one decision.
@@ -107,7 +107,7 @@ type StatsReport struct {
 	Breaker        string `json:"breaker"`
 	BreakerChanges int64  `json:"breaker_changes"`
 	// InFlight is the requests admitted by the load shedder and not yet
-	// answered, and their peak; null when not known.
+	// answered, in all and per lane; null without a load shedder.
 	InFlight *InFlight `json:"in_flight"`
 }
 
@@ -115,6 +115,20 @@ type StatsReport struct {
 type InFlight struct {
 	Now  int `json:"now"`
 	Peak int `json:"peak"`
+	// Capacity is overload.max_in_flight, or the adaptive limit now.
+	Capacity int `json:"capacity"`
+	// Lanes are the lanes in the configuration's order (one named ""
+	// without lanes).
+	Lanes []LaneInFlight `json:"lanes"`
+}
+
+// LaneInFlight is one lane's requests in flight, and the process's count
+// of requests in flight at which the lane's new requests are shed.
+type LaneInFlight struct {
+	Lane     string `json:"lane"`
+	Priority string `json:"priority"`
+	Now      int    `json:"now"`
+	ShedAt   int    `json:"shed_at"`
 }
 
 // Report reads the counters at now, the refusals sorted by code then plan.
@@ -135,9 +149,13 @@ func (s *Stats) Report(now time.Time) StatsReport {
 	slices.SortFunc(r.Refusals, func(a, b Refusal) int {
 		return cmp.Or(cmp.Compare(a.Code, b.Code), cmp.Compare(a.Plan, b.Plan))
 	})
-	if s.inFlight != nil {
-		now, peak := s.inFlight()
-		r.InFlight = &InFlight{Now: now, Peak: peak}
+	if s.load != nil {
+		if ld, ok := s.load(); ok {
+			r.InFlight = &InFlight{Now: ld.InFlight, Peak: ld.Peak, Capacity: ld.Capacity, Lanes: make([]LaneInFlight, len(ld.Lanes))}
+			for i, ln := range ld.Lanes {
+				r.InFlight.Lanes[i] = LaneInFlight{Lane: ln.Lane, Priority: ln.Priority.String(), Now: ln.InFlight, ShedAt: ln.ShedAt}
+			}
+		}
 	}
 	return r
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/prommetrics"
+	"github.com/costguard/costguard/overload"
 )
 
 // Wiring: the metrics go to a registry of the server's own, the Limiter
@@ -37,11 +38,14 @@ func Example() {
 		},
 		AnonymousPlan: "anon",
 		Observer:      m,
+		Overload:      &overload.Config{MaxInFlight: 256},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer lim.Close()
+	// The load shedder's requests in flight, in all and per lane.
+	reg.MustRegister(prommetrics.Load(lim.Load))
 
 	api := http.NewServeMux()
 	api.HandleFunc("GET /api/hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })

@@ -149,8 +149,18 @@
     text("actual-runs", s.actual_runs);
     text("breaker", s.breaker || "none (in-memory store)");
     text("fallbacks", s.fallbacks);
-    text("inflight", s.in_flight ? s.in_flight.now : "–");
-    text("inflight-peak", s.in_flight ? s.in_flight.peak : "–");
+    const load = s.in_flight;
+    text("inflight", load ? load.now : "–");
+    text("inflight-peak", load ? load.peak : "–");
+    text("capacity", load ? load.capacity : "–");
+    fill("lanes", load && load.lanes.length
+      ? load.lanes.map((ln) => {
+        const tr = row([ln.lane || "(all)", ln.priority, ln.now, ln.shed_at]);
+        tr.dataset.lane = ln.lane;
+        if (ln.shed_at > 0 && load.now >= ln.shed_at) tr.className = "shedding";
+        return tr;
+      })
+      : [row(["no load shedder", "", "", ""])]);
   }
 
   function showTop(top) {
