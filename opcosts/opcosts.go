@@ -2,21 +2,22 @@
 // name, how many ran, their requested and actual points with histograms,
 // and how many were refused. Operation names are the client's to choose,
 // so the names kept are bounded: the Capacity operations with the most
-// requested points (a Space-Saving summary, as in package spenders), and
-// the rest under Other. An operation's figures are exact from the moment
-// it was last given a place; what it did before, and what every operation
-// that lost its place did, is counted under Other. Like spenders it is a
+// requested points (a Space-Saving summary, internal/spacesaving, as in
+// package spenders), and the rest under Other. An operation's figures are
+// exact from the moment it was last given a place; what it did before, and
+// what every operation that lost its place did, is counted under Other. Like spenders it is a
 // pure core: time is passed in, nothing runs in the background.
 package opcosts
 
 import (
 	"cmp"
-	"container/heap"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/costguard/costguard/internal/spacesaving"
 )
 
 // Other names the operations without a place of their own, and anonymous
@@ -48,11 +49,9 @@ type Config struct {
 
 // Tracker keeps the costs. It is safe for concurrent use.
 type Tracker struct {
-	mu       sync.Mutex
-	capacity int
-	ops      opHeap // a min-heap by requested points
-	byName   map[string]*Operation
-	other    Operation
+	mu    sync.Mutex
+	ops   *spacesaving.Summary[Operation] // ranked by requested points
+	other Operation
 }
 
 // Operation is what one operation name cost since Since.
@@ -71,9 +70,6 @@ type Operation struct {
 	// Buckets, the last element past the last bound.
 	RequestedHistogram []int64 `json:"requested_histogram"`
 	ActualHistogram    []int64 `json:"actual_histogram"`
-
-	rank int64 // the Space-Saving estimate the heap orders by
-	at   int
 }
 
 // New returns a Tracker.
@@ -84,7 +80,7 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.Capacity < 1 || cfg.Capacity > maxCapacity {
 		return nil, fmt.Errorf("%w: capacity %d is not between 1 and %d", ErrInvalidConfig, cfg.Capacity, maxCapacity)
 	}
-	return &Tracker{capacity: cfg.Capacity, byName: map[string]*Operation{}, other: newOperation(Other, time.Time{})}, nil
+	return &Tracker{ops: spacesaving.New[Operation](cfg.Capacity), other: newOperation(Other, time.Time{})}, nil
 }
 
 func newOperation(name string, since time.Time) Operation {
@@ -115,31 +111,18 @@ func (t *Tracker) Add(now time.Time, d Decision) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	op := t.byName[name]
-	switch {
-	case op != nil:
-		op.rank += d.Requested
-		heap.Fix(&t.ops, op.at)
-	case len(t.ops) < t.capacity:
-		o := newOperation(name, now)
-		op = &o
-		op.rank = d.Requested
-		t.byName[name] = op
-		heap.Push(&t.ops, op)
-	default:
-		// The operation with the fewest requested points gives its place,
-		// and its figures go to Other.
-		op = t.ops[0]
-		t.other.merge(op)
-		delete(t.byName, op.Name)
-		rank := op.rank + d.Requested
-		*op = newOperation(name, now)
-		op.rank, op.at = rank, 0
-		t.byName[name] = op
-		heap.Fix(&t.ops, 0)
+	// A name without a place takes the place of the operation with the
+	// fewest requested points, whose figures go to Other.
+	c, isNew := t.ops.Add(name, d.Requested, t.evict)
+	if isNew {
+		c.Value = newOperation(name, now)
 	}
+	op := &c.Value
 	op.count(d)
 }
+
+// evict counts what an operation losing its place did under Other.
+func (t *Tracker) evict(c *spacesaving.Counter[Operation]) { t.other.merge(&c.Value) }
 
 func (o *Operation) count(d Decision) {
 	if d.Refused {
@@ -183,9 +166,9 @@ type Report struct {
 func (t *Tracker) Report(limit int) Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ops := make([]Operation, 0, len(t.ops))
-	for _, op := range t.ops {
-		ops = append(ops, op.clone())
+	ops := make([]Operation, 0, len(t.ops.Counters()))
+	for _, c := range t.ops.Counters() {
+		ops = append(ops, c.Value.clone())
 	}
 	slices.SortFunc(ops, func(a, b Operation) int {
 		if c := cmp.Compare(b.RequestedPoints, a.RequestedPoints); c != 0 {
@@ -204,24 +187,4 @@ func (o *Operation) clone() Operation {
 	c.RequestedHistogram = slices.Clone(o.RequestedHistogram)
 	c.ActualHistogram = slices.Clone(o.ActualHistogram)
 	return c
-}
-
-type opHeap []*Operation
-
-func (h opHeap) Len() int           { return len(h) }
-func (h opHeap) Less(i, j int) bool { return h[i].rank < h[j].rank }
-func (h opHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].at, h[j].at = i, j
-}
-func (h *opHeap) Push(x any) {
-	op := x.(*Operation)
-	op.at = len(*h)
-	*h = append(*h, op)
-}
-func (h *opHeap) Pop() any {
-	old := *h
-	op := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return op
 }

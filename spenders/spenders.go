@@ -26,6 +26,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/costguard/costguard/internal/spacesaving"
 )
 
 // Window is a sliding window kept as a ring of Length / Slot slots.
@@ -102,7 +104,7 @@ type ring struct {
 
 type slot struct {
 	index int64 // ⌊t / slot length⌋ of what it holds; -1 when empty
-	sum   *summary
+	sum   *spacesaving.Summary[struct{}]
 }
 
 // New returns a Tracker for cfg.
@@ -159,7 +161,7 @@ func (t *Tracker) Add(now time.Time, plan, principal string, points int64) {
 	at := now.UnixNano()
 	p.mu.Lock()
 	for i := range p.rings {
-		p.rings[i].current(at, t.cfg.Capacity).add(principal, points)
+		p.rings[i].current(at, t.cfg.Capacity).Add(principal, points, nil)
 	}
 	p.mu.Unlock()
 }
@@ -197,14 +199,14 @@ func (t *Tracker) plan(name string) *planState {
 
 // current returns the summary of the slot holding at, emptied first when
 // it held an older slot.
-func (r *ring) current(at int64, capacity int) *summary {
+func (r *ring) current(at int64, capacity int) *spacesaving.Summary[struct{}] {
 	idx := floorDiv(at, r.slot)
 	s := &r.slots[mod(idx, int64(len(r.slots)))]
 	if s.sum == nil {
-		s.sum = newSummary(capacity)
+		s.sum = spacesaving.New[struct{}](capacity)
 	}
 	if s.index != idx {
-		s.sum.reset()
+		s.sum.Reset()
 		s.index = idx
 	}
 	return s.sum
@@ -271,7 +273,7 @@ func (t *Tracker) Top(now time.Time, plan, window string, limit int) (Report, er
 	p.mu.Lock()
 	r := &p.rings[wi]
 	cur := floorDiv(at, r.slot)
-	var live []*summary
+	var live []*spacesaving.Summary[struct{}]
 	for i := range r.slots {
 		s := &r.slots[i]
 		if s.sum != nil && s.index > cur-int64(len(r.slots)) && s.index <= cur {
@@ -281,17 +283,17 @@ func (t *Tracker) Top(now time.Time, plan, window string, limit int) (Report, er
 	merged := map[string]*acc{}
 	var floors int64
 	for _, s := range live {
-		rep.Total = saturatingAdd(rep.Total, s.total)
-		floors = saturatingAdd(floors, s.floor())
-		for _, c := range s.counters {
-			a := merged[c.item]
+		rep.Total = spacesaving.SaturatingAdd(rep.Total, s.Total())
+		floors = spacesaving.SaturatingAdd(floors, s.Floor())
+		for _, c := range s.Counters() {
+			a := merged[c.Key]
 			if a == nil {
 				a = &acc{}
-				merged[c.item] = a
+				merged[c.Key] = a
 			}
-			a.est = saturatingAdd(a.est, c.estimate)
-			a.err = saturatingAdd(a.err, c.err)
-			a.held = saturatingAdd(a.held, s.floor())
+			a.est = spacesaving.SaturatingAdd(a.est, c.Estimate)
+			a.err = spacesaving.SaturatingAdd(a.err, c.Err)
+			a.held = spacesaving.SaturatingAdd(a.held, s.Floor())
 		}
 	}
 	p.mu.Unlock()
@@ -301,8 +303,8 @@ func (t *Tracker) Top(now time.Time, plan, window string, limit int) (Report, er
 		absent := floors - a.held
 		rep.Spenders = append(rep.Spenders, Spender{
 			Principal: item,
-			Points:    saturatingAdd(a.est, absent),
-			Error:     saturatingAdd(a.err, absent),
+			Points:    spacesaving.SaturatingAdd(a.est, absent),
+			Error:     spacesaving.SaturatingAdd(a.err, absent),
 		})
 	}
 	sortSpenders(rep.Spenders)
@@ -330,23 +332,23 @@ func Merge(limit int, reports ...Report) Report {
 	merged := map[string]*acc{}
 	var cuts int64
 	for _, r := range reports {
-		out.Total = saturatingAdd(out.Total, r.Total)
-		cuts = saturatingAdd(cuts, r.Cut)
+		out.Total = spacesaving.SaturatingAdd(out.Total, r.Total)
+		cuts = spacesaving.SaturatingAdd(cuts, r.Cut)
 		for _, sp := range r.Spenders {
 			a := merged[sp.Principal]
 			if a == nil {
 				a = &acc{}
 				merged[sp.Principal] = a
 			}
-			a.points = saturatingAdd(a.points, sp.Points)
-			a.err = saturatingAdd(a.err, sp.Error)
-			a.cuts = saturatingAdd(a.cuts, r.Cut)
+			a.points = spacesaving.SaturatingAdd(a.points, sp.Points)
+			a.err = spacesaving.SaturatingAdd(a.err, sp.Error)
+			a.cuts = spacesaving.SaturatingAdd(a.cuts, r.Cut)
 		}
 	}
 	out.Bound, out.Cut = cuts, cuts
 	for p, a := range merged {
 		absent := cuts - a.cuts // the Cuts of the reports p is missing from
-		out.Spenders = append(out.Spenders, Spender{Principal: p, Points: saturatingAdd(a.points, absent), Error: saturatingAdd(a.err, absent)})
+		out.Spenders = append(out.Spenders, Spender{Principal: p, Points: spacesaving.SaturatingAdd(a.points, absent), Error: spacesaving.SaturatingAdd(a.err, absent)})
 	}
 	sortSpenders(out.Spenders)
 	if limit = max(limit, 1); len(out.Spenders) > limit {
