@@ -1,11 +1,10 @@
 package middleware_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/vektah/gqlparser/v2/ast"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +20,9 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/coder/websocket/wsjson"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/internal/redistest"
@@ -687,5 +688,122 @@ func TestPersistedQueryCache(t *testing.T) {
 	c.Add(ctx, trusteddocs.Hash(other), other)
 	if got, ok := c.Get(ctx, trusteddocs.Hash(other)); !ok || got != other {
 		t.Errorf("without trusted documents: %q %v", got, ok)
+	}
+}
+
+// Persisted queries over the transports the other tests leave out: a
+// multipart upload (the operations field carrying only the hash) and SSE
+// pay the document's price, as POST does; an unknown hash over either pays
+// invalid_cost.
+func TestAPQOverMultipartAndSSE(t *testing.T) {
+	stores(t, func(t *testing.T, store limiter.Store) {
+		a := newAdopter(t, persistedConfig(store), persistedAPQ(false))
+		const size = 4 << 10
+		ops := func(doc, hash string) string {
+			body := map[string]any{"extensions": apqExt(hash), "variables": map[string]any{"file": nil}}
+			if doc != "" {
+				body["query"] = doc
+			}
+			b, _ := json.Marshal(body)
+			return string(b)
+		}
+		const price = 11 // the mutation's 10 and its File object's 1, as a plain upload pays
+		hash := trusteddocs.Hash(attachDoc)
+		for _, step := range []struct {
+			name string
+			doc  string
+		}{{"registration", attachDoc}, {"hash only", ""}} {
+			var resp *http.Response
+			var body []byte
+			got := a.spent(func() { resp, body = a.upload(ops(step.doc, hash), size, false) })
+			r := decode(t, body)
+			if resp.StatusCode != http.StatusOK || len(r.Errors) > 0 || !strings.Contains(string(r.Data), `"size":4096`) {
+				t.Fatalf("multipart %s: %d %s", step.name, resp.StatusCode, body)
+			}
+			if got != price || r.Extensions.Cost == nil || r.Extensions.Cost.RequestedQueryCost != price {
+				t.Errorf("multipart %s: spent %d, want the document's price %d (%s)", step.name, got, price, body)
+			}
+		}
+		unknown := trusteddocs.Hash("{ nothing }")
+		var body []byte
+		if got := a.spent(func() { _, body = a.upload(ops("", unknown), size, false) }); got != 1 || decode(t, body).code() != "PERSISTED_QUERY_NOT_FOUND" {
+			t.Errorf("multipart unknown hash: spent %d, %s", got, body)
+		}
+
+		// SSE: the repositories query registered by POST, then hash only.
+		reposHash := trusteddocs.Hash(reposDoc)
+		vars := map[string]any{"n": 5}
+		if x := a.post(map[string]any{"query": reposDoc, "extensions": apqExt(reposHash), "variables": vars}); x.status != http.StatusOK {
+			t.Fatalf("registration: %d %+v", x.status, x.resp)
+		}
+		sse := func(hash string) (int, []byte) {
+			b, _ := json.Marshal(map[string]any{"extensions": apqExt(hash), "variables": vars})
+			req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(string(b)))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "text/event-stream")
+			resp, err := a.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			out, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, out
+		}
+		var status int
+		var stream []byte
+		if got := a.spent(func() { status, stream = sse(reposHash) }); got != 6 || status != http.StatusOK {
+			t.Fatalf("SSE hash only: spent %d, want 6; %d %s", got, status, stream)
+		}
+		data := readSSEEvent(t, bufio.NewReader(strings.NewReader(string(stream))))
+		if r := decode(t, data); r.Extensions.Cost == nil || r.Extensions.Cost.RequestedQueryCost != 6 || !strings.Contains(string(r.Data), `"repos"`) {
+			t.Errorf("SSE hash only: %s", data)
+		}
+		if got := a.spent(func() { status, stream = sse(unknown) }); got != 1 || !strings.Contains(string(stream), "PERSISTED_QUERY_NOT_FOUND") {
+			t.Errorf("SSE unknown hash: spent %d, %d %s", got, status, stream)
+		}
+	})
+}
+
+// In mode enforce an untrusted document is refused over multipart and SSE
+// too, before it runs, paying invalid_cost; a trusted upload runs.
+func TestTrustedDocumentsEnforceMultipartAndSSE(t *testing.T) {
+	cfg := persistedConfig(nil)
+	cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), attachDoc, "{ __typename }"), Mode: middleware.TrustedEnforce}
+	a := newAdopter(t, cfg, installAPQ(false, false))
+	upload := func(doc string) (int, gqlResponse, []byte) {
+		b, _ := json.Marshal(map[string]any{"query": doc, "variables": map[string]any{"file": nil}})
+		var resp *http.Response
+		var body []byte
+		resp, body = a.upload(string(b), 1<<10, false)
+		return resp.StatusCode, decode(t, body), body
+	}
+	var status int
+	var r gqlResponse
+	var body []byte
+	if got := a.spent(func() { status, r, body = upload(attachDoc) }); got != 11 || status != http.StatusOK || len(r.Errors) > 0 {
+		t.Errorf("trusted upload: spent %d, %d %s", got, status, body)
+	}
+	untrustedUpload := `mutation($file: Upload!) { attachFile(issue: "I_2", file: $file) { size } }`
+	calls := a.res.Calls()
+	if got := a.spent(func() { status, r, body = upload(untrustedUpload) }); got != 1 || status != http.StatusForbidden || r.code() != middleware.CodeDocumentNotTrusted {
+		t.Errorf("untrusted upload: spent %d, %d %s", got, status, body)
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"{ user(login: \"octocat\") { login } }"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	var stream []byte
+	if got := a.spent(func() {
+		resp, err := a.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		stream, _ = io.ReadAll(resp.Body)
+	}); got != 1 || !strings.Contains(string(stream), middleware.CodeDocumentNotTrusted) {
+		t.Errorf("untrusted SSE: spent %d, %s", got, stream)
+	}
+	if n := a.res.Calls() - calls; n != 0 {
+		t.Errorf("%d resolvers ran for the untrusted upload and SSE query, want none", n)
 	}
 }
