@@ -738,16 +738,7 @@ func TestAPQOverMultipartAndSSE(t *testing.T) {
 		}
 		sse := func(hash string) (int, []byte) {
 			b, _ := json.Marshal(map[string]any{"extensions": apqExt(hash), "variables": vars})
-			req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(string(b)))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "text/event-stream")
-			resp, err := a.srv.Client().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			out, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, out
+			return a.postAccept(string(b), "text/event-stream")
 		}
 		var status int
 		var stream []byte
@@ -789,17 +780,9 @@ func TestTrustedDocumentsEnforceMultipartAndSSE(t *testing.T) {
 		t.Errorf("untrusted upload: spent %d, %d %s", got, status, body)
 	}
 
-	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"{ user(login: \"octocat\") { login } }"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
 	var stream []byte
 	if got := a.spent(func() {
-		resp, err := a.srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		stream, _ = io.ReadAll(resp.Body)
+		_, stream = a.postAccept(`{"query":"{ user(login: \"octocat\") { login } }"}`, "text/event-stream")
 	}); got != 1 || !strings.Contains(string(stream), middleware.CodeDocumentNotTrusted) {
 		t.Errorf("untrusted SSE: spent %d, %s", got, stream)
 	}

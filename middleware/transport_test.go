@@ -745,25 +745,33 @@ func TestInstalledTwiceChargesOnce(t *testing.T) {
 	}
 }
 
+// postAccept POSTs a JSON body asking for the response type accept
+// ("text/event-stream": SSE), and returns the status and the whole body.
+func (a *adopter) postAccept(body, accept string) (int, []byte) {
+	a.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", accept)
+	resp, err := a.srv.Client().Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
 // A refusal before execution under application/graphql-response+json has
 // no data entry (GraphQL over HTTP: the request never reached execution).
 func TestRefusalBeforeExecutionHasNoData(t *testing.T) {
 	a := newAdopter(t, middleware.Config{}, nil)
-	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"{ user(login: \"octocat\") { repos(first: 100) { issues(first: 100) { title } } } }"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/graphql-response+json")
-	resp, err := a.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	status, body := a.postAccept(`{"query":"{ user(login: \"octocat\") { repos(first: 100) { issues(first: 100) { title } } } }"}`, "application/graphql-response+json")
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode < 400 {
-		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	if status < 400 {
+		t.Fatalf("status %d: %s", status, body)
 	}
 	if _, ok := m["data"]; ok {
 		t.Errorf("a refusal before execution carries data: %s", body)
