@@ -26,6 +26,9 @@ import (
 // between two runs (a few thousand instructions of start-up).
 const overheadCountRequests = 1_000
 
+// overheadCountTries is how many times a run that fails is tried.
+const overheadCountTries = 6
+
 // overheadCountTimeout bounds one run under callgrind.
 const overheadCountTimeout = 10 * time.Minute
 
@@ -53,9 +56,10 @@ func (e *inEnv) countOverhead(ctx context.Context, row *overheadResult) error {
 		e.logf("overhead %s: counting %s's instructions under callgrind", row.q.name, name)
 		var counts [2]int64
 		for k, n := range []int{overheadCountRequests, 2 * overheadCountRequests} {
-			// A Go program under valgrind now and then dies of a signal
-			// valgrind mishandles: one more try before giving up.
-			for try := 0; try < 2; try++ {
+			// Now and then the Go runtime, timing a contended lock,
+			// executes RDTSCP, which valgrind 3.19 cannot run (SIGILL):
+			// such a run is tried again.
+			for try := 0; try < overheadCountTries; try++ {
 				if counts[k], err = countRun(ctx, valgrind, self, dir, row.q.name+"/"+name, n); err == nil || ctx.Err() != nil {
 					break
 				}
