@@ -63,7 +63,8 @@ func (e *inEnv) countOverhead(ctx context.Context, row *overheadResult) error {
 				if counts[k], err = countRun(ctx, valgrind, self, dir, row.q.name+"/"+name, n); err == nil || ctx.Err() != nil {
 					break
 				}
-				e.logf("overhead %s: %s: %v", row.q.name, name, err)
+				first, _, _ := strings.Cut(err.Error(), "\n")
+				e.logf("overhead %s: %s: %s; trying again", row.q.name, name, first)
 			}
 			if err != nil {
 				break
