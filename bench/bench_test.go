@@ -9,16 +9,22 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/costguard/costguard/internal/testenv"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/costguard/costguard/internal/testenv"
 )
 
 // TestMain lets the test binary serve as the split-budget workers that
@@ -626,7 +632,7 @@ func TestInProcessEndToEnd(t *testing.T) {
 	if !strings.Contains(out, "Pricing: skipped: no -github-schema given") || !strings.Contains(stderr.String(), "no -github-schema given") {
 		t.Errorf("the skipped pricing group is not reported:\n%s\n%s", out, stderr.String())
 	}
-	for _, h := range []string{"End-to-end overhead", "one-field", "readme", "gqlgen-limit", "costguard"} {
+	for _, h := range []string{"End-to-end overhead", "one-field", "readme", "gqlgen-limit", "diy", "costguard", "costguard ÷ diy"} {
 		if !strings.Contains(out, h) {
 			t.Errorf("table lacks %q:\n%s", h, out)
 		}
@@ -639,10 +645,118 @@ func TestInProcessEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
 		t.Fatalf("last line is not JSON: %v\n%s", err, out)
 	}
-	for k, measured := range map[string]bool{"pricing_scratch_vs_gqlgen_max": false, "pricing_plan_vs_gqlgen_max": false, "overhead_readme_pct": true, "overhead_one_field_pct": true} {
+	for k, measured := range map[string]bool{"pricing_scratch_vs_gqlgen_max": false, "pricing_plan_vs_gqlgen_max": false, "overhead_readme_pct": true, "overhead_one_field_pct": true,
+		"allocs_over_diy_one_field": true, "allocs_over_diy_readme": true,
+		"overhead_vs_diy_one_field_instructions": false, "overhead_vs_diy_readme_instructions": false} {
 		v, ok := s[k]
 		if !ok || (v != nil) != measured {
 			t.Errorf("JSON %q: present %v, value %v; want measured %v: %s", k, ok, v, measured, lines[len(lines)-1])
+		}
+	}
+	// In runs this short diy's added time can come out at zero or below,
+	// which makes the ratio null: only its presence is checked.
+	for _, k := range []string{"overhead_vs_diy_one_field", "overhead_vs_diy_readme"} {
+		if _, ok := s[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, lines[len(lines)-1])
+		}
+	}
+}
+
+// TestOverheadChild runs what -instructions runs under callgrind, without
+// it: a child serving one handler's requests; and refuses -instructions
+// without the overhead group.
+func TestOverheadChild(t *testing.T) {
+	var stdout bytes.Buffer
+	if err := runMain([]string{"-overhead-child", "readme/diy", "-overhead-requests", "3"}, &stdout, new(bytes.Buffer)); err != nil || stdout.String() != "served 4\n" {
+		t.Errorf("child: %v, %q", err, stdout.String())
+	}
+	if err := runMain([]string{"-overhead-child", "readme/nope"}, new(bytes.Buffer), new(bytes.Buffer)); err == nil {
+		t.Error("a child of an unknown handler ran")
+	}
+	if err := runMain([]string{"-only", "pricing", "-instructions"}, new(bytes.Buffer), new(bytes.Buffer)); err == nil || !strings.Contains(err.Error(), "-only overhead") {
+		t.Errorf("-instructions without the overhead group: %v", err)
+	}
+}
+
+// TestVsDIY pins how costguard's added time is set against diy's: the
+// medians of the per-round differences over bare, divided; by
+// instructions, the differences of the counts.
+func TestVsDIY(t *testing.T) {
+	nan := math.NaN()
+	row := overheadResult{rounds: make([]roundsOf, numHandlers)}
+	row.rounds[handlerBare].ns = []float64{100, 200, 100, nan}
+	row.rounds[handlerGqlgenLimit].ns = []float64{101, 201, 101, nan}
+	row.rounds[handlerDIY].ns = []float64{110, 204, 106, 999}
+	row.rounds[handlerCostguard].ns = []float64{103, 212, 109, 999}
+	// costguard adds 3, 12, 9 (median 9); diy 10, 4, 6 (median 6).
+	if got := row.vsDIY(); got != 1.5 {
+		t.Errorf("vsDIY = %v, want 1.5", got)
+	}
+	if got := row.instructionsVsDIY(); !math.IsNaN(got) {
+		t.Errorf("instructionsVsDIY with nothing counted = %v, want NaN", got)
+	}
+	row.instructions = [numHandlers]float64{1000, 1001, 1200, 1100}
+	if got := row.instructionsVsDIY(); got != 0.5 {
+		t.Errorf("instructionsVsDIY = %v, want 0.5", got)
+	}
+	row.rounds[handlerDIY].ns = []float64{100, 200, 90, nan}
+	if got := row.vsDIY(); !math.IsNaN(got) {
+		t.Errorf("vsDIY when diy adds nothing = %v, want NaN", got)
+	}
+}
+
+// TestDIY checks the hand-made stack: a 200 with the three X-RateLimit-*
+// headers, a 429 once a client's bucket is empty, and a map of client
+// limiters that stays within its bound however many addresses come.
+func TestDIY(t *testing.T) {
+	const clients = 8
+	body := []byte(`{"query":"{ user(login: \"octocat\") { login } }"}`)
+	gql := newGraphQLServer()
+	gql.Use(extension.FixedComplexityLimit(gqlgenLimit))
+	d, err := newDIY(gql, clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(addr string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/graphql", bytes.NewReader(body))
+		r.RemoteAddr = addr
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, r)
+		return w
+	}
+	w := post("203.0.113.7:40000")
+	if w.Code != http.StatusOK || !bytes.HasPrefix(w.Body.Bytes(), []byte(`{"data":`)) {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if got := w.Header().Get("X-RateLimit-Limit"); got != strconv.Itoa(diyBurst) {
+		t.Errorf("X-RateLimit-Limit = %q, want %d", got, diyBurst)
+	}
+	if n, err := strconv.ParseInt(w.Header().Get("X-RateLimit-Remaining"), 10, 64); err != nil || n < diyBurst-2 || n >= diyBurst {
+		t.Errorf("X-RateLimit-Remaining = %q, want just under the burst", w.Header().Get("X-RateLimit-Remaining"))
+	}
+	if n, err := strconv.ParseInt(w.Header().Get("X-RateLimit-Reset"), 10, 64); err != nil || n < time.Now().Unix() || n > time.Now().Unix()+2 {
+		t.Errorf("X-RateLimit-Reset = %q, want a Unix time within a second or two", w.Header().Get("X-RateLimit-Reset"))
+	}
+	for i := range 100 {
+		if w := post(fmt.Sprintf("198.51.100.%d:1234", i)); w.Code != http.StatusOK {
+			t.Fatalf("client %d: status %d", i, w.Code)
+		}
+		if n := d.clients.Len(); n > clients {
+			t.Fatalf("after %d clients the map holds %d limiters, more than its bound %d", i+1, n, clients)
+		}
+	}
+	if n := d.clients.Len(); n != clients {
+		t.Errorf("the map holds %d limiters, want %d (full)", n, clients)
+	}
+
+	// A small bucket refuses the request after its burst, still with the
+	// headers.
+	d.limit, d.burst = rate.Every(time.Hour), 2
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		w := post("192.0.2.1:1")
+		if w.Code != want || w.Header().Get("X-RateLimit-Remaining") == "" {
+			t.Errorf("request %d: status %d, remaining %q; want %d with the headers", i+1, w.Code, w.Header().Get("X-RateLimit-Remaining"), want)
 		}
 	}
 }
@@ -665,9 +779,10 @@ func TestRatioRounds(t *testing.T) {
 	}
 }
 
-// BenchmarkOverhead serves the overhead group's queries through its three
-// handlers (bare gqlgen, gqlgen's FixedComplexityLimit, the limiter with
-// overheadLimiterConfig), one request per iteration. It is what the
+// BenchmarkOverhead serves the overhead group's queries through its four
+// handlers (bare gqlgen, gqlgen's FixedComplexityLimit, the hand-made diy
+// stack, the limiter with overheadLimiterConfig), one request per
+// iteration. It is what the
 // callgrind recipe of BENCHMARKS.md ("End-to-end overhead") counts:
 //
 //	go test -c -o overhead.test . && GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 \

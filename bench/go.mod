@@ -8,6 +8,7 @@ require (
 	github.com/99designs/gqlgen v0.17.92
 	github.com/costguard/costguard v0.0.0-00010101000000-000000000000
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/vektah/gqlparser/v2 v2.5.35
 	golang.org/x/time v0.16.0
@@ -20,7 +21,6 @@ require (
 	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
 	github.com/goccy/go-yaml v1.19.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/sosodev/duration v1.4.0 // indirect
 	github.com/urfave/cli/v3 v3.14.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect

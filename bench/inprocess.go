@@ -196,15 +196,30 @@ type inSummary struct {
 	PlanVsGqlgen    *float64 `json:"pricing_plan_vs_gqlgen_max"`
 	OverheadReadme  *float64 `json:"overhead_readme_pct"`
 	OverheadOne     *float64 `json:"overhead_one_field_pct"`
+	// costguard's added time over bare ÷ diy's (time: medians of the
+	// rounds; instructions: -instructions, GOGC=off), and its allocations
+	// per request − diy's.
+	VsDIYOne         *float64 `json:"overhead_vs_diy_one_field"`
+	VsDIYReadme      *float64 `json:"overhead_vs_diy_readme"`
+	VsDIYOneIns      *float64 `json:"overhead_vs_diy_one_field_instructions"`
+	VsDIYReadmeIns   *float64 `json:"overhead_vs_diy_readme_instructions"`
+	AllocsOverDIYOne *float64 `json:"allocs_over_diy_one_field"`
+	AllocsOverDIYRd  *float64 `json:"allocs_over_diy_readme"`
 }
 
 func (r *inReport) summary() inSummary {
 	finite := func(v float64) *float64 { return number(v, !math.IsNaN(v)) }
 	return inSummary{
-		ScratchVsGqlgen: finite(r.pricing.worstRatio(pricerScratch, pricerGqlgen)),
-		PlanVsGqlgen:    finite(r.pricing.worstRatio(pricerPlan, pricerGqlgen)),
-		OverheadReadme:  finite(overheadOf(r.overhead, "readme")),
-		OverheadOne:     finite(overheadOf(r.overhead, "one-field")),
+		ScratchVsGqlgen:  finite(r.pricing.worstRatio(pricerScratch, pricerGqlgen)),
+		PlanVsGqlgen:     finite(r.pricing.worstRatio(pricerPlan, pricerGqlgen)),
+		OverheadReadme:   finite(overheadOf(r.overhead, "readme")),
+		OverheadOne:      finite(overheadOf(r.overhead, "one-field")),
+		VsDIYOne:         finite(vsDIYOf(r.overhead, "one-field", false)),
+		VsDIYReadme:      finite(vsDIYOf(r.overhead, "readme", false)),
+		VsDIYOneIns:      finite(vsDIYOf(r.overhead, "one-field", true)),
+		VsDIYReadmeIns:   finite(vsDIYOf(r.overhead, "readme", true)),
+		AllocsOverDIYOne: finite(allocsOverDIYOf(r.overhead, "one-field")),
+		AllocsOverDIYRd:  finite(allocsOverDIYOf(r.overhead, "readme")),
 	}
 }
 

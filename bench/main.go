@@ -33,14 +33,17 @@
 //	go run ./bench -redis 127.0.0.1:6379 -duration 5s
 //	go run ./bench -only redis,callgrind
 //	go run ./bench -only pricing,overhead -github-schema path/to/schema.docs.graphql
+//	go run ./bench -only overhead -instructions      # and instructions per request (valgrind)
 //
 // The in-process groups pricing (pricing one operation on GitHub's public
 // schema: from scratch, from a compiled plan, and gqlgen's
 // complexity.Calculate) and overhead (the limiter's end-to-end overhead
-// over bare gqlgen) are opt-in, need no Redis, and print their own tables
-// and, as the last line,
+// over bare gqlgen and over the hand-made stack, diy) are opt-in, need no
+// Redis, and print their own tables and, as the last line,
 //
-//	{"pricing_scratch_vs_gqlgen_max": X, "pricing_plan_vs_gqlgen_max": Y, "overhead_readme_pct": Z, "overhead_one_field_pct": W}
+//	{"pricing_scratch_vs_gqlgen_max": X, "pricing_plan_vs_gqlgen_max": Y, "overhead_readme_pct": Z, "overhead_one_field_pct": W,
+//	 "overhead_vs_diy_one_field": …, "overhead_vs_diy_readme": …, "overhead_vs_diy_one_field_instructions": …,
+//	 "overhead_vs_diy_readme_instructions": …, "allocs_over_diy_one_field": …, "allocs_over_diy_readme": …}
 //
 // Without -redis the bench starts a throwaway redis-server on a free
 // loopback port and removes it at exit. With -redis it writes only keys
@@ -100,6 +103,13 @@ type options struct {
 	// cpuProfile, when set, receives a CPU profile of the in-process
 	// groups.
 	cpuProfile string
+	// instructions has the overhead group count each handler's
+	// instructions per request under callgrind.
+	instructions bool
+	// overheadChild, when set, makes this process serve overheadRequests
+	// requests of one overhead handler for a counting parent (internal).
+	overheadChild    string
+	overheadRequests int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -108,6 +118,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.githubSchema, "github-schema", "", "pricing: `path` of GitHub's public schema (SDL); empty: the pricing group is skipped")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "pricing, overhead: write a CPU profile of the run to `file`")
+	fs.BoolVar(&o.instructions, "instructions", false, "overhead: also count each handler's instructions per request under callgrind with GOGC=off (needs valgrind; minutes)")
+	fs.StringVar(&o.overheadChild, overheadChildFlag, "", "internal: serve requests of one overhead `query/handler` for a counting parent")
+	fs.IntVar(&o.overheadRequests, "overhead-requests", overheadCountRequests, "internal: requests an overhead child serves")
 	fs.StringVar(&o.redisAddr, "redis", "", "`host:port` of a Redis to use (only keys under a random prefix are written, and deleted at exit); empty: start a throwaway redis-server")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per limiter per workload, split over the rounds")
 	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per workload")
@@ -151,6 +164,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			inProcess++
 		}
 	}
+	if o.instructions && !o.only["overhead"] {
+		return o, fmt.Errorf("bench: -instructions counts the overhead group's instructions: add -only overhead")
+	}
 	if inProcess > 0 && inProcess < len(o.only) {
 		return o, fmt.Errorf("bench: -only: pricing and overhead run in this process without Redis; run them apart from the Redis groups (they print their own JSON line)")
 	}
@@ -177,6 +193,9 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.overheadChild != "" {
+		return runOverheadChild(o.overheadChild, o.overheadRequests, stdout)
+	}
 	if o.childKind != "" {
 		return runChild(ctx, o, os.Stdin, stdout)
 	}

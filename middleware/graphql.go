@@ -704,7 +704,8 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 		return resp
 	}
 	e.l.checkDirectiveHooks(ctx, resp.Errors)
-	st, gerr := e.requestState(ctx, graphql.GetOperationContext(ctx))
+	opCtx := graphql.GetOperationContext(ctx) // once: each lookup walks gqlgen's context chain
+	st, gerr := e.requestState(ctx, opCtx)
 	if gerr != nil || !e.owns(st) {
 		return resp
 	}
@@ -713,10 +714,10 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 			st.release()
 			st.report(ctx, e.l) // the subscribe's decision
 		}
-		return e.chargeEvent(ctx, st, graphql.GetOperationContext(ctx), resp)
+		return e.chargeEvent(ctx, st, opCtx, resp)
 	}
-	if _, decided := st.current(); decided {
-		e.settleActual(ctx, st, graphql.GetOperationContext(ctx), resp)
+	if st.isDecided() {
+		e.settleActual(ctx, st, opCtx, resp)
 	}
 	o, _, charged := st.settle(ctx, e.l)
 	if ge := e.l.verdictError(o, st.set.gql.InvalidCost, st.plan); charged && ge != nil {
@@ -808,9 +809,6 @@ type requestState struct {
 	set         *settings // the configuration the request started under
 	id          identity.Identity
 	plan        *plan
-	// get: the request came by GET, whose transport refuses mutations
-	// after the Extension has run.
-	get bool
 	// addr keys the client address, for field limits ByIP: "ip:unknown"
 	// without the wrapper.
 	addr string
@@ -823,9 +821,12 @@ type requestState struct {
 	// operation is the name of the operation that runs, as the document
 	// spells it (cut at MaxOperationName bytes), under mu.
 	operation string
-	// wrapped: the GraphQL wrapper carries this state and reports its
-	// decision once the response is written.
-	wrapped bool
+	// get: the request came by GET, whose transport refuses mutations
+	// after the Extension has run. wrapped: the GraphQL wrapper carries
+	// this state and reports its decision once the response is written.
+	// (The booleans of this struct sit side by side, so that it fits a
+	// smaller allocation size class.)
+	get, wrapped bool
 	// conn is the WebSocket connection the operation came on (nil over
 	// HTTP): it is decided in InterceptOperation (socket.go).
 	conn *connState
@@ -839,19 +840,19 @@ type requestState struct {
 	// upload counts the bytes of a multipart request (upload.go).
 	upload *countingReader
 
-	mu       sync.Mutex
-	decided  bool
-	reported bool
-	cost     int64 // the price debited; 0 when the request was not priced
-	code     string
-	outcome  budget.Outcome
+	mu sync.Mutex
+	// decided, reported; hasActual (see actual); laned (see lane).
+	decided, reported, hasActual, laned bool
+
+	cost    int64 // the price debited; 0 when the request was not priced
+	code    string
+	outcome budget.Outcome
 	// actual is the executed operation's actual cost (when hasActual),
 	// refunded what was given back of cost, and excess what was debited
 	// beyond it (actual − cost, when the response held more than its price).
-	actual    int64
-	hasActual bool
-	refunded  int64
-	excess    int64
+	actual   int64
+	refunded int64
+	excess   int64
 	// costPlan is the compiled plan the operation was priced through, to
 	// price its response with.
 	costPlan *complexity.Plan
@@ -860,8 +861,7 @@ type requestState struct {
 
 	// lane is the operation's lane once laned (decided from its root
 	// fields when it was parsed).
-	lane  *lane
-	laned bool
+	lane *lane
 	// admission is its slot among the requests in flight (Config.Overload)
 	// and slot its lease among its principal's (Config.Concurrency), given
 	// back when the response is written.
@@ -941,6 +941,14 @@ func (s *requestState) recordedCode() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.code
+}
+
+// isDecided reports whether a decision was recorded, without copying it
+// as current does.
+func (s *requestState) isDecided() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.decided
 }
 
 // current returns the decision so far, without any I/O; decided is false
@@ -1128,7 +1136,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, h http.Handler, 
 	*gw = graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
 	h.ServeHTTP(gw, l.withDegradation(r.WithContext(context.WithValue(r.Context(), stateKey{}, st))))
 	gw.finish()
-	if _, decided := st.current(); !decided && st.upload != nil {
+	if !st.isDecided() && st.upload != nil {
 		// gqlgen's MultipartForm refused the request before its executor
 		// ran (a map or a file it could not read, after reading up to
 		// MaxUploadBytes): it pays InvalidCost.

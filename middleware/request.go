@@ -136,7 +136,7 @@ func (l *Limiter) screenGraphQL(r *http.Request, body []byte, st *requestState) 
 	if r.Method == http.MethodGet {
 		return l.screenGETParams(r, st)
 	}
-	if body == nil || !isJSON(r.Header.Get("Content-Type")) {
+	if body == nil || !isJSON(contentType(r.Header)) {
 		return nil
 	}
 	out, ref := l.screenJSONParams(body, st)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"unsafe"
 )
 
 func TestSelectedOperation(t *testing.T) {
@@ -61,4 +62,14 @@ func FuzzJSONString(f *testing.F) {
 			t.Fatalf("jsonString(%q) = %q, want %q", v, got, want)
 		}
 	})
+}
+
+// TestRequestStateSizeClass pins the size of the per-request state within
+// the heap's 896-byte size class: every GraphQL request allocates one, and
+// the next class up is 1,024 bytes. A field that must be added may move it
+// up; then lower this bound knowingly.
+func TestRequestStateSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(requestState{}); n > 896 {
+		t.Errorf("requestState is %d bytes, over the 896-byte size class (booleans apart add padding)", n)
+	}
 }

@@ -39,7 +39,7 @@ const (
 // GraphQL multipart request gqlgen's MultipartForm transport serves, and
 // returns its boundary.
 func isMultipart(r *http.Request) (boundary string, ok bool) {
-	ct := r.Header.Get("Content-Type")
+	ct := contentType(r.Header)
 	if r.Method != http.MethodPost || len(ct) < len("multipart/") || !strings.EqualFold(ct[:len("multipart/")], "multipart/") {
 		return "", false // without parsing (which allocates): the JSON requests' path
 	}
@@ -48,6 +48,15 @@ func isMultipart(r *http.Request) (boundary string, ok bool) {
 		return "", false
 	}
 	return params["boundary"], true
+}
+
+// contentType is h.Get("Content-Type") without canonicalizing the name
+// again on every request (the key is already canonical).
+func contentType(h http.Header) string {
+	if v := h["Content-Type"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // countingReader counts the bytes of a multipart body read through it,
