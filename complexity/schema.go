@@ -93,8 +93,14 @@ type typeInfo struct {
 	// way whatever the schema's declaration order.
 	possible []*typeInfo
 	// within holds the names of the interfaces and unions an object type
-	// belongs to, for matching fragment type conditions.
+	// belongs to.
 	within map[string]bool
+	// id numbers the type within its schema (0 to len(types)−1), and
+	// members is, for an interface or union, the set of ids of the object
+	// types whose within names it: fragment type conditions are matched by
+	// a bit test (see applies) rather than a lookup in each member's map.
+	id      int
+	members []uint64
 	// memberFields holds, for each field an interface declares, that
 	// field of each of its possible types, in the order of possible: the
 	// fields of member i, looked up in one table that stays in the cache
@@ -115,8 +121,10 @@ type fieldInfo struct {
 	// listDepth is how many lists the type nests: 0 for T, 1 for [T],
 	// 2 for [[T]]…
 	listDepth int
-	args      []*inputInfo
-	argsFree  bool // no argument can ever cost anything
+	// class numbers the field's pricing rules (see classifyFields).
+	class    int32
+	args     []*inputInfo
+	argsFree bool // no argument can ever cost anything
 	// slicing are the arguments that size the list: the ones @listSize
 	// names, or the conventions' (see listSizeConventions); nil if none.
 	slicing    []*inputInfo
@@ -141,7 +149,7 @@ type inputInfo struct {
 func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types))}
 	for name, def := range s.Types {
-		ti := &typeInfo{def: def, name: name, reserved: strings.HasPrefix(name, "__")}
+		ti := &typeInfo{def: def, name: name, id: len(c.types), reserved: strings.HasPrefix(name, "__")}
 		if def.Kind == ast.Scalar {
 			ti.scalar = builtinScalar(name)
 		}
@@ -177,6 +185,16 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 			}
 			for _, iface := range ti.def.Interfaces {
 				ti.within[iface] = true
+			}
+		}
+	}
+	for _, ti := range c.types {
+		for name := range ti.within {
+			if sup := c.types[name]; sup != nil {
+				if sup.members == nil {
+					sup.members = make([]uint64, (len(c.types)+63)/64)
+				}
+				sup.members[ti.id/64] |= 1 << (ti.id % 64)
 			}
 		}
 	}
@@ -230,6 +248,7 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	if c.typename.ret == nil {
 		c.typename.ret = &typeInfo{name: "String"}
 	}
+	c.classifyFields()
 	return c, nil
 }
 

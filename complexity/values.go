@@ -395,6 +395,10 @@ func floatSize(f float64) (int64, bool, bool) {
 // kept in w.refused (the collection cannot return errors) and reported
 // when the collection ends; the selection counts as included meanwhile.
 func (w *walker) included(dirs ast.DirectiveList) bool {
+	return len(dirs) == 0 || w.includedBy(dirs) // most selections have no directive: inlined
+}
+
+func (w *walker) includedBy(dirs ast.DirectiveList) bool {
 	for _, d := range dirs {
 		a := conditionArgument(d)
 		if a == nil {
