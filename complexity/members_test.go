@@ -183,3 +183,49 @@ func TestDefaultsPriceAsTheBreakdownOnGitHub(t *testing.T) {
 		}
 	}
 }
+
+// New prices each argument's default once; a default the executor would
+// refuse is still refused on every call that relies on it, and a field
+// given its argument does not pay for the default.
+func TestArgumentDefaultsPricedOnce(t *testing.T) {
+	schema, err := complexity.LoadSchema(&ast.Source{Name: "s.graphql", Input: `input I { a: Int }
+		type Query { f(n: Int = "x"): Int g(i: I = {a: "y"}): Int h(i: I = {a: 3}): Int @cost(weight: "2") k(i: I = null): Int }`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := complexity.New(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		query string
+		cost  complexity.Cost
+		err   string
+	}{
+		{`{ h }`, 3, ""},
+		{`{ h(i: {a: 1}) }`, 3, ""},
+		{`{ h(i: null) }`, 2, ""},
+		{`{ k }`, 0, ""},
+		{`{ f h }`, 3, ""},
+		{`{ h g }`, 0, `field g: argument i.a: "y" is not a valid Int`},
+		{`{ g(i: {a: 1}) }`, 1, ""},
+	} {
+		doc, err := parser.ParseQuery(&ast.Source{Input: c.query})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			r, err := a.AnalyzeOperation(doc, doc.Operations[0], nil)
+			switch {
+			case c.err != "":
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Errorf("%s: error %v, want %q", c.query, err, c.err)
+				}
+			case err != nil:
+				t.Errorf("%s: %v", c.query, err)
+			case r.Cost != c.cost*complexity.CostScale:
+				t.Errorf("%s: cost %d, want %d", c.query, r.Cost, c.cost*complexity.CostScale)
+			}
+		}
+	}
+}

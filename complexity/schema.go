@@ -144,7 +144,28 @@ type inputInfo struct {
 	named     *typeInfo  // the named type inside typ (nil if unknown)
 	weight    Cost       // own @cost
 	hasWeight bool
+	// byDefault is what an argument costs when the document gives no
+	// value: its default's cost, computed once by New (see priceDefaults).
+	byDefault defaultCost
 }
+
+// defaultCost is what an argument costs by its schema default.
+type defaultCost struct {
+	state defaultState
+	cost  Cost // when state is defaultPriced
+}
+
+type defaultState uint8
+
+const (
+	// defaultPriceEachTime: the default is priced when used, which
+	// reports the error of a default the executor would refuse.
+	defaultPriceEachTime defaultState = iota
+	// defaultFree: no default, or a null one: the argument costs nothing.
+	defaultFree
+	// defaultPriced: the default costs cost.
+	defaultPriced
+)
 
 func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types))}
@@ -249,6 +270,7 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 		c.typename.ret = &typeInfo{name: "String"}
 	}
 	c.classifyFields()
+	c.priceDefaults()
 	return c, nil
 }
 
@@ -687,4 +709,32 @@ func (t *typeInfo) field(via *typeInfo, i int, name string) *fieldInfo {
 		}
 	}
 	return t.fields[name]
+}
+
+// priceDefaults computes what each field argument costs by its default,
+// as argCost would price it on every call: a default is a constant.
+func (c *compiled) priceDefaults() {
+	w := &walker{c: c}
+	for _, ti := range c.types {
+		for _, fi := range ti.fields {
+			for _, in := range fi.args {
+				in.byDefault = w.defaultCost(in)
+			}
+		}
+	}
+}
+
+func (w *walker) defaultCost(in *inputInfo) defaultCost {
+	if in.def == nil {
+		return defaultCost{state: defaultFree}
+	}
+	v, ok := w.resolve(in.def)
+	if !ok || v.isNull() {
+		return defaultCost{state: defaultFree}
+	}
+	cost, bad := w.valueCost(v, in.typ, in, true)
+	if bad != nil {
+		return defaultCost{state: defaultPriceEachTime}
+	}
+	return defaultCost{state: defaultPriced, cost: cost}
 }
