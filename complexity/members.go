@@ -28,6 +28,15 @@ import (
 // The members are still folded in order, so ties, the deepest field and
 // the first error are those of the member-by-member walk.
 
+// loneClass is the class of a field no other field prices alike.
+const loneClass = -1
+
+// maxClassReps bounds the members walked in full an abstract field keeps
+// for the others to match, so matching a member costs at most that many
+// comparisons however many classes its members fall in; past it, members
+// of a new class are walked and not kept.
+const maxClassReps = 32
+
 // maxClassConds bounds the type conditions a mask tracks; a selection
 // with more is priced member by member.
 const maxClassConds = 64
@@ -176,9 +185,9 @@ func (w *walker) classOf(mc memberClasses, t, ret *typeInfo, i int, mask uint64)
 		if fi == nil {
 			fi = w.c.fieldOf(t, ret, i, name)
 		}
-		if fi == nil {
+		if fi == nil || fi.class == loneClass {
 			w.classIDs = w.classIDs[:ids]
-			return pricedSet{}, false // the walk reports it
+			return pricedSet{}, false // walked on its own; a missing field, the walk reports
 		}
 		w.classIDs = append(w.classIDs, fi.class)
 	}
@@ -222,13 +231,22 @@ func (w *walker) priceClass(mc memberClasses, set *pricedSet, t, ret *typeInfo, 
 			m.end = len(w.classNames)
 			w.classMasks = append(w.classMasks, m)
 		}
-		r := classRep{mask: mask, weight: weight, reserved: t.reserved, start: len(w.classIDs), set: *set}
-		for k := range groups {
-			// priceGroups found every field.
-			w.classIDs = append(w.classIDs, w.c.fieldOf(t, ret, i, groups[k].first.Name).class)
+		if len(w.classReps)-mc.reps < maxClassReps {
+			r := classRep{mask: mask, weight: weight, reserved: t.reserved, start: len(w.classIDs), set: *set}
+			lone := false
+			for k := range groups {
+				// priceGroups found every field.
+				class := w.c.fieldOf(t, ret, i, groups[k].first.Name).class
+				lone = lone || class == loneClass
+				w.classIDs = append(w.classIDs, class)
+			}
+			r.end = len(w.classIDs)
+			if lone {
+				w.classIDs = w.classIDs[:r.start] // no member can match it
+			} else {
+				w.classReps = append(w.classReps, r)
+			}
 		}
-		r.end = len(w.classIDs)
-		w.classReps = append(w.classReps, r)
 	}
 	w.groups = w.groups[:start]
 	return err
@@ -240,11 +258,12 @@ func (ct *typeInfo) has(t *typeInfo) bool {
 	return ct == t || ct.members != nil && t.id/64 < len(ct.members) && ct.members[t.id/64]&(1<<(t.id%64)) != 0
 }
 
-// fieldClass numbers the pricing rules of fi: two fields of one class
-// price alike wherever the walk meets them (the same weight, type, list
-// nesting and assumed size, no argument that can cost or size anything
-// and no sized path). A field with such arguments or paths is a class of
-// its own.
+// fieldClassKey is what the pricing rules of a field come to when it
+// reads no argument: two fields with the same key price alike wherever
+// the walk meets them (the same weight, type, list nesting and assumed
+// size). A field that reads arguments (one that can cost or size
+// anything) or hands its size down (a sized path) is loneClass: a member
+// collecting it is walked on its own.
 type fieldClassKey struct {
 	weight    Cost
 	ret       *typeInfo
@@ -256,10 +275,10 @@ type fieldClassKey struct {
 // classifyFields gives every field of the compiled schema its class.
 func (c *compiled) classifyFields() {
 	classes := map[fieldClassKey]int32{}
-	next := int32(0)
+	next := int32(0) // loneClass is below every other class
 	classify := func(fi *fieldInfo) {
 		if !fi.argsFree || fi.slicing != nil || fi.requireOne || len(fi.sized) > 0 {
-			fi.class, next = next, next+1
+			fi.class = loneClass
 			return
 		}
 		k := fieldClassKey{weight: fi.weight, ret: fi.ret, list: fi.list, listDepth: fi.listDepth, assumed: fi.assumed}

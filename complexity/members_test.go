@@ -18,7 +18,8 @@ import (
 // membersSDL has abstract types whose members price alike and apart: the
 // same interface fields, fields with their own @cost, slicing arguments, a
 // type weight, a …Connection, members of several interfaces and unions,
-// and many members no condition names (T0 … T69).
+// many members no condition names (T0 … T69), and more weights than a
+// field keeps classes for (U0 … U39).
 var membersSDL = func() string {
 	var b strings.Builder
 	b.WriteString(`
@@ -44,6 +45,11 @@ type Dog implements Node & Named & Pet { id: ID! name: String legs: Int friends:
 `)
 	for i := range 70 {
 		fmt.Fprintf(&b, "type T%d implements Node { id: ID! x: Int n: [Node] }\n", i)
+	}
+	// More classes than an abstract field keeps (maxClassReps): each its
+	// own weight.
+	for i := range 40 {
+		fmt.Fprintf(&b, "type U%d implements Node @cost(weight: \"%d\") { id: ID! }\n", i, i%37)
 	}
 	return b.String()
 }()
