@@ -7,7 +7,7 @@ import (
 )
 
 // Pricing an interface or union prices its selection once per possible
-// type: GitHub's nodes(ids:) has 250. On the request path (no breakdown,
+// type: GitHub's nodes(ids:) has 249. On the request path (no breakdown,
 // no plan, no counted fields) only the fold of their prices is kept, and
 // most members price alike: the selection collects the same fields for
 // every member no type condition of it names, and those fields have the
@@ -22,8 +22,9 @@ import (
 //   - they have the same weight (memberWeight) and are both or neither
 //     introspection types, and
 //   - each collected field has the same pricing class on both (see
-//     fieldClass): the same weight, type, list nesting and assumed size,
-//     and no argument or sized path that could tell them apart.
+//     fieldClassKey): the same weight, type, list nesting and assumed
+//     size, and no argument or sized path that could tell them apart (a
+//     member collecting such a field is walked on its own).
 //
 // The members are still folded in order, so ties, the deepest field and
 // the first error are those of the member-by-member walk.
