@@ -4,6 +4,9 @@ package main
 // validated operation on GitHub's public schema, with each pricer on the
 // same *ast.OperationDefinition:
 //
+//   - defaults: complexity's (*Analyzer).AnalyzeOperation on an Analyzer
+//     built with the library's defaults, complexity.New(schema): no
+//     limits, totals only, as a user of the package prices;
 //   - scratch: complexity's (*Analyzer).AnalyzeOperation with the limiter's
 //     default options (limiterPricing: its limits checked, totals only, no
 //     breakdown), as the limiter calls it on every request;
@@ -83,16 +86,19 @@ type pricer struct {
 
 // The columns, by their index in pricers.
 const (
-	pricerScratch = iota
+	pricerDefaults = iota
+	pricerScratch
 	pricerBreakdown
 	pricerPlan
 	pricerGqlgen
 )
 
-// pricers are the contenders on schema: from scratch, with the breakdown,
-// a plan compiled once and evaluated per call (what the middleware does
-// for a document its query cache holds), and gqlgen's Calculate.
-func pricers(a, explain *complexity.Analyzer, schema *ast.Schema) []pricer {
+// pricers are the contenders on schema: from scratch with the library's
+// defaults (defaults) and with the limiter's (a), with the breakdown
+// (explain), a plan compiled once and evaluated per call (what the
+// middleware does for a document its query cache holds), and gqlgen's
+// Calculate.
+func pricers(defaults, a, explain *complexity.Analyzer, schema *ast.Schema) []pricer {
 	es := gqlgenSchema{schema: schema}
 	ctx := context.Background()
 	fromScratch := func(a *complexity.Analyzer) func(*ast.QueryDocument, *ast.OperationDefinition) (call, error) {
@@ -104,6 +110,7 @@ func pricers(a, explain *complexity.Analyzer, schema *ast.Schema) []pricer {
 		}
 	}
 	return []pricer{
+		pricerDefaults:  {"defaults", fromScratch(defaults)},
 		pricerScratch:   {"scratch", fromScratch(a)},
 		pricerBreakdown: {"breakdown", fromScratch(explain)},
 		pricerPlan: {"plan", func(doc *ast.QueryDocument, op *ast.OperationDefinition) (call, error) {
@@ -180,6 +187,10 @@ func (e *inEnv) pricingWorkloads(ctx context.Context, r *inReport) error {
 		return fmt.Errorf("bench: pricing: %s: %w", e.opts.githubSchema, err)
 	}
 	res.types = len(schema.Types)
+	defaults, err := complexity.New(schema)
+	if err != nil {
+		return fmt.Errorf("bench: pricing: %w", err)
+	}
 	a, err := complexity.New(schema, limiterPricing()...)
 	if err != nil {
 		return fmt.Errorf("bench: pricing: %w", err)
@@ -192,7 +203,7 @@ func (e *inEnv) pricingWorkloads(ctx context.Context, r *inReport) error {
 	if err != nil {
 		return fmt.Errorf("bench: pricing: %w", err)
 	}
-	ps := pricers(a, explain, schema)
+	ps := pricers(defaults, a, explain, schema)
 	res.names = make([]string, len(ps))
 	for i, p := range ps {
 		res.names[i] = p.name
@@ -291,7 +302,7 @@ func (res *pricingResults) write(out io.Writer, opts options, notes *[]string) {
 	}
 	fmt.Fprintf(out, "Pricing on GitHub's schema (%s, %d types): each pricer %v per query as %d interleaved rounds, ns/op the median of the rounds; allocations averaged over %d calls.\n",
 		filepath.Base(res.schemaFile), res.types, opts.duration, opts.rounds, allocRuns)
-	fmt.Fprintln(out, "scratch = AnalyzeOperation with the limiter's default limits (totals only); breakdown = the same with Explain's breakdown (the explain view); plan = Compile once, Evaluate per call; gqlgen = gqlgen's complexity.Calculate, default model.")
+	fmt.Fprintln(out, "defaults = AnalyzeOperation on complexity.New(schema), the library's defaults (no limits, totals only); scratch = AnalyzeOperation with the limiter's default limits (totals only); breakdown = the same with Explain's breakdown (the explain view); plan = Compile once, Evaluate per call; gqlgen = gqlgen's complexity.Calculate, default model.")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "query\tnodes\tpoints\tgqlgen complexity\tpricer\tns/op\tallocs/op\tB/op")
 	for _, row := range res.rows {
@@ -316,6 +327,7 @@ func (res *pricingResults) write(out io.Writer, opts options, notes *[]string) {
 			label string
 			a, b  int
 		}{
+			{"defaults ÷ gqlgen", pricerDefaults, pricerGqlgen},
 			{"scratch ÷ gqlgen", pricerScratch, pricerGqlgen},
 			{"breakdown ÷ gqlgen", pricerBreakdown, pricerGqlgen},
 			{"plan ÷ gqlgen", pricerPlan, pricerGqlgen},
@@ -328,4 +340,6 @@ func (res *pricingResults) write(out io.Writer, opts options, notes *[]string) {
 		}
 	}
 	tw.Flush()
+	fmt.Fprintf(out, "worst median over the queries: defaults ÷ gqlgen %s, scratch ÷ gqlgen %s\n",
+		fmtRatio(res.worstRatio(pricerDefaults, pricerGqlgen)), fmtRatio(res.worstRatio(pricerScratch, pricerGqlgen)))
 }

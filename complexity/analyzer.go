@@ -215,7 +215,8 @@ func (a *Analyzer) release(w *walker) {
 	w.doc, w.op, w.vars, w.refused, w.counts = nil, nil, nil, nil, nil
 	w.memoCounts = nil
 	if cap(w.groups) > 256 || cap(w.path) > 256 || len(w.visited) > 256 || len(w.fragments) > 256 || len(w.memo) > 256 || len(w.ids) > 256 ||
-		!w.read.reset() || cap(w.paths) > maxPathRoom || cap(w.pathEnds) > 2*DefaultBreakdownLimit || cap(w.costChunk) > 4096 || cap(w.memberChunk) > 256 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 {
+		!w.read.reset() || cap(w.paths) > maxPathRoom || cap(w.pathEnds) > 2*DefaultBreakdownLimit || cap(w.costChunk) > 4096 || cap(w.memberChunk) > 256 || cap(w.planFields) > 1024 || cap(w.planSets) > 1024 ||
+		cap(w.classNames) > 1024 || cap(w.classTables) > 1024 || cap(w.classReps) > 1024 || cap(w.classIDs) > 4096 || cap(w.classMasks) > 1024 {
 		return // let the garbage collector have it
 	}
 	all := w.groups[:cap(w.groups)]
@@ -232,6 +233,12 @@ func (a *Analyzer) release(w *walker) {
 	w.groups, w.path = w.groups[:0], w.path[:0]
 	clear(w.memo)
 	clear(w.ids)
+	clear(w.classNames[:cap(w.classNames)])
+	clear(w.classTables[:cap(w.classTables)])
+	clear(w.classReps[:cap(w.classReps)])
+	clear(w.classFrags[:cap(w.classFrags)])
+	w.classConds, w.classMasks, w.classNames, w.classTables = w.classConds[:0], w.classMasks[:0], w.classNames[:0], w.classTables[:0]
+	w.classReps, w.classIDs, w.classFrags = w.classReps[:0], w.classIDs[:0], w.classFrags[:0]
 	clear(w.visitedFew[:cap(w.visitedFew)])
 	w.visitedFew = w.visitedFew[:0]
 	clear(w.visited)
@@ -294,6 +301,19 @@ type walker struct {
 	// fragments indexes the document's fragments by name, built only if a
 	// spread lacks its Definition (an unvalidated document).
 	fragments map[string]*ast.FragmentDefinition
+	// conds caches the types fragment conditions name (see condType); it
+	// holds only the schema's types, so it outlives one analysis.
+	conds [64]*typeInfo
+	// The stacks of memberClasses: an abstract field's type conditions,
+	// the fields each mask collects, and the members priced in full;
+	// classFrags is the scan's fragments.
+	classConds  []*typeInfo
+	classMasks  []classMask
+	classNames  []string
+	classTables [][]*fieldInfo
+	classReps   []classRep
+	classIDs    []int32
+	classFrags  []*ast.FragmentDefinition
 	// refused is the first @skip/@include condition the executor would
 	// fail on, found while collecting; see included.
 	refused *Error
@@ -532,14 +552,14 @@ func (w *walker) collectSet(c *collection, sel ast.SelectionSet, viaSpread bool)
 			if def == nil {
 				return fmt.Errorf("%w: unknown fragment %q", ErrInvalidDocument, s.Name)
 			}
-			if !applies(c.t, def.TypeCondition) {
+			if !w.applies(c.t, def.TypeCondition) {
 				continue
 			}
 			if err := w.collectSet(c, def.SelectionSet, true); err != nil {
 				return err
 			}
 		case *ast.InlineFragment:
-			if !w.included(s.Directives) || (s.TypeCondition != "" && !applies(c.t, s.TypeCondition)) {
+			if !w.included(s.Directives) || (s.TypeCondition != "" && !w.applies(c.t, s.TypeCondition)) {
 				continue
 			}
 			if err := w.collectSet(c, s.SelectionSet, viaSpread); err != nil {
@@ -649,8 +669,32 @@ func (w *walker) findGroup(c *collection, key string) int {
 	return -1
 }
 
-func applies(t *typeInfo, cond string) bool {
-	return cond == t.name || t.within[cond]
+// applies reports whether a fragment with type condition cond applies to
+// concrete type t: cond names t, or an interface or union t belongs to.
+func (w *walker) applies(t *typeInfo, cond string) bool {
+	ct := w.condType(cond)
+	return ct != nil && ct.has(t)
+}
+
+// condType is the schema's type named cond, nil if there is none. The
+// types of the document's conditions are kept in a small table indexed by
+// a cheap hash of the name: an abstract type's members are collected one
+// after the other, each matching the same few conditions, so a lookup is
+// a comparison with the name the slot holds, not a hash of the whole name
+// in the schema's map.
+func (w *walker) condType(cond string) *typeInfo {
+	if cond == "" {
+		return nil
+	}
+	slot := &w.conds[(uint(len(cond))*31^uint(cond[0])*7^uint(cond[len(cond)/2])*3^uint(cond[len(cond)-1]))%uint(len(w.conds))]
+	if t := *slot; t != nil && t.name == cond {
+		return t
+	}
+	t := w.c.types[cond]
+	if t != nil {
+		*slot = t
+	}
+	return t
 }
 
 // priceChildren prices the merged sub-selections of g, whose fields return
@@ -691,9 +735,29 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			sets = w.newSets(len(ret.possible))
 		}
 		winner := 0
+		// Only the fold is kept on the request path: members that price
+		// alike are priced once (see memberClasses).
+		var mc memberClasses
+		byClass := multi && !w.explain && !w.plan && !w.counting
+		if byClass {
+			mc, byClass = w.startClasses(g)
+		}
 		for i, t := range ret.possible {
 			var s pricedSet
-			if err := w.priceObject(&s, t, ret, i, g, sz, depth, memberWeight(ret, t), shared || multi); err != nil {
+			var err error
+			if byClass {
+				mask := w.maskOf(mc, t)
+				var ok bool
+				if s, ok = w.classOf(mc, t, ret, i, mask); !ok {
+					err = w.priceClass(mc, &s, t, ret, i, mask, g, sz, depth)
+				}
+			} else {
+				err = w.priceObject(&s, t, ret, i, g, sz, depth, memberWeight(ret, t), shared || multi)
+			}
+			if err != nil {
+				if byClass {
+					w.endClasses(mc)
+				}
 				return nil, err
 			}
 			costliest, deepest := fold.add(i, s.price, w.counts)
@@ -709,6 +773,9 @@ func (w *walker) priceChildren(set *pricedSet, g *fieldGroup, ret *typeInfo, sz 
 			if members != nil {
 				members = append(members, MemberCost{Type: t.name, Cost: s.cost})
 			}
+		}
+		if byClass {
+			w.endClasses(mc)
 		}
 		set.price, set.deep, w.counts = fold.price, deep, fold.counts
 		if members != nil {

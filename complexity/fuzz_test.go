@@ -69,6 +69,12 @@ func FuzzAnalyze(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	// plain prices with the defaults, an interface's or union's members by
+	// class (see memberClasses); a prices every member for its breakdown.
+	plain, err := complexity.New(schema)
+	if err != nil {
+		f.Fatal(err)
+	}
 	capped, err := complexity.New(schema, complexity.WithMaxDepth(6), complexity.WithMaxBreadth(50),
 		complexity.WithMaxNodes(1000), complexity.WithMaxCost(500), complexity.WithMaxAliases(5), complexity.WithMaxRootFields(3))
 	if err != nil {
@@ -88,8 +94,13 @@ func FuzzAnalyze(f *testing.F) {
 		}
 		op := doc.Operations[0]
 		if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
-			// Unvalidated input: any answer but a panic is acceptable.
-			_, _ = a.AnalyzeOperation(doc, op, raw)
+			// Unvalidated input: any answer but a panic is acceptable, as
+			// long as the breakdown does not change it.
+			r1, err1 := a.AnalyzeOperation(doc, op, raw)
+			r2, err2 := plain.AnalyzeOperation(doc, op, raw)
+			if d := priceDiff(totalsOf(r1), err1, totalsOf(r2), err2); d != "" {
+				t.Fatalf("the breakdown changes the price: %s", d)
+			}
 			_, _ = capped.AnalyzeOperation(doc, op, raw)
 			return
 		}
@@ -101,6 +112,10 @@ func FuzzAnalyze(f *testing.F) {
 		r2, err2 := a.AnalyzeOperation(doc, op, coerced)
 		if !reflect.DeepEqual(r1, r2) || !reflect.DeepEqual(err1, err2) {
 			t.Fatalf("not deterministic:\n%+v %v\n%+v %v", r1, err1, r2, err2)
+		}
+		rp, errp := plain.AnalyzeOperation(doc, op, coerced)
+		if d := priceDiff(totalsOf(r1), err1, totalsOf(rp), errp); d != "" {
+			t.Fatalf("the breakdown changes the price: %s", d)
 		}
 		if err1 == nil {
 			if r1.Cost < 0 || r1.Nodes < 0 || r1.Depth < 0 || r1.Points < 0 || len(r1.Fields) > 50 {

@@ -93,8 +93,14 @@ type typeInfo struct {
 	// way whatever the schema's declaration order.
 	possible []*typeInfo
 	// within holds the names of the interfaces and unions an object type
-	// belongs to, for matching fragment type conditions.
+	// belongs to.
 	within map[string]bool
+	// id numbers the type within its schema (0 to len(types)−1), and
+	// members is, for an interface or union, the set of ids of the object
+	// types whose within names it: fragment type conditions are matched by
+	// a bit test (see applies) rather than a lookup in each member's map.
+	id      int
+	members []uint64
 	// memberFields holds, for each field an interface declares, that
 	// field of each of its possible types, in the order of possible: the
 	// fields of member i, looked up in one table that stays in the cache
@@ -115,8 +121,10 @@ type fieldInfo struct {
 	// listDepth is how many lists the type nests: 0 for T, 1 for [T],
 	// 2 for [[T]]…
 	listDepth int
-	args      []*inputInfo
-	argsFree  bool // no argument can ever cost anything
+	// class numbers the field's pricing rules (see classifyFields).
+	class    int32
+	args     []*inputInfo
+	argsFree bool // no argument can ever cost anything
 	// slicing are the arguments that size the list: the ones @listSize
 	// names, or the conventions' (see listSizeConventions); nil if none.
 	slicing    []*inputInfo
@@ -136,12 +144,33 @@ type inputInfo struct {
 	named     *typeInfo  // the named type inside typ (nil if unknown)
 	weight    Cost       // own @cost
 	hasWeight bool
+	// byDefault is what an argument costs when the document gives no
+	// value: its default's cost, computed once by New (see priceDefaults).
+	byDefault defaultCost
 }
+
+// defaultCost is what an argument costs by its schema default.
+type defaultCost struct {
+	state defaultState
+	cost  Cost // when state is defaultPriced
+}
+
+type defaultState uint8
+
+const (
+	// defaultPriceEachTime: the default is priced when used, which
+	// reports the error of a default the executor would refuse.
+	defaultPriceEachTime defaultState = iota
+	// defaultFree: no default, or a null one: the argument costs nothing.
+	defaultFree
+	// defaultPriced: the default costs cost.
+	defaultPriced
+)
 
 func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types))}
 	for name, def := range s.Types {
-		ti := &typeInfo{def: def, name: name, reserved: strings.HasPrefix(name, "__")}
+		ti := &typeInfo{def: def, name: name, id: len(c.types), reserved: strings.HasPrefix(name, "__")}
 		if def.Kind == ast.Scalar {
 			ti.scalar = builtinScalar(name)
 		}
@@ -177,6 +206,16 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 			}
 			for _, iface := range ti.def.Interfaces {
 				ti.within[iface] = true
+			}
+		}
+	}
+	for _, ti := range c.types {
+		for name := range ti.within {
+			if sup := c.types[name]; sup != nil {
+				if sup.members == nil {
+					sup.members = make([]uint64, (len(c.types)+63)/64)
+				}
+				sup.members[ti.id/64] |= 1 << (ti.id % 64)
 			}
 		}
 	}
@@ -230,6 +269,8 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	if c.typename.ret == nil {
 		c.typename.ret = &typeInfo{name: "String"}
 	}
+	c.classifyFields()
+	c.priceDefaults()
 	return c, nil
 }
 
@@ -668,4 +709,32 @@ func (t *typeInfo) field(via *typeInfo, i int, name string) *fieldInfo {
 		}
 	}
 	return t.fields[name]
+}
+
+// priceDefaults computes what each field argument costs by its default,
+// as argCost would price it on every call: a default is a constant.
+func (c *compiled) priceDefaults() {
+	w := &walker{c: c}
+	for _, ti := range c.types {
+		for _, fi := range ti.fields {
+			for _, in := range fi.args {
+				in.byDefault = w.defaultCost(in)
+			}
+		}
+	}
+}
+
+func (w *walker) defaultCost(in *inputInfo) defaultCost {
+	if in.def == nil {
+		return defaultCost{state: defaultFree}
+	}
+	v, ok := w.resolve(in.def)
+	if !ok || v.isNull() {
+		return defaultCost{state: defaultFree}
+	}
+	cost, bad := w.valueCost(v, in.typ, in, true)
+	if bad != nil {
+		return defaultCost{state: defaultPriceEachTime}
+	}
+	return defaultCost{state: defaultPriced, cost: cost}
 }

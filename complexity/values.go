@@ -153,13 +153,32 @@ func (w *walker) inputField(v value, name string) (value, bool) {
 func (w *walker) argCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
 	var total Cost
 	for _, in := range fi.args {
-		if v, ok := w.given(f, in); ok {
-			c, bad := w.valueCost(v, in.typ, in, true)
-			if bad != nil {
-				return 0, w.invalidArgument(f, fi.name, in.name, bad)
-			}
-			total = addCost(total, c)
+		// As given does, with the default's cost computed once by New.
+		var v value
+		ok := false
+		if a := f.Arguments.ForName(in.name); a != nil {
+			v, ok = w.resolve(a.Value)
 		}
+		if !ok {
+			switch in.byDefault.state {
+			case defaultFree:
+				continue
+			case defaultPriced:
+				total = addCost(total, in.byDefault.cost)
+				continue
+			}
+			if v, ok = w.resolve(in.def); !ok {
+				continue
+			}
+		}
+		if v.isNull() {
+			continue
+		}
+		c, bad := w.valueCost(v, in.typ, in, true)
+		if bad != nil {
+			return 0, w.invalidArgument(f, fi.name, in.name, bad)
+		}
+		total = addCost(total, c)
 	}
 	return total, nil
 }
@@ -395,6 +414,10 @@ func floatSize(f float64) (int64, bool, bool) {
 // kept in w.refused (the collection cannot return errors) and reported
 // when the collection ends; the selection counts as included meanwhile.
 func (w *walker) included(dirs ast.DirectiveList) bool {
+	return len(dirs) == 0 || w.includedBy(dirs) // most selections have no directive: inlined
+}
+
+func (w *walker) includedBy(dirs ast.DirectiveList) bool {
 	for _, d := range dirs {
 		a := conditionArgument(d)
 		if a == nil {
