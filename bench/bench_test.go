@@ -645,7 +645,7 @@ func TestInProcessEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
 		t.Fatalf("last line is not JSON: %v\n%s", err, out)
 	}
-	for k, measured := range map[string]bool{"pricing_scratch_vs_gqlgen_max": false, "pricing_plan_vs_gqlgen_max": false, "overhead_readme_pct": true, "overhead_one_field_pct": true,
+	for k, measured := range map[string]bool{"pricing_defaults_vs_gqlgen_max": false, "pricing_scratch_vs_gqlgen_max": false, "pricing_plan_vs_gqlgen_max": false, "overhead_readme_pct": true, "overhead_one_field_pct": true,
 		"allocs_over_diy_one_field": true, "allocs_over_diy_readme": true,
 		"overhead_vs_diy_one_field_instructions": false, "overhead_vs_diy_readme_instructions": false} {
 		v, ok := s[k]

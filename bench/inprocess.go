@@ -192,10 +192,11 @@ type inReport struct {
 // The pricing ratios are the worst over the queries (the median of each
 // query's rounds); the overheads are costguard's over bare gqlgen.
 type inSummary struct {
-	ScratchVsGqlgen *float64 `json:"pricing_scratch_vs_gqlgen_max"`
-	PlanVsGqlgen    *float64 `json:"pricing_plan_vs_gqlgen_max"`
-	OverheadReadme  *float64 `json:"overhead_readme_pct"`
-	OverheadOne     *float64 `json:"overhead_one_field_pct"`
+	DefaultsVsGqlgen *float64 `json:"pricing_defaults_vs_gqlgen_max"` // complexity.New(schema), the library's defaults
+	ScratchVsGqlgen  *float64 `json:"pricing_scratch_vs_gqlgen_max"`
+	PlanVsGqlgen     *float64 `json:"pricing_plan_vs_gqlgen_max"`
+	OverheadReadme   *float64 `json:"overhead_readme_pct"`
+	OverheadOne      *float64 `json:"overhead_one_field_pct"`
 	// costguard's added time over bare ÷ diy's (time: medians of the
 	// rounds; instructions: -instructions, GOGC=off), and its allocations
 	// per request − diy's.
@@ -210,6 +211,7 @@ type inSummary struct {
 func (r *inReport) summary() inSummary {
 	finite := func(v float64) *float64 { return number(v, !math.IsNaN(v)) }
 	return inSummary{
+		DefaultsVsGqlgen: finite(r.pricing.worstRatio(pricerDefaults, pricerGqlgen)),
 		ScratchVsGqlgen:  finite(r.pricing.worstRatio(pricerScratch, pricerGqlgen)),
 		PlanVsGqlgen:     finite(r.pricing.worstRatio(pricerPlan, pricerGqlgen)),
 		OverheadReadme:   finite(overheadOf(r.overhead, "readme")),

@@ -41,7 +41,7 @@
 // over bare gqlgen and over the hand-made stack, diy) are opt-in, need no
 // Redis, and print their own tables and, as the last line,
 //
-//	{"pricing_scratch_vs_gqlgen_max": X, "pricing_plan_vs_gqlgen_max": Y, "overhead_readme_pct": Z, "overhead_one_field_pct": W,
+//	{"pricing_defaults_vs_gqlgen_max": D, "pricing_scratch_vs_gqlgen_max": X, "pricing_plan_vs_gqlgen_max": Y, "overhead_readme_pct": Z, "overhead_one_field_pct": W,
 //	 "overhead_vs_diy_one_field": …, "overhead_vs_diy_readme": …, "overhead_vs_diy_one_field_instructions": …,
 //	 "overhead_vs_diy_readme_instructions": …, "allocs_over_diy_one_field": …, "allocs_over_diy_readme": …}
 //
