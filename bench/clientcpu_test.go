@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os/exec"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -10,12 +11,13 @@ import (
 	"github.com/costguard/costguard/internal/testenv"
 )
 
-// BenchmarkClientCPU is one caller's all-admitted decisions against a
-// throwaway redis-server, each limiter on a client of its own, as in the
-// 1-caller Redis workload: costguard's production stack and redis_rate.
-// Run under valgrind's callgrind it counts the client's instructions per
-// decision (see BENCHMARKS.md, "Client CPU per decision"); as a plain
-// benchmark it gives the round trip's wall time.
+// BenchmarkClientCPU is all-admitted decisions against a throwaway
+// redis-server, each limiter on a client of its own, as in the Redis
+// workloads: costguard's production stack and redis_rate, from one caller
+// (callers_1) and from 8 goroutines per GOMAXPROCS (callers_8 with
+// GOMAXPROCS=1). Run under valgrind's callgrind it counts the client's
+// instructions per decision (see BENCHMARKS.md, "Client CPU per
+// decision"); as a plain benchmark it gives the wall time.
 func BenchmarkClientCPU(b *testing.B) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		testenv.Missing(b, "redis-server missing: a Redis benchmark")
@@ -44,15 +46,15 @@ func BenchmarkClientCPU(b *testing.B) {
 			return redisRateDecide(redis_rate.NewLimiter(rdb), admittedLimit), func() { rdb.Close() }
 		}},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
-			decide, done := tc.make()
-			defer done()
-			names := keyNames("cpu:", keys)
-			for _, k := range names[:10] { // the connection and the script
-				if _, err := decide(ctx, k); err != nil {
-					b.Fatal(err)
-				}
+		decide, done := tc.make()
+		defer done()
+		names := keyNames("cpu:", keys)
+		for _, k := range names[:10] { // the connection and the script
+			if _, err := decide(ctx, k); err != nil {
+				b.Fatal(err)
 			}
+		}
+		b.Run(tc.name+"/callers_1", func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -61,6 +63,21 @@ func BenchmarkClientCPU(b *testing.B) {
 				}
 				i++
 			}
+		})
+		b.Run(tc.name+"/callers_8", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(1)) * 7919 // spread the callers over the keys
+				for pb.Next() {
+					if ok, err := decide(ctx, names[i%keys]); err != nil || !ok {
+						b.Errorf("decision: %v, %v", ok, err)
+						return
+					}
+					i++
+				}
+			})
 		})
 	}
 }
