@@ -65,8 +65,10 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
   if last < 0 then last = 0 elseif last > MAX_NOW then last = MAX_NOW end
   if now > last then
     -- elapsed × r is formed only when it is below level, so below 2^53.
+    -- r is 1 whenever Rate divides Period in µs (1000/s, 100/min): then
+    -- each ⌈x / r⌉ below is x, without a call.
     local elapsed = now - last
-    if elapsed >= cdiv(level, r) then
+    if elapsed >= (r == 1 and level or cdiv(level, r)) then
       level = 0
     else
       level = level - elapsed * r
@@ -98,7 +100,7 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
     end
   end
 
-  local reset = cdiv(level, r)
+  local reset = r == 1 and level or cdiv(level, r)
   if op ~= DRY then
     -- As persist (common.lua) does, with the state as one string: SET
     -- replaces a HASH of an earlier version, and sets the expiry too.
