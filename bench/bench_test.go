@@ -155,7 +155,9 @@ func TestSummaryLine(t *testing.T) {
 			{callers: 1, ours: sec(6_000_000), peer: sec(5_000_000)},
 			{callers: maxCallers, ours: sec(1), peer: sec(2)},
 		},
-		split: []splitResult{{kind: splitKind{exact: true}, decisions: 5, admitted: 5, span: time.Second}},
+		split:    []splitResult{{kind: splitKind{exact: true}, decisions: 5, admitted: 5, span: time.Second}},
+		ceilings: []ceiling{{callers: 1, calls: 10, keys: 10, t: sec(24_000)}},
+		cluster:  &comparison{callers: maxCallers, ours: sec(60_000), peer: ours64},
 		callgrind: &callgrindResults{redisVersion: "7.0.15", keys: 1000, rows: []callgrindComparison{{
 			callers: 1, decisions: 10,
 			ours: callgrindTally{name: "costguard", decisions: 10, instructions: 500_000, scripts: 10},
@@ -167,7 +169,10 @@ func TestSummaryLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-	want := `{"admitted_speedup_64": 2, "bot_speedup": 200, "round_trips_per_decision_64": 0.25, "memory_vs_xtime": 1.2, "split_overshoot_pct": null}`
+	want := `{"admitted_speedup_64": 2, "bot_speedup": 200, "round_trips_per_decision_64": 0.25, "memory_vs_xtime": 1.2, "split_overshoot_pct": null, ` +
+		`"admitted_speedup_1": 1, "admitted_speedup_8": null, "p99_ratio_1": null, "p99_ratio_8": null, "p99_ratio_64": null, ` +
+		`"redis_ceiling_1": 24000, "redis_ceiling_8": null, "redis_ceiling_64": null, "ceiling_fraction_1": 0.5, "ceiling_fraction_8": null, "ceiling_fraction_64": null, ` +
+		`"cluster_vs_single_64": 2}`
 	if last := lines[len(lines)-1]; last != want {
 		t.Fatalf("last line\n%s\nwant\n%s", last, want)
 	}
@@ -313,10 +318,10 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("JSON lacks %q: %s", k, lines[len(lines)-1])
 		}
 	}
-	if s["memory_vs_xtime"] == nil || s["admitted_speedup_64"] == nil {
+	if s["memory_vs_xtime"] == nil || s["admitted_speedup_64"] == nil || s["redis_ceiling_64"] == nil || s["ceiling_fraction_1"] == nil || s["cluster_vs_single_64"] == nil {
 		t.Errorf("measured values missing: %s\n%s", lines[len(lines)-1], stdout.String())
 	}
-	for _, h := range []string{"Redis", "Memory", "Shared budget", "redisstore (exact)"} {
+	for _, h := range []string{"Redis", "Redis ceiling", "Redis Cluster", "Memory", "Shared budget", "redisstore (exact)"} {
 		if !strings.Contains(stdout.String(), h) {
 			t.Errorf("table lacks %q:\n%s", h, stdout.String())
 		}
@@ -460,7 +465,10 @@ func TestCallgrindEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-	want := `{"admitted_speedup_64": null, "bot_speedup": null, "round_trips_per_decision_64": null, "memory_vs_xtime": null, "split_overshoot_pct": null}`
+	want := `{"admitted_speedup_64": null, "bot_speedup": null, "round_trips_per_decision_64": null, "memory_vs_xtime": null, "split_overshoot_pct": null, ` +
+		`"admitted_speedup_1": null, "admitted_speedup_8": null, "p99_ratio_1": null, "p99_ratio_8": null, "p99_ratio_64": null, ` +
+		`"redis_ceiling_1": null, "redis_ceiling_8": null, "redis_ceiling_64": null, "ceiling_fraction_1": null, "ceiling_fraction_8": null, "ceiling_fraction_64": null, ` +
+		`"cluster_vs_single_64": null}`
 	if !strings.Contains(out.String(), "Redis CPU per decision") || lines[len(lines)-1] != want {
 		t.Fatalf("report:\n%s", out.String())
 	}

@@ -50,7 +50,7 @@ type callgrindStep struct {
 	callers, perCaller int
 }
 
-var callgrindSteps = []callgrindStep{{callers: 1, perCaller: 2_000}, {callers: maxCallers, perCaller: 100}}
+var callgrindSteps = []callgrindStep{{callers: 1, perCaller: 2_000}, {callers: 8, perCaller: 500}, {callers: maxCallers, perCaller: 100}}
 
 // callgrindTools are the programs the group runs (startRedis finds
 // redis-server itself).

@@ -91,6 +91,7 @@ type options struct {
 	duration  time.Duration
 	rounds    int
 	keys      int
+	cluster   bool // the redis group also runs the store on a Cluster
 	// childKind, when set, makes this process a split-budget worker of
 	// that store kind (internal: the bench starts them itself).
 	childKind string
@@ -125,6 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per limiter per workload, split over the rounds")
 	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per workload")
 	fs.IntVar(&o.keys, "keys", 10_000, "distinct keys of the all-admitted workloads")
+	fs.BoolVar(&o.cluster, "cluster", true, "redis: also run the store on a throwaway 3-master Cluster (needs redis-server and redis-cli on PATH)")
 	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split, and the opt-in callgrind (Redis instructions per decision under valgrind; always its own redis-server); the JSON reports null for those not run. The opt-in overload (an examples/server process at 4× its capacity, an outage, the retry wave; no Redis) runs alone, with its own table and JSON; -duration is then its loaded phase. The opt-in pricing (pricing on GitHub's schema, -github-schema) and overhead (the limiter's end-to-end overhead in this process) run without Redis, together or alone, with their own tables and JSON")
 	fs.IntVar(&o.overload.capacity, "capacity", 8, "overload: the server's requests in flight at most (overload.max_in_flight)")
 	fs.DurationVar(&o.overload.latency, "latency", 100*time.Millisecond, "overload: what each root field of the server takes (demo_latency)")

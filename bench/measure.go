@@ -47,6 +47,8 @@ type tally struct {
 	// perSlot counts admissions by when they returned, in runSpec.slot
 	// steps from the start (recorded only when slot > 0).
 	perSlot []int64
+	// rounds are the decisions/s of each timed run added in, in order.
+	rounds []float64
 }
 
 func (t *tally) add(r tally) {
@@ -72,6 +74,12 @@ func (t *tally) add(r tally) {
 		t.lat.merge(r.lat)
 	}
 	t.perSlot = addSlots(t.perSlot, r.perSlot, 0)
+	switch {
+	case len(r.rounds) > 0:
+		t.rounds = append(t.rounds, r.rounds...)
+	case r.elapsed > 0:
+		t.rounds = append(t.rounds, r.rate())
+	}
 }
 
 // addSlots adds src into dst from slot offset on, growing dst as needed.
@@ -246,6 +254,20 @@ var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": t
 // The count is server-wide: it is exact only when nothing else runs
 // scripts on that Redis, as with the server the benchmark starts itself.
 func countScriptCalls(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	if cc, ok := rdb.(*redis.ClusterClient); ok { // the sum over the masters
+		var (
+			mu    sync.Mutex
+			total int64
+		)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			n, err := countScriptCalls(ctx, c)
+			mu.Lock()
+			defer mu.Unlock()
+			total += n
+			return err
+		})
+		return total, err
+	}
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return 0, fmt.Errorf("bench: INFO commandstats: %w", err)

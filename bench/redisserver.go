@@ -42,6 +42,17 @@ type redisWrapper struct {
 	// readyTimeout replaces redisStartTimeout: start-up under a wrapper can
 	// be much slower.
 	readyTimeout time.Duration
+	// cluster starts the server as a Cluster node, on a port whose bus
+	// port (+10000) is free too.
+	cluster bool
+}
+
+// clusterWrapper starts a redis-server as a Cluster node (its own
+// nodes.conf in its private directory), with no program in front of it.
+var clusterWrapper = &redisWrapper{
+	command:      func(string) []string { return nil },
+	readyTimeout: redisStartTimeout,
+	cluster:      true,
 }
 
 // startRedis starts redis-server on a free loopback port, retrying with
@@ -71,6 +82,11 @@ func tryStartRedis(ctx context.Context, bin string, wrap *redisWrapper) (*redisS
 	if err != nil {
 		return nil, err
 	}
+	if wrap != nil && wrap.cluster {
+		if port, err = freeClusterPort(); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := os.MkdirTemp("", "costguard-bench-redis-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: temp dir: %w", err)
@@ -89,6 +105,9 @@ func tryStartRedis(ctx context.Context, bin string, wrap *redisWrapper) (*redisS
 	if wrap != nil {
 		argv = append(wrap.command(dir), argv...)
 		readyTimeout = wrap.readyTimeout
+		if wrap.cluster {
+			argv = append(argv, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+		}
 	}
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Dir = dir
@@ -169,6 +188,108 @@ func freeLoopbackPort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freeClusterPort finds a free port below 55536 whose Cluster bus port,
+// 10000 above it, is free too.
+func freeClusterPort() (int, error) {
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("bench: find a free port: %w", err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		if port+10000 <= 65535 {
+			bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+			if err == nil {
+				bus.Close()
+				ln.Close()
+				return port, nil
+			}
+		}
+		ln.Close()
+	}
+	return 0, fmt.Errorf("bench: no free port pair for a Cluster node")
+}
+
+// clusterSize is the number of masters of the bench's Cluster.
+const clusterSize = 3
+
+// redisCluster is a throwaway Cluster of clusterSize masters, no replicas.
+type redisCluster struct{ nodes []*redisServer }
+
+// startCluster starts clusterSize nodes, assigns the slots with redis-cli
+// --cluster create and waits until every node reports the Cluster whole.
+func startCluster(ctx context.Context) (_ *redisCluster, err error) {
+	c := &redisCluster{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Close())
+		}
+	}()
+	for range clusterSize {
+		s, err := startRedis(ctx, clusterWrapper)
+		if err != nil {
+			return nil, err
+		}
+		c.nodes = append(c.nodes, s)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return nil, fmt.Errorf("bench: redis-cli not found on PATH (needed to form the Cluster): %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("bench: redis-cli --cluster create: %w\n%s", err, out)
+	}
+	want := []string{"cluster_state:ok", fmt.Sprintf("cluster_known_nodes:%d", clusterSize), "cluster_slots_ok:16384"}
+	for _, n := range c.nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.addr, MaxRetries: -1})
+		for {
+			info, err := rdb.ClusterInfo(ctx).Result()
+			ok := err == nil
+			for _, w := range want {
+				ok = ok && strings.Contains(info, w+"\r\n")
+			}
+			if ok {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				rdb.Close()
+				return nil, fmt.Errorf("bench: Cluster node %s not ready: %w (last: %v %q)", n.addr, ctx.Err(), err, info)
+			case <-time.After(redisPollInterval):
+			}
+		}
+		rdb.Close()
+	}
+	return c, nil
+}
+
+func (c *redisCluster) addrs() []string {
+	var a []string
+	for _, n := range c.nodes {
+		a = append(a, n.addr)
+	}
+	return a
+}
+
+// client is a Cluster client seeded with every node, configured as
+// newClient configures a standalone one.
+func (c *redisCluster) client() *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs(), PoolSize: 2 * maxCallers, ContextTimeoutEnabled: true})
+}
+
+// Close stops every node.
+func (c *redisCluster) Close() error {
+	var err error
+	for _, n := range c.nodes {
+		err = errors.Join(err, n.Close())
+	}
+	return err
 }
 
 // infoField returns the value of one "name:value" line of an INFO reply.

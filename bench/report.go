@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,11 @@ type report struct {
 	redis  []comparison
 	memory []comparison
 	split  []splitResult
+	// ceilings are Redis's own ceilings for the store's script calls, one
+	// per all-admitted workload, in callerCounts order.
+	ceilings []ceiling
+	// cluster is the store on a Cluster (ours) against one server (peer).
+	cluster *comparison
 	// callgrind is set when that group ran.
 	callgrind *callgrindResults
 }
@@ -29,6 +35,23 @@ type summary struct {
 	RoundTrips64      *float64 `json:"round_trips_per_decision_64"`
 	MemoryVsXTime     *float64 `json:"memory_vs_xtime"`
 	SplitOvershootPct *float64 `json:"split_overshoot_pct"`
+	// The Redis path's goals: decisions/s and p99 ours ÷ redis_rate's at 1,
+	// 8 and 64 callers (the 64-caller speedup is admitted_speedup_64).
+	AdmittedSpeedup1 *float64 `json:"admitted_speedup_1"`
+	AdmittedSpeedup8 *float64 `json:"admitted_speedup_8"`
+	P99Ratio1        *float64 `json:"p99_ratio_1"`
+	P99Ratio8        *float64 `json:"p99_ratio_8"`
+	P99Ratio64       *float64 `json:"p99_ratio_64"`
+	// Redis's own ceiling for the store's recorded script calls of each
+	// workload (decisions/s), and the store's decisions/s ÷ it.
+	RedisCeiling1     *float64 `json:"redis_ceiling_1"`
+	RedisCeiling8     *float64 `json:"redis_ceiling_8"`
+	RedisCeiling64    *float64 `json:"redis_ceiling_64"`
+	CeilingFraction1  *float64 `json:"ceiling_fraction_1"`
+	CeilingFraction8  *float64 `json:"ceiling_fraction_8"`
+	CeilingFraction64 *float64 `json:"ceiling_fraction_64"`
+	// The store on a 3-master Cluster ÷ on one server, 64 callers.
+	ClusterVsSingle64 *float64 `json:"cluster_vs_single_64"`
 }
 
 // number rounds v to 3 decimals for the JSON; nil unless v is a finite
@@ -51,7 +74,28 @@ func (r *report) summary() summary {
 			s.AdmittedSpeedup64 = number(c.ratio(), c.ratio() > 0)
 			spd := c.ours.perDecision(c.ours.scripts)
 			s.RoundTrips64 = number(spd, spd >= 0)
+			s.P99Ratio64 = p99Ratio(c)
+		case c.callers == 1:
+			s.AdmittedSpeedup1 = number(c.ratio(), c.ratio() > 0)
+			s.P99Ratio1 = p99Ratio(c)
+		case c.callers == 8:
+			s.AdmittedSpeedup8 = number(c.ratio(), c.ratio() > 0)
+			s.P99Ratio8 = p99Ratio(c)
 		}
+	}
+	for _, cl := range r.ceilings {
+		rate, frac := cl.t.rate(), r.ceilingFraction(cl)
+		switch cl.callers {
+		case 1:
+			s.RedisCeiling1, s.CeilingFraction1 = number(rate, rate > 0), number(frac, frac > 0)
+		case 8:
+			s.RedisCeiling8, s.CeilingFraction8 = number(rate, rate > 0), number(frac, frac > 0)
+		case maxCallers:
+			s.RedisCeiling64, s.CeilingFraction64 = number(rate, rate > 0), number(frac, frac > 0)
+		}
+	}
+	if c := r.cluster; c != nil {
+		s.ClusterVsSingle64 = number(c.ratio(), c.ratio() > 0)
 	}
 	for _, c := range r.memory {
 		if c.callers == 1 {
@@ -82,6 +126,12 @@ func (r *report) write(out io.Writer) error {
 	if len(r.redis) > 0 {
 		r.writeRedis(out, &notes)
 	}
+	if len(r.ceilings) > 0 {
+		r.writeCeilings(out, &notes)
+	}
+	if r.cluster != nil {
+		r.writeCluster(out, &notes)
+	}
 	if len(r.memory) > 0 {
 		r.writeMemory(out, &notes)
 	}
@@ -110,7 +160,7 @@ func (r *report) write(out io.Writer) error {
 func (r *report) writeRedis(out io.Writer, notes *[]string) {
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "Redis\tcallers\tlimiter\tdecisions/s\tp50\tp99\tscripts/decision\ttrips/decision\tadmitted\terrors")
+	fmt.Fprintln(tw, "Redis\tcallers\tlimiter\tdecisions/s\tper round\tp50\tp99\tscripts/decision\ttrips/decision\tadmitted\terrors")
 	for _, c := range r.redis {
 		for i, t := range []tally{c.ours, c.peer} {
 			name, first := c.oursName, c.workload
@@ -121,7 +171,7 @@ func (r *report) writeRedis(out io.Writer, notes *[]string) {
 			if i == 1 {
 				callers = ""
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", first, callers, name, thousands(t.rate()),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", first, callers, name, thousands(t.rate()), roundsText(t),
 				fmtLatency(t.lat.quantile(0.50)), fmtLatency(t.lat.quantile(0.99)),
 				fmtPerDecision(t.perDecision(t.scripts)), fmtPerDecision(t.perDecision(t.trips)),
 				fmtAdmitted(t, c.bot), t.errors)
@@ -133,10 +183,87 @@ func (r *report) writeRedis(out io.Writer, notes *[]string) {
 				*notes = append(*notes, fmt.Sprintf("%s, %d callers: %s admitted %d of %d decisions; the workload expects all", c.workload, c.callers, name, t.admitted, t.decisions))
 			}
 		}
-		fmt.Fprintf(tw, "\t\tours ÷ theirs\t%s\t%s\t%s\t\t\t\t\n", fmtRatio(c.ratio()),
+		fmt.Fprintf(tw, "\t\tours ÷ theirs\t%s\t\t%s\t%s\t\t\t\t\n", fmtRatio(c.ratio()),
 			fmtRatio(ratioOf(c.ours.lat.quantile(0.50), c.peer.lat.quantile(0.50))),
 			fmtRatio(ratioOf(c.ours.lat.quantile(0.99), c.peer.lat.quantile(0.99))))
 	}
+	tw.Flush()
+}
+
+// p99Ratio is ours ÷ theirs at p99, nil when either is missing.
+func p99Ratio(c comparison) *float64 {
+	if c.ours.lat == nil || c.peer.lat == nil {
+		return nil
+	}
+	v := ratioOf(c.ours.lat.quantile(0.99), c.peer.lat.quantile(0.99))
+	return number(v, v > 0)
+}
+
+// ceilingFraction is the store's decisions/s in cl's workload ÷ cl's.
+func (r *report) ceilingFraction(cl ceiling) float64 {
+	for _, c := range r.redis {
+		if !c.bot && c.callers == cl.callers && cl.t.rate() > 0 {
+			return c.ours.rate() / cl.t.rate()
+		}
+	}
+	return 0
+}
+
+// roundsText is a tally's per-round decisions/s: median and range.
+func roundsText(t tally) string {
+	if len(t.rounds) == 0 {
+		return "-"
+	}
+	v := slices.Sorted(slices.Values(t.rounds))
+	med := v[len(v)/2]
+	if len(v)%2 == 0 {
+		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return fmt.Sprintf("%s (%s–%s)", thousands(med), thousands(v[0]), thousands(v[len(v)-1]))
+}
+
+// writeCeilings prints Redis's own ceiling for each workload's recorded
+// script calls next to the store's figure.
+func (r *report) writeCeilings(out io.Writer, notes *[]string) {
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "Redis ceiling: the store's script calls of each all-admitted workload, recorded as sent, replayed back to back")
+	fmt.Fprintf(out, "(%d pipelines of %d calls in flight, no limiter); decisions/s per round as median (range).\n", ceilingWorkers, ceilingDepth)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "callers\tcalls recorded\tkeys/call\tceiling decisions/s\tper round\tcostguard decisions/s\tper round\tfraction of ceiling\terrors")
+	for _, cl := range r.ceilings {
+		ours := tally{}
+		for _, c := range r.redis {
+			if !c.bot && c.callers == cl.callers {
+				ours = c.ours
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\n", cl.callers, cl.calls, cl.keysPerCall(),
+			thousands(cl.t.rate()), roundsText(cl.t), thousands(ours.rate()), roundsText(ours),
+			fmtRatio(r.ceilingFraction(cl)), cl.t.errors)
+		if cl.t.errors > 0 {
+			*notes = append(*notes, fmt.Sprintf("ceiling, %d callers: %d script calls failed, the first: %v", cl.callers, cl.t.errors, cl.t.firstErr))
+		}
+	}
+	tw.Flush()
+}
+
+// writeCluster prints the store on a Cluster against one server.
+func (r *report) writeCluster(out io.Writer, notes *[]string) {
+	c := r.cluster
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Redis Cluster\tcallers\tdeployment\tdecisions/s\tper round\tp50\tp99\tscripts/decision\ttrips/decision\terrors")
+	for i, t := range []tally{c.ours, c.peer} {
+		name, first, callers := c.oursName, c.workload, strconv.Itoa(c.callers)
+		if i == 1 {
+			name, first, callers = c.peerName, "", ""
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", first, callers, name, thousands(t.rate()), roundsText(t),
+			fmtLatency(t.lat.quantile(0.50)), fmtLatency(t.lat.quantile(0.99)),
+			fmtPerDecision(t.perDecision(t.scripts)), fmtPerDecision(t.perDecision(t.trips)), t.errors)
+		*notes = appendErrNote(*notes, *c, name, t)
+	}
+	fmt.Fprintf(tw, "\t\tCluster ÷ one server\t%s\t\t\t\t\t\t\n", fmtRatio(c.ratio()))
 	tw.Flush()
 }
 

@@ -91,11 +91,15 @@ func (e *env) redisWorkloads(ctx context.Context, rep *report) error {
 	peerClient, peerTrips := newCountedClient(e.addr)
 	defer oursClient.Close()
 	defer peerClient.Close()
+	rec := new(scriptRecorder)
+	oursClient.AddHook(rec)
 	ours, err := newOursRedis(oursClient, e.prefix)
 	if err != nil {
 		return err
 	}
 	peer := redis_rate.NewLimiter(peerClient)
+	replayClient := newClient(e.addr)
+	defer replayClient.Close()
 
 	// Our store prefixes keys itself; redis_rate adds "rate:" only.
 	oursKeys, peerKeys := keyNames("", e.opts.keys), keyNames(e.prefix+":", e.opts.keys)
@@ -109,11 +113,15 @@ func (e *env) redisWorkloads(ctx context.Context, rep *report) error {
 	}
 	for _, n := range callerCounts {
 		e.logf("Redis, all admitted, %d callers: %v per limiter", n, e.opts.duration)
+		rec.start() // the store's first script calls of the workload
 		t := interleave(ctx, admitted, runSpec{callers: n, timed: true}, e.opts.duration, e.opts.rounds)
+		cmds := rec.stop()
 		rep.redis = append(rep.redis, comparison{
 			workload: fmt.Sprintf("all admitted, %d keys", e.opts.keys), callers: n,
 			ours: t[0], peer: t[1], oursName: "costguard", peerName: "redis_rate",
 		})
+		e.logf("Redis ceiling: %d recorded script calls of the %d-caller workload, replayed pipelined: %v", len(cmds), n, e.opts.duration)
+		rep.ceilings = append(rep.ceilings, replayCeiling(ctx, replayClient, n, cmds, e.opts.duration, e.opts.rounds))
 	}
 
 	bot := []contender{
@@ -126,6 +134,38 @@ func (e *env) redisWorkloads(ctx context.Context, rep *report) error {
 		workload: fmt.Sprintf("scrape bot, 1 key, %d/s", botLimit.Rate), callers: maxCallers,
 		ours: t[0], peer: t[1], oursName: "costguard", peerName: "redis_rate", bot: true,
 	})
+	if e.opts.cluster {
+		return e.clusterWorkload(ctx, rep, admitted[0])
+	}
+	return nil
+}
+
+// clusterWorkload runs the store on a throwaway Cluster of clusterSize
+// masters against the same store on the single server, both all admitted
+// at maxCallers callers, interleaved.
+func (e *env) clusterWorkload(ctx context.Context, rep *report, single contender) error {
+	e.logf("starting a %d-master Cluster", clusterSize)
+	cl, err := startCluster(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rdb := cl.client()
+	defer rdb.Close()
+	trips := new(tripCounter)
+	rdb.AddHook(trips)
+	ours, err := newOursRedis(rdb, e.prefix)
+	if err != nil {
+		return err
+	}
+	cc := contender{name: "costguard", decide: storeDecide(ours, admittedLimit), keys: single.keys, rdb: rdb, trips: trips}
+	run(ctx, cc, runSpec{callers: maxCallers, d: min(300*time.Millisecond, e.opts.duration)}) // warm up
+	e.logf("Redis Cluster, all admitted, %d callers: %v per deployment", maxCallers, e.opts.duration)
+	t := interleave(ctx, []contender{cc, single}, runSpec{callers: maxCallers, timed: true}, e.opts.duration, e.opts.rounds)
+	rep.cluster = &comparison{
+		workload: fmt.Sprintf("all admitted, %d keys", e.opts.keys), callers: maxCallers,
+		ours: t[0], peer: t[1], oursName: fmt.Sprintf("costguard, %d-master Cluster", clusterSize), peerName: "costguard, one server",
+	}
 	return nil
 }
 

@@ -146,20 +146,66 @@ func (sh *shard) Clear() {
 	sh.named.Clear()
 }
 
-// entry is one key's state. a, b, c hold the BucketState (Level, Last) or
-// the WindowState (Window, Count, Prev); log holds a SlidingLog.
+// entry is one key's state, 32 bytes (a size class of its own) for the
+// bucket algorithms and FixedWindow. a and b hold the BucketState (Level,
+// Last) or the WindowState's Window and Count; ext holds what only the
+// other two algorithms need: SlidingCounter's Prev and SlidingLog's log.
 type entry struct {
-	a, b, c int64
-	log     *[]limiter.LogEntry
-	// wholeAt is when the budget is whole again (µs): from then on the
-	// entry equals a fresh key and may be dropped at no cost. It is the
-	// shard's heap order (shardmap.Table.InsertDue).
-	wholeAt int64
-	alg     limiter.Algorithm
+	a, b int64
+	// due packs when the budget is whole again (µs, in the high bits) and
+	// the algorithm (in the low algBits): from wholeAt on the entry equals
+	// a fresh key and may be dropped at no cost. wholeAt is the shard's
+	// heap order (shardmap.Table.InsertDue).
+	due int64
+	ext *extra
+}
+
+// extra is the state beyond two integers. An entry's extra is replaced,
+// never written, when Prev changes (TakeAll decides on a copy of an entry,
+// which must not touch the entry it copied); a log is written in place,
+// as TakeAll expects.
+type extra struct {
+	prev int64              // SlidingCounter's WindowState.Prev
+	log  []limiter.LogEntry // SlidingLog's log
+}
+
+// algBits is the width of due's algorithm field. wholeAt is below 2^55
+// (a time up to limiter.MaxNow plus a ResetAfter below 2^53 µs), so the
+// packed value stays positive.
+const algBits = 3
+
+// The algorithm field holds every Algorithm.
+const _ = uint(1<<algBits - 1 - limiter.SlidingCounter)
+
+func newEntry(alg limiter.Algorithm) entry { return entry{due: int64(alg)} }
+
+func (e *entry) algorithm() limiter.Algorithm { return limiter.Algorithm(e.due & (1<<algBits - 1)) }
+
+func (e *entry) setAlgorithm(alg limiter.Algorithm) {
+	e.due = e.due&^(1<<algBits-1) | int64(alg)
+}
+
+func (e *entry) wholeAt() int64 { return e.due >> algBits }
+
+func (e *entry) setWholeAt(at int64) { e.due = at<<algBits | e.due&(1<<algBits-1) }
+
+// prev is SlidingCounter's Prev.
+func (e *entry) prev() int64 {
+	if e.ext == nil {
+		return 0
+	}
+	return e.ext.prev
+}
+
+// setPrev sets SlidingCounter's Prev, replacing ext when it changes.
+func (e *entry) setPrev(v int64) {
+	if v != e.prev() {
+		e.ext = &extra{prev: v}
+	}
 }
 
 // entryWholeAt is the shard tables' due time.
-func entryWholeAt(e *entry) int64 { return e.wholeAt }
+func entryWholeAt(e *entry) int64 { return e.wholeAt() }
 
 // New validates cfg, fills in its defaults and starts the sweeper.
 func New(cfg Config) (*Store, error) {
@@ -293,10 +339,10 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 
 	e, _ := sh.Get(key)
 	var st entry
-	if e != nil && e.alg == limit.Algorithm {
+	if e != nil && e.algorithm() == limit.Algorithm {
 		st = *e
 	}
-	st.alg = limit.Algorithm
+	st.setAlgorithm(limit.Algorithm)
 	var err error
 	*d, err = transition(&st, *limit, now, n, isRefund)
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsCapacity) {
@@ -309,10 +355,10 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 		}
 		return err
 	}
-	st.wholeAt = st.since(*limit, now) + d.ResetAfter.Microseconds()
+	st.setWholeAt(st.since(*limit, now) + d.ResetAfter.Microseconds())
 	if e != nil {
-		if st.wholeAt < e.wholeAt {
-			sh.Sooner(key, st.wholeAt, entryWholeAt)
+		if st.wholeAt() < e.wholeAt() {
+			sh.Sooner(key, st.wholeAt(), entryWholeAt)
 		}
 		*e = st
 		return err
@@ -334,7 +380,7 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 // another but locked after it finds Last ahead of now.
 func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, now, n int64, isRefund bool) bool {
 	e, _ := sh.Get(key)
-	if e != nil && e.alg == bp.limit.Algorithm {
+	if e != nil && e.algorithm() == bp.limit.Algorithm {
 		bp.step(d, e, now, n, isRefund)
 		if d.ResetAfter <= 0 {
 			// The budget is whole: a fresh key says the same, so hold nothing.
@@ -342,16 +388,16 @@ func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, 
 			return true
 		}
 		// A Take only moves wholeAt later; a refund moves it earlier.
-		if w := e.b + d.ResetAfter.Microseconds(); w >= e.wholeAt {
-			e.wholeAt = w
+		if w := e.b + d.ResetAfter.Microseconds(); w >= e.wholeAt() {
+			e.setWholeAt(w)
 		} else {
-			e.wholeAt = w
+			e.setWholeAt(w)
 			sh.Sooner(key, w, entryWholeAt)
 		}
 		return true
 	}
 	// A new key, or one that held another algorithm's state.
-	fresh := entry{alg: bp.limit.Algorithm}
+	fresh := newEntry(bp.limit.Algorithm)
 	bp.step(d, &fresh, now, n, isRefund)
 	switch {
 	case d.ResetAfter <= 0:
@@ -359,13 +405,13 @@ func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, 
 			sh.Delete(key)
 		}
 	case e != nil:
-		fresh.wholeAt = fresh.b + d.ResetAfter.Microseconds()
-		if fresh.wholeAt < e.wholeAt {
-			sh.Sooner(key, fresh.wholeAt, entryWholeAt)
+		fresh.setWholeAt(fresh.b + d.ResetAfter.Microseconds())
+		if fresh.wholeAt() < e.wholeAt() {
+			sh.Sooner(key, fresh.wholeAt(), entryWholeAt)
 		}
 		*e = fresh
 	default:
-		fresh.wholeAt = fresh.b + d.ResetAfter.Microseconds()
+		fresh.setWholeAt(fresh.b + d.ResetAfter.Microseconds())
 		if !sh.insert(key, &fresh, now) {
 			*d = limiter.Decision{}
 			return false
@@ -397,14 +443,14 @@ func (st *entry) since(limit limiter.Limit, now int64) int64 {
 	case a == limiter.FixedWindow, a == limiter.SlidingCounter:
 		return max(now, st.a*int64(limit.Period/time.Microsecond)) // the window's start
 	case a == limiter.SlidingLog:
-		if st.log != nil && len(*st.log) > 0 {
-			return max(now, (*st.log)[len(*st.log)-1].At) // the newest entry
+		if st.ext != nil && len(st.ext.log) > 0 {
+			return max(now, st.ext.log[len(st.ext.log)-1].At) // the newest entry
 		}
 	}
 	return now
 }
 
-// transition runs the pure limiter function for st.alg on st in place.
+// transition runs the pure limiter function for st.algorithm() on st in place.
 func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (limiter.Decision, error) {
 	var (
 		d   limiter.Decision
@@ -420,7 +466,7 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 		}
 		st.a, st.b = b.Level, b.Last
 	case a == limiter.FixedWindow, a == limiter.SlidingCounter:
-		w := limiter.WindowState{Window: st.a, Count: st.b, Prev: st.c}
+		w := limiter.WindowState{Window: st.a, Count: st.b, Prev: st.prev()}
 		switch {
 		case limit.Algorithm == limiter.FixedWindow && isRefund:
 			w, d, err = limiter.RefundFixedWindow(limit, w, now, n)
@@ -431,11 +477,12 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 		default:
 			w, d, err = limiter.TakeSlidingCounter(limit, w, now, n)
 		}
-		st.a, st.b, st.c = w.Window, w.Count, w.Prev
+		st.a, st.b = w.Window, w.Count
+		st.setPrev(w.Prev)
 	case a == limiter.SlidingLog:
 		var log []limiter.LogEntry
-		if st.log != nil {
-			log = *st.log
+		if st.ext != nil {
+			log = st.ext.log
 		}
 		if isRefund {
 			log, d, err = limiter.RefundSlidingLog(limit, log, now, n)
@@ -443,10 +490,10 @@ func transition(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (li
 			log, d, err = limiter.TakeSlidingLog(limit, log, now, n)
 		}
 		switch {
-		case st.log != nil:
-			*st.log = log
+		case st.ext != nil:
+			st.ext.log = log
 		case len(log) > 0:
-			st.log = &log
+			st.ext = &extra{log: log}
 		}
 	default:
 		return limiter.Decision{}, limit.Validate() // reports the unknown algorithm

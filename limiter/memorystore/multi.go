@@ -106,10 +106,10 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 		}
 		r := &reqs[i]
 		if r.Limit.Algorithm == limiter.SlidingLog {
-			p.st = entry{alg: limiter.SlidingLog}
+			p.st = newEntry(limiter.SlidingLog)
 			transition(&p.st, r.Limit, now, r.Cost, false) // a fresh log: fits, as decided
 		}
-		p.st.wholeAt = p.st.since(r.Limit, now) + ds[i].ResetAfter.Microseconds()
+		p.st.setWholeAt(p.st.since(r.Limit, now) + ds[i].ResetAfter.Microseconds())
 		if !p.sh.insertBudget(r, &p.st, now) {
 			for j := range i { // take back the budgets stored so far
 				if q := &pend[j]; q.held == nil && ds[j].ResetAfter > 0 {
@@ -128,8 +128,8 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 		r := &reqs[i]
 		if r.Limit.Algorithm == limiter.SlidingLog {
 			p.st = *p.held
-			if p.st.alg != limiter.SlidingLog {
-				p.st = entry{alg: limiter.SlidingLog}
+			if p.st.algorithm() != limiter.SlidingLog {
+				p.st = newEntry(limiter.SlidingLog)
 			}
 			transition(&p.st, r.Limit, now, r.Cost, false) // fits, as decided
 		}
@@ -137,9 +137,9 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 			p.sh.del(r) // whole: a fresh key says the same
 			continue
 		}
-		p.st.wholeAt = p.st.since(r.Limit, now) + ds[i].ResetAfter.Microseconds()
-		if p.st.wholeAt < p.held.wholeAt {
-			p.sh.sooner(r, p.st.wholeAt)
+		p.st.setWholeAt(p.st.since(r.Limit, now) + ds[i].ResetAfter.Microseconds())
+		if p.st.wholeAt() < p.held.wholeAt() {
+			p.sh.sooner(r, p.st.wholeAt())
 		}
 		*p.held = p.st
 	}
@@ -152,14 +152,14 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 // writes in place (a copy would cost as much as the log).
 func (s *Store) decide(p *pending, r *limiter.Request, now int64, d *limiter.Decision) (bool, error) {
 	var st entry
-	if p.held != nil && p.held.alg == r.Limit.Algorithm {
+	if p.held != nil && p.held.algorithm() == r.Limit.Algorithm {
 		st = *p.held
 	}
-	st.alg = r.Limit.Algorithm
-	if st.alg == limiter.SlidingLog {
+	st.setAlgorithm(r.Limit.Algorithm)
+	if st.algorithm() == limiter.SlidingLog {
 		var log []limiter.LogEntry
-		if st.log != nil {
-			log = *st.log
+		if st.ext != nil {
+			log = st.ext.log
 		}
 		// A peek, and a refusal, only read the log (TakeSlidingLog
 		// reslices it); an admission would write it.

@@ -49,10 +49,10 @@ func (s *Store) refundNamed(r *limiter.Request) (limiter.Decision, error) {
 	defer sh.Unlock()
 	e := sh.get(r)
 	var st entry
-	if e != nil && e.alg == r.Limit.Algorithm {
+	if e != nil && e.algorithm() == r.Limit.Algorithm {
 		st = *e
 	}
-	st.alg = r.Limit.Algorithm
+	st.setAlgorithm(r.Limit.Algorithm)
 	d, err := transition(&st, r.Limit, now, r.Cost, true)
 	if err != nil || e == nil {
 		return d, err
@@ -61,9 +61,9 @@ func (s *Store) refundNamed(r *limiter.Request) (limiter.Decision, error) {
 		sh.del(r) // whole: a fresh budget says the same
 		return d, nil
 	}
-	st.wholeAt = st.since(r.Limit, now) + d.ResetAfter.Microseconds()
-	if st.wholeAt < e.wholeAt {
-		sh.sooner(r, st.wholeAt)
+	st.setWholeAt(st.since(r.Limit, now) + d.ResetAfter.Microseconds())
+	if st.wholeAt() < e.wholeAt() {
+		sh.sooner(r, st.wholeAt())
 	}
 	*e = st
 	return d, nil

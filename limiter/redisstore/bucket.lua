@@ -2,8 +2,13 @@
 -- mirror of limiter.TakeBucket and limiter.RefundBucket. It defines decide,
 -- called by batch.lua for each of its keys.
 --
--- key      the bucket, a HASH: l = level in units of 1/p token (0 = full
---          token bucket, empty leaky bucket), t = time of l in µs.
+-- key      the bucket, a string of two little-endian signed integers
+--          (struct.pack): the level in units of 1/p token (0 = full token
+--          bucket, empty leaky bucket), then the time of the level in µs.
+--          12 bytes ('<i5i7') when the level is below 2^39, else 16
+--          ('<i8i8'). A key written by an earlier version, a HASH of
+--          l (level) and t (time), is read as well and rewritten as a
+--          string, so an upgrade keeps every budget.
 -- now      µs since the Unix epoch, already clamped (see batch.lua).
 -- alg      the limiter.Algorithm value: SHAPING (LeakyBucketShaping)
 --          reports the departure delay.
@@ -22,21 +27,48 @@
 -- admissions report a delay.
 local SHAPING = 2
 
+-- The key's value: level, then time, every value below 2^53 (so the
+-- doubles struct.unpack returns are exact). A time fits 7 bytes until
+-- limiter.MaxNow; a level below SHORT_LEVEL fits 5, and Redis then keeps
+-- the value in a 32-byte allocation instead of a 48-byte one.
+local SHORT, SHORT_SIZE, SHORT_LEVEL = '<i5i7', 12, 549755813888 -- 2^39
+local LONG, LONG_SIZE = '<i8i8', 16
+
 local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
-  local st = redis.pcall('HMGET', key, 'l', 't')
-  if st.err then
-    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, st.err, 0, 0, 0, 0
-    return
+  local level, last = 0, 0
+  local v = redis.pcall('GET', key)
+  if v then
+    local bad
+    if type(v) == 'string' then
+      if #v == SHORT_SIZE then
+        level, last = struct.unpack(SHORT, v)
+      elseif #v == LONG_SIZE then
+        level, last = struct.unpack(LONG, v)
+      else
+        bad = 'WRONGTYPE costguard: a bucket key holds 12 or 16 bytes; this one holds ' .. #v
+      end
+    else -- not a string: the HASH of an earlier version, or another type
+      local st = redis.pcall('HMGET', key, 'l', 't')
+      if st.err then
+        bad = st.err
+      else
+        level, last = tonumber(st[1]) or 0, tonumber(st[2]) or 0
+      end
+    end
+    if bad then
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, bad, 0, 0, 0, 0
+      return
+    end
   end
   local capacity = burst * p
-  local level = tonumber(st[1]) or 0
   if level < 0 then level = 0 elseif level > capacity then level = capacity end
-  local last = tonumber(st[2]) or 0
   if last < 0 then last = 0 elseif last > MAX_NOW then last = MAX_NOW end
   if now > last then
     -- elapsed × r is formed only when it is below level, so below 2^53.
+    -- r is 1 whenever Rate divides Period in µs (1000/s, 100/min): then
+    -- each ⌈x / r⌉ below is x, without a call.
     local elapsed = now - last
-    if elapsed >= cdiv(level, r) then
+    if elapsed >= (r == 1 and level or cdiv(level, r)) then
       level = 0
     else
       level = level - elapsed * r
@@ -68,9 +100,21 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
     end
   end
 
-  local reset = cdiv(level, r)
+  local reset = r == 1 and level or cdiv(level, r)
   if op ~= DRY then
-    persist(key, reset, margin, 'l', level, 't', last)
+    -- As persist (common.lua) does, with the state as one string: SET
+    -- replaces a HASH of an earlier version, and sets the expiry too.
+    if reset <= 0 then
+      redis.call('DEL', key)
+    else
+      local state
+      if level < SHORT_LEVEL then
+        state = struct.pack(SHORT, level, last)
+      else
+        state = struct.pack(LONG, level, last)
+      end
+      redis.call('SET', key, state, 'PX', fmt('%d', cdiv(reset, 1000) + margin))
+    end
   end
   out[at + 1], out[at + 2], out[at + 3] = status, allowed, idiv(capacity - level, p)
   out[at + 4], out[at + 5], out[at + 6] = retry, reset, delay
