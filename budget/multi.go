@@ -74,8 +74,21 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 	if r.quota != nil {
 		n++
 	}
-	for _, c := range req.Fields {
-		if fl := pol.fields[c.Coordinate]; fl != nil && c.Count > 0 {
+	// Each field's limit, looked up once for the first few fields (a
+	// request selecting more looks the rest up again below).
+	var limits [8]*FieldRule
+	limitOf := func(i int) *FieldRule {
+		if i < len(limits) {
+			return limits[i]
+		}
+		return pol.fields[req.Fields[i].Coordinate]
+	}
+	for i, c := range req.Fields {
+		fl := pol.fields[c.Coordinate]
+		if i < len(limits) {
+			limits[i] = fl
+		}
+		if fl != nil && c.Count > 0 {
 			n += countsOf(fl.By, key, addr)
 		}
 	}
@@ -100,8 +113,8 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 		if byAddr {
 			k = addr
 		}
-		for _, c := range req.Fields {
-			fl := pol.fields[c.Coordinate]
+		for i, c := range req.Fields {
+			fl := limitOf(i)
 			if fl == nil || c.Count <= 0 || !countsIn(fl.By, byAddr, key, addr) {
 				continue
 			}
@@ -397,10 +410,14 @@ func (e *Engine) refundQuota(ctx context.Context, r *Rule, o *Outcome, amount in
 	if len(g.reqs) < 2 || g.reqs[1].Name != quotaBudget {
 		return
 	}
-	req := g.reqs[1]
-	req.Cost = amount
-	ds := make([]limiter.Decision, 1)
-	if err := e.stores.RefundAll(ctx, g.from, []limiter.Request{req}, ds); err != nil {
+	one := new(struct { // the request and its decision in one allocation
+		req [1]limiter.Request
+		ds  [1]limiter.Decision
+	})
+	one.req[0] = g.reqs[1]
+	one.req[0].Cost = amount
+	ds := one.ds[:]
+	if err := e.stores.RefundAll(ctx, g.from, one.req[:], ds); err != nil {
 		if !errors.Is(err, guard.ErrBreakerOpen) {
 			e.refundFailed(ctx, r, err)
 		}

@@ -360,6 +360,9 @@ func forwardedFor(values []string) []string {
 
 // parseHostAddr parses "ip", "ip:port", "[ipv6]" or "[ipv6]:port".
 func parseHostAddr(s string) netip.Addr {
+	if a, ok := parseIPv4Port(s); ok {
+		return a // the common case, a request's RemoteAddr, without netip's general parser
+	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		return ap.Addr().Unmap()
 	}
@@ -368,4 +371,51 @@ func parseHostAddr(s string) netip.Addr {
 		return a.Unmap()
 	}
 	return netip.Addr{}
+}
+
+// parseIPv4Port parses "a.b.c.d" or "a.b.c.d:port" in the form netip
+// accepts (four decimal fields of at most 255 without leading zeros, a
+// port of decimal digits up to 65535). It reports false for anything else,
+// valid or not, which parseHostAddr then parses in full.
+func parseIPv4Port(s string) (netip.Addr, bool) {
+	var ip [4]byte
+	i := 0
+	for f := range 4 {
+		if f > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return netip.Addr{}, false
+			}
+			i++
+		}
+		start, v := i, 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 3 {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		if n := i - start; n == 0 || v > 255 || (n > 1 && s[start] == '0') {
+			return netip.Addr{}, false
+		}
+		ip[f] = byte(v)
+	}
+	if i < len(s) {
+		if s[i] != ':' {
+			return netip.Addr{}, false
+		}
+		i++
+		port := s[i:]
+		if len(port) == 0 || len(port) > 5 {
+			return netip.Addr{}, false
+		}
+		v := 0
+		for j := 0; j < len(port); j++ {
+			if port[j] < '0' || port[j] > '9' {
+				return netip.Addr{}, false
+			}
+			v = v*10 + int(port[j]-'0')
+		}
+		if v > 65535 {
+			return netip.Addr{}, false
+		}
+	}
+	return netip.AddrFrom4(ip), true
 }

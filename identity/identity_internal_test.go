@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -143,4 +144,44 @@ func TestStaticKeysHoldNoKey(t *testing.T) {
 	if p, plan, err := s.LookupAPIKey(context.Background(), "plaintext-key"); err != nil || p != "p" || plan != "free" {
 		t.Errorf("lookup: %q %q %v", p, plan, err)
 	}
+}
+
+// parseHostAddrNetip is parseHostAddr without its IPv4 fast path: netip's
+// parsers alone.
+func parseHostAddrNetip(s string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap()
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+var hostAddrCases = []string{
+	"192.0.2.1:1234", "192.0.2.1", "0.0.0.0:0", "255.255.255.255:65535", "255.255.255.255:65536",
+	"256.0.0.1:80", "01.2.3.4:80", "1.2.3.04", "1.2.3.4:", "1.2.3.4:0080", "1.2.3.4:000080", "1.2.3.4:8a",
+	"1.2.3:80", "1.2.3.4.5", "1.2.3.4:80:90", "[1.2.3.4]:80", "[::1]:80", "::ffff:1.2.3.4", "[::ffff:1.2.3.4]:80",
+	"", ":80", "1..2.3", "1.2.3.4 ", " 1.2.3.4", "1.2.3.4:+80", "1.2.3.4:-1", "1234.2.3.4", "1.2.3.4%eth0",
+	"2001:db8::1", "[2001:db8::1]", "fe80::1%eth0", "unix", "@",
+}
+
+func TestParseHostAddrFastPathAgreesWithNetip(t *testing.T) {
+	for _, s := range hostAddrCases {
+		if got, want := parseHostAddr(s), parseHostAddrNetip(s); got != want {
+			t.Errorf("parseHostAddr(%q) = %v, netip parses %v", s, got, want)
+		}
+	}
+}
+
+func FuzzParseHostAddr(f *testing.F) {
+	for _, s := range hostAddrCases {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := parseHostAddr(s), parseHostAddrNetip(s); got != want {
+			t.Errorf("parseHostAddr(%q) = %v, netip parses %v", s, got, want)
+		}
+	})
 }

@@ -87,10 +87,10 @@ func (s *requestState) readCostHeader(h http.Header) *refusal {
 
 // validateResponse answers an operation sent with "GraphQL-Cost: validate"
 // in its stead: the price and the bucket as the peek found it, no data.
-// It returns nil for any other operation, which runs.
-func (e *Extension) validateResponse(ctx context.Context) *graphql.Response {
-	st, ok := stateOf(ctx)
-	if !ok || st.ask.mode != modeValidate {
+// It returns nil for any other operation, which runs. st is the request's
+// state (stateOf).
+func (e *Extension) validateResponse(ctx context.Context, st *requestState) *graphql.Response {
+	if st.ask.mode != modeValidate {
 		return nil
 	}
 	st.settle(ctx, e.l)
@@ -114,7 +114,7 @@ func (e *Extension) InterceptOperation(ctx context.Context, next graphql.Operati
 			return refused
 		}
 	}
-	if resp := e.validateResponse(ctx); resp != nil {
+	if resp := e.validateResponse(ctx, st); resp != nil {
 		return graphql.OneShot(resp)
 	}
 	if st.sub.charging() {

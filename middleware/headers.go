@@ -54,17 +54,19 @@ var (
 const budgetHeaderBytes = 128
 
 // setBudgetHeaders writes the rate-limit headers for decision d on plan p,
-// as of now. Every response of a limited route carries them, so they are
+// as of now: RateLimit-Policy is policies, RateLimit reports rl, the
+// decision of the budget quoted as name (the bucket's d, or a limit closer
+// to empty). Every response of a limited route carries them, so they are
 // built with two allocations: one string holding every value but the
 // precomputed ones, and one array of the header values.
-func setBudgetHeaders(h http.Header, p *plan, d limiter.Decision, now time.Time) {
+func setBudgetHeaders(h http.Header, p *plan, d limiter.Decision, now time.Time, policies, name string, rl limiter.Decision) {
 	remaining := max(d.Remaining, 0)
 	var buf [budgetHeaderBytes]byte
-	b := append(buf[:0], p.quotedName...)
+	b := append(buf[:0], name...)
 	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, remaining, 10)
+	b = strconv.AppendInt(b, max(rl.Remaining, 0), 10)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, seconds.Ceil(d.ResetAfter), 10)
+	b = strconv.AppendInt(b, seconds.Ceil(rl.ResetAfter), 10)
 	rateLimit := len(b)
 	b = strconv.AppendInt(b, remaining, 10)
 	left := len(b)
@@ -73,7 +75,7 @@ func setBudgetHeaders(h http.Header, p *plan, d limiter.Decision, now time.Time)
 	b = strconv.AppendInt(b, unixCeil(now, d.ResetAfter), 10)
 	text := string(b)
 	vals := make([]string, len(budgetHeaderKeys))
-	vals[0] = p.policyHeader
+	vals[0] = policies
 	vals[1] = text[:rateLimit]
 	vals[2] = p.burstText
 	vals[3] = text[rateLimit:left]

@@ -73,9 +73,21 @@ func (s *settings) headersOf(p *plan, u *budget.Use) limitHeaders {
 // listing every policy that applied and RateLimit reporting the one
 // closest to refusing (the least remaining share of its quota).
 func (s *settings) setOutcomeHeaders(h http.Header, p *plan, o *budget.Outcome, now time.Time) {
-	setBudgetHeaders(h, p, o.Decision, now)
 	if len(o.Limits) == 0 {
+		setBudgetHeaders(h, p, o.Decision, now, p.policyHeader, p.quotedName, o.Decision)
 		return
+	}
+	// Each limit's names, looked up once (at most four budgets are decided
+	// together; more are looked up again).
+	var known [4]limitHeaders
+	headers := func(i int) limitHeaders {
+		if i < len(known) {
+			return known[i]
+		}
+		return s.headersOf(p, &o.Limits[i])
+	}
+	for i := range min(len(o.Limits), len(known)) {
+		known[i] = s.headersOf(p, &o.Limits[i])
 	}
 	policies := p.policyHeader
 	if len(o.Limits) == 1 && o.Limits[0].Quota != nil {
@@ -84,7 +96,7 @@ func (s *settings) setOutcomeHeaders(h http.Header, p *plan, o *budget.Outcome, 
 		size := len(p.policyHeader)
 		for i := range o.Limits {
 			if listed(o.Limits, i) {
-				size += len(", ") + len(s.headersOf(p, &o.Limits[i]).policy)
+				size += len(", ") + len(headers(i).policy)
 			}
 		}
 		var b strings.Builder
@@ -93,32 +105,25 @@ func (s *settings) setOutcomeHeaders(h http.Header, p *plan, o *budget.Outcome, 
 		for i := range o.Limits {
 			if listed(o.Limits, i) {
 				b.WriteString(", ")
-				b.WriteString(s.headersOf(p, &o.Limits[i]).policy)
+				b.WriteString(headers(i).policy)
 			}
 		}
 		policies = b.String()
 	}
-	h[keyRateLimitPolicy][0] = policies // setBudgetHeaders made the slice
+	// RateLimit reports the bucket unless another budget is closer to
+	// empty, in its share of its capacity.
 	share := float64(max(o.Decision.Remaining, 0)) / float64(p.Burst)
-	var closest *budget.Use
+	name, d := p.quotedName, o.Decision
 	for i := range o.Limits {
 		u := &o.Limits[i]
 		if u.Decision.Limit == 0 {
 			continue // not read (see budget's decideGroup)
 		}
 		if sh := float64(max(u.Decision.Remaining, 0)) / float64(u.Capacity); sh < share {
-			share, closest = sh, u
+			share, name, d = sh, headers(i).quoted, u.Decision
 		}
 	}
-	if closest != nil {
-		var buf [budgetHeaderBytes]byte
-		b := append(buf[:0], s.headersOf(p, closest).quoted...)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, max(closest.Decision.Remaining, 0), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, seconds.Ceil(closest.Decision.ResetAfter), 10)
-		h[keyRateLimit][0] = string(b)
-	}
+	setBudgetHeaders(h, p, o.Decision, now, policies, name, d)
 }
 
 // listed reports whether uses[i] gets its own RateLimit-Policy item: the

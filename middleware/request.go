@@ -205,8 +205,16 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		}
 		canonical, at := "", 0
 		for i, want := range requestMembers {
-			if bytes.EqualFold(name, requestMemberBytes[i]) {
+			if string(name) == want { // the usual spelling, without folding case
 				canonical, at = want, i
+				break
+			}
+		}
+		if canonical == "" {
+			for i, want := range requestMembers {
+				if bytes.EqualFold(name, requestMemberBytes[i]) {
+					canonical, at = want, i
+				}
 			}
 		}
 		if canonical == "" {

@@ -50,17 +50,21 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 		return fmt.Errorf("memorystore: %w", err)
 	}
 	var (
-		idxBuf  [multiInline]int
-		pendBuf [multiInline]pending
+		idxBuf   [multiInline]int
+		shardBuf [multiInline]int
+		pendBuf  [multiInline]pending
 	)
 	idx := idxBuf[:0]
+	shardOf := shardBuf[:0] // each request's shard, hashed once
 	pend := pendBuf[:0]
 	if len(reqs) > multiInline {
 		idx = make([]int, 0, len(reqs))
+		shardOf = make([]int, 0, len(reqs))
 		pend = make([]pending, 0, len(reqs))
 	}
 	for i := range reqs {
-		idx = insertSorted(idx, s.shards.Index(reqs[i].Key))
+		shardOf = append(shardOf, s.shards.Index(reqs[i].Key))
+		idx = insertSorted(idx, shardOf[i])
 	}
 	now := s.now() // read before locking, as apply does
 	for _, i := range idx {
@@ -76,7 +80,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 	var firstErr error
 	for i := range reqs {
 		r := &reqs[i]
-		pend = append(pend, pending{sh: s.shards.Shard(r.Key)})
+		pend = append(pend, pending{sh: s.shards.At(shardOf[i])})
 		p := &pend[i]
 		p.held = p.sh.get(r)
 		fits, err := s.decide(p, r, now, &ds[i])
