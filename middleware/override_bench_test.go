@@ -3,8 +3,6 @@ package middleware_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -54,17 +52,7 @@ func BenchmarkOverrideLookup(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			api := lim.REST(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-			r := httptest.NewRequest(http.MethodGet, "/api/users/octocat", nil)
-			r.Header.Set("Authorization", "Bearer alice-key")
-			b.ReportAllocs()
-			for b.Loop() {
-				w := httptest.NewRecorder()
-				api.ServeHTTP(w, r)
-				if w.Code != http.StatusOK {
-					b.Fatal(w.Code)
-				}
-			}
+			benchREST(b, lim, "alice-key")
 		})
 	}
 }

@@ -1,8 +1,6 @@
 package middleware_test
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -30,16 +28,7 @@ func BenchmarkRESTOverload(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer lim.Close()
-	h := lim.REST(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	r := httptest.NewRequest("GET", "/api/users/octocat", nil)
-	b.ReportAllocs()
-	for b.Loop() {
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			b.Fatal(w.Code)
-		}
-	}
+	benchREST(b, lim, "")
 	if ld, _ := lim.Load(); ld.InFlight != 0 || ld.Lanes[1].InFlight != 0 {
 		b.Fatalf("slots left held: %+v", ld)
 	}
