@@ -1,17 +1,7 @@
--- purge.lua removes the overrides whose until has passed.
+-- purge.lua removes the overrides whose until has passed (expire.lua
+-- before it defines purge and the KEYS).
 --
--- KEYS[1]  the overrides, a HASH: principal key -> the override's JSON
--- KEYS[2]  their expiry, a ZSET: principal key -> until, in ms since the epoch
--- KEYS[3]  the version, an integer INCRed on every change
 -- ARGV[1]  now in ms since the epoch (the caller's clock judges expiry)
 --
 -- Returns how many were removed.
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
-for _, k in ipairs(expired) do
-  redis.call('HDEL', KEYS[1], k)
-  redis.call('ZREM', KEYS[2], k)
-end
-if #expired > 0 then
-  redis.call('INCR', KEYS[3])
-end
-return #expired
+return purge(ARGV[1])

@@ -1,4 +1,5 @@
--- put.lua sets one principal's override, after removing the expired ones.
+-- put.lua sets one principal's override, after removing the expired ones
+-- (expire.lua before it defines purge).
 --
 -- KEYS[1]  the overrides, a HASH: principal key -> the override's JSON
 -- KEYS[2]  their expiry, a ZSET: principal key -> until, in ms since the epoch
@@ -12,14 +13,7 @@
 --
 -- Returns the new version, or -1 when the hash is full and the principal
 -- has no override.
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
-for _, k in ipairs(expired) do
-  redis.call('HDEL', KEYS[1], k)
-  redis.call('ZREM', KEYS[2], k)
-end
-if #expired > 0 then
-  redis.call('INCR', KEYS[3])
-end
+purge(ARGV[4])
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then
   return -1
 end

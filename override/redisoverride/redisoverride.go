@@ -38,10 +38,12 @@ var (
 	purgeLua string
 	//go:embed load.lua
 	loadLua string
+	//go:embed expire.lua
+	expireLua string // purge, shared by put and purge
 
-	putScript    = redis.NewScript(putLua)
+	putScript    = redis.NewScript(expireLua + putLua)
 	deleteScript = redis.NewScript(deleteLua)
-	purgeScript  = redis.NewScript(purgeLua)
+	purgeScript  = redis.NewScript(expireLua + purgeLua)
 	loadScript   = redis.NewScript(loadLua)
 )
 
