@@ -265,55 +265,30 @@ func (t *Tracker) Top(now time.Time, plan, window string, limit int) (Report, er
 	if p == nil || limit < 1 {
 		return rep, nil
 	}
-	type acc struct {
-		est, err int64
-		held     int64 // the floors of the slots that hold it
-	}
+	// Each live slot is a report of its own, its floor the most a
+	// principal it holds no counter for can have spent in it: merging
+	// them is Merge's job.
 	at := now.UnixNano()
 	p.mu.Lock()
 	r := &p.rings[wi]
 	cur := floorDiv(at, r.slot)
-	var live []*spacesaving.Summary[struct{}]
+	var slots []Report
 	for i := range r.slots {
 		s := &r.slots[i]
-		if s.sum != nil && s.index > cur-int64(len(r.slots)) && s.index <= cur {
-			live = append(live, s.sum)
+		if s.sum == nil || s.index <= cur-int64(len(r.slots)) || s.index > cur {
+			continue
 		}
-	}
-	merged := map[string]*acc{}
-	var floors int64
-	for _, s := range live {
-		rep.Total = spacesaving.SaturatingAdd(rep.Total, s.Total())
-		floors = spacesaving.SaturatingAdd(floors, s.Floor())
-		for _, c := range s.Counters() {
-			a := merged[c.Key]
-			if a == nil {
-				a = &acc{}
-				merged[c.Key] = a
-			}
-			a.est = spacesaving.SaturatingAdd(a.est, c.Estimate)
-			a.err = spacesaving.SaturatingAdd(a.err, c.Err)
-			a.held = spacesaving.SaturatingAdd(a.held, s.Floor())
+		counters := s.sum.Counters()
+		sr := Report{Total: s.sum.Total(), Cut: s.sum.Floor(), Spenders: make([]Spender, len(counters))}
+		for j, c := range counters {
+			sr.Spenders[j] = Spender{Principal: c.Key, Points: c.Estimate, Error: c.Err}
 		}
+		slots = append(slots, sr)
 	}
 	p.mu.Unlock()
-	rep.Bound = floors
-	for item, a := range merged {
-		// The slots without a counter for item add at most their floors.
-		absent := floors - a.held
-		rep.Spenders = append(rep.Spenders, Spender{
-			Principal: item,
-			Points:    spacesaving.SaturatingAdd(a.est, absent),
-			Error:     spacesaving.SaturatingAdd(a.err, absent),
-		})
-	}
-	sortSpenders(rep.Spenders)
-	rep.Cut = rep.Bound
-	if len(rep.Spenders) > limit {
-		rep.Cut = max(rep.Bound, rep.Spenders[limit].Points)
-		rep.Spenders = rep.Spenders[:limit]
-	}
-	return rep, nil
+	merged := Merge(limit, slots...)
+	merged.Plan, merged.Window = plan, window
+	return merged, nil
 }
 
 // Merge combines the reports of one plan and window from several
