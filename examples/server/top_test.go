@@ -162,14 +162,7 @@ func TestAdminPrincipalTimeline(t *testing.T) {
 			Outcome   string `json:"outcome"`
 		} `json:"recent"`
 	}
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(srv.admin + "/admin/principals/alice")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&state) == nil && len(state.Recent) == 1
-	}, 5*time.Second, 10*time.Millisecond)
+	awaitAdminJSON(t, srv.admin+"/admin/principals/alice", &state, func() bool { return len(state.Recent) == 1 })
 	assert.Equal(t, "user:alice", state.Principal)
 	assert.Equal(t, "free", state.Plan)
 	r := state.Recent[0]
@@ -179,6 +172,20 @@ func TestAdminPrincipalTimeline(t *testing.T) {
 	assert.True(t, r.HasActual)
 	assert.Less(t, r.Actual, r.Requested)
 	assert.Equal(t, "admitted", r.Outcome)
+}
+
+// awaitAdminJSON reads url's JSON into v until done holds of it (the
+// observers feed the admin routes after each response), for 5 s at most.
+func awaitAdminJSON(t *testing.T, url string, v any, done func() bool) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(v) == nil && done()
+	}, 5*time.Second, 10*time.Millisecond, "%s: %+v", url, v)
 }
 
 // GET /admin/operations reports what each named operation cost.
@@ -203,14 +210,7 @@ func TestAdminOperations(t *testing.T) {
 			ActualPoints    int64  `json:"actual_points"`
 		} `json:"operations"`
 	}
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(srv.admin + "/admin/operations")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&rep) == nil && len(rep.Operations) == 2 && rep.Operations[0].Runs == 2
-	}, 5*time.Second, 10*time.Millisecond, "%+v", rep)
+	awaitAdminJSON(t, srv.admin+"/admin/operations", &rep, func() bool { return len(rep.Operations) == 2 && rep.Operations[0].Runs == 2 })
 	assert.Equal(t, "Repos", rep.Operations[0].Operation)
 	assert.Equal(t, int64(22), rep.Operations[0].RequestedPoints)
 	assert.Less(t, rep.Operations[0].ActualPoints, int64(22))
