@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vektah/gqlparser/v2/ast"
@@ -69,6 +70,10 @@ type lane struct {
 	// dry is the lane a dry run of this lane takes: itself, or a copy at
 	// normal priority without a queue when it is above normal or queues.
 	dry *lane
+	// inFlight counts the lane's requests admitted and not yet answered,
+	// its dry copy's included; Reload hands it on to the lane of the same
+	// name (carryLaneCounts).
+	inFlight *atomic.Int64
 }
 
 // budgetRule is the lane's budget, nil for no lane or none.
@@ -112,7 +117,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 		if l.Match.Authenticated && l.Match.Anonymous {
 			return keyed(fmt.Errorf("%w: %s: a match cannot ask for both authenticated and anonymous requests", ErrInvalidConfig, where), "lanes", strconv.Itoa(i), "match")
 		}
-		ln := &lane{Lane: l, index: i}
+		ln := &lane{Lane: l, index: i, inFlight: new(atomic.Int64)}
 		ln.dry = ln
 		if below(overload.Normal, l.Priority) || l.Queue > 0 {
 			// A dry run of this lane: the same lane at most at normal

@@ -372,9 +372,12 @@ type Limiter struct {
 	maxUpload int64 // MaxUploadBytes
 	observer  Observer
 	shed      *overload.Shedder // nil: nothing is shed
-	// lanesInFlight counts the requests in flight per lane name
-	// (*atomic.Int64), for Load.
-	lanesInFlight sync.Map
+	// noLaneInFlight counts the requests in flight that no lane took (each
+	// lane counts its own: lane.inFlight), for Load.
+	noLaneInFlight atomic.Int64
+	// reloadMu makes Reloads one at a time: each carries the lane counts
+	// of the settings it replaces, and installs settings and policy as one.
+	reloadMu sync.Mutex
 	challenger    challenge.Challenger
 	subs          subscriptionSlots   // the subscriptions open, by principal
 	bodies        *semaphore.Weighted // the large GraphQL bodies in flight, in bytes

@@ -43,6 +43,9 @@ func (l *Limiter) Reload(cfg Config) error {
 		return err
 	}
 	s.overrides = l.overrides
+	l.reloadMu.Lock()
+	defer l.reloadMu.Unlock()
+	carryLaneCounts(l.settings.Load(), s)
 	l.settings.Store(s)
 	err = l.engine.Swap(s.pol) // checked above; it cannot fail
 	l.prepare(s)               // the trusted documents' plans, compiled now rather than by a request

@@ -66,21 +66,32 @@ func (l *Limiter) admit(ctx context.Context, r *http.Request, id identity.Identi
 	if err != nil {
 		return admission{}, false
 	}
-	c := l.laneInFlight(ln.name())
+	c := &l.noLaneInFlight
+	if ln != nil {
+		c = ln.inFlight
+	}
 	c.Add(1)
 	return admission{permit: permit, began: time.Now(), lane: c}, true
 }
 
-// laneInFlight is the count of lane's requests in flight ("" for requests
-// of no lane). Counts are kept by name, across reloads, so a request
-// admitted before a reload is taken off the count it was added to; lane
-// names come from the configuration, so the map stays small.
-func (l *Limiter) laneInFlight(lane string) *atomic.Int64 {
-	if c, ok := l.lanesInFlight.Load(lane); ok {
-		return c.(*atomic.Int64)
+// carryLaneCounts hands each lane of prev's counts of requests in flight
+// on to the lane of the same name in next, so a request admitted before a
+// reload is taken off the count it joined and Load keeps seeing it. A lane
+// that next drops takes its counter with it, held only by its requests
+// still in flight.
+func carryLaneCounts(prev, next *settings) {
+	if prev == nil {
+		return
 	}
-	c, _ := l.lanesInFlight.LoadOrStore(lane, new(atomic.Int64))
-	return c.(*atomic.Int64)
+	for _, ln := range next.lanes {
+		for _, was := range prev.lanes {
+			if was.Name == ln.Name {
+				ln.inFlight = was.inFlight
+				ln.dry.inFlight = was.inFlight
+				break
+			}
+		}
+	}
 }
 
 // shedAtTheDoor reports whether a GraphQL request of id is shed before its
@@ -215,7 +226,9 @@ type Load struct {
 	// Capacity is Overload.MaxInFlight, or the adaptive limit now.
 	Capacity int
 	// Lanes has one entry per lane of the configuration, in its order;
-	// without lanes, one entry named "" for every request.
+	// without lanes, one entry named "" for every request. A Reload
+	// carries each lane's count to the lane of the same name, so requests
+	// admitted before it are still counted.
 	Lanes []LaneLoad
 }
 
@@ -239,16 +252,16 @@ func (l *Limiter) Load() (ld Load, ok bool) {
 	ld = Load{InFlight: l.shed.InFlight(), Peak: l.shed.Peak(), Capacity: l.shed.Capacity()}
 	set := l.settings.Load()
 	if len(set.lanes) == 0 {
-		ld.Lanes = []LaneLoad{l.laneLoad("", overload.Normal)}
+		ld.Lanes = []LaneLoad{l.laneLoad("", overload.Normal, &l.noLaneInFlight)}
 		return ld, true
 	}
 	ld.Lanes = make([]LaneLoad, len(set.lanes))
 	for i, ln := range set.lanes {
-		ld.Lanes[i] = l.laneLoad(ln.Name, ln.Priority)
+		ld.Lanes[i] = l.laneLoad(ln.Name, ln.Priority, ln.inFlight)
 	}
 	return ld, true
 }
 
-func (l *Limiter) laneLoad(name string, p overload.Priority) LaneLoad {
-	return LaneLoad{Lane: name, Priority: p, InFlight: int(l.laneInFlight(name).Load()), ShedAt: l.shed.Threshold(p)}
+func (l *Limiter) laneLoad(name string, p overload.Priority, inFlight *atomic.Int64) LaneLoad {
+	return LaneLoad{Lane: name, Priority: p, InFlight: int(inFlight.Load()), ShedAt: l.shed.Threshold(p)}
 }

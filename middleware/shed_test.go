@@ -23,6 +23,7 @@ import (
 // shed at 2 in flight, normal and high at 3, critical at 4) and REST
 // handlers that hold their slot until release is closed.
 type shedServer struct {
+	cfg     middleware.Config // what New was given, for Reload
 	h       http.Handler
 	lim     *middleware.Limiter
 	rec     *recorder
@@ -42,7 +43,7 @@ func newShedServer(t *testing.T, lanes ...middleware.Lane) *shedServer {
 	s := &shedServer{rec: &recorder{}, release: make(chan struct{}), entered: make(chan bool, 8)}
 	cfg.Observer = s.rec
 	lim := newLimiter(t, cfg)
-	s.lim = lim
+	s.lim, s.cfg = lim, cfg
 
 	gql := handler.New(newTestSchema().executable())
 	gql.AddTransport(transport.POST{})
@@ -171,6 +172,46 @@ func TestLoadPerLane(t *testing.T) {
 	}
 	if got.InFlight != 0 || got.Peak != 4 {
 		t.Errorf("after the end: %d in flight, peak %d; want 0 and 4", got.InFlight, got.Peak)
+	}
+}
+
+// A reload hands each lane's count of requests in flight on to the lane of
+// the same name: a request admitted before it is counted after it, and
+// taken off the same count when it ends. A lane the reload drops is no
+// longer reported; one it adds starts at 0.
+func TestLoadPerLaneAcrossReload(t *testing.T) {
+	s := newShedServer(t)
+	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", header: bearer(aliceKey)}) // authenticated
+	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", remoteAddr: "192.0.2.52:1"}) // anonymous
+
+	cfg := s.cfg
+	cfg.Lanes = []middleware.Lane{
+		{Name: "batch", Priority: overload.Sheddable, Match: middleware.LaneMatch{Anonymous: true}},
+		{Name: "authenticated", Priority: overload.Normal, Match: middleware.LaneMatch{Authenticated: true}},
+	}
+	if err := s.lim.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := []middleware.LaneLoad{
+		{Lane: "batch", Priority: overload.Sheddable, InFlight: 0, ShedAt: 2},
+		{Lane: "authenticated", Priority: overload.Normal, InFlight: 1, ShedAt: 3},
+	}
+	if got, _ := s.lim.Load(); !reflect.DeepEqual(got.Lanes, want) {
+		t.Errorf("after the reload: %+v; want %+v", got.Lanes, want)
+	}
+	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", header: bearer(bobKey)}) // authenticated, after the reload
+	if got, _ := s.lim.Load(); got.Lanes[1].InFlight != 2 || got.InFlight != 3 {
+		t.Errorf("a second authenticated request: %+v, %d in all; want 2 in the lane, 3 in all", got.Lanes, got.InFlight)
+	}
+	for range 3 {
+		s.release <- struct{}{}
+	}
+	s.holding.Wait()
+	got, _ := s.lim.Load()
+	for _, ln := range got.Lanes {
+		if ln.InFlight != 0 {
+			t.Errorf("lane %q: %d in flight after every request ended", ln.Lane, ln.InFlight)
+		}
 	}
 }
 
