@@ -181,7 +181,7 @@ func TestLoadPerLane(t *testing.T) {
 // longer reported; one it adds starts at 0.
 func TestLoadPerLaneAcrossReload(t *testing.T) {
 	s := newShedServer(t)
-	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", header: bearer(aliceKey)}) // authenticated
+	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", header: bearer(aliceKey)})   // authenticated
 	s.hold(t, request{method: http.MethodGet, path: "/api/a?hold", remoteAddr: "192.0.2.52:1"}) // anonymous
 
 	cfg := s.cfg
