@@ -131,3 +131,41 @@ func BenchmarkRESTRouteLimit(b *testing.B) {
 	defer lim.Close()
 	benchREST(b, lim, aliceKey)
 }
+
+// BenchmarkFormBodyVariables sends a 960 KB request whose variables hold
+// 480,000 values, as JSON and as a form body that gqlgen's
+// transport.UrlEncodedForm decodes as JSON: both are screened before gqlgen
+// decodes them and refused VARIABLES_TOO_LARGE for their invalid cost.
+//
+//	go test -run '^$' -bench BenchmarkFormBodyVariables -benchmem ./middleware/
+func BenchmarkFormBodyVariables(b *testing.B) {
+	body := `{"query":"{ __typename }","variables":{"x":[` + strings.Repeat("1,", 480_000) + `1]}}`
+	lim, err := middleware.New(middleware.Config{
+		Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
+		AnonymousPlan: "big",
+		Logger:        discardLogger(),
+		Clock:         limiter.SystemClock{},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lim.Close()
+	srv := handler.New(newTestSchema().executable())
+	srv.AddTransport(transport.POST{})
+	srv.AddTransport(transport.UrlEncodedForm{})
+	h := lim.Handler(srv)
+	for _, contentType := range []string{"application/json", "application/x-www-form-urlencoded"} {
+		b.Run(strings.TrimPrefix(contentType, "application/"), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r := httptest.NewRequest("POST", "/graphql", strings.NewReader(body))
+				r.Header.Set("Content-Type", contentType)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusBadRequest {
+					b.Fatalf("status %d, want 400 VARIABLES_TOO_LARGE: %.300s", w.Code, w.Body)
+				}
+			}
+		})
+	}
+}

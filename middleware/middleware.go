@@ -331,6 +331,7 @@ func (l *Limiter) holdBody(ctx context.Context, n int) (release func(), err erro
 const (
 	graphQLResponseMIME = "application/graphql-response+json"
 	jsonMIME            = "application/json"
+	formMIME            = "application/x-www-form-urlencoded"
 	jsonUTF8            = "application/json; charset=utf-8"
 )
 
@@ -377,12 +378,12 @@ type Limiter struct {
 	noLaneInFlight atomic.Int64
 	// reloadMu makes Reloads one at a time: each carries the lane counts
 	// of the settings it replaces, and installs settings and policy as one.
-	reloadMu sync.Mutex
-	challenger    challenge.Challenger
-	subs          subscriptionSlots   // the subscriptions open, by principal
-	bodies        *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
-	log           *slog.Logger
-	clock         limiter.Clock
+	reloadMu   sync.Mutex
+	challenger challenge.Challenger
+	subs       subscriptionSlots   // the subscriptions open, by principal
+	bodies     *semaphore.Weighted // the large GraphQL bodies in flight, in bytes
+	log        *slog.Logger
+	clock      limiter.Clock
 	// timer starts the waits of requests held for their turn under a
 	// shaping limit (hold); tests replace it.
 	timer limiter.Timer

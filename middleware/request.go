@@ -136,7 +136,7 @@ func (l *Limiter) screenGraphQL(r *http.Request, body []byte, st *requestState) 
 	if r.Method == http.MethodGet {
 		return l.screenGETParams(r, st)
 	}
-	if body == nil || !isJSON(contentType(r.Header)) {
+	if body == nil || !decodedAsJSON(contentType(r.Header), body) {
 		return nil
 	}
 	out, ref := l.screenJSONParams(body, st)
@@ -149,6 +149,24 @@ func (l *Limiter) screenGraphQL(r *http.Request, body []byte, st *requestState) 
 	}
 	return nil
 }
+
+// decodedAsJSON reports whether gqlgen's transports will decode body as a
+// JSON request, variables and extensions included: a JSON body (POST, SSE,
+// multipart/mixed), and a form-encoded one holding `"query":`, which
+// transport.UrlEncodedForm decodes as JSON whatever its Content-Type says.
+// Unscreened, such a form let a 1 MB body of variables cost gqlgen 64-126
+// ms and 59 MB of allocations to decode, for a 1-point price.
+func decodedAsJSON(contentType string, body []byte) bool {
+	if isJSON(contentType) {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == formMIME && bytes.Contains(body, formJSONMarker)
+}
+
+// formJSONMarker is what makes transport.UrlEncodedForm decode a form body
+// as JSON.
+var formJSONMarker = []byte(`"query":`)
 
 func isJSON(contentType string) bool {
 	if contentType == jsonMIME {

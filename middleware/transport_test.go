@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,9 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 	srv.AddTransport(transport.MultipartForm{})
+	srv.AddTransport(transport.MultipartMixed{})
+	srv.AddTransport(transport.UrlEncodedForm{})
+	srv.AddTransport(transport.GRAPHQL{})
 	if install == nil {
 		install = func(lim *middleware.Limiter, srv *handler.Server) http.Handler { return lim.Handler(srv) }
 	}
@@ -125,6 +129,94 @@ func (a *adopter) remaining(key string) int64 {
 
 // price is what a document costs over HTTP POST.
 func (a *adopter) price(doc string) int64 { return a.validate(doc, "").RequestedQueryCost }
+
+// postBody sends body with contentType (and accept, when not "") as the
+// anonymous client, and returns the status, the response and whether a
+// resolver ran.
+func (a *adopter) postBody(contentType, accept, body string) (int, string, bool) {
+	a.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, a.srv.URL, strings.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	calls := a.res.Calls()
+	resp, err := a.srv.Client().Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return resp.StatusCode, string(out), a.res.Calls() != calls
+}
+
+// Every transport gqlgen ships that takes a document in a POST body
+// debits what a JSON POST does (its price, less the refund of what the
+// response did not hold): form-encoded bodies in each of the
+// three forms transport.UrlEncodedForm reads, application/graphql plain and
+// URL-encoded, and multipart/mixed. A form body that UrlEncodedForm decodes
+// as JSON is screened as a JSON body is, before gqlgen decodes it: with
+// 480,000 values in its variables it is refused as over the values limit,
+// no resolver run, where it used to cost gqlgen 59 MB of allocations to
+// decode and pass for 1 point.
+func TestEveryBodyTransportPays(t *testing.T) {
+	a := newAdopter(t, middleware.Config{}, nil)
+	const doc = `{ user(login: "octocat") { repos(first: 5) { name } } }`
+	if price := a.price(doc); price <= 1 {
+		t.Fatalf("price %d: pick a document that costs more than the minimum", price)
+	}
+	jsonBody, _ := json.Marshal(map[string]string{"query": doc})
+	const form, gql = "application/x-www-form-urlencoded", "application/graphql"
+	var jsonPaid int64
+	for _, tc := range []struct{ name, contentType, accept, body string }{
+		{"JSON", "application/json", "", string(jsonBody)},
+		{"form, JSON body", form, "", string(jsonBody)},
+		{"form, query=%7B…", form, "", "query=" + url.QueryEscape(doc)},
+		{"form, plain text", form, "", "query=" + doc},
+		{"application/graphql", gql, "", doc},
+		{"application/graphql, %7B…", gql, "", url.QueryEscape(doc)},
+		{"multipart/mixed", "application/json", "multipart/mixed", string(jsonBody)},
+	} {
+		if a.remaining("") < adopterBurst/2 {
+			a.clock.Advance(time.Hour) // whole again
+		}
+		before := a.remaining("")
+		status, body, ran := a.postBody(tc.contentType, tc.accept, tc.body)
+		if status != http.StatusOK || !ran || !strings.Contains(body, `"repos"`) {
+			t.Errorf("%s: %d, resolvers ran: %v\n%.300s", tc.name, status, ran, body)
+		}
+		paid := before - a.remaining("")
+		if jsonPaid == 0 {
+			jsonPaid = paid
+		}
+		if paid != jsonPaid || paid < 2 {
+			t.Errorf("%s: paid %d, want %d as a JSON POST", tc.name, paid, jsonPaid)
+		}
+	}
+
+	// Undeclared and oversized variables in a form body decoded as JSON.
+	huge := `{"query":"{ __typename }","variables":{"x":[` + strings.Repeat("1,", 480_000) + `1]}}`
+	before := a.remaining("")
+	status, body, ran := a.postBody(form, "", huge)
+	if status != http.StatusBadRequest || ran || !strings.Contains(body, middleware.CodeVariablesTooLarge) {
+		t.Errorf("form body of 480,000 variable values: %d, resolvers ran: %v\n%.300s", status, ran, body)
+	}
+	if paid := before - a.remaining(""); paid < 1 {
+		t.Errorf("the refused form body paid %d, want its invalid cost", paid)
+	}
+	// A document over the selection bound, in the bodies the wrapper does
+	// not decode: refused by the extension before gqlgen parses it.
+	big := strings.Repeat("{ __typename ", 600) + strings.Repeat("}", 600)
+	for _, tc := range []struct{ contentType, body string }{{gql, big}, {form, "query=" + big}} {
+		status, body, ran := a.postBody(tc.contentType, "", tc.body)
+		if status != http.StatusUnprocessableEntity || ran || !strings.Contains(body, "MAX_") {
+			t.Errorf("%s, 600 nested selections: %d, resolvers ran: %v\n%.300s", tc.contentType, status, ran, body)
+		}
+	}
+}
 
 // wsMessage is a message of either WebSocket subprotocol.
 type wsMessage struct {
