@@ -80,9 +80,9 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 	srv.AddTransport(transport.Websocket{InitFunc: a.lim.WebsocketInit(nil), KeepAlivePingInterval: time.Hour})
 	srv.AddTransport(transport.SSE{})
 	srv.AddTransport(transport.GET{})
+	srv.AddTransport(transport.MultipartMixed{}) // before POST, which takes every JSON body it is asked first
 	srv.AddTransport(transport.POST{})
 	srv.AddTransport(transport.MultipartForm{})
-	srv.AddTransport(transport.MultipartMixed{})
 	srv.AddTransport(transport.UrlEncodedForm{})
 	srv.AddTransport(transport.GRAPHQL{})
 	if install == nil {
@@ -157,7 +157,7 @@ func (a *adopter) postBody(contentType, accept, body string) (int, string, bool)
 // debits what a JSON POST does (its price, less the refund of what the
 // response did not hold): form-encoded bodies in each of the
 // three forms transport.UrlEncodedForm reads, application/graphql plain and
-// URL-encoded, and multipart/mixed. A form body that UrlEncodedForm decodes
+// URL-encoded, and multipart/mixed, @defer included. A form body that UrlEncodedForm decodes
 // as JSON is screened as a JSON body is, before gqlgen decodes it: with
 // 480,000 values in its variables it is refused as over the values limit,
 // no resolver run, where it used to cost gqlgen 59 MB of allocations to
@@ -197,9 +197,22 @@ func TestEveryBodyTransportPays(t *testing.T) {
 		}
 	}
 
+	// Over multipart/mixed, a @defer operation's deferred part arrives; an
+	// incremental response gets no refund, so it pays its whole price.
+	const deferred = `{ user(login: "octocat") { login ... @defer { repos(first: 5) { name } } } }`
+	deferBody, _ := json.Marshal(map[string]string{"query": deferred})
+	price, before := a.price(deferred), a.remaining("")
+	status, body, _ := a.postBody("application/json", "multipart/mixed", string(deferBody))
+	if status != http.StatusOK || !strings.Contains(body, `"incremental"`) || !strings.Contains(body, `"hello-world"`) {
+		t.Errorf("@defer over multipart/mixed: %d\n%.600s", status, body)
+	}
+	if paid := before - a.remaining(""); paid != price {
+		t.Errorf("@defer over multipart/mixed paid %d, want its price %d", paid, price)
+	}
+
 	// Undeclared and oversized variables in a form body decoded as JSON.
 	huge := `{"query":"{ __typename }","variables":{"x":[` + strings.Repeat("1,", 480_000) + `1]}}`
-	before := a.remaining("")
+	before = a.remaining("")
 	status, body, ran := a.postBody(form, "", huge)
 	if status != http.StatusBadRequest || ran || !strings.Contains(body, middleware.CodeVariablesTooLarge) {
 		t.Errorf("form body of 480,000 variable values: %d, resolvers ran: %v\n%.300s", status, ran, body)
