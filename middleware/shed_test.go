@@ -160,16 +160,7 @@ func TestLoadPerLane(t *testing.T) {
 	if got, ok := s.lim.Load(); !ok || !reflect.DeepEqual(got, want) {
 		t.Errorf("Load() = %+v, %v; want %+v", got, ok, want)
 	}
-	s.release <- struct{}{}
-	s.release <- struct{}{}
-	s.release <- struct{}{}
-	s.holding.Wait()
-	got, _ := s.lim.Load()
-	for _, ln := range got.Lanes {
-		if ln.InFlight != 0 {
-			t.Errorf("lane %q: %d in flight after every request ended", ln.Lane, ln.InFlight)
-		}
-	}
+	got := s.releaseAll(t, 3)
 	if got.InFlight != 0 || got.Peak != 4 {
 		t.Errorf("after the end: %d in flight, peak %d; want 0 and 4", got.InFlight, got.Peak)
 	}
@@ -203,7 +194,14 @@ func TestLoadPerLaneAcrossReload(t *testing.T) {
 	if got, _ := s.lim.Load(); got.Lanes[1].InFlight != 2 || got.InFlight != 3 {
 		t.Errorf("a second authenticated request: %+v, %d in all; want 2 in the lane, 3 in all", got.Lanes, got.InFlight)
 	}
-	for range 3 {
+	s.releaseAll(t, 3)
+}
+
+// releaseAll lets the n held requests end and returns the Load after,
+// failing for any lane still counting a request.
+func (s *shedServer) releaseAll(t *testing.T, n int) middleware.Load {
+	t.Helper()
+	for range n {
 		s.release <- struct{}{}
 	}
 	s.holding.Wait()
@@ -213,6 +211,7 @@ func TestLoadPerLaneAcrossReload(t *testing.T) {
 			t.Errorf("lane %q: %d in flight after every request ended", ln.Lane, ln.InFlight)
 		}
 	}
+	return got
 }
 
 // Without lanes Load has one entry, "", for every request; without
