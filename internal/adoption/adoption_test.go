@@ -35,6 +35,7 @@ func TestGqlgenInitProject(t *testing.T) {
 	resolver := fenced(t, middlewareDoc, "go", "func (r *queryResolver) RateLimit")
 	rateLimitSDL := fenced(t, middlewareDoc, "graphql", "type RateLimit @cost")
 	versions := wantVersions(t, guide)
+	adopterTest := read(t, filepath.Join("testdata", "costguard_test.go"))
 
 	p := &project{t: t, dir: t.TempDir()}
 	p.run("go", "mod", "init", "example.com/todo")
@@ -101,49 +102,6 @@ func TestGqlgenInitProject(t *testing.T) {
 	}
 	p.checkVersions(versions) // gqlgen generate and go mod tidy moved nothing
 }
-
-// adopterTest is the project's own test: lim.Handler on its server, one
-// request through gqlgen's client, the response and the log printed.
-const adopterTest = `package main
-
-import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"log/slog"
-	"testing"
-	"time"
-
-	"github.com/99designs/gqlgen/client"
-	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/costguard/costguard/budget"
-	"github.com/costguard/costguard/middleware"
-
-	"example.com/todo/graph"
-)
-
-func TestCostguard(t *testing.T) {
-	var logs bytes.Buffer
-	lim, err := middleware.New(middleware.Config{
-		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
-		AnonymousPlan: "anon",
-		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lim.Close()
-	srv := handler.New(graph.NewExecutableSchema(graph.Config{Resolvers: &graph.Resolver{}}))
-	srv.AddTransport(transport.POST{})
-	resp, err := client.New(lim.Handler(srv)).RawPost("{ todos { text } rateLimit { cost remaining } }")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := json.Marshal(map[string]any{"data": resp.Data, "errors": resp.Errors, "extensions": resp.Extensions, "log": logs.String()})
-	fmt.Printf("RESULT %s\n", out)
-}
-`
 
 // result is what the project's test printed.
 type result struct {
@@ -226,7 +184,7 @@ func (p *project) result() result {
 	}
 	var r result
 	if err := json.Unmarshal([]byte(m[1]), &r); err != nil {
-		p.t.Fatalf("%v: %s", err, m[1])
+		p.t.Fatalf("%v: %s\n%s", err, m[1], out)
 	}
 	if string(r.Errors) == "null" {
 		r.Errors = nil
