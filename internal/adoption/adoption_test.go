@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -35,6 +36,14 @@ func TestGqlgenInitProject(t *testing.T) {
 	resolver := fenced(t, middlewareDoc, "go", "func (r *queryResolver) RateLimit")
 	rateLimitSDL := fenced(t, middlewareDoc, "graphql", "type RateLimit @cost")
 	versions := wantVersions(t, guide)
+	// The project's test installs the limiter as "Install" shows, with the
+	// transports the "Transports" table adds.
+	adopterTest := read(t, filepath.Join("testdata", "costguard_test.go"))
+	for _, line := range strings.Split(fenced(t, guide, "go", "srv.AddTransport"), "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "srv.AddTransport(") && !strings.Contains(adopterTest, line) {
+			t.Errorf("testdata/costguard_test.go lacks the line of docs/gqlgen.md's Install %q", line)
+		}
+	}
 
 	p := &project{t: t, dir: t.TempDir()}
 	p.run("go", "mod", "init", "example.com/todo")
@@ -85,6 +94,7 @@ func TestGqlgenInitProject(t *testing.T) {
 	if rl := res.Data.RateLimit; rl.Cost != 80 || rl.Remaining != 420 {
 		t.Errorf("rateLimit %+v, want cost 80 and 420 remaining (before the refund)", rl)
 	}
+	checkTransports(t, res.Transports)
 	if !strings.Contains(p.read("graph/model/models_gen.go"), "int32") {
 		t.Error("gqlgen init no longer maps Int to int32: the int32 build below proves nothing")
 	}
@@ -99,51 +109,9 @@ func TestGqlgenInitProject(t *testing.T) {
 	if res = p.result(); len(res.Errors) != 0 || res.Extensions.Cost.RequestedQueryCost != 80 {
 		t.Errorf("with Int as int: %+v", res)
 	}
+	checkTransports(t, res.Transports)
 	p.checkVersions(versions) // gqlgen generate and go mod tidy moved nothing
 }
-
-// adopterTest is the project's own test: lim.Handler on its server, one
-// request through gqlgen's client, the response and the log printed.
-const adopterTest = `package main
-
-import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"log/slog"
-	"testing"
-	"time"
-
-	"github.com/99designs/gqlgen/client"
-	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/costguard/costguard/budget"
-	"github.com/costguard/costguard/middleware"
-
-	"example.com/todo/graph"
-)
-
-func TestCostguard(t *testing.T) {
-	var logs bytes.Buffer
-	lim, err := middleware.New(middleware.Config{
-		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
-		AnonymousPlan: "anon",
-		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lim.Close()
-	srv := handler.New(graph.NewExecutableSchema(graph.Config{Resolvers: &graph.Resolver{}}))
-	srv.AddTransport(transport.POST{})
-	resp, err := client.New(lim.Handler(srv)).RawPost("{ todos { text } rateLimit { cost remaining } }")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := json.Marshal(map[string]any{"data": resp.Data, "errors": resp.Errors, "extensions": resp.Extensions, "log": logs.String()})
-	fmt.Printf("RESULT %s\n", out)
-}
-`
 
 // result is what the project's test printed.
 type result struct {
@@ -154,7 +122,81 @@ type result struct {
 	Extensions struct {
 		Cost middleware.Cost `json:"cost"`
 	} `json:"extensions"`
-	Log string `json:"log"`
+	Log        string     `json:"log"`
+	Transports []exchange `json:"transports"`
+}
+
+// exchange is { todos { text } } sent over one transport to a real server,
+// with GraphQL-Cost: validate's price and bucket before and after.
+type exchange struct {
+	Transport, Err, Header string
+	Price, Before, After   int64
+	Response               json.RawMessage
+}
+
+// transportNames are the ways the project's test sends the query, in its
+// order: every transport gqlgen ships, WebSocket by both subprotocols.
+var transportNames = []string{"POST", "GET", "multipart form", "form-encoded", "application/graphql",
+	"multipart/mixed", "SSE", "graphql-transport-ws", "graphql-ws"}
+
+// checkTransports checks that every transport ran the query and paid its
+// actual cost: priced at 80 (20 assumed todos × (1 + 3)), the two todos
+// returned cost 8, and the other 72 points are refunded before the response
+// is written, so extensions.cost and X-RateLimit-Remaining include the
+// refund. The bucket refills a point every 7.2 s; the project's test takes
+// a fraction of that, so whole points compare exactly.
+func checkTransports(t *testing.T, got []exchange) {
+	t.Helper()
+	var names []string
+	for _, x := range got {
+		names = append(names, x.Transport)
+	}
+	if strings.Join(names, ",") != strings.Join(transportNames, ",") {
+		t.Errorf("the project's test sent the query by %q, want %q", names, transportNames)
+	}
+	for _, x := range got {
+		var r struct {
+			Data struct {
+				Todos []struct{ Text string }
+			}
+			Errors     json.RawMessage
+			Extensions struct{ Cost middleware.Cost }
+		}
+		if x.Err != "" {
+			t.Errorf("%s: %s", x.Transport, x.Err)
+			continue
+		}
+		if err := json.Unmarshal(x.Response, &r); err != nil {
+			t.Errorf("%s: %v: %s", x.Transport, err, x.Response)
+			continue
+		}
+		c := r.Extensions.Cost
+		if len(r.Errors) != 0 && string(r.Errors) != "null" || len(r.Data.Todos) != 2 || r.Data.Todos[0].Text != "one" || r.Data.Todos[1].Text != "two" {
+			t.Errorf("%s: data %+v, errors %s, want the two todos", x.Transport, r.Data, r.Errors)
+		}
+		if x.Price != 80 || c.RequestedQueryCost != x.Price || c.ActualQueryCost == nil || *c.ActualQueryCost != 8 {
+			t.Errorf("%s: extensions.cost %+v, want 80 requested (GraphQL-Cost: validate says %d), 8 actual", x.Transport, c, x.Price)
+		}
+		if paid := x.Before - x.After; paid != 8 {
+			t.Errorf("%s: the bucket went from %d to %d, want 8 (its actual cost) paid", x.Transport, x.Before, x.After)
+		}
+		if a := c.ThrottleStatus.CurrentlyAvailable; a == nil || *a != x.After {
+			t.Errorf("%s: currentlyAvailable %v, want %d", x.Transport, a, x.After)
+		}
+		// Over HTTP the headers say the same, but an SSE stream's go out
+		// as it starts, once the operation is debited and before it runs,
+		// so before the refund.
+		switch want := x.After; x.Transport {
+		case "graphql-transport-ws", "graphql-ws": // a WebSocket's upgrade comes before any operation
+		case "SSE":
+			want = x.Before - x.Price
+			fallthrough
+		default:
+			if x.Header != strconv.FormatInt(want, 10) {
+				t.Errorf("%s: X-RateLimit-Remaining %q, want %d", x.Transport, x.Header, want)
+			}
+		}
+	}
 }
 
 func hasError(r result, message string) bool { return bytes.Contains(r.Errors, []byte(message)) }
@@ -226,7 +268,7 @@ func (p *project) result() result {
 	}
 	var r result
 	if err := json.Unmarshal([]byte(m[1]), &r); err != nil {
-		p.t.Fatalf("%v: %s", err, m[1])
+		p.t.Fatalf("%v: %s\n%s", err, m[1], out)
 	}
 	if string(r.Errors) == "null" {
 		r.Errors = nil
