@@ -19,9 +19,9 @@
 -- r        units drained per µs, Rate / gcd(Rate, Period_µs).
 -- margin   expiry margin in ms.
 --
--- Writes {status, allowed, remaining, retry_us, reset_us, delay_us} at
--- out[at + 1 ..]; status 1 means the cost exceeds the burst and can never
--- be admitted, status 2 that the key could not be read (see batch.lua).
+-- Returns status, allowed, remaining, retry_us, reset_us, delay_us; status 1
+-- means the cost exceeds the burst and can never be admitted, status 2 that
+-- the key could not be read, with Redis's message as allowed (see batch.lua).
 
 -- SHAPING is limiter.LeakyBucketShaping, the one bucket algorithm whose
 -- admissions report a delay.
@@ -34,7 +34,7 @@ local SHAPING = 2
 local SHORT, SHORT_SIZE, SHORT_LEVEL = '<i5i7', 12, 549755813888 -- 2^39
 local LONG, LONG_SIZE = '<i8i8', 16
 
-local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
+local function decide(key, now, alg, op, n, burst, p, r, margin)
   local level, last = 0, 0
   local v = redis.pcall('GET', key)
   if v then
@@ -56,8 +56,7 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
       end
     end
     if bad then
-      out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, bad, 0, 0, 0, 0
-      return
+      return 2, bad, 0, 0, 0, 0
     end
   end
   local capacity = burst * p
@@ -116,6 +115,6 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
       redis.call('SET', key, state, 'PX', fmt('%d', cdiv(reset, 1000) + margin))
     end
   end
-  out[at + 1], out[at + 2], out[at + 3] = status, allowed, idiv(capacity - level, p)
-  out[at + 4], out[at + 5], out[at + 6] = retry, reset, delay
+  return status, allowed, idiv(capacity - level, p),
+    retry, reset, delay
 end

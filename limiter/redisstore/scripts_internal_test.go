@@ -20,10 +20,12 @@ func TestLuaConstants(t *testing.T) {
 	if maxArg != limiter.MaxSafeInteger+1 {
 		t.Errorf("maxArg = %d, want 2^53", int64(maxArg))
 	}
-	// batch.lua writes stride reply values per key, its STRIDE, and reads
-	// one record per key: recordFields int64s, recordSize bytes.
+	// batch.lua reads one record per key, recordFields int64s, recordSize
+	// bytes, and replies with one of the same layout per key.
+	if replyFields != recordFields || replySize != recordSize {
+		t.Errorf("reply records of %d fields, %d bytes; batch.lua packs them as RECORD, %d fields", replyFields, replySize, recordFields)
+	}
 	for _, want := range []string{
-		"local STRIDE = " + strconv.Itoa(stride) + "\n",
 		"local RECORD = '<" + strings.Repeat("i8", recordFields) + "'\n",
 		"local RECORD_SIZE = " + strconv.Itoa(recordSize) + "\n",
 	} {
@@ -66,7 +68,7 @@ func TestLuaAlgorithmNames(t *testing.T) {
 
 // TestScriptsDocumentTheirInterface: the entry point opens with its KEYS,
 // ARGV and reply; each algorithm file with its parameters and what it
-// writes.
+// returns.
 func TestScriptsDocumentTheirInterface(t *testing.T) {
 	check := func(name, src string, wants ...string) {
 		header, _, _ := strings.Cut(src, "\nlocal ")
@@ -84,8 +86,8 @@ func TestScriptsDocumentTheirInterface(t *testing.T) {
 		"bucket.lua": bucketLua, "fixed_window.lua": fixedWindowLua,
 		"sliding_counter.lua": slidingCounterLua, "sliding_log.lua": slidingLogLua,
 	} {
-		check(name, src, "-- key ", "-- now ", "-- alg ", "-- op ", "-- n ", "-- margin ", "-- Writes")
-		if !strings.Contains(src, "\nlocal function decide(out, at, key, now, alg, op, n, ") {
+		check(name, src, "-- key ", "-- now ", "-- alg ", "-- op ", "-- n ", "-- margin ", "-- Returns")
+		if !strings.Contains(src, "\nlocal function decide(key, now, alg, op, n, ") {
 			t.Errorf("%s does not define decide with the parameters batch.lua passes", name)
 		}
 	}
