@@ -25,8 +25,10 @@ local function now_us(arg)
     -- Redis < 5 replicates scripts verbatim unless told to replicate their
     -- effects, and would refuse a write after TIME; later versions ignore this.
     if redis.replicate_commands then redis.replicate_commands() end
+    -- Arithmetic converts TIME's two strings with one strtod each;
+    -- tonumber would run two (Lua 5.1 checks the string, then converts it).
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = t[1] * 1000000 + t[2]
   else
     now = tonumber(arg)
   end

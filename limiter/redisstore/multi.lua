@@ -35,7 +35,7 @@ local RECORD_SIZE = 48
 local unpack, pack = struct.unpack, struct.pack
 
 local now = now_us(ARGV[1])
-local margin = tonumber(ARGV[2])
+local margin = ARGV[2] + 0 -- one strtod, where tonumber runs two (see now_us)
 local records = ARGV[3]
 if #records ~= #KEYS * RECORD_SIZE then
   return redis.error_reply('costguard: ' .. #records .. ' bytes of records for ' .. #KEYS .. ' keys')
