@@ -1,9 +1,9 @@
--- batch.lua closes every costguard script: common.lua, one algorithm file
--- (which defines decide) and this file, concatenated (see script.go). One
--- call decides for every key it is given, in order, each exactly as if it
--- were alone: Redis runs the whole script atomically, and the decisions
--- run one after another inside it, so a key named twice sees its first
--- decision's write.
+-- batch.lua closes every costguard script: common.lua, persist.lua for the
+-- window families, one algorithm file (which defines decide) and this file,
+-- concatenated (see script.go). One call decides for every key it is given,
+-- in order, each exactly as if it were alone: Redis runs the whole script
+-- atomically, and the decisions run one after another inside it, so a key
+-- named twice sees its first decision's write.
 --
 -- KEYS[i]  the i-th decision's key (on a Cluster, all in one hash slot).
 -- ARGV[1]  now in µs since the Unix epoch, or '' to read Redis TIME once for

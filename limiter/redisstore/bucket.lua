@@ -101,7 +101,7 @@ local function decide(key, now, alg, op, n, burst, p, r, margin)
 
   local reset = r == 1 and level or cdiv(level, r)
   if op ~= DRY then
-    -- As persist (common.lua) does, with the state as one string: SET
+    -- As persist (persist.lua) does, with the state as one string: SET
     -- replaces a HASH of an earlier version, and sets the expiry too.
     if reset <= 0 then
       redis.call('DEL', key)

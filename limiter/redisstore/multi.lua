@@ -1,6 +1,6 @@
--- multi.lua closes the TakeAll script: common.lua, then every algorithm
--- file wrapped in its own block that files its decide under its family
--- (script.go writes those few lines of glue:
+-- multi.lua closes the TakeAll script: common.lua, persist.lua, then every
+-- algorithm file wrapped in its own block that files its decide under its
+-- family (script.go writes those few lines of glue:
 -- `do <file> DECIDE[family] = decide end`), then this file. One call takes
 -- every key's cost when each fits, or none: Redis runs the whole script
 -- atomically, so no other command sees the keys between the two passes.
@@ -26,7 +26,7 @@
 -- is written) debits nothing; the refusing keys answer as the first pass
 -- found them, and the others as a peek does.
 --
--- Top level: common.lua's and the families' function definitions, four
+-- Top level: common.lua's, persist.lua's and the families' function definitions, four
 -- small tables and this loop; the decisions cost what batch.lua's do,
 -- twice over for an admission.
 

@@ -17,6 +17,8 @@ import (
 var (
 	//go:embed common.lua
 	commonLua string
+	//go:embed persist.lua
+	persistLua string
 	//go:embed bucket.lua
 	bucketLua string
 	//go:embed fixed_window.lua
@@ -39,8 +41,9 @@ type luaScript struct {
 	evalHead    [2]any
 }
 
-func newLuaScript(algorithmLua string) *luaScript {
-	return luaScriptOf(commonLua + algorithmLua + batchLua)
+// newLuaScript is the script of the files parts, concatenated.
+func newLuaScript(parts ...string) *luaScript {
+	return luaScriptOf(strings.Join(parts, ""))
 }
 
 func luaScriptOf(src string) *luaScript {
@@ -52,29 +55,30 @@ func luaScriptOf(src string) *luaScript {
 }
 
 // scripts holds one script per algorithm family, indexed by
-// limiter.Algorithm: common.lua, the family's file and batch.lua. Redis runs
-// a script's top level on every call, so a script that defined all four
-// families' functions would build them all on every call. Immutable after
-// package initialisation.
+// limiter.Algorithm: common.lua, persist.lua for the window families, the
+// family's file and batch.lua. Redis runs a script's top level on every
+// call, so a script that defined all four families' functions would build
+// them all on every call. Immutable after package initialisation.
 var scripts = func() [limiter.SlidingCounter + 1]*luaScript {
-	bucket := newLuaScript(bucketLua)
+	bucket := newLuaScript(commonLua, bucketLua, batchLua)
 	return [...]*luaScript{
 		limiter.TokenBucket:         bucket,
 		limiter.LeakyBucketPolicing: bucket,
 		limiter.LeakyBucketShaping:  bucket,
-		limiter.FixedWindow:         newLuaScript(fixedWindowLua),
-		limiter.SlidingLog:          newLuaScript(slidingLogLua),
-		limiter.SlidingCounter:      newLuaScript(slidingCounterLua),
+		limiter.FixedWindow:         newLuaScript(commonLua, persistLua, fixedWindowLua, batchLua),
+		limiter.SlidingLog:          newLuaScript(commonLua, persistLua, slidingLogLua, batchLua),
+		limiter.SlidingCounter:      newLuaScript(commonLua, persistLua, slidingCounterLua, batchLua),
 	}
 }()
 
-// multiScript is TakeAll's script (see multi.lua): common.lua, every
-// family's file in a block of its own that files its decide in the DECIDE
-// table, and multi.lua. The blocks keep each family's locals (decide
+// multiScript is TakeAll's script (see multi.lua): common.lua,
+// persist.lua, every family's file in a block of its own that files its
+// decide in the DECIDE table, and multi.lua. The blocks keep each family's locals (decide
 // first of all) apart. Immutable after package initialisation.
 var multiScript = func() *luaScript {
 	var b strings.Builder
 	b.WriteString(commonLua)
+	b.WriteString(persistLua)
 	b.WriteString("local DECIDE = {}\n")
 	for _, f := range []struct{ name, src string }{
 		{"bucket", bucketLua},

@@ -57,7 +57,7 @@ func TestLuaAlgorithmNames(t *testing.T) {
 	if want := "local SHAPING = " + strconv.Itoa(int(limiter.LeakyBucketShaping)) + "\n"; !strings.Contains(bucketLua, want) {
 		t.Errorf("bucket.lua does not declare %q", strings.TrimSpace(want))
 	}
-	for _, src := range []string{commonLua, bucketLua, fixedWindowLua, slidingCounterLua, slidingLogLua, batchLua, multiLua} {
+	for _, src := range []string{commonLua, persistLua, bucketLua, fixedWindowLua, slidingCounterLua, slidingLogLua, batchLua, multiLua} {
 		for _, bad := range []string{"alg <", "alg >", "alg == 0", "alg == 1", "alg == 2", "alg == 3", "alg == 4", "alg == 5"} {
 			if strings.Contains(src, bad) {
 				t.Errorf("a script compares %q: name the algorithm instead", bad)
@@ -94,16 +94,16 @@ func TestScriptsDocumentTheirInterface(t *testing.T) {
 }
 
 // TestScriptPerFamily: each algorithm runs the script docs/redis.md
-// describes, common.lua + its family's file + batch.lua, and the families
-// have distinct scripts.
+// describes, common.lua (+ persist.lua for the windows) + its family's file
+// + batch.lua, and the families have distinct scripts.
 func TestScriptPerFamily(t *testing.T) {
 	for a, file := range map[limiter.Algorithm]string{
 		limiter.TokenBucket: bucketLua, limiter.LeakyBucketPolicing: bucketLua, limiter.LeakyBucketShaping: bucketLua,
-		limiter.FixedWindow: fixedWindowLua, limiter.SlidingLog: slidingLogLua, limiter.SlidingCounter: slidingCounterLua,
+		limiter.FixedWindow: persistLua + fixedWindowLua, limiter.SlidingLog: persistLua + slidingLogLua, limiter.SlidingCounter: persistLua + slidingCounterLua,
 	} {
 		sc := scripts[a]
 		if sc.source != commonLua+file+batchLua {
-			t.Errorf("%s: the script is not common.lua + its file + batch.lua", a)
+			t.Errorf("%s: the script is not common.lua + (persist.lua +) its file + batch.lua", a)
 		}
 		if sc.evalshaHead[1] != redis.NewScript(sc.source).Hash() || sc.evalHead[1] != sc.source {
 			t.Errorf("%s: EVALSHA or EVAL does not name the script", a)
@@ -118,13 +118,13 @@ func TestScriptPerFamily(t *testing.T) {
 	}
 }
 
-// TestMultiScript: TakeAll's script is common.lua, each family's file in a
-// block of its own filing its decide, and multi.lua, which dispatches
-// each limiter.Algorithm value to its family.
+// TestMultiScript: TakeAll's script is common.lua, persist.lua, each
+// family's file in a block of its own filing its decide, and multi.lua,
+// which dispatches each limiter.Algorithm value to its family.
 func TestMultiScript(t *testing.T) {
 	src := multiScript.source
-	if !strings.HasPrefix(src, commonLua+"local DECIDE = {}\n") || !strings.HasSuffix(src, multiLua) {
-		t.Error("the multi script is not common.lua, the families, multi.lua")
+	if !strings.HasPrefix(src, commonLua+persistLua+"local DECIDE = {}\n") || !strings.HasSuffix(src, multiLua) {
+		t.Error("the multi script is not common.lua, persist.lua, the families, multi.lua")
 	}
 	family := map[limiter.Algorithm]string{
 		limiter.TokenBucket: "bucket", limiter.LeakyBucketPolicing: "bucket", limiter.LeakyBucketShaping: "bucket",
