@@ -23,18 +23,22 @@
 -- means the cost exceeds the burst and can never be admitted, status 2 that
 -- the key could not be read, with Redis's message as allowed (see batch.lua).
 
--- SHAPING is limiter.LeakyBucketShaping, the one bucket algorithm whose
--- admissions report a delay.
-local SHAPING = 2
-
--- The key's value: level, then time, every value below 2^53 (so the
--- doubles struct.unpack returns are exact). A time fits 7 bytes until
--- limiter.MaxNow; a level below SHORT_LEVEL fits 5, and Redis then keeps
--- the value in a 32-byte allocation instead of a 48-byte one.
-local SHORT, SHORT_SIZE, SHORT_LEVEL = '<i5i7', 12, 549755813888 -- 2^39
-local LONG, LONG_SIZE = '<i8i8', 16
-
 local function decide(key, now, alg, op, n, burst, p, r, margin)
+  -- The constants are decide's own locals: a local of the file that decide
+  -- used would be an upvalue, which Lua allocates and collects on every
+  -- call as it does the closure.
+
+  -- SHAPING is limiter.LeakyBucketShaping, the one bucket algorithm whose
+  -- admissions report a delay.
+  local SHAPING = 2
+
+  -- The key's value: level, then time, every value below 2^53 (so the
+  -- doubles struct.unpack returns are exact). A time fits 7 bytes until
+  -- limiter.MaxNow; a level below SHORT_LEVEL fits 5, and Redis then keeps
+  -- the value in a 32-byte allocation instead of a 48-byte one.
+  local SHORT, SHORT_SIZE, SHORT_LEVEL = '<i5i7', 12, 549755813888 -- 2^39
+  local LONG, LONG_SIZE = '<i8i8', 16
+
   local level, last = 0, 0
   local v = redis.pcall('GET', key)
   if v then
