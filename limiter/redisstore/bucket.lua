@@ -116,7 +116,8 @@ local function decide(key, now, alg, op, n, burst, p, r, margin)
       else
         state = struct.pack(LONG, level, last)
       end
-      redis.call('SET', key, state, 'PX', fmt('%d', cdiv(reset, 1000) + margin))
+      -- string.format, not common.lua's fmt: fmt would be an upvalue.
+      redis.call('SET', key, state, 'PX', string.format('%d', cdiv(reset, 1000) + margin))
     end
   end
   return status, allowed, idiv(capacity - level, p),
