@@ -1,9 +1,9 @@
--- batch.lua closes every costguard script: common.lua, one algorithm file
--- (which defines decide) and this file, concatenated (see script.go). One
--- call decides for every key it is given, in order, each exactly as if it
--- were alone: Redis runs the whole script atomically, and the decisions
--- run one after another inside it, so a key named twice sees its first
--- decision's write.
+-- batch.lua closes every costguard script: common.lua, persist.lua for the
+-- window families, one algorithm file (which defines decide) and this file,
+-- concatenated (see script.go). One call decides for every key it is given,
+-- in order, each exactly as if it were alone: Redis runs the whole script
+-- atomically, and the decisions run one after another inside it, so a key
+-- named twice sees its first decision's write.
 --
 -- KEYS[i]  the i-th decision's key (on a Cluster, all in one hash slot).
 -- ARGV[1]  now in µs since the Unix epoch, or '' to read Redis TIME once for
@@ -20,31 +20,51 @@
 --          costs more than a decision's arithmetic; every value is at most
 --          2^53, so the doubles struct.unpack returns are exact.
 --
--- Returns a flat array of 6 integers per key, in KEYS order:
--- {status, allowed, remaining, retry_us, reset_us, delay_us}, status 0 for
--- a decision, 1 for a cost that can never fit. Status 2 is an error for
+-- Returns one string: a record per key in KEYS order, each RECORD (the
+-- layout of ARGV[3]'s), of {status, allowed, remaining, retry_us, reset_us,
+-- delay_us}, status 0 for a decision, 1 for a cost that can never fit; then
+-- the error messages, if any, one after another. Status 2 is an error for
 -- that key alone, a key holding another type: each algorithm reads its key
 -- with redis.pcall before it writes anything, so such a key fails alone
--- and is left as it was, and the second value is Redis's message. An error
+-- and is left as it was; its record's second value is then the byte length
+-- of Redis's message, which follows the records in KEYS order. An error
 -- past a key's first read (a write refused, OOM say) aborts the whole call,
 -- as it would a single-key script.
+-- One string because Redis converts a reply to RESP per element, and the
+-- client decodes each integer of an array on its own.
 
-local STRIDE = 6
 local RECORD = '<i8i8i8i8i8i8'
 local RECORD_SIZE = 48
+local unpack, pack = struct.unpack, struct.pack
 
 local now = now_us(ARGV[1]) -- read once: every decision of the call shares it
-local margin = tonumber(ARGV[2])
+local margin = ARGV[2] + 0 -- one strtod, where tonumber runs two (see now_us)
 local records = ARGV[3]
-if #records ~= #KEYS * RECORD_SIZE then
-  return redis.error_reply('costguard: ' .. #records .. ' bytes of records for ' .. #KEYS .. ' keys')
+local nkeys = #KEYS
+if #records ~= nkeys * RECORD_SIZE then
+  return redis.error_reply('costguard: ' .. #records .. ' bytes of records for ' .. nkeys .. ' keys')
 end
 
--- Sized for the first key: growing a table from empty would cost more
--- than a decision's arithmetic.
-local out = {0, 0, 0, 0, 0, 0}
-for i = 1, #KEYS do
-  local op, alg, n, a, b, c = struct.unpack(RECORD, records, (i - 1) * RECORD_SIZE + 1)
-  decide(out, (i - 1) * STRIDE, KEYS[i], now, alg, op, n, a, b, c, margin)
+if nkeys == 1 then -- the common call: no table to build and join
+  local op, alg, n, a, b, c = unpack(RECORD, records)
+  local status, allowed, remaining, retry, reset, delay = decide(KEYS[1], now, alg, op, n, a, b, c, margin)
+  if status == 2 then
+    return pack(RECORD, 2, #allowed, 0, 0, 0, 0) .. allowed
+  end
+  return pack(RECORD, status, allowed, remaining, retry, reset, delay)
 end
-return out
+
+local out, errs = {}, nil
+for i = 1, nkeys do
+  local op, alg, n, a, b, c = unpack(RECORD, records, (i - 1) * RECORD_SIZE + 1)
+  local status, allowed, remaining, retry, reset, delay = decide(KEYS[i], now, alg, op, n, a, b, c, margin)
+  if status == 2 then -- rare: the message joins the tail
+    errs = (errs or '') .. allowed
+    allowed = #allowed
+  end
+  out[i] = pack(RECORD, status, allowed, remaining, retry, reset, delay)
+end
+if errs then
+  out[nkeys + 1] = errs
+end
+return table.concat(out)

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -278,13 +279,23 @@ type instantRedis struct{ redis.Scripter }
 
 func (instantRedis) Process(_ context.Context, cmd redis.Cmder) error {
 	keys := cmd.Args()[2].(int)
-	reply := make([]any, 0, 6*keys)
-	for range keys {
-		reply = append(reply, int64(0), int64(1), int64(1), int64(0), int64(1), int64(0))
+	reply := admittedRecord
+	if keys > 1 {
+		reply = strings.Repeat(admittedRecord, keys)
 	}
 	cmd.(interface{ SetVal(any) }).SetVal(reply)
 	return nil
 }
+
+// admittedRecord is one key's record of a script reply: status 0,
+// allowed 1, remaining 1, retry 0, reset 1, delay 0 (see batch.lua).
+var admittedRecord = func() string {
+	var b []byte
+	for _, v := range []uint64{0, 1, 1, 0, 1, 0} {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return string(b)
+}()
 
 // BenchmarkClientOverhead is one caller's Take against instantRedis: the
 // client's own cost per decision, without the network. "coalesced" is the

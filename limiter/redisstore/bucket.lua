@@ -19,22 +19,26 @@
 -- r        units drained per µs, Rate / gcd(Rate, Period_µs).
 -- margin   expiry margin in ms.
 --
--- Writes {status, allowed, remaining, retry_us, reset_us, delay_us} at
--- out[at + 1 ..]; status 1 means the cost exceeds the burst and can never
--- be admitted, status 2 that the key could not be read (see batch.lua).
+-- Returns status, allowed, remaining, retry_us, reset_us, delay_us; status 1
+-- means the cost exceeds the burst and can never be admitted, status 2 that
+-- the key could not be read, with Redis's message as allowed (see batch.lua).
 
--- SHAPING is limiter.LeakyBucketShaping, the one bucket algorithm whose
--- admissions report a delay.
-local SHAPING = 2
+local function decide(key, now, alg, op, n, burst, p, r, margin)
+  -- The constants are decide's own locals: a local of the file that decide
+  -- used would be an upvalue, which Lua allocates and collects on every
+  -- call as it does the closure.
 
--- The key's value: level, then time, every value below 2^53 (so the
--- doubles struct.unpack returns are exact). A time fits 7 bytes until
--- limiter.MaxNow; a level below SHORT_LEVEL fits 5, and Redis then keeps
--- the value in a 32-byte allocation instead of a 48-byte one.
-local SHORT, SHORT_SIZE, SHORT_LEVEL = '<i5i7', 12, 549755813888 -- 2^39
-local LONG, LONG_SIZE = '<i8i8', 16
+  -- SHAPING is limiter.LeakyBucketShaping, the one bucket algorithm whose
+  -- admissions report a delay.
+  local SHAPING = 2
 
-local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
+  -- The key's value: level, then time, every value below 2^53 (so the
+  -- doubles struct.unpack returns are exact). A time fits 7 bytes until
+  -- limiter.MaxNow; a level below SHORT_LEVEL fits 5, and Redis then keeps
+  -- the value in a 32-byte allocation instead of a 48-byte one.
+  local SHORT, SHORT_SIZE, SHORT_LEVEL = '<i5i7', 12, 549755813888 -- 2^39
+  local LONG, LONG_SIZE = '<i8i8', 16
+
   local level, last = 0, 0
   local v = redis.pcall('GET', key)
   if v then
@@ -56,8 +60,7 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
       end
     end
     if bad then
-      out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, bad, 0, 0, 0, 0
-      return
+      return 2, bad, 0, 0, 0, 0
     end
   end
   local capacity = burst * p
@@ -102,7 +105,7 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
 
   local reset = r == 1 and level or cdiv(level, r)
   if op ~= DRY then
-    -- As persist (common.lua) does, with the state as one string: SET
+    -- As persist (persist.lua) does, with the state as one string: SET
     -- replaces a HASH of an earlier version, and sets the expiry too.
     if reset <= 0 then
       redis.call('DEL', key)
@@ -113,9 +116,10 @@ local function decide(out, at, key, now, alg, op, n, burst, p, r, margin)
       else
         state = struct.pack(LONG, level, last)
       end
-      redis.call('SET', key, state, 'PX', fmt('%d', cdiv(reset, 1000) + margin))
+      -- string.format, not common.lua's fmt: fmt would be an upvalue.
+      redis.call('SET', key, state, 'PX', string.format('%d', cdiv(reset, 1000) + margin))
     end
   end
-  out[at + 1], out[at + 2], out[at + 3] = status, allowed, idiv(capacity - level, p)
-  out[at + 4], out[at + 5], out[at + 6] = retry, reset, delay
+  return status, allowed, idiv(capacity - level, p),
+    retry, reset, delay
 end

@@ -25,8 +25,10 @@ local function now_us(arg)
     -- Redis < 5 replicates scripts verbatim unless told to replicate their
     -- effects, and would refuse a write after TIME; later versions ignore this.
     if redis.replicate_commands then redis.replicate_commands() end
+    -- Arithmetic converts TIME's two strings with one strtod each;
+    -- tonumber would run two (Lua 5.1 checks the string, then converts it).
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = t[1] * 1000000 + t[2]
   else
     now = tonumber(arg)
   end
@@ -37,14 +39,16 @@ end
 -- fmt formats an integer for a Redis argument with '%d': a bare Lua number
 -- would be sent in %.17g or shortest form, which may use an exponent.
 local fmt = string.format
-local floor = math.floor
 
 -- idiv is floor(a / b) for 0 <= a < 2^53 and b > 0. The rounded double
 -- quotient can land on the next integer when the true one lies just below
 -- it; one step corrects that. The comparisons are sound: a is exact, and a
 -- product that rounds (only above 2^53) is then larger than a either way.
+-- math.floor is looked up where it is called: a top-level local would be an
+-- upvalue, allocated and collected on every script call, which costs more
+-- than the two lookups.
 local function idiv(a, b)
-  local q = floor(a / b)
+  local q = math.floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -57,7 +61,7 @@ end
 -- idiv's floor, then one step up. idiv is written out rather than called,
 -- as a Lua call costs Redis more than the arithmetic.
 local function cdiv(a, b)
-  local q = floor(a / b)
+  local q = math.floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -67,23 +71,4 @@ local function cdiv(a, b)
     q = q + 1
   end
   return q
-end
-
--- persist ends every decision the way the memory store does: a budget
--- that is whole again (reset_us = 0) decides exactly like an absent key, so
--- the key is deleted; otherwise the HASH fields f1..f3 (a field name, then
--- its integer value; f3, or all three, nil when unused, as for SlidingLog,
--- whose ZSET is updated in place) are written and the key is set to vanish
--- margin_ms after the budget will be whole.
-local function persist(key, reset_us, margin_ms, f1, v1, f2, v2, f3, v3)
-  if reset_us <= 0 then
-    redis.call('DEL', key)
-    return
-  end
-  if f3 then
-    redis.call('HSET', key, f1, fmt('%d', v1), f2, fmt('%d', v2), f3, fmt('%d', v3))
-  elseif f1 then
-    redis.call('HSET', key, f1, fmt('%d', v1), f2, fmt('%d', v2))
-  end
-  redis.call('PEXPIRE', key, fmt('%d', cdiv(reset_us, 1000) + margin_ms))
 end

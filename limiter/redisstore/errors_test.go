@@ -11,6 +11,7 @@ import (
 
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/redisstore"
 )
 
 var tenPerSecond = limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 10, Rate: 10, Period: time.Second}
@@ -29,6 +30,40 @@ func TestRedisErrorsSurface(t *testing.T) {
 		d, err := s.Take(ctx, "wrongtype", tenPerSecond, 1)
 		if err == nil || d.Allowed || !strings.HasPrefix(err.Error(), "redisstore: token_bucket take: ") || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("Take on a string key: %+v, %v; want a wrapped WRONGTYPE error", d, err)
+		}
+	})
+
+	t.Run("wrong types in one script call", func(t *testing.T) {
+		// Three messages of different lengths among good keys: each key
+		// gets its own, exactly as a call of it alone does.
+		spoil := map[string]func(key string) error{
+			"short": func(k string) error { return rdb.Set(ctx, k, "x", time.Minute).Err() },
+			"list":  func(k string) error { return rdb.RPush(ctx, k, "a").Err() },
+			"long":  func(k string) error { return rdb.Set(ctx, k, "a longer string", time.Minute).Err() },
+		}
+		for id, f := range spoil {
+			if err := f(s.Key(id, limiter.TokenBucket)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids := []string{"good1", "short", "good2", "list", "long", "good3"}
+		calls := make([]redisstore.BatchCall, len(ids))
+		for i, id := range ids {
+			calls[i] = redisstore.BatchCall{Identity: id, Limit: tenPerSecond, N: 1}
+		}
+		ds, errs := redisstore.RoundTrip(ctx, s, calls)
+		for i, id := range ids {
+			if spoil[id] == nil {
+				if errs[i] != nil || !ds[i].Allowed || ds[i].Remaining != 9 {
+					t.Errorf("%s: %+v, %v; want admitted, 9 left", id, ds[i], errs[i])
+				}
+				continue
+			}
+			_, alone := s.Take(ctx, id, tenPerSecond, 1)
+			var rerr redis.Error
+			if errs[i] == nil || ds[i].Allowed || !errors.As(errs[i], &rerr) || errs[i].Error() != alone.Error() {
+				t.Errorf("%s: %+v, %v; want %v, as alone", id, ds[i], errs[i], alone)
+			}
 		}
 	})
 

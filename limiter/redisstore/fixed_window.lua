@@ -13,15 +13,14 @@
 -- c        unused.
 -- margin   expiry margin in ms.
 --
--- Writes {status, allowed, remaining, retry_us, reset_us, 0} at
--- out[at + 1 ..]; status 1 means the cost exceeds the rate and can never be
--- admitted, status 2 that the key could not be read (see batch.lua).
+-- Returns status, allowed, remaining, retry_us, reset_us, 0; status 1
+-- means the cost exceeds the rate and can never be admitted, status 2 that
+-- the key could not be read, with Redis's message as allowed (see batch.lua).
 
-local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
+local function decide(key, now, alg, op, n, rate, P, c, margin)
   local st = redis.pcall('HMGET', key, 'w', 'c')
   if st.err then
-    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, st.err, 0, 0, 0, 0
-    return
+    return 2, st.err, 0, 0, 0, 0
   end
   local stored = math.min(math.max(tonumber(st[1]) or 0, 0), idiv(MAX_NOW, P))
   local count = math.min(math.max(tonumber(st[2]) or 0, 0), rate)
@@ -51,6 +50,6 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
   if op ~= DRY then
     persist(key, reset, margin, 'w', w, 'c', count)
   end
-  out[at + 1], out[at + 2], out[at + 3] = status, allowed, rate - count
-  out[at + 4], out[at + 5], out[at + 6] = retry, reset, 0
+  return status, allowed, rate - count,
+    retry, reset, 0
 end

@@ -17,6 +17,8 @@ import (
 var (
 	//go:embed common.lua
 	commonLua string
+	//go:embed persist.lua
+	persistLua string
 	//go:embed bucket.lua
 	bucketLua string
 	//go:embed fixed_window.lua
@@ -39,8 +41,9 @@ type luaScript struct {
 	evalHead    [2]any
 }
 
-func newLuaScript(algorithmLua string) *luaScript {
-	return luaScriptOf(commonLua + algorithmLua + batchLua)
+// newLuaScript is the script of the files parts, concatenated.
+func newLuaScript(parts ...string) *luaScript {
+	return luaScriptOf(strings.Join(parts, ""))
 }
 
 func luaScriptOf(src string) *luaScript {
@@ -52,29 +55,30 @@ func luaScriptOf(src string) *luaScript {
 }
 
 // scripts holds one script per algorithm family, indexed by
-// limiter.Algorithm: common.lua, the family's file and batch.lua. Redis runs
-// a script's top level on every call, so a script that defined all four
-// families' functions would build them all on every call. Immutable after
-// package initialisation.
+// limiter.Algorithm: common.lua, persist.lua for the window families, the
+// family's file and batch.lua. Redis runs a script's top level on every
+// call, so a script that defined all four families' functions would build
+// them all on every call. Immutable after package initialisation.
 var scripts = func() [limiter.SlidingCounter + 1]*luaScript {
-	bucket := newLuaScript(bucketLua)
+	bucket := newLuaScript(commonLua, bucketLua, batchLua)
 	return [...]*luaScript{
 		limiter.TokenBucket:         bucket,
 		limiter.LeakyBucketPolicing: bucket,
 		limiter.LeakyBucketShaping:  bucket,
-		limiter.FixedWindow:         newLuaScript(fixedWindowLua),
-		limiter.SlidingLog:          newLuaScript(slidingLogLua),
-		limiter.SlidingCounter:      newLuaScript(slidingCounterLua),
+		limiter.FixedWindow:         newLuaScript(commonLua, persistLua, fixedWindowLua, batchLua),
+		limiter.SlidingLog:          newLuaScript(commonLua, persistLua, slidingLogLua, batchLua),
+		limiter.SlidingCounter:      newLuaScript(commonLua, persistLua, slidingCounterLua, batchLua),
 	}
 }()
 
-// multiScript is TakeAll's script (see multi.lua): common.lua, every
-// family's file in a block of its own that files its decide in the DECIDE
-// table, and multi.lua. The blocks keep each family's locals (decide
+// multiScript is TakeAll's script (see multi.lua): common.lua,
+// persist.lua, every family's file in a block of its own that files its
+// decide in the DECIDE table, and multi.lua. The blocks keep each family's locals (decide
 // first of all) apart. Immutable after package initialisation.
 var multiScript = func() *luaScript {
 	var b strings.Builder
 	b.WriteString(commonLua)
+	b.WriteString(persistLua)
 	b.WriteString("local DECIDE = {}\n")
 	for _, f := range []struct{ name, src string }{
 		{"bucket", bucketLua},
@@ -93,12 +97,17 @@ var multiScript = func() *luaScript {
 // refund empties every budget, so nothing is lost.
 const maxArg = 1 << 53
 
-// The script's reply: stride values per key, the first a status.
+// The script's reply is one string: a record per key of replyFields
+// little-endian int64s, the first a status, then the messages of the keys
+// of status statusError (see batch.lua). A string because Redis converts a
+// reply to RESP per element, and go-redis decodes an array into one boxed
+// value per element.
 const (
-	stride        = 6
+	replyFields   = 6
+	replySize     = 8 * replyFields
 	statusOK      = 0
 	statusExceeds = 1 // the cost can never fit
-	statusError   = 2 // the second value is Redis's error message
+	statusError   = 2 // the second value is the length of Redis's error message
 )
 
 // The per-key arguments travel in one ARGV string, a record per key of
@@ -216,29 +225,9 @@ func (ch *chunk) decisions() []*call {
 	return ch.calls
 }
 
-// settle sets c's outcome from its stride of the script's reply.
-func (c *call) settle(reply []any) {
-	if len(reply) != stride {
-		c.fail(fmt.Errorf("malformed script reply %v", reply))
-		return
-	}
-	var v [stride]int64
-	for i, r := range reply {
-		switch r := r.(type) {
-		case int64:
-			v[i] = r
-		case string:
-			if i == 1 && v[0] == statusError {
-				c.fail(scriptError(r))
-				return
-			}
-			c.fail(fmt.Errorf("malformed script reply %v", reply))
-			return
-		default:
-			c.fail(fmt.Errorf("malformed script reply %v", reply))
-			return
-		}
-	}
+// settle sets c's outcome from its record of the script's reply; msg is
+// its error message when the status is statusError.
+func (c *call) settle(v *[replyFields]int64, msg string) {
 	c.d = limiter.Decision{
 		Allowed:    v[1] == 1,
 		Limit:      c.limit.Capacity(),
@@ -252,9 +241,57 @@ func (c *call) settle(reply []any) {
 	case statusOK:
 	case statusExceeds:
 		c.err = limiter.ExceedsCapacity(c.n, c.limit.Capacity())
+	case statusError:
+		c.fail(scriptError(msg))
 	default:
-		c.fail(fmt.Errorf("malformed script reply %v", reply))
+		c.fail(fmt.Errorf("malformed script reply: status %d", v[0]))
 	}
+}
+
+// settleReply sets the outcome of each of units from the script's reply.
+func settleReply(units []*call, reply string) error {
+	n := len(units) * replySize
+	if len(reply) < n {
+		return fmt.Errorf("malformed script reply of %d bytes for %d keys", len(reply), len(units))
+	}
+	// The messages of status statusError follow the records: check that
+	// their lengths add up before settling any call.
+	msgs := reply[n:]
+	total := 0
+	for i := range units {
+		rec := reply[i*replySize:]
+		if le64(rec) == statusError {
+			l := le64(rec[8:])
+			if l > uint64(len(msgs)-total) {
+				return fmt.Errorf("malformed script reply: error message of %d bytes past its end", l)
+			}
+			total += int(l)
+		}
+	}
+	if total != len(msgs) {
+		return fmt.Errorf("malformed script reply: %d bytes after the records, %d in messages", len(msgs), total)
+	}
+	var v [replyFields]int64
+	for i, c := range units {
+		rec := reply[i*replySize:]
+		for j := range v {
+			v[j] = int64(le64(rec[8*j:]))
+		}
+		var msg string
+		if v[0] == statusError {
+			msg, msgs = msgs[:v[1]], msgs[v[1]:]
+		}
+		c.settle(&v, msg)
+	}
+	return nil
+}
+
+// le64 is the little-endian uint64 s starts with, read from the string
+// itself: converting to []byte would copy.
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
 // scriptError is an error Redis raised inside the script for one key
@@ -342,19 +379,15 @@ func (s *Store) roundTrip(ctx context.Context, calls []*call) {
 		s.send(ctx, missing, now, true)
 	}
 	for _, ch := range chunks {
-		reply, err := ch.cmd.Slice()
-		units := ch.decisions()
-		if err == nil && len(reply) != stride*len(units) {
-			err = fmt.Errorf("malformed script reply of %d values for %d keys", len(reply), len(units))
+		reply, err := ch.cmd.Text()
+		if err == nil {
+			err = settleReply(ch.decisions(), reply)
 		}
 		if err != nil {
 			for _, c := range ch.calls {
 				c.fail(err)
 			}
 			continue
-		}
-		for i, c := range units {
-			c.settle(reply[i*stride : (i+1)*stride])
 		}
 		if c := ch.calls[0]; c.parts != nil {
 			c.settleParts()

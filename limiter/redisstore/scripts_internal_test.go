@@ -20,10 +20,12 @@ func TestLuaConstants(t *testing.T) {
 	if maxArg != limiter.MaxSafeInteger+1 {
 		t.Errorf("maxArg = %d, want 2^53", int64(maxArg))
 	}
-	// batch.lua writes stride reply values per key, its STRIDE, and reads
-	// one record per key: recordFields int64s, recordSize bytes.
+	// batch.lua reads one record per key, recordFields int64s, recordSize
+	// bytes, and replies with one of the same layout per key.
+	if replyFields != recordFields || replySize != recordSize {
+		t.Errorf("reply records of %d fields, %d bytes; batch.lua packs them as RECORD, %d fields", replyFields, replySize, recordFields)
+	}
 	for _, want := range []string{
-		"local STRIDE = " + strconv.Itoa(stride) + "\n",
 		"local RECORD = '<" + strings.Repeat("i8", recordFields) + "'\n",
 		"local RECORD_SIZE = " + strconv.Itoa(recordSize) + "\n",
 	} {
@@ -55,7 +57,7 @@ func TestLuaAlgorithmNames(t *testing.T) {
 	if want := "local SHAPING = " + strconv.Itoa(int(limiter.LeakyBucketShaping)) + "\n"; !strings.Contains(bucketLua, want) {
 		t.Errorf("bucket.lua does not declare %q", strings.TrimSpace(want))
 	}
-	for _, src := range []string{commonLua, bucketLua, fixedWindowLua, slidingCounterLua, slidingLogLua, batchLua, multiLua} {
+	for _, src := range []string{commonLua, persistLua, bucketLua, fixedWindowLua, slidingCounterLua, slidingLogLua, batchLua, multiLua} {
 		for _, bad := range []string{"alg <", "alg >", "alg == 0", "alg == 1", "alg == 2", "alg == 3", "alg == 4", "alg == 5"} {
 			if strings.Contains(src, bad) {
 				t.Errorf("a script compares %q: name the algorithm instead", bad)
@@ -66,7 +68,7 @@ func TestLuaAlgorithmNames(t *testing.T) {
 
 // TestScriptsDocumentTheirInterface: the entry point opens with its KEYS,
 // ARGV and reply; each algorithm file with its parameters and what it
-// writes.
+// returns.
 func TestScriptsDocumentTheirInterface(t *testing.T) {
 	check := func(name, src string, wants ...string) {
 		header, _, _ := strings.Cut(src, "\nlocal ")
@@ -84,24 +86,24 @@ func TestScriptsDocumentTheirInterface(t *testing.T) {
 		"bucket.lua": bucketLua, "fixed_window.lua": fixedWindowLua,
 		"sliding_counter.lua": slidingCounterLua, "sliding_log.lua": slidingLogLua,
 	} {
-		check(name, src, "-- key ", "-- now ", "-- alg ", "-- op ", "-- n ", "-- margin ", "-- Writes")
-		if !strings.Contains(src, "\nlocal function decide(out, at, key, now, alg, op, n, ") {
+		check(name, src, "-- key ", "-- now ", "-- alg ", "-- op ", "-- n ", "-- margin ", "-- Returns")
+		if !strings.Contains(src, "\nlocal function decide(key, now, alg, op, n, ") {
 			t.Errorf("%s does not define decide with the parameters batch.lua passes", name)
 		}
 	}
 }
 
 // TestScriptPerFamily: each algorithm runs the script docs/redis.md
-// describes, common.lua + its family's file + batch.lua, and the families
-// have distinct scripts.
+// describes, common.lua (+ persist.lua for the windows) + its family's file
+// + batch.lua, and the families have distinct scripts.
 func TestScriptPerFamily(t *testing.T) {
 	for a, file := range map[limiter.Algorithm]string{
 		limiter.TokenBucket: bucketLua, limiter.LeakyBucketPolicing: bucketLua, limiter.LeakyBucketShaping: bucketLua,
-		limiter.FixedWindow: fixedWindowLua, limiter.SlidingLog: slidingLogLua, limiter.SlidingCounter: slidingCounterLua,
+		limiter.FixedWindow: persistLua + fixedWindowLua, limiter.SlidingLog: persistLua + slidingLogLua, limiter.SlidingCounter: persistLua + slidingCounterLua,
 	} {
 		sc := scripts[a]
 		if sc.source != commonLua+file+batchLua {
-			t.Errorf("%s: the script is not common.lua + its file + batch.lua", a)
+			t.Errorf("%s: the script is not common.lua + (persist.lua +) its file + batch.lua", a)
 		}
 		if sc.evalshaHead[1] != redis.NewScript(sc.source).Hash() || sc.evalHead[1] != sc.source {
 			t.Errorf("%s: EVALSHA or EVAL does not name the script", a)
@@ -116,13 +118,13 @@ func TestScriptPerFamily(t *testing.T) {
 	}
 }
 
-// TestMultiScript: TakeAll's script is common.lua, each family's file in a
-// block of its own filing its decide, and multi.lua, which dispatches
-// each limiter.Algorithm value to its family.
+// TestMultiScript: TakeAll's script is common.lua, persist.lua, each
+// family's file in a block of its own filing its decide, and multi.lua,
+// which dispatches each limiter.Algorithm value to its family.
 func TestMultiScript(t *testing.T) {
 	src := multiScript.source
-	if !strings.HasPrefix(src, commonLua+"local DECIDE = {}\n") || !strings.HasSuffix(src, multiLua) {
-		t.Error("the multi script is not common.lua, the families, multi.lua")
+	if !strings.HasPrefix(src, commonLua+persistLua+"local DECIDE = {}\n") || !strings.HasSuffix(src, multiLua) {
+		t.Error("the multi script is not common.lua, persist.lua, the families, multi.lua")
 	}
 	family := map[limiter.Algorithm]string{
 		limiter.TokenBucket: "bucket", limiter.LeakyBucketPolicing: "bucket", limiter.LeakyBucketShaping: "bucket",

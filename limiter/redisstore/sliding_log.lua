@@ -19,9 +19,9 @@
 -- c        unused.
 -- margin   expiry margin in ms.
 --
--- Writes {status, allowed, remaining, retry_us, reset_us, 0} at
--- out[at + 1 ..]; status 1 means the cost exceeds the rate and can never be
--- admitted, status 2 that the key could not be read (see batch.lua).
+-- Returns status, allowed, remaining, retry_us, reset_us, 0; status 1
+-- means the cost exceeds the rate and can never be admitted, status 2 that
+-- the key could not be read, with Redis's message as allowed (see batch.lua).
 --
 -- Cost: O(log size) per call, plus O(1) per entry expired or refunded
 -- (each entry leaves once) and, on a rejection, a walk over the oldest
@@ -66,11 +66,10 @@ local function log_retry(key, now, n, rate, P, count)
   return P -- unreachable while LOG_TOTAL matches the entries
 end
 
-local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
+local function decide(key, now, alg, op, n, rate, P, c, margin)
   local total = redis.pcall('ZSCORE', key, LOG_TOTAL)
   if type(total) == 'table' then
-    out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 2, total.err, 0, 0, 0, 0
-    return
+    return 2, total.err, 0, 0, 0, 0
   end
   local count = 0
   if total then
@@ -157,6 +156,6 @@ local function decide(out, at, key, now, alg, op, n, rate, P, c, margin)
     redis.call('ZADD', key, fmt('%d', -(1 + kept)), LOG_TOTAL)
   end
   persist(key, keep, margin)
-  out[at + 1], out[at + 2], out[at + 3] = status, allowed, math.max(0, rate - count)
-  out[at + 4], out[at + 5], out[at + 6] = retry, reset, 0
+  return status, allowed, math.max(0, rate - count),
+    retry, reset, 0
 end

@@ -2,9 +2,9 @@
 // or Cluster, through any go-redis v9 client. Many gateway processes sharing
 // one Redis share one exact budget per key.
 //
-// Decisions run in one Lua script (common.lua, bucket.lua, fixed_window.lua,
-// sliding_counter.lua, sliding_log.lua and the entry point batch.lua,
-// concatenated), which reproduces the integer arithmetic of package limiter
+// Decisions run in one Lua script (common.lua, persist.lua, bucket.lua,
+// fixed_window.lua, sliding_counter.lua, sliding_log.lua and the entry point
+// batch.lua, concatenated), which reproduces the integer arithmetic of package limiter
 // exactly, so the same inputs give the same decisions as the memory store.
 // One script call decides for one key or for many, each atomically. Scripts
 // go through EVALSHA, falling back to EVAL when a server has not cached the
