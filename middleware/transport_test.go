@@ -3,6 +3,8 @@ package middleware_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -228,6 +230,42 @@ func TestEveryBodyTransportPays(t *testing.T) {
 		if status != http.StatusUnprocessableEntity || ran || !strings.Contains(body, "MAX_") {
 			t.Errorf("%s, 600 nested selections: %d, resolvers ran: %v\n%.300s", tc.contentType, status, ran, body)
 		}
+	}
+}
+
+// gqlgen's NewDefaultServer (deprecated, still common) wrapped by
+// lim.Handler: its own persisted-query extension runs before the limiter's
+// and its WebSocket transport has no InitFunc, yet a query, an APQ
+// registration, a hash-only request and a WebSocket operation each pay the
+// same.
+func TestNewDefaultServerPays(t *testing.T) {
+	res := graph.NewResolver()
+	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+		return lim.Handler(handler.NewDefaultServer(res.Schema()))
+	})
+	const doc = `{ user(login: "octocat") { repos(first: 5) { name } } }`
+	sum := sha256.Sum256([]byte(doc))
+	apq := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": hex.EncodeToString(sum[:])}}
+	plain, _ := json.Marshal(map[string]any{"query": doc})
+	register, _ := json.Marshal(map[string]any{"query": doc, "extensions": apq})
+	hashOnly, _ := json.Marshal(map[string]any{"extensions": apq})
+	var want int64
+	for _, tc := range []struct{ name, body string }{{"query", string(plain)}, {"APQ registration", string(register)}, {"APQ hash only", string(hashOnly)}} {
+		before, calls := a.remaining(""), res.Calls()
+		status, body, _ := a.postBody("application/json", "", tc.body)
+		paid := before - a.remaining("")
+		if want == 0 {
+			want = paid
+		}
+		if status != http.StatusOK || res.Calls() == calls || paid != want || paid < 2 {
+			t.Errorf("%s: %d, paid %d (want %d), resolvers ran: %v\n%.300s", tc.name, status, paid, want, res.Calls() != calls, body)
+		}
+	}
+	s := a.dial(protoTransportWS, nil, nil)
+	before := a.remaining("")
+	s.start("1", doc)
+	if m := s.next(); m.Type != "next" || before-a.remaining("") != want {
+		t.Errorf("over WebSocket: %s %s, paid %d, want %d", m.Type, m.Payload, before-a.remaining(""), want)
 	}
 }
 
