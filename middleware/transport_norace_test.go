@@ -30,9 +30,7 @@ func TestMultipartMixedSubscriptionEventsPay(t *testing.T) {
 	before := a.remaining("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"`+strings.ReplaceAll(subscribeDoc, `"`, `\"`)+`"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "multipart/mixed")
+	req := a.subscribeRequest(ctx, "multipart/mixed")
 	type answer struct {
 		resp *http.Response
 		err  error

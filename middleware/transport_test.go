@@ -739,9 +739,7 @@ func TestSSESubscriptionEventsPay(t *testing.T) {
 	before := a.remaining("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.srv.URL, strings.NewReader(`{"query":"`+strings.ReplaceAll(subscribeDoc, `"`, `\"`)+`"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
+	req := a.subscribeRequest(ctx, "text/event-stream")
 	resp, err := a.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -771,6 +769,20 @@ func TestSSESubscriptionEventsPay(t *testing.T) {
 	}
 	cancel()
 	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 0 })
+}
+
+// subscribeRequest is a POST of subscribeDoc asking for the response type
+// accept (an HTTP transport that streams a subscription's events).
+func (a *adopter) subscribeRequest(ctx context.Context, accept string) *http.Request {
+	a.t.Helper()
+	body, _ := json.Marshal(map[string]string{"query": subscribeDoc})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.srv.URL, strings.NewReader(string(body)))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", accept)
+	return req
 }
 
 // readSSEEvent returns the data of the next "next" event.
