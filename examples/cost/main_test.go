@@ -105,6 +105,15 @@ func TestTextReport(t *testing.T) {
 	if !strings.Contains(string(readme), seedText) {
 		t.Error("README.md no longer shows the seed example's text report as the CLI prints it")
 	}
+	// The document it shows is the one the CLI priced.
+	seed, err := os.ReadFile(filepath.Join(casesDir, "seed.graphql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	query := string(seed[strings.LastIndex(strings.TrimRight(string(seed), "\n"), "\n")+1:])
+	if !strings.Contains(string(readme), "```graphql\n"+query+"```") {
+		t.Errorf("README.md no longer shows the seed example's document as seed.graphql holds it: %q", query)
+	}
 	// Each tree line carries the coordinate, multiplier and cost.
 	if !hasLine(r.stdout, "repos", "User.repos", "100", "5100") {
 		t.Errorf("no line 'repos User.repos 100 5100' in:\n%s", r.stdout)
