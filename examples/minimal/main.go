@@ -42,5 +42,6 @@ func main() {
 
 	http.Handle("/graphql", lim.Handler(srv)) // the extension, the statuses, the headers
 	hs := &http.Server{Addr: *addr, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+	log.Printf("GraphQL on %s/graphql, priced and limited by costguard", *addr)
 	log.Fatal(hs.ListenAndServe()) // with timeouts: a slow client cannot hold a connection
 }
