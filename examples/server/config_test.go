@@ -119,6 +119,16 @@ func TestDocsMatchDefaults(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, withLibraryDefaults(defaultConfig()), withLibraryDefaults(got), "docs/server.md's defaults drifted from the server's and the library's")
 
+	// The sample configuration the docs start the server with is that block.
+	sample, err := os.ReadFile("costguard.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, string(m[1]), regexp.MustCompile("(?m)\\A(#.*\n)*").ReplaceAllString(string(sample), ""),
+		"examples/server/costguard.yaml is not docs/server.md's defaults block under its comment")
+	loaded, err := loadConfig("costguard.yaml")
+	require.NoError(t, err)
+	loaded.file, loaded.doc = "", nil // where it came from, not what it says
+	assert.Equal(t, withLibraryDefaults(defaultConfig()), withLibraryDefaults(loaded))
+
 	// The documented defaults must start a server.
 	_, cleanup, err := newServer(got, deps{})
 	require.NoError(t, err)
