@@ -139,7 +139,7 @@ func TestWatcher(t *testing.T) {
 		t.Fatal("a new watcher holds overrides")
 	}
 	// A change made elsewhere (straight to the store) shows after Refresh.
-	if err := m.Put(ctx, "user:bob", override.Override{Plan: "pro"}, clock.Now()); err != nil {
+	if _, err := m.Put(ctx, "user:bob", override.Override{Plan: "pro"}, clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := w.Snapshot().Get("user:bob", clock.Now()); ok {
@@ -186,9 +186,9 @@ type failing struct {
 	down bool
 }
 
-func (f *failing) Version(ctx context.Context) (int64, error) {
+func (f *failing) Version(ctx context.Context) (override.Version, error) {
 	if f.down {
-		return 0, errors.New("store down")
+		return override.Version{}, errors.New("store down")
 	}
 	return f.Store.Version(ctx)
 }

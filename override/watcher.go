@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,17 +30,20 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // Snapshot is the overrides as a Watcher last read them: immutable.
 type Snapshot struct {
-	version int64
+	version Version
 	entries map[string]Override
 	// expiring: some entry has an Until, so a poll may find one to purge.
 	expiring bool
 }
 
 // Version is the store's version the snapshot was read at.
-func (s *Snapshot) Version() int64 { return s.version }
+func (s *Snapshot) Version() Version { return s.version }
 
 // Len is the number of overrides held, expired ones included.
 func (s *Snapshot) Len() int { return len(s.entries) }
+
+// All yields every override held, expired ones included, in no order.
+func (s *Snapshot) All() iter.Seq2[string, Override] { return maps.All(s.entries) }
 
 // Get returns key's override when it applies at now (it exists and has
 // not expired).
@@ -61,7 +66,10 @@ func (s *Snapshot) Find(key string) (Override, bool) {
 }
 
 // Watcher keeps a local Snapshot of a Store, refreshed by polling the
-// store's version. Build it with NewWatcher; Close stops its goroutine.
+// store's version and reading the overrides again whenever the version is
+// not the snapshot's (the whole Version: a store that lost data and
+// counted back to the same N has another ID). Build it with NewWatcher;
+// Close stops its goroutine.
 type Watcher struct {
 	store    Store
 	clock    Clock
@@ -104,7 +112,7 @@ func NewWatcher(ctx context.Context, store Store, opts ...WatcherOption) (*Watch
 	if w.log == nil {
 		w.log = slog.Default()
 	}
-	w.snap.Store(&Snapshot{version: -1})
+	w.snap.Store(&Snapshot{version: Version{N: -1}}) // no store's
 	if err := w.Refresh(ctx); err != nil {
 		return nil, fmt.Errorf("override: reading the overrides: %w", err)
 	}
@@ -119,30 +127,61 @@ func NewWatcher(ctx context.Context, store Store, opts ...WatcherOption) (*Watch
 // Snapshot is the overrides in force in this process: no I/O.
 func (w *Watcher) Snapshot() *Snapshot { return w.snap.Load() }
 
-// Refresh asks the store for its version and, when it moved, reads the
-// overrides again; when the snapshot holds an expired override, it purges
-// the store first. Safe for concurrent use.
+// Refresh asks the store for its version and, when it is not the
+// snapshot's, reads the overrides again; when the snapshot holds an
+// expired override, it purges the store first (the purge answers the
+// version). Safe for concurrent use.
 func (w *Watcher) Refresh(ctx context.Context) error {
 	w.refresh.Lock()
 	defer w.refresh.Unlock()
-	cur := w.snap.Load()
-	if cur.expiring {
-		now := w.clock.Now()
-		for _, o := range cur.entries {
-			if o.Expired(now) {
-				if err := w.store.Purge(ctx, now); err != nil {
-					return err
-				}
-				break
-			}
-		}
+	var v Version
+	var err error
+	if w.hasExpired() {
+		v, err = w.store.Purge(ctx, w.clock.Now())
+	} else {
+		v, err = w.store.Version(ctx)
 	}
-	v, err := w.store.Version(ctx)
 	if err != nil {
 		return err
 	}
+	return w.applyLocked(ctx, v)
+}
+
+// hasExpired reports whether the snapshot holds an override expired now.
+func (w *Watcher) hasExpired() bool {
+	cur := w.snap.Load()
+	if !cur.expiring {
+		return false
+	}
+	now := w.clock.Now()
+	for _, o := range cur.entries {
+		if o.Expired(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// apply brings the snapshot to v, the version a change made through this
+// Watcher returned: at once, not at the next poll.
+func (w *Watcher) apply(ctx context.Context, v Version) error {
+	w.refresh.Lock()
+	defer w.refresh.Unlock()
+	return w.applyLocked(ctx, v)
+}
+
+// applyLocked reads the overrides again unless the snapshot is at v. The
+// read is later than what answered v, so it holds v's overrides or newer.
+func (w *Watcher) applyLocked(ctx context.Context, v Version) error {
+	cur := w.snap.Load()
 	if v == cur.version {
 		return nil
+	}
+	if cur.version.N >= 0 && v.N <= cur.version.N {
+		// Every change counts one more: a count that did not move
+		// forward with another version is changes lost.
+		w.log.Warn("override: the store's version went back: it lost changes (a flush, a restart without persistence, a failover to a replica behind); reading the overrides again",
+			"was", cur.version.String(), "now", v.String())
 	}
 	entries, v, err := w.store.Load(ctx)
 	if err != nil {
@@ -156,9 +195,10 @@ func (w *Watcher) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Put validates o and sets key's override in the store, then refreshes
-// this process's snapshot, so that it applies here at once (elsewhere
-// within a poll). The two store calls take at most CallTimeout.
+// Put validates o and sets key's override in the store, then brings this
+// process's snapshot to the version the write returned, so that it
+// applies here at once (elsewhere within a poll). The two store calls
+// take at most CallTimeout.
 func (w *Watcher) Put(ctx context.Context, key string, o Override) error {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
@@ -166,22 +206,24 @@ func (w *Watcher) Put(ctx context.Context, key string, o Override) error {
 	if err := o.Validate(now); err != nil {
 		return err
 	}
-	if err := w.store.Put(ctx, key, o, now); err != nil {
+	v, err := w.store.Put(ctx, key, o, now)
+	if err != nil {
 		return err
 	}
-	return w.Refresh(ctx)
+	return w.apply(ctx, v)
 }
 
-// Delete removes key's override from the store and refreshes this
-// process's snapshot; it reports whether there was one.
+// Delete removes key's override from the store and brings this process's
+// snapshot to the version the delete returned; it reports whether there
+// was one.
 func (w *Watcher) Delete(ctx context.Context, key string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	ok, err := w.store.Delete(ctx, key)
+	ok, v, err := w.store.Delete(ctx, key)
 	if err != nil {
 		return false, err
 	}
-	return ok, w.Refresh(ctx)
+	return ok, w.apply(ctx, v)
 }
 
 // Now is the Watcher's clock's reading.

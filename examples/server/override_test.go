@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -128,20 +129,7 @@ func policyOf(t *testing.T, base string) string {
 	return p
 }
 
-func tryPolicyOf(base string) (string, error) {
-	req, _ := http.NewRequest(http.MethodGet, base+"/api/users/octocat", nil)
-	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", errors.New(resp.Status)
-	}
-	return resp.Header.Get("RateLimit-Policy"), nil
-}
+func tryPolicyOf(base string) (string, error) { return tryPolicyWith(base, demoAPIKey) }
 
 // startRedisServerProcess starts the server as its own process with its
 // budgets and overrides in the Redis at redisAddr, the admin token from a
@@ -210,4 +198,90 @@ func TestOverridePropagationAcrossProcesses(t *testing.T) {
 	}
 	measure(http.MethodPut, `{"plan":"pro"}`, pro)
 	measure(http.MethodDelete, "", free)
+}
+
+const dataLossYAML = `plans:
+  free: {burst: 5000, rate: 5000, per: 1h}
+  anon: {burst: 500, rate: 500, per: 1h}
+  pro: {burst: 50000, rate: 50000, per: 1h}
+api_keys:
+  carol-key-of-some-length: {principal: carol, plan: free}
+  dave-key-of-some-length: {principal: dave, plan: free}
+`
+
+// TestOverridesConvergeAfterDataLossAcrossProcesses runs two server
+// processes on one Redis. Through the first: carol gets an override,
+// the Redis loses it (FLUSHALL; a restart without persistence), dave gets
+// one within the same poll interval, so that the store counts as many
+// changes as before. Both processes must then serve carol by her plan
+// and dave by his override: the first at once, the second within a
+// second.
+func TestOverridesConvergeAfterDataLossAcrossProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(rs *redistest.Server) error
+	}{
+		{"flush", func(rs *redistest.Server) error {
+			c := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+			defer c.Close()
+			return c.FlushAll(context.Background()).Err()
+		}},
+		{"restart", (*redistest.Server).Restart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := redistest.StartServer(t)
+			procs := []*serverProcess{startRedisServerProcess(t, rs.Addr(), dataLossYAML), startRedisServerProcess(t, rs.Addr(), dataLossYAML)}
+			const free, pro = `"free";q=5000;w=3600`, `"pro";q=50000;w=3600`
+			policies := func(p *serverProcess) (carol, dave string) {
+				carol, _ = tryPolicyWith(p.url, "carol-key-of-some-length")
+				dave, _ = tryPolicyWith(p.url, "dave-key-of-some-length")
+				return carol, dave
+			}
+			put := func(who string) {
+				status, answer := adminCall(t, procs[0].admin, http.MethodPut, "/admin/principals/"+who+"/override", adminTestToken, `{"plan":"pro"}`)
+				require.Equal(t, http.StatusOK, status, answer)
+			}
+			put("carol")
+			deadline := time.Now().Add(5 * time.Second)
+			for c, _ := policies(procs[1]); c != pro; c, _ = policies(procs[1]) {
+				require.True(t, time.Now().Before(deadline), "the second process never applied carol's override")
+				time.Sleep(5 * time.Millisecond) // polling a real process: real time
+			}
+			require.NoError(t, tc.lose(rs))
+			put("dave")
+			set := time.Now()
+			c, d := policies(procs[0])
+			assert.Equal(t, [2]string{free, pro}, [2]string{c, d}, "the process that overrode dave serves carol and dave by the store's overrides at once")
+			var took time.Duration
+			for {
+				c, d := policies(procs[1])
+				if c == free && d == pro {
+					took = time.Since(set)
+					break
+				}
+				if time.Since(set) > 3*time.Second {
+					t.Fatalf("the second process still serves carol %s and dave %s (stderr: %s)", c, d, procs[1].stderr.String())
+				}
+				time.Sleep(5 * time.Millisecond) // polling a real process: real time
+			}
+			t.Logf("%s: the second process served carol and dave by the store's overrides %v after dave's override", tc.name, took.Round(time.Millisecond))
+			assert.Less(t, took, time.Second)
+		})
+	}
+}
+
+// tryPolicyWith is the RateLimit-Policy of a REST request with the API key.
+func tryPolicyWith(base, key string) (string, error) {
+	req, _ := http.NewRequest(http.MethodGet, base+"/api/users/octocat", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", errors.New(resp.Status)
+	}
+	return resp.Header.Get("RateLimit-Policy"), nil
 }

@@ -1,13 +1,14 @@
--- load.lua reads every override and the version they are at, atomically.
+-- load.lua reads every override and the version they are at, atomically
+-- (change.lua before it defines the KEYS, CHANGE and version; KEYS[2], the
+-- expiry ZSET, is passed for the slot but not read).
 --
--- KEYS[1]  the overrides, a HASH: principal key -> the override's JSON
--- KEYS[3]  the version, an integer INCRed on every change
---          (KEYS[2], the expiry ZSET, is passed for the slot but not read)
---
--- Returns {version, key1, json1, key2, json2, ...}.
-local out = {tonumber(redis.call('GET', KEYS[3]) or '0')}
+-- Returns {count, id, key1, json1, key2, json2, ...}.
+local out = version()
 local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all do
-  out[#out + 1] = all[i]
+for i = 1, #all, 2 do
+  if all[i] ~= CHANGE then
+    out[#out + 1] = all[i]
+    out[#out + 1] = all[i + 1]
+  end
 end
 return out

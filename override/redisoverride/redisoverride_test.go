@@ -1,6 +1,7 @@
 package redisoverride_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -30,16 +31,26 @@ func newStore(t *testing.T, c redis.UniversalClient, maxOverrides int) override.
 	return s
 }
 
+// lose deletes the store's keys: what FLUSHALL or a restart without
+// persistence does to it, on a server other tests share.
+func lose(c redis.UniversalClient) overridetest.Option {
+	return overridetest.WithDataLoss(func(t *testing.T, s override.Store) {
+		if err := c.Del(context.Background(), s.(*redisoverride.Store).Keys()...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestSuiteStandalone(t *testing.T) {
 	c := redistest.SharedServer(t).Client(t)
-	overridetest.Run(t, func(t *testing.T, n int) override.Store { return newStore(t, c, n) })
+	overridetest.Run(t, func(t *testing.T, n int) override.Store { return newStore(t, c, n) }, lose(c))
 }
 
 // On a Cluster the three keys share one hash tag: every script runs on
 // one node (a CROSSSLOT error would fail the suite).
 func TestSuiteCluster(t *testing.T) {
 	c := redistest.SharedCluster(t).Client(t)
-	overridetest.Run(t, func(t *testing.T, n int) override.Store { return newStore(t, c, n) })
+	overridetest.Run(t, func(t *testing.T, n int) override.Store { return newStore(t, c, n) }, lose(c))
 }
 
 func TestKeysShareASlot(t *testing.T) {
