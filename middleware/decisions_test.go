@@ -209,6 +209,11 @@ func checkDecisions(t *testing.T, tr decisionTransport, install func(*middleware
 			if !slices.Equal(got, want) {
 				t.Errorf("decisions reported %q, want %q", got, want)
 			}
+			var charged int64
+			for _, e := range c.seen {
+				charged += e.Charged
+			}
+			t.Logf("%d decisions reported %q, %d points charged", len(got), got, charged)
 		})
 	}
 }
