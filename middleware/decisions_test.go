@@ -159,9 +159,10 @@ func decisionCases(tr decisionTransport, wrapped bool) []decisionCase {
 // is admitted, whether or not events follow (the client stops it before
 // any here), then one decision per event, reported before the event is
 // sent. A subscription by GET is answered 406 and decides nothing. The
-// subscriptions over multipart/mixed are counted by
-// TestMultipartMixedSubscriptionDecisions, built without -race.
-// The same holds with the Extension alone, without the GraphQL wrapper.
+// same holds with the Extension alone, without the GraphQL wrapper, but
+// for the subscription by GET, which it admits, debits and reports before
+// gqlgen answers 406. The subscriptions over multipart/mixed are counted
+// by TestMultipartMixedSubscriptionDecisions, built without -race.
 func TestOneDecisionPerOperation(t *testing.T) {
 	extensionOnly := func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
 		srv.Use(lim.Extension())
