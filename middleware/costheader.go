@@ -96,7 +96,7 @@ func (e *Extension) validateResponse(ctx context.Context, st *requestState) *gra
 	st.settle(ctx, e.l)
 	resp := &graphql.Response{Extensions: map[string]any{CostExtensionKey: st.costReport()}}
 	if !st.wrapped {
-		st.report(ctx, e.l)
+		st.end(ctx, e.l)
 	}
 	return resp
 }
@@ -116,12 +116,6 @@ func (e *Extension) InterceptOperation(ctx context.Context, next graphql.Operati
 	}
 	if resp := e.validateResponse(ctx, st); resp != nil {
 		return graphql.OneShot(resp)
-	}
-	if st.sub.charging() {
-		// A subscription may stay open for hours: it gives back its slots
-		// among the requests in flight (Overload, Concurrency) once
-		// admitted, and its own cap (Subscriptions) bounds it instead.
-		st.release()
 	}
 	return st.sub.stream(next(ctx))
 }

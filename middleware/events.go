@@ -13,8 +13,10 @@ import (
 )
 
 // Observer receives one Event for every decision the Limiter makes, once
-// the request's outcome is final (for an executed GraphQL operation, after
-// its actual cost is known). It is the library's one telemetry hook: a
+// the request's outcome is final: for an executed GraphQL operation, after
+// its actual cost is known; for a subscription, its subscribe when it is
+// admitted (whether or not events follow), then each event's debit, before
+// the event is sent. It is the library's one telemetry hook: a
 // metrics adapter (package middleware/prommetrics for Prometheus), a log
 // or an audit trail implements it. ObserveDecision is called on the
 // request's goroutine, so it must be quick and safe for concurrent use;

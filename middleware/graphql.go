@@ -612,11 +612,19 @@ func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql
 	o := l.engine.Charge(ctx, req)
 	st.record(o, cost, codeOf(o, nil))
 	e.noteDecision(ctx, st, opCtx, rep, cost, &o)
-	st.sub.settle(o.Verdict == budget.Admitted)
-	if gerr := l.verdictError(o, cost, st.plan); gerr != nil || o.Verdict != budget.Admitted {
+	admitted := o.Verdict == budget.Admitted
+	st.sub.settle(admitted)
+	if gerr := l.verdictError(o, cost, st.plan); gerr != nil || !admitted {
 		return gerr
 	}
-	if !l.hold(ctx, o.Delay) {
+	turn := l.hold(ctx, o.Delay)
+	if st.sub != nil {
+		// An admitted subscription's subscribe is final here: its price is
+		// never refunded, and each event is a decision of its own
+		// (chargeEvent). It ends now, whether or not events follow.
+		st.end(ctx, l)
+	}
+	if !turn {
 		// Its turn under a leaky_bucket_shaping field limit had not come
 		// when the client left; the turn stays taken.
 		return gqlerror.Errorf("the request ended while the operation waited its turn")
@@ -710,11 +718,7 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 		return resp
 	}
 	if st.sub.charging() {
-		if !st.wrapped {
-			st.release()
-			st.report(ctx, e.l) // the subscribe's decision
-		}
-		return e.chargeEvent(ctx, st, opCtx, resp)
+		return e.chargeEvent(ctx, st, opCtx, resp) // the subscribe ended when it was admitted
 	}
 	if st.isDecided() {
 		e.settleActual(ctx, st, opCtx, resp)
@@ -731,8 +735,7 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 	c.Fields, c.FieldsTruncated = st.explained()
 	resp.Extensions[CostExtensionKey] = c
 	if !st.wrapped {
-		st.release()
-		st.report(ctx, e.l) // the wrapper reports once the response is written
+		st.end(ctx, e.l) // the wrapper ends it once the response is written
 	}
 	return resp
 }
@@ -823,7 +826,7 @@ type requestState struct {
 	operation string
 	// get: the request came by GET, whose transport refuses mutations
 	// after the Extension has run. wrapped: the GraphQL wrapper carries
-	// this state and reports its decision once the response is written.
+	// this state and ends it once the response is written (end).
 	// (The booleans of this struct sit side by side, so that it fits a
 	// smaller allocation size class.)
 	get, wrapped bool
@@ -912,9 +915,28 @@ func operationName(op *ast.OperationDefinition) string {
 	return name
 }
 
+// end is a request's last phase, the one place its decision is reported:
+// it gives the request's slots back (Overload, Concurrency) and reports
+// its decision, each once, as soon as that decision is final. That is:
+//
+//   - an admitted subscription: when it is admitted (decide), on every
+//     transport, whether or not events follow. Its price is never
+//     refunded, and each event is a decision of its own, reported before
+//     the event is sent (chargeEvent); its own cap (Subscriptions) bounds
+//     it from then on, however long it stays open;
+//   - any other request with the GraphQL wrapper: once its response is
+//     written (serve, refuseRequest, shedBeforeReading);
+//   - without the wrapper, and each operation on a WebSocket: when its
+//     response leaves the response interceptor (after settleActual), or
+//     when decideSocket refuses it.
+func (s *requestState) end(ctx context.Context, l *Limiter) {
+	s.release()
+	s.report(ctx, l)
+}
+
 // report sends the request's decision to the Limiter's Observer and debug
-// log, once. A request nothing was decided for (or that touched no budget,
-// a GET mutation) reports nothing.
+// log, once (end calls it). A request nothing was decided for (or that
+// touched no budget, a GET mutation) reports nothing.
 func (s *requestState) report(ctx context.Context, l *Limiter) {
 	if !l.observing(ctx) {
 		return
@@ -1142,7 +1164,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, h http.Handler, 
 		// MaxUploadBytes): it pays InvalidCost.
 		st.settle(context.WithoutCancel(r.Context()), l)
 	}
-	st.report(r.Context(), l)
+	st.end(r.Context(), l)
 }
 
 // installedOutside reports whether a GraphQL wrapper (of any Limiter)
@@ -1174,7 +1196,7 @@ func (l *Limiter) shedBeforeReading(w http.ResponseWriter, r *http.Request, st *
 	}
 	writeGraphQLError(w, r, http.StatusServiceUnavailable,
 		codedError(budget.CodeOverloaded, ra, "the service is overloaded; retry in %s", inSeconds(ra)), ra)
-	st.report(r.Context(), l)
+	st.end(r.Context(), l)
 }
 
 // busy answers a request whose client left, or whose server is shutting
@@ -1240,7 +1262,7 @@ func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requ
 		code = c
 	}
 	st.record(o, 0, code)
-	defer st.report(r.Context(), l)
+	defer st.end(r.Context(), l)
 	if o.Known {
 		st.set.setOutcomeHeaders(w.Header(), st.plan, &o, l.clock.Now())
 	}

@@ -414,6 +414,9 @@ type request struct {
 	method, path, body string
 	header             http.Header
 	remoteAddr         string
+	// ctx, when set, is the request's context: cancelling it is the client
+	// leaving.
+	ctx context.Context
 }
 
 func do(t *testing.T, h http.Handler, req request) *httptest.ResponseRecorder {
@@ -422,6 +425,9 @@ func do(t *testing.T, h http.Handler, req request) *httptest.ResponseRecorder {
 		req.method = http.MethodPost
 	}
 	r := httptest.NewRequest(req.method, req.path, strings.NewReader(req.body))
+	if req.ctx != nil {
+		r = r.WithContext(req.ctx)
+	}
 	if req.remoteAddr != "" {
 		r.RemoteAddr = req.remoteAddr
 	}

@@ -141,8 +141,7 @@ func (e *Extension) decideSocket(ctx context.Context, st *requestState, opCtx *g
 	if gerr == nil {
 		return nil
 	}
-	st.release()
-	st.report(ctx, e.l)
+	st.end(ctx, e.l)
 	if addSocketError(ctx, gerr) {
 		return func(context.Context) *graphql.Response { return nil }
 	}

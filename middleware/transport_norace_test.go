@@ -77,3 +77,10 @@ func TestMultipartMixedSubscriptionEventsPay(t *testing.T) {
 	cancel()
 	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 0 })
 }
+
+// A subscription over multipart/mixed is its subscribe's decision,
+// reported when it is admitted, then one decision per event
+// (TestOneDecisionPerOperation counts the other operations).
+func TestMultipartMixedSubscriptionDecisions(t *testing.T) {
+	checkDecisions(t, multipartMixed, nil, func(dc decisionCase) bool { return dc.subscription })
+}
