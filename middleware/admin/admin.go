@@ -23,8 +23,11 @@
 // types into it. Every other route asks for "Authorization: Bearer <token>", checked in constant
 // time against the token's SHA-256 (Config.TokenSHA256); a handler
 // without a token must be asked for explicitly (Config.NoToken), for a
-// listener only the local machine reaches. Answers are JSON; errors are
-// {"error": "..."}, never echoing the token.
+// listener only the local machine reaches, and answers only requests a
+// browser cannot be made to send from another site (LocalOnly). A PUT or
+// DELETE, with a token or not, carries "Content-Type: application/json"
+// (CodeNotJSON). Answers are JSON; errors are {"error": "..."} (with a
+// "code" for those refusals), never echoing the token.
 package admin
 
 import (
@@ -76,7 +79,13 @@ type Config struct {
 	// `printf %s "$TOKEN" | sha256sum` prints it). Required unless NoToken.
 	TokenSHA256 string
 	// NoToken serves the API to anyone who reaches it: only for a listener
-	// bound to the loopback interface.
+	// bound to the loopback interface. Such a handler answers only
+	// requests for 127.0.0.1, [::1] or localhost from no page or a page
+	// of its own origin (LocalOnly), so that a web page in a browser on
+	// the machine cannot drive it by rebinding its name to 127.0.0.1.
+	// With a token those checks are not made: a page cannot send the
+	// token, which a browser never adds by itself, and a listener with a
+	// token may be reached by any name.
 	NoToken bool
 	// Logger receives the store failures answered 503. Default
 	// slog.Default().
@@ -168,13 +177,23 @@ func HashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// ServeHTTP checks, in order: without a token, that a browser could not
+// have been sent here by another site (LocalOnly); then serves the
+// dashboard's files; then asks for the token; then, for a request other
+// than GET or HEAD, for a JSON body's type.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.token == nil && !localRequest(w, r) {
+		return
+	}
 	if serveDashboard(w, r) {
 		return
 	}
 	if !h.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="costguard admin"`)
 		writeError(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+		return
+	}
+	if !jsonBody(w, r) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
@@ -383,6 +402,15 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, struct {
 		Error string `json:"error"`
 	}{msg})
+}
+
+// writeRefusal is writeError with a stable code beside the message:
+// {"error": msg, "code": code}.
+func writeRefusal(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}{msg, code})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
