@@ -106,12 +106,65 @@ func TestAdminAPIOnTheAdminListener(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
 }
 
+// Without a token, the admin listener answers no page that rebinds its
+// own name to 127.0.0.1: a PUT under a foreign Host, with its matching
+// Origin and a JSON body (which a page of that origin may send), is
+// refused and the next public answer carries no override; a GET of a
+// principal or of /metrics under that Host is refused too. The same PUT
+// for 127.0.0.1 is answered.
+func TestAdminListenerRefusesRebinding(t *testing.T) {
+	s, cleanup, err := newServer(defaultConfig(), deps{logger: discardLogger()})
+	require.NoError(t, err)
+	defer cleanup()
+	admin := httptest.NewServer(s.admin)
+	defer admin.Close()
+	public := httptest.NewServer(s)
+	defer public.Close()
+	before := policyOf(t, public.URL)
+
+	port := admin.URL[strings.LastIndexByte(admin.URL, ':')+1:]
+	rebound := "rebind.attacker.example:" + port
+	send := func(method, path, host, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, admin.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Origin", "http://"+host)
+		if method != http.MethodGet {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	const billion = `{"burst":1000000000,"rate":1000000000,"per":"1h"}`
+	status, body := send(http.MethodPut, "/admin/principals/alice/override", rebound, billion)
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, body, `"code":"foreign_host"`)
+	assert.Equal(t, before, policyOf(t, public.URL), "the next public answer carries no override")
+	for _, path := range []string{"/admin/principals/alice", "/admin/top", "/metrics", "/healthz"} {
+		status, body = send(http.MethodGet, path, rebound, "")
+		assert.Equal(t, http.StatusForbidden, status, "%s: %s", path, body)
+	}
+
+	status, body = send(http.MethodPut, "/admin/principals/alice/override", "127.0.0.1:"+port, billion)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, `"override:free";q=1000000000;w=3600`, policyOf(t, public.URL))
+	status, body = send(http.MethodGet, "/metrics", "localhost:"+port, "")
+	assert.Equal(t, http.StatusOK, status, body)
+}
+
 func adminCall(t *testing.T, base, method, path, token, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

@@ -245,6 +245,13 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	}
 	admin.Handle("/admin/", principals)
 	s.admin = admin
+	if d.adminTokenSHA256 == "" {
+		// Without a token the whole listener, metrics and probes too,
+		// answers only requests for 127.0.0.1, [::1] or localhost from no
+		// page or a page of its own: no web page can read it by rebinding
+		// its name to 127.0.0.1.
+		s.admin = adminapi.LocalOnly(admin)
+	}
 
 	// The public port keeps the cheap probes (load balancers look there)
 	// but not /metrics: a scrape costs milliseconds of CPU, unmetered.
