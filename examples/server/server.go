@@ -307,8 +307,12 @@ func (s *server) observe(e *middleware.Event) {
 	s.metrics.ObserveDecision(e)
 	s.stats.Add(e)
 	s.spend.Add(e.Time, e.Plan, e.Key, e.Net())
+	own := e.PrincipalPlan
+	if own == e.Plan {
+		own = "" // no override: Plan says it
+	}
 	s.recent.Add(e.Key, timeline.Entry{
-		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan,
+		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan, PrincipalPlan: own,
 		Requested: e.RequestedCost, Actual: e.ActualCost, HasActual: e.HasActualCost,
 		Charged: e.Charged, Outcome: string(e.Outcome), Code: e.Code,
 	})

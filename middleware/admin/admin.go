@@ -103,7 +103,10 @@ type Config struct {
 	// Timeline, when set, adds the principal's recent decisions to GET
 	// /admin/principals/{principal} ("recent", oldest first), and names
 	// the plan of a user or an API key that has no ?plan= from its latest
-	// decision; feed it the Limiter's decisions (timeline.Timeline.Add).
+	// decision (its PrincipalPlan, else its Plan), also after an override;
+	// feed it the Limiter's decisions (timeline.Timeline.Add), with
+	// Entry.PrincipalPlan from Event.PrincipalPlan when it differs from
+	// Event.Plan.
 	Timeline *timeline.Timeline
 	// Stats, when set, serves GET /admin/stats from it; feed it the
 	// Limiter's decisions (Stats.Add).
@@ -222,11 +225,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 			recent = h.recent.Recent(h.clock.Now(), key)
 		}
 		if plan == "" && len(recent) > 0 {
-			// The plan its latest decision was made on, unless that was an
-			// override's budget, which names no plan of the configuration.
-			if p := recent[len(recent)-1].Plan; !strings.HasPrefix(p, budget.OverridePrefix) {
-				plan = p
-			}
+			plan = principalPlan(recent[len(recent)-1])
 		}
 	}
 	st, err := h.p.Principal(r.Context(), name, plan)
@@ -245,6 +244,21 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		middleware.PrincipalState
 		Recent []timeline.Entry `json:"recent"`
 	}{st, recent})
+}
+
+// principalPlan is the plan the principal was on by its identity when e
+// was decided: e.PrincipalPlan when an override was in force, else e.Plan
+// unless that names an override's budget (a timeline fed without
+// PrincipalPlan), which is no plan of the configuration.
+func principalPlan(e timeline.Entry) string {
+	switch {
+	case e.PrincipalPlan != "":
+		return e.PrincipalPlan
+	case strings.HasPrefix(e.Plan, budget.OverridePrefix):
+		return ""
+	default:
+		return e.Plan
+	}
 }
 
 func (h *handler) put(w http.ResponseWriter, r *http.Request) {
