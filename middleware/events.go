@@ -48,8 +48,15 @@ const (
 type Event struct {
 	// Time is when the decision was made, by the Limiter's clock.
 	Time time.Time
-	// Plan is the name of the principal's plan.
+	// Plan is the name of the principal's plan: the policy in force (see
+	// Override).
 	Plan string
+	// PrincipalPlan is the plan the principal is on by its identity (its
+	// API key's, its user's, the anonymous plan), whatever override
+	// applied: Plan when none did, else the plan the override replaced or
+	// changed (Plan being then the override's plan, or "override:" and a
+	// plan's name). What an admin lookup of the principal needs.
+	PrincipalPlan string
 	// Lane is the name of the request's lane (Config.Lanes); empty when
 	// no lanes are configured.
 	Lane string
@@ -158,6 +165,7 @@ func (l *Limiter) newEvent(kind Kind, id identity.Identity, p *plan, ln *lane, o
 	e := Event{
 		Time:          l.clock.Now(),
 		Plan:          p.Name(),
+		PrincipalPlan: p.principalPlan(),
 		Lane:          ln.name(),
 		Key:           id.Key,
 		Kind:          kind,

@@ -352,6 +352,18 @@ type plan struct {
 	// quotaQuoted and quotaPolicy are the quota's name and RateLimit-Policy
 	// item, bothPolicies the plan's and the quota's ("" without a quota).
 	quotaQuoted, quotaPolicy, bothPolicies string
+	// base is, for an override's plan, the name of the plan it was
+	// compiled over: the principal's own ("" for a plan's own rule).
+	base string
+}
+
+// principalPlan is the name of the plan the principal is on by its
+// identity: p's, or for an override's plan the one it was compiled over.
+func (p *plan) principalPlan() string {
+	if p.base != "" {
+		return p.base
+	}
+	return p.Name()
 }
 
 // Limiter prices requests and debits them from per-principal budgets. Build

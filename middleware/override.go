@@ -119,7 +119,9 @@ func (ov *overrides) compile(set *settings, p *plan, o override.Override) *plan 
 		}
 		return nil
 	}
-	return newPlan(r)
+	op := newPlan(r)
+	op.base = p.Name()
+	return op
 }
 
 // compileOverride compiles o for a principal on base under set, and checks

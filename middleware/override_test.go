@@ -47,7 +47,8 @@ func (l *eventLog) last() middleware.Event {
 // An override replaces the plan, or some limits, of one principal: its
 // requests are decided, and their headers written, by the override's rule,
 // from budgets of its own; deleting it returns the principal to its plan's
-// budget as it stood. Events carry the override.
+// budget as it stood. Events carry the override, and the principal's own
+// plan beside the one in force.
 func TestOverrideApplies(t *testing.T) {
 	ctx := context.Background()
 	clock := newClock()
@@ -67,8 +68,8 @@ func TestOverrideApplies(t *testing.T) {
 			t.Errorf("%s: %d %q remaining %q, want 200 %q remaining %q", step, r.StatusCode,
 				r.Header.Get(middleware.HeaderRateLimitPolicy), r.Header.Get(middleware.HeaderXRateLimitRemaining), policy, remaining)
 		}
-		if e := events.last(); e.Override != override {
-			t.Errorf("%s: event override %q, want %q", step, e.Override, override)
+		if e := events.last(); e.Override != override || e.PrincipalPlan != "free" {
+			t.Errorf("%s: event override %q, principal's plan %q, want %q and free (alice's own, whatever the override)", step, e.Override, e.PrincipalPlan, override)
 		}
 	}
 	check("free", `"free";q=100;w=100`, "90", "")

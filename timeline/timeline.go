@@ -24,7 +24,11 @@ type Entry struct {
 	Kind      string    `json:"kind"`
 	Operation string    `json:"operation,omitempty"`
 	Plan      string    `json:"plan"`
-	Requested int64     `json:"requested"`
+	// PrincipalPlan is, when an override's budget was in force (Plan
+	// naming the override's), the plan the principal is on by its
+	// identity (middleware.Event.PrincipalPlan); "" when Plan is it.
+	PrincipalPlan string `json:"principal_plan,omitempty"`
+	Requested     int64  `json:"requested"`
 	// Actual is the cost recomputed from the response, when HasActual.
 	Actual    int64  `json:"actual"`
 	HasActual bool   `json:"has_actual"`

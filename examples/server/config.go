@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -215,11 +217,21 @@ func loadConfig(path string) (config, error) {
 		}
 		return cfg, nil
 	}
-	f, err := os.Open(path)
+	// Opened without blocking, so that a named pipe with no writer does
+	// not hold the reload (and every later one) forever; only a regular
+	// file (or a link to one) is read.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return config{}, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return config{}, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	if !info.Mode().IsRegular() {
+		return config{}, fmt.Errorf("%w: %s is %s, not a regular file: write the configuration to a file", errConfig, path, fileKind(info.Mode()))
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
 	if err == nil && len(data) > maxConfigBytes {
 		err = fmt.Errorf("larger than %d bytes", maxConfigBytes)
@@ -233,6 +245,22 @@ func loadConfig(path string) (config, error) {
 		}
 	}
 	return config{}, fmt.Errorf("%w: %s: %w", errConfig, path, err)
+}
+
+// fileKind names what a file that is not a regular one is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	default:
+		return "a special file"
+	}
 }
 
 // parseConfig decodes one YAML document over the defaults. Unknown keys, a

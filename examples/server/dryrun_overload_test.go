@@ -298,7 +298,9 @@ func TestDryRunsTakeNoCriticalSlot(t *testing.T) {
 func scrapeMetrics(t *testing.T, admin http.Handler) string {
 	t.Helper()
 	w := httptest.NewRecorder()
-	admin.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	r.Host = "127.0.0.1:9091" // a token-less admin listener answers only loopback names
+	admin.ServeHTTP(w, r)
 	require.Equal(t, http.StatusOK, w.Code)
 	return w.Body.String()
 }

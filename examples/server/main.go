@@ -228,7 +228,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		}
 		fmt.Fprintf(stdout, "admin endpoints (/metrics, /healthz, /readyz) on %s\n", displayURL(adminLn.Addr()))
 		if adminToken == "" {
-			logger.Warn("server: the admin API (/admin/principals/…) is served WITHOUT a token: the admin listener is loopback-only, so only this machine reaches it; give -admin-token-file or admin.token_sha256 to ask for one",
+			logger.Warn("server: the admin API (/admin/principals/…) is served WITHOUT a token: the admin listener is loopback-only, so only this machine reaches it, and it answers only requests for 127.0.0.1, [::1] or localhost from no web page or its own; give -admin-token-file or admin.token_sha256 to ask for one",
 				"admin_addr", adminLn.Addr().String())
 		} else {
 			logger.Info("server: the admin API (/admin/principals/…) asks for a bearer token", "admin_addr", adminLn.Addr().String())

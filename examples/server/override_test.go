@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -99,12 +100,128 @@ func TestAdminAPIOnTheAdminListener(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	// The budgets as they stand, then the one decision this process saw.
 	assert.True(t, strings.HasPrefix(body, `{"principal":"user:alice","plan":"pro","override":{"plan":"pro"},"policies":[{"name":"pro","limit":50000,"remaining":49999,"reset_seconds":1}],"recent":[{"time":`), body)
-	assert.Contains(t, body, `"kind":"rest","plan":"pro","requested":1,"actual":0,"has_actual":false,"charged":1,"outcome":"admitted"}]}`)
+	assert.Contains(t, body, `"kind":"rest","plan":"pro","principal_plan":"free","requested":1,"actual":0,"has_actual":false,"charged":1,"outcome":"admitted"}]}`)
 	// The public port has no admin API.
 	resp, err := http.Get(public.URL + "/admin/principals/alice")
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+// Without a token, the admin listener answers no page that rebinds its
+// own name to 127.0.0.1: a PUT under a foreign Host, with its matching
+// Origin and a JSON body (which a page of that origin may send), is
+// refused and the next public answer carries no override; a GET of a
+// principal or of /metrics under that Host is refused too. The same PUT
+// for 127.0.0.1 is answered.
+func TestAdminListenerRefusesRebinding(t *testing.T) {
+	s, cleanup, err := newServer(defaultConfig(), deps{logger: discardLogger()})
+	require.NoError(t, err)
+	defer cleanup()
+	admin := httptest.NewServer(s.admin)
+	defer admin.Close()
+	public := httptest.NewServer(s)
+	defer public.Close()
+	before := policyOf(t, public.URL)
+
+	port := admin.URL[strings.LastIndexByte(admin.URL, ':')+1:]
+	rebound := "rebind.attacker.example:" + port
+	send := func(method, path, host, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, admin.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Origin", "http://"+host)
+		if method != http.MethodGet {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	const billion = `{"burst":1000000000,"rate":1000000000,"per":"1h"}`
+	status, body := send(http.MethodPut, "/admin/principals/alice/override", rebound, billion)
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, body, `"code":"foreign_host"`)
+	assert.Equal(t, before, policyOf(t, public.URL), "the next public answer carries no override")
+	for _, path := range []string{"/admin/principals/alice", "/admin/top", "/metrics", "/healthz"} {
+		status, body = send(http.MethodGet, path, rebound, "")
+		assert.Equal(t, http.StatusForbidden, status, "%s: %s", path, body)
+	}
+
+	status, body = send(http.MethodPut, "/admin/principals/alice/override", "127.0.0.1:"+port, billion)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, `"override:free";q=1000000000;w=3600`, policyOf(t, public.URL))
+	status, body = send(http.MethodGet, "/metrics", "localhost:"+port, "")
+	assert.Equal(t, http.StatusOK, status, body)
+}
+
+// GET /admin/principals/alice (the dashboard's lookup) takes alice's plan
+// from her latest decision also when an override was in force then, so it
+// answers after an override that replaced limits, or the plan, or both,
+// and after the override is deleted, before alice's next request.
+func TestAdminLookupAfterOverride(t *testing.T) {
+	cfg := defaultConfig()
+	pro := cfg.Plans["free"]
+	pro.Burst, pro.Rate = 50000, 50000
+	cfg.Plans["pro"] = pro
+	s, cleanup, err := newServer(cfg, deps{logger: discardLogger()})
+	require.NoError(t, err)
+	defer cleanup()
+	admin := httptest.NewServer(s.admin)
+	defer admin.Close()
+	public := httptest.NewServer(s)
+	defer public.Close()
+
+	type state struct {
+		Plan     string          `json:"plan"`
+		Override json.RawMessage `json:"override"`
+		Policies []struct {
+			Name string `json:"name"`
+		} `json:"policies"`
+		Recent []struct {
+			Plan          string `json:"plan"`
+			PrincipalPlan string `json:"principal_plan"`
+		} `json:"recent"`
+	}
+	lookup := func() (int, state) {
+		t.Helper()
+		status, body := adminCall(t, admin.URL, http.MethodGet, "/admin/principals/alice", "", "")
+		var st state
+		if status == http.StatusOK {
+			require.NoError(t, json.Unmarshal([]byte(body), &st), body)
+		}
+		return status, st
+	}
+	decisions := 0
+	for _, tc := range []struct {
+		override, policy, inForce string
+	}{
+		{`{"burst":20000,"rate":20000,"per":"1h"}`, `"override:free";q=20000;w=3600`, "override:free"},
+		{`{"plan":"pro"}`, `"pro";q=50000;w=3600`, "pro"},
+		{`{"plan":"pro","burst":60000,"rate":60000}`, `"override:pro";q=60000;w=3600`, "override:pro"},
+	} {
+		status, body := adminCall(t, admin.URL, http.MethodPut, "/admin/principals/alice/override", "", tc.override)
+		require.Equal(t, http.StatusOK, status, body)
+		require.Equal(t, tc.policy, policyOf(t, public.URL))
+		decisions++
+		var st state
+		awaitAdminJSON(t, admin.URL+"/admin/principals/alice", &st, func() bool { return len(st.Recent) == decisions })
+		last := st.Recent[len(st.Recent)-1]
+		assert.Equal(t, tc.inForce, last.Plan, tc.override)
+		assert.Equal(t, "free", last.PrincipalPlan, "%s: alice's own plan, beside the one in force", tc.override)
+		assert.Equal(t, tc.inForce, st.Policies[0].Name, tc.override)
+
+		status, body = adminCall(t, admin.URL, http.MethodDelete, "/admin/principals/alice/override", "", "")
+		require.Equal(t, http.StatusNoContent, status, body)
+		status, st = lookup()
+		require.Equal(t, http.StatusOK, status, "%s, deleted: the lookup before alice's next request", tc.override)
+		assert.Equal(t, "free", st.Plan, "%s, deleted", tc.override)
+		assert.Equal(t, "null", string(st.Override), "%s, deleted", tc.override)
+		assert.Equal(t, "free", st.Policies[0].Name, "%s, deleted", tc.override)
+	}
 }
 
 func adminCall(t *testing.T, base, method, path, token, body string) (int, string) {
@@ -113,6 +230,9 @@ func adminCall(t *testing.T, base, method, path, token, body string) (int, strin
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

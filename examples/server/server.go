@@ -245,6 +245,13 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	}
 	admin.Handle("/admin/", principals)
 	s.admin = admin
+	if d.adminTokenSHA256 == "" {
+		// Without a token the whole listener, metrics and probes too,
+		// answers only requests for 127.0.0.1, [::1] or localhost from no
+		// page or a page of its own: no web page can read it by rebinding
+		// its name to 127.0.0.1.
+		s.admin = adminapi.LocalOnly(admin)
+	}
 
 	// The public port keeps the cheap probes (load balancers look there)
 	// but not /metrics: a scrape costs milliseconds of CPU, unmetered.
@@ -300,8 +307,12 @@ func (s *server) observe(e *middleware.Event) {
 	s.metrics.ObserveDecision(e)
 	s.stats.Add(e)
 	s.spend.Add(e.Time, e.Plan, e.Key, e.Net())
+	own := e.PrincipalPlan
+	if own == e.Plan {
+		own = "" // no override: Plan says it
+	}
 	s.recent.Add(e.Key, timeline.Entry{
-		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan,
+		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan, PrincipalPlan: own,
 		Requested: e.RequestedCost, Actual: e.ActualCost, HasActual: e.HasActualCost,
 		Charged: e.Charged, Outcome: string(e.Outcome), Code: e.Code,
 	})

@@ -23,8 +23,11 @@
 // types into it. Every other route asks for "Authorization: Bearer <token>", checked in constant
 // time against the token's SHA-256 (Config.TokenSHA256); a handler
 // without a token must be asked for explicitly (Config.NoToken), for a
-// listener only the local machine reaches. Answers are JSON; errors are
-// {"error": "..."}, never echoing the token.
+// listener only the local machine reaches, and answers only requests a
+// browser cannot be made to send from another site (LocalOnly). A PUT or
+// DELETE, with a token or not, carries "Content-Type: application/json"
+// (CodeNotJSON). Answers are JSON; errors are {"error": "..."} (with a
+// "code" for those refusals), never echoing the token.
 package admin
 
 import (
@@ -76,7 +79,13 @@ type Config struct {
 	// `printf %s "$TOKEN" | sha256sum` prints it). Required unless NoToken.
 	TokenSHA256 string
 	// NoToken serves the API to anyone who reaches it: only for a listener
-	// bound to the loopback interface.
+	// bound to the loopback interface. Such a handler answers only
+	// requests for 127.0.0.1, [::1] or localhost from no page or a page
+	// of its own origin (LocalOnly), so that a web page in a browser on
+	// the machine cannot drive it by rebinding its name to 127.0.0.1.
+	// With a token those checks are not made: a page cannot send the
+	// token, which a browser never adds by itself, and a listener with a
+	// token may be reached by any name.
 	NoToken bool
 	// Logger receives the store failures answered 503. Default
 	// slog.Default().
@@ -94,7 +103,10 @@ type Config struct {
 	// Timeline, when set, adds the principal's recent decisions to GET
 	// /admin/principals/{principal} ("recent", oldest first), and names
 	// the plan of a user or an API key that has no ?plan= from its latest
-	// decision; feed it the Limiter's decisions (timeline.Timeline.Add).
+	// decision (its PrincipalPlan, else its Plan), also after an override;
+	// feed it the Limiter's decisions (timeline.Timeline.Add), with
+	// Entry.PrincipalPlan from Event.PrincipalPlan when it differs from
+	// Event.Plan.
 	Timeline *timeline.Timeline
 	// Stats, when set, serves GET /admin/stats from it; feed it the
 	// Limiter's decisions (Stats.Add).
@@ -168,13 +180,23 @@ func HashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// ServeHTTP checks, in order: without a token, that a browser could not
+// have been sent here by another site (LocalOnly); then serves the
+// dashboard's files; then asks for the token; then, for a request other
+// than GET or HEAD, for a JSON body's type.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.token == nil && !localRequest(w, r) {
+		return
+	}
 	if serveDashboard(w, r) {
 		return
 	}
 	if !h.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="costguard admin"`)
 		writeError(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+		return
+	}
+	if !jsonBody(w, r) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
@@ -203,11 +225,7 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 			recent = h.recent.Recent(h.clock.Now(), key)
 		}
 		if plan == "" && len(recent) > 0 {
-			// The plan its latest decision was made on, unless that was an
-			// override's budget, which names no plan of the configuration.
-			if p := recent[len(recent)-1].Plan; !strings.HasPrefix(p, budget.OverridePrefix) {
-				plan = p
-			}
+			plan = principalPlan(recent[len(recent)-1])
 		}
 	}
 	st, err := h.p.Principal(r.Context(), name, plan)
@@ -226,6 +244,21 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		middleware.PrincipalState
 		Recent []timeline.Entry `json:"recent"`
 	}{st, recent})
+}
+
+// principalPlan is the plan the principal was on by its identity when e
+// was decided: e.PrincipalPlan when an override was in force, else e.Plan
+// unless that names an override's budget (a timeline fed without
+// PrincipalPlan), which is no plan of the configuration.
+func principalPlan(e timeline.Entry) string {
+	switch {
+	case e.PrincipalPlan != "":
+		return e.PrincipalPlan
+	case strings.HasPrefix(e.Plan, budget.OverridePrefix):
+		return ""
+	default:
+		return e.Plan
+	}
 }
 
 func (h *handler) put(w http.ResponseWriter, r *http.Request) {
@@ -383,6 +416,15 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, struct {
 		Error string `json:"error"`
 	}{msg})
+}
+
+// writeRefusal is writeError with a stable code beside the message:
+// {"error": msg, "code": code}.
+func writeRefusal(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}{msg, code})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -56,6 +56,9 @@ func call(t *testing.T, srv *httptest.Server, method, path, auth, body string) (
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Content-Type", "application/json") // as a script sends it
+	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -115,3 +115,17 @@ func TestStats(t *testing.T) {
 		t.Errorf("(other) counts %d, want 12", other)
 	}
 }
+
+// The dashboard's script only reads: its fetch calls name no method (GET),
+// so the JSON body type asked of every other method never concerns it,
+// and it is answered under the listener's own name and origin.
+func TestDashboardOnlyReads(t *testing.T) {
+	srv, _ := newAPI(t, admin.Config{NoToken: true})
+	code, js := call(t, srv, "GET", "/admin/assets/dashboard.js", "", "")
+	if code != http.StatusOK || !strings.Contains(js, "fetch(") {
+		t.Fatalf("dashboard.js: %d", code)
+	}
+	if m := regexp.MustCompile(`(?i)\bmethod\b`).FindString(js); m != "" {
+		t.Errorf("dashboard.js names a request method (%q): a write must send Content-Type: application/json", m)
+	}
+}
