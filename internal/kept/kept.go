@@ -91,3 +91,30 @@ func Shares(s, from string) bool {
 	lo := uintptr(unsafe.Pointer(unsafe.StringData(from)))
 	return p+uintptr(len(s)) > lo && p < lo+uintptr(len(from))
 }
+
+// MaxNames is the most distinct names a Names holds.
+const MaxNames = 1024
+
+// Names holds one copy of each name a table labels its rows with (plans,
+// kinds, outcomes, codes): a few dozen in practice, repeated on every row,
+// so a row shares the copy instead of making its own. At most MaxNames
+// names of at most MaxName bytes are held; past that, each row gets a copy
+// of its own. The zero Names is ready to use. It is not safe for
+// concurrent use: the table's lock guards it.
+type Names struct{ m map[string]string }
+
+// Own returns the held copy of s cut to MaxName bytes, holding one first.
+func (n *Names) Own(s string) string {
+	s = Cut(s, MaxName)
+	if c, ok := n.m[s]; ok {
+		return c
+	}
+	c := strings.Clone(s)
+	if len(n.m) < MaxNames {
+		if n.m == nil {
+			n.m = make(map[string]string)
+		}
+		n.m[c] = c
+	}
+	return c
+}

@@ -71,3 +71,22 @@ func TestShares(t *testing.T) {
 		}
 	}
 }
+
+// Names keeps one copy of each name, never the caller's memory, and no
+// more than MaxNames of them.
+func TestNames(t *testing.T) {
+	var n kept.Names
+	big := strings.Repeat("p", 1<<20)
+	a, b := n.Own(big[:10]), n.Own(big[:10])
+	if a != big[:10] || kept.Shares(a, big) || !kept.Shares(a, b) {
+		t.Fatal("a name is not one copy")
+	}
+	if got := n.Own(big); len(got) != kept.MaxName || kept.Shares(got, big) {
+		t.Fatalf("a long name: %d bytes", len(got))
+	}
+	for i := range 2 * kept.MaxNames {
+		if s := n.Own(big[:i]); kept.Shares(s, big) {
+			t.Fatal("shares")
+		}
+	}
+}
