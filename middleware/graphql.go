@@ -26,6 +26,7 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/costguard/costguard/middleware/trusteddocs"
@@ -900,19 +901,17 @@ func (s *requestState) currentLane() *lane {
 
 // MaxOperationName is the most bytes of an operation's name an Event
 // carries: the name is the client's to choose.
-const MaxOperationName = 64
+const MaxOperationName = kept.MaxOperation
 
-// operationName is op's name, cut to MaxOperationName bytes (GraphQL
-// names are ASCII); "" for an anonymous operation.
+// operationName is a copy of op's name, cut to MaxOperationName bytes
+// (GraphQL names are ASCII); "" for an anonymous operation. The parser's
+// name is a substring of the document, so keeping it would keep the whole
+// document alive in every table the Event reaches.
 func operationName(op *ast.OperationDefinition) string {
 	if op == nil {
 		return ""
 	}
-	name := op.Name
-	if len(name) > MaxOperationName {
-		name = name[:MaxOperationName]
-	}
-	return name
+	return kept.String(op.Name, MaxOperationName)
 }
 
 // end is a request's last phase, the one place its decision is reported:

@@ -374,7 +374,12 @@ func (s *testSchema) issueCount() int {
 // graphQLServer is the wiring a user writes: a gqlgen server using the
 // Extension, behind the GraphQL wrapper, and the REST middleware on /api/.
 func graphQLServer(lim *middleware.Limiter, s *testSchema) http.Handler {
-	srv := handler.New(s.executable())
+	return graphQLServerOf(lim, s.executable())
+}
+
+// graphQLServerOf is graphQLServer around es.
+func graphQLServerOf(lim *middleware.Limiter, es graphql.ExecutableSchema) http.Handler {
+	srv := handler.New(es)
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 	srv.Use(lim.Extension())

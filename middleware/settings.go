@@ -10,6 +10,7 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/internal/seconds"
 )
 
@@ -302,6 +303,10 @@ func (s *settings) identify(r *http.Request) (identity.Identity, *plan, error) {
 	if err != nil {
 		return id, nil, err
 	}
+	// An Identifier may name a principal by anything a client sent: past
+	// kept.MaxKey bytes the key becomes its prefix and its hash, still
+	// its alone, so that no table holds more of it.
+	id.Key = kept.Bound(id.Key, kept.MaxKey)
 	p, ok := s.plans[id.Plan]
 	if !ok {
 		return id, nil, fmt.Errorf("middleware: identity %s has plan %q, which is not among the plans (%s)", id.Key, id.Plan, s.planList())

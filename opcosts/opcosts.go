@@ -16,7 +16,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/internal/spacesaving"
 )
 
@@ -99,13 +101,32 @@ type Decision struct {
 	Refused bool
 }
 
+// MaxNameBytes is the longest operation name a Tracker keeps: a longer
+// one is cut to its first MaxNameBytes bytes (middleware.MaxOperationName,
+// what an Event carries).
+const MaxNameBytes = kept.MaxOperation
+
+// MaxBytes bounds the memory of a Tracker of cfg (its zero Capacity taken
+// as the default) in bytes, whatever names it is given: per operation
+// kept and Other, its counter, its index slot, its two histograms and a
+// name of MaxNameBytes.
+func MaxBytes(cfg Config) int64 {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	histogram := int64(8*(len(Buckets)+1) + 16) // the backing array and its size class's slack
+	op := int64(unsafe.Sizeof(spacesaving.Counter[Operation]{})) + 8 /* heap slot */ + 64 /* index slot */ + 2*histogram + MaxNameBytes +
+		64 // the counter's size class's slack
+	return int64(cfg.Capacity+1) * op // and Other
+}
+
 // Add counts d at now. Decisions with no requested cost (never priced)
-// are not counted.
+// are not counted. The name kept is a copy, cut to MaxNameBytes.
 func (t *Tracker) Add(now time.Time, d Decision) {
 	if d.Requested <= 0 {
 		return
 	}
-	name := d.Operation
+	name := kept.Cut(d.Operation, MaxNameBytes) // the summary keeps a copy
 	if name == "" {
 		name = Anonymous
 	}
@@ -115,7 +136,7 @@ func (t *Tracker) Add(now time.Time, d Decision) {
 	// fewest requested points, whose figures go to Other.
 	c, isNew := t.ops.Add(name, d.Requested, t.evict)
 	if isNew {
-		c.Value = newOperation(name, now)
+		c.Value = newOperation(c.Key, now)
 	}
 	op := &c.Value
 	op.count(d)

@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/costguard/costguard/internal/kept"
 )
 
 // Errors a caller can act on.
@@ -41,8 +43,10 @@ var (
 // so the default is a few MB at most).
 const DefaultMaxOverrides = 10_000
 
-// MaxKeyBytes is the longest principal key an override may name.
-const MaxKeyBytes = 512
+// MaxKeyBytes is the longest principal key an override may name: the
+// bound of a principal's key everywhere (the middleware shortens a longer
+// one to its prefix and its hash).
+const MaxKeyBytes = kept.MaxKey
 
 // Quota replaces a plan's quota: Limit points per window of Per. Per 0
 // keeps the plan's window (the plan must then have a quota).
@@ -328,5 +332,5 @@ func Principal(name string) (string, error) {
 	if len(key) > MaxKeyBytes || !printable(key) {
 		return "", fmt.Errorf("%w: a principal must be printable ASCII of at most %d bytes", ErrInvalidPrincipal, MaxKeyBytes)
 	}
-	return key, nil
+	return strings.Clone(key), nil // a name cut from a request's path must not keep the request alive where the key is stored
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/override"
 	"github.com/costguard/costguard/override/overridetest"
@@ -218,5 +219,19 @@ func TestWatcherStoreFailure(t *testing.T) {
 	}
 	if _, ok := w.Snapshot().Get("user:alice", clock.Now()); !ok {
 		t.Fatal("a failed refresh dropped the overrides in force")
+	}
+}
+
+// The key Principal returns is a copy: stored as an override's key, it
+// does not keep the request it was cut from alive.
+func TestPrincipalIsACopy(t *testing.T) {
+	path := "/admin/principals/user:alice/override" + strings.Repeat(" ", 1<<20)
+	name := path[len("/admin/principals/"):strings.Index(path, "/override")]
+	key, err := override.Principal(name)
+	if err != nil || key != "user:alice" {
+		t.Fatalf("%q, %v", key, err)
+	}
+	if kept.Shares(key, path) {
+		t.Fatal("the key shares the request's memory")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -88,6 +89,9 @@ func (m *Memory) Put(_ context.Context, key string, o Override, now time.Time) (
 	m.purgeLocked(now)
 	if _, ok := m.entries[key]; !ok && len(m.entries) >= m.max {
 		return Version{N: m.version}, fmt.Errorf("%w: %d principals have one (the most this store holds)", ErrFull, m.max)
+	}
+	if _, ok := m.entries[key]; !ok {
+		key = strings.Clone(key) // the map keeps it: never a caller's substring
 	}
 	m.entries[key] = o
 	m.version++

@@ -26,7 +26,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/internal/spacesaving"
 )
 
@@ -74,7 +76,8 @@ var (
 )
 
 // Config sizes a Tracker. Memory is bounded by MaxPlans × Σ slots ×
-// Capacity counters (about 100 bytes each plus the principal's name).
+// Capacity counters (about 150 bytes each plus the principal's key, at
+// most 512 bytes): MaxBytes states it in bytes.
 type Config struct {
 	// Capacity is the principals one slot of one plan keeps. Default 256.
 	Capacity int
@@ -152,12 +155,15 @@ func (t *Tracker) Windows() []string {
 }
 
 // Add counts points (> 0; others are ignored) spent by principal on plan
-// at now.
+// at now. What it keeps of plan and principal is a copy, bounded in
+// bytes: a plan's name is cut to 256 bytes, and a principal's key past
+// 512 becomes its prefix and its hash, still its own.
 func (t *Tracker) Add(now time.Time, plan, principal string, points int64) {
 	if points <= 0 {
 		return
 	}
 	p := t.plan(plan)
+	principal = kept.Bound(principal, kept.MaxKey) // the summaries keep a copy
 	at := now.UnixNano()
 	p.mu.Lock()
 	for i := range p.rings {
@@ -166,8 +172,33 @@ func (t *Tracker) Add(now time.Time, plan, principal string, points int64) {
 	p.mu.Unlock()
 }
 
+// MaxBytes bounds the memory of a Tracker of cfg (its zero fields taken as
+// their defaults) in bytes, whatever it is given: per plan kept, its
+// name and state; per slot of every window, Capacity counters, each with
+// its heap and index slots and a principal's key of the longest.
+func MaxBytes(cfg Config) int64 {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if cfg.MaxPlans == 0 {
+		cfg.MaxPlans = DefaultMaxPlans
+	}
+	if cfg.Windows == nil {
+		cfg.Windows = DefaultWindows
+	}
+	var slots int64
+	for _, w := range cfg.Windows {
+		slots += int64(w.Length / w.Slot)
+	}
+	counter := int64(unsafe.Sizeof(spacesaving.Counter[struct{}]{})) + 16 /* its size class's slack */ + 8 /* heap slot */ + 64 /* index slot */ + kept.MaxKey
+	slot := int64(unsafe.Sizeof(slot{})+unsafe.Sizeof(spacesaving.Summary[struct{}]{})) + int64(cfg.Capacity)*counter
+	plan := int64(unsafe.Sizeof(planState{})) + int64(len(cfg.Windows))*int64(unsafe.Sizeof(ring{})) + 64 + kept.MaxName
+	return int64(cfg.MaxPlans+1) * (plan + slots*slot) // and Other
+}
+
 // plan returns plan's state, made on first use (Other's past MaxPlans).
 func (t *Tracker) plan(name string) *planState {
+	name = kept.Cut(name, kept.MaxName)
 	t.mu.RLock()
 	p := t.plans[name]
 	t.mu.RUnlock()
@@ -185,6 +216,7 @@ func (t *Tracker) plan(name string) *planState {
 		}
 		name = Other
 	}
+	name = strings.Clone(name)
 	p = &planState{rings: make([]ring, len(t.cfg.Windows))}
 	for i, w := range t.cfg.Windows {
 		r := ring{slot: int64(w.Slot), slots: make([]slot, w.Length/w.Slot)}
@@ -260,7 +292,7 @@ func (t *Tracker) Top(now time.Time, plan, window string, limit int) (Report, er
 	}
 	rep := Report{Plan: plan, Window: window, Spenders: []Spender{}}
 	t.mu.RLock()
-	p := t.plans[plan]
+	p := t.plans[kept.Cut(plan, kept.MaxName)]
 	t.mu.RUnlock()
 	if p == nil || limit < 1 {
 		return rep, nil

@@ -5,7 +5,10 @@
 // Memory is bounded per principal (PerPrincipal entries, the newest kept)
 // and in total (MaxEntries entries across MaxPrincipals principals): past
 // either, the principal whose latest decision is the oldest is dropped
-// whole. Entries older than Window are never answered and are dropped as
+// whole. What it keeps of the strings it is given is copied and bounded in
+// bytes (the principal's key at 512, the operation at 64, the other names
+// at 256), so an entry never keeps a request's memory alive, and MaxBytes
+// bounds it all. Entries older than Window are never answered and are dropped as
 // the principal's ring turns. Like package spenders it is a pure core:
 // time is passed in, nothing runs in the background.
 package timeline
@@ -16,6 +19,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
+
+	"github.com/costguard/costguard/internal/kept"
 )
 
 // Entry is one decision of a principal.
@@ -56,6 +62,33 @@ type Config struct {
 	MaxPrincipals int
 }
 
+// MaxBytes bounds the memory of a Timeline of cfg (its zero fields
+// taken as their defaults) in bytes, whatever it is given: every entry
+// slot a ring may hold (a ring is never more than four times its entries
+// and one), with an operation name of the longest; every principal with
+// its key of the longest, its history, list element and map slot; and the
+// names shared by the entries (kept.MaxNames of kept.MaxName bytes).
+func MaxBytes(cfg Config) int64 {
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.MaxPrincipals == 0 {
+		cfg.MaxPrincipals = DefaultMaxPrincipals
+	}
+	const (
+		slot      = int64(unsafe.Sizeof(Entry{}))
+		principal = int64(unsafe.Sizeof(history{})+unsafe.Sizeof(list.Element{})) + mapSlotBytes + kept.MaxKey
+		name      = kept.MaxName + mapSlotBytes
+	)
+	slots := 4 * int64(cfg.MaxEntries+cfg.MaxPrincipals)
+	return slots*slot + int64(cfg.MaxEntries)*kept.MaxOperation + int64(cfg.MaxPrincipals)*principal + kept.MaxNames*name
+}
+
+// mapSlotBytes is what one entry of a map keyed by string costs besides
+// the string's bytes: the key and value words, the control byte, and the
+// load factor's slack.
+const mapSlotBytes = 64
+
 // Timeline holds the recent decisions. It is safe for concurrent use.
 type Timeline struct {
 	cfg     Config
@@ -63,6 +96,7 @@ type Timeline struct {
 	byKey   map[string]*list.Element // of *history
 	lru     *list.List               // least recently active at the back
 	entries int
+	names   kept.Names // the entries' kinds, plans, outcomes and codes
 }
 
 type history struct {
@@ -93,12 +127,17 @@ func New(cfg Config) (*Timeline, error) {
 	return &Timeline{cfg: cfg, byKey: map[string]*list.Element{}, lru: list.New()}, nil
 }
 
-// Add records e for principal.
+// Add records e for principal. What it keeps of principal and of e's
+// strings is a copy, cut to its bound: never the caller's memory.
 func (t *Timeline) Add(principal string, e Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	e.Operation = kept.String(e.Operation, kept.MaxOperation)
+	e.Kind, e.Plan, e.Outcome, e.Code = t.names.Own(e.Kind), t.names.Own(e.Plan), t.names.Own(e.Outcome), t.names.Own(e.Code)
+	principal = kept.Bound(principal, kept.MaxKey)
 	el := t.byKey[principal]
 	if el == nil {
+		principal = kept.Key(principal, kept.MaxKey)
 		el = t.lru.PushFront(&history{principal: principal})
 		t.byKey[principal] = el
 	} else {
@@ -106,6 +145,7 @@ func (t *Timeline) Add(principal string, e Entry) {
 	}
 	h := el.Value.(*history)
 	h.prune(e.Time.Add(-t.cfg.Window), &t.entries)
+	h.shrink()
 	if h.n == t.cfg.PerPrincipal {
 		h.start = (h.start + 1) % len(h.ring)
 		h.n--
@@ -131,7 +171,7 @@ func (t *Timeline) Recent(now time.Time, principal string) []Entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := []Entry{}
-	el := t.byKey[principal]
+	el := t.byKey[kept.Bound(principal, kept.MaxKey)]
 	if el == nil {
 		return out
 	}
@@ -163,8 +203,19 @@ func (h *history) prune(since time.Time, total *int) {
 }
 
 // grow doubles the ring, up to max, keeping its entries in order.
-func (h *history) grow(max int) {
-	size := min(max, 2*len(h.ring)+4)
+func (h *history) grow(max int) { h.resize(min(max, 2*len(h.ring)+4)) }
+
+// shrink halves a ring more than four times its entries and one, so that
+// the slots of a principal whose entries aged out do not stay held: a
+// ring is at most 4 × (n + 1) slots after each Add.
+func (h *history) shrink() {
+	if len(h.ring) > 4*(h.n+1) {
+		h.resize(2*h.n + 4)
+	}
+}
+
+// resize moves the ring's entries, in order, to a ring of size slots.
+func (h *history) resize(size int) {
 	ring := make([]Entry, size)
 	for i := range h.n {
 		ring[i] = h.ring[(h.start+i)%len(h.ring)]

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/identity"
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/limiter"
 )
 
@@ -413,7 +414,11 @@ func (c *Cache) putKnown(h [sha256.Size]byte, principal, plan string, expires in
 	if c.known.n >= c.maxKeys {
 		c.evict(&c.known)
 	}
-	e.principal, e.plan, e.expires, e.unknown = principal, plan, expires, false
+	// Copies, bounded: the lookup's strings may be cut from a larger
+	// answer, and the entry outlives it. A name past 512 bytes
+	// becomes its prefix and its hash, still its own.
+	e.principal, e.plan = kept.Key(principal, kept.MaxKey), kept.Key(plan, kept.MaxKey)
+	e.expires, e.unknown = expires, false
 	c.known.pushFront(e)
 }
 

@@ -5,6 +5,8 @@
 // of distinct keys costs a fixed number of counters.
 package spacesaving
 
+import "strings"
+
 // Summary is at most Capacity counters, each a key with an estimated
 // total, the most that estimate can exceed the key's true total, and a
 // value of the caller's. A key without a counter, once all are taken,
@@ -40,7 +42,9 @@ func New[V any](capacity int) *Summary[V] {
 // key got its counter with this call: a fresh one, or the counter with the
 // smallest estimate taken from another key, in which case evict (when not
 // nil) is called with it first, still holding the other key's Key and
-// Value. A new counter's Value is the zero V.
+// Value. A new counter's Value is the zero V. A new counter keeps a copy
+// of key, never the caller's memory; bounding key's length is the
+// caller's.
 func (s *Summary[V]) Add(key string, w int64, evict func(*Counter[V])) (c *Counter[V], isNew bool) {
 	s.total = SaturatingAdd(s.total, w)
 	if c := s.index[key]; c != nil {
@@ -48,6 +52,7 @@ func (s *Summary[V]) Add(key string, w int64, evict func(*Counter[V])) (c *Count
 		s.down(c.at)
 		return c, false
 	}
+	key = strings.Clone(key)
 	if len(s.heap) < s.capacity {
 		c := &Counter[V]{Key: key, Estimate: w, at: len(s.heap)}
 		s.index[key] = c

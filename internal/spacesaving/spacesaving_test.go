@@ -3,8 +3,31 @@ package spacesaving
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
+
+	"github.com/costguard/costguard/internal/kept"
 )
+
+// A counter keeps a copy of its key, whether fresh or taken from another
+// key: never the caller's memory.
+func TestCounterKeepsACopy(t *testing.T) {
+	s := New[struct{}](1)
+	big := strings.Repeat("k", 1<<20)
+	for _, key := range []string{big[:10], big[:20]} { // the second takes the first's counter
+		s.Add(key, 1, nil)
+		for _, c := range s.Counters() {
+			if c.Key != key || kept.Shares(c.Key, big) {
+				t.Fatalf("counter %q for %q shares the caller's memory: %v", c.Key, key, kept.Shares(c.Key, big))
+			}
+		}
+	}
+	for k := range s.index {
+		if kept.Shares(k, big) {
+			t.Fatal("the index holds the caller's memory")
+		}
+	}
+}
 
 // The heap holds its order and positions, and the bounds hold, on a random
 // stream against exact totals.

@@ -148,7 +148,9 @@ func (m *Memory) Acquire(ctx context.Context, key string, limit int64, ttl time.
 		id := m.newID()
 		h = &holders{until: now + int64(ttl), first: [1]memLease{{id, now + int64(ttl)}}}
 		h.leases = h.first[:]
-		sh.InsertDue(key, h, now, holdersUntil) // there is room: cannot fail
+		if !sh.InsertDue(key, h, now, holdersUntil) { // a key past shardmap.MaxKeyBytes
+			return Decision{}, m.errFull
+		}
 		return Decision{Allowed: true, Lease: Lease{key, id}, Limit: limit, Held: 1}, nil
 	}
 	// Forget the expired leases, moving only what follows one.

@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -357,6 +358,9 @@ func (s *Store) put(sh *shard, b budget, st state) {
 			delete(sh.m, k)
 			break
 		}
+	}
+	if !ok {
+		b = budget{strings.Clone(b.key), strings.Clone(b.name)} // a new budget keeps copies, never a request's memory
 	}
 	s.count(sh, b, old, st)
 	sh.m[b] = st

@@ -20,7 +20,10 @@
 // first, found in at most 8 heap steps (shardmap.Sample); when no budget in
 // the shard is whole, the call that would have stored the key fails with
 // ErrFull, a zero Decision, and nothing is stored. Keys already held are
-// never refused. The sweeper drops whole keys through the same heap.
+// never refused. The store keeps its own copy of each key, so a key cut
+// from a request never keeps the request alive, and refuses a new key
+// longer than 1 KiB as it refuses one in a full shard: a key the limiter
+// builds is a principal's, at most 512 bytes, after a configured prefix. The sweeper drops whole keys through the same heap.
 // Refusing costs at most those 8 steps and no allocation, so a flood of
 // new keys costs the store little more than it costs to answer them.
 //
@@ -137,6 +140,14 @@ type shard struct {
 // pair, not an encoded string, it can meet no plain key.
 type budget struct{ key, name string }
 
+// ownBudget is the named table's shardmap.Own: copies of the key and the
+// name, each at most shardmap.MaxKeyBytes.
+func ownBudget(b budget) (budget, bool) {
+	key, okKey := shardmap.OwnString(b.key)
+	name, okName := shardmap.OwnString(b.name)
+	return budget{key, name}, okKey && okName
+}
+
 // Len is how many keys the shard holds, plain and named.
 func (sh *shard) Len() int { return sh.Table.Len() + sh.named.Len() }
 
@@ -247,7 +258,7 @@ func newStore(cfg Config, tick <-chan time.Time) (*Store, error) {
 			ErrFull, size.MaxKeys, size.PerShard()),
 		sweeper: periodic.New(cfg.SweepInterval, tick),
 	}
-	s.shards.Each(func(sh *shard) { sh.named.Init(size.PerShard()) })
+	s.shards.Each(func(sh *shard) { sh.named.Init(size.PerShard(), ownBudget) })
 	go s.sweepLoop()
 	return s, nil
 }

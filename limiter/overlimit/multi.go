@@ -6,6 +6,7 @@ import (
 
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/internal/levelbound"
+	"github.com/costguard/costguard/limiter/internal/shardmap"
 )
 
 var _ limiter.MultiTaker = (*Store)(nil)
@@ -13,6 +14,14 @@ var _ limiter.MultiTaker = (*Store)(nil)
 // budget is a named budget's key in its shard: owner and name, never ""
 // (Name "" is the owner's plain key). A pair can meet no plain key.
 type budget struct{ key, name string }
+
+// ownBudget is the named table's shardmap.Own: copies of the key and the
+// name, each at most shardmap.MaxKeyBytes.
+func ownBudget(b budget) (budget, bool) {
+	key, okKey := shardmap.OwnString(b.key)
+	name, okName := shardmap.OwnString(b.name)
+	return budget{key, name}, okKey && okName
+}
 
 // Len is how many rejections the shard remembers, plain and named.
 func (sh *shard) Len() int { return sh.Table.Len() + sh.named.Len() }

@@ -136,7 +136,7 @@ func New(next limiter.Store, cfg Config) (*Store, error) {
 		cfg.Clock = limiter.SystemClock{}
 	}
 	s := &Store{next: next, clock: cfg.Clock, shards: shardmap.New[shard](size)}
-	s.shards.Each(func(sh *shard) { sh.named.Init(size.PerShard()) })
+	s.shards.Each(func(sh *shard) { sh.named.Init(size.PerShard(), ownBudget) })
 	return s, nil
 }
 

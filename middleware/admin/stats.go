@@ -3,17 +3,20 @@ package admin
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/middleware"
 )
 
 // MaxRefusalKeys bounds the (code, plan) pairs Stats counts by name; a
 // pair past it is counted as code and plan "(other)". Codes and plans are
 // bounded sets of the configuration, so the bound only guards against a
-// mistake.
+// mistake. Each is kept as a copy cut to 256 bytes: at most 256 pairs of
+// 2 × 256 bytes and their map slot, under 200 KB.
 const MaxRefusalKeys = 256
 
 // Stats counts the Limiter's decisions since it was made, for GET
@@ -56,8 +59,13 @@ func (s *Stats) Add(e *middleware.Event) {
 		if k.code == "" {
 			k.code = string(e.Outcome)
 		}
-		if _, ok := s.refusals[k]; !ok && len(s.refusals) >= MaxRefusalKeys {
-			k = refusalKey{"(other)", "(other)"}
+		k.code, k.plan = kept.Cut(k.code, kept.MaxName), kept.Cut(k.plan, kept.MaxName)
+		if _, ok := s.refusals[k]; !ok {
+			if len(s.refusals) >= MaxRefusalKeys {
+				k = refusalKey{"(other)", "(other)"}
+			} else {
+				k = refusalKey{strings.Clone(k.code), strings.Clone(k.plan)} // a new key keeps copies
+			}
 		}
 		s.refusals[k]++
 	}

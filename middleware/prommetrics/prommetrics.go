@@ -95,12 +95,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 )
@@ -368,6 +370,7 @@ func (s *planSeries) limitGauge() prometheus.Gauge {
 // time. Lanes come from the configuration, so they are bounded as plans
 // are.
 func (m *Metrics) series(plan, lane string) *planSeries {
+	plan, lane = kept.Cut(plan, kept.MaxName), kept.Cut(lane, kept.MaxName)
 	key := seriesKey(plan, lane)
 	if s := (*m.plans.Load())[key]; s != nil {
 		return s
@@ -388,6 +391,10 @@ func (m *Metrics) series(plan, lane string) *planSeries {
 		return s // another writer was first
 	}
 	next := maps.Clone(cur)
+	// The key and the label values are copies: the series outlive the
+	// Event.
+	plan, lane = strings.Clone(plan), strings.Clone(lane)
+	key = seriesKey(plan, lane)
 	s := m.newPlanSeries(plan, lane)
 	next[key] = s
 	m.plans.Store(&next)

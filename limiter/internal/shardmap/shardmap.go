@@ -33,11 +33,32 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 	"sync"
 )
 
 // Sample is how many entries a full Table looks at to pick a victim.
 const Sample = 8
+
+// MaxKeyBytes is the longest key a Table of string keys stores: a longer
+// one is refused as a full Table refuses a new key. The keys the limiter
+// builds are a principal's (at most 512 bytes, the middleware bounds
+// them) after a prefix of the configuration ("lane:<name>:").
+const MaxKeyBytes = 1 << 10
+
+// OwnString is the Own of a Table of string keys: a copy of key, false
+// past MaxKeyBytes.
+func OwnString(key string) (string, bool) {
+	if len(key) > MaxKeyBytes {
+		return "", false
+	}
+	return strings.Clone(key), true
+}
+
+// Own makes the key a Table stores of the key a caller passed: a copy
+// that shares no memory with it (a key cut from a request must not keep
+// the request alive), or false to refuse a key too large to keep.
+type Own[K comparable] func(key K) (K, bool)
 
 // Size bounds a Map: MaxKeys keys in all, over Shards shards of
 // MaxKeys / Shards keys each.
@@ -167,8 +188,9 @@ type Table[V any] = KeyedTable[string, V]
 // shard's further tables (memorystore keeps named budgets, keyed by
 // owner and name, next to its plain keys).
 type KeyedTable[K comparable, V any] struct {
-	keys map[K]V
+	keys map[K]held[K, V]
 	max  int
+	own  Own[K] // every new key goes through it
 	// order is a min-heap of keys by due time, kept only by InsertDue and
 	// Sooner. An item may be stale: its key gone (Delete drops no item),
 	// or due later than the item says. It is never due earlier: every
@@ -176,6 +198,13 @@ type KeyedTable[K comparable, V any] struct {
 	// dropped or moved when they reach the top, and the heap is rebuilt
 	// from the keys before it grows past twice the Table's bound.
 	order []dueItem[K]
+}
+
+// held is a Table's entry: its value, and the key as the Table stores it
+// (its own copy), for the due heap's items to share.
+type held[K comparable, V any] struct {
+	key K
+	v   V
 }
 
 type dueItem[K comparable] struct {
@@ -188,37 +217,55 @@ type dueItem[K comparable] struct {
 // at once. Otherwise the sampled entry of lowest rank is.
 type Rank[V any] func(v V) (rank int64, free bool)
 
+// reset makes t an empty Table of string keys (New's), owned by
+// OwnString.
 func (t *KeyedTable[K, V]) reset(max int) {
-	t.keys = make(map[K]V)
-	t.max = max
+	own, ok := any(Own[string](OwnString)).(Own[K])
+	if !ok {
+		panic("shardmap: a Map's Table has string keys")
+	}
+	t.Init(max, own)
 }
 
-// Init makes t an empty table of at most max keys, for a table a shard
-// keeps besides the one New made.
-func (t *KeyedTable[K, V]) Init(max int) { t.reset(max) }
+// Init makes t an empty table of at most max keys, each new one stored as
+// own makes it, for a table a shard keeps besides the one New made.
+func (t *KeyedTable[K, V]) Init(max int, own Own[K]) {
+	t.keys = make(map[K]held[K, V])
+	t.max = max
+	t.own = own
+}
 
 // Len reports how many keys t holds.
 func (t *KeyedTable[K, V]) Len() int { return len(t.keys) }
 
 // Get returns key's value and whether t holds key.
 func (t *KeyedTable[K, V]) Get(key K) (V, bool) {
-	v, ok := t.keys[key]
-	return v, ok
+	h, ok := t.keys[key]
+	return h.v, ok
 }
 
 // Insert stores v under key and reports whether it did. A key already held
-// is replaced. A new key in a full Table first evicts the entry rank picks
-// from a sample of Sample entries, or, when rank is nil, is refused.
+// is replaced. A new key is stored as the Table's Own makes it, or
+// refused when Own refuses it; in a full Table it first evicts the entry
+// rank picks from a sample of Sample entries, or, when rank is nil, is
+// refused.
 func (t *KeyedTable[K, V]) Insert(key K, v V, rank Rank[V]) bool {
-	if len(t.keys) >= t.max {
-		if _, ok := t.keys[key]; !ok {
-			if rank == nil {
-				return false
-			}
-			t.evict(rank)
-		}
+	if h, ok := t.keys[key]; ok {
+		t.keys[key] = held[K, V]{h.key, v}
+		return true
 	}
-	t.keys[key] = v
+	full := len(t.keys) >= t.max
+	if full && rank == nil {
+		return false
+	}
+	key, ok := t.own(key)
+	if !ok {
+		return false
+	}
+	if full {
+		t.evict(rank)
+	}
+	t.keys[key] = held[K, V]{key, v}
 	return true
 }
 
@@ -230,8 +277,8 @@ func (t *KeyedTable[K, V]) evict(rank Rank[V]) {
 		lowest int64
 		seen   int
 	)
-	for k, v := range t.keys {
-		r, free := rank(v)
+	for k, h := range t.keys {
+		r, free := rank(h.v)
 		if free {
 			victim = k
 			break
@@ -254,24 +301,32 @@ func (t *KeyedTable[K, V]) evict(rank Rank[V]) {
 type Due[V any] func(v V) int64
 
 // InsertDue stores v under key and reports whether it did. A key already
-// held is replaced. A new key in a full Table takes the place of an entry
+// held is replaced. A new key is stored as the Table's Own makes it, or
+// refused when Own refuses it; in a full Table it takes the place of an entry
 // due at or before now, the earliest due first, found in at most Sample
 // heap steps; when there is none, the key is refused and nothing changes.
 // An entry that is not yet due is never dropped.
 //
 // Every entry of the Table must have been stored by InsertDue.
 func (t *KeyedTable[K, V]) InsertDue(key K, v V, now int64, due Due[V]) bool {
-	old, held := t.keys[key]
+	old, isHeld := t.keys[key]
 	switch {
-	case !held:
+	case !isHeld:
 		if len(t.keys) >= t.max && !t.reclaim(now, due) {
 			return false
 		}
+		var ok bool
+		if key, ok = t.own(key); !ok {
+			return false // having dropped a due entry, which held nothing
+		}
 		t.push(due(v), key, due)
-	case due(v) < due(old):
-		t.push(due(v), key, due)
+	default:
+		key = old.key // the Table's copy, for the heap and the map alike
+		if due(v) < due(old.v) {
+			t.push(due(v), key, due)
+		}
 	}
-	t.keys[key] = v
+	t.keys[key] = held[K, V]{key, v}
 	return true
 }
 
@@ -284,7 +339,11 @@ func (t *KeyedTable[K, V]) Room(now int64, due Due[V]) bool {
 
 // Sooner records that key's entry, held and stored by InsertDue, is now
 // due at at, earlier than before.
-func (t *KeyedTable[K, V]) Sooner(key K, at int64, due Due[V]) { t.push(at, key, due) }
+func (t *KeyedTable[K, V]) Sooner(key K, at int64, due Due[V]) {
+	if h, ok := t.keys[key]; ok {
+		t.push(at, h.key, due) // the Table's copy of key, not the caller's
+	}
+}
 
 // DeleteDue drops every entry due at or before now, and returns how many it
 // dropped. It walks the heap, not the keys: a few steps per entry dropped
@@ -321,9 +380,9 @@ func (t *KeyedTable[K, V]) reclaim(now int64, due Due[V]) bool {
 // amortised O(log n) per write.
 func (t *KeyedTable[K, V]) step(now int64, due Due[V]) bool {
 	top := t.order[0]
-	v, held := t.keys[top.key]
-	if held {
-		if at := due(v); at > now {
+	h, isHeld := t.keys[top.key]
+	if isHeld {
+		if at := due(h.v); at > now {
 			t.order[0].at = at
 			t.down(0)
 			return false
@@ -331,7 +390,7 @@ func (t *KeyedTable[K, V]) step(now int64, due Due[V]) bool {
 		delete(t.keys, top.key)
 	}
 	t.pop()
-	return held
+	return isHeld
 }
 
 // push adds an item, first rebuilding the heap from the keys when it holds
@@ -349,8 +408,8 @@ func (t *KeyedTable[K, V]) push(at int64, key K, due Due[V]) {
 func (t *KeyedTable[K, V]) rebuild(due Due[V]) {
 	clear(t.order) // let go of the dropped keys
 	t.order = t.order[:0]
-	for k, v := range t.keys {
-		t.order = append(t.order, dueItem[K]{due(v), k})
+	for k, h := range t.keys {
+		t.order = append(t.order, dueItem[K]{due(h.v), k})
 	}
 	for i := len(t.order)/2 - 1; i >= 0; i-- {
 		t.down(i)
@@ -400,8 +459,8 @@ func (t *KeyedTable[K, V]) Delete(key K) { delete(t.keys, key) }
 
 // DeleteFunc drops every entry for which del returns true.
 func (t *KeyedTable[K, V]) DeleteFunc(del func(key K, v V) bool) {
-	for k, v := range t.keys {
-		if del(k, v) {
+	for k, h := range t.keys {
+		if del(k, h.v) {
 			delete(t.keys, k)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/costguard/costguard/internal/kept"
 )
 
 var errInvalid = errors.New("test: invalid config")
@@ -247,7 +249,7 @@ func TestInsertDue(t *testing.T) {
 func TestKeyedTable(t *testing.T) {
 	type pair struct{ a, b string }
 	var tb KeyedTable[pair, *timed]
-	tb.Init(2)
+	tb.Init(2, func(p pair) (pair, bool) { return p, true })
 	if !tb.InsertDue(pair{"x", "y"}, &timed{10}, 0, byDue) || !tb.InsertDue(pair{"xy", ""}, &timed{20}, 0, byDue) {
 		t.Fatal("InsertDue refused with room left")
 	}
@@ -563,5 +565,41 @@ func BenchmarkShardGet(b *testing.B) {
 		}
 		sh.Unlock()
 		i++
+	}
+}
+
+// A Table keeps a copy of each new key, never the caller's memory, and
+// refuses a key longer than MaxKeyBytes, by Insert and by InsertDue.
+func TestTableOwnsItsKeys(t *testing.T) {
+	big := strings.Repeat("k", 1<<20)
+	var plain Table[*item]
+	plain.reset(4)
+	due := newDueTable(4)
+	if !plain.Insert(big[:10], &item{}, nil) || !due.InsertDue(big[10:30], &timed{1}, 0, byDue) {
+		t.Fatal("a short key refused")
+	}
+	for k := range plain.keys {
+		if kept.Shares(k, big) {
+			t.Fatal("Insert stored the caller's memory")
+		}
+	}
+	for k := range due.keys {
+		if kept.Shares(k, big) {
+			t.Fatal("InsertDue stored the caller's memory")
+		}
+	}
+	due.InsertDue(big[10:30], &timed{0}, 0, byDue) // an earlier due time: a new heap item
+	due.Sooner(big[10:30], 0, byDue)
+	for _, it := range due.order {
+		if kept.Shares(it.key, big) {
+			t.Fatal("the due heap holds the caller's memory")
+		}
+	}
+	long := big[:MaxKeyBytes+1]
+	if plain.Insert(long, &item{}, nil) || due.InsertDue(long, &timed{1}, 0, byDue) {
+		t.Fatal("a key past MaxKeyBytes was stored")
+	}
+	if !plain.Insert(long[:MaxKeyBytes], &item{}, nil) || plain.Len() != 2 || due.Len() != 1 {
+		t.Fatal("a key of MaxKeyBytes refused")
 	}
 }
