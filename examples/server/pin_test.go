@@ -15,8 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/costguard/costguard/budget"
-	"github.com/costguard/costguard/internal/testenv"
-	"github.com/costguard/costguard/middleware/querycache"
 )
 
 // pinSlack is what the flood may leave live on top of the query cache's
@@ -102,18 +100,4 @@ func liveHeap() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
-}
-
-// 480 named documents of 900 KB from 4 addresses, 400 admitted and 80
-// refused 429, each recorded in the timeline, the operation costs, the
-// top spenders and the metrics: the live heap they leave stays within the
-// query cache's byte bound and pinSlack. Were each kept operation name a
-// substring of its document, the flood would keep 432 MB alive.
-func TestNamedDocumentFloodPinsNothing(t *testing.T) {
-	testenv.Long(t)
-	admitted, refused, grown := flood(t, 4, 120, 900<<10, 100)
-	t.Logf("%d admitted, %d refused 429: live heap grew by %.1f MB", admitted, refused, float64(grown)/(1<<20))
-	require.Equal(t, 400, admitted)
-	require.Equal(t, 80, refused)
-	require.LessOrEqual(t, grown, int64(querycache.DefaultBytes+pinSlack))
 }
