@@ -227,6 +227,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}
 		fmt.Fprintf(stdout, "admin endpoints (/metrics, /healthz, /readyz) on %s\n", displayURL(adminLn.Addr()))
+		fmt.Fprintf(stdout, "dashboard on %s/admin/\n", displayURL(adminLn.Addr()))
 		if adminToken == "" {
 			logger.Warn("server: the admin API (/admin/principals/…) is served WITHOUT a token: the admin listener is loopback-only, so only this machine reaches it, and it answers only requests for 127.0.0.1, [::1] or localhost from no web page or its own; give -admin-token-file or admin.token_sha256 to ask for one",
 				"admin_addr", adminLn.Addr().String())
@@ -240,6 +241,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 			<-adminServed
 		}()
 	}
+	// The pid to signal: under go run, the pid of go run itself is not the
+	// server's, and signalling it would kill go run and orphan the server.
+	pid := os.Getpid()
+	fmt.Fprintf(stdout, "pid %d: kill -HUP %d re-reads -config, kill -TERM %d (or Ctrl-C) stops the server\n", pid, pid, pid)
 	select {
 	case err := <-served:
 		return fmt.Errorf("serving: %w", err)

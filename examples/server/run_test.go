@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -126,10 +127,16 @@ var adminLine = regexp.MustCompile(`^admin endpoints \(/metrics, /healthz, /read
 
 var startLine = regexp.MustCompile(`^costguard example server on (http://\S+) \(budgets: (.*)\)$`)
 
+var dashboardLine = regexp.MustCompile(`^dashboard on (http://\S+/admin/)$`)
+
+var pidLine = regexp.MustCompile(`^pid (\d+): kill -HUP (\d+) re-reads -config, kill -TERM (\d+) \(or Ctrl-C\) stops the server$`)
+
 // running is a run call serving in the background.
 type running struct {
 	url, budgets string
 	admin        string // the admin listener's URL ("" without one)
+	dashboard    string // the dashboard's URL ("" without an admin listener)
+	pid          string // the process to signal, as the banner names it
 	stderr       *syncBuffer
 	stop         func() error
 }
@@ -169,7 +176,14 @@ func startRunReloading(t *testing.T, reload <-chan os.Signal, args ...string) *r
 			a := adminLine.FindStringSubmatch(<-out.next)
 			require.NotNil(t, a, "no admin listener line")
 			r.admin = a[1]
+			d := dashboardLine.FindStringSubmatch(<-out.next)
+			require.NotNil(t, d, "no dashboard line")
+			r.dashboard = d[1]
 		}
+		p := pidLine.FindStringSubmatch(<-out.next)
+		require.NotNil(t, p, "no pid line")
+		require.True(t, p[1] == p[2] && p[2] == p[3], "the pid line names two pids: %q", p[0])
+		r.pid = p[1]
 		return r
 	case err := <-done:
 		done <- err // for stop, run by Cleanup
@@ -191,6 +205,10 @@ func get(t *testing.T, url string) *http.Response {
 func TestRunServesAndShutsDown(t *testing.T) {
 	srv := startRun(t, "-addr", "127.0.0.1:0")
 	assert.Equal(t, "in memory", srv.budgets)
+	// The banner names the process to signal and the dashboard it serves.
+	assert.Equal(t, strconv.Itoa(os.Getpid()), srv.pid)
+	assert.Equal(t, srv.admin+"/admin/", srv.dashboard)
+	assert.Equal(t, http.StatusOK, get(t, srv.dashboard).StatusCode)
 
 	resp := get(t, srv.url+"/api/users/octocat")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
