@@ -150,9 +150,12 @@ type lossDetector struct {
 	loop      *periodic.Loop // started by the first listener
 	closed    bool
 
-	// roundMu makes the rounds of the loop and of check one at a time.
-	roundMu sync.Mutex
-	tracker lossTracker // under roundMu
+	// turn makes the rounds of the loop and of check one at a time (a
+	// channel, so that check waits for it no longer than its ctx).
+	turn chan struct{}
+	// checks counts the rounds of check still running (close waits).
+	checks  sync.WaitGroup
+	tracker lossTracker // the round's that holds turn
 }
 
 func (d *lossDetector) listen(f func()) (stop func()) {
@@ -198,24 +201,52 @@ func (d *lossDetector) round() {
 }
 
 // check is a round under ctx, outside the loop (CheckDataLoss).
+//
+// A go-redis client without ContextTimeoutEnabled waits for its own
+// ReadTimeout, not ctx's deadline, so the round runs in a goroutine of
+// its own (close waits for it) and check returns when ctx ends; the round
+// still reports what it finds when the node answers.
 func (d *lossDetector) check(ctx context.Context) error {
 	d.mu.Lock()
 	off := d.closed || d.probe == nil || d.interval < 0
+	if !off {
+		d.checks.Add(1)
+	}
 	d.mu.Unlock()
 	if off {
 		return ErrDataLossUnknown
 	}
-	if d.probeRound(ctx) == 0 {
+	answered := make(chan int, 1)
+	go func() {
+		defer d.checks.Done()
+		answered <- d.probeRound(ctx)
+	}()
+	select {
+	case n := <-answered:
+		if n == 0 {
+			return ErrDataLossUnknown
+		}
+		return nil
+	case <-ctx.Done():
 		return ErrDataLossUnknown
 	}
-	return nil
 }
 
 // probeRound probes every node once under ctx, tells the listeners if any
 // node lost data, and returns how many nodes answered.
 func (d *lossDetector) probeRound(ctx context.Context) int {
-	d.roundMu.Lock()
-	defer d.roundMu.Unlock()
+	d.mu.Lock()
+	if d.turn == nil {
+		d.turn = make(chan struct{}, 1)
+	}
+	turn := d.turn
+	d.mu.Unlock()
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	defer func() { <-turn }()
 	obs := d.probe(ctx)
 	lost := d.tracker.observe(obs)
 	if len(lost) > 0 {
@@ -246,6 +277,7 @@ func (d *lossDetector) close() {
 	if loop != nil {
 		loop.Stop()
 	}
+	d.checks.Wait()
 }
 
 // proberFor returns how to probe client's nodes for the store's epoch
