@@ -3,9 +3,9 @@
 //
 // A Guard owns everything that happens then: the per-call timeout, the
 // circuit breaker (limiter/breaker), the fail-open fallback (a
-// limiter/lastknown store) with its settlement (what the fallback admitted
-// is debited from the store once it answers again, by a flush goroutine
-// the Guard owns), and the overflow
+// limiter/lastknown store) with the flush of its debts (what the fallback
+// admitted is debited from the store once it answers again, by a
+// goroutine the Guard owns), and the overflow
 // buckets of identities a full memory store cannot hold. Each call says its
 // failure mode (Call.FailOpen): every call shares one breaker and one
 // fallback, but a fail-closed call is refused (ErrUnavailable) where a

@@ -4,7 +4,7 @@
 // budget leases for the budgets that want them (limiter/splitbudget), and,
 // between the cache and the store, the guard of what happens when the
 // store fails (limiter/guard: the call timeout, the circuit breaker, the
-// fail-open fallback of limiter/lastknown and its settlement, the
+// fail-open fallback of limiter/lastknown and the flush of its debts, the
 // overflow buckets of identities a full memory store cannot hold). It is
 // the one place that knows which decorator goes where; package middleware
 // builds its stores with it, and so can a program that decides budgets
