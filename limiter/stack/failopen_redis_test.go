@@ -185,3 +185,80 @@ func concurrentPauses(t *testing.T, pace, between time.Duration) {
 			total, byFirst, bySecond, budget+refill, refill)
 	}
 }
+
+// Redis restarts without persistence during an outage in which the
+// fallback admitted 10 points: the fresh Redis holds a full budget, and
+// the process's debt is dropped, not repaid into it, though Redis answers
+// the process's next request and the flush runs at once.
+func TestFailOpenDebtDroppedAfterRestart(t *testing.T) {
+	limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 100, Rate: 1, Period: time.Hour}
+	call := guard.Call{Plan: "free", FailOpen: true}
+	srv := redistest.StartServer(t)
+	t.Cleanup(func() { _ = syscall.Kill(srv.Pid(), syscall.SIGCONT) })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: "restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	// No breaker: the first request after the restart goes to Redis.
+	st, err := stack.New(stack.Config{Store: store, StoreTimeout: 20 * time.Millisecond, NoBreaker: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ctx := context.Background()
+	take := func() guard.Trace {
+		t.Helper()
+		var tr guard.Trace
+		d, err := st.Take(ctx, call, "k", limit, 1, &tr)
+		if err != nil || !d.Allowed {
+			t.Fatalf("refused: %+v %v", d, err)
+		}
+		return tr
+	}
+	if tr := take(); tr.Fallback {
+		t.Fatalf("before the outage: %+v", tr)
+	}
+	// The data-loss probe has seen this Redis (it probes once at once,
+	// then every 500 ms: a process running for longer than this test
+	// before its outage has).
+	if err := store.CheckDataLoss(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(srv.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if tr := take(); !tr.Fallback {
+			t.Fatalf("in the outage: %+v", tr)
+		}
+	}
+	if err := srv.Restart(); err != nil { // SIGKILL ends a stopped process too
+		t.Fatal(err)
+	}
+	// Her next requests: the first Redis answers ends the outage (one
+	// failing on the old connection is owed to the fresh Redis).
+	var owedAfter int64
+	for deadline := time.Now().Add(3 * time.Second); take().Fallback; owedAfter++ {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis did not answer within 3 s of the restart")
+		}
+	}
+	for deadline := time.Now().Add(3 * time.Second); st.Fallback().Owing() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a debt is still held 3 s after the restart")
+		}
+	}
+	reader, err := redisstore.New(rdb, redisstore.Config{Prefix: "restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reader.Close() })
+	want := 100 - 1 - owedAfter
+	if d, err := reader.Take(ctx, "k", limit, 0); err != nil || d.Remaining != want {
+		t.Errorf("the fresh Redis holds %d (%v); want %d: 100 less the request it answered and the %d admitted after the restart, not the 10 before it",
+			d.Remaining, err, want, owedAfter)
+	}
+}
