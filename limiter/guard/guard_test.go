@@ -547,3 +547,16 @@ func TestTakeAllFailure(t *testing.T) {
 }
 
 func ctx() context.Context { return context.Background() }
+
+// The flush's default interval is the one docs/middleware.md states, and a
+// negative one is refused.
+func TestFlushIntervalConfig(t *testing.T) {
+	if guard.DefaultFlushInterval != 250*time.Millisecond {
+		t.Errorf("DefaultFlushInterval %v; docs/middleware.md says 250 ms", guard.DefaultFlushInterval)
+	}
+	f := newFixture(t, 0)
+	_, err := guard.New(guard.Config{Store: f.link, Fallback: f.fb, Overflow: &memorystore.Store{}, Timeout: time.Second, FlushInterval: -1})
+	if !errors.Is(err, guard.ErrInvalidConfig) {
+		t.Errorf("negative FlushInterval: %v", err)
+	}
+}
