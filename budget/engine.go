@@ -436,20 +436,23 @@ func (e *Engine) noteCall(r *Rule, tr *guard.Trace) {
 	}
 }
 
-// storeFailed logs a store failure, at most once a minute for each rule
-// (so each failure mode in use gets its own line); the message counts the
-// failures it stood in for.
+// storeFailed logs a store call that failed, at most once a minute for
+// each rule (so each failure mode in use gets its own line); the line
+// counts the failed calls held back since the previous one. A call is not
+// a decision (a request may make several, and an admin read makes one
+// too), so the line says nothing of what was decided: the adapter that
+// reports decisions logs those of the fail-open fallback, with their count
+// (middleware: "deciding through the local fallback bucket").
 func (e *Engine) storeFailed(r *Rule, err error) {
 	since, due := r.storeWarn.Due(e.since())
 	if !due {
 		return
 	}
 	mode := FailClosed
-	action := "answering 503"
 	if r.failOpen {
-		mode, action = FailOpen, "admitting through the local fallback bucket"
+		mode = FailOpen
 	}
-	e.log.Warn("budget: rate-limit store failed; "+action,
+	e.log.Warn("budget: rate-limit store failed",
 		"err", err, "plan", r.name, "failure_mode", string(mode),
 		"failures_since_last_warning", since)
 }

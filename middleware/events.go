@@ -225,6 +225,9 @@ func (l *Limiter) report(ctx context.Context, e *Event) {
 	if e.gone {
 		return
 	}
+	if e.Fallback {
+		l.fallbackDecided(ctx)
+	}
 	if l.observer != nil {
 		l.observer.ObserveDecision(e)
 	}
@@ -243,5 +246,18 @@ func (l *Limiter) report(ctx context.Context, e *Event) {
 			slog.String("policy", e.Policy),
 			slog.String("override", e.Override),
 			slog.Bool("fallback", e.Fallback))
+	}
+}
+
+// fallbackDecided logs, at most once a minute, that the fail-open local
+// fallback decided a request: one reported decision with Event.Fallback.
+// The line counts the decisions since the previous line, itself included,
+// so the counts of the lines logged add up to what an Observer counting
+// Event.Fallback (costguard_fallback_decisions_total, /admin/stats's
+// fallbacks) has counted when the last one is written.
+func (l *Limiter) fallbackDecided(ctx context.Context) {
+	if held, due := l.fallbackWarn.Due(l.clock.Now().Sub(l.start)); due {
+		l.log.WarnContext(ctx, "middleware: rate-limit store unavailable; deciding through the local fallback bucket",
+			"fallback_decisions", held+1)
 	}
 }

@@ -95,14 +95,20 @@ func TestStoreFailureModes(t *testing.T) {
 						t.Errorf("resolvers ran: %d", schema.resolvers.Load())
 					}
 				}
-				// Two failures, one warning; a minute later, one more.
-				if n := logs.count(slog.LevelWarn); n != 1 {
-					t.Errorf("%d warnings, want 1:\n%s", n, logs.text())
+				// Two failures, one warning of the store's failure (and, failing
+				// open, one of the fallback's decisions); a minute later, one
+				// more of each.
+				perMinute := 1
+				if mode == budget.FailOpen {
+					perMinute = 2
+				}
+				if n := logs.count(slog.LevelWarn); n != perMinute || strings.Count(logs.text(), "rate-limit store failed") != 1 {
+					t.Errorf("%d warnings, want %d:\n%s", n, perMinute, logs.text())
 				}
 				clock.Advance(time.Minute)
 				do(t, h, request{method: "GET", path: "/api/x", header: bearer(aliceKey)})
-				if n := logs.count(slog.LevelWarn); n != 2 {
-					t.Errorf("after a minute: %d warnings, want 2", n)
+				if n := logs.count(slog.LevelWarn); n != 2*perMinute {
+					t.Errorf("after a minute: %d warnings, want %d", n, 2*perMinute)
 				}
 				if !strings.Contains(logs.text(), "failures_since_last_warning=1") {
 					t.Errorf("the second warning does not count the suppressed failure:\n%s", logs.text())

@@ -410,6 +410,8 @@ type Limiter struct {
 	// directiveWarn: gqlgen generated runtime hooks for @cost or
 	// @listSize (no skip_runtime) and a field failed for it.
 	directiveWarn logevery.Gate
+	// fallbackWarn: the fail-open fallback decided (fallbackDecided).
+	fallbackWarn logevery.Gate
 	// installed: an Extension of this Limiter was added to a gqlgen server.
 	installed atomic.Bool
 	// screened remembers the queries that passed the document bounds.

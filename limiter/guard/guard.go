@@ -3,8 +3,9 @@
 //
 // A Guard owns everything that happens then: the per-call timeout, the
 // circuit breaker (limiter/breaker), the fail-open fallback (a
-// limiter/lastknown store) with its settlement (what the fallback admitted
-// is debited from the store once it answers again), and the overflow
+// limiter/lastknown store) with the flush of its debts (what the fallback
+// admitted is debited from the store once it answers again, by a
+// goroutine the Guard owns), and the overflow
 // buckets of identities a full memory store cannot hold. Each call says its
 // failure mode (Call.FailOpen): every call shares one breaker and one
 // fallback, but a fail-closed call is refused (ErrUnavailable) where a
@@ -21,6 +22,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,6 +94,18 @@ type Config struct {
 	Clock limiter.Clock
 	// Logger is told when the breaker moves. Default slog.Default().
 	Logger *slog.Logger
+	// FlushInterval is how often the fallback's debts are debited from the
+	// store while any is held (and at once when the store answers or the
+	// breaker closes). Default DefaultFlushInterval.
+	FlushInterval time.Duration
+	// CheckDataLoss, when set, is called before each flush of the
+	// fallback's debts: it finds out, under ctx, whether the store lost
+	// its data since it last looked and, if so, has the fallback's debts
+	// dropped (lastknown.Store.DropDebts) before it returns, so that none
+	// is repaid into a fresh budget. An error (the store cannot say)
+	// postpones the flush. Package stack wires it to a
+	// redisstore.Store's CheckDataLoss.
+	CheckDataLoss func(ctx context.Context) error
 }
 
 // Call says how one decision fails and where its budgets are.
@@ -180,7 +194,7 @@ type Receipt struct {
 // Taken reports whether r took anything.
 func (r Receipt) Taken() bool { return r.from != none }
 
-// Guard is safe for concurrent use. Close stops its settlement.
+// Guard is safe for concurrent use. Close stops its flush.
 type Guard struct {
 	store    limiter.Store
 	multi    MultiStore
@@ -193,28 +207,40 @@ type Guard struct {
 	brk      *breaker.Breaker
 	clock    limiter.Clock
 	log      *slog.Logger
-	flush    flusher
+	// checkLoss is Config.CheckDataLoss.
+	checkLoss func(ctx context.Context) error
+	flush     flusher
 }
 
-// New checks cfg and returns a Guard.
+// New checks cfg and returns a Guard. Unless the store is Local, it starts
+// the flush of the fallback's debts, which Close stops.
 func New(cfg Config) (*Guard, error) {
+	return newGuard(cfg, nil)
+}
+
+// newGuard is New with the flush driven by tick when it is not nil
+// (tests).
+func newGuard(cfg Config, tick <-chan time.Time) (*Guard, error) {
 	switch {
 	case cfg.Store == nil || cfg.Fallback == nil || cfg.Overflow == nil:
 		return nil, fmt.Errorf("%w: Store, Fallback and Overflow are required", ErrInvalidConfig)
 	case cfg.Timeout <= 0:
 		return nil, fmt.Errorf("%w: Timeout %v must be positive", ErrInvalidConfig, cfg.Timeout)
+	case cfg.FlushInterval < 0:
+		return nil, fmt.Errorf("%w: FlushInterval %v is negative", ErrInvalidConfig, cfg.FlushInterval)
 	}
 	g := &Guard{
-		store:    cfg.Store,
-		multi:    cfg.Multi,
-		leased:   cfg.Leased,
-		cache:    cfg.Cache,
-		fallback: cfg.Fallback,
-		overflow: cfg.Overflow,
-		local:    cfg.Local,
-		timeout:  cfg.Timeout,
-		clock:    cfg.Clock,
-		log:      cfg.Logger,
+		store:     cfg.Store,
+		multi:     cfg.Multi,
+		leased:    cfg.Leased,
+		cache:     cfg.Cache,
+		fallback:  cfg.Fallback,
+		overflow:  cfg.Overflow,
+		local:     cfg.Local,
+		timeout:   cfg.Timeout,
+		clock:     cfg.Clock,
+		log:       cfg.Logger,
+		checkLoss: cfg.CheckDataLoss,
 	}
 	if g.leased == nil {
 		g.leased = g.store
@@ -228,14 +254,17 @@ func New(cfg Config) (*Guard, error) {
 	if g.log == nil {
 		g.log = slog.Default()
 	}
+	if !g.local {
+		g.startFlush(cmp.Or(cfg.FlushInterval, DefaultFlushInterval), tick)
+	}
 	return g, nil
 }
 
-// Close stops the settlement of the fallback's debts: a debit in flight
-// finishes (under the timeout), the rest stays owed. No settlement starts
+// Close stops the flush of the fallback's debts: a debit in flight
+// finishes (under the timeout), the rest stays owed. No flush starts
 // after it.
 func (g *Guard) Close() error {
-	g.flush.stop()
+	g.stopFlush()
 	return nil
 }
 
@@ -321,6 +350,7 @@ func (g *Guard) decide(ctx context.Context, c Call, tr *Trace, a *attempt) error
 	var err error
 	if t := g.allow(tr); t.Allowed {
 		tctx, cancel := g.callContext(ctx)
+		seq := g.start()
 		began := time.Now() // a latency, not the limiter's clock
 		if a.many {
 			err = a.multi.TakeAll(tctx, a.reqs, a.ds)
@@ -333,7 +363,7 @@ func (g *Guard) decide(ctx context.Context, c Call, tr *Trace, a *attempt) error
 		g.done(ctx, t, err, tr)
 		if decided(err) {
 			if g.remembers() {
-				g.learn(ctx, a)
+				g.learn(seq, a)
 			}
 			return err
 		}
@@ -365,18 +395,25 @@ func (g *Guard) decide(ctx context.Context, c Call, tr *Trace, a *attempt) error
 	return err
 }
 
-// learn teaches the fallback what the store answered for a, and repays
-// what an outage's fallback admitted on those budgets.
-func (g *Guard) learn(ctx context.Context, a *attempt) {
+// learn teaches the fallback what the store answered for a, a call
+// numbered seq, and starts the flush of what an outage's fallback admitted
+// when anything is owed.
+func (g *Guard) learn(seq lastknown.Seq, a *attempt) {
 	if !a.many {
-		g.fallback.Observe(a.key, a.limit, a.cost, a.d)
-		g.repayAfter(ctx, a.key, "")
-		return
+		g.fallback.ObserveFrom(seq, a.key, a.limit, a.cost, a.d)
+	} else {
+		g.fallback.ObserveAllFrom(seq, a.reqs, a.ds)
 	}
-	g.fallback.ObserveAll(a.reqs, a.ds)
-	for _, r := range a.reqs {
-		g.repayAfter(ctx, r.Key, r.Name)
+	g.kickFlush()
+}
+
+// start numbers a store call whose answer the fallback will learn (0 when
+// it learns none).
+func (g *Guard) start() lastknown.Seq {
+	if !g.remembers() {
+		return 0
 	}
+	return g.fallback.Start()
 }
 
 // overflowFor decides a for an identity that a full memory store cannot
@@ -435,6 +472,10 @@ func (g *Guard) giveBack(ctx context.Context, r Receipt, a *attempt) (err error)
 		}
 	}
 	tctx, cancel := g.callContext(ctx)
+	var seq lastknown.Seq
+	if remote {
+		seq = g.start()
+	}
 	if a.many {
 		err = a.multi.RefundAll(tctx, a.reqs, a.ds)
 	} else {
@@ -445,9 +486,9 @@ func (g *Guard) giveBack(ctx context.Context, r Receipt, a *attempt) (err error)
 		g.done(ctx, t, err, nil)
 		if err == nil && g.remembers() {
 			if a.many {
-				g.fallback.ObserveAll(a.reqs, a.ds)
+				g.fallback.ObserveAllFrom(seq, a.reqs, a.ds)
 			} else {
-				g.fallback.Observe(a.key, a.limit, 0, a.d)
+				g.fallback.ObserveFrom(seq, a.key, a.limit, 0, a.d)
 			}
 		}
 	}
@@ -579,6 +620,7 @@ func (g *Guard) moved(c breaker.Change, tr *Trace) {
 			"from", c.From.String(), "cool_down", g.brk.CoolDown())
 	case breaker.Closed:
 		g.log.Info("guard: rate-limit store circuit breaker closed; the store answers again")
+		g.kickFlush()
 	default:
 		g.log.Debug("guard: rate-limit store circuit breaker half-open; probing the store")
 	}

@@ -31,7 +31,13 @@ type link struct {
 	down  atomic.Bool
 	hang  atomic.Bool
 	calls atomic.Int64
+	// held, when set, holds the answer of the next Take: the store runs
+	// it, then the answer waits until held is closed (ran is closed when
+	// it has run).
+	held atomic.Pointer[hold]
 }
+
+type hold struct{ ran, release chan struct{} }
 
 func (s *link) fail(ctx context.Context) error {
 	s.calls.Add(1)
@@ -49,7 +55,12 @@ func (s *link) Take(ctx context.Context, key string, l limiter.Limit, cost int64
 	if err := s.fail(ctx); err != nil {
 		return limiter.Decision{}, err
 	}
-	return s.mem.Take(ctx, key, l, cost)
+	d, err := s.mem.Take(ctx, key, l, cost)
+	if h := s.held.Swap(nil); h != nil {
+		close(h.ran)
+		<-h.release
+	}
+	return d, err
 }
 
 func (s *link) Refund(ctx context.Context, key string, l limiter.Limit, n int64) (limiter.Decision, error) {
@@ -73,15 +84,23 @@ func (s *link) RefundAll(ctx context.Context, reqs []limiter.Request, ds []limit
 	return s.mem.RefundAll(ctx, reqs, ds)
 }
 
-// fixture is a Guard on a link with a breaker of 2 failures and 1 s.
+// fixture is a Guard on a link with a breaker of 2 failures and 1 s,
+// whose flush runs when the store answers while a debt is held, when the
+// breaker closes, and on each tick the test sends.
 type fixture struct {
 	g     *guard.Guard
 	link  *link
 	fb    *lastknown.Store
 	clock *limitertest.FakeClock
+	tick  chan time.Time
 }
 
 func newFixture(t *testing.T, memKeys int) *fixture {
+	return newFixtureWith(t, memKeys, guard.Config{Timeout: 5 * time.Millisecond})
+}
+
+// newFixtureWith is newFixture with cfg's Timeout and CheckDataLoss.
+func newFixtureWith(t *testing.T, memKeys int, cfg guard.Config) *fixture {
 	t.Helper()
 	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
 	mem, err := memorystore.New(memorystore.Config{Clock: clock, MaxKeys: memKeys, Shards: 1})
@@ -101,11 +120,13 @@ func newFixture(t *testing.T, memKeys int) *fixture {
 		t.Fatal(err)
 	}
 	l := &link{mem: mem}
-	g, err := guard.New(guard.Config{
+	tick := make(chan time.Time)
+	g, err := guard.NewTicking(guard.Config{
 		Store: l, Multi: l, Fallback: fb, Overflow: overflow,
-		Timeout: 5 * time.Millisecond, Breaker: brk, Clock: clock,
-		Logger: slog.New(slog.DiscardHandler),
-	})
+		Timeout: cfg.Timeout, Breaker: brk, Clock: clock,
+		Logger:        slog.New(slog.DiscardHandler),
+		CheckDataLoss: cfg.CheckDataLoss,
+	}, tick)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +135,7 @@ func newFixture(t *testing.T, memKeys int) *fixture {
 		mem.Close()
 		overflow.Close()
 	})
-	return &fixture{g: g, link: l, fb: fb, clock: clock}
+	return &fixture{g: g, link: l, fb: fb, clock: clock, tick: tick}
 }
 
 func (f *fixture) take(t *testing.T, c guard.Call, key string, cost int64) (limiter.Decision, guard.Trace, error) {
@@ -248,7 +269,7 @@ func TestGone(t *testing.T) {
 }
 
 // What the fallback admits during an outage is debited from the store
-// once it answers: the budget asked for at once, the others by the flush.
+// once it answers: every budget's debt, by the flush its answer starts.
 func TestSettlement(t *testing.T) {
 	f := newFixture(t, 0)
 	for _, k := range []string{"a", "b"} {
@@ -268,15 +289,138 @@ func TestSettlement(t *testing.T) {
 	if d, tr, err := f.take(t, open, "a", 1); err != nil || tr.Fallback || d.Remaining != 9 {
 		t.Fatalf("a after the outage: %+v %+v, %v; want the store's 9 left (9, 1 refilled, 1 taken)", d, tr, err)
 	}
-	if got := f.remaining(t, "a"); got != 5 {
-		t.Errorf("a in the store: %d, want 5 (9, less the 4 owed)", got)
+	if d, _ := f.fb.Take(ctx(), "a", limit, 0); d.Remaining != 5 {
+		t.Errorf("a in the fallback: %d, want 5 (9, less the 4 owed)", d.Remaining)
 	}
-	f.g.Wait()
+	f.g.Flush()
+	if got := f.remaining(t, "a"); got != 5 {
+		t.Errorf("a in the store after the flush: %d, want 5 (9, less the 4 owed)", got)
+	}
 	if got := f.remaining(t, "b"); got != 6 {
 		t.Errorf("b in the store after the flush: %d, want 6 (9, 1 refilled, less the 4 owed)", got)
 	}
 	if f.fb.Owing() != 0 {
 		t.Errorf("still owing %d", f.fb.Owing())
+	}
+}
+
+// outage learns k (9 left), has the fallback admit 4 of it while the store
+// is down (a debt of 4), and heals the store without a request.
+func (f *fixture) outage(t *testing.T) {
+	t.Helper()
+	f.take(t, open, "k", 1)
+	f.link.down.Store(true)
+	if d, tr, err := f.take(t, open, "k", 4); err != nil || !d.Allowed || !tr.Fallback {
+		t.Fatalf("in the outage: %+v %+v %v", d, tr, err)
+	}
+	f.link.down.Store(false)
+	if f.fb.Owing() != 1 {
+		t.Fatalf("owing %d, want 1", f.fb.Owing())
+	}
+}
+
+// The flush runs on its timer: a process that serves no request after an
+// outage still debits its debts, and does not wait for the breaker's
+// cool-down to try.
+func TestFlushOnTimer(t *testing.T) {
+	f := newFixture(t, 0)
+	f.outage(t)
+	f.link.down.Store(true)
+	f.take(t, open, "x", 0) // a second failure: the breaker opens
+	f.link.down.Store(false)
+	if f.g.BreakerState() != guard.BreakerOpen {
+		t.Fatalf("breaker %v, want open", f.g.BreakerState())
+	}
+	f.tick <- time.Time{}
+	f.tick <- time.Time{} // taken once the first tick's flush is done
+	if got := f.remaining(t, "k"); got != 5 || f.fb.Owing() != 0 {
+		t.Errorf("after a tick: store holds %d, owing %d; want 5 (9 less the 4), 0", got, f.fb.Owing())
+	}
+}
+
+// A debt is forgotten only when the store answers its debit: a debit that
+// times out leaves it owed (and read off the store's answers), to be
+// debited by a later flush.
+func TestDebtKeptUntilAcknowledged(t *testing.T) {
+	f := newFixture(t, 0)
+	f.outage(t)
+	f.link.hang.Store(true)
+	f.g.Flush()
+	if got := f.remaining(t, "k"); got != 9 || f.fb.Owing() != 1 {
+		t.Fatalf("after a debit that timed out: store %d, owing %d; want 9, 1", got, f.fb.Owing())
+	}
+	f.link.hang.Store(false)
+	f.clock.Advance(time.Second) // the timeout was the second failure: the breaker's cool-down
+	if d, tr, err := f.take(t, open, "k", 0); err != nil || tr.Fallback || d.Remaining != 10 {
+		t.Fatalf("the store answers: %+v %+v %v", d, tr, err)
+	}
+	if d, _ := f.fb.Take(ctx(), "k", limit, 0); d.Remaining != 6 {
+		t.Errorf("fallback: %d left, want 6 (the store's 10 less the 4 still owed)", d.Remaining)
+	}
+	f.g.Flush()
+	if got := f.remaining(t, "k"); got != 6 || f.fb.Owing() != 0 {
+		t.Errorf("after the flush: store %d, owing %d; want 6, 0", got, f.fb.Owing())
+	}
+}
+
+// An answer to a call the store ran before a debit, arriving after the
+// debit's answer, does not raise what the fallback knows: the next outage
+// starts from what the store holds, not from the points the debit took.
+func TestStaleAnswerAfterDebit(t *testing.T) {
+	f := newFixtureWith(t, 0, guard.Config{Timeout: time.Minute})
+	f.take(t, open, "k", 1) // 9 left
+	f.link.down.Store(true)
+	f.take(t, open, "k", 4) // one failure: the breaker stays closed; 4 owed
+	f.link.down.Store(false)
+	h := &hold{ran: make(chan struct{}), release: make(chan struct{})}
+	f.link.held.Store(h)
+	answered := make(chan limiter.Decision)
+	go func() {
+		d, _, _ := f.take(t, open, "k", 1) // the store runs it at once (8 left), answers later
+		answered <- d
+	}()
+	<-h.ran
+	f.g.Flush() // the debit: 4 from 8
+	if got := f.remaining(t, "k"); got != 4 {
+		t.Fatalf("store after the debit: %d, want 4", got)
+	}
+	close(h.release)
+	if d := <-answered; d.Remaining != 8 {
+		t.Fatalf("the held answer: %+v, want 8 left", d)
+	}
+	if d, _ := f.fb.Take(ctx(), "k", limit, 0); d.Remaining != 4 {
+		t.Errorf("fallback after the stale answer: %d left, want the store's 4", d.Remaining)
+	}
+}
+
+// A store that lost its data holds fresh budgets: the flush asks it first
+// (Config.CheckDataLoss), whose report drops the debts, and repays
+// nothing; while it cannot say, the flush waits.
+func TestFlushAfterDataLoss(t *testing.T) {
+	var fb *lastknown.Store
+	lost, unsure := atomic.Bool{}, atomic.Bool{}
+	check := func(ctx context.Context) error {
+		if unsure.Load() {
+			return errDown
+		}
+		if lost.Swap(false) {
+			fb.DropDebts()
+		}
+		return nil
+	}
+	f := newFixtureWith(t, 0, guard.Config{Timeout: 5 * time.Millisecond, CheckDataLoss: check})
+	fb = f.fb
+	f.outage(t)
+	unsure.Store(true)
+	f.g.Flush()
+	if got := f.remaining(t, "k"); got != 9 || f.fb.Owing() != 1 {
+		t.Fatalf("store unsure of its data: store %d, owing %d; want 9, 1", got, f.fb.Owing())
+	}
+	unsure.Store(false)
+	lost.Store(true)
+	f.g.Flush()
+	if got := f.remaining(t, "k"); got != 9 || f.fb.Owing() != 0 {
+		t.Errorf("after data loss: store %d, owing %d; want 9 (nothing repaid), 0", got, f.fb.Owing())
 	}
 }
 
@@ -403,3 +547,16 @@ func TestTakeAllFailure(t *testing.T) {
 }
 
 func ctx() context.Context { return context.Background() }
+
+// The flush's default interval is the one docs/middleware.md states, and a
+// negative one is refused.
+func TestFlushIntervalConfig(t *testing.T) {
+	if guard.DefaultFlushInterval != 250*time.Millisecond {
+		t.Errorf("DefaultFlushInterval %v; docs/middleware.md says 250 ms", guard.DefaultFlushInterval)
+	}
+	f := newFixture(t, 0)
+	_, err := guard.New(guard.Config{Store: f.link, Fallback: f.fb, Overflow: &memorystore.Store{}, Timeout: time.Second, FlushInterval: -1})
+	if !errors.Is(err, guard.ErrInvalidConfig) {
+		t.Errorf("negative FlushInterval: %v", err)
+	}
+}

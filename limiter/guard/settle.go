@@ -4,137 +4,128 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/costguard/costguard/limiter"
+	"github.com/costguard/costguard/limiter/breaker"
+	"github.com/costguard/costguard/limiter/internal/periodic"
 	"github.com/costguard/costguard/limiter/lastknown"
 )
 
 // What the fail-open fallback admits while the shared store is away is
-// owed to the store, which never saw it. Once the store answers again, the
-// debt is debited from it (repay), saturating at empty: those points were
-// spent. The budget the store answered for is repaid right after that
-// call's own decision; every other debt the fallback holds, by one flush
-// in the background (flusher), so that a principal who moves to another
-// process after an outage is repaid too. So each outage starts from what
-// the store then says, and over any series of outages a process admits on
-// a budget at most what it last knew of it plus its refill meanwhile, not
-// that much again at each outage; and the store, told of it, does not
-// hand those points out again through another process.
+// owed to the store, which never saw it. The Guard's flush debits every
+// debt from the store (repay), saturating at empty: those points were
+// spent. A debt stays owed until the store's answer to its debit arrives
+// (lastknown.Store.Paid); a debit that fails or times out leaves it owed.
+// The flush runs in one goroutine the Guard owns (New starts it, Close
+// stops it): every Config.FlushInterval while a debt is held, and at once
+// when the store answers while one is held or the breaker closes. It does
+// not wait for the breaker: while the breaker keeps requests off the
+// store, each flush still tries one debit, so the store learns its debts
+// within a flush interval (plus a round trip) of answering again, whether
+// or not more traffic comes. Before each flush the store is asked whether
+// it lost its data (Config.CheckDataLoss), which drops the debts: none is
+// repaid into a fresh budget.
 
-// The flush: at most flushBatch debts are taken from the fallback at a
-// time, and at most flushWorkers debits are in flight (a coalescing store
-// carries them in shared round trips).
+// Flush defaults and sizes.
 const (
+	// DefaultFlushInterval is Config.FlushInterval's default.
+	DefaultFlushInterval = 250 * time.Millisecond
+	// flushBatch debts are taken from the fallback at a time, and at most
+	// flushWorkers debits are in flight (a coalescing store carries them
+	// in shared round trips).
 	flushBatch   = 256
 	flushWorkers = 8
 )
 
-// flusher runs the Guard's one flush of the fallback's debts at a time, in
-// a goroutine it starts when the store answers while a debt is held (kick)
-// and Close stops (stop).
+// flusher is the Guard's flush loop.
 type flusher struct {
-	mu      sync.Mutex
-	running bool // a flush goroutine is started
-	again   bool // kicked while running: take the debts again when done
-	closed  bool
-	// stopping: Close was called; the flush owes its remaining debts back
-	// instead of debiting them.
+	loop *periodic.Loop // nil for a local store: nothing is ever owed
+	mu   sync.Mutex     // one flush at a time
+	// stopping: Close was called; a flush leaves its remaining debts owed.
 	stopping atomic.Bool
-	done     sync.WaitGroup
 }
 
-// Wait blocks until no flush of the fallback's debts runs (one starts when
-// the store answers while a debt is held).
-func (g *Guard) Wait() { g.flush.done.Wait() }
-
-// repayAfter debits what the fallback owes on a budget the store just
-// answered for, after the call's own decision, under the timeout and the
-// breaker, and starts the flush of every other debt. A debit that fails is
-// owed again; no call is ever failed for it.
-func (g *Guard) repayAfter(ctx context.Context, key, name string) {
-	fb := g.fallback
-	if fb.Owing() == 0 {
-		return
-	}
-	if debt, ok := fb.Due(key, name); ok {
-		if _, ok := g.repay(ctx, debt); !ok {
-			fb.Owe(debt)
-		}
-	}
-	g.kickFlush()
+// startFlush starts the flush goroutine, ticking every interval or on tick
+// when it is not nil (tests).
+func (g *Guard) startFlush(interval time.Duration, tick <-chan time.Time) {
+	g.flush.loop = periodic.New(interval, tick)
+	go g.flushLoop()
 }
 
-// kickFlush starts a flush of the fallback's debts, unless one runs (it
-// then takes them again when done) or the Guard is closed.
+// flushLoop is the flush goroutine.
+func (g *Guard) flushLoop() { g.flush.loop.Run(g.flushDebts) }
+
+// kickFlush asks the flush goroutine for a flush now, when a debt is held.
 func (g *Guard) kickFlush() {
-	if g.fallback.Owing() == 0 {
-		return
-	}
-	f := &g.flush
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch {
-	case f.closed:
-	case f.running:
-		f.again = true
-	default:
-		f.running = true
-		f.done.Add(1)
-		go g.runFlush()
+	if g.flush.loop != nil && g.fallback.Owing() > 0 {
+		g.flush.loop.Kick()
 	}
 }
 
-// runFlush flushes until no kick came meanwhile.
-func (g *Guard) runFlush() {
-	f := &g.flush
-	defer f.done.Done()
-	for {
-		g.flushDebts()
-		f.mu.Lock()
-		if !f.again || f.closed {
-			f.running, f.again = false, false
-			f.mu.Unlock()
-			return
-		}
-		f.again = false
-		f.mu.Unlock()
-	}
-}
+// Flush debits every debt of the fallback from the store now, after a
+// flush in progress, and returns when it is done: each debt is then paid
+// or, when the store did not take its debit, still owed. The flush
+// goroutine does the same on its own; Flush is for tests and for a caller
+// about to Close.
+func (g *Guard) Flush() { g.flushDebts() }
+
+// Wait is Flush.
+//
+// Deprecated: use Flush.
+func (g *Guard) Wait() { g.Flush() }
 
 // flushDebts debits every debt the fallback holds from the store,
 // flushBatch at a time, until none is left or a debit fails: the store is
-// away again, and what is left waits for its next answer.
+// away again, and what is left waits for the next flush.
 func (g *Guard) flushDebts() {
-	for !g.flush.stopping.Load() {
-		debts := g.fallback.TakeOwed(flushBatch)
-		if len(debts) == 0 || !g.repayAll(debts) {
+	f := &g.flush
+	if g.local || g.fallback.Owing() == 0 || f.stopping.Load() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if g.checkLoss != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+		err := g.checkLoss(ctx)
+		cancel()
+		if err != nil {
+			return // the store cannot say whether it kept its data: not now
+		}
+	}
+	for !f.stopping.Load() {
+		debits := g.fallback.Debits(flushBatch)
+		if len(debits) == 0 || !g.repayAll(debits) {
 			return
 		}
 	}
 }
 
-// repayAll debits debts, flushWorkers at a time; after a failure, or once
-// Close was called, the rest is owed again untried. It reports whether
+// repayAll debits debits, flushWorkers at a time; after a failure, or once
+// Close was called, the rest is handed back untried. It reports whether
 // every debit went through.
-func (g *Guard) repayAll(debts []lastknown.Debt) bool {
+func (g *Guard) repayAll(debits []lastknown.Debit) bool {
 	fb := g.fallback
 	var next atomic.Int64
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	for range min(flushWorkers, len(debts)) {
+	for range min(flushWorkers, len(debits)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(len(debts)); i = next.Add(1) - 1 {
-				debt := debts[i]
+			for i := next.Add(1) - 1; i < int64(len(debits)); i = next.Add(1) - 1 {
+				dbt := debits[i]
 				if failed.Load() || g.flush.stopping.Load() {
-					fb.Owe(debt)
+					fb.Unpaid(dbt)
 					continue
 				}
-				if _, ok := g.repay(context.Background(), debt); !ok {
-					fb.Owe(debt)
+				seq, d, took, ok := g.debit(context.Background(), dbt.Debt, true)
+				if !ok {
+					fb.Unpaid(dbt)
 					failed.Store(true)
+					continue
 				}
+				fb.Paid(seq, dbt, took, d)
 			}
 		}()
 	}
@@ -142,63 +133,80 @@ func (g *Guard) repayAll(debts []lastknown.Debt) bool {
 	return !failed.Load()
 }
 
-// stop ends the flush: a debit in flight finishes (under the timeout), the
-// rest stays owed. No flush starts after it.
-func (f *flusher) stop() {
-	f.mu.Lock()
-	f.closed = true
-	f.mu.Unlock()
-	f.stopping.Store(true)
-	f.done.Wait()
+// stopFlush ends the flush loop: a debit in flight finishes (under the
+// timeout), the rest stays owed. No flush starts after it.
+func (g *Guard) stopFlush() {
+	g.flush.stopping.Store(true)
+	if g.flush.loop != nil {
+		g.flush.loop.Stop()
+	}
 }
 
-// repay debits debt from the store: all of it, or, when the budget holds
-// less, what it holds. It returns the store's answer, and false when the
-// store did not take the debit (its breaker is open, or it failed).
-func (g *Guard) repay(ctx context.Context, debt lastknown.Debt) (limiter.Decision, bool) {
-	t := g.allow(nil)
-	if !t.Allowed {
-		return limiter.Decision{}, false
+// debit takes req from the store behind the breaker, saturating at empty,
+// and returns the number of the call (lastknown.Store.Start), the store's
+// answer, what it took, and false when the store did not take it. A
+// request's debit (flush false) asks the breaker; the flush's asks it only
+// while it is closed, and otherwise tries anyway without telling it (one
+// debit a flush while the store is away: the first failure ends the
+// flush).
+func (g *Guard) debit(ctx context.Context, req limiter.Request, flush bool) (lastknown.Seq, limiter.Decision, int64, bool) {
+	gated := g.brk != nil && (!flush || g.brk.State() == breaker.Closed)
+	t := breaker.Ticket{Allowed: true}
+	if gated {
+		if t = g.allow(nil); !t.Allowed {
+			return 0, limiter.Decision{}, 0, false
+		}
 	}
-	ctx = context.WithoutCancel(ctx) // the call's answer is decided; its debt is not the caller's to cancel
+	ctx = context.WithoutCancel(ctx) // points spent are owed whoever waits for them
 	tctx, cancel := g.callContext(ctx)
-	defer cancel()
-	d, took, err := g.takeSaturating(tctx, Receipt{from: exact}, debt)
-	g.done(ctx, t, err, nil) // the parent: a timeout is the store's failure, not an abandoned call
+	seq := g.fallback.Start()
+	d, took, err := g.takeSaturating(tctx, Receipt{from: exact}, req)
+	cancel()
+	if gated {
+		g.done(ctx, t, err, nil) // the parent: a timeout is the store's failure, not an abandoned call
+	}
 	if err != nil {
-		return limiter.Decision{}, false
+		return 0, limiter.Decision{}, 0, false
 	}
-	debt.Cost = took
-	if debt.Name == "" {
-		g.fallback.Observe(debt.Key, debt.Limit, took, d)
-	} else {
-		g.fallback.ObserveAll([]limiter.Request{debt}, []limiter.Decision{d})
-	}
-	return d, true
+	return seq, d, took, true
 }
 
 // TakeSpent debits req.Cost points that already ran (a response that held
 // more than its price) from the store r took req's budget from, saturating
-// at empty; it never refuses. The store behind the breaker is debited as
-// the fallback's debts are (under its breaker, and owed to it while it
-// cannot answer); a local one directly. req.Key is the budget's key where
-// r points (r.Key for an overflow bucket). It returns the budget as the
+// at empty; it never refuses. The store behind the breaker is debited
+// under its breaker, and owed to it (as the fallback's debts are) while it
+// cannot answer; a local one directly. req.Key is the budget's key where r
+// points (r.Key for an overflow bucket). It returns the budget as the
 // debit leaves it, false when nothing is known of it.
 func (g *Guard) TakeSpent(ctx context.Context, r Receipt, req limiter.Request) (limiter.Decision, bool) {
 	if !r.Taken() || req.Cost <= 0 {
 		return limiter.Decision{}, false
 	}
 	if g.remote(r) {
-		d, ok := g.repay(ctx, req)
+		seq, d, took, ok := g.debit(ctx, req, false)
 		if !ok {
 			g.fallback.Owe(req)
+			g.kickFlush()
+			return limiter.Decision{}, false
 		}
-		return d, ok
+		g.observeDebit(seq, req, took, d)
+		return d, true
 	}
 	tctx, cancel := g.callContext(context.WithoutCancel(ctx))
 	defer cancel()
 	d, _, err := g.takeSaturating(tctx, r, req)
 	return d, err == nil
+}
+
+// observeDebit teaches the fallback the store's answer to a debit of req
+// (call seq) that took took points.
+func (g *Guard) observeDebit(seq lastknown.Seq, req limiter.Request, took int64, d limiter.Decision) {
+	if req.Name == "" {
+		g.fallback.ObserveFrom(seq, req.Key, req.Limit, took, d)
+		return
+	}
+	req.Cost = took
+	g.fallback.ObserveAllFrom(seq, []limiter.Request{req}, []limiter.Decision{d})
 }
 
 // takeSaturating takes req.Cost from req's budget where r points or, when

@@ -18,19 +18,35 @@
 // most Rate − c more in that window, and Rate in each later one (the
 // store would start those empty too). Across P processes, P times that.
 //
-// What the fallback admits is owed to the store, which never saw it. When
-// the store answers again, the next Observe takes its word, less what is
-// owed (so a second outage before the store is told cannot hand the same
-// points out again), and the debt becomes due: Due hands it to the caller,
-// which debits it from the store (saturating at empty: those points were
-// spent) and observes the answer. A budget the store is not asked about
-// again would keep its debt, so the caller also takes every debt at once
-// when the store answers after an outage (TakeOwed), whatever budget it
-// answered for, and debits each. So over any series of outages one
-// process admits on a budget last seen with R left at t₀, by t, at most
-// R + rate × (t − t₀) (R + rate × the outage time when outages follow
-// each other), not R again each outage, and the store learns it as soon
-// as those debits are through.
+// What the fallback admits is owed to the store, which never saw it, until
+// the store acknowledges a debit of it. Every answer of the store is read
+// less what is owed (so a second outage before the store is told cannot
+// hand the same points out again). The caller takes the debts (Debits),
+// debits each from the store (saturating at empty: those points were
+// spent) and hands back the store's answer (Paid), or says the debit
+// failed (Unpaid): a debt is forgotten only when the store's answer to
+// its debit arrives, and while a debit is in flight its points are still
+// read off every answer.
+//
+// Answers are ordered. The caller takes a sequence number (Start) before
+// each store call and observes its answer with it (ObserveFrom, Paid): an
+// answer to a call that started before the budget's last answer was
+// learnt may lower what is known of the budget, never raise it (the store
+// may have run that call before the one whose answer is known, so its
+// answer may predate a debit). An answer to a call started after it ran
+// after every call whose answer is known, and is taken as it stands.
+//
+// So over any series of outages one process admits on a budget last seen
+// with R left at t₀, by t, at most R + rate × (t − t₀) (R + rate × the
+// outage time when outages follow each other), not R again each outage,
+// whatever the number of its calls in flight: a call whose answer is lost
+// is decided by the fallback and owed, so a store that ran it anyway
+// counts it twice, never hands it out twice.
+//
+// A store that lost its data (a restart without persistence, a flush, a
+// failover to a replica that lagged) holds fresh budgets: DropDebts
+// forgets every debt, and the answer to a debit handed out before it is
+// ignored, so no debt is repaid into a fresh budget.
 //
 // The table is bounded (Config.MaxBudgets): a new budget in a full shard
 // evicts an arbitrary one, which is then unknown again, so empty: the
@@ -82,10 +98,15 @@ type Store struct {
 	perShard int
 	seed     maphash.Seed
 	shards   [shards]shard
-	// dues counts the budgets with a debt due and owing those with a
-	// debt (put keeps both), so that Due and TakeOwed take no lock while
-	// there is none, which is whenever no outage just ended.
-	dues, owing atomic.Int64
+	// owing counts the budgets with a debt (put keeps it), so that the
+	// caller takes no lock while there is none, which is whenever no
+	// outage just ended.
+	owing atomic.Int64
+	// seq numbers the store calls (Start).
+	seq atomic.Uint64
+	// epoch counts DropDebts: a Debit handed out before the latest is
+	// void.
+	epoch atomic.Uint64
 }
 
 var (
@@ -102,21 +123,39 @@ type state struct {
 	limit  limiter.Limit
 	bucket limiter.BucketState
 	window limiter.WindowState
-	// owed is what the fallback admitted that the store has not been
-	// told; due once the store answered again.
+	// owed is what the fallback admitted that the store has not
+	// acknowledged, read off each of its answers.
 	owed int64
-	due  bool
+	// sending is the part of owed a debit in flight carries (one at a
+	// time per budget); 0 when none is.
+	sending int64
+	// heard is the sequence number (Start) when the store's last answer
+	// was learnt: an answer to a call numbered no later may lower the
+	// state, never raise it. 0: none was.
+	heard Seq
 }
 
 // Debt is what the fallback admitted on a budget while the store was
-// away, due now that the store answers: Cost points of Key's budget
-// (Name: a named budget of it) under Limit.
+// away: Cost points of Key's budget (Name: a named budget of it) under
+// Limit.
 type Debt = limiter.Request
+
+// Debit is a debt on its way to the store: Debits hands it out, and the
+// caller hands it back with the store's answer (Paid) or without one
+// (Unpaid).
+type Debit struct {
+	Debt
+	// epoch is the Store's epoch when it was handed out.
+	epoch uint64
+}
+
+// Seq numbers a store call, in the order the calls started (Start).
+type Seq uint64
 
 type shard struct {
 	sync.Mutex
 	m map[budget]state
-	// owing holds the budgets of m with a debt, for TakeOwed.
+	// owing holds the budgets of m with a debt, for Debits.
 	owing map[budget]struct{}
 }
 
@@ -175,17 +214,37 @@ func supported(l limiter.Limit) bool {
 	return l.Algorithm.IsBucket() || l.Algorithm == limiter.FixedWindow
 }
 
+// Start numbers a store call about to be made: the caller takes it before
+// sending the call and observes the answer with it (ObserveFrom,
+// ObserveAllFrom, Paid).
+func (s *Store) Start() Seq { return Seq(s.seq.Add(1)) }
+
 // Observe records d, the store's answer to a Take (or a Refund, cost 0) of
-// cost on key's budget under limit, as what the process knows of it now.
-// Decisions that describe nothing (Limit 0) and unsupported algorithms
-// are ignored.
+// cost on key's budget under limit, as the answer to a call that started
+// now, after every other: ObserveFrom(Start(), …). A caller with calls in
+// flight uses ObserveFrom. Decisions that describe nothing (Limit 0) and
+// unsupported algorithms are ignored.
 func (s *Store) Observe(key string, limit limiter.Limit, cost int64, d limiter.Decision) {
-	s.observe(budget{key: key}, limit, cost, d, s.now())
+	s.ObserveFrom(s.Start(), key, limit, cost, d)
 }
 
-// ObserveAll is Observe for a TakeAll's requests and decisions (a refusal
-// debits nothing, so each decision is read as a peek then).
+// ObserveFrom records d, the store's answer to a call numbered seq (Start)
+// that took cost from key's budget under limit (a Refund: cost 0), less
+// what the fallback owes on it. When the budget's last answer was learnt
+// after seq was taken, d may only lower what is known of it.
+func (s *Store) ObserveFrom(seq Seq, key string, limit limiter.Limit, cost int64, d limiter.Decision) {
+	s.observe(seq, budget{key: key}, limit, cost, d, s.now())
+}
+
+// ObserveAll is ObserveAllFrom(Start(), reqs, ds), as Observe is for one
+// budget.
 func (s *Store) ObserveAll(reqs []limiter.Request, ds []limiter.Decision) {
+	s.ObserveAllFrom(s.Start(), reqs, ds)
+}
+
+// ObserveAllFrom is ObserveFrom for a TakeAll's requests and decisions (a
+// refusal debits nothing, so each decision is read as a peek then).
+func (s *Store) ObserveAllFrom(seq Seq, reqs []limiter.Request, ds []limiter.Decision) {
 	if len(reqs) != len(ds) {
 		return
 	}
@@ -196,11 +255,11 @@ func (s *Store) ObserveAll(reqs []limiter.Request, ds []limiter.Decision) {
 		if !all && ds[i].Allowed {
 			cost = 0 // admitted alone, not debited: a peek
 		}
-		s.observe(budget{r.Key, r.Name}, r.Limit, cost, ds[i], now)
+		s.observe(seq, budget{r.Key, r.Name}, r.Limit, cost, ds[i], now)
 	}
 }
 
-func (s *Store) observe(b budget, limit limiter.Limit, cost int64, d limiter.Decision, now int64) {
+func (s *Store) observe(seq Seq, b budget, limit limiter.Limit, cost int64, d limiter.Decision, now int64) {
 	if d.Limit == 0 || !supported(limit) {
 		return
 	}
@@ -210,18 +269,57 @@ func (s *Store) observe(b budget, limit limiter.Limit, cost int64, d limiter.Dec
 	}
 	sh := &s.shards[s.shardOf(b.key)]
 	sh.Lock()
-	if old, ok := sh.m[b]; ok && old.limit == limit && old.owed > 0 {
-		// The store does not know what was admitted here: hold its word
-		// less that, until the debt is paid.
-		st = debit(st, old.owed)
-		st.owed, st.due = old.owed, true
-	}
-	s.put(sh, b, st)
+	s.learn(sh, b, st, seq, now)
 	sh.Unlock()
+}
+
+// learn records heard, the state a store's answer to call seq describes,
+// for b; sh is locked. The store does not know what is owed: heard is
+// read less that. An answer to a call that started before the last answer
+// was learnt may have been run before that one, so it only lowers the
+// state.
+func (s *Store) learn(sh *shard, b budget, heard state, seq Seq, now int64) {
+	if old, ok := sh.m[b]; ok && old.limit == heard.limit {
+		heard = debit(heard, old.owed)
+		heard.owed, heard.sending = old.owed, old.sending
+		if seq <= old.heard {
+			heard = stricter(old, heard, now)
+		}
+	}
+	heard.heard = Seq(s.seq.Load())
+	s.put(sh, b, heard)
+}
+
+// stricter is whichever of a (brought forward to now) and b, two states
+// of one budget under one limit, holds less; a's debts are kept.
+func stricter(a, b state, now int64) state {
+	l := a.limit
+	if l.Algorithm.IsBucket() {
+		bk, err := l.Bucket()
+		if err != nil {
+			return b
+		}
+		level := a.bucket.Level
+		if now > a.bucket.Last {
+			level = bk.Drain(level, now-a.bucket.Last)
+		}
+		b.bucket = limiter.BucketState{Level: max(level, b.bucket.Level), Last: now}
+		return b
+	}
+	switch {
+	case a.window.Window > b.window.Window:
+		b.window = a.window
+	case a.window.Window == b.window.Window:
+		b.window.Count = max(a.window.Count, b.window.Count)
+	}
+	return b
 }
 
 // debit takes n points from st, saturating at empty.
 func debit(st state, n int64) state {
+	if n <= 0 {
+		return st
+	}
 	l := st.limit
 	if l.Algorithm.IsBucket() {
 		if b, err := l.Bucket(); err == nil {
@@ -233,63 +331,85 @@ func debit(st state, n int64) state {
 	return st
 }
 
-// Due returns the debt of key's budget (name: a named one of it) once
-// its store answered again, and forgets it: the caller debits it from the
-// store, observes the answer, and hands back with Owe what it could not
-// debit. ok is false when nothing is due.
-func (s *Store) Due(key, name string) (d Debt, ok bool) {
-	if s.dues.Load() <= 0 {
-		return Debt{}, false
-	}
-	b := budget{key, name}
-	sh := &s.shards[s.shardOf(key)]
-	sh.Lock()
-	defer sh.Unlock()
-	st, known := sh.m[b]
-	if !known || !st.due || st.owed <= 0 {
-		return Debt{}, false
-	}
-	d = Debt{Key: key, Name: name, Limit: st.limit, Cost: st.owed}
-	st.owed, st.due = 0, false
-	s.put(sh, b, st)
-	return d, true
-}
-
-// Owing is how many budgets hold a debt, due or not.
+// Owing is how many budgets hold a debt the store has not acknowledged,
+// a debit of it in flight or not.
 func (s *Store) Owing() int { return int(s.owing.Load()) }
 
-// TakeOwed returns up to n debts, due or not, and forgets them, as Due
-// does one: the caller debits each from the store once it answers again,
-// observes the answer, and hands back with Owe what it could not debit.
-// Calls until it returns none take every debt; there are at most
-// Config.MaxBudgets.
-func (s *Store) TakeOwed(n int) []Debt {
+// Debits hands out up to n debts to debit from the store: each budget's
+// debt that no debit in flight carries, at most one debit per budget at a
+// time. Each stays owed (read off every answer of the store) until the
+// caller hands it back: Paid with the store's answer to its debit,
+// Unpaid when the debit failed. Calls until it returns none hand out every
+// debt; there are at most Config.MaxBudgets.
+func (s *Store) Debits(n int) []Debit {
 	if n <= 0 || s.owing.Load() <= 0 {
 		return nil
 	}
-	var debts []Debt
+	epoch := s.epoch.Load()
+	var debits []Debit
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.Lock()
 		for b := range sh.owing {
-			if len(debts) == n {
+			if len(debits) == n {
 				break
 			}
 			st := sh.m[b]
-			debts = append(debts, Debt{Key: b.key, Name: b.name, Limit: st.limit, Cost: st.owed})
-			st.owed, st.due = 0, false
-			s.put(sh, b, st) // deletes b from sh.owing: allowed while ranging
+			if st.sending > 0 {
+				continue
+			}
+			st.sending = st.owed
+			sh.m[b] = st // the debt is unchanged: nothing to count
+			debits = append(debits, Debit{Debt: Debt{Key: b.key, Name: b.name, Limit: st.limit, Cost: st.owed}, epoch: epoch})
 		}
 		sh.Unlock()
-		if len(debts) == n {
+		if len(debits) == n {
 			break
 		}
 	}
-	return debts
+	return debits
 }
 
-// Owe records n points owed on d's budget again (a debit the store could
-// not take), due at the store's next answer.
+// Paid records the store's answer to dbt's debit, a call numbered seq
+// (Start) that took took points (less than dbt.Cost when the budget held
+// less: the rest was spent all the same): dbt's points are no longer owed,
+// and d is learnt as ObserveFrom learns an answer. A Debit handed out
+// before DropDebts is ignored.
+func (s *Store) Paid(seq Seq, dbt Debit, took int64, d limiter.Decision) {
+	now := s.now()
+	b := budget{dbt.Key, dbt.Name}
+	sh := &s.shards[s.shardOf(dbt.Key)]
+	sh.Lock()
+	defer sh.Unlock()
+	st, ok := sh.m[b]
+	if !ok || st.limit != dbt.Limit || dbt.epoch != s.epoch.Load() {
+		return
+	}
+	st.owed, st.sending = max(st.owed-dbt.Cost, 0), 0
+	s.put(sh, b, st)
+	if d.Limit == 0 || !supported(dbt.Limit) {
+		return
+	}
+	if heard, ok := fromDecision(dbt.Limit, took, d, now); ok {
+		s.learn(sh, b, heard, seq, now)
+	}
+}
+
+// Unpaid hands back a debit the store did not take (it failed, timed out
+// or was not tried): its points stay owed, for the next Debits.
+func (s *Store) Unpaid(dbt Debit) {
+	b := budget{dbt.Key, dbt.Name}
+	sh := &s.shards[s.shardOf(dbt.Key)]
+	sh.Lock()
+	defer sh.Unlock()
+	if st, ok := sh.m[b]; ok && st.limit == dbt.Limit && dbt.epoch == s.epoch.Load() {
+		st.sending = 0
+		sh.m[b] = st
+	}
+}
+
+// Owe records d.Cost points owed on d's budget (points spent that the
+// store could not be debited for), to be debited with the fallback's own.
 func (s *Store) Owe(d Debt) {
 	if d.Cost <= 0 {
 		return
@@ -302,6 +422,26 @@ func (s *Store) Owe(d Debt) {
 		st.owed = min(st.owed+d.Cost, 1<<62)
 		s.put(sh, b, st)
 	}
+}
+
+// DropDebts forgets every debt, and voids every Debit handed out: the
+// store lost its data, and its budgets are fresh. It returns how many
+// budgets held a debt.
+func (s *Store) DropDebts() int {
+	s.epoch.Add(1)
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.Lock()
+		for b := range sh.owing {
+			st := sh.m[b]
+			st.owed, st.sending = 0, 0
+			s.put(sh, b, st) // deletes b from sh.owing: allowed while ranging
+			n++
+		}
+		sh.Unlock()
+	}
+	return n
 }
 
 // fromDecision is the strictest state d can describe at now.
@@ -366,7 +506,7 @@ func (s *Store) put(sh *shard, b budget, st state) {
 	sh.m[b] = st
 }
 
-// count moves b's debt from old to st in the counts and in sh.owing; sh
+// count moves b's debt from old to st in the count and in sh.owing; sh
 // is locked. The zero state stands for no budget.
 func (s *Store) count(sh *shard, b budget, old, st state) {
 	if was, is := old.owed > 0, st.owed > 0; was != is {
@@ -376,13 +516,6 @@ func (s *Store) count(sh *shard, b budget, old, st state) {
 		} else {
 			delete(sh.owing, b)
 			s.owing.Add(-1)
-		}
-	}
-	if was, is := old.due && old.owed > 0, st.due && st.owed > 0; was != is {
-		if is {
-			s.dues.Add(1)
-		} else {
-			s.dues.Add(-1)
 		}
 	}
 }

@@ -94,8 +94,8 @@ func TestOutageBound(t *testing.T) {
 }
 
 // A fresh word from the store replaces what the fallback knew, less what
-// the fallback admitted that the store never saw, until that debt is paid
-// (Due).
+// the fallback admitted that the store never saw, until the store answers
+// a debit of it (Paid).
 func TestObserveReplaces(t *testing.T) {
 	s, clock := newStore(t, 0)
 	s.Observe("k", bucket, 10, limiter.Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: 5 * time.Second})
@@ -113,13 +113,15 @@ func TestObserveReplaces(t *testing.T) {
 	if d, _ := s.Take(ctx, "k", bucket, 0); d.Remaining != 30 {
 		t.Errorf("after a fresh observation: remaining %d, want 80 less the 50 owed", d.Remaining)
 	}
-	debt, ok := s.Due("k", "")
-	if !ok || debt.Key != "k" || debt.Cost != 50 || debt.Limit != bucket {
-		t.Fatalf("due %+v %v, want the 50 points admitted here", debt, ok)
+	debits := s.Debits(10)
+	if len(debits) != 1 || debits[0].Key != "k" || debits[0].Cost != 50 || debits[0].Limit != bucket {
+		t.Fatalf("debits %+v, want the 50 points admitted here", debits)
 	}
-	if again, ok := s.Due("k", ""); ok {
-		t.Errorf("due twice: %+v", again)
+	if again := s.Debits(10); len(again) != 0 {
+		t.Errorf("handed out twice: %+v", again)
 	}
+	// The store takes the debit: 30 left.
+	s.Paid(s.Start(), debits[0], 50, limiter.Decision{Allowed: true, Limit: 100, Remaining: 30, ResetAfter: 7 * time.Second})
 	// Paid: the store's next word stands as it is.
 	s.Observe("k", bucket, 0, limiter.Decision{Allowed: true, Limit: 100, Remaining: 80, ResetAfter: 2 * time.Second})
 	if d, _ := s.Take(ctx, "k", bucket, 0); d.Remaining != 80 {
@@ -140,6 +142,150 @@ func TestObserveReplaces(t *testing.T) {
 	other.Burst = 200
 	if d, _ := s.Take(ctx, "k", other, 0); d.Remaining != 0 {
 		t.Errorf("under a new limit: remaining %d, want 0", d.Remaining)
+	}
+}
+
+// A debt is owed until the store answers its debit: handed out, it is
+// still read off every answer of the store (a concurrent call's answer,
+// which the store ran before the debit, cannot hand its points out
+// again); a debit that failed is owed again; only Paid forgets it.
+func TestDebtOwedUntilPaid(t *testing.T) {
+	s, _ := newStore(t, 0)
+	full := limiter.Decision{Allowed: true, Limit: 100, Remaining: 100}
+	s.Observe("k", bucket, 0, full)
+	for range 4 { // the outage: 40 points
+		if d, err := s.Take(ctx, "k", bucket, 10); err != nil || !d.Allowed {
+			t.Fatalf("outage take: %+v %v", d, err)
+		}
+	}
+	remaining := func() int64 {
+		d, _ := s.Take(ctx, "k", bucket, 0)
+		return d.Remaining
+	}
+	debits := s.Debits(10)
+	if len(debits) != 1 || debits[0].Cost != 40 || s.Owing() != 1 {
+		t.Fatalf("debits %+v, owing %d", debits, s.Owing())
+	}
+	// The debit is in flight; the store answers a call that started after
+	// it was sent but ran before it, still showing 100.
+	s.Observe("k", bucket, 0, full)
+	if got := remaining(); got != 60 {
+		t.Errorf("with the debit in flight: %d left, want 60 (100 less the 40 owed)", got)
+	}
+	// The debit timed out: owed again, handed out again, still read off.
+	s.Unpaid(debits[0])
+	s.Observe("k", bucket, 0, full)
+	if got := remaining(); got != 60 || s.Owing() != 1 {
+		t.Errorf("after a failed debit: %d left, owing %d; want 60, 1", got, s.Owing())
+	}
+	debits = s.Debits(10)
+	if len(debits) != 1 || debits[0].Cost != 40 {
+		t.Fatalf("again: %+v", debits)
+	}
+	// 5 more admitted while the debit flies: owed after it is paid.
+	if d, _ := s.Take(ctx, "k", bucket, 5); !d.Allowed {
+		t.Fatal("refused")
+	}
+	s.Paid(s.Start(), debits[0], 40, limiter.Decision{Allowed: true, Limit: 100, Remaining: 60, ResetAfter: 4 * time.Second})
+	if got := remaining(); got != 55 || s.Owing() != 1 {
+		t.Errorf("after the debit: %d left, owing %d; want 55 (60 less the 5 still owed), 1", got, s.Owing())
+	}
+	debits = s.Debits(10)
+	if len(debits) != 1 || debits[0].Cost != 5 {
+		t.Fatalf("the rest: %+v", debits)
+	}
+	// The store held less than the debt: what it held was taken, and the
+	// debt is settled all the same.
+	s.Paid(s.Start(), debits[0], 2, limiter.Decision{Allowed: true, Limit: 100, Remaining: 0, ResetAfter: 10 * time.Second})
+	if s.Owing() != 0 || len(s.Debits(10)) != 0 || remaining() != 0 {
+		t.Errorf("after a saturated debit: owing %d, %d left", s.Owing(), remaining())
+	}
+}
+
+// An answer to a call that started before the budget's last answer was
+// learnt (Start) may lower what is known, never raise it; an answer to a
+// call started after it is taken as it stands.
+func TestStaleAnswersDoNotRaise(t *testing.T) {
+	s, clock := newStore(t, 0)
+	remaining := func() int64 {
+		d, _ := s.Take(ctx, "k", bucket, 0)
+		return d.Remaining
+	}
+	answer := func(left int64) limiter.Decision {
+		return limiter.Decision{Allowed: true, Limit: 100, Remaining: left, ResetAfter: time.Duration(100-left) * 100 * time.Millisecond}
+	}
+	s.Observe("k", bucket, 0, answer(100))
+	// The outage admits 40; then a debit and an earlier call are in flight.
+	for range 4 {
+		s.Take(ctx, "k", bucket, 10)
+	}
+	early := s.Start() // a request's call, sent before the debit
+	debits := s.Debits(1)
+	debit := s.Start()
+	s.Paid(debit, debits[0], 40, answer(60))
+	// The store ran the early call before the debit: it shows 99.
+	s.ObserveFrom(early, "k", bucket, 1, answer(99))
+	if got := remaining(); got != 60 {
+		t.Errorf("after a stale answer: %d left, want 60 (it may not raise the level)", got)
+	}
+	// A stale answer that holds less lowers the level.
+	late := s.Start()
+	s.ObserveFrom(late, "k", bucket, 1, answer(50))
+	s.ObserveFrom(early, "k", bucket, 1, answer(45))
+	if got := remaining(); got != 45 {
+		t.Errorf("after a lower stale answer: %d left, want 45", got)
+	}
+	// The stale level refills as the budget does: 2 s later, 20 more.
+	clock.Advance(2 * time.Second)
+	s.ObserveFrom(late, "k", bucket, 1, answer(70))
+	if got := remaining(); got != 65 {
+		t.Errorf("2 s later: %d left, want 65 (45 + 20 refilled: the stale 70 is above it)", got)
+	}
+	// A call started now ran after every answer learnt: it may raise.
+	s.ObserveFrom(s.Start(), "k", bucket, 0, answer(90))
+	if got := remaining(); got != 90 {
+		t.Errorf("after a fresh answer: %d left, want 90", got)
+	}
+	// A fixed window: the count of the later window, the higher in one.
+	s.ObserveFrom(s.Start(), "w", window, 0, limiter.Decision{Allowed: true, Limit: 1000, Remaining: 400, ResetAfter: 30 * time.Minute})
+	s.ObserveFrom(early, "w", window, 0, limiter.Decision{Allowed: true, Limit: 1000, Remaining: 900, ResetAfter: 30 * time.Minute})
+	if d, _ := s.Take(ctx, "w", window, 0); d.Remaining != 400 {
+		t.Errorf("window after a stale answer: %d left, want 400", d.Remaining)
+	}
+}
+
+// After the store lost its data its budgets are fresh: DropDebts forgets
+// every debt, and the answer to a debit handed out before it changes
+// nothing (nothing is repaid into a fresh budget through it).
+func TestDropDebts(t *testing.T) {
+	s, _ := newStore(t, 0)
+	full := limiter.Decision{Allowed: true, Limit: 100, Remaining: 100}
+	for _, k := range []string{"a", "b"} {
+		s.Observe(k, bucket, 0, full)
+		s.Take(ctx, k, bucket, 30)
+	}
+	inFlight := s.Debits(1)
+	if len(inFlight) != 1 || s.Owing() != 2 {
+		t.Fatalf("debits %+v, owing %d", inFlight, s.Owing())
+	}
+	if n := s.DropDebts(); n != 2 {
+		t.Errorf("dropped %d debts, want 2", n)
+	}
+	if s.Owing() != 0 || len(s.Debits(10)) != 0 {
+		t.Errorf("after the drop: owing %d", s.Owing())
+	}
+	// The voided debit's answer arrives (the store took it before the loss
+	// was seen): no debt comes back, and neither does a later failure.
+	s.Paid(s.Start(), inFlight[0], 30, limiter.Decision{Allowed: true, Limit: 100, Remaining: 70})
+	s.Unpaid(inFlight[0])
+	s.Owe(limiter.Request{}) // nothing
+	if s.Owing() != 0 {
+		t.Errorf("a voided debit brought a debt back: owing %d", s.Owing())
+	}
+	// The fresh store's answers stand as they are.
+	s.Observe("b", bucket, 0, full)
+	if d, _ := s.Take(ctx, "b", bucket, 0); d.Remaining != 100 {
+		t.Errorf("b after the loss: %d left, want 100", d.Remaining)
 	}
 }
 
@@ -283,26 +429,36 @@ func TestDebtsOfNamedBudgets(t *testing.T) {
 			t.Fatalf("TakeAll: %v %+v", err, ds)
 		}
 	}
-	if _, ok := s.Due("p", "quota"); ok {
-		t.Fatal("due before the store answered")
+	debits := s.Debits(10)
+	if len(debits) != 2 {
+		t.Fatalf("debits %+v, want one per budget", debits)
 	}
-	s.ObserveAll([]limiter.Request{{Key: "p", Limit: bucket}, {Key: "p", Name: "quota", Limit: bucket}}, []limiter.Decision{full, full})
-	for _, name := range []string{"", "quota"} {
-		d, ok := s.Due("p", name)
-		if !ok || d.Cost != 21 || d.Name != name {
-			t.Errorf("%q: due %+v %v, want 21", name, d, ok)
+	for _, d := range debits {
+		if d.Key != "p" || d.Cost != 21 {
+			t.Errorf("debit %+v, want 21 on p", d)
 		}
+		s.Unpaid(d) // the store was away again
 	}
-	s.Owe(limiter.Request{Key: "p", Name: "quota", Limit: bucket, Cost: 21}) // the store was away again
-	s.ObserveAll([]limiter.Request{{Key: "p", Name: "quota", Limit: bucket}}, []limiter.Decision{full})
-	if d, ok := s.Due("p", "quota"); !ok || d.Cost != 21 {
-		t.Errorf("owed again: %+v %v", d, ok)
+	again := s.Debits(10)
+	if len(again) != 2 || again[0].Cost != 21 || again[1].Cost != 21 || again[0].Name == again[1].Name {
+		t.Errorf("owed again: %+v", again)
+	}
+	// Points spent that the store could not be debited for are owed too.
+	s.Paid(s.Start(), again[0], 21, full)
+	s.Owe(limiter.Request{Key: "p", Name: again[0].Name, Limit: bucket, Cost: 3})
+	s.Unpaid(again[1])
+	got := map[string]int64{}
+	for _, d := range s.Debits(10) {
+		got[d.Name] = d.Cost
+	}
+	if got[again[0].Name] != 3 || got[again[1].Name] != 21 {
+		t.Errorf("debts %v, want 3 on %q and 21 on %q", got, again[0].Name, again[1].Name)
 	}
 }
 
-// TakeOwed hands over every debt, due or not, each once, bounded by its
-// argument; Owing counts them, evicted and cleared budgets included.
-func TestTakeOwed(t *testing.T) {
+// Debits hands out every debt, each once, bounded by its argument;
+// Owing counts them, evicted and cleared budgets included.
+func TestDebits(t *testing.T) {
 	s, _ := newStore(t, 0)
 	full := limiter.Decision{Allowed: true, Limit: 100, Remaining: 100}
 	for _, key := range []string{"a", "b", "c"} {
@@ -316,35 +472,31 @@ func TestTakeOwed(t *testing.T) {
 	if got := s.Owing(); got != 2 {
 		t.Fatalf("owing %d budgets, want 2", got)
 	}
-	s.Observe("a", bucket, 0, full) // the store answers for a: its debt is due; b's is not
-	if got := s.TakeOwed(0); got != nil {
-		t.Errorf("TakeOwed(0) = %+v", got)
+	if got := s.Debits(0); got != nil {
+		t.Errorf("Debits(0) = %+v", got)
 	}
-	first := s.TakeOwed(1)
-	rest := s.TakeOwed(10)
+	first := s.Debits(1)
+	rest := s.Debits(10)
 	if len(first) != 1 || len(rest) != 1 {
-		t.Fatalf("TakeOwed(1) = %+v, then %+v", first, rest)
+		t.Fatalf("Debits(1) = %+v, then %+v", first, rest)
 	}
 	got := map[string]int64{first[0].Key: first[0].Cost, rest[0].Key: rest[0].Cost}
 	if got["a"] != 5 || got["b"] != 5 || first[0].Limit != bucket {
 		t.Errorf("debts %+v %+v, want 5 on a and on b", first, rest)
 	}
-	if again := s.TakeOwed(10); len(again) != 0 || s.Owing() != 0 {
-		t.Errorf("taken twice: %+v, owing %d", again, s.Owing())
+	if again := s.Debits(10); len(again) != 0 || s.Owing() != 2 {
+		t.Errorf("handed out twice: %+v; owing %d, want 2 until paid", again, s.Owing())
 	}
-	if d, ok := s.Due("a", ""); ok {
-		t.Errorf("due after TakeOwed: %+v", d)
-	}
-	// A debit the store could not take is owed again, and taken again.
-	s.Owe(first[0])
-	if got := s.TakeOwed(10); len(got) != 1 || got[0] != first[0] {
+	// A debit the store could not take is owed again, and handed out again.
+	s.Unpaid(first[0])
+	if got := s.Debits(10); len(got) != 1 || got[0] != first[0] {
 		t.Errorf("owed again: %+v, want %+v", got, first[0])
 	}
 	// A budget that leaves the table takes its debt with it: the count
 	// follows.
 	s.Take(ctx, "c", bucket, 5)
 	s.Close()
-	if s.Owing() != 0 || len(s.TakeOwed(10)) != 0 {
+	if s.Owing() != 0 || len(s.Debits(10)) != 0 {
 		t.Errorf("after Close: owing %d", s.Owing())
 	}
 	small, _ := newStore(t, 1) // one budget a shard
@@ -353,7 +505,7 @@ func TestTakeOwed(t *testing.T) {
 		small.Observe(key, bucket, 0, full)
 		small.Take(ctx, key, bucket, 1)
 	}
-	if n, held := small.Owing(), len(small.TakeOwed(1000)); n != held || n > 64 {
+	if n, held := small.Owing(), len(small.Debits(1000)); n != held || n > 64 {
 		t.Errorf("owing %d, %d debts held, table of 64", n, held)
 	}
 }

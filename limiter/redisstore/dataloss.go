@@ -31,7 +31,8 @@ const (
 // identity's tag starts "%e", and no budget key ends in "epoch".
 const epochName = "epoch"
 
-// OnDataLoss calls f, from the store's probe goroutine, each time the store
+// OnDataLoss calls f, from the store's probe goroutine (or from a caller of
+// CheckDataLoss), each time the store
 // finds that a Redis node it uses has lost data: restarted (without
 // persistence, or with it: the store cannot tell), replaced by another
 // process (a Sentinel or Cluster failover to a replica, which may have
@@ -63,6 +64,26 @@ func (s *Store) OnDataLoss(f func()) (stop func()) {
 		return func() {}
 	}
 	return s.loss.listen(f)
+}
+
+// ErrDataLossUnknown: CheckDataLoss could not tell whether the store's
+// data was lost (no node answered its probe, or the store cannot be
+// probed).
+var ErrDataLossUnknown = errors.New("redisstore: cannot tell whether Redis kept its data")
+
+// CheckDataLoss probes every node now, under ctx, as the OnDataLoss loop
+// does each Config.DataLossInterval, and, when a node lost its data since
+// the last probe, calls the OnDataLoss listeners before it returns. It
+// fails with ErrDataLossUnknown when no node answered, when the store
+// cannot be probed (a client that is not a *redis.Client,
+// *redis.ClusterClient or *redis.Ring, or Config.DataLossInterval
+// negative), or after Close. A caller about to write what it learnt from
+// Redis before an outage (package limiter/guard, repaying the fail-open
+// fallback's debts) calls it first, so that a restart or a flush during
+// the outage is known before the write, not up to an interval after.
+// Nodes that did not answer are compared at their next probe.
+func (s *Store) CheckDataLoss(ctx context.Context) error {
+	return s.loss.check(ctx)
 }
 
 // observation is what one probe of one node found.
@@ -129,7 +150,12 @@ type lossDetector struct {
 	loop      *periodic.Loop // started by the first listener
 	closed    bool
 
-	tracker lossTracker // the loop's own
+	// turn makes the rounds of the loop and of check one at a time (a
+	// channel, so that check waits for it no longer than its ctx).
+	turn chan struct{}
+	// checks counts the rounds of check still running (close waits).
+	checks  sync.WaitGroup
+	tracker lossTracker // the round's that holds turn
 }
 
 func (d *lossDetector) listen(f func()) (stop func()) {
@@ -170,8 +196,58 @@ func (d *lossDetector) run() {
 // listeners if any node lost data.
 func (d *lossDetector) round() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(d.interval, MinDataLossInterval))
+	defer cancel()
+	d.probeRound(ctx)
+}
+
+// check is a round under ctx, outside the loop (CheckDataLoss).
+//
+// A go-redis client without ContextTimeoutEnabled waits for its own
+// ReadTimeout, not ctx's deadline, so the round runs in a goroutine of
+// its own (close waits for it) and check returns when ctx ends; the round
+// still reports what it finds when the node answers.
+func (d *lossDetector) check(ctx context.Context) error {
+	d.mu.Lock()
+	off := d.closed || d.probe == nil || d.interval < 0
+	if !off {
+		d.checks.Add(1)
+	}
+	d.mu.Unlock()
+	if off {
+		return ErrDataLossUnknown
+	}
+	answered := make(chan int, 1)
+	go func() {
+		defer d.checks.Done()
+		answered <- d.probeRound(ctx)
+	}()
+	select {
+	case n := <-answered:
+		if n == 0 {
+			return ErrDataLossUnknown
+		}
+		return nil
+	case <-ctx.Done():
+		return ErrDataLossUnknown
+	}
+}
+
+// probeRound probes every node once under ctx, tells the listeners if any
+// node lost data, and returns how many nodes answered.
+func (d *lossDetector) probeRound(ctx context.Context) int {
+	d.mu.Lock()
+	if d.turn == nil {
+		d.turn = make(chan struct{}, 1)
+	}
+	turn := d.turn
+	d.mu.Unlock()
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	defer func() { <-turn }()
 	obs := d.probe(ctx)
-	cancel()
 	lost := d.tracker.observe(obs)
 	if len(lost) > 0 {
 		d.mu.Lock()
@@ -188,6 +264,7 @@ func (d *lossDetector) round() {
 	if d.onRound != nil {
 		d.onRound(lost)
 	}
+	return len(obs)
 }
 
 // close stops the probe goroutine, after a round in progress.
@@ -200,6 +277,7 @@ func (d *lossDetector) close() {
 	if loop != nil {
 		loop.Stop()
 	}
+	d.checks.Wait()
 }
 
 // proberFor returns how to probe client's nodes for the store's epoch

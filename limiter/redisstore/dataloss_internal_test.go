@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,5 +159,32 @@ func TestInfoField(t *testing.T) {
 	}
 	if _, ok := infoField(info, "nope"); ok {
 		t.Fatal("found a missing field")
+	}
+}
+
+// check is a round on demand: its listeners hear of a loss before it
+// returns, and it fails when no node answered, or when probing is off.
+func TestLossDetectorCheck(t *testing.T) {
+	var obs []observation
+	d := &lossDetector{interval: time.Hour, probe: func(context.Context) []observation { return obs }}
+	heard := 0
+	d.listeners = map[uint64]func(){0: func() { heard++ }} // no probe loop: the rounds are the test's
+	ctx := context.Background()
+	obs = []observation{{runID: "r1", epoch: "e1"}}
+	if err := d.check(ctx); err != nil { // a baseline, whichever round comes first
+		t.Fatal(err)
+	}
+	obs = nil
+	if err := d.check(ctx); !errors.Is(err, ErrDataLossUnknown) {
+		t.Errorf("no node answered: %v", err)
+	}
+	obs = []observation{{runID: "r2", epoch: "e2"}}
+	if err := d.check(ctx); err != nil || heard != 1 {
+		t.Errorf("restart: %v, heard %d; want nil, 1", err, heard)
+	}
+	for _, off := range []*lossDetector{{interval: time.Second}, {interval: -1, probe: d.probe}} {
+		if err := off.check(ctx); !errors.Is(err, ErrDataLossUnknown) {
+			t.Errorf("probing off: %v", err)
+		}
 	}
 }

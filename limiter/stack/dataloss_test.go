@@ -124,17 +124,24 @@ func TestDataLossDropsLocalState(t *testing.T) {
 	}
 }
 
-// A Stack with nothing derived from the store does not subscribe.
-func TestDataLossNoSubscriptionWithoutLocalState(t *testing.T) {
-	store := newLossy(t, nil)
-	st, err := stack.New(stack.Config{Store: store, OverLimitCache: stack.OverLimitCacheOff})
+// A Stack on a shared store subscribes even without a cache or leases:
+// the fail-open fallback's debts are derived from the store too, and a
+// loss drops them.
+func TestDataLossDropsDebts(t *testing.T) {
+	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
+	store := newLossy(t, clock)
+	st, err := stack.New(stack.Config{Store: store, OverLimitCache: stack.OverLimitCacheOff, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	store.mu.Lock()
-	defer store.mu.Unlock()
-	if store.f != nil {
-		t.Fatal("subscribed without a cache or leases")
+	limit := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 20, Rate: 20, Period: 20 * time.Hour}
+	st.Fallback().Observe("k", limit, 0, limiter.Decision{Allowed: true, Limit: 20, Remaining: 20})
+	if d, err := st.Fallback().Take(context.Background(), "k", limit, 5); err != nil || !d.Allowed || st.Fallback().Owing() != 1 {
+		t.Fatalf("the fallback's admission: %+v, %v, owing %d", d, err, st.Fallback().Owing())
+	}
+	store.lose()
+	if n := st.Fallback().Owing(); n != 0 {
+		t.Errorf("owing %d after the loss, want 0", n)
 	}
 }

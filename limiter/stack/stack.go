@@ -4,7 +4,7 @@
 // budget leases for the budgets that want them (limiter/splitbudget), and,
 // between the cache and the store, the guard of what happens when the
 // store fails (limiter/guard: the call timeout, the circuit breaker, the
-// fail-open fallback of limiter/lastknown and its settlement, the
+// fail-open fallback of limiter/lastknown and the flush of its debts, the
 // overflow buckets of identities a full memory store cannot hold). It is
 // the one place that knows which decorator goes where; package middleware
 // builds its stores with it, and so can a program that decides budgets
@@ -20,8 +20,11 @@
 //
 // When the store reports that it lost its data (DataLossNotifier, which
 // redisstore.Store implements), the Stack drops what it derived from it:
-// the over-limit caches forget their rejections and the split-budget
-// leases are discarded, so the caller needs nothing of its own.
+// the over-limit caches forget their rejections, the split-budget leases
+// are discarded and the fail-open fallback's debts are dropped (never
+// repaid into a fresh budget), so the caller needs nothing of its own. A
+// store that can also be asked at once (DataLossChecker) is asked before
+// each flush of those debts.
 //
 // The store must give points back (limiter.Store with Refund); to decide
 // several budgets of one request at once (TakeAll, for quotas and field
@@ -39,6 +42,7 @@
 package stack
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,13 +66,26 @@ type TakeAller interface {
 
 // DataLossNotifier is a Store that tells when it has lost its data (a
 // Redis restart without persistence, a failover to a replica that lagged,
-// a flush), as redisstore.Store does. New subscribes to it: on each loss
-// the Stack forgets every remembered rejection (overlimit.Store.Forget)
-// and drops every split-budget lease (splitbudget.Store.Drop), so no
-// request is refused, or admitted, from local state the store no longer
-// backs. Close unsubscribes.
+// a flush), as redisstore.Store does. New subscribes to it (unless the
+// store is an in-memory one): on each loss the Stack forgets every
+// remembered rejection (overlimit.Store.Forget), drops every split-budget
+// lease (splitbudget.Store.Drop) and the fail-open fallback's debts
+// (lastknown.Store.DropDebts), so no request is refused, or admitted, from
+// local state the store no longer backs, and nothing is repaid into a
+// fresh budget. Close unsubscribes.
 type DataLossNotifier interface {
 	OnDataLoss(f func()) (stop func())
+}
+
+// DataLossChecker is a DataLossNotifier that can be asked at once, as
+// redisstore.Store can: CheckDataLoss probes the store now and reports a
+// loss to the listeners before it returns, or fails when it cannot tell.
+// The guard asks it before each flush of the fallback's debts
+// (guard.Config.CheckDataLoss), so a restart or a flush during an outage
+// drops the debts before the flush could repay them.
+type DataLossChecker interface {
+	DataLossNotifier
+	CheckDataLoss(ctx context.Context) error
 }
 
 // OverLimitCache chooses whether rejections are remembered in this process.
@@ -126,13 +143,17 @@ type Config struct {
 	NoBreaker bool
 	// Logger is told when the breaker moves. Default slog.Default().
 	Logger *slog.Logger
+	// FlushInterval is how often the fail-open fallback's debts are
+	// debited from a shared store while any is held (guard.Config).
+	// Default guard.DefaultFlushInterval.
+	FlushInterval time.Duration
 	// Clock is the time source of the in-memory stores and the decorators.
 	// Default limiter.SystemClock.
 	Clock limiter.Clock
 }
 
 // Stack is a put-together set of stores, decided with through its
-// guard.Guard. Close stops the guard's settlement and releases what it
+// guard.Guard. Close stops the guard's flush and releases what it
 // owns: the in-memory stores it created, the split budget's leases (given
 // back to the store) and its subscription to the store's data-loss
 // reports; it never closes Config.Store.
@@ -157,8 +178,8 @@ func New(cfg Config) (*Stack, error) {
 	if cfg.MemoryMaxKeys < 0 || cfg.OverflowKeys < 0 {
 		return nil, fmt.Errorf("%w: MemoryMaxKeys (%d) and OverflowKeys (%d) must not be negative", ErrInvalidConfig, cfg.MemoryMaxKeys, cfg.OverflowKeys)
 	}
-	if cfg.StoreTimeout < 0 {
-		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, cfg.StoreTimeout)
+	if cfg.StoreTimeout < 0 || cfg.FlushInterval < 0 {
+		return nil, fmt.Errorf("%w: StoreTimeout (%v) and FlushInterval (%v) must not be negative", ErrInvalidConfig, cfg.StoreTimeout, cfg.FlushInterval)
 	}
 	// The lease tuning is checked even without leases: a bad value is a
 	// mistake now, not when a plan first asks for SplitBudget.
@@ -260,6 +281,11 @@ func New(cfg Config) (*Stack, error) {
 		Breaker:  brk,
 		Clock:    cfg.Clock,
 		Logger:   cfg.Logger,
+
+		FlushInterval: cfg.FlushInterval,
+	}
+	if c, ok := cfg.Store.(DataLossChecker); ok && !s.local {
+		gcfg.CheckDataLoss = c.CheckDataLoss
 	}
 	if gcfg.Timeout == 0 {
 		gcfg.Timeout = DefaultStoreTimeout
@@ -271,15 +297,17 @@ func New(cfg Config) (*Stack, error) {
 		s.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if n, ok := cfg.Store.(DataLossNotifier); ok && (len(s.caches) > 0 || s.split != nil) {
+	if n, ok := cfg.Store.(DataLossNotifier); ok && !s.local {
 		s.stopLoss = n.OnDataLoss(s.dropDerived)
 	}
 	return s, nil
 }
 
 // dropDerived drops the local state derived from the store's answers: the
-// remembered rejections and the split-budget leases. The fail-open
-// fallback and the overflow buckets are this process's own and stay.
+// remembered rejections, the split-budget leases and the fail-open
+// fallback's debts to the store. What the fallback knows of each budget
+// and the overflow buckets stay: they only err on the strict side, and
+// the store's next answers replace them.
 func (s *Stack) dropDerived() {
 	for _, c := range s.caches {
 		c.Forget()
@@ -287,6 +315,7 @@ func (s *Stack) dropDerived() {
 	if s.split != nil {
 		s.split.Drop()
 	}
+	s.fallback.DropDebts()
 }
 
 // oneAtATime is the over-limit cache in front of split-budget leases,
@@ -362,7 +391,7 @@ func (s *Stack) Overflow() TakeAller { return s.overflow }
 // identity without resetting another's budget (memorystore.ErrFull).
 func IsFull(err error) bool { return errors.Is(err, memorystore.ErrFull) }
 
-// Close stops the guard's settlement, gives the split budget's leases back
+// Close stops the guard's flush, gives the split budget's leases back
 // and releases the in-memory stores the Stack created. Config.Store is the
 // caller's to close.
 func (s *Stack) Close() error {

@@ -12,11 +12,12 @@ import (
 	"time"
 )
 
-// Loop calls a function on every tick until Stop. The zero value is not
-// usable; make one with New.
+// Loop calls a function on every tick, and soon after each Kick, until
+// Stop. The zero value is not usable; make one with New.
 type Loop struct {
 	tick   <-chan time.Time
 	ticker *time.Ticker // nil when the ticks come from the caller
+	kick   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
 	once   sync.Once
@@ -26,7 +27,7 @@ type Loop struct {
 // nil (tests drive a loop with a channel of their own). Nothing runs
 // until Run.
 func New(interval time.Duration, tick <-chan time.Time) *Loop {
-	l := &Loop{tick: tick, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Loop{tick: tick, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if tick == nil {
 		l.ticker = time.NewTicker(interval)
 		l.tick = l.ticker.C
@@ -47,7 +48,19 @@ func (l *Loop) Run(f func()) {
 			return
 		case <-l.tick:
 			f()
+		case <-l.kick:
+			f()
 		}
+	}
+}
+
+// Kick asks for a call of f without waiting for the next tick, and
+// returns at once: kicks that come while one is pending or f runs add up
+// to one more call.
+func (l *Loop) Kick() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -39,3 +39,31 @@ func TestLoopTicker(t *testing.T) {
 	<-called
 	l.Stop()
 }
+
+// Kicks call f between ticks; kicks while one is pending add up to one
+// call.
+func TestLoopKick(t *testing.T) {
+	tick := make(chan time.Time)
+	l := New(time.Hour, tick)
+	calls := make(chan struct{}, 10)
+	release := make(chan struct{})
+	go l.Run(func() {
+		calls <- struct{}{}
+		<-release
+	})
+	l.Kick()
+	<-calls // f runs, held
+	l.Kick()
+	l.Kick()
+	l.Kick()
+	release <- struct{}{}
+	<-calls // one call for the three kicks
+	release <- struct{}{}
+	tick <- time.Time{} // taken once f has returned: no pending kick is left
+	<-calls
+	release <- struct{}{}
+	l.Stop()
+	if n := len(calls); n != 0 {
+		t.Fatalf("%d calls more than the kicks and the tick", n)
+	}
+}
