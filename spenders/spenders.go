@@ -110,8 +110,8 @@ type slot struct {
 	sum   *spacesaving.Summary[struct{}]
 }
 
-// New returns a Tracker for cfg.
-func New(cfg Config) (*Tracker, error) {
+// withDefaults is cfg with each zero field its default.
+func (cfg Config) withDefaults() Config {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultCapacity
 	}
@@ -121,6 +121,12 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.Windows == nil {
 		cfg.Windows = DefaultWindows
 	}
+	return cfg
+}
+
+// New returns a Tracker for cfg.
+func New(cfg Config) (*Tracker, error) {
+	cfg = cfg.withDefaults()
 	if cfg.Capacity < 1 || cfg.Capacity > maxCapacity {
 		return nil, fmt.Errorf("%w: capacity %d is not between 1 and %d", ErrInvalidConfig, cfg.Capacity, maxCapacity)
 	}
@@ -177,15 +183,7 @@ func (t *Tracker) Add(now time.Time, plan, principal string, points int64) {
 // name and state; per slot of every window, Capacity counters, each with
 // its heap and index slots and a principal's key of the longest.
 func MaxBytes(cfg Config) int64 {
-	if cfg.Capacity == 0 {
-		cfg.Capacity = DefaultCapacity
-	}
-	if cfg.MaxPlans == 0 {
-		cfg.MaxPlans = DefaultMaxPlans
-	}
-	if cfg.Windows == nil {
-		cfg.Windows = DefaultWindows
-	}
+	cfg = cfg.withDefaults()
 	var slots int64
 	for _, w := range cfg.Windows {
 		slots += int64(w.Length / w.Slot)
