@@ -3,6 +3,7 @@ package budget_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,11 +294,18 @@ func TestCompile(t *testing.T) {
 		"bad field":        {Plans: plans(""), FieldLimits: map[string]budget.FieldLimit{"login": {Limit: 1, Per: time.Second}}},
 		"bad lane":         {Plans: plans(""), Lanes: []budget.LaneBudget{{Name: "x", Burst: 0, Rate: 1, Per: time.Second}}},
 		"negative invalid": {Plans: plans(""), InvalidCost: -1},
+		"long plan name":   {Plans: map[string]budget.Plan{strings.Repeat("p", budget.MaxNameBytes+1): {Burst: 1, Rate: 1, Per: time.Second}}},
+		"long lane name":   {Plans: plans(""), Lanes: []budget.LaneBudget{{Name: strings.Repeat("l", budget.MaxNameBytes+1), Burst: 1, Rate: 1, Per: time.Second}}},
 	}
 	for name, cfg := range tests {
 		if _, err := budget.Compile(cfg); !errors.Is(err, budget.ErrInvalidConfig) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	// The longest name is whole wherever decisions are reported.
+	longest := strings.Repeat("p", budget.MaxNameBytes)
+	if _, err := budget.Compile(budget.Config{Plans: map[string]budget.Plan{longest: {Burst: 1, Rate: 1, Per: time.Second}}}); err != nil {
+		t.Errorf("a plan name of %d bytes: %v", budget.MaxNameBytes, err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/internal/logevery"
+	"github.com/costguard/costguard/internal/kept"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/concurrency"
 )
@@ -501,7 +502,7 @@ func (p *Policy) buildPlans(plans map[string]Plan, failure FailureMode, global M
 	p.plans = make(map[string]*Rule, len(plans))
 	for name, pl := range plans {
 		if !ValidName(name) {
-			return keyed(fmt.Errorf("%w: plan name %q must be non-empty printable ASCII", ErrInvalidConfig, name), "plans", name)
+			return keyed(fmt.Errorf("%w: plan name %q must be 1 to %d bytes of printable ASCII", ErrInvalidConfig, name, MaxNameBytes), "plans", name)
 		}
 		if pl.Burst <= 0 || pl.Rate <= 0 || pl.Per <= 0 {
 			return keyed(fmt.Errorf("%w: plan %q: burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, name, pl.Burst, pl.Rate, pl.Per),
@@ -600,7 +601,7 @@ func buildQuota(name string, p Plan) (*QuotaRule, error) {
 		qn = quotaName(name, q.Per)
 	}
 	if !ValidName(qn) {
-		return nil, keyed(fmt.Errorf("%w: plan %q: quota name %q must be non-empty printable ASCII", ErrInvalidConfig, name, qn), "plans", name, "quota", "name")
+		return nil, keyed(fmt.Errorf("%w: plan %q: quota name %q must be 1 to %d bytes of printable ASCII", ErrInvalidConfig, name, qn, MaxNameBytes), "plans", name, "quota", "name")
 	}
 	limit := limiter.Limit{Algorithm: limiter.FixedWindow, Rate: q.Limit, Period: q.Per}
 	if err := limit.Validate(); err != nil {
@@ -664,7 +665,7 @@ func (p *Policy) buildRouteLimits(rls map[string]FieldLimit) error {
 	for _, route := range slices.Sorted(maps.Keys(rls)) {
 		rl := rls[route]
 		if !ValidName(route) {
-			return keyed(fmt.Errorf("%w: route limit %q: the route must be non-empty printable ASCII", ErrInvalidConfig, route), "route_limits", route)
+			return keyed(fmt.Errorf("%w: route limit %q: the route must be 1 to %d bytes of printable ASCII", ErrInvalidConfig, route, MaxNameBytes), "route_limits", route)
 		}
 		limit, err := compileLimit(rl, fmt.Sprintf("route limit %q", route), "route_limits", route)
 		if err != nil {
@@ -712,7 +713,7 @@ func (p *Policy) buildLanes(lanes []LaneBudget) error {
 	for _, b := range lanes {
 		where := fmt.Sprintf("lane %q", b.Name)
 		if !ValidName(b.Name) {
-			return keyed(fmt.Errorf("%w: %s: name must be non-empty printable ASCII", ErrInvalidConfig, where), "lanes", b.Name, "name")
+			return keyed(fmt.Errorf("%w: %s: name must be 1 to %d bytes of printable ASCII", ErrInvalidConfig, where, MaxNameBytes), "lanes", b.Name, "name")
 		}
 		if b.Burst <= 0 || b.Rate <= 0 || b.Per <= 0 {
 			return keyed(fmt.Errorf("%w: %s: budget burst (%d), rate (%d) and per (%v) must be positive", ErrInvalidConfig, where, b.Burst, b.Rate, b.Per),
@@ -790,11 +791,17 @@ func (p *Policy) SplitBudget() string {
 	return ""
 }
 
+// MaxNameBytes is the longest name a plan, a quota, a lane or a limited
+// route may have: every table that reports decisions keeps names of at
+// most this many bytes, and a store key holds a lane's name.
+const MaxNameBytes = kept.MaxName
+
 // ValidName reports whether name can be a plan's, a quota's or a lane's:
-// non-empty printable ASCII, so that it is a structured-field string and
-// a readable log field.
+// 1 to MaxNameBytes bytes of printable ASCII, so that it is a
+// structured-field string, a readable log field and kept whole wherever
+// decisions are reported.
 func ValidName(name string) bool {
-	if name == "" {
+	if name == "" || len(name) > MaxNameBytes {
 		return false
 	}
 	for i := 0; i < len(name); i++ {

@@ -22,7 +22,7 @@ const ChallengePoW = "pow"
 // its Priority. Config.Lanes lists lanes in order; the first whose Match
 // holds takes a request, and a request no lane matches goes to the last.
 type Lane struct {
-	// Name labels the lane in events, metrics and logs: printable ASCII.
+	// Name labels the lane in events, metrics and logs: 1 to budget.MaxNameBytes bytes of printable ASCII.
 	Name     string            `yaml:"name"`
 	Priority overload.Priority `yaml:"priority"`
 	Match    LaneMatch         `yaml:"match"`
@@ -101,7 +101,7 @@ func (s *settings) buildLanes(lanes []Lane) error {
 	for i, l := range lanes {
 		where := fmt.Sprintf("lane %d", i)
 		if !budget.ValidName(l.Name) {
-			return keyed(fmt.Errorf("%w: %s: name %q must be non-empty printable ASCII", ErrInvalidConfig, where, l.Name), "lanes", strconv.Itoa(i), "name")
+			return keyed(fmt.Errorf("%w: %s: name %q must be 1 to %d bytes of printable ASCII", ErrInvalidConfig, where, l.Name, budget.MaxNameBytes), "lanes", strconv.Itoa(i), "name")
 		}
 		where = fmt.Sprintf("lane %q", l.Name)
 		if seen[l.Name] {

@@ -188,8 +188,9 @@ type Config struct {
 	// once (limiter.MultiTaker and limiter.MultiRefunder: memorystore,
 	// redisstore); New refuses them on another.
 	Store limiter.Store `yaml:"-"`
-	// Plans maps a plan name to its budget. Required. Names must be
-	// printable ASCII; they appear in the RateLimit headers.
+	// Plans maps a plan name to its budget. Required. Names must be 1 to
+	// budget.MaxNameBytes bytes of printable ASCII; they appear in the
+	// RateLimit headers.
 	Plans map[string]budget.Plan `yaml:"-"`
 	// AnonymousPlan is the plan of requests without a principal or API key,
 	// which are keyed by client address. Required.
