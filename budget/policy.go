@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/costguard/costguard/internal/logevery"
 	"github.com/costguard/costguard/internal/kept"
+	"github.com/costguard/costguard/internal/logevery"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/concurrency"
 )
