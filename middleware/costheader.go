@@ -109,6 +109,9 @@ func (e *Extension) InterceptOperation(ctx context.Context, next graphql.Operati
 	if !ok || !e.owns(st) {
 		return next(ctx)
 	}
+	if st.endUndispatched != nil {
+		st.endUndispatched() // dispatched: the response interceptor ends it
+	}
 	if st.conn != nil {
 		if refused := e.decideSocket(ctx, st, graphql.GetOperationContext(ctx)); refused != nil {
 			return refused

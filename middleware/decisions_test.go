@@ -17,6 +17,7 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/middleware"
+	"github.com/costguard/costguard/overload"
 )
 
 // decisionTransport is one of gqlgen's transports, as the anonymous
@@ -339,4 +340,48 @@ func (c *decisionClient) subscribe(events int) {
 		c.t.Errorf("%d events sent, want %d:\n%.600s", got, events, w.Body.String())
 	}
 	waitFor(c.t, closed)
+}
+
+// With the Extension alone, a mutation sent by GET is decided (the
+// Extension cannot see the method) and gqlgen then answers 406 without
+// calling any hook that follows: the request still ends, so its decision
+// is reported and its slot in flight given back. Before, neither happened,
+// and a client holding the process's capacity with GET mutations shed
+// every other request.
+func TestGETMutationWithExtensionAloneEnds(t *testing.T) {
+	const capacity = 4
+	rec := &recorder{}
+	a := newAdopter(t, middleware.Config{
+		Observer: rec,
+		Overload: &overload.Config{MaxInFlight: capacity, ShedAt: map[overload.Priority]float64{overload.Sheddable: 1, overload.Normal: 1, overload.High: 1}},
+	}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+		srv.Use(lim.Extension())
+		return srv
+	})
+	const mutations = 3 * capacity
+	for i := range mutations {
+		x := a.get(url.Values{"query": {mutationDoc}})
+		if x.status != http.StatusNotAcceptable {
+			t.Fatalf("GET mutation %d: %d, want 406", i, x.status)
+		}
+	}
+	x := a.post(map[string]any{"query": cheapQueryDoc})
+	if x.status != http.StatusOK || len(x.resp.Errors) != 0 {
+		t.Fatalf("a query after %d GET mutations: %d %v, want it served", mutations, x.status, x.resp.Errors)
+	}
+	// Each request is reported when it ends, which an AfterFunc of its
+	// context sees a moment after the answer.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec.mu.Lock()
+		got := len(rec.events)
+		rec.mu.Unlock()
+		if got == mutations+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d decisions reported, want %d: one per GET mutation and the query", got, mutations+1)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -843,6 +843,9 @@ type requestState struct {
 	sub *subscription
 	// upload counts the bytes of a multipart request (upload.go).
 	upload *countingReader
+	// endUndispatched, without the wrapper, stops ending the request when
+	// its context ends (requestState); nil otherwise.
+	endUndispatched func() bool
 
 	mu sync.Mutex
 	// decided, reported; hasActual (see actual); laned (see lane).
@@ -927,7 +930,9 @@ func operationName(op *ast.OperationDefinition) string {
 //     written (serve, refuseRequest, shedBeforeReading);
 //   - without the wrapper, and each operation on a WebSocket: when its
 //     response leaves the response interceptor (after settleActual), or
-//     when decideSocket refuses it.
+//     when decideSocket refuses it; without the wrapper, an operation
+//     gqlgen answers without dispatching it (a mutation by GET, 406) when
+//     its request's context ends.
 func (s *requestState) end(ctx context.Context, l *Limiter) {
 	s.release()
 	s.report(ctx, l)
@@ -1040,6 +1045,13 @@ func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationCo
 		return nil, e.identifyError(ctx, err)
 	}
 	opCtx.Stats.SetExtension(statsKey, st)
+	// gqlgen may answer without dispatching the operation (its GET
+	// transport answers a mutation 406 once it is decided), and then calls
+	// no later hook: st ends when the request's context does, its slots
+	// given back and its decision reported. A dispatched operation is
+	// ended by the response interceptor, after its resolvers, even when
+	// its client leaves first (InterceptOperation stops this).
+	st.endUndispatched = context.AfterFunc(ctx, func() { st.end(context.WithoutCancel(ctx), e.l) })
 	return st, nil
 }
 
