@@ -328,8 +328,8 @@ func TestGateway(t *testing.T) {
 			t.Fatalf("alice's query: %d %s", r.status, r.body)
 		}
 		x, y := f.charges.take("user:alice")
-		if x <= 0 || y <= 0 {
-			t.Fatalf("accounts charged alice %d and reviews %d: each should charge her", x, y)
+		if x != 1 || y != 3 { // docs/gateways.md's table
+			t.Fatalf("accounts charged alice %d and reviews %d, want 1 and 3", x, y)
 		}
 		alice1, bob1 := f.available(t, key("alice-key")...), f.available(t, key("bob-key")...)
 		t.Logf("alice: accounts charged %d, reviews %d; her budget %d -> %d; bob's %d -> %d", x, y, alice0, alice1, bob0, bob1)
@@ -408,7 +408,8 @@ func TestGateway(t *testing.T) {
 		// carol's plan pays for the accounts part (1 point) but not the
 		// reviews part: reviews refuses.
 		r := post(t, user2, f.gateway, userWithReviews, key("carol-key")...)
-		t.Logf("with the plugin: %d, Retry-After %q\n%s", r.status, r.header.Get("Retry-After"), r.body)
+		t.Logf("with the plugin: %d, Retry-After %q, RateLimit %q, RateLimit-Policy %q\n%s", r.status,
+			r.header.Get("Retry-After"), r.header.Get("RateLimit"), r.header.Get("RateLimit-Policy"), r.body)
 		if r.status != http.StatusTooManyRequests {
 			t.Errorf("status %d, want 429", r.status)
 		}
@@ -420,16 +421,29 @@ func TestGateway(t *testing.T) {
 			t.Errorf("errors[0].extensions.code = %v, want RATE_LIMITED", ext["code"])
 		}
 		retry, _ := ext["retryAfterSeconds"].(float64)
-		if h := r.header.Get("Retry-After"); retry <= 0 || h != strconv.Itoa(int(retry)) {
+		// 1 point short at 3 an hour: 1200 s (docs/gateways.md).
+		if h := r.header.Get("Retry-After"); retry != 1200 || h != strconv.Itoa(int(retry)) {
 			t.Errorf("Retry-After %q, errors[0].extensions.retryAfterSeconds %v: want one positive number", h, ext["retryAfterSeconds"])
 		}
-		if r.header.Get("RateLimit-Policy") == "" {
-			t.Errorf("no RateLimit-Policy: the refusing budget is not named")
+		if got, want := r.header.Get("RateLimit"), `"tiny";r=2;t=1200`; got != want {
+			t.Errorf("RateLimit %q, want %q", got, want)
+		}
+		if got, want := r.header.Get("RateLimit-Policy"), `"tiny";q=3;w=3600`; got != want {
+			t.Errorf("RateLimit-Policy %q, want %q: the refusing budget", got, want)
+		}
+		if !bytes.Contains(r.body, []byte(`"data":{"user":null}`)) {
+			t.Errorf("the data the gateway had is gone: %s", r.body)
 		}
 		for _, leak := range []string{f.reviews, strings.TrimPrefix(f.reviews, "http://"), "stacktrace"} {
 			if bytes.Contains(r.body, []byte(leak)) {
 				t.Errorf("the response holds %q", leak)
 			}
+		}
+
+		// A key no subgraph knows: 401, UNKNOWN_API_KEY.
+		u := post(t, user2, f.gateway, userWithReviews, key("no-such-key")...)
+		if u.status != http.StatusUnauthorized || len(u.errors) == 0 || u.errors[0].Extensions["code"] != "UNKNOWN_API_KEY" {
+			t.Errorf("an unknown key: %d %s", u.status, u.body)
 		}
 
 		// The plain gateway charges its own address's anonymous budget
