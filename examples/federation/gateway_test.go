@@ -37,7 +37,8 @@ var pluginDir = filepath.Join("..", "..", "clients", "apollo-gateway")
 
 // The files of the plugin the test installs and runs: node_modules is
 // installed into a copy by npm ci, from the committed lock file.
-var pluginFiles = []string{"package.json", "package-lock.json", ".npmrc", "index.js", filepath.Join("example", "gateway.js")}
+var pluginFiles = []string{"package.json", "package-lock.json", ".npmrc", "index.js",
+	filepath.Join("example", "gateway.js"), filepath.Join("test", "plugin.test.js")}
 
 // A query that both subgraphs answer: the user from accounts, their
 // reviews from reviews (an _entities fetch).
@@ -320,6 +321,16 @@ func TestGateway(t *testing.T) {
 	t.Logf("npm ci, Redis, two subgraphs and two gateways up in %v", time.Since(start).Round(time.Millisecond))
 
 	user2, user3 := clientFrom(t, "127.0.0.2"), clientFrom(t, "127.0.0.3")
+
+	t.Run("the plugin's unit tests", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", "--test", "test/")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("node --test: %v\n%s", err, out)
+		}
+	})
 
 	t.Run("one budget per user across subgraphs", func(t *testing.T) {
 		alice0, bob0 := f.available(t, key("alice-key")...), f.available(t, key("bob-key")...)
