@@ -315,7 +315,7 @@ func (s *server) observe(e *middleware.Event) {
 	s.recent.Add(e.Key, timeline.Entry{
 		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan, PrincipalPlan: own,
 		Requested: e.RequestedCost, Actual: e.ActualCost, HasActual: e.HasActualCost,
-		Charged: e.Charged, Outcome: string(e.Outcome), Code: e.Code,
+		Charged: e.Charged, Refunded: e.Refunded, Excess: e.Excess, Net: e.Net(), Outcome: string(e.Outcome), Code: e.Code,
 	})
 	if e.Kind == middleware.KindGraphQL {
 		s.ops.Add(e.Time, opcosts.Decision{

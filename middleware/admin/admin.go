@@ -106,7 +106,7 @@ type Config struct {
 	// decision (its PrincipalPlan, else its Plan), also after an override;
 	// feed it the Limiter's decisions (timeline.Timeline.Add), with
 	// Entry.PrincipalPlan from Event.PrincipalPlan when it differs from
-	// Event.Plan.
+	// Event.Plan, and Entry.Net from Event.Net().
 	Timeline *timeline.Timeline
 	// Stats, when set, serves GET /admin/stats from it; feed it the
 	// Limiter's decisions (Stats.Add).

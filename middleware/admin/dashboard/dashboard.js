@@ -211,21 +211,37 @@
       return;
     }
     const end = Date.now(), start = end - 15 * 60 * 1000;
+    // An admitted decision is drawn at its net points (what stays debited
+    // once its refund and excess are settled), with its admission's charge
+    // outlined above it: the gap is the refund. A refusal is drawn at the
+    // points it asked for, in red.
+    const admitted = (e) => e.outcome === "admitted" || e.outcome === "shadow_rejected";
+    const net = (e) => (typeof e.net === "number" ? e.net : e.charged);
+    const height = (e) => (admitted(e) ? net(e) : Math.max(net(e), e.requested));
     let max = 1;
-    for (const e of recent) max = Math.max(max, e.charged, e.requested);
+    for (const e of recent) max = Math.max(max, height(e), e.charged);
     const top = el("text", { x: 2, y: T + 8 }); top.textContent = fmt(max) + " pts"; nodes.push(top);
     const left = el("text", { x: L, y: H - 2 }); left.textContent = "−15 min"; nodes.push(left);
     const right = el("text", { x: W - 24, y: H - 2 }); right.textContent = "now"; nodes.push(right);
+    const y = (v) => (v / max) * (H - B - T);
     for (const e of recent) {
-      const x = L + ((Date.parse(e.time) - start) / (end - start)) * (W - L - 4);
-      const v = Math.max(e.charged, e.outcome === "admitted" ? 0 : e.requested);
-      const h = Math.max(2, (v / max) * (H - B - T));
-      const bar = el("rect", { x: Math.max(L, x).toFixed(1), y: (H - B - h).toFixed(1), width: 3, height: h.toFixed(1),
-        fill: e.outcome === "admitted" ? COLORS.admitted : COLORS.rate_limited });
+      const x = Math.max(L, L + ((Date.parse(e.time) - start) / (end - start)) * (W - L - 4)).toFixed(1);
+      const h = Math.max(2, y(height(e)));
+      const bar = el("rect", { x: x, y: (H - B - h).toFixed(1), width: 3, height: h.toFixed(1),
+        fill: admitted(e) ? COLORS.admitted : COLORS.rate_limited, class: "decision" });
+      bar.dataset.net = String(net(e));
       const tip = el("title", {});
-      tip.textContent = e.time + " " + e.kind + " " + (e.operation || "") + " " + e.outcome + (e.code ? " " + e.code : "") + ": charged " + e.charged;
+      tip.textContent = e.time + " " + e.kind + " " + (e.operation || "") + " " + e.outcome + (e.code ? " " + e.code : "") +
+        ": net " + fmt(net(e)) + " (charged " + fmt(e.charged) + (e.refunded ? ", refunded " + fmt(e.refunded) : "") +
+        (e.excess ? ", excess " + fmt(e.excess) : "") + ")";
       bar.appendChild(tip);
       nodes.push(bar);
+      if (admitted(e) && e.charged > net(e)) {
+        const ch = Math.max(2, y(e.charged));
+        const mark = el("rect", { x: x, y: (H - B - ch).toFixed(1), width: 3, height: (ch - h).toFixed(1), class: "charge" });
+        mark.appendChild(tip.cloneNode(true));
+        nodes.push(mark);
+      }
     }
     svg.replaceChildren(...nodes);
   }
