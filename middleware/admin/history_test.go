@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -120,3 +122,37 @@ func TestHistoryBytes(t *testing.T) {
 		t.Errorf("HistoryBytes = %s, the docs say 609,120", strconv.FormatInt(admin.HistoryBytes, 10))
 	}
 }
+
+// A history filled to its bounds, every sample with the most codes it
+// counts, each longer than it keeps, and every outcome, holds its heap
+// under HistoryBytes and the refusals' table bound beside it: it keeps
+// copies, never the events' strings.
+func TestHistoryHeapBound(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	stats := admin.NewStats(time.Unix(0, 0), nil)
+	t0 := time.Unix(1_800_000_000, 0)
+	for i := range admin.HistorySamples {
+		at := t0.Add(time.Duration(i) * admin.HistoryInterval)
+		for j := range admin.MaxHistoryCodes + 4 {
+			code := fmt.Sprintf("%04d-%02d", i, j) + big[:2000]
+			stats.Add(&middleware.Event{Time: at, Outcome: classes[j%len(classes)], Code: code, Plan: "p"})
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(stats)
+	runtime.KeepAlive(big)
+	const refusals = admin.MaxRefusalKeys * (2*256 + 128) // the refusals' table, filled too
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("history and refusals filled: %d bytes (bound %d + %d)", grew, admin.HistoryBytes, refusals)
+	if grew > admin.HistoryBytes+refusals {
+		t.Errorf("the heap grew %d bytes, above the bound %d", grew, admin.HistoryBytes+refusals)
+	}
+}
+
+// classes are the outcomes the library reports.
+var classes = []budget.Class{budget.ClassRateLimited, budget.ClassCostExceeded, budget.ClassUnavailable,
+	budget.ClassShed, budget.ClassShadowRejected, budget.ClassAdmitted}

@@ -47,7 +47,6 @@ type Stats struct {
 	changes   int64
 	load      func() (middleware.Load, bool)
 	ring      [HistorySamples]sample
-	names     kept.Names // the samples' outcomes and codes, held once
 }
 
 type refusalKey struct{ code, plan string }
@@ -196,8 +195,8 @@ const (
 // HistoryBytes bounds the memory of a Stats' history in bytes, 609,120 on
 // a 64-bit machine: the fixed ring of samples (HistorySamples × 624 bytes,
 // 56,160 bytes, allocated with the Stats) and the names its samples count
-// by, each at most kept.MaxName bytes, held once (kept.Names; a few dozen
-// in practice) and bounded here as if every sample held its own.
+// by, each sample holding its own copies of at most kept.MaxName bytes
+// (a few dozen bytes each in practice).
 const HistoryBytes = HistorySamples * (int64(unsafe.Sizeof(sample{})) + (MaxHistoryOutcomes+MaxHistoryCodes)*kept.MaxName)
 
 // sample is the counters of the decisions of one interval.
@@ -219,15 +218,17 @@ type named struct {
 }
 
 // count adds one to name's count among c, whose last element counts
-// "(other)": the names that found no room before it.
+// "(other)": the names that found no room before it. A name is kept as a
+// copy cut to kept.MaxName bytes, never the caller's memory.
 func count(c []named, name string) {
+	name = kept.Cut(name, kept.MaxName)
 	for i := range c[:len(c)-1] {
 		switch c[i].name {
 		case name:
 			c[i].n++
 			return
 		case "":
-			c[i] = named{name, 1}
+			c[i] = named{strings.Clone(name), 1}
 			return
 		}
 	}
@@ -261,13 +262,13 @@ func (s *Stats) addSample(e *middleware.Event) {
 	case sm.interval < i:
 		*sm = sample{interval: i}
 	}
-	count(sm.outcomes[:], s.names.Own(string(e.Outcome)))
+	count(sm.outcomes[:], string(e.Outcome))
 	if e.Outcome != budget.ClassAdmitted {
 		code := e.Code
 		if code == "" {
 			code = string(e.Outcome)
 		}
-		count(sm.codes[:], s.names.Own(code))
+		count(sm.codes[:], code)
 	}
 	sm.requested += e.RequestedCost
 	if e.HasActualCost {
