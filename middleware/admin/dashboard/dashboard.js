@@ -24,8 +24,10 @@
 
   const $ = (id) => document.getElementById(id);
 
+  let typed = ""; // the token typed into this page, for a browser that keeps no storage
+
   function token() {
-    try { return sessionStorage.getItem("costguard-admin-token") || ""; } catch (e) { return ""; }
+    try { return sessionStorage.getItem("costguard-admin-token") || typed; } catch (e) { return typed; }
   }
 
   async function get(path) {
@@ -305,7 +307,8 @@
     $("token").value = token();
     $("token-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
-      try { sessionStorage.setItem("costguard-admin-token", $("token").value.trim()); } catch (e) { /* storage off: no token kept */ }
+      typed = $("token").value.trim();
+      try { sessionStorage.setItem("costguard-admin-token", typed); } catch (e) { /* storage off: the page keeps it until it is closed */ }
       poll(); // now, not at the next tick
     });
     $("principal-form").addEventListener("submit", lookUp);
