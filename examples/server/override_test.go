@@ -128,18 +128,10 @@ func TestAdminListenerRefusesRebinding(t *testing.T) {
 	rebound := "rebind.attacker.example:" + port
 	send := func(method, path, host, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, admin.URL+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Host = host
-		req.Header.Set("Origin", "http://"+host)
-		if method != http.MethodGet {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(b))
+		return adminDo(t, method, admin.URL+path, body, func(req *http.Request) {
+			req.Host = host
+			req.Header.Set("Origin", "http://"+host)
+		})
 	}
 	const billion = `{"burst":1000000000,"rate":1000000000,"per":"1h"}`
 	status, body := send(http.MethodPut, "/admin/principals/alice/override", rebound, billion)
@@ -226,14 +218,23 @@ func TestAdminLookupAfterOverride(t *testing.T) {
 
 func adminCall(t *testing.T, base, method, path, token, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	return adminDo(t, method, base+path, body, func(req *http.Request) {
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+	})
+}
+
+// adminDo sends an admin request, a write with the JSON type admin writes
+// need, after set has added its headers, and returns its status and body.
+func adminDo(t *testing.T, method, url, body string, set func(*http.Request)) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
 	if method != http.MethodGet {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	set(req)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
