@@ -24,7 +24,11 @@ import (
 	"github.com/costguard/costguard/internal/kept"
 )
 
-// Entry is one decision of a principal.
+// Entry is one decision of a principal. Its points are as it was
+// admitted (Charged, the price debited before the operation ran) and as
+// they stand once it was settled (Net): a GraphQL operation priced at
+// 4,101 points whose response cost 14 is charged 4,101, refunded 4,087,
+// and nets 14.
 type Entry struct {
 	Time      time.Time `json:"time"`
 	Kind      string    `json:"kind"`
@@ -36,11 +40,20 @@ type Entry struct {
 	PrincipalPlan string `json:"principal_plan,omitempty"`
 	Requested     int64  `json:"requested"`
 	// Actual is the cost recomputed from the response, when HasActual.
-	Actual    int64  `json:"actual"`
-	HasActual bool   `json:"has_actual"`
-	Charged   int64  `json:"charged"`
-	Outcome   string `json:"outcome"`
-	Code      string `json:"code,omitempty"`
+	Actual    int64 `json:"actual"`
+	HasActual bool  `json:"has_actual"`
+	// Charged is what was debited when the decision was made
+	// (middleware.Event.Charged); Refunded what went back to the budget
+	// after the response, Excess what was debited after it beyond the
+	// price (a response larger than priced).
+	Charged  int64 `json:"charged"`
+	Refunded int64 `json:"refunded"`
+	Excess   int64 `json:"excess"`
+	// Net is what stays debited, Charged − Refunded + Excess: give it
+	// middleware.Event.Net().
+	Net     int64  `json:"net"`
+	Outcome string `json:"outcome"`
+	Code    string `json:"code,omitempty"`
 }
 
 // Defaults of a zero Config.

@@ -1,6 +1,7 @@
 package timeline_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -119,5 +120,27 @@ func BenchmarkAdd(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// An entry keeps its admission, its settlement and what stays debited,
+// and its JSON names each: the dashboard draws the net points, with the
+// charge and the refund beside them.
+func TestEntryNetPoints(t *testing.T) {
+	tl := newTimeline(t, timeline.Config{})
+	tl.Add("user:alice", timeline.Entry{Time: t0, Kind: "graphql", Requested: 4101, Actual: 14, HasActual: true,
+		Charged: 4101, Refunded: 4087, Net: 14, Outcome: "admitted"})
+	got := tl.Recent(t0, "user:alice")
+	if len(got) != 1 {
+		t.Fatalf("%d entries, want 1", len(got))
+	}
+	b, err := json.Marshal(got[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"time":"2026-12-03T12:00:00Z","kind":"graphql","plan":"","requested":4101,"actual":14,"has_actual":true,` +
+		`"charged":4101,"refunded":4087,"excess":0,"net":14,"outcome":"admitted"}`
+	if string(b) != want {
+		t.Errorf("got  %s\nwant %s", b, want)
 	}
 }

@@ -66,6 +66,12 @@ type config struct {
 	Challenge challengeConfig `yaml:"challenge"`
 	// Admin configures the admin listener's override API.
 	Admin adminConfig `yaml:"admin"`
+	// StoreTimeout bounds each call to the budget store
+	// (middleware.Config.StoreTimeout, which has no key of its own in the
+	// library's tags); 0: the library's default, stack.DefaultStoreTimeout.
+	// It shadows the library's field of the same name: limiterConfig copies
+	// it there.
+	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// DemoLatency makes the example's root resolvers and REST handlers
 	// take this long, to fill the server with requests in flight in a
 	// demo. 0: none.
@@ -372,6 +378,9 @@ func (c config) validate() error {
 				strings.Join(slices.Sorted(maps.Keys(c.Plans)), ", "))
 		}
 	}
+	if c.StoreTimeout < 0 || c.StoreTimeout > maxStoreTimeout {
+		return fmt.Errorf("store_timeout is %v; it must be above 0 and at most %v: each request may wait that long on each store call", c.StoreTimeout, maxStoreTimeout)
+	}
 	if h := c.Admin.TokenSHA256; h != "" && !isSHA256Hex(h) {
 		return errors.New("admin.token_sha256 must be a SHA-256 in hex, 64 digits (printf %s \"$TOKEN\" | sha256sum)")
 	}
@@ -386,6 +395,11 @@ func (c config) validate() error {
 	}
 	return nil
 }
+
+// maxStoreTimeout bounds store_timeout: every request may wait this long
+// on each store call before the failure mode decides it, holding its slot
+// in flight all the while.
+const maxStoreTimeout = 10 * time.Second
 
 // isSHA256Hex reports whether s is a SHA-256 in hex.
 func isSHA256Hex(s string) bool {
@@ -423,6 +437,7 @@ func (c config) limiterConfig() middleware.Config {
 		keys[key] = identity.APIKey{Principal: k.Principal, Plan: k.Plan}
 	}
 	m.APIKeys = identity.NewStaticKeys(keys)
+	m.StoreTimeout = c.StoreTimeout
 	m.GraphQL = c.GraphQL.GraphQLOptions
 	m.GraphQL.UploadCostPerMiB = c.UploadCostPerMiB
 	if m.Overload != nil {

@@ -82,6 +82,7 @@ func withLibraryDefaults(c config) config {
 	fill(&c.REST.DefaultCost, int64(middleware.DefaultRESTCost))
 	fill(&c.FailureMode, budget.FailOpen)
 	fill(&c.Mode, budget.Enforce)
+	fill(&c.StoreTimeout, stack.DefaultStoreTimeout)
 	fill(&c.Breaker.Failures, breaker.DefaultFailures)
 	fill(&c.Breaker.CoolDown, breaker.DefaultCoolDown)
 	fill(&c.OverLimitCache, stack.OverLimitCacheAuto)
@@ -445,6 +446,10 @@ func TestParseErrors(t *testing.T) {
 		{"field limit by whom", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, by: user}}`, `line 1: field_limits["Mutation.createIssue"].by: "user" is not "principal", "ip" or "both"`},
 		{"route limit algorithm", `rest: {route_limits: {"POST /api/login": {limit: 5, per: 15m, algorithm: gcra}}}`, `line 1: rest.route_limits["POST /api/login"].algorithm: "gcra" is not "token_bucket", "leaky_bucket_policing", "leaky_bucket_shaping", "fixed_window", "sliding_log" or "sliding_counter"`},
 		{"route limit shaping by both", `rest: {route_limits: {"POST /api/login": {limit: 5, per: 1s, algorithm: leaky_bucket_shaping, by: both}}}`, `rest.route_limits["POST /api/login"].by: route limit "POST /api/login": leaky_bucket_shaping cannot count by "both"`},
+		{"zero store_timeout", "store_timeout: 0s", "line 1: store_timeout: 0s is not allowed: the library would take its default"},
+		{"negative store_timeout", "store_timeout: -1s", `line 1: store_timeout: "-1s" is negative`},
+		{"store_timeout without unit", "store_timeout: 100", "line 1: store_timeout: 100 is not a duration"},
+		{"store_timeout too long", "store_timeout: 11s", "store_timeout is 11s; it must be above 0 and at most 10s"},
 		{"unknown field limit key", `field_limits: {"Mutation.createIssue": {limit: 3, per: 1m, per_ip: true}}`, "per_ip: unknown key"},
 	}
 	for _, tt := range tests {

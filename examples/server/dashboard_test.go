@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,17 +42,23 @@ func chromiumPath() string {
 	return ""
 }
 
-// The dashboard at /admin/, in a real headless Chromium, after a scripted
-// load: it shows the top spender and the counts the JSON routes answer,
-// looks a principal up, fetches nothing outside the admin listener and
-// logs no error.
+// The dashboard at /admin/, in a real headless Chromium, opened after a
+// scripted load on an admin listener with a token: before the token it
+// shows "–" for every figure; once the token is typed it draws the load
+// from the history the server kept (no second reading needed), shows the
+// top spender and the counts the JSON routes answer, looks a principal up
+// and draws its decisions at their net points, fetches nothing outside
+// the admin listener and logs no error.
 func TestDashboardInBrowser(t *testing.T) {
 	browser := chromiumPath()
 	if browser == "" {
 		testenv.Missing(t, "chromium is not installed (apt-get install chromium): the dashboard's browser test needs it")
 		return
 	}
-	srv := startRun(t, "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0")
+	const adminToken = "a dashboard test token"
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600))
+	srv := startRun(t, "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-admin-token-file", tokenFile)
 
 	// The load: the demo API key searches (10 points each) more than the
 	// anonymous client, whose budget (500 points) runs out.
@@ -74,7 +81,17 @@ func TestDashboardInBrowser(t *testing.T) {
 			request("")
 		}
 	}
-	load(40, 30)
+	load(40, 60) // the anonymous client runs out of points after 50
+	// One GraphQL query of the demo key, priced 61 and refunded what its
+	// response did not use: its timeline bar is its net points.
+	req, _ := http.NewRequest(http.MethodPost, srv.url+"/graphql", strings.NewReader(`{"query":"{ user(login: \"octocat\") { repos(first: 10) { issues(first: 5) { title } } } }"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+demoAPIKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	// A fresh profile, and none of Chromium's own connections (the machine
 	// may have no network; the test asserts the page makes no request
@@ -101,6 +118,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	var mu sync.Mutex
 	var requests, problems []string
+	authorized := false // the page has the token: a 401 from then on is a problem
 	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -123,6 +141,9 @@ func TestDashboardInBrowser(t *testing.T) {
 			}
 			problems = append(problems, "exception: "+msg)
 		case *log.EventEntryAdded:
+			if !authorized && strings.Contains(ev.Entry.Text, "status of 401") {
+				break // the page before its token: what this test asks of it
+			}
 			if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
 				problems = append(problems, "log "+string(ev.Entry.Level)+": "+ev.Entry.Text+" "+ev.Entry.URL)
 			}
@@ -152,11 +173,40 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 
+	text := func(id string) string {
+		v, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.ID(id)))
+		require.NoError(t, err, "reading #%s", id)
+		return strings.TrimSpace(v)
+	}
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(srv.admin+"/admin/"),
 		chromedp.WaitVisible(chromedp.ID("rate-chart")),
 	), "loading the dashboard")
-	waitUpdates(0, 1, "the first poll")
+	// Without the token the server answers no figure, and the page shows
+	// none: "–", not zeros.
+	require.Eventually(t, func() bool { return strings.Contains(text("status"), "token is needed") }, 15*time.Second, 50*time.Millisecond,
+		"the page's status before the token: %q", text("status"))
+	for _, id := range []string{"count-total", "count-refused", "requested-points", "actual-points", "top-points", "fallbacks", "inflight", "capacity"} {
+		assert.Equal(t, "–", text(id), "#%s before the token", id)
+	}
+	drawn, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#rate-chart polyline").length`))
+	require.NoError(t, err)
+	assert.Zero(t, drawn, "a chart drawn before the token")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("token"), adminToken),
+		chromedp.Click(chromedp.CSS("#token-form button")),
+	), "typing the token")
+	waitUpdates(0, 1, "the first poll with the token")
+	mu.Lock()
+	authorized = true
+	mu.Unlock()
+	// The load came before the page was opened: its one reading draws it
+	// from the server's history.
+	opened, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll("#rate-chart polyline")).map((p) => p.dataset.series)`))
+	require.NoError(t, err, "reading the rate chart")
+	assert.Contains(t, opened, "admitted", "the load before the page opened, drawn from the history")
+	assert.Contains(t, opened, "rate_limited", "the anonymous client's refusals, drawn from the history")
 	// One request held in flight in the authenticated lane: a login whose
 	// body never comes, so its handler waits with its slot.
 	held, err := net.Dial("tcp", strings.TrimPrefix(srv.url, "http://"))
@@ -173,7 +223,9 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// What the JSON routes answer.
 	getJSON := func(path string, v any) {
-		resp, err := http.Get(srv.admin + path)
+		req, _ := http.NewRequest(http.MethodGet, srv.admin+path, nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
@@ -221,15 +273,10 @@ func TestDashboardInBrowser(t *testing.T) {
 			refused += n
 		}
 	}
-	require.Equal(t, int64(141), total, "the load's decisions and the held login")
+	require.Equal(t, int64(172), total, "the load's decisions, the query and the held login")
 	require.Positive(t, refused, "the anonymous client ran out of points")
 	require.Equal(t, "free", wantPlan, "the demo key spent most")
 
-	text := func(id string) string {
-		v, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.ID(id)))
-		require.NoError(t, err, "reading #%s", id)
-		return strings.TrimSpace(v)
-	}
 	shown := struct{ top, plan, points, total, refused, requested, refusals string }{
 		text("top-principal"), text("top-plan"), text("top-points"), text("count-total"),
 		text("count-refused"), text("requested-points"), text("refusals"),
@@ -262,10 +309,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	assert.Equal(t, strconv.Itoa(stats.InFlight.Capacity), text("capacity"), "the capacity")
 
 	// The principal lookup: the top spender's plan and its timeline, one
-	// bar a decision.
+	// bar a decision at its net points, the query's admission charge
+	// dashed above its bar.
 	var recent struct {
-		Plan   string            `json:"plan"`
-		Recent []json.RawMessage `json:"recent"`
+		Plan   string `json:"plan"`
+		Recent []struct {
+			Kind    string `json:"kind"`
+			Charged int64  `json:"charged"`
+			Net     int64  `json:"net"`
+		} `json:"recent"`
 	}
 	getJSON("/admin/principals/"+wantTop, &recent)
 	require.NoError(t, chromedp.Do(ctx,
@@ -274,10 +326,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("principal-result")),
 	), "looking the top spender up")
 	plan := text("p-plan")
-	bars, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#timeline-chart rect").length`))
-	require.NoError(t, err, "counting the timeline's bars")
+	bars, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#timeline-chart rect.decision")).map((r) => r.dataset.net)`))
+	require.NoError(t, err, "reading the timeline's bars")
+	charges, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#timeline-chart rect.charge").length`))
+	require.NoError(t, err, "counting the timeline's charges")
 	assert.Equal(t, recent.Plan, plan, "the looked-up principal's plan")
-	assert.Len(t, recent.Recent, bars, "one timeline bar a recent decision")
+	var nets []string
+	refunded := 0
+	for _, e := range recent.Recent {
+		nets = append(nets, strconv.FormatInt(e.Net, 10))
+		if e.Net < e.Charged {
+			refunded++
+		}
+	}
+	assert.Equal(t, nets, bars, "one timeline bar a recent decision, at its net points")
+	assert.Equal(t, 1, refunded, "the query was refunded part of its price")
+	assert.Equal(t, refunded, charges, "a refunded decision's charge drawn above its bar")
 
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err, "the screenshot")

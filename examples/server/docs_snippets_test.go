@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +78,11 @@ var docsClock = time.Unix(1_796_122_777, 0)
 // A block is a series of "$ command" lines (a line ending in a backslash
 // goes on) each followed by its output. "go run ./examples/server [-config
 // FILE] &" starts the server in-process, with that file read from the
-// block's directory; a block that starts none gets the defaults. Every
+// block's directory, for that block alone. The blocks of a page that start
+// none are run as a reader following the page in one terminal runs them:
+// top to bottom, in one shell (a variable set above is set below), against
+// one server of the defaults (a block sees the budgets the blocks above it
+// spent). Every
 // localhost:8080 is sent to the test's server. What may differ from one run
 // to the next is masked on both sides: the Date header, a challenge token
 // (random), and a shed request's Retry-After (drawn from 1 to 3 s).
@@ -92,11 +98,25 @@ func TestDocsConsoleTranscripts(t *testing.T) {
 	for _, path := range docFiles(t) {
 		doc, err := os.ReadFile(path)
 		require.NoError(t, err)
+		var tour []step     // the blocks that start no server, in the page's order
+		var blocks []string // their numbers
 		for i, b := range fencedBlocks(doc, "console") {
 			n++
+			steps := parseTranscript(t, b)
+			if !slices.ContainsFunc(steps, func(s step) bool { return startCommand.MatchString(s.cmd) }) {
+				tour = append(tour, steps...)
+				blocks = append(blocks, strconv.Itoa(i+1))
+				continue
+			}
 			t.Run(fmt.Sprintf("%s#%d", filepath.Base(path), i+1), func(t *testing.T) {
 				t.Parallel()
-				runTranscript(t, bash, parseTranscript(t, b))
+				runTranscript(t, bash, steps)
+			})
+		}
+		if len(tour) > 0 {
+			t.Run(fmt.Sprintf("%s#%s", filepath.Base(path), strings.Join(blocks, "+")), func(t *testing.T) {
+				t.Parallel()
+				runTranscript(t, bash, tour)
 			})
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -144,6 +145,34 @@ func TestReadyzFollowsThePing(t *testing.T) {
 	code, _ = ready()
 	assert.Equal(t, http.StatusOK, code)
 	assert.Contains(t, logs.String(), "the budget store answers again")
+}
+
+// store_timeout bounds each store call: the limiter's, and /readyz's
+// ping; left out, the library's default. A test's deps.storeTimeout wins.
+func TestStoreTimeoutKey(t *testing.T) {
+	for _, tt := range []struct {
+		file string
+		deps time.Duration
+		want time.Duration
+	}{
+		{"", 0, stack.DefaultStoreTimeout},
+		{"store_timeout: 250ms\n", 0, 250 * time.Millisecond},
+		{"store_timeout: 250ms\n", 2 * time.Second, 2 * time.Second},
+	} {
+		cfg, err := parseConfig([]byte(tt.file))
+		require.NoError(t, err)
+		var given atomic.Int64 // the time the ping was given
+		ping := func(ctx context.Context) error {
+			deadline, _ := ctx.Deadline()
+			given.Store(int64(time.Until(deadline)))
+			return nil
+		}
+		s := newTestServer(t, cfg, deps{ping: ping, storeTimeout: tt.deps, logger: slog.New(slog.DiscardHandler)})
+		assert.Equal(t, tt.want, cmp.Or(s.h.(*server).limiterConfig(cfg).StoreTimeout, stack.DefaultStoreTimeout), "%q", tt.file)
+		require.Equal(t, http.StatusOK, s.do(anonymous, http.MethodGet, "/readyz", nil).Code)
+		assert.LessOrEqual(t, given.Load(), int64(tt.want), "%q: the ping runs under the store timeout", tt.file)
+		assert.Greater(t, given.Load(), int64(tt.want)/2, "%q: the ping is given the store timeout", tt.file)
+	}
 }
 
 // A ping that does not answer within the store timeout is a 503, not a

@@ -100,7 +100,7 @@ func TestAdminAPIOnTheAdminListener(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	// The budgets as they stand, then the one decision this process saw.
 	assert.True(t, strings.HasPrefix(body, `{"principal":"user:alice","plan":"pro","override":{"plan":"pro"},"policies":[{"name":"pro","limit":50000,"remaining":49999,"reset_seconds":1}],"recent":[{"time":`), body)
-	assert.Contains(t, body, `"kind":"rest","plan":"pro","principal_plan":"free","requested":1,"actual":0,"has_actual":false,"charged":1,"outcome":"admitted"}]}`)
+	assert.Contains(t, body, `"kind":"rest","plan":"pro","principal_plan":"free","requested":1,"actual":0,"has_actual":false,"charged":1,"refunded":0,"excess":0,"net":1,"outcome":"admitted"}]}`)
 	// The public port has no admin API.
 	resp, err := http.Get(public.URL + "/admin/principals/alice")
 	require.NoError(t, err)

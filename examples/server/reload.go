@@ -96,7 +96,7 @@ func (s *server) apply(next config) error {
 // bounds, the memory store, gqlgen's query cache, the over-limit cache and
 // split-budget layers, the shedder with its degradation list, the
 // challenge's secret and work, the resolvers' demo latency) or are fixed in
-// the Limiter (the Retry-After jitter, the store's breaker), and names
+// the Limiter (the Retry-After jitter, the store's timeout and breaker), and names
 // those c had changed. The Limiter refuses a Reload that changes them.
 func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "max_body_bytes", &c.MaxBodyBytes, running.MaxBodyBytes)
@@ -109,6 +109,7 @@ func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "split_budget.lease_fraction", &c.SplitBudget.LeaseFraction, running.SplitBudget.LeaseFraction)
 	keep(&changed, "split_budget.settle_interval", &c.SplitBudget.SettleInterval, running.SplitBudget.SettleInterval)
 	keep(&changed, "retry_after_jitter", &c.RetryAfterJitter, running.RetryAfterJitter)
+	keep(&changed, "store_timeout", &c.StoreTimeout, running.StoreTimeout)
 	keep(&changed, "breaker.failures", &c.Breaker.Failures, running.Breaker.Failures)
 	keep(&changed, "breaker.cool_down", &c.Breaker.CoolDown, running.Breaker.CoolDown)
 	keep(&changed, "overload.max_in_flight", &c.Overload.MaxInFlight, running.Overload.MaxInFlight)

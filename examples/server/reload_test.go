@@ -395,6 +395,7 @@ func TestKeepRestartKeys(t *testing.T) {
 	next.OverLimitCache = "off"
 	next.SplitBudget = middleware.SplitBudgetOptions{LeaseFraction: 0.5, SettleInterval: time.Second}
 	next.RetryAfterJitter = 0.5
+	next.StoreTimeout = time.Second
 	next.Breaker = breaker.Config{Failures: 9, CoolDown: time.Minute}
 	next.Overload.MaxInFlight = 8
 	next.Overload.ShedAt = map[overload.Priority]float64{overload.Sheddable: 0.25}
@@ -417,7 +418,7 @@ func TestKeepRestartKeys(t *testing.T) {
 		"max_body_bytes", "max_body_bytes_in_flight", "memory_store.max_keys",
 		"graphql.query_cache_entries", "graphql.query_cache_bytes", "over_limit_cache",
 		"split_budget.lease_fraction", "split_budget.settle_interval", "retry_after_jitter",
-		"breaker.failures", "breaker.cool_down", "overload.max_in_flight", "overload.shed_at", "overload.adaptive", "degradation",
+		"store_timeout", "breaker.failures", "breaker.cool_down", "overload.max_in_flight", "overload.shed_at", "overload.adaptive", "degradation",
 		"challenge.secret", "challenge.bits", "demo_latency", "admin.token_sha256",
 	}, changed)
 	same := defaultConfig()

@@ -90,7 +90,8 @@ type deps struct {
 	// "": the API asks for none (run allows that only on a loopback-only
 	// admin listener).
 	adminTokenSHA256 string
-	// storeTimeout bounds each store call; 0: the library's default. Tests
+	// storeTimeout bounds each store call over the file's store_timeout;
+	// 0: the file's (or the library's default). Tests
 	// of exactness on a loaded machine raise it, so that a slow refund is
 	// not counted as a store failure.
 	storeTimeout time.Duration
@@ -314,7 +315,7 @@ func (s *server) observe(e *middleware.Event) {
 	s.recent.Add(e.Key, timeline.Entry{
 		Time: e.Time, Kind: string(e.Kind), Operation: e.Operation, Plan: e.Plan, PrincipalPlan: own,
 		Requested: e.RequestedCost, Actual: e.ActualCost, HasActual: e.HasActualCost,
-		Charged: e.Charged, Outcome: string(e.Outcome), Code: e.Code,
+		Charged: e.Charged, Refunded: e.Refunded, Excess: e.Excess, Net: e.Net(), Outcome: string(e.Outcome), Code: e.Code,
 	})
 	if e.Kind == middleware.KindGraphQL {
 		s.ops.Add(e.Time, opcosts.Decision{
@@ -329,7 +330,9 @@ func (s *server) observe(e *middleware.Event) {
 func (s *server) limiterConfig(cfg config) middleware.Config {
 	mcfg := cfg.limiterConfig()
 	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
-	mcfg.StoreTimeout = s.d.storeTimeout
+	if s.d.storeTimeout != 0 {
+		mcfg.StoreTimeout = s.d.storeTimeout // a test's, over the file's
+	}
 	mcfg.Overrides.Store = s.d.overrides
 	mcfg.Observer = middleware.ObserverFunc(s.observe)
 	if s.d.keys != nil {

@@ -159,6 +159,9 @@ func TestAdminPrincipalTimeline(t *testing.T) {
 			Requested int64  `json:"requested"`
 			Actual    int64  `json:"actual"`
 			HasActual bool   `json:"has_actual"`
+			Charged   int64  `json:"charged"`
+			Refunded  int64  `json:"refunded"`
+			Net       int64  `json:"net"`
 			Outcome   string `json:"outcome"`
 		} `json:"recent"`
 	}
@@ -172,6 +175,11 @@ func TestAdminPrincipalTimeline(t *testing.T) {
 	assert.True(t, r.HasActual)
 	assert.Less(t, r.Actual, r.Requested)
 	assert.Equal(t, "admitted", r.Outcome)
+	// Admitted at its price, settled at its actual cost: the refund is
+	// the difference, and what stays debited is the actual cost.
+	assert.Equal(t, r.Requested, r.Charged, "the admission's charge")
+	assert.Equal(t, r.Requested-r.Actual, r.Refunded, "the refund")
+	assert.Equal(t, r.Actual, r.Net, "the net points")
 }
 
 // awaitAdminJSON reads url's JSON into v until done holds of it (the

@@ -300,6 +300,17 @@ func New(cfg Config) (*Stack, error) {
 	if n, ok := cfg.Store.(DataLossNotifier); ok && !s.local {
 		s.stopLoss = n.OnDataLoss(s.dropDerived)
 	}
+	if gcfg.CheckDataLoss != nil {
+		// A loss is found against an earlier probe: take that baseline
+		// now, before the first decision learns anything from the store,
+		// not in the probe loop's first round, which a busy process may
+		// run after an early outage has begun (its debts would then be
+		// repaid into the budget of a Redis that restarted empty). A store
+		// that does not answer now is compared from its first answer.
+		ctx, cancel := context.WithTimeout(context.Background(), gcfg.Timeout)
+		_ = gcfg.CheckDataLoss(ctx)
+		cancel()
+	}
 	return s, nil
 }
 

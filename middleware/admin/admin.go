@@ -15,6 +15,8 @@
 //	                                                  (with Config.Operations; package opcosts)
 //	GET    /admin/stats                               decisions by outcome, refusals by code and plan,
 //	                                                  points, breaker, in flight per lane (with Config.Stats)
+//	GET    /admin/stats/history                       the same counters' last 15 minutes, one sample
+//	                                                  per 10 seconds (with Config.Stats)
 //	GET    /admin/ and /admin/assets/…                a live dashboard of the routes above
 //
 // The dashboard's page and assets are static, embedded in the binary, and
@@ -106,10 +108,11 @@ type Config struct {
 	// decision (its PrincipalPlan, else its Plan), also after an override;
 	// feed it the Limiter's decisions (timeline.Timeline.Add), with
 	// Entry.PrincipalPlan from Event.PrincipalPlan when it differs from
-	// Event.Plan.
+	// Event.Plan, and Entry.Net from Event.Net().
 	Timeline *timeline.Timeline
-	// Stats, when set, serves GET /admin/stats from it; feed it the
-	// Limiter's decisions (Stats.Add).
+	// Stats, when set, serves GET /admin/stats and GET
+	// /admin/stats/history from it; feed it the Limiter's decisions
+	// (Stats.Add).
 	Stats *Stats
 	// Clock tells the time of /admin/top's windows and of the timeline.
 	// Default limiter.SystemClock.
@@ -170,6 +173,7 @@ func New(p Principals, cfg Config) (http.Handler, error) {
 	}
 	if h.stats != nil {
 		h.mux.HandleFunc("GET /admin/stats", h.statsReport)
+		h.mux.HandleFunc("GET /admin/stats/history", h.statsHistory)
 	}
 	return h, nil
 }
@@ -312,6 +316,11 @@ func (h *handler) operations(w http.ResponseWriter, r *http.Request) {
 // statsReport answers Stats.Report.
 func (h *handler) statsReport(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, h.stats.Report(h.clock.Now()))
+}
+
+// statsHistory answers Stats.History: the last 15 minutes of counters.
+func (h *handler) statsHistory(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, h.stats.History(h.clock.Now()))
 }
 
 // limitParam reads ?limit= (1 to MaxTop, def when absent), answering 400

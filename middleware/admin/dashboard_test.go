@@ -129,3 +129,20 @@ func TestDashboardOnlyReads(t *testing.T) {
 		t.Errorf("dashboard.js names a request method (%q): a write must send Content-Type: application/json", m)
 	}
 }
+
+// Before the server has answered, the page shows no figure: every one is
+// "–", not a 0 that reads as data (a page without its token yet, or whose
+// server does not answer, stays so).
+func TestDashboardDashBeforeData(t *testing.T) {
+	srv, _ := newAPI(t, admin.Config{NoToken: true})
+	_, page := call(t, srv, "GET", "/admin/", "", "")
+	figures := regexp.MustCompile(`<(b|span|dd) id="([a-z-]+)"[^>]*>([^<]*)</(b|span|dd)>`).FindAllStringSubmatch(page, -1)
+	if len(figures) < 10 {
+		t.Fatalf("%d figures found in the page", len(figures))
+	}
+	for _, f := range figures {
+		if id, v := f[2], f[3]; id != "status" && v != "–" {
+			t.Errorf("#%s shows %q before any data, want –", id, v)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/internal/kept"
@@ -24,8 +25,15 @@ const MaxRefusalKeys = 256
 // refusals by code and plan, requested and actual points, and the store's
 // breaker as the latest decision left it. Feed it from the Limiter's
 // observer (Stats.Add); it is safe for concurrent use and its memory is
-// bounded (MaxRefusalKeys). The counters only grow: a reader computes
-// rates from two readings.
+// bounded (MaxRefusalKeys, HistoryBytes). The counters only grow: a
+// reader computes rates from two readings.
+//
+// It also keeps the last 15 minutes of those counters, one sample per
+// HistoryInterval of the decisions' times (HistorySamples of them, a
+// fixed ring), for GET /admin/stats/history: a page opened after an
+// incident draws it. A sample is written by the decision that falls in
+// it; nothing runs in the background, and a decision without a Time is
+// counted only in the totals.
 type Stats struct {
 	mu        sync.Mutex
 	since     time.Time
@@ -38,6 +46,7 @@ type Stats struct {
 	breaker   string
 	changes   int64
 	load      func() (middleware.Load, bool)
+	ring      [HistorySamples]sample
 }
 
 type refusalKey struct{ code, plan string }
@@ -69,6 +78,7 @@ func (s *Stats) Add(e *middleware.Event) {
 		}
 		s.refusals[k]++
 	}
+	s.addSample(e)
 	s.requested += e.RequestedCost
 	if e.HasActualCost {
 		s.actual += e.ActualCost
@@ -164,6 +174,183 @@ func (s *Stats) Report(now time.Time) StatsReport {
 				r.InFlight.Lanes[i] = LaneInFlight{Lane: ln.Lane, Priority: ln.Priority.String(), Now: ln.InFlight, ShedAt: ln.ShedAt}
 			}
 		}
+	}
+	return r
+}
+
+// The history's shape: HistorySamples samples of HistoryInterval each,
+// aligned on multiples of HistoryInterval since the Unix epoch, so the
+// last 15 minutes.
+const (
+	HistoryInterval = 10 * time.Second
+	HistorySamples  = 90
+	// MaxHistoryOutcomes and MaxHistoryCodes bound the outcomes and the
+	// refusal codes one sample counts by name; past them a sample counts
+	// "(other)". The library has six outcomes and a few dozen codes, of
+	// which a 10-second interval sees a handful.
+	MaxHistoryOutcomes = 8
+	MaxHistoryCodes    = 16
+)
+
+// HistoryBytes bounds the memory of a Stats' history in bytes, 609,120 on
+// a 64-bit machine: the fixed ring of samples (HistorySamples × 624 bytes,
+// 56,160 bytes, allocated with the Stats) and the names its samples count
+// by, each sample holding its own copies of at most kept.MaxName bytes
+// (a few dozen bytes each in practice).
+const HistoryBytes = HistorySamples * (int64(unsafe.Sizeof(sample{})) + (MaxHistoryOutcomes+MaxHistoryCodes)*kept.MaxName)
+
+// sample is the counters of the decisions of one interval.
+type sample struct {
+	interval  int64 // the interval's number, its start ÷ HistoryInterval; 0: never written
+	outcomes  [MaxHistoryOutcomes]named
+	codes     [MaxHistoryCodes]named
+	requested int64
+	actual    int64
+	actuals   int64
+	fallbacks int64
+	changes   int64
+}
+
+// named is one name's count in a sample; an unused one has no name.
+type named struct {
+	name string
+	n    int64
+}
+
+// count adds one to name's count among c, whose last element counts
+// "(other)": the names that found no room before it. A name is kept as a
+// copy cut to kept.MaxName bytes, never the caller's memory.
+func count(c []named, name string) {
+	name = kept.Cut(name, kept.MaxName)
+	for i := range c[:len(c)-1] {
+		switch c[i].name {
+		case name:
+			c[i].n++
+			return
+		case "":
+			c[i] = named{strings.Clone(name), 1}
+			return
+		}
+	}
+	c[len(c)-1].name = "(other)"
+	c[len(c)-1].n++
+}
+
+// intervalOf is t's interval number.
+func intervalOf(t time.Time) int64 {
+	n := t.UnixNano()
+	i := n / int64(HistoryInterval)
+	if n < 0 && n%int64(HistoryInterval) != 0 {
+		i-- // floor
+	}
+	return i
+}
+
+// addSample counts e in its interval's sample, which it starts when the
+// ring's slot holds an older interval. A decision older than the slot's
+// interval (reported more than 15 minutes after a later one) is left out.
+// s.mu is held.
+func (s *Stats) addSample(e *middleware.Event) {
+	if e.Time.IsZero() {
+		return
+	}
+	i := intervalOf(e.Time)
+	sm := &s.ring[((i%HistorySamples)+HistorySamples)%HistorySamples]
+	switch {
+	case sm.interval > i:
+		return
+	case sm.interval < i:
+		*sm = sample{interval: i}
+	}
+	count(sm.outcomes[:], string(e.Outcome))
+	if e.Outcome != budget.ClassAdmitted {
+		code := e.Code
+		if code == "" {
+			code = string(e.Outcome)
+		}
+		count(sm.codes[:], code)
+	}
+	sm.requested += e.RequestedCost
+	if e.HasActualCost {
+		sm.actual += e.ActualCost
+		sm.actuals++
+	}
+	if e.Fallback {
+		sm.fallbacks++
+	}
+	if e.BreakerChanged {
+		sm.changes++
+	}
+}
+
+// HistoryReport is the answer of GET /admin/stats/history.
+type HistoryReport struct {
+	Since time.Time `json:"since"`
+	Now   time.Time `json:"now"`
+	// IntervalSeconds is HistoryInterval in seconds.
+	IntervalSeconds int64 `json:"interval_seconds"`
+	// Samples are the intervals of the last 15 minutes since Since,
+	// oldest first, every one of them (an interval without a decision has
+	// zero counts), the last one still running.
+	Samples []Sample `json:"samples"`
+}
+
+// Sample is the decisions of one interval: what StatsReport counts, for
+// the decisions made from Start to End (the interval cut to Since and
+// Now).
+type Sample struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Decisions counts the decisions by outcome, Refusals every decision
+	// but an admission by its code (or, without one, its outcome); each
+	// names at most MaxHistoryOutcomes or MaxHistoryCodes, the rest
+	// counted as "(other)". An outcome or code with no decision is left
+	// out.
+	Decisions       map[string]int64 `json:"decisions"`
+	Refusals        map[string]int64 `json:"refusals"`
+	RequestedPoints int64            `json:"requested_points"`
+	ActualPoints    int64            `json:"actual_points"`
+	ActualRuns      int64            `json:"actual_runs"`
+	Fallbacks       int64            `json:"fallbacks"`
+	BreakerChanges  int64            `json:"breaker_changes"`
+}
+
+// History reads the last 15 minutes of counters at now: a sample for each
+// interval from the later of Since and now − 15 minutes to now.
+func (s *Stats) History(now time.Time) HistoryReport {
+	r := HistoryReport{Since: s.since, Now: now, IntervalSeconds: int64(HistoryInterval / time.Second), Samples: []Sample{}}
+	if now.Before(s.since) {
+		return r
+	}
+	last := intervalOf(now)
+	first := max(intervalOf(s.since), last-HistorySamples+1)
+	r.Samples = make([]Sample, 0, last-first+1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := first; i <= last; i++ {
+		start := time.Unix(0, i*int64(HistoryInterval)).UTC()
+		smp := Sample{Start: start, End: start.Add(HistoryInterval), Decisions: map[string]int64{}, Refusals: map[string]int64{}}
+		if smp.Start.Before(s.since) {
+			smp.Start = s.since
+		}
+		if smp.End.After(now) {
+			smp.End = now
+		}
+		if sm := &s.ring[((i%HistorySamples)+HistorySamples)%HistorySamples]; sm.interval == i {
+			for _, c := range sm.outcomes {
+				if c.name != "" {
+					smp.Decisions[c.name] = c.n
+				}
+			}
+			for _, c := range sm.codes {
+				if c.name != "" {
+					smp.Refusals[c.name] = c.n
+				}
+			}
+			smp.RequestedPoints, smp.ActualPoints, smp.ActualRuns = sm.requested, sm.actual, sm.actuals
+			smp.Fallbacks, smp.BreakerChanges = sm.fallbacks, sm.changes
+		}
+		r.Samples = append(r.Samples, smp)
 	}
 	return r
 }

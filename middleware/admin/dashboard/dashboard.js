@@ -1,25 +1,33 @@
 // The costguard dashboard: polls the admin API of its own origin every
 // two seconds and draws what it answers. No library, nothing fetched from
-// elsewhere; the charts are SVG written here.
+// elsewhere; the charts are SVG written here. The charts draw the history
+// the server keeps (/admin/stats/history: the last 15 minutes, one sample
+// per 10 seconds), read when the page opens and every 10 seconds after,
+// so a page opened after an incident shows it. A figure is "–" until the
+// server has answered it.
 "use strict";
 
 (function () {
   const POLL_MS = 2000;
-  const HISTORY = 90; // readings kept for the charts (3 minutes)
+  const HISTORY_EVERY = 5; // polls between two readings of the history
+  const HISTORY = 90; // the server's samples: 15 minutes of 10 seconds
   const OUTCOMES = ["admitted", "rate_limited", "cost_exceeded", "unavailable", "shed", "shadow_rejected"];
   const COLORS = {
     admitted: "#2f855a", rate_limited: "#c53030", cost_exceeded: "#dd6b20", unavailable: "#6b46c1",
     shed: "#b7791f", shadow_rejected: "#718096", requested: "#2b6cb0", actual: "#38a169",
   };
   const SVGNS = "http://www.w3.org/2000/svg";
-  const history = []; // {t: seconds, rates: {outcome: per second}, requested, actual}
+  let samples = null; // the last /admin/stats/history reading's samples
   let previous = null; // the last /admin/stats reading
   let updates = 0;
+  let timer = 0, polling = false;
 
   const $ = (id) => document.getElementById(id);
 
+  let typed = ""; // the token typed into this page, for a browser that keeps no storage
+
   function token() {
-    try { return sessionStorage.getItem("costguard-admin-token") || ""; } catch (e) { return ""; }
+    try { return sessionStorage.getItem("costguard-admin-token") || typed; } catch (e) { return typed; }
   }
 
   async function get(path) {
@@ -76,8 +84,9 @@
     return e;
   }
 
-  // lineChart draws series ({name: [values]}) over the same x positions.
-  function lineChart(svg, series, unit) {
+  // lineChart draws series ({name: [values]}) over the same x positions,
+  // the last value at the right edge, HISTORY values across.
+  function lineChart(svg, series, unit, spanLabel) {
     const W = 600, H = 160, L = 44, B = 16, T = 8;
     let max = 0;
     for (const k in series) for (const v of series[k]) max = Math.max(max, v);
@@ -88,15 +97,19 @@
     ];
     const top = el("text", { x: 2, y: T + 8 }); top.textContent = fmt(max) + unit; nodes.push(top);
     const zero = el("text", { x: 2, y: H - B }); zero.textContent = "0"; nodes.push(zero);
-    const span = el("text", { x: L, y: H - 2 }); span.textContent = "last " + Math.round(HISTORY * POLL_MS / 60000) + " min"; nodes.push(span);
+    const span = el("text", { x: L, y: H - 2 }); span.textContent = spanLabel; nodes.push(span);
     let legendX = L + 90;
     for (const k in series) {
       const vs = series[k];
       if (vs.some((v) => v > 0)) {
-        const step = (W - L) / Math.max(HISTORY - 1, 1);
-        const x0 = W - (vs.length - 1) * step;
+        const step = (W - 4 - L) / Math.max(HISTORY - 1, 1);
+        const x0 = W - 4 - (vs.length - 1) * step;
         const pts = vs.map((v, i) => (x0 + i * step).toFixed(1) + "," + (H - B - (v / max) * (H - B - T)).toFixed(1));
-        nodes.push(el("polyline", { points: pts.join(" "), fill: "none", stroke: COLORS[k] || "#000", "stroke-width": 1.5 }));
+        nodes.push(el("polyline", { points: pts.join(" "), fill: "none", stroke: COLORS[k] || "#000", "stroke-width": 1.5, "data-series": k }));
+        if (vs.length === 1) { // one sample: a point, which a polyline does not show
+          const [cx, cy] = pts[0].split(",");
+          nodes.push(el("circle", { cx: cx, cy: cy, r: 2.5, fill: COLORS[k] || "#000" }));
+        }
       }
       const lg = el("text", { x: legendX, y: H - 2 });
       lg.style.fill = COLORS[k] || "#000"; // CSSOM, which the page's CSP allows
@@ -107,6 +120,29 @@
     svg.replaceChildren(...nodes);
   }
 
+  // showHistory draws the charts from the server's samples: decisions per
+  // second by outcome, requested and actual points per second, each
+  // sample's counts over the time it spans (at least a second: the first,
+  // cut by the server's start, and the last, still running, may be short).
+  function showHistory(h) {
+    samples = h.samples;
+    const dt = (x) => Math.max(1, (Date.parse(x.end) - Date.parse(x.start)) / 1000);
+    const seen = new Set(["admitted"]);
+    for (const x of samples) for (const o in x.decisions) seen.add(o);
+    const shown = OUTCOMES.filter((o) => seen.has(o));
+    for (const o of seen) if (!shown.includes(o)) shown.push(o);
+    const series = {};
+    for (const o of shown) series[o] = samples.map((x) => (x.decisions[o] || 0) / dt(x));
+    const minutes = Math.max(1, Math.round(samples.length * h.interval_seconds / 60));
+    const label = samples.length ? "last " + minutes + " min" : "no history yet";
+    lineChart($("rate-chart"), series, "/s", label);
+    lineChart($("points-chart"), {
+      requested: samples.map((x) => x.requested_points / dt(x)),
+      actual: samples.map((x) => x.actual_points / dt(x)),
+    }, "/s", label);
+    document.body.dataset.history = String(samples.length);
+  }
+
   function showStats(s) {
     let total = 0, refused = 0;
     for (const o in s.decisions) {
@@ -115,32 +151,21 @@
     }
     text("count-total", total);
     text("count-refused", refused);
-    const rates = {};
-    let reqRate = 0, actRate = 0;
-    if (previous) {
-      const dt = (Date.parse(s.now) - Date.parse(previous.now)) / 1000;
-      if (dt > 0) {
-        for (const o of OUTCOMES) rates[o] = ((s.decisions[o] || 0) - (previous.decisions[o] || 0)) / dt;
-        reqRate = (s.requested_points - previous.requested_points) / dt;
-        actRate = (s.actual_points - previous.actual_points) / dt;
-        history.push({ rates: rates, requested: reqRate, actual: actRate });
-        if (history.length > HISTORY) history.shift();
-      }
+    // Rates from two readings; "–" until there are two.
+    let rates = null;
+    const dt = previous ? (Date.parse(s.now) - Date.parse(previous.now)) / 1000 : 0;
+    if (dt > 0) {
+      rates = {};
+      for (const o in s.decisions) rates[o] = (s.decisions[o] - (previous.decisions[o] || 0)) / dt;
     }
     previous = s;
     const shown = OUTCOMES.filter((o) => s.decisions[o] || o === "admitted");
+    for (const o in s.decisions) if (!shown.includes(o)) shown.push(o);
     fill("outcomes", shown.map((o) => {
-      const tr = row([swatch(COLORS[o], o), s.decisions[o] || 0, fmt(rates[o] || 0)]);
+      const tr = row([swatch(COLORS[o] || "#000", o), s.decisions[o] || 0, rates ? fmt(rates[o] || 0) : "–"]);
       tr.id = "outcome-" + o;
       return tr;
     }));
-    const series = {};
-    for (const o of shown) series[o] = history.map((h) => h.rates[o] || 0);
-    lineChart($("rate-chart"), series, "/s");
-    lineChart($("points-chart"), {
-      requested: history.map((h) => h.requested),
-      actual: history.map((h) => h.actual),
-    }, "/s");
     fill("refusals", s.refusals.length
       ? s.refusals.map((r) => row([r.code, r.plan, r.count]))
       : [row(["none", "", ""])]);
@@ -173,13 +198,22 @@
     fill("spenders", all.length ? all.map((x) => row([x.plan, x.principal, x.points])) : [row(["none yet", "", ""])]);
     text("top-principal", best ? best.principal : "–");
     text("top-plan", best ? best.plan : "–");
-    text("top-points", best ? best.points : 0);
+    text("top-points", best ? best.points : "–");
   }
 
+  // poll reads the figures (and, on the first success and every
+  // HISTORY_EVERY polls after, the history), then comes back in POLL_MS.
+  // A poll asked while one runs (the token typed) is left to the next.
   async function poll() {
+    if (polling) return;
+    polling = true;
+    clearTimeout(timer);
     const win = $("window").value;
     try {
-      const [stats, top] = await Promise.all([get("stats"), get("top?window=" + encodeURIComponent(win) + "&limit=10")]);
+      const withHistory = samples === null || updates % HISTORY_EVERY === 0;
+      const [stats, top, hist] = await Promise.all([get("stats"), get("top?window=" + encodeURIComponent(win) + "&limit=10"),
+        withHistory ? get("stats/history") : Promise.resolve(null)]);
+      if (hist) showHistory(hist);
       showStats(stats);
       showTop(top);
       let ready = "–";
@@ -197,8 +231,10 @@
       const st = $("status");
       st.className = "status error";
       st.textContent = e.status === 401 ? "a token is needed: type it on the right" : String(e.message || e);
+    } finally {
+      polling = false;
+      timer = setTimeout(poll, POLL_MS);
     }
-    setTimeout(poll, POLL_MS);
   }
 
   function showTimeline(recent) {
@@ -211,21 +247,37 @@
       return;
     }
     const end = Date.now(), start = end - 15 * 60 * 1000;
+    // An admitted decision is drawn at its net points (what stays debited
+    // once its refund and excess are settled), with its admission's charge
+    // outlined above it: the gap is the refund. A refusal is drawn at the
+    // points it asked for, in red.
+    const admitted = (e) => e.outcome === "admitted" || e.outcome === "shadow_rejected";
+    const net = (e) => (typeof e.net === "number" ? e.net : e.charged);
+    const height = (e) => (admitted(e) ? net(e) : Math.max(net(e), e.requested));
     let max = 1;
-    for (const e of recent) max = Math.max(max, e.charged, e.requested);
+    for (const e of recent) max = Math.max(max, height(e), e.charged);
     const top = el("text", { x: 2, y: T + 8 }); top.textContent = fmt(max) + " pts"; nodes.push(top);
     const left = el("text", { x: L, y: H - 2 }); left.textContent = "−15 min"; nodes.push(left);
     const right = el("text", { x: W - 24, y: H - 2 }); right.textContent = "now"; nodes.push(right);
+    const y = (v) => (v / max) * (H - B - T);
     for (const e of recent) {
-      const x = L + ((Date.parse(e.time) - start) / (end - start)) * (W - L - 4);
-      const v = Math.max(e.charged, e.outcome === "admitted" ? 0 : e.requested);
-      const h = Math.max(2, (v / max) * (H - B - T));
-      const bar = el("rect", { x: Math.max(L, x).toFixed(1), y: (H - B - h).toFixed(1), width: 3, height: h.toFixed(1),
-        fill: e.outcome === "admitted" ? COLORS.admitted : COLORS.rate_limited });
+      const x = Math.max(L, L + ((Date.parse(e.time) - start) / (end - start)) * (W - L - 4)).toFixed(1);
+      const h = Math.max(2, y(height(e)));
+      const bar = el("rect", { x: x, y: (H - B - h).toFixed(1), width: 3, height: h.toFixed(1),
+        fill: admitted(e) ? COLORS.admitted : COLORS.rate_limited, class: "decision" });
+      bar.dataset.net = String(net(e));
       const tip = el("title", {});
-      tip.textContent = e.time + " " + e.kind + " " + (e.operation || "") + " " + e.outcome + (e.code ? " " + e.code : "") + ": charged " + e.charged;
+      tip.textContent = e.time + " " + e.kind + " " + (e.operation || "") + " " + e.outcome + (e.code ? " " + e.code : "") +
+        ": net " + fmt(net(e)) + " (charged " + fmt(e.charged) + (e.refunded ? ", refunded " + fmt(e.refunded) : "") +
+        (e.excess ? ", excess " + fmt(e.excess) : "") + ")";
       bar.appendChild(tip);
       nodes.push(bar);
+      if (admitted(e) && e.charged > net(e)) {
+        const ch = Math.max(2, y(e.charged));
+        const mark = el("rect", { x: x, y: (H - B - ch).toFixed(1), width: 3, height: (ch - h).toFixed(1), class: "charge" });
+        mark.appendChild(tip.cloneNode(true));
+        nodes.push(mark);
+      }
     }
     svg.replaceChildren(...nodes);
   }
@@ -255,7 +307,9 @@
     $("token").value = token();
     $("token-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
-      try { sessionStorage.setItem("costguard-admin-token", $("token").value.trim()); } catch (e) { /* storage off: no token kept */ }
+      typed = $("token").value.trim();
+      try { sessionStorage.setItem("costguard-admin-token", typed); } catch (e) { /* storage off: the page keeps it until it is closed */ }
+      poll(); // now, not at the next tick
     });
     $("principal-form").addEventListener("submit", lookUp);
     poll();
