@@ -35,7 +35,9 @@ const (
 const rootModule = "github.com/costguard/costguard"
 
 // buildExampleServer builds ./examples/server of the repository that holds
-// the bench module into dir and returns the binary's path.
+// the bench module into dir and returns the binary's path. The example
+// server is a module of its own: it is built in its directory, which works
+// with go.work and without it (GOWORK=off).
 func buildExampleServer(ctx context.Context, dir string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
@@ -44,8 +46,8 @@ func buildExampleServer(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("bench: overload: %w", err)
 	}
 	bin := filepath.Join(dir, "server")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./examples/server")
-	build.Dir = root
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join(root, "examples", "server")
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("bench: overload: go build ./examples/server in %s: %w\n%s", root, err, out)
 	}

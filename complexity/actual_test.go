@@ -55,7 +55,7 @@ func prepare(t testing.TB, schema *ast.Schema, query string, vars map[string]any
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+	if errs := validator.Validate(schema, doc); len(errs) > 0 {
 		t.Fatalf("validate %s: %v", query, errs)
 	}
 	coerced, err := validator.VariableValues(schema, doc.Operations[0], vars)

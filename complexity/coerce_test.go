@@ -247,7 +247,7 @@ func TestStringIntVariablePricesAsTheNumber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+	if errs := validator.Validate(schema, doc); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	price := func(f any, opts ...complexity.Option) (*complexity.Report, error) {

@@ -144,7 +144,7 @@ func TestListSizeConventions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+			if errs := validator.Validate(schema, doc); len(errs) > 0 {
 				t.Fatal(errs)
 			}
 			op := doc.Operations[0]

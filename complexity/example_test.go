@@ -26,7 +26,7 @@ func ExampleAnalyzer_Analyze() {
 	if err != nil {
 		panic(err)
 	}
-	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`, nil)
+	doc, errs := gqlparser.LoadQuery(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`)
 	if errs != nil {
 		panic(errs)
 	}
@@ -50,7 +50,7 @@ func ExampleAnalyzer_Explain() {
 	if err != nil {
 		panic(err)
 	}
-	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`, nil)
+	doc, errs := gqlparser.LoadQuery(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`)
 	if errs != nil {
 		panic(errs)
 	}
@@ -79,7 +79,7 @@ func ExampleAnalyzer_Analyze_maxCost() {
 	if err != nil {
 		panic(err)
 	}
-	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`, nil)
+	doc, errs := gqlparser.LoadQuery(schema, `{ user { repos(first: 100) { issues(first: 50) { title } } } }`)
 	if errs != nil {
 		panic(errs)
 	}
@@ -117,7 +117,7 @@ func ExampleAnalyzer_ActualCost() {
 	if err != nil {
 		panic(err)
 	}
-	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ user { repos(first: 10) { issues(first: 5) { title } } } }`, nil)
+	doc, errs := gqlparser.LoadQuery(schema, `{ user { repos(first: 10) { issues(first: 5) { title } } } }`)
 	if errs != nil {
 		panic(errs)
 	}
@@ -149,8 +149,8 @@ func ExampleAnalyzer_Compile() {
 	if err != nil {
 		panic(err)
 	}
-	doc, errs := gqlparser.LoadQueryWithRules(schema, `query($repos: Int, $issues: Int) {
-		user { repos(first: $repos) { issues(first: $issues) { title } } } }`, nil)
+	doc, errs := gqlparser.LoadQuery(schema, `query($repos: Int, $issues: Int) {
+		user { repos(first: $repos) { issues(first: $issues) { title } } } }`)
 	if errs != nil {
 		panic(errs)
 	}

@@ -93,7 +93,7 @@ func FuzzAnalyze(f *testing.F) {
 			_ = json.Unmarshal([]byte(vars), &raw) // garbage variables must not panic either
 		}
 		op := doc.Operations[0]
-		if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+		if errs := validator.Validate(schema, doc); len(errs) > 0 {
 			// Unvalidated input: any answer but a panic is acceptable, as
 			// long as the breakdown does not change it.
 			r1, err1 := a.AnalyzeOperation(doc, op, raw)

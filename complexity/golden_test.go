@@ -185,7 +185,7 @@ func (c goldenCase) prepare(t testing.TB, schema *ast.Schema) (*ast.QueryDocumen
 	if err != nil {
 		t.Fatalf("%s: parse: %v", c.name, err)
 	}
-	if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+	if errs := validator.Validate(schema, doc); len(errs) > 0 {
 		t.Fatalf("%s: validate: %v", c.name, errs)
 	}
 	op := doc.Operations.ForName(c.operation)

@@ -63,7 +63,7 @@ func TestPlanKinds(t *testing.T) {
 			items @skip(if: $a) @include(if: $b) { id @skip(if: $c) } user @skip(if: $d) @include(if: $e) { login } }`, []string{"scratch"}},
 	}
 	for _, tt := range tests {
-		doc, errs := gqlparser.LoadQueryWithRules(schema, tt.query, nil)
+		doc, errs := gqlparser.LoadQuery(schema, tt.query)
 		if errs != nil {
 			t.Fatal(errs)
 		}
@@ -108,7 +108,7 @@ func TestPlanKeepsActualTree(t *testing.T) {
 		{`query($l: String) { user(login: $l) { login } items(first: -1) { id } }`, nil, false},
 	}
 	for _, tt := range tests {
-		doc, errs := gqlparser.LoadQueryWithRules(schema, tt.query, nil)
+		doc, errs := gqlparser.LoadQuery(schema, tt.query)
 		if errs != nil {
 			t.Fatal(errs)
 		}

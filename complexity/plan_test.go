@@ -326,7 +326,7 @@ func TestPlanMatchesScratchRandomly(t *testing.T) {
 		if err != nil {
 			t.Fatalf("query %d: %v", qi, err)
 		}
-		if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+		if errs := validator.Validate(schema, doc); len(errs) > 0 {
 			t.Fatalf("query %d: %v", qi, errs)
 		}
 		op := doc.Operations[0]
@@ -406,7 +406,7 @@ func FuzzPlanMatchesScratch(f *testing.F) {
 		if err != nil || len(doc.Operations) == 0 {
 			return
 		}
-		if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+		if errs := validator.Validate(schema, doc); len(errs) > 0 {
 			return
 		}
 		var raw map[string]any

@@ -154,8 +154,8 @@ func TestPrometheus(t *testing.T) {
 	dir := t.TempDir()
 
 	server := filepath.Join(dir, "server")
-	build := exec.Command("go", "build", "-o", server, "./examples/server")
-	build.Dir = ".."
+	build := exec.Command("go", "build", "-o", server, ".")
+	build.Dir = filepath.Join("..", "examples", "server") // a module of its own
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build:\n%s", out)
 

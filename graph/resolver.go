@@ -1,7 +1,8 @@
 // Package graph is the example GraphQL API costguard is demonstrated and
 // tested against: GitHub-like users, repositories and issues, generated with
-// gqlgen from schema.graphqls (configuration in gqlgen.yml at the module root;
-// regenerate with `go tool gqlgen generate`) and served from seeded in-memory
+// gqlgen from schema.graphqls (configuration in gqlgen.yml at the module
+// root; regenerate with `go run github.com/99designs/gqlgen@v0.17.73
+// generate`, the gqlgen go.mod requires) and served from seeded in-memory
 // data.
 //
 // The schema's core fields carry no cost directives, so by the default rules

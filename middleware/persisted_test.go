@@ -21,7 +21,6 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/coder/websocket/wsjson"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/costguard/costguard/budget"
@@ -135,7 +134,7 @@ func (a *adopter) wsOnce(payload map[string]any) (string, gqlResponse) {
 	a.t.Helper()
 	s := a.dial(protoTransportWS, nil, nil)
 	raw, _ := json.Marshal(payload)
-	if err := wsjson.Write(context.Background(), s.c, wsMessage{ID: "1", Type: "subscribe", Payload: raw}); err != nil {
+	if err := s.c.WriteJSON(context.Background(), wsMessage{ID: "1", Type: "subscribe", Payload: raw}); err != nil {
 		a.t.Fatal(err)
 	}
 	m := s.next()

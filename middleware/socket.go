@@ -33,8 +33,8 @@ type connState struct {
 	r *http.Request
 }
 
-// Close codes of the graphql-transport-ws protocol that WebsocketInit
-// closes a connection with.
+// Close codes of the graphql-transport-ws protocol for a connection
+// WebsocketInit refuses: a SocketError's Code.
 const (
 	// CloseForbidden: the connection_init payload names an unknown API key.
 	CloseForbidden = 4403
@@ -161,12 +161,32 @@ func addSocketError(ctx context.Context, ge *gqlerror.Error) (ok bool) {
 	return true
 }
 
+// A SocketError is the error WebsocketInit returns for a connection it
+// refuses: gqlgen sends Message to the client and closes the connection.
+// Code is the graphql-transport-ws close code the refusal deserves
+// (CloseForbidden, CloseInternalError). gqlgen closes with it from v0.17.92
+// on, through transport.WithWebsocketCloseCode, which older releases lack:
+// the core, which builds with those, leaves the code to the separate module
+// github.com/costguard/costguard/middleware/wsclose, and without it the
+// connection closes with 1000 (normal closure) after the message.
+type SocketError struct {
+	Code    int
+	Message string
+}
+
+func (e *SocketError) Error() string { return e.Message }
+
+// CloseCode is the close code the refusal deserves.
+func (e *SocketError) CloseCode() int { return e.Code }
+
 // WebsocketInit returns an InitFunc for gqlgen's Websocket transport that
 // checks the credentials of a connection_init payload when the connection
-// opens: an unknown API key closes the connection with CloseForbidden
-// (4403) before any operation, a lookup that fails with CloseInternalError.
-// next, when not nil, runs after the check. Without it the connection
-// opens and each of its operations is refused UNKNOWN_API_KEY instead:
+// opens: an unknown API key closes the connection before any operation
+// with a *SocketError of Code CloseForbidden (4403), a lookup that fails
+// with CloseInternalError (4500); wsclose.InitFunc around it closes with
+// that code. next, when not nil, runs after the check. Without
+// WebsocketInit the connection opens and each of its operations is refused
+// UNKNOWN_API_KEY instead:
 //
 //	srv.AddTransport(transport.Websocket{InitFunc: lim.WebsocketInit(nil)})
 func (l *Limiter) WebsocketInit(next transport.WebsocketInitFunc) transport.WebsocketInitFunc {
@@ -176,10 +196,10 @@ func (l *Limiter) WebsocketInit(next transport.WebsocketInitFunc) transport.Webs
 			if r := withInitCredentials(base, payload); r != base {
 				if _, _, err := l.current().identify(r); err != nil {
 					if errors.Is(err, identity.ErrUnknownAPIKey) {
-						return transport.WithWebsocketCloseCode(ctx, CloseForbidden), nil, errors.New("unknown API key")
+						return ctx, nil, &SocketError{Code: CloseForbidden, Message: "unknown API key"}
 					}
 					l.log.ErrorContext(ctx, "middleware: cannot identify a WebSocket connection", "err", err)
-					return transport.WithWebsocketCloseCode(ctx, CloseInternalError), nil, errors.New("rate limiter unavailable")
+					return ctx, nil, &SocketError{Code: CloseInternalError, Message: "rate limiter unavailable"}
 				}
 			}
 		}

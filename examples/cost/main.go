@@ -260,7 +260,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return out.fail(nil, gqlFailures(codeParseFailed, err)...)
 	}
-	if errs := validator.ValidateWithRules(schema, doc, nil); len(errs) > 0 {
+	if errs := validator.Validate(schema, doc); len(errs) > 0 {
 		return out.fail(nil, gqlFailures(codeValidationFailed, errs)...)
 	}
 	op, fail := selectOperation(doc, f.operation)

@@ -327,10 +327,11 @@ const (
 	gqlparserPath = "github.com/vektah/gqlparser/v2"
 )
 
-// versionEnv chooses the gqlgen the project is made with: unset, the
-// versions costguard's go.mod requires; "minimum", the oldest gqlgen and
-// gqlparser docs/gqlgen.md says the library works with; "latest", the
-// newest releases of both; a version (v0.17.95), that gqlgen.
+// versionEnv chooses the gqlgen the project is made with: unset or
+// "minimum", the versions costguard's go.mod requires, which are the oldest
+// gqlgen and gqlparser the library works with (docs/gqlgen.md's "Versions"
+// says both); "latest", the newest releases of both; a version (v0.17.95),
+// that gqlgen.
 const versionEnv = "COSTGUARD_GQLGEN_VERSION"
 
 // wantVersions is the version the project must build with, by module path:
@@ -344,16 +345,19 @@ func wantVersions(t *testing.T, guide string) map[string]string {
 	for _, m := range regexp.MustCompile(`(?m)^\| (gqlgen|gqlparser) \| (v\S+) \| (v\S+) \|$`).FindAllStringSubmatch(guide, -1) {
 		table[map[string]string{"gqlgen": gqlgenPath, "gqlparser": gqlparserPath}[m[1]]] = [2]string{m[2], m[3]}
 	}
+	// go.mod requires the oldest versions that work: the minimum is what
+	// it requires.
 	for _, path := range []string{gqlgenPath, gqlparserPath} {
 		if got, want := table[path][1], requiredVersion(t, path); got != want {
 			t.Errorf("docs/gqlgen.md says go.mod requires %s %q; it requires %s", path, got, want)
 		}
+		if got, want := table[path][0], requiredVersion(t, path); got != want {
+			t.Errorf("docs/gqlgen.md says the oldest %s that works is %q; go.mod requires %s", path, got, want)
+		}
 	}
 	switch v := os.Getenv(versionEnv); v {
-	case "":
+	case "", "minimum":
 		return map[string]string{gqlgenPath: requiredVersion(t, gqlgenPath), gqlparserPath: requiredVersion(t, gqlparserPath)}
-	case "minimum":
-		return map[string]string{gqlgenPath: table[gqlgenPath][0], gqlparserPath: table[gqlparserPath][0]}
 	case "latest":
 		return map[string]string{gqlgenPath: "latest", gqlparserPath: "latest"}
 	default:

@@ -19,9 +19,9 @@ var (
 )
 
 // header opens the listing; lines that start with # are not API.
-const header = `# The public API of github.com/costguard/costguard: every exported name of
-# the packages under budget/, complexity/, limiter/ and middleware/ but
-# internal ones.
+const header = `# The public API of the module github.com/costguard/costguard: every exported
+# name of its packages but internal ones and commands. The optional modules
+# (identity/pgkeys, middleware/prommetrics, middleware/wsclose) are not in it.
 # Made by go test ./internal/apicheck -update; see api/README.md.
 `
 

@@ -1,5 +1,5 @@
-// Package testenv decides which tests a run includes. A plain go test ./...
-// runs what a contributor runs often: unit tests and the conformance suites
+// Package testenv decides which tests a run includes. A plain go test work
+// (every module of go.work) or go test ./... (the library) runs what a contributor runs often: unit tests and the conformance suites
 // against real Redis. The long suites (Redis failover, the example server's
 // chaos run, the adoption project built with gqlgen init) run only when
 // COSTGUARD_LONG_TESTS=1 is set, and always under CI=true:
@@ -11,7 +11,7 @@
 //
 // Run them by hand with
 //
-//	COSTGUARD_LONG_TESTS=1 go test ./...
+//	COSTGUARD_LONG_TESTS=1 go test work
 package testenv
 
 import (
