@@ -1,8 +1,8 @@
 // Command minimal is the smallest complete program that protects a gqlgen
-// server with costguard; the README's "Add it to your gqlgen server" is this
-// file. Every operation is priced and debited from its client's budget
-// before any resolver runs: go run ./examples/minimal [-addr :8080], then
-// POST to http://localhost:8080/graphql.
+// server with costguard; the README's "A complete program" is this file.
+// Every operation is priced and debited from its client's budget before
+// any resolver runs: go run ./examples/minimal [-addr :8080], then POST to
+// http://localhost:8080/graphql.
 package main
 
 import (
