@@ -35,18 +35,14 @@ const MaxRefusalKeys = 256
 // it; nothing runs in the background, and a decision without a Time is
 // counted only in the totals.
 type Stats struct {
-	mu        sync.Mutex
-	since     time.Time
-	outcomes  map[budget.Class]int64
-	refusals  map[refusalKey]int64
-	requested int64
-	actual    int64
-	actuals   int64 // decisions with an actual cost
-	fallbacks int64
-	breaker   string
-	changes   int64
-	load      func() (middleware.Load, bool)
-	ring      [HistorySamples]sample
+	mu       sync.Mutex
+	since    time.Time
+	outcomes map[budget.Class]int64
+	refusals map[refusalKey]int64
+	totals   tally
+	breaker  string
+	load     func() (middleware.Load, bool)
+	ring     [HistorySamples]sample
 }
 
 type refusalKey struct{ code, plan string }
@@ -79,19 +75,9 @@ func (s *Stats) Add(e *middleware.Event) {
 		s.refusals[k]++
 	}
 	s.addSample(e)
-	s.requested += e.RequestedCost
-	if e.HasActualCost {
-		s.actual += e.ActualCost
-		s.actuals++
-	}
-	if e.Fallback {
-		s.fallbacks++
-	}
+	s.totals.add(e)
 	if e.Breaker != "" {
 		s.breaker = string(e.Breaker)
-	}
-	if e.BreakerChanged {
-		s.changes++
 	}
 }
 
@@ -154,8 +140,8 @@ func (s *Stats) Report(now time.Time) StatsReport {
 	s.mu.Lock()
 	r := StatsReport{
 		Since: s.since, Now: now, Decisions: make(map[string]int64, len(s.outcomes)), Refusals: make([]Refusal, 0, len(s.refusals)),
-		RequestedPoints: s.requested, ActualPoints: s.actual, ActualRuns: s.actuals, Fallbacks: s.fallbacks,
-		Breaker: s.breaker, BreakerChanges: s.changes,
+		RequestedPoints: s.totals.requested, ActualPoints: s.totals.actual, ActualRuns: s.totals.actuals, Fallbacks: s.totals.fallbacks,
+		Breaker: s.breaker, BreakerChanges: s.totals.changes,
 	}
 	for c, n := range s.outcomes {
 		r.Decisions[string(c)] = n
@@ -201,14 +187,34 @@ const HistoryBytes = HistorySamples * (int64(unsafe.Sizeof(sample{})) + (MaxHist
 
 // sample is the counters of the decisions of one interval.
 type sample struct {
-	interval  int64 // the interval's number, its start ÷ HistoryInterval; 0: never written
-	outcomes  [MaxHistoryOutcomes]named
-	codes     [MaxHistoryCodes]named
+	interval int64 // the interval's number, its start ÷ HistoryInterval; 0: never written
+	outcomes [MaxHistoryOutcomes]named
+	codes    [MaxHistoryCodes]named
+	tally
+}
+
+// tally is the points and counts of decisions that the totals and each
+// sample keep alike.
+type tally struct {
 	requested int64
 	actual    int64
-	actuals   int64
+	actuals   int64 // decisions with an actual cost
 	fallbacks int64
-	changes   int64
+	changes   int64 // breaker changes
+}
+
+func (t *tally) add(e *middleware.Event) {
+	t.requested += e.RequestedCost
+	if e.HasActualCost {
+		t.actual += e.ActualCost
+		t.actuals++
+	}
+	if e.Fallback {
+		t.fallbacks++
+	}
+	if e.BreakerChanged {
+		t.changes++
+	}
 }
 
 // named is one name's count in a sample; an unused one has no name.
@@ -270,17 +276,7 @@ func (s *Stats) addSample(e *middleware.Event) {
 		}
 		count(sm.codes[:], code)
 	}
-	sm.requested += e.RequestedCost
-	if e.HasActualCost {
-		sm.actual += e.ActualCost
-		sm.actuals++
-	}
-	if e.Fallback {
-		sm.fallbacks++
-	}
-	if e.BreakerChanged {
-		sm.changes++
-	}
+	sm.tally.add(e)
 }
 
 // HistoryReport is the answer of GET /admin/stats/history.
