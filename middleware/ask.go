@@ -14,7 +14,7 @@ import (
 // running: the GraphQL-Cost header (costheader.go) and the rate-limit
 // field (ratelimitfield.go). Part of requestState.
 type askState struct {
-	// Written before execution starts (by the wrapper, or by the Extension
+	// Written before execution starts (by the wrapper, or by the extension
 	// before any resolver), read by the hooks after.
 	headerRead bool     // the GraphQL-Cost header was read
 	mode       costMode // what the header asks for
@@ -34,13 +34,10 @@ type extensionAsk struct {
 	rateField atomic.Pointer[rateLimitField]
 }
 
-// stateOf returns the requestState of the operation ctx belongs to, if the
-// Extension (or the wrapper) made one; unlike Extension.requestState it
-// never identifies anyone.
+// stateOf returns the requestState of the operation ctx belongs to, kept
+// in its OperationContext by the first hook that saw it
+// (extension.requestState); unlike requestState it never makes one.
 func stateOf(ctx context.Context) (*requestState, bool) {
-	if st, ok := ctx.Value(stateKey{}).(*requestState); ok {
-		return st, true
-	}
 	if !graphql.HasOperationContext(ctx) {
 		return nil, false
 	}
@@ -56,7 +53,7 @@ func stateOf(ctx context.Context) (*requestState, bool) {
 // reports false for any other operation, and for one whose price is above
 // the plan's burst (unless the plan is Unlimited), which is refused (and
 // pays InvalidCost) as if it were to run.
-func (e *Extension) priceOnly(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64) bool {
+func (e *costExtension) priceOnly(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64) bool {
 	if st.ask.mode != modeValidate && !st.ask.dryRun { // decided with the lane
 		return false
 	}
@@ -72,7 +69,7 @@ func (e *Extension) priceOnly(ctx context.Context, st *requestState, opCtx *grap
 // noteDecision completes what an operation asked to learn, once its cost
 // was decided by a debit: the status RateLimitFrom returns and, for an
 // admitted "GraphQL-Cost: report", the breakdown of its price.
-func (e *Extension) noteDecision(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64, o *budget.Outcome) {
+func (e *costExtension) noteDecision(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64, o *budget.Outcome) {
 	st.noteRate(rep, cost, o, e.l)
 	if st.ask.mode == modeReport && o.Verdict == budget.Admitted {
 		e.explain(ctx, st, opCtx)

@@ -72,8 +72,7 @@ func BenchmarkGraphQL(b *testing.B) {
 			}
 			defer lim.Close()
 			srv := newServer()
-			srv.Use(lim.Extension())
-			run(b, lim.GraphQL(srv), tc.key)
+			run(b, lim.Handler(srv), tc.key)
 		})
 	}
 }

@@ -3,7 +3,6 @@ package middleware_test
 import (
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,21 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
 )
-
-// installed adds an Extension of lim to a gqlgen server, so that lim's
-// GraphQL wrapper may be tried around other handlers.
-func installed(lim *middleware.Limiter) *middleware.Limiter {
-	handler.New(newTestSchema().executable()).Use(lim.Extension())
-	return lim
-}
 
 // bodyEcho answers with the body it was given: what gqlgen would decode.
 var bodyEcho = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +74,7 @@ func TestGraphQLRequestScreen(t *testing.T) {
 				cfg.MaxBodyBytes = 4096
 				cfg.GraphQL.MaxVariableValues = 200
 				cfg.GraphQL.MaxVariablesDepth = 8
-				lim := installed(newLimiter(t, cfg))
+				lim := newLimiter(t, cfg)
 				// Twice: the second finds the query in the screen cache and
 				// must be screened the same.
 				for pass := range 2 {
@@ -97,7 +86,7 @@ func TestGraphQLRequestScreen(t *testing.T) {
 					r.Header = bearer(aliceKey)
 					r.Header.Set("Content-Type", "application/json")
 					w := httptest.NewRecorder()
-					lim.GraphQL(bodyEcho).ServeHTTP(w, r)
+					middleware.Wrap(lim, bodyEcho).ServeHTTP(w, r)
 					if w.Code != tc.status {
 						t.Fatalf("pass %d: status %d, want %d: %s", pass, w.Code, tc.status, w.Body)
 					}
@@ -131,9 +120,9 @@ func TestGraphQLGETScreen(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
 	cfg.GraphQL.MaxVariableValues = 10
-	lim := installed(newLimiter(t, cfg))
+	lim := newLimiter(t, cfg)
 	var seen url.Values
-	h := lim.GraphQL(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.URL.Query() }))
+	h := middleware.Wrap(lim, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.URL.Query() }))
 
 	get := func(vars string) *httptest.ResponseRecorder {
 		q := url.Values{"query": {"query($a: Int) { x }"}, "variables": {vars}}
@@ -294,40 +283,6 @@ func TestFullMemoryStoreOverflows(t *testing.T) {
 	}
 }
 
-// The wrapper without its extension would price nothing: it refuses every
-// request, and no resolver runs, until an Extension of the Limiter is
-// added to a gqlgen server. Handler does both.
-func TestGraphQLWithoutExtensionRefuses(t *testing.T) {
-	clock := newClock()
-	cfg := testConfig(t, clock)
-	logs := &countingHandler{}
-	cfg.Logger = slog.New(logs)
-	lim := newLimiter(t, cfg)
-	schema := newTestSchema()
-	srv := handler.New(schema.executable())
-	srv.AddTransport(transport.POST{})
-	forgot := lim.GraphQL(srv) // srv.Use(lim.Extension()) forgotten
-	for range 3 {
-		w := do(t, forgot, request{path: "/graphql", body: `{"query":"{ viewer { login } }"}`, header: bearer(aliceKey)})
-		var resp gqlResponse
-		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || w.Code != http.StatusInternalServerError || resp.code() != middleware.CodeNotInstalled {
-			t.Fatalf("%d %s", w.Code, w.Body)
-		}
-	}
-	if schema.resolvers.Load() != 0 {
-		t.Fatalf("%d resolvers ran", schema.resolvers.Load())
-	}
-	if n := logs.count(slog.LevelError); n != 1 {
-		t.Errorf("%d errors logged for 3 refusals within a minute, want 1", n)
-	}
-
-	h := lim.Handler(srv) // installs the extension
-	w := do(t, h, request{path: "/graphql", body: `{"query":"{ viewer { login } }"}`, header: bearer(aliceKey)})
-	if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "99" || schema.resolvers.Load() != 1 {
-		t.Fatalf("after Handler: %d %v %s", w.Code, w.Header(), w.Body)
-	}
-}
-
 // The wrapper's writer does no store I/O: what the Extension did not
 // decide is the handler's to answer, with its own status.
 func TestWrapperWriterDoesNoStoreIO(t *testing.T) {
@@ -335,8 +290,8 @@ func TestWrapperWriterDoesNoStoreIO(t *testing.T) {
 	cfg := testConfig(t, clock)
 	store := &countingStore{Store: cfg.Store.(limiter.Store)}
 	cfg.Store = store
-	lim := installed(newLimiter(t, cfg))
-	h := lim.GraphQL(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	lim := newLimiter(t, cfg)
+	h := middleware.Wrap(lim, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTeapot)
 		io.WriteString(w, "short and stout")
 	}))
@@ -345,7 +300,7 @@ func TestWrapperWriterDoesNoStoreIO(t *testing.T) {
 		t.Errorf("%d %q, %d store calls", w.Code, w.Body, store.takes.Load())
 	}
 	// A status without a body still goes out when the handler returns.
-	h = lim.GraphQL(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	h = middleware.Wrap(lim, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	if w := do(t, h, request{path: "/graphql", body: `{"query":"{ x }"}`, header: bearer(aliceKey)}); w.Code != http.StatusNoContent {
 		t.Errorf("status %d, want 204", w.Code)
 	}

@@ -89,14 +89,14 @@ func (s *requestState) readCostHeader(h http.Header) *refusal {
 // in its stead: the price and the bucket as the peek found it, no data.
 // It returns nil for any other operation, which runs. st is the request's
 // state (stateOf).
-func (e *Extension) validateResponse(ctx context.Context, st *requestState) *graphql.Response {
+func (e *costExtension) validateResponse(ctx context.Context, st *requestState) *graphql.Response {
 	if st.ask.mode != modeValidate {
 		return nil
 	}
 	st.settle(ctx, e.l)
 	resp := &graphql.Response{Extensions: map[string]any{CostExtensionKey: st.costReport()}}
-	if !st.wrapped {
-		st.end(ctx, e.l)
+	if st.conn != nil {
+		st.end(ctx, e.l) // a WebSocket operation ends with its response
 	}
 	return resp
 }
@@ -104,13 +104,10 @@ func (e *Extension) validateResponse(ctx context.Context, st *requestState) *gra
 // InterceptOperation implements graphql.OperationInterceptor: an operation
 // sent with "GraphQL-Cost: validate" is answered with its price and never
 // executed (no resolver runs, no other extension's response hook either).
-func (e *Extension) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+func (e *costExtension) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 	st, ok := stateOf(ctx)
 	if !ok || !e.owns(st) {
 		return next(ctx)
-	}
-	if st.endUndispatched != nil {
-		st.endUndispatched() // dispatched: the response interceptor ends it
 	}
 	if st.conn != nil {
 		if refused := e.decideSocket(ctx, st, graphql.GetOperationContext(ctx)); refused != nil {
@@ -127,7 +124,7 @@ func (e *Extension) InterceptOperation(ctx context.Context, next graphql.Operati
 // time, with the breakdown (complexity.Analyzer.Explain, at most
 // complexity.DefaultBreakdownLimit entries), for its response: pricing
 // every request keeps none.
-func (e *Extension) explain(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) {
+func (e *costExtension) explain(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) {
 	a, err := e.analyzer(st)
 	if err == nil {
 		var rep *complexity.Report

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
@@ -316,34 +314,6 @@ func TestCostHeaderEvents(t *testing.T) {
 	query(t, h, query61, withCost(bearer(aliceKey), "nope"))
 	if got := rec.take(); len(got) != 1 || view(got[0]) != (eventView{plan: "free", kind: "graphql", outcome: "cost_exceeded", code: middleware.CodeInvalidCostHeader, charged: 1, store: guard.ResultOK, known: true, remaining: 38}) {
 		t.Errorf("invalid header: %+v", got)
-	}
-}
-
-// Without the wrapper the Extension reads the header from what gqlgen kept
-// of the request: validate still runs nothing; a bad value is a protocol
-// error (422).
-func TestCostHeaderWithoutWrapper(t *testing.T) {
-	clock := newClock()
-	lim := newLimiter(t, testConfig(t, clock))
-	schema := newTestSchema()
-	srv := handler.New(schema.executable())
-	srv.AddTransport(transport.POST{})
-	srv.Use(lim.Extension())
-
-	w, resp := query(t, srv, mutation11, withCost(bearer(aliceKey), "validate"))
-	if w.Code != http.StatusOK || resp.Extensions.Cost.RequestedQueryCost != 11 || *resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != 100 {
-		t.Fatalf("validate: %d %s", w.Code, w.Body)
-	}
-	w, resp = query(t, srv, query61, withCost(bearer(aliceKey), "report"))
-	if w.Code != http.StatusOK || len(resp.Extensions.Cost.Fields) != 4 {
-		t.Errorf("report: %d %s", w.Code, w.Body)
-	}
-	w, resp = query(t, srv, query61, withCost(bearer(aliceKey), "Report"))
-	if w.Code != http.StatusUnprocessableEntity || resp.code() != middleware.CodeInvalidCostHeader {
-		t.Errorf("invalid: %d %s", w.Code, w.Body)
-	}
-	if schema.issueCount() != 0 || schema.resolvers.Load() != 1 {
-		t.Errorf("issues %d, resolvers %d", schema.issueCount(), schema.resolvers.Load())
 	}
 }
 

@@ -1,25 +1,28 @@
-// Package middleware is where HTTP requests meet the engines: it prices
-// GraphQL operations with package complexity, has package budget decide
-// what their cost (and a REST route's) does to the principal's budgets,
-// and renders each decision (a budget.Outcome) to clients as statuses,
-// rate-limit headers, error bodies and extensions.cost, and to observers
-// as Events. It decides nothing itself.
+// Package middleware puts the engines in front of HTTP handlers: it owns
+// each GraphQL operation and REST request from the door to its report,
+// prices operations with package complexity, has package budget decide
+// what their cost does to the principal's budgets, and renders each
+// decision as statuses, rate-limit headers, error bodies and
+// extensions.cost, and to observers as Events. At the door it decides
+// what the budget cannot: who pays, the body and document bounds, lanes
+// and shedding, subscription caps and trusted documents.
 //
 // # Wiring
 //
 // Build one Limiter from a Config (validated at construction; a bad config
-// fails at start, never at the 10,000th request), then use it three ways:
+// fails at start, never at the 10,000th request), then install it:
 //
 //	lim, err := middleware.New(middleware.Config{Plans: plans, AnonymousPlan: "anon", ...})
 //	defer lim.Close()
 //
 //	srv := handler.New(graph.NewExecutableSchema(...))
 //	srv.AddTransport(transport.POST{})
-//	srv.Use(lim.Extension())                   // prices and debits each operation
-//	mux.Handle("/graphql", lim.GraphQL(srv))   // statuses and headers
-//	mux.Handle("/api/", lim.REST(apiMux))      // REST routes, same budgets
+//	mux.Handle("/graphql", lim.Handler(srv))  // every operation priced and debited
+//	mux.Handle("/api/", lim.REST(apiMux))     // REST routes, same budgets
 //
-// The Extension runs after validation and before any resolver. It enforces
+// Handler adds the limiter's extension to srv and wraps srv. The wrapper
+// identifies the caller and bounds the body before gqlgen reads it; the
+// extension runs after validation and before any resolver. It enforces
 // the static caps (depth, breadth, nodes, max cost, aliases, root fields,
 // slicing arguments, arguments gqlgen would not coerce), refuses an
 // operation that costs more than the principal's whole burst with
@@ -41,12 +44,10 @@
 // Package middleware/querycache bounds gqlgen's document cache by bytes. docs/threat-model.md
 // has the measured bounds.
 //
-// An extension cannot choose the HTTP status, so GraphQL wraps the gqlgen
-// handler: it identifies the caller before gqlgen runs and, when gqlgen
-// writes the response, applies what the Extension decided (429, 422 or 400,
-// 503) and the rate-limit headers. The error codes are registered with
-// gqlgen's errcode as protocol errors, so an Extension used without the
-// wrapper still never turns a rejection into a 200.
+// An extension cannot choose the HTTP status, so the wrapper applies
+// what the extension decided when gqlgen writes the response (429, 422 or
+// 400, 503) with the rate-limit headers. An operation that reaches the
+// server without passing the wrapper is refused (COSTGUARD_NOT_INSTALLED).
 //
 // # Transports
 //

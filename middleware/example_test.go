@@ -42,7 +42,7 @@ func exampleSchema() graphql.ExecutableSchema {
 
 // Wiring a gqlgen server: the Extension prices and debits every operation,
 // the GraphQL wrapper turns its decisions into statuses and headers.
-func ExampleLimiter_GraphQL() {
+func ExampleLimiter_Handler() {
 	lim, err := middleware.New(middleware.Config{
 		Plans: map[string]budget.Plan{
 			"anon": {Burst: 500, Rate: 500, Per: time.Hour},
@@ -57,8 +57,7 @@ func ExampleLimiter_GraphQL() {
 
 	srv := handler.New(exampleSchema())
 	srv.AddTransport(transport.POST{})
-	srv.Use(lim.Extension())
-	h := lim.GraphQL(srv)
+	h := lim.Handler(srv)
 
 	for range 3 {
 		// Priced 100 (100 repositories × 1 point) and debited before it

@@ -1,6 +1,14 @@
 package middleware
 
-import "github.com/costguard/costguard/limiter"
+import (
+	"net/http"
+
+	"github.com/costguard/costguard/limiter"
+)
+
+// Wrap is the handler Handler puts around a gqlgen server, around h, so
+// that the door (identity, body bounds, screening) can be tried alone.
+func Wrap(l *Limiter, h http.Handler) http.Handler { return l.graphQL(h) }
 
 // WaitRepaid flushes the fail-open fallback's debts of l's store guard now
 // (after a flush in progress) and returns when the flush is done.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,9 +42,11 @@ const (
 	// CodeIntrospectionDisabled: the operation selects __schema or __type
 	// and the principal's plan has DisableIntrospection (422).
 	CodeIntrospectionDisabled = "INTROSPECTION_DISABLED"
-	// CodeNotInstalled: Limiter.GraphQL wraps a handler while no Extension
-	// of the Limiter was added to a gqlgen server, so nothing would be
-	// priced (500). Limiter.Handler installs both.
+	// CodeNotInstalled: an operation reached a gqlgen server a Limiter
+	// was installed on (Limiter.Handler) without passing the handler
+	// Handler returned, so nothing would price it (the server is also
+	// served elsewhere): it is refused (422, or 400 when the response is
+	// application/graphql-response+json).
 	CodeNotInstalled = "COSTGUARD_NOT_INSTALLED"
 )
 
@@ -60,7 +61,7 @@ func init() {
 		budget.CodeRateLimited, budget.CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
 		budget.CodeOverloaded, budget.CodeConcurrencyLimited, budget.CodeQuotaExceeded, budget.CodeFieldRateLimited,
 		CodeRequestTooLarge, CodeInvalidRequest, CodeVariablesTooLarge, CodeRequestTimeout, CodeSubscriptionsLimited,
-		CodeInvalidCostHeader, CodeCostReportDisabled, CodeDocumentNotTrusted,
+		CodeInvalidCostHeader, CodeCostReportDisabled, CodeDocumentNotTrusted, CodeNotInstalled,
 		complexity.CodeMaxTokensExceeded, complexity.CodeMaxSelectionsExceeded,
 		complexity.CodeMaxDepthExceeded, complexity.CodeMaxBreadthExceeded, complexity.CodeMaxNodesExceeded,
 		complexity.CodeMaxCostExceeded, complexity.CodeSlicingArgumentRequired,
@@ -103,11 +104,11 @@ type ThrottleStatus struct {
 	RestoreRate float64 `json:"restoreRate"`
 }
 
-// Extension is the gqlgen handler extension: after validation and before
-// any resolver it prices the operation, enforces the static caps and debits
-// the cost; on every response it adds extensions.cost. Get one from
-// Limiter.Extension and pair it with Limiter.GraphQL.
-type Extension struct {
+// costExtension is the gqlgen handler extension Handler adds to a server:
+// after validation and before any resolver it prices the operation,
+// enforces the static caps and debits the cost; on every response it adds
+// extensions.cost. Each server gets its own.
+type costExtension struct {
 	l      *Limiter
 	schema *ast.Schema // set by Validate
 	// priced is the analyzer of the settings it was built for; a Reload
@@ -226,24 +227,20 @@ func (b *boundAnalyzer) price(doc *ast.QueryDocument, op *ast.OperationDefinitio
 }
 
 var (
-	_ graphql.HandlerExtension          = (*Extension)(nil)
-	_ graphql.OperationParameterMutator = (*Extension)(nil)
-	_ graphql.OperationContextMutator   = (*Extension)(nil)
-	_ graphql.ResponseInterceptor       = (*Extension)(nil)
-	_ graphql.OperationInterceptor      = (*Extension)(nil)
-	_ graphql.RootFieldInterceptor      = (*Extension)(nil)
+	_ graphql.HandlerExtension          = (*costExtension)(nil)
+	_ graphql.OperationParameterMutator = (*costExtension)(nil)
+	_ graphql.OperationContextMutator   = (*costExtension)(nil)
+	_ graphql.ResponseInterceptor       = (*costExtension)(nil)
+	_ graphql.OperationInterceptor      = (*costExtension)(nil)
+	_ graphql.RootFieldInterceptor      = (*costExtension)(nil)
 )
 
-// Extension returns a new gqlgen extension drawing on l's budgets. Add it
-// with (*handler.Server).Use; each server needs its own.
-func (l *Limiter) Extension() *Extension { return &Extension{l: l} }
-
 // ExtensionName implements graphql.HandlerExtension.
-func (e *Extension) ExtensionName() string { return "CostGuard" }
+func (e *costExtension) ExtensionName() string { return "CostGuard" }
 
 // Validate implements graphql.HandlerExtension: it prepares the pricing of
 // the server's schema.
-func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
+func (e *costExtension) Validate(schema graphql.ExecutableSchema) error {
 	set := e.l.current()
 	a, err := complexity.New(schema.Schema(), set.complexityOptions()...)
 	if err != nil {
@@ -259,7 +256,6 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 	e.schema = schema.Schema()
 	e.priced.Store(b)
 	e.l.addSchema(e)
-	e.l.installed.Store(true)
 	return nil
 }
 
@@ -268,7 +264,11 @@ func (e *Extension) Validate(schema graphql.ExecutableSchema) error {
 // an error wrapping ErrInvalidConfig), as adding its Extension to a server
 // for schema will check, but without gqlgen's panic.
 func (l *Limiter) CheckSchema(schema *ast.Schema) error {
-	return l.current().checkSchema(schema)
+	set := l.current()
+	if _, err := set.rateLimitFieldOf(schema); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return set.checkSchema(schema)
 }
 
 // checkSchema reports whether s's options can price schema.
@@ -287,13 +287,13 @@ func (s *settings) checkSchema(schema *ast.Schema) error {
 
 // addSchema remembers the schema Extension e of l prices, so that Reload
 // can check new options against it, and e, so that Reload can prepare it.
-func (l *Limiter) addSchema(e *Extension) {
+func (l *Limiter) addSchema(e *costExtension) {
 	l.schemasMu.Lock()
 	defer l.schemasMu.Unlock()
 	if !slices.Contains(l.schemas, e.schema) {
 		l.schemas = append(l.schemas, e.schema)
 	}
-	l.exts = slices.DeleteFunc(l.exts, func(p weak.Pointer[Extension]) bool { return p.Value() == nil })
+	l.exts = slices.DeleteFunc(l.exts, func(p weak.Pointer[costExtension]) bool { return p.Value() == nil })
 	l.exts = append(l.exts, weak.Make(e))
 }
 
@@ -306,7 +306,7 @@ func (l *Limiter) prepare(s *settings) {
 		return // an analyzer alone is cheap to build on first use
 	}
 	l.schemasMu.Lock()
-	exts := make([]*Extension, 0, len(l.exts))
+	exts := make([]*costExtension, 0, len(l.exts))
 	for _, p := range l.exts {
 		if e := p.Value(); e != nil {
 			exts = append(exts, e)
@@ -334,7 +334,7 @@ func (l *Limiter) checkSchemas(s *settings) error {
 
 // analyzer returns the analyzer pricing st by its settings' GraphQL
 // options, with its structural caps lifted when they are (st.relaxed).
-func (e *Extension) analyzer(st *requestState) (*complexity.Analyzer, error) {
+func (e *costExtension) analyzer(st *requestState) (*complexity.Analyzer, error) {
 	b, err := e.boundFor(&e.priced, st.set)
 	if err != nil {
 		return nil, err
@@ -344,7 +344,7 @@ func (e *Extension) analyzer(st *requestState) (*complexity.Analyzer, error) {
 
 // boundFor returns the analyzer, with its plan cache, that p holds when it
 // prices by set's GraphQL options, else builds one and keeps it in p.
-func (e *Extension) boundFor(p *atomic.Pointer[boundAnalyzer], set *settings) (*boundAnalyzer, error) {
+func (e *costExtension) boundFor(p *atomic.Pointer[boundAnalyzer], set *settings) (*boundAnalyzer, error) {
 	if b := p.Load(); b != nil && b.set.pricesLike(set) {
 		return b, nil
 	}
@@ -374,7 +374,7 @@ const statsKey = "costguard"
 // It runs before gqlgen parses the document: it counts the document's
 // tokens and selections in one pass of the lexer and refuses it past
 // MaxTokens or MaxSelections, so parsing and validation stay bounded.
-func (e *Extension) MutateOperationParameters(ctx context.Context, params *graphql.RawParams) *gqlerror.Error {
+func (e *costExtension) MutateOperationParameters(ctx context.Context, params *graphql.RawParams) *gqlerror.Error {
 	if st, ok := ctx.Value(stateKey{}).(*requestState); ok && st.documentChecked == params.Query && params.Query != "" {
 		e.owns(st)
 		return nil // the GraphQL wrapper counted this very document
@@ -423,7 +423,7 @@ func (e *Extension) MutateOperationParameters(ctx context.Context, params *graph
 
 // checkDocument applies the document bounds to query, refusing it (it
 // pays InvalidCost) past them, and marks st checked when it passes.
-func (e *Extension) checkDocument(ctx context.Context, st *requestState, query string) *gqlerror.Error {
+func (e *costExtension) checkDocument(ctx context.Context, st *requestState, query string) *gqlerror.Error {
 	_, err := complexity.CheckDocument(query, st.set.documentLimits())
 	if err == nil {
 		st.documentChecked = query
@@ -438,7 +438,7 @@ func (e *Extension) checkDocument(ctx context.Context, st *requestState, query s
 // operation whose text no earlier hook saw: gqlgen's persisted queries,
 // added after the Extension, filled it in from their cache. It was bounded
 // when it was registered, but perhaps under other bounds.
-func (e *Extension) checkParsed(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
+func (e *costExtension) checkParsed(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
 	if st.documentChecked == opCtx.RawQuery && opCtx.RawQuery != "" {
 		return nil
 	}
@@ -459,7 +459,7 @@ func (e *Extension) checkParsed(ctx context.Context, st *requestState, opCtx *gr
 // priced and returns ge, or the rate-limit error when the budget cannot
 // pay even that. When shadowable (a static cap) and the plan is in shadow
 // mode, it lets the operation run instead and returns nil.
-func (e *Extension) refuseUnpriced(ctx context.Context, st *requestState, ge *gqlerror.Error, shadowable bool) *gqlerror.Error {
+func (e *costExtension) refuseUnpriced(ctx context.Context, st *requestState, ge *gqlerror.Error, shadowable bool) *gqlerror.Error {
 	o := e.l.engine.ChargeInvalid(ctx, st.id.Key, st.plan.Rule, budget.CapExceeded, shadowable)
 	st.record(o, 0, codeOf(o, ge))
 	if o.Verdict == budget.Admitted {
@@ -504,7 +504,7 @@ func shadowable(cerr *complexity.Error) bool {
 // owns reports whether e decides the request st belongs to: the first
 // Extension to ask claims it, so a second one on the same server stands
 // aside.
-func (e *Extension) owns(st *requestState) bool {
+func (e *costExtension) owns(st *requestState) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.ext == nil {
@@ -517,7 +517,7 @@ func (e *Extension) owns(st *requestState) bool {
 // runs once per operation, after validation, before any resolver, and
 // decides it (an operation on a WebSocket is decided a step later, in
 // InterceptOperation, where its connection's init payload is known).
-func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
+func (e *costExtension) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
 	st, gerr := e.requestState(ctx, opCtx)
 	if gerr != nil || !e.owns(st) || st.conn != nil {
 		return gerr
@@ -527,7 +527,7 @@ func (e *Extension) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 
 // decide prices operation opCtx of request st, enforces the static caps
 // and debits its cost; a non-nil error refuses it.
-func (e *Extension) decide(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
+func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
 	l := e.l
 	st.mu.Lock()
 	st.operation = operationName(opCtx.Operation)
@@ -707,7 +707,7 @@ func (l *Limiter) answer(h http.Header, r *http.Request, set *settings, p *plan,
 // extensions.cost to every response. A request gqlgen refused before the
 // Extension priced it (a parse or validation error) is charged InvalidCost
 // here, before the wrapper writes the status and headers.
-func (e *Extension) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+func (e *costExtension) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
 	resp := next(ctx)
 	if resp == nil || !graphql.HasOperationContext(ctx) {
 		return resp
@@ -735,8 +735,8 @@ func (e *Extension) InterceptResponse(ctx context.Context, next graphql.Response
 	c := st.costReport()
 	c.Fields, c.FieldsTruncated = st.explained()
 	resp.Extensions[CostExtensionKey] = c
-	if !st.wrapped {
-		st.end(ctx, e.l) // the wrapper ends it once the response is written
+	if st.conn != nil {
+		st.end(ctx, e.l) // over HTTP the wrapper ends it once the response is written
 	}
 	return resp
 }
@@ -826,26 +826,20 @@ type requestState struct {
 	// spells it (cut at MaxOperationName bytes), under mu.
 	operation string
 	// get: the request came by GET, whose transport refuses mutations
-	// after the Extension has run. wrapped: the GraphQL wrapper carries
-	// this state and ends it once the response is written (end).
-	// (The booleans of this struct sit side by side, so that it fits a
-	// smaller allocation size class.)
-	get, wrapped bool
+	// after the extension has run.
+	get bool
 	// conn is the WebSocket connection the operation came on (nil over
 	// HTTP): it is decided in InterceptOperation (socket.go).
 	conn *connState
 	// ext is the Extension that decides the request: the first whose hook
 	// ran, so that a limiter installed twice on one server (two Extensions)
 	// prices and debits once.
-	ext *Extension
+	ext *costExtension
 	// sub is the subscription's slot and events (subscription.go); nil for
 	// queries and mutations.
 	sub *subscription
 	// upload counts the bytes of a multipart request (upload.go).
 	upload *countingReader
-	// endUndispatched, without the wrapper, stops ending the request when
-	// its context ends (requestState); nil otherwise.
-	endUndispatched func() bool
 
 	mu sync.Mutex
 	// decided, reported; hasActual (see actual); laned (see lane).
@@ -1014,45 +1008,26 @@ func (s *requestState) settle(ctx context.Context, l *Limiter) (o budget.Outcome
 	return s.outcome, s.cost, charged
 }
 
-// requestState returns the state the GraphQL wrapper put in ctx. Without
-// the wrapper, it identifies the operation from what gqlgen kept of the
-// request (the Identifier sees a synthetic request carrying only the
-// headers and the context): a WithPrincipal principal or an API key still
-// work; the client address is unknown, so anonymous operations share one
-// "ip:unknown" bucket.
-func (e *Extension) requestState(ctx context.Context, opCtx *graphql.OperationContext) (*requestState, *gqlerror.Error) {
-	if st, ok := ctx.Value(stateKey{}).(*requestState); ok {
+// requestState returns the state of the operation opCtx: the one the
+// wrapper put in the HTTP request's context, or, for an operation on a
+// WebSocket, its own, made by the first hook that sees it and kept in
+// opCtx. An operation that came another way (the gqlgen server is also
+// served without Handler's wrapper) is refused: nothing would price it.
+func (e *costExtension) requestState(ctx context.Context, opCtx *graphql.OperationContext) (*requestState, *gqlerror.Error) {
+	if st, ok := opCtx.Stats.GetExtension(statsKey).(*requestState); ok {
 		return st, nil
 	}
-	if st, ok := opCtx.Stats.GetExtension(statsKey).(*requestState); ok {
+	if st, ok := ctx.Value(stateKey{}).(*requestState); ok {
+		opCtx.Stats.SetExtension(statsKey, st)
 		return st, nil
 	}
 	if cs, ok := ctx.Value(connKey{}).(*connState); ok {
 		return e.socketState(ctx, cs, opCtx)
 	}
-	r := (&http.Request{Method: http.MethodPost, URL: &url.URL{}, Header: opCtx.Headers}).WithContext(ctx)
-	if r.Header == nil {
-		r.Header = http.Header{}
+	if _, due := e.l.notInstalledWarn.Due(e.l.clock.Now().Sub(e.l.start)); due {
+		e.l.log.ErrorContext(ctx, "middleware: a request reached the gqlgen server without passing the handler Limiter.Handler returned (is the server also served elsewhere?); refusing its operations")
 	}
-	if isUpgradeHeader(r.Header) {
-		// A WebSocket operation without the wrapper: decided once its
-		// init payload is known, as with it.
-		r.Method = http.MethodGet
-		return e.socketState(ctx, &connState{r: r}, opCtx)
-	}
-	st, err := e.l.current().newState(r)
-	if err != nil {
-		return nil, e.identifyError(ctx, err)
-	}
-	opCtx.Stats.SetExtension(statsKey, st)
-	// gqlgen may answer without dispatching the operation (its GET
-	// transport answers a mutation 406 once it is decided), and then calls
-	// no later hook: st ends when the request's context does, its slots
-	// given back and its decision reported. A dispatched operation is
-	// ended by the response interceptor, after its resolvers, even when
-	// its client leaves first (InterceptOperation stops this).
-	st.endUndispatched = context.AfterFunc(ctx, func() { st.end(context.WithoutCancel(ctx), e.l) })
-	return st, nil
+	return nil, codedError(CodeNotInstalled, 0, "the rate limiter is not installed on this route")
 }
 
 // newState identifies r under set and starts its requestState: the one
@@ -1067,24 +1042,15 @@ func (set *settings) newState(r *http.Request) (*requestState, error) {
 	return &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r)}, nil
 }
 
-// GraphQL wraps a gqlgen handler (whose server uses this Limiter's
-// Extension). It identifies the caller before gqlgen runs (401
-// UNKNOWN_API_KEY for an unknown key), then applies the Extension's
-// decision to the response: 429 for RATE_LIMITED, 503 for
-// RATE_LIMITER_UNAVAILABLE, 422 for static-limit codes (400 when the
-// response is application/graphql-response+json), the rate-limit headers,
-// and Retry-After on 429 and 503.
-//
-// Until an Extension of l has been added to a gqlgen server (Use validates
-// it), every request is refused with 500 COSTGUARD_NOT_INSTALLED before it
-// reaches h: a wrapper without its extension would price nothing and let
-// everything through. Handler installs both at once.
-func (l *Limiter) GraphQL(h http.Handler) http.Handler {
+// graphQL wraps h, a gqlgen server carrying l's extension. It identifies
+// the caller before gqlgen runs (401 UNKNOWN_API_KEY for an unknown key),
+// screens the body, then applies the extension's decision to the
+// response: 429 for RATE_LIMITED, 503 for RATE_LIMITER_UNAVAILABLE, 422
+// for static-limit codes (400 when the response is
+// application/graphql-response+json), the rate-limit headers, and
+// Retry-After on 429 and 503.
+func (l *Limiter) graphQL(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !l.installed.Load() {
-			l.notInstalled(w, r)
-			return
-		}
 		if installedOutside(r.Context()) {
 			h.ServeHTTP(w, r) // wrapped twice: the outer wrapper limits this request
 			return
@@ -1099,7 +1065,7 @@ func (l *Limiter) GraphQL(h http.Handler) http.Handler {
 			l.serveSocket(w, r, h) // each operation on it is decided alone
 			return
 		}
-		st.get, st.wrapped = r.Method == http.MethodGet, true
+		st.get = r.Method == http.MethodGet
 		if l.shedAtTheDoor(r, set, st.id) {
 			l.shedBeforeReading(w, r, st)
 			return
@@ -1218,24 +1184,18 @@ func (l *Limiter) busy(w http.ResponseWriter, r *http.Request) {
 		codedError(budget.CodeRateLimiterUnavailable, ra, "the server is busy; retry in %s", inSeconds(ra)), ra)
 }
 
-// Handler installs l on a gqlgen server: it adds l's Extension (pricing and
-// debiting each operation before any resolver) and returns the server
-// wrapped by GraphQL (statuses and headers). It is the one call a gqlgen
-// server needs; srv's transports, cache and other extensions are the
-// caller's.
+// Handler installs l on a gqlgen server, the one way to: it adds l's
+// extension to srv (pricing and debiting each operation after validation,
+// before any resolver) and returns srv wrapped by the handler that
+// identifies each request, bounds its body and answers with the
+// extension's decision (statuses, rate-limit headers, extensions.cost).
+// srv's transports, cache and other extensions are the caller's. Served
+// only through the returned handler: an operation that reaches srv another
+// way is refused CodeNotInstalled. Installed twice (on one server, or one
+// wrapped in another), an operation is still priced and charged once.
 func (l *Limiter) Handler(srv *handler.Server) http.Handler {
-	srv.Use(l.Extension())
-	return l.GraphQL(srv)
-}
-
-// notInstalled answers a request GraphQL cannot limit, logging the mistake
-// at most once a minute.
-func (l *Limiter) notInstalled(w http.ResponseWriter, r *http.Request) {
-	if _, due := l.notInstalledWarn.Due(l.clock.Now().Sub(l.start)); due {
-		l.log.ErrorContext(r.Context(), "middleware: Limiter.GraphQL wraps a handler, but no Extension of this Limiter was added to a gqlgen server (srv.Use(lim.Extension()), or use lim.Handler(srv)); refusing every GraphQL request")
-	}
-	writeGraphQLError(w, r, http.StatusInternalServerError,
-		codedError(CodeNotInstalled, 0, "the rate limiter is not installed on this GraphQL server"), 0)
+	srv.Use(&costExtension{l: l})
+	return l.graphQL(srv)
 }
 
 func (l *Limiter) graphQLIdentifyFailed(w http.ResponseWriter, r *http.Request, err error) {

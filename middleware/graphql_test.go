@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
@@ -419,36 +416,5 @@ func TestGraphQLGET(t *testing.T) {
 	w := do(t, h, request{method: "GET", path: "/graphql?query=" + url.QueryEscape(query61), header: bearer(aliceKey)})
 	if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
 		t.Errorf("GET: %d %v %s", w.Code, w.Header(), w.Body)
-	}
-}
-
-// Without the wrapper, a rejection is still never a 200: the codes are
-// protocol errors to gqlgen.
-func TestExtensionWithoutWrapper(t *testing.T) {
-	clock := newClock()
-	lim := newLimiter(t, testConfig(t, clock))
-	schema := newTestSchema()
-	srv := handler.New(schema.executable())
-	srv.AddTransport(transport.POST{})
-	srv.Use(lim.Extension())
-
-	w, resp := query(t, srv, mutation11, bearer(aliceKey))
-	if w.Code != http.StatusOK || *resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != 89 {
-		t.Fatalf("admitted: %d %s", w.Code, w.Body)
-	}
-	// Anonymous operations share one bucket (the address is unknown here).
-	codes := []int{}
-	for range 3 {
-		w, _ := query(t, srv, mutation11, nil)
-		codes = append(codes, w.Code)
-	}
-	if codes[0] != 200 || codes[1] != http.StatusUnprocessableEntity || codes[2] != http.StatusUnprocessableEntity {
-		t.Errorf("statuses %v, want [200 422 422]", codes)
-	}
-	if w, resp := query(t, srv, query61, bearer("forged")); w.Code != http.StatusUnprocessableEntity || resp.code() != middleware.CodeUnknownAPIKey {
-		t.Errorf("unknown key: %d %+v", w.Code, resp.Errors)
-	}
-	if schema.issueCount() != 2 {
-		t.Errorf("issues %d, want 2", schema.issueCount())
 	}
 }

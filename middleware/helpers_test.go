@@ -371,8 +371,8 @@ func (s *testSchema) issueCount() int {
 	return len(s.issues)
 }
 
-// graphQLServer is the wiring a user writes: a gqlgen server using the
-// Extension, behind the GraphQL wrapper, and the REST middleware on /api/.
+// graphQLServer is the wiring a user writes: a gqlgen server installed
+// with Handler, and the REST middleware on /api/.
 func graphQLServer(lim *middleware.Limiter, s *testSchema) http.Handler {
 	return graphQLServerOf(lim, s.executable())
 }
@@ -382,14 +382,13 @@ func graphQLServerOf(lim *middleware.Limiter, es graphql.ExecutableSchema) http.
 	srv := handler.New(es)
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
-	srv.Use(lim.Extension())
 
 	api := http.NewServeMux()
 	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"ok":true}`)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", lim.GraphQL(srv))
+	mux.Handle("/graphql", lim.Handler(srv))
 	mux.Handle("/api/", lim.REST(api))
 	return mux
 }

@@ -53,7 +53,7 @@ func BenchmarkExtensionHooks(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer lim.Close()
-		ext := lim.Extension()
+		ext := &costExtension{l: lim}
 		if err := ext.Validate(es); err != nil {
 			b.Fatal(err)
 		}

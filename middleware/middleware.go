@@ -405,16 +405,14 @@ type Limiter struct {
 	// fields New fixed (fixedChanges).
 	atNew Config
 
-	// Warnings logged at most once a minute: a wrapper without its
-	// extension (the others are per plan).
+	// Warnings logged at most once a minute: an operation that did not
+	// pass Handler's wrapper (the others are per plan).
 	notInstalledWarn logevery.Gate
 	// directiveWarn: gqlgen generated runtime hooks for @cost or
 	// @listSize (no skip_runtime) and a field failed for it.
 	directiveWarn logevery.Gate
 	// fallbackWarn: the fail-open fallback decided (fallbackDecided).
 	fallbackWarn logevery.Gate
-	// installed: an Extension of this Limiter was added to a gqlgen server.
-	installed atomic.Bool
 	// screened remembers the queries that passed the document bounds.
 	screened *screenCache
 	// schemas are those the Extensions of this Limiter price, for Reload
@@ -424,7 +422,7 @@ type Limiter struct {
 	// exts are the Extensions of this Limiter on servers, held weakly (a
 	// server dropped takes its Extension with it), so that Reload compiles
 	// their trusted documents' plans before a request needs them.
-	exts []weak.Pointer[Extension]
+	exts []weak.Pointer[costExtension]
 }
 
 // systemTimer is time.NewTimer as a limiter.Timer.

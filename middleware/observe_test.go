@@ -8,9 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
@@ -107,22 +104,6 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 	do(t, h, request{method: http.MethodGet, path: "/graphql?query=" + strings.ReplaceAll(mutation11, " ", "+"), header: bearer(aliceKey)})
 	if got := rec.take(); len(got) != 0 {
 		t.Errorf("GET mutation: %d events, want none", len(got))
-	}
-}
-
-// Without the wrapper the Extension reports each operation once.
-func TestObserverWithoutWrapper(t *testing.T) {
-	cfg := testConfig(t, newClock())
-	rec := &recorder{}
-	cfg.Observer = rec
-	lim := newLimiter(t, cfg)
-	srv := handler.New(newTestSchema().executable())
-	srv.AddTransport(transport.POST{})
-	srv.Use(lim.Extension())
-	query(t, srv, mutation11, bearer(aliceKey))
-	got := rec.take()
-	if len(got) != 1 || got[0].Outcome != budget.ClassAdmitted || got[0].RequestedCost != 11 {
-		t.Errorf("events %+v, want one admitted at 11", got)
 	}
 }
 

@@ -585,11 +585,10 @@ func BenchmarkPersisted(b *testing.B) {
 
 func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
-// An Apollo manifest, a document of two operations chosen by
-// operationName, and the Extension installed without the wrapper: the
-// hash is filled in and the choice priced by its own plan, and an
+// An Apollo manifest and a document of two operations chosen by
+// operationName: the hash is filled in and the choice priced by its own plan, and an
 // untrusted document is refused before gqlgen parses it.
-func TestTrustedDocumentsApolloWithoutWrapper(t *testing.T) {
+func TestTrustedDocumentsApollo(t *testing.T) {
 	const two = `query One { user(login: "octocat") { login } } query Many($n: Int) { user(login: "octocat") { repos(first: $n) { name } } }`
 	manifest, _ := json.Marshal(map[string]any{
 		"format": trusteddocs.ApolloFormat, "version": 1,
@@ -604,10 +603,7 @@ func TestTrustedDocumentsApolloWithoutWrapper(t *testing.T) {
 	}
 	cfg := persistedConfig(nil)
 	cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: path}
-	a := newAdopter(t, cfg, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
-		srv.Use(lim.Extension()) // no wrapper: every request is decided by the Extension
-		return srv
-	})
+	a := newAdopter(t, cfg, nil)
 	hash := trusteddocs.Hash(two)
 	x := a.post(map[string]any{"operationName": "Many", "variables": map[string]any{"n": 7}, "extensions": apqExt(hash)})
 	if len(x.resp.Errors) > 0 || x.requested() != 8 {
@@ -618,12 +614,12 @@ func TestTrustedDocumentsApolloWithoutWrapper(t *testing.T) {
 		t.Errorf("One: %d %+v", x.status, x.resp)
 	}
 	x = a.post(map[string]any{"query": untrustedQ})
-	if x.resp.code() != middleware.CodeDocumentNotTrusted || x.status != http.StatusUnprocessableEntity {
-		t.Errorf("untrusted without the wrapper: %d %+v", x.status, x.resp)
+	if x.resp.code() != middleware.CodeDocumentNotTrusted || x.status != http.StatusForbidden {
+		t.Errorf("untrusted: %d %+v", x.status, x.resp)
 	}
 	x = a.post(map[string]any{"extensions": apqExt(trusteddocs.Hash(untrustedQ))})
-	if x.resp.code() != middleware.CodePersistedQueryNotFound || x.status != http.StatusOK {
-		t.Errorf("unknown hash without the wrapper: %d %+v", x.status, x.resp)
+	if x.resp.code() != middleware.CodePersistedQueryNotFound || x.status != http.StatusBadRequest {
+		t.Errorf("unknown hash: %d %+v", x.status, x.resp)
 	}
 }
 

@@ -140,21 +140,31 @@ func hasDryRun(def *ast.Definition, name string) bool {
 }
 
 // checkRateLimitField finds the rate-limit field in schema when the
-// Extension is added to a server. Only a name other than the default is
+// extension is added to a server. Only a name other than the default is
 // required to be there.
-func (e *Extension) checkRateLimitField(schema *ast.Schema, set *settings) error {
-	f := findRateLimitField(schema, set.gql.RateLimitField)
-	if !f.onQuery && f.name != DefaultGraphQLOptions().RateLimitField {
-		return fmt.Errorf("middleware: GraphQLOptions.RateLimitField is %q, but the schema's Query type has no such field with a Boolean argument %s",
-			f.name, dryRunArgument)
+func (e *costExtension) checkRateLimitField(schema *ast.Schema, set *settings) error {
+	f, err := set.rateLimitFieldOf(schema)
+	if err != nil {
+		return err
 	}
 	e.ask.rateField.Store(f)
 	return nil
 }
 
+// rateLimitFieldOf finds the rate-limit field of s in schema; only a name
+// other than the default is required to be there.
+func (s *settings) rateLimitFieldOf(schema *ast.Schema) (*rateLimitField, error) {
+	f := findRateLimitField(schema, s.gql.RateLimitField)
+	if !f.onQuery && f.name != DefaultGraphQLOptions().RateLimitField {
+		return nil, fmt.Errorf("middleware: GraphQLOptions.RateLimitField is %q, but the schema's Query type has no such field with a Boolean argument %s",
+			f.name, dryRunArgument)
+	}
+	return f, nil
+}
+
 // rateLimitField returns where the schema has the field set names (it
 // changes with a Reload).
-func (e *Extension) rateLimitField(set *settings) *rateLimitField {
+func (e *costExtension) rateLimitField(set *settings) *rateLimitField {
 	if f := e.ask.rateField.Load(); f != nil && f.name == set.gql.RateLimitField {
 		return f
 	}
@@ -167,7 +177,7 @@ func (e *Extension) rateLimitField(set *settings) *rateLimitField {
 // (a literal, a variable or the argument's default), as the executor will
 // collect it: @skip and @include applied, fragments expanded. One such
 // selection makes the whole operation a dry run.
-func (e *Extension) dryRun(set *settings, op *ast.OperationDefinition, vars map[string]any) bool {
+func (e *costExtension) dryRun(set *settings, op *ast.OperationDefinition, vars map[string]any) bool {
 	f := e.rateLimitField(set)
 	if (op.Operation == ast.Query && f.onQuery) || (op.Operation == ast.Mutation && f.onMutation) {
 		var spread map[string]bool
@@ -257,7 +267,7 @@ func dryRunValue(f *ast.Field, vars map[string]any) bool {
 // InterceptRootField implements graphql.RootFieldInterceptor: in a dry run
 // every root field but the rate-limit field resolves to null without its
 // resolver running; a non-null one adds a DRY_RUN error saying so.
-func (e *Extension) InterceptRootField(ctx context.Context, next graphql.RootResolver) graphql.Marshaler {
+func (e *costExtension) InterceptRootField(ctx context.Context, next graphql.RootResolver) graphql.Marshaler {
 	st, ok := stateOf(ctx)
 	if !ok || !st.ask.dryRun {
 		return next(ctx)

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
-
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/middleware"
 )
@@ -266,43 +263,22 @@ func TestRateLimitDryRunEvents(t *testing.T) {
 	}
 }
 
-// Without the wrapper, dry runs and RateLimitFrom work the same.
-func TestRateLimitFieldWithoutWrapper(t *testing.T) {
-	clock := newClock()
-	lim := newLimiter(t, testConfig(t, clock))
-	schema := newTestSchema()
-	srv := handler.New(schema.executable())
-	srv.AddTransport(transport.POST{})
-	srv.Use(lim.Extension())
-	for _, tc := range []struct {
-		args      string
-		remaining int64
-	}{{"(dryRun: true)", 100}, {"", 39}} {
-		w, resp := query(t, srv, strings.Replace(rateLimit61, "%s", tc.args, 1), bearer(aliceKey))
-		if rl := decodeRateLimit(t, resp).RateLimit; w.Code != http.StatusOK || rl.Remaining != tc.remaining || rl.Cost != 61 {
-			t.Errorf("%q: %d %s", tc.args, w.Code, w.Body)
-		}
-	}
-	if n := schema.resolvers.Load(); n != 3 {
-		t.Errorf("resolvers %d, want 3", n)
-	}
-}
-
-// RateLimitField names the field; a name the schema lacks fails when the
-// Extension is added, while the default may be absent (no dry runs).
+// RateLimitField names the field; a name the schema lacks fails CheckSchema
+// (and Handler, which panics), while the default may be absent (no dry
+// runs).
 func TestRateLimitFieldOption(t *testing.T) {
 	clock := newClock()
 	cfg := testConfig(t, clock)
 	cfg.GraphQL.RateLimitField = "quota"
 	lim := newLimiter(t, cfg)
-	err := lim.Extension().Validate(newTestSchema().executable())
+	err := lim.CheckSchema(newTestSchema().executable().Schema())
 	if err == nil || !strings.Contains(err.Error(), `"quota"`) {
-		t.Errorf("Validate: %v", err)
+		t.Errorf("CheckSchema: %v", err)
 	}
 
 	// The example schema has no rateLimit: nothing changes.
 	lim = newLimiter(t, testConfig(t, clock))
-	if err := lim.Extension().Validate(exampleSchema()); err != nil {
+	if err := lim.CheckSchema(exampleSchema().Schema()); err != nil {
 		t.Errorf("Validate without the default field: %v", err)
 	}
 
@@ -310,7 +286,7 @@ func TestRateLimitFieldOption(t *testing.T) {
 	schema := newTestSchema()
 	cfg = testConfig(t, clock)
 	cfg.GraphQL.RateLimitField = "viewer"
-	if err := newLimiter(t, cfg).Extension().Validate(schema.executable()); err == nil {
+	if err := newLimiter(t, cfg).CheckSchema(schema.executable().Schema()); err == nil {
 		t.Errorf("viewer has no dryRun argument, yet Validate passed")
 	}
 }

@@ -27,7 +27,7 @@ import (
 //
 // An upload's cost is part of both the price and the actual cost: its
 // bytes were read.
-func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) {
+func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) {
 	st.mu.Lock()
 	o, cost, costPlan := st.outcome, st.cost, st.costPlan
 	st.mu.Unlock()
@@ -77,7 +77,7 @@ func (e *Extension) settleActual(ctx context.Context, st *requestState, opCtx *g
 // refuseIntrospection settles an operation whose every root field gqlgen
 // refused as introspection: it pays InvalidCost, the rest of its price
 // goes back to the budgets debited, refunds on or off.
-func (e *Extension) refuseIntrospection(ctx context.Context, st *requestState, o budget.Outcome, cost int64) {
+func (e *costExtension) refuseIntrospection(ctx context.Context, st *requestState, o budget.Outcome, cost int64) {
 	invalid := min(st.set.gql.InvalidCost, cost)
 	var refunded int64
 	if o.Shadowed == budget.Admitted && o.Charged == cost && cost > invalid {

@@ -102,11 +102,11 @@ func TestScreenCacheBoundedOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.installed.Store(true) // no gqlgen behind: the wrapper's screening alone
 	var passed atomic.Int64
-	srv := httptest.NewServer(l.GraphQL(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		passed.Add(1)
-	})))
+	srv := httptest.NewServer(l.graphQL(http.HandlerFunc( // no gqlgen behind: the wrapper's screening alone
+		func(w http.ResponseWriter, r *http.Request) {
+			passed.Add(1)
+		})))
 	defer srv.Close()
 	const docs, size = 3000, 16 << 10
 	pad := strings.Repeat(" ", size)

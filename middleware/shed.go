@@ -166,7 +166,7 @@ func (l *Limiter) Degraded(feature string) bool { return l.shed != nil && l.shed
 // admit takes the operation's slot among the requests in flight, before
 // anything is priced or debited; a shed operation is refused with 503
 // OVERLOADED and pays nothing.
-func (e *Extension) admit(ctx context.Context, st *requestState, ln *lane) *gqlerror.Error {
+func (e *costExtension) admit(ctx context.Context, st *requestState, ln *lane) *gqlerror.Error {
 	r := st.r
 	if r == nil {
 		r = &http.Request{Header: graphql.GetOperationContext(ctx).Headers}

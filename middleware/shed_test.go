@@ -254,27 +254,6 @@ func TestShedRequestsPayNothing(t *testing.T) {
 	}
 }
 
-// Without the wrapper the response interceptor gives slots back, whether
-// the operation ran or was refused: a slot that leaked would end in
-// shedding everything.
-func TestShedSlotsReturnWithoutWrapper(t *testing.T) {
-	cfg := testConfig(t, newClock())
-	cfg.Overload = &overload.Config{MaxInFlight: 2}
-	cfg.Concurrency = middleware.ConcurrencyOptions{PerPrincipal: 1}
-	cfg.GraphQL.MaxDepth = 2
-	lim := newLimiter(t, cfg)
-	srv := handler.New(newTestSchema().executable())
-	srv.AddTransport(transport.POST{})
-	srv.Use(lim.Extension())
-	for i := range 10 {
-		query(t, srv, `{ user(login: "a") { repos(first: 1) { name } } }`, bearer(aliceKey)) // over MaxDepth
-		query(t, srv, `{ viewer { login } }`, bearer(aliceKey))
-		if w, resp := query(t, srv, `{ viewer { login } }`, bearer(aliceKey)); w.Code != http.StatusOK {
-			t.Fatalf("round %d: %d %+v", i, w.Code, resp.Errors)
-		}
-	}
-}
-
 // A lane is chosen by what will run: a root field @skip leaves out does
 // not pick it, and a dry run (rateLimit(dryRun: true), GraphQL-Cost:
 // validate) runs nothing, so it never takes a lane above normal nor its

@@ -66,7 +66,7 @@ func (l *Limiter) serveSocket(w http.ResponseWriter, r *http.Request, h http.Han
 // connection, identified by the upgrade request in the operation's
 // context: a principal the application's InitFunc put there
 // (WithPrincipal) is seen as on any request.
-func (e *Extension) socketState(ctx context.Context, cs *connState, opCtx *graphql.OperationContext) (*requestState, *gqlerror.Error) {
+func (e *costExtension) socketState(ctx context.Context, cs *connState, opCtx *graphql.OperationContext) (*requestState, *gqlerror.Error) {
 	st, err := e.l.current().newState(cs.r.WithContext(ctx))
 	if err != nil {
 		return nil, e.identifyError(ctx, err)
@@ -77,7 +77,7 @@ func (e *Extension) socketState(ctx context.Context, cs *connState, opCtx *graph
 }
 
 // identifyError is the GraphQL error of an identification that failed.
-func (e *Extension) identifyError(ctx context.Context, err error) *gqlerror.Error {
+func (e *costExtension) identifyError(ctx context.Context, err error) *gqlerror.Error {
 	if errors.Is(err, identity.ErrUnknownAPIKey) {
 		return codedError(CodeUnknownAPIKey, 0, "unknown API key")
 	}
@@ -112,7 +112,7 @@ func withInitCredentials(r *http.Request, payload transport.InitPayload) *http.R
 // reidentify identifies a WebSocket operation again once the init payload
 // is known: its credentials, when the upgrade request had none, choose who
 // pays.
-func (e *Extension) reidentify(ctx context.Context, st *requestState) *gqlerror.Error {
+func (e *costExtension) reidentify(ctx context.Context, st *requestState) *gqlerror.Error {
 	base := st.conn.r.WithContext(ctx)
 	r := withInitCredentials(base, transport.GetInitPayload(ctx))
 	if r == base {
@@ -133,7 +133,7 @@ func (e *Extension) reidentify(ctx context.Context, st *requestState) *gqlerror.
 // debits it as over HTTP. A refusal is returned as the handler of the
 // operation's response: gqlgen's WebSocket transport sends it as the
 // operation's error message, and the connection stays open.
-func (e *Extension) decideSocket(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) graphql.ResponseHandler {
+func (e *costExtension) decideSocket(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) graphql.ResponseHandler {
 	gerr := e.reidentify(ctx, st)
 	if gerr == nil {
 		gerr = e.decide(ctx, st, opCtx)

@@ -110,7 +110,7 @@ type subscription struct {
 // openSubscription takes a slot for the subscription st starts, refusing
 // it (it pays InvalidCost) when its principal holds the most it may. The
 // slot is given back when ctx, the operation's, ends, whatever else does.
-func (e *Extension) openSubscription(ctx context.Context, st *requestState) *gqlerror.Error {
+func (e *costExtension) openSubscription(ctx context.Context, st *requestState) *gqlerror.Error {
 	if !e.l.subs.acquire(st.id.Key, st.set.maxSubscriptions) {
 		return e.refuseUnpriced(ctx, st, codedError(CodeSubscriptionsLimited, 0,
 			"too many subscriptions open: %d at once are allowed", st.set.maxSubscriptions), false)
@@ -204,7 +204,7 @@ func (s *subscription) stream(h graphql.ResponseHandler) graphql.ResponseHandler
 // is replaced by the refusal, and the subscription ends after it. A
 // response without data (an error of the subscription itself) is no
 // event and pays nothing.
-func (e *Extension) chargeEvent(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) *graphql.Response {
+func (e *costExtension) chargeEvent(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) *graphql.Response {
 	if len(resp.Data) == 0 || string(resp.Data) == "null" {
 		return resp
 	}

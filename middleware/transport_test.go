@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -74,7 +75,9 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 		t.Cleanup(func() { _ = store.Close() })
 		cfg.Store = store
 	}
-	cfg.Logger = discardLogger()
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger()
+	}
 	a.cfg = cfg
 	a.lim = newLimiter(t, cfg)
 	srv := handler.New(a.res.Schema())
@@ -865,12 +868,8 @@ func TestInstalledTwiceChargesOnce(t *testing.T) {
 		"Handler twice": func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
 			return lim.Handler(srv) // and once more below
 		},
-		"Use, then Handler": func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
-			srv.Use(lim.Extension())
-			return lim.Handler(srv)
-		},
-		"GraphQL around Handler": func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
-			return lim.GraphQL(lim.Handler(srv))
+		"Handler's handler wrapped again": func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+			return middleware.Wrap(lim, lim.Handler(srv))
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -903,6 +902,37 @@ func TestInstalledTwiceChargesOnce(t *testing.T) {
 				t.Errorf("over a WebSocket: %d left, want %d", got, before-2*price)
 			}
 		})
+	}
+}
+
+// A gqlgen server the limiter is installed on, served also without the
+// handler Handler returned, runs nothing that way: every operation is
+// refused COSTGUARD_NOT_INSTALLED before any resolver, and the mistake is
+// logged once a minute, not per request.
+func TestServedWithoutHandlerRefuses(t *testing.T) {
+	logs := &countingHandler{}
+	var direct http.Handler
+	a := newAdopter(t, middleware.Config{Logger: slog.New(logs)}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+		h := lim.Handler(srv)
+		direct = srv
+		return h
+	})
+	calls := a.res.Calls()
+	for range 3 {
+		w := do(t, direct, request{path: "/graphql", body: `{"query":"{ user(login: \"octocat\") { login } }"}`, header: bearer(adopterKey)})
+		var resp gqlResponse
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || w.Code != http.StatusUnprocessableEntity || resp.code() != middleware.CodeNotInstalled {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	if n := a.res.Calls() - calls; n != 0 {
+		t.Errorf("%d resolvers ran", n)
+	}
+	if n := logs.count(slog.LevelError); n != 1 {
+		t.Errorf("%d errors logged for 3 refusals within a minute, want 1", n)
+	}
+	if x := a.post(map[string]any{"query": cheapQueryDoc}); x.status != http.StatusOK || len(x.resp.Errors) != 0 {
+		t.Errorf("through Handler: %d %+v", x.status, x.resp.Errors)
 	}
 }
 

@@ -44,7 +44,7 @@ func TestReloadPreparesTrustedPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	e := l.Extension()
+	e := &costExtension{l: l}
 	if err := e.Validate(&graphql.ExecutableSchemaMock{SchemaFunc: func() *ast.Schema { return schema }}); err != nil {
 		t.Fatal(err)
 	}
