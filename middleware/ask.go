@@ -66,16 +66,6 @@ func (e *costExtension) priceOnly(ctx context.Context, st *requestState, opCtx *
 	return true
 }
 
-// noteDecision completes what an operation asked to learn, once its cost
-// was decided by a debit: the status RateLimitFrom returns and, for an
-// admitted "GraphQL-Cost: report", the breakdown of its price.
-func (e *costExtension) noteDecision(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, rep *complexity.Report, cost int64, o *budget.Outcome) {
-	st.noteRate(rep, cost, o, e.l)
-	if st.ask.mode == modeReport && o.Verdict == budget.Admitted {
-		e.explain(ctx, st, opCtx)
-	}
-}
-
 // recordPeek records the price of an operation that asked for it, and the
 // bucket as the peek found it. Nothing was debited and nothing was refused,
 // so there is no decision to report: no Event, no debug line.

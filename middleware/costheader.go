@@ -117,7 +117,10 @@ func (e *costExtension) InterceptOperation(ctx context.Context, next graphql.Ope
 	if resp := e.validateResponse(ctx, st); resp != nil {
 		return graphql.OneShot(resp)
 	}
-	return st.sub.stream(next(ctx))
+	if st.sub != nil {
+		return st.sub.stream(next(ctx))
+	}
+	return next(ctx)
 }
 
 // explain prices an admitted "GraphQL-Cost: report" operation a second

@@ -339,7 +339,7 @@ func (e *costExtension) analyzer(st *requestState) (*complexity.Analyzer, error)
 	if err != nil {
 		return nil, err
 	}
-	return b.analyzerFor(st.relaxed()), nil
+	return b.analyzerFor(st.plan.RelaxStructuralLimits || st.trustedDoc != nil && st.relaxed()), nil
 }
 
 // boundFor returns the analyzer, with its plan cache, that p holds when it
@@ -411,7 +411,7 @@ func (e *costExtension) MutateOperationParameters(ctx context.Context, params *g
 		}
 		st.trustedDoc = tr.doc
 	}
-	if st.documentBoundsLifted() {
+	if st.trustedDoc != nil && st.documentBoundsLifted() {
 		st.documentChecked = params.Query
 		return nil
 	}
@@ -449,7 +449,7 @@ func (e *costExtension) checkParsed(ctx context.Context, st *requestState, opCtx
 			return e.refuseUnpriced(ctx, st, codedError(CodeDocumentNotTrusted, 0, "the document is not a trusted document of this server"), false)
 		}
 	}
-	if st.documentBoundsLifted() {
+	if st.trustedDoc != nil && st.documentBoundsLifted() {
 		return nil
 	}
 	return e.checkDocument(ctx, st, opCtx.RawQuery)
@@ -568,7 +568,7 @@ func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *gra
 	if costPlan = bound.trustedPlan(st.trustedDoc, opCtx.Operation); costPlan != nil {
 		rep, err = costPlan.Evaluate(opCtx.Variables) // compiled with the manifest; priced with this request's variables
 	} else {
-		rep, costPlan, err = bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery, st.relaxed())
+		rep, costPlan, err = bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery, st.plan.RelaxStructuralLimits || st.trustedDoc != nil && st.relaxed())
 	}
 	if err != nil {
 		var cerr *complexity.Error
@@ -596,10 +596,12 @@ func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *gra
 	st.costPlan = costPlan
 	st.mu.Unlock()
 	cost := max(rep.Points, st.set.gql.MinCost)
-	if up := st.uploadCost(); up > 0 {
-		cost = min(cost, 1<<63-1-up) + up
+	if st.upload != nil {
+		if up := st.uploadCost(); up > 0 {
+			cost = min(cost, 1<<63-1-up) + up
+		}
 	}
-	if e.priceOnly(ctx, st, opCtx, rep, cost) {
+	if (st.ask.mode == modeValidate || st.ask.dryRun) && e.priceOnly(ctx, st, opCtx, rep, cost) {
 		st.release() // answered without running, it holds no slot while it is written
 		return nil   // GraphQL-Cost: validate, a dry run
 	}
@@ -612,13 +614,18 @@ func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *gra
 	req.ChargeInvalidIfNever = true // a price it can never pay is refused as a static cap is
 	o := l.engine.Charge(ctx, req)
 	st.record(o, cost, codeOf(o, nil))
-	e.noteDecision(ctx, st, opCtx, rep, cost, &o)
+	st.noteRate(rep, cost, &o, l)
 	admitted := o.Verdict == budget.Admitted
-	st.sub.settle(admitted)
+	if st.ask.mode == modeReport && admitted {
+		e.explain(ctx, st, opCtx) // the breakdown "GraphQL-Cost: report" asks for
+	}
+	if st.sub != nil {
+		st.sub.settle(admitted)
+	}
 	if gerr := l.verdictError(o, cost, st.plan); gerr != nil || !admitted {
 		return gerr
 	}
-	turn := l.hold(ctx, o.Delay)
+	turn := o.Delay <= 0 || l.hold(ctx, o.Delay)
 	if st.sub != nil {
 		// An admitted subscription's subscribe is final here: its price is
 		// never refunded, and each event is a decision of its own
@@ -718,7 +725,7 @@ func (e *costExtension) InterceptResponse(ctx context.Context, next graphql.Resp
 	if gerr != nil || !e.owns(st) {
 		return resp
 	}
-	if st.sub.charging() {
+	if st.sub != nil && st.sub.charging() {
 		return e.chargeEvent(ctx, st, opCtx, resp) // the subscribe ended when it was admitted
 	}
 	if st.isDecided() {
@@ -1066,7 +1073,7 @@ func (l *Limiter) graphQL(h http.Handler) http.Handler {
 			return
 		}
 		st.get = r.Method == http.MethodGet
-		if l.shedAtTheDoor(r, set, st.id) {
+		if l.shed != nil && l.shedAtTheDoor(r, set, st.id) {
 			l.shedBeforeReading(w, r, st)
 			return
 		}
@@ -1074,7 +1081,7 @@ func (l *Limiter) graphQL(h http.Handler) http.Handler {
 			l.refuseRequest(w, r, st, ref)
 			return
 		}
-		if boundary, ok := isMultipart(r); ok {
+		if boundary, ok := isMultipart(r); ok { // a POST of multipart/form-data
 			if o := l.engine.Peek(r.Context(), budget.Request{Key: st.id.Key, Rule: st.plan.Rule}); o.Known && o.Decision.Remaining < st.set.gql.MinCost && !st.plan.Unlimited {
 				// An upload its budget cannot pay is refused before up to
 				// MaxUploadBytes of it are read (it pays InvalidCost, or
@@ -1109,11 +1116,13 @@ func (l *Limiter) graphQL(h http.Handler) http.Handler {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 		}
 		if ref == nil && !declared {
-			if release, err = l.holdBody(r.Context(), len(body)); err != nil {
-				l.busy(w, r)
-				return
+			if len(body) > smallBody {
+				if release, err = l.holdBody(r.Context(), len(body)); err != nil {
+					l.busy(w, r)
+					return
+				}
+				defer release()
 			}
-			defer release()
 		}
 		if ref == nil {
 			ref = l.screenGraphQL(r, body, st)
@@ -1133,7 +1142,11 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, h http.Handler, 
 	defer st.release() // even if the handler panics: a leaked slot would shed forever
 	gw := &st.w
 	*gw = graphQLWriter{ResponseWriter: w, l: l, r: r, st: st}
-	h.ServeHTTP(gw, l.withDegradation(r.WithContext(context.WithValue(r.Context(), stateKey{}, st))))
+	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	if l.shed != nil {
+		r = l.withDegradation(r)
+	}
+	h.ServeHTTP(gw, r)
 	gw.finish()
 	if !st.isDecided() && st.upload != nil {
 		// gqlgen's MultipartForm refused the request before its executor

@@ -64,8 +64,10 @@ func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCt
 		return
 	}
 	actual = max(actual, st.set.gql.MinCost)
-	if up := st.uploadCost(); up > 0 {
-		actual = min(actual, 1<<63-1-up) + up
+	if st.upload != nil {
+		if up := st.uploadCost(); up > 0 {
+			actual = min(actual, 1<<63-1-up) + up
+		}
 	}
 	o = e.l.engine.Settle(ctx, st.request(st.currentLane(), cost, nil), o, actual, len(resp.Errors) == 0, opCtx.OperationName)
 	refunded, excess := o.Refunded, o.Excess

@@ -297,7 +297,7 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		}
 		return out, nil
 	}
-	if st.documentBoundsLifted() {
+	if st.trustedDoc != nil && st.documentBoundsLifted() {
 		// Trusted, as sent, and its bounds lifted: its variables are all
 		// kept (and bounded).
 		if st.documentChecked == "" && len(query) > 2 {
@@ -375,7 +375,7 @@ func (l *Limiter) applyTrusted(q, id string, hasID bool, apq string, hasAPQ bool
 	}
 	st.trustedDoc = tr.doc
 	switch {
-	case st.documentBoundsLifted():
+	case st.trustedDoc != nil && st.documentBoundsLifted():
 		st.documentChecked = tr.doc.Body
 	case tr.inject:
 		return tr, l.checkDocument(tr.doc.Body, st)
@@ -503,7 +503,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		}
 	}
 	switch {
-	case st.documentBoundsLifted(): // the trusted document lifts the bounds
+	case st.trustedDoc != nil && st.documentBoundsLifted(): // the trusted document lifts the bounds
 		st.documentChecked = q.Get("query")
 	case st.trustedDoc == nil || st.documentChecked != q.Get("query"): // else bounded above
 		if ref := l.checkDocument(q.Get("query"), st); ref != nil {

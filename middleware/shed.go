@@ -174,7 +174,10 @@ func (e *costExtension) admit(ctx context.Context, st *requestState, ln *lane) *
 			r.Header = http.Header{}
 		}
 	}
-	a, ok := e.l.admit(ctx, r, st.id, ln)
+	a, ok := admission{}, true
+	if e.l.shed != nil {
+		a, ok = e.l.admit(ctx, r, st.id, ln)
+	}
 	if ok {
 		sl, refused := e.l.engine.AcquireSlot(ctx, budget.Request{Key: st.id.Key, Rule: st.plan.Rule})
 		st.mu.Lock()
@@ -204,7 +207,9 @@ func (s *requestState) release() {
 	s.admission, s.slot = admission{}, budget.Slot{}
 	s.mu.Unlock()
 	sl.Release()
-	a.done()
+	if a.lane != nil {
+		a.done()
+	}
 }
 
 // InFlight reports the requests this process has admitted and not yet
