@@ -357,7 +357,7 @@ func TestGraphQLWithPrincipal(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inner.ServeHTTP(w, r.WithContext(identity.WithPrincipal(r.Context(), "alice", "free")))
 	})
-	// The session says alice; the unknown key is not consulted.
+	// The application says alice; the unknown key is not consulted.
 	w, resp := query(t, h, query61, bearer("stale-key"))
 	if w.Code != 200 || *resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != 39 {
 		t.Fatalf("%d %s", w.Code, w.Body)

@@ -27,11 +27,11 @@ import (
 	"github.com/costguard/costguard/overload"
 )
 
-// issueExample is the configuration example of the issue that specified the
-// server; the built-in defaults must equal it, but for max_depth, which was
-// 10 there: issue 9 counts introspection fields toward depth, and the schema
-// query GraphiQL sends is 13 deep, so the default became 15.
-const issueExample = `
+// spelledOut is a configuration file that writes out the basic keys; the
+// built-in defaults must equal it. max_depth is 15 because introspection
+// fields count toward depth and the schema query GraphiQL sends is 13 deep,
+// 14 with one more ofType level (graphiQLSchemaQuery).
+const spelledOut = `
 plans:                 # name -> token bucket, in points; optional per-plan failure_mode
   free: {burst: 5000, rate: 5000, per: 1h}
   anon: {burst: 500, rate: 500, per: 1h}
@@ -45,8 +45,8 @@ trusted_proxies: []     # CIDRs whose X-Forwarded-For is believed
 retry_after_jitter: 0   # fraction added at random to Retry-After, e.g. 0.2
 `
 
-func TestDefaultsEqualIssueExample(t *testing.T) {
-	got, err := parseConfig([]byte(issueExample))
+func TestDefaultsEqualSpelledOut(t *testing.T) {
+	got, err := parseConfig([]byte(spelledOut))
 	require.NoError(t, err)
 	assert.Equal(t, withLibraryDefaults(defaultConfig()), withLibraryDefaults(got))
 

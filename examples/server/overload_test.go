@@ -27,9 +27,9 @@ import (
 // testSecret is a challenge.secret of the minimum length.
 const testSecret = "0123456789abcdef0123456789abcdef"
 
-// The keys of issue 12, exactly as scripts outside the repository write
-// them (with a real secret where the issue shows "…").
-const issue12Example = `
+// overloadExample writes out the overload keys as scripts outside the
+// repository write them, with a real secret and a demo latency.
+const overloadExample = `
 lanes:
   - {name: checkout, priority: critical, match: {graphql: ["Mutation.createIssue"], rest: ["POST /api/orders"]}, queue: 2s}
   - {name: authenticated, priority: normal, match: {authenticated: true}}
@@ -41,12 +41,12 @@ challenge: {secret: "` + testSecret + `", bits: 16}
 demo_latency: 50ms
 `
 
-// The issue's block is the defaults but for the two example values (a
+// overloadExample is the defaults but for the two example values (a
 // secret, and the demo's latency) and the checkout lane, which by default
 // takes authenticated requests only: an anonymous client cannot take the
 // critical lane and its queue.
-func TestIssue12ExampleIsTheDefaults(t *testing.T) {
-	got, err := parseConfig([]byte(issue12Example))
+func TestOverloadExampleIsTheDefaults(t *testing.T) {
+	got, err := parseConfig([]byte(overloadExample))
 	require.NoError(t, err)
 	want := defaultConfig()
 	want.Challenge.Secret = testSecret

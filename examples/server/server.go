@@ -558,7 +558,7 @@ type loginBody struct {
 }
 
 // login serves POST /api/login, a stand-in for a password check: the demo
-// credentials get a fresh session token, anything else 401. It is what a
+// credentials get a fresh random token, anything else 401. It is what a
 // password guesser hammers, so the default configuration gives it a route
 // limit of its own (rest.route_limits).
 func (a *restAPI) login(w http.ResponseWriter, r *http.Request) {
