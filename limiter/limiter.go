@@ -1,11 +1,13 @@
-// Package limiter is the budget engine: keys and integer costs go in,
-// decisions come out. It knows nothing about GraphQL or HTTP.
+// Package limiter meters budgets: keys and integer costs go in, decisions
+// come out. It knows nothing about GraphQL or HTTP; what a request's cost
+// does to a principal's budgets is package budget's.
 //
 // This package holds the contract every store implements (Limit, Decision,
 // Store, the sentinel errors) and the pure, clock-free arithmetic of each
 // algorithm. The stores live in sub-packages: memorystore (the embedded
-// default) and redisstore (one atomic Lua script per decision, Cluster safe).
-// limitertest holds the behaviour suite every store must pass.
+// default) and redisstore (each decision atomic in a Lua script, many to a
+// script call, Cluster safe). limitertest holds the behaviour suite every
+// store must pass.
 //
 // MultiTaker is the contract for the several budgets one request meets (a
 // cost bucket, a quota, per-field limits): TakeAll debits them all or none,
