@@ -233,7 +233,7 @@ func BenchmarkStoreDown(b *testing.B) {
 	})
 }
 
-// toggleStore is a shared store (not the in-memory type, so the Limiter
+// toggleStore is a shared store (it says it is not local, so the Limiter
 // gives it a breaker and the over-limit cache) that answers from memory
 // until told to fail, counting the calls that reach it while failing.
 type toggleStore struct {
@@ -241,6 +241,8 @@ type toggleStore struct {
 	failing     atomic.Bool
 	failedCalls atomic.Int64
 }
+
+func (*toggleStore) Local() bool { return false }
 
 func (s *toggleStore) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
 	if s.failing.Load() {

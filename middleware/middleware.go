@@ -19,7 +19,6 @@ import (
 	"github.com/costguard/costguard/internal/logevery"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
-	"github.com/costguard/costguard/limiter/concurrency"
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/overload"
@@ -505,7 +504,7 @@ func New(cfg Config) (*Limiter, error) {
 	if l.stores, err = l.buildStores(cfg, st); err != nil {
 		return nil, err
 	}
-	_, localSlots := slots.(*concurrency.Memory)
+	localSlots := limiter.IsLocal(slots)
 	hasBreaker := l.stores.BreakerState() != ""
 	l.engine, err = budget.NewEngine(l.stores, st.pol,
 		budget.WithClock(l.clock),

@@ -92,9 +92,9 @@ type DataLossChecker interface {
 type OverLimitCache string
 
 const (
-	// OverLimitCacheAuto (or ""): on for a shared Store (any limiter.Store
-	// other than a *memorystore.Store), where it saves a network round
-	// trip; off for the in-memory store, which answers in a lock anyway.
+	// OverLimitCacheAuto (or ""): on for a shared Store (one that does not
+	// declare itself local, limiter.Local), where it saves a network round
+	// trip; off for an in-memory store, which answers in a lock anyway.
 	OverLimitCacheAuto OverLimitCache = "auto"
 	// OverLimitCacheOn always remembers rejections.
 	OverLimitCacheOn OverLimitCache = "on"
@@ -186,11 +186,13 @@ func New(cfg Config) (*Stack, error) {
 	if err := (splitbudget.Config{LeaseFraction: cfg.LeaseFraction, SettleInterval: cfg.SettleInterval}).Validate(); err != nil {
 		return nil, fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err)
 	}
-	_, inMemory := cfg.Store.(*memorystore.Store)
+	// Where the store keeps its budgets is the store's to say
+	// (limiter.Local), not a guess from its type.
+	local := cfg.Store == nil || limiter.IsLocal(cfg.Store)
 	cache := false
 	switch cfg.OverLimitCache {
 	case "", OverLimitCacheAuto:
-		cache = cfg.Store != nil && !inMemory
+		cache = !local
 	case OverLimitCacheOn:
 		cache = true
 	case OverLimitCacheOff:
@@ -225,7 +227,7 @@ func New(cfg Config) (*Stack, error) {
 		full = s.owned
 	}
 	s.exact = full
-	s.local = cfg.Store == nil || inMemory
+	s.local = local
 	// Several budgets at once need TakeAll and RefundAll both.
 	multi, _ := full.(guard.MultiStore)
 	s.multi = multi != nil
@@ -383,7 +385,8 @@ func (s *Stack) Leases() bool { return s.leased != nil }
 func (s *Stack) OverflowKeys() int { return s.overflowKeys }
 
 // Local reports whether the store is an in-memory one (the Stack's own,
-// or a *memorystore.Store), which answers under a lock and never waits.
+// or one that declares itself local, limiter.Local), which answers under
+// a lock and never waits.
 func (s *Stack) Local() bool { return s.local }
 
 // Fallback is this process's local buckets, which the guard decides with
