@@ -109,6 +109,16 @@ const DefaultStoreTimeout = 100 * time.Millisecond
 // ErrInvalidConfig wraps every configuration error New returns.
 var ErrInvalidConfig = errors.New("stack: invalid config")
 
+// Validate refuses a value that is none of the OverLimitCache constants
+// ("" is OverLimitCacheAuto).
+func (c OverLimitCache) Validate() error {
+	switch c {
+	case "", OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff:
+		return nil
+	}
+	return fmt.Errorf("%w: OverLimitCache %q is none of %q, %q, %q", ErrInvalidConfig, c, OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff)
+}
+
 // Config says what to put together. Zero fields take the defaults of the
 // packages they configure.
 type Config struct {
@@ -189,16 +199,10 @@ func New(cfg Config) (*Stack, error) {
 	// Where the store keeps its budgets is the store's to say
 	// (limiter.Local), not a guess from its type.
 	local := cfg.Store == nil || limiter.IsLocal(cfg.Store)
-	cache := false
-	switch cfg.OverLimitCache {
-	case "", OverLimitCacheAuto:
-		cache = !local
-	case OverLimitCacheOn:
-		cache = true
-	case OverLimitCacheOff:
-	default:
-		return nil, fmt.Errorf("%w: OverLimitCache %q is none of %q, %q, %q", ErrInvalidConfig, cfg.OverLimitCache, OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff)
+	if err := cfg.OverLimitCache.Validate(); err != nil {
+		return nil, err
 	}
+	cache := cfg.OverLimitCache == OverLimitCacheOn || !local && cfg.OverLimitCache != OverLimitCacheOff
 	var brk *breaker.Breaker
 	if !cfg.NoBreaker {
 		var err error

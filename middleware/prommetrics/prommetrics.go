@@ -5,7 +5,7 @@
 //
 //	reg := prometheus.NewRegistry()
 //	m, err := prommetrics.New(prommetrics.WithRegisterer(reg), prommetrics.WithPlans("free", "pro"))
-//	lim, err := middleware.New(middleware.Config{..., Observer: m})
+//	lim, err := middleware.New(middleware.Dependencies{..., Observer: m}, policy)
 //	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // Without WithRegisterer, New registers on prometheus.DefaultRegisterer, as
