@@ -958,7 +958,7 @@ func TestSubscriptionCapDefault(t *testing.T) {
 }
 
 // An open subscription holds no slot among its principal's requests in
-// flight (Config.Concurrency): its own cap bounds it, and a principal with
+// flight (Policy.Concurrency): its own cap bounds it, and a principal with
 // subscriptions open can still send requests.
 func TestSubscriptionsHoldNoConcurrencySlot(t *testing.T) {
 	a := newAdopter(t, config{Policy: middleware.Policy{Concurrency: middleware.ConcurrencyOptions{PerPrincipal: 2}}}, nil)

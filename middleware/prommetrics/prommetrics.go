@@ -1,7 +1,7 @@
 // Package prommetrics turns the Limiter's decision events into Prometheus
 // metrics. It is the only package of the module that imports
 // client_golang: a *Metrics is a middleware.Observer, given to the Limiter
-// as Config.Observer, and a prometheus.Collector, registered by New.
+// as Dependencies.Observer, and a prometheus.Collector, registered by New.
 //
 //	reg := prometheus.NewRegistry()
 //	m, err := prommetrics.New(prommetrics.WithRegisterer(reg), prommetrics.WithPlans("free", "pro"))
