@@ -145,6 +145,23 @@ type Store interface {
 	Refund(ctx context.Context, key string, limit Limit, amount int64) (Decision, error)
 }
 
+// Local is implemented by a store that declares where it keeps its state.
+// A store whose Local reports true keeps it in this process's memory: it
+// answers under a lock and never waits on a network, so whoever builds on
+// it gives it no timeout, no circuit breaker and no over-limit cache (see
+// limiter/stack). A store that does not implement Local is taken to be
+// shared, reached over a network. A wrapper that embeds an in-memory store
+// inherits its declaration; one that adds a network hop says false.
+type Local interface {
+	Local() bool
+}
+
+// IsLocal reports whether v declares itself local (Local).
+func IsLocal(v any) bool {
+	l, ok := v.(Local)
+	return ok && l.Local()
+}
+
 var (
 	// ErrCostExceedsCapacity: the cost is larger than the limit's capacity
 	// and can never be admitted; retrying is pointless.

@@ -244,15 +244,15 @@ func TestGraphQLStaticCaps(t *testing.T) {
 func TestGraphQLStatusTable(t *testing.T) {
 	type scenario struct {
 		code  string
-		setup func(*middleware.Config)
+		setup func(*config)
 		query string
 		auth  http.Header
 	}
 	scenarios := []scenario{
-		{code: budget.CodeRateLimited, query: mutation11 + " ", setup: func(c *middleware.Config) {
+		{code: budget.CodeRateLimited, query: mutation11 + " ", setup: func(c *config) {
 			c.Plans["anon"] = budget.Plan{Burst: 20, Rate: 1, Per: time.Hour}
 		}},
-		{code: budget.CodeRateLimiterUnavailable, query: query61, auth: bearer(aliceKey), setup: func(c *middleware.Config) {
+		{code: budget.CodeRateLimiterUnavailable, query: query61, auth: bearer(aliceKey), setup: func(c *config) {
 			c.Store = &failingStore{err: errTest}
 			c.FailureMode = budget.FailClosed
 		}},

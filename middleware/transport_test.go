@@ -38,7 +38,7 @@ type adopter struct {
 	clock *fakeClock
 	srv   *httptest.Server
 	h     http.Handler
-	cfg   middleware.Config // as New got it
+	cfg   config // as New got it
 }
 
 const (
@@ -52,7 +52,7 @@ const (
 
 // newAdopter builds the server; cfg's zero fields get a 500-point
 // anonymous plan and a "pro" plan for adopterKey.
-func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middleware.Limiter, srv *handler.Server) http.Handler) *adopter {
+func newAdopter(t *testing.T, cfg config, install func(lim *middleware.Limiter, srv *handler.Server) http.Handler) *adopter {
 	t.Helper()
 	a := &adopter{t: t, clock: newClock(), res: graph.NewResolver()}
 	if cfg.Plans == nil {
@@ -63,7 +63,7 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 		cfg.AnonymousPlan = "anon"
 	}
 	if cfg.APIKeys == nil {
-		cfg.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{adopterKey: {Principal: "pro-user", Plan: "pro"}})
+		cfg.APIKeys = map[string]identity.APIKey{adopterKey: {Principal: "pro-user", Plan: "pro"}}
 	}
 	cfg.Clock = a.clock
 	if cfg.Store == nil {
@@ -164,7 +164,7 @@ func (a *adopter) postBody(contentType, accept, body string) (int, string, bool)
 // no resolver run; unscreened, gqlgen would allocate 59 MB to decode it and
 // it would pass for 1 point.
 func TestEveryBodyTransportPays(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	const doc = `{ user(login: "octocat") { repos(first: 5) { name } } }`
 	if price := a.price(doc); price <= 1 {
 		t.Fatalf("price %d: pick a document that costs more than the minimum", price)
@@ -239,7 +239,7 @@ func TestEveryBodyTransportPays(t *testing.T) {
 // same.
 func TestNewDefaultServerPays(t *testing.T) {
 	res := graph.NewResolver()
-	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+	a := newAdopter(t, config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
 		return lim.Handler(handler.NewDefaultServer(res.Schema()))
 	})
 	const doc = `{ user(login: "octocat") { repos(first: 5) { name } } }`
@@ -425,7 +425,7 @@ func errorCodes(t *testing.T, m wsMessage) []string {
 func TestWebSocketOperationsArePriced(t *testing.T) {
 	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
 		t.Run(proto, func(t *testing.T) {
-			a := newAdopter(t, middleware.Config{}, nil)
+			a := newAdopter(t, config{}, nil)
 			price := a.price(mutationDoc)
 			if price <= 1 {
 				t.Fatalf("the mutation prices at %d", price)
@@ -501,7 +501,7 @@ func TestWebSocketOperationsArePriced(t *testing.T) {
 // complete), which leaves nothing to share; later releases accept it, and
 // then each operation pays.
 func TestWebSocketUpgradeWithABody(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	price := a.price(mutationDoc)
 	before := a.remaining("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -548,7 +548,7 @@ func TestWebSocketInitPayloadIdentifies(t *testing.T) {
 		{"X-API-Key": adopterKey},
 		{"apiKey": adopterKey},
 	} {
-		a := newAdopter(t, middleware.Config{}, nil)
+		a := newAdopter(t, config{}, nil)
 		anon, pro := a.remaining(""), a.remaining(adopterKey)
 		s := a.dial(protoTransportWS, nil, payload)
 		s.start("1", mutationDoc)
@@ -567,7 +567,7 @@ func TestWebSocketInitPayloadIdentifies(t *testing.T) {
 	// An unknown key in the payload: the connection closes before any
 	// operation, with the refusal's message (the close code is
 	// wsclose.InitFunc's, a module of its own).
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	anon := a.remaining("")
 	_, err := a.tryDial(protoTransportWS, nil, map[string]any{"Authorization": "Bearer nope"})
 	if err == nil || !strings.Contains(err.Error(), "unknown API key") && wstest.CloseStatus(err) < 0 {
@@ -586,7 +586,7 @@ func TestWebSocketInitPayloadIdentifies(t *testing.T) {
 // Without WebsocketInit the connection opens, and each operation of an
 // unknown payload key is refused UNKNOWN_API_KEY, running nothing.
 func TestWebSocketUnknownPayloadKeyWithoutInitFunc(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+	a := newAdopter(t, config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
 		srv := handler.New(graph.NewResolver().Schema())
 		srv.AddTransport(transport.Websocket{})
 		return lim.Handler(srv)
@@ -606,7 +606,7 @@ func TestSubscriptionEventsPay(t *testing.T) {
 	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
 		t.Run(proto, func(t *testing.T) {
 			rec := &recorder{}
-			a := newAdopter(t, middleware.Config{Observer: rec}, nil)
+			a := newAdopter(t, config{Dependencies: middleware.Dependencies{Observer: rec}}, nil)
 			price := a.price(subscribeDoc)
 			before := a.remaining("")
 			s := a.dial(proto, nil, nil)
@@ -704,7 +704,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // connections and transports; a slot is given back when the subscription
 // is stopped, or its connection vanishes without a close.
 func TestSubscriptionCap(t *testing.T) {
-	a := newAdopter(t, middleware.Config{Subscriptions: middleware.SubscriptionOptions{MaxPerPrincipal: 3}}, nil)
+	a := newAdopter(t, config{Policy: middleware.Policy{Subscriptions: middleware.SubscriptionOptions{MaxPerPrincipal: 3}}}, nil)
 	s1 := a.dial(protoTransportWS, nil, nil)
 	s2 := a.dial(protoLegacyWS, nil, nil)
 	s1.start("a", subscribeDoc)
@@ -740,7 +740,7 @@ func TestSubscriptionCap(t *testing.T) {
 // Over SSE a subscription pays at subscribe, then per event, as on a
 // WebSocket.
 func TestSSESubscriptionEventsPay(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	price := a.price(subscribeDoc)
 	before := a.remaining("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -813,7 +813,7 @@ func readSSEEvent(t *testing.T, r *bufio.Reader) []byte {
 // gqlgen's own test client builds requests with a body and ContentLength
 // 0; the wrapper reads them to EOF, as gqlgen does.
 func TestGqlgenClient(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	c := client.New(a.h, client.AddHeader("Authorization", "Bearer "+adopterKey))
 	var resp struct {
 		User struct{ Login string }
@@ -875,7 +875,7 @@ func TestInstalledTwiceChargesOnce(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var inner http.Handler
-			a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+			a := newAdopter(t, config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
 				inner = install(lim, srv)
 				if name == "Handler twice" {
 					mux := http.NewServeMux()
@@ -925,7 +925,7 @@ func (a *adopter) postAccept(body, accept string) (int, []byte) {
 // A refusal before execution under application/graphql-response+json has
 // no data entry (GraphQL over HTTP: the request never reached execution).
 func TestRefusalBeforeExecutionHasNoData(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	status, body := a.postAccept(`{"query":"{ user(login: \"octocat\") { repos(first: 100) { issues(first: 100) { title } } } }"}`, "application/graphql-response+json")
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
@@ -941,7 +941,7 @@ func TestRefusalBeforeExecutionHasNoData(t *testing.T) {
 
 // By default a principal holds at most 100 subscriptions open.
 func TestSubscriptionCapDefault(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	s := a.dial(protoTransportWS, nil, nil)
 	for i := range middleware.DefaultMaxSubscriptionsPerPrincipal {
 		s.start(fmt.Sprint(i), subscribeDoc)
@@ -958,10 +958,10 @@ func TestSubscriptionCapDefault(t *testing.T) {
 }
 
 // An open subscription holds no slot among its principal's requests in
-// flight (Config.Concurrency): its own cap bounds it, and a principal with
+// flight (Policy.Concurrency): its own cap bounds it, and a principal with
 // subscriptions open can still send requests.
 func TestSubscriptionsHoldNoConcurrencySlot(t *testing.T) {
-	a := newAdopter(t, middleware.Config{Concurrency: middleware.ConcurrencyOptions{PerPrincipal: 2}}, nil)
+	a := newAdopter(t, config{Policy: middleware.Policy{Concurrency: middleware.ConcurrencyOptions{PerPrincipal: 2}}}, nil)
 	s := a.dial(protoTransportWS, nil, nil)
 	for i := range 3 {
 		s.start(fmt.Sprint(i), subscribeDoc)
@@ -977,7 +977,7 @@ func TestSubscriptionsHoldNoConcurrencySlot(t *testing.T) {
 // 100 mutations of two createIssue each, then 600 subscriptions. Every
 // one that ran was paid; the rest ran nothing.
 func TestWebSocketFloodsPay(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	const twoPosts = `mutation { a: createIssue(repo: "hello-world", title: "a") { id } b: createIssue(repo: "hello-world", title: "b") { id } }`
 	price := a.price(twoPosts)
 	s := a.dial(protoTransportWS, nil, nil)
@@ -1027,7 +1027,7 @@ func TestWebSocketFloodsPay(t *testing.T) {
 // gqlgen has decoded them: too many values, or too deep, is refused
 // VARIABLES_TOO_LARGE and pays InvalidCost.
 func TestWebSocketVariablesBounded(t *testing.T) {
-	a := newAdopter(t, middleware.Config{GraphQL: middleware.GraphQLOptions{MaxVariableValues: 100, MaxVariablesDepth: 4}}, nil)
+	a := newAdopter(t, config{Policy: middleware.Policy{GraphQL: middleware.GraphQLOptions{MaxVariableValues: 100, MaxVariablesDepth: 4}}}, nil)
 	s := a.dial(protoTransportWS, nil, nil)
 	many := make([]any, 200)
 	for i := range many {
@@ -1067,7 +1067,7 @@ func TestWebSocketVariablesBounded(t *testing.T) {
 // its principal in the context (WithPrincipal): the connection's
 // operations are that principal's.
 func TestWebSocketInitFuncPrincipal(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+	a := newAdopter(t, config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
 		srv := handler.New(graph.NewResolver().Schema())
 		srv.AddTransport(transport.Websocket{InitFunc: lim.WebsocketInit(func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 			if p.GetString("token") != "let-bob-in" {
@@ -1127,7 +1127,7 @@ func TestRefusedIntrospectionPaysInvalidCost(t *testing.T) {
 	}
 
 	// Off: refused by gqlgen, 1 point.
-	off := newAdopter(t, middleware.Config{}, nil)
+	off := newAdopter(t, config{}, nil)
 	status, resp := post(off)
 	if len(resp.Errors) == 0 || resp.Extensions.Cost.RequestedQueryCost != 200 {
 		t.Fatalf("off: status %d, errors %v, requested %d; want an error and 200 requested", status, resp.Errors, resp.Extensions.Cost.RequestedQueryCost)
@@ -1140,7 +1140,7 @@ func TestRefusedIntrospectionPaysInvalidCost(t *testing.T) {
 	}
 	// On, through an Introspection extension added after the limiter: it
 	// runs, and pays its price.
-	on := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+	on := newAdopter(t, config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
 		h := lim.Handler(srv)
 		srv.Use(extension.Introspection{})
 		return h
