@@ -1,8 +1,9 @@
 package main
 
 // The diy column of the overhead group: what a gqlgen user writes by hand
-// instead of a limiter (gqlgen issue #972, where the maintainer points to a
-// rate limiter beside the built-in complexity limit): gqlgen with
+// instead of a limiter (https://github.com/99designs/gqlgen/issues/972,
+// where the maintainer points to a rate limiter beside the built-in
+// complexity limit): gqlgen with
 // extension.FixedComplexityLimit, a golang.org/x/time/rate limiter per
 // client address in a bounded LRU map, and the three X-RateLimit-* headers
 // written on every response.

@@ -74,8 +74,8 @@ var handlerNames = [numHandlers]string{"bare", "gqlgen-limit", "diy", "costguard
 // daily quota and a per-field limit configured but never refusing (as the
 // issue asks), every other setting (refunds, the cost report, the GraphQL
 // limits) its default.
-func overheadLimiterConfig() middleware.Config {
-	return middleware.Config{
+func overheadLimiterConfig() (middleware.Dependencies, middleware.Policy) {
+	return middleware.Dependencies{Logger: slog.New(slog.DiscardHandler)}, middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"anon": {Burst: 1_000_000_000_000, Rate: 1_000_000_000_000, Per: time.Second,
 				Quota: &budget.Quota{Limit: 1_000_000_000_000_000, Per: 24 * time.Hour}},
@@ -85,7 +85,6 @@ func overheadLimiterConfig() middleware.Config {
 			"Repository.issues":    {Limit: 1_000_000_000, Per: time.Second},
 		},
 		AnonymousPlan: "anon",
-		Logger:        slog.New(slog.DiscardHandler),
 	}
 }
 

@@ -1,6 +1,6 @@
 package main
 
-// The overload scenario (-only overload, issue 12 item 8): one example
+// The overload scenario (-only overload): one example
 // server process with a small capacity, offered overloadFactor times that
 // capacity by a fixed mix of clients, then an outage and the retry wave
 // that follows it, run twice: with the example server's lanes and without

@@ -61,7 +61,7 @@ var pricingQueries = []pricingQuery{
 }
 
 // limiterPricing are the analyzer options the limiter prices with by
-// default (middleware.Config's GraphQL defaults): the limits checked while
+// default (middleware.Policy's GraphQL defaults): the limits checked while
 // pricing, totals only.
 func limiterPricing() []complexity.Option {
 	return []complexity.Option{

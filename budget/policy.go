@@ -461,14 +461,14 @@ func Compile(cfg Config) (*Policy, error) {
 		failure = FailOpen
 	}
 	if failure != FailOpen && failure != FailClosed {
-		return nil, fmt.Errorf("%w: failure mode %q is neither %q nor %q", ErrInvalidConfig, failure, FailOpen, FailClosed)
+		return nil, keyed(fmt.Errorf("%w: failure mode %q is neither %q nor %q", ErrInvalidConfig, failure, FailOpen, FailClosed), "failure_mode")
 	}
 	mode := cfg.Mode
 	if mode == "" {
 		mode = Enforce
 	}
 	if mode != Enforce && mode != Shadow {
-		return nil, fmt.Errorf("%w: mode %q is neither %q nor %q", ErrInvalidConfig, mode, Enforce, Shadow)
+		return nil, keyed(fmt.Errorf("%w: mode %q is neither %q nor %q", ErrInvalidConfig, mode, Enforce, Shadow), "mode")
 	}
 	if cfg.InvalidCost < 0 {
 		return nil, fmt.Errorf("%w: InvalidCost %d is negative", ErrInvalidConfig, cfg.InvalidCost)

@@ -315,7 +315,7 @@ func TestActualCostConventions(t *testing.T) {
 
 func TestActualCostAbstractTypes(t *testing.T) {
 	const members = `... on User { repos(first: 5) { name } } ... on Repository { issues(first: 3) { title } } ... on Issue { title }`
-	// Requested: 10 × max(User 1 + 5, Repository 1 + 3, Issue 1) = 60.
+	// Requested: 10 × max(User's 1 + 5, Repository's 1 + 3, Issue's 1) = 60.
 	const search = `{ search(query: "o", first: 10) { __typename ` + members + ` } }`
 	const searchNoTypename = `{ search(query: "o", first: 10) { ` + members + ` } }`
 	runActualCases(t, []actualCase{
@@ -358,7 +358,7 @@ func TestActualCostAbstractTypes(t *testing.T) {
 			data:      `{"search":[{"login":"x"}]}`,
 			requested: 40, actual: 1},
 		{name: "empty union list", query: search, data: `{"search":[]}`, requested: 60, actual: 0},
-		// Requested: max(User 1 + 3, Repository 1, Issue 1) = 4.
+		// Requested: max(User's 1 + 3, Repository's 1, Issue's 1) = 4.
 		{name: "interface without __typename", query: `{ node(id: "1") { id ... on User { repos(first: 3) { name } } } }`,
 			data: `{"node":{"id":"1"}}`, requested: 4, actual: 1},
 		{name: "interface without __typename, a user", query: `{ node(id: "1") { id ... on User { repos(first: 3) { name } } } }`,

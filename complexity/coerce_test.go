@@ -64,7 +64,7 @@ func TestCoercion(t *testing.T) {
 	invalid := complexity.CodeInvalidArgumentValue
 	breadth := complexity.CodeMaxBreadthExceeded
 	tests := []tc{
-		// The bypass of issue 9: a string Int was priced at the default size.
+		// gqlgen reads a string Int as the number: so must the price, not the default size.
 		{name: "string", query: xs, vars: v("f", "1000000"), cost: 1000000},
 		{name: "string above max breadth", query: xs, vars: v("f", "1000000"), opts: []complexity.Option{complexity.WithMaxBreadth(100)},
 			code: breadth, msg: "first=1000000 exceeds the maximum of 100", value: 1000000},
@@ -230,9 +230,10 @@ func TestInvalidValueIsTruncated(t *testing.T) {
 	}
 }
 
-// The bypass as issue 9 reported it, on the example schema and through the
-// pipeline a gqlgen server runs (validation, then VariableValues): a string
-// Int prices exactly as the number, and meets the breadth cap.
+// An Int slicing argument sent as a JSON string, on the example schema and
+// through the pipeline a gqlgen server runs (validation, then
+// VariableValues): it prices exactly as the number gqlgen passes the
+// resolver, not at the default list size, and meets the breadth cap.
 func TestStringIntVariablePricesAsTheNumber(t *testing.T) {
 	sdl, err := os.ReadFile(filepath.Join("..", "graph", "schema.graphqls"))
 	if err != nil {

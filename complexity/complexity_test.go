@@ -376,8 +376,9 @@ func TestMergedFieldsThroughFragmentsStayBounded(t *testing.T) {
 	}
 }
 
-// TestIntrospectionIsCharged is issue 9's attack: thousands of aliased
-// __schema selections, each a full response, must pay and count.
+// TestIntrospectionIsCharged: thousands of aliased __schema selections,
+// each answered with a full response, must pay and count, or introspection
+// is a free way to make the server work.
 func TestIntrospectionIsCharged(t *testing.T) {
 	const sdl = `type Query { x: Int qs: [Query] }`
 	var b strings.Builder

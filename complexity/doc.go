@@ -5,7 +5,7 @@
 //
 // It only computes: a gqlparser schema and a validated operation go in, a
 // Report (or an *Error) comes out. It knows nothing about HTTP, gqlgen or
-// budgets; the limiter debits Report.Points.
+// budgets; package budget debits Report.Points.
 //
 // # Use
 //

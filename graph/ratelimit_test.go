@@ -65,10 +65,11 @@ func limitedServer(t *testing.T) (url string, clock *limitertest.FakeClock, reso
 		fields = append(fields, field)
 	}))
 	clock = limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Clock: clock,
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon",
-		Clock:         clock,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { lim.Close() })

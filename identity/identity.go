@@ -70,8 +70,8 @@ type KeyLookup interface {
 
 // APIKey is what a static API key grants.
 type APIKey struct {
-	Principal string
-	Plan      string
+	Principal string `yaml:"principal"`
+	Plan      string `yaml:"plan"`
 }
 
 // StaticKeys is a fixed KeyLookup, for demos and small deployments. It keeps

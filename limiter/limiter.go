@@ -1,11 +1,13 @@
-// Package limiter is the budget engine: keys and integer costs go in,
-// decisions come out. It knows nothing about GraphQL or HTTP.
+// Package limiter meters budgets: keys and integer costs go in, decisions
+// come out. It knows nothing about GraphQL or HTTP; what a request's cost
+// does to a principal's budgets is package budget's.
 //
 // This package holds the contract every store implements (Limit, Decision,
 // Store, the sentinel errors) and the pure, clock-free arithmetic of each
 // algorithm. The stores live in sub-packages: memorystore (the embedded
-// default) and redisstore (one atomic Lua script per decision, Cluster safe).
-// limitertest holds the behaviour suite every store must pass.
+// default) and redisstore (each decision atomic in a Lua script, many to a
+// script call, Cluster safe). limitertest holds the behaviour suite every
+// store must pass.
 //
 // MultiTaker is the contract for the several budgets one request meets (a
 // cost bucket, a quota, per-field limits): TakeAll debits them all or none,
@@ -141,6 +143,23 @@ type Store interface {
 	Take(ctx context.Context, key string, limit Limit, cost int64) (Decision, error)
 	// Refund gives amount back to key's budget, never above capacity.
 	Refund(ctx context.Context, key string, limit Limit, amount int64) (Decision, error)
+}
+
+// Local is implemented by a store that declares where it keeps its state.
+// A store whose Local reports true keeps it in this process's memory: it
+// answers under a lock and never waits on a network, so whoever builds on
+// it gives it no timeout, no circuit breaker and no over-limit cache (see
+// limiter/stack). A store that does not implement Local is taken to be
+// shared, reached over a network. A wrapper that embeds an in-memory store
+// inherits its declaration; one that adds a network hop says false.
+type Local interface {
+	Local() bool
+}
+
+// IsLocal reports whether v declares itself local (Local).
+func IsLocal(v any) bool {
+	l, ok := v.(Local)
+	return ok && l.Local()
 }
 
 var (

@@ -58,14 +58,15 @@ func BenchmarkGraphQL(b *testing.B) {
 
 	for _, tc := range []struct{ name, key string }{{"limited/anonymous", ""}, {"limited/api-key", aliceKey}} {
 		b.Run(tc.name, func(b *testing.B) {
-			lim, err := middleware.New(middleware.Config{
+			lim, err := middleware.New(middleware.Dependencies{
+				Logger: discardLogger(),
+				Clock:  limiter.SystemClock{},
+			}, middleware.Policy{
 				Plans: map[string]budget.Plan{
 					"big": {Burst: 1e9, Rate: 1e9, Per: time.Second},
 				},
 				AnonymousPlan: "big",
-				APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "big"}}),
-				Logger:        discardLogger(),
-				Clock:         limiter.SystemClock{},
+				APIKeys:       map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "big"}},
 			})
 			if err != nil {
 				b.Fatal(err)
@@ -79,11 +80,12 @@ func BenchmarkGraphQL(b *testing.B) {
 
 // BenchmarkREST measures the REST middleware alone around an empty handler.
 func BenchmarkREST(b *testing.B) {
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Logger: discardLogger(),
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 		AnonymousPlan: "big",
 		REST:          middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10, "GET /api/users/{login}": 1}},
-		Logger:        discardLogger(),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -114,15 +116,16 @@ func benchREST(b *testing.B, lim *middleware.Limiter, apiKey string) {
 // own (a sliding counter per principal and per address), decided with the
 // bucket: the price of a route limit against BenchmarkREST's plain route.
 func BenchmarkRESTRouteLimit(b *testing.B) {
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Logger: discardLogger(),
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 		AnonymousPlan: "big",
-		APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "big"}}),
+		APIKeys:       map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "big"}},
 		REST: middleware.RESTOptions{
 			Routes:      map[string]int64{"GET /api/search": 10, "GET /api/users/{login}": 1},
 			RouteLimits: map[string]budget.FieldLimit{"GET /api/users/{login}": {Limit: 1e9, Per: time.Second, Algorithm: budget.SlidingCounter, By: budget.ByBoth}},
 		},
-		Logger: discardLogger(),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -139,11 +142,12 @@ func BenchmarkRESTRouteLimit(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkFormBodyVariables -benchmem ./middleware/
 func BenchmarkFormBodyVariables(b *testing.B) {
 	body := `{"query":"{ __typename }","variables":{"x":[` + strings.Repeat("1,", 480_000) + `1]}}`
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Logger: discardLogger(),
+		Clock:  limiter.SystemClock{},
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 		AnonymousPlan: "big",
-		Logger:        discardLogger(),
-		Clock:         limiter.SystemClock{},
 	})
 	if err != nil {
 		b.Fatal(err)

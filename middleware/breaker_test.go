@@ -123,7 +123,7 @@ func TestBreakerDisabled(t *testing.T) {
 	}
 	cfg = testConfig(t, clock)
 	cfg.Breaker = breaker.Config{Failures: -2}
-	if _, err := middleware.New(cfg); !errors.Is(err, middleware.ErrInvalidConfig) {
+	if _, err := middleware.New(cfg.Dependencies, cfg.Policy); !errors.Is(err, middleware.ErrInvalidConfig) {
 		t.Errorf("Failures -2: %v", err)
 	}
 }
@@ -191,11 +191,11 @@ func TestFailOpenOutageBound(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkStoreDown -benchtime=10000x ./middleware/
 func BenchmarkStoreDown(b *testing.B) {
-	run := func(b *testing.B, cfg middleware.Config) {
+	run := func(b *testing.B, cfg config) {
 		cfg.Plans = map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}}
 		cfg.AnonymousPlan = "big"
 		cfg.Logger = discardLogger()
-		lim, err := middleware.New(cfg)
+		lim, err := middleware.New(cfg.Dependencies, cfg.Policy)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -224,16 +224,16 @@ func BenchmarkStoreDown(b *testing.B) {
 			b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
 		}
 	}
-	b.Run("memory", func(b *testing.B) { run(b, middleware.Config{}) })
+	b.Run("memory", func(b *testing.B) { run(b, config{}) })
 	b.Run("hanging-store/breaker-open/fail-open", func(b *testing.B) {
-		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, Clock: limiter.SystemClock{}})
+		run(b, config{Dependencies: middleware.Dependencies{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, Clock: limiter.SystemClock{}}})
 	})
 	b.Run("hanging-store/breaker-open/fail-closed", func(b *testing.B) {
-		run(b, middleware.Config{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond, FailureMode: budget.FailClosed})
+		run(b, config{Dependencies: middleware.Dependencies{Store: &failingStore{hang: true}, StoreTimeout: 10 * time.Millisecond}, Policy: middleware.Policy{FailureMode: budget.FailClosed}})
 	})
 }
 
-// toggleStore is a shared store (not the in-memory type, so the Limiter
+// toggleStore is a shared store (it says it is not local, so the Limiter
 // gives it a breaker and the over-limit cache) that answers from memory
 // until told to fail, counting the calls that reach it while failing.
 type toggleStore struct {
@@ -241,6 +241,8 @@ type toggleStore struct {
 	failing     atomic.Bool
 	failedCalls atomic.Int64
 }
+
+func (*toggleStore) Local() bool { return false }
 
 func (s *toggleStore) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
 	if s.failing.Load() {
@@ -304,7 +306,7 @@ func TestBreakerChangedByLaneBudget(t *testing.T) {
 	cfg.Breaker = breaker.Config{Failures: 1, CoolDown: time.Second}
 	cfg.Lanes = []middleware.Lane{
 		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
-			Budget: &budget.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
+			Budget: &middleware.LaneBudget{Burst: 20, Rate: 20, Per: 100 * time.Second}},
 		{Name: "rest", Priority: overload.Normal},
 	}
 	rec := &recorder{}

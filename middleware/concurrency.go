@@ -8,32 +8,24 @@ import (
 )
 
 // ConcurrencyOptions cap the requests one principal has in flight at once,
-// REST and GraphQL together, with leases that expire so that a crashed
-// process gives its slots back.
+// REST and GraphQL together, with leases (Dependencies.Slots) that expire
+// so that a crashed process gives its slots back.
 type ConcurrencyOptions struct {
 	// PerPrincipal is the cap of plans that set no MaxConcurrent. Default:
 	// no cap (None says the same).
 	PerPrincipal int `yaml:"per_principal"`
-	// TTL is how long a lease lives unless its request ends first; a
-	// request running longer loses its slot. Default
-	// concurrency.DefaultTTL (60 s).
-	TTL time.Duration `yaml:"-"`
-	// Slots keeps the leases. Nil: Config.Store when it keeps slots too (a
-	// redisstore.Store, exact across processes), else an in-memory store
-	// of this process.
-	Slots concurrency.Slots `yaml:"-"`
 }
 
 // buildSlots picks the lease store and the life of a lease.
-func (l *Limiter) buildSlots(cfg Config) (concurrency.Slots, time.Duration, error) {
-	ttl := cfg.Concurrency.TTL
+func (l *Limiter) buildSlots(cfg Dependencies) (concurrency.Slots, time.Duration, error) {
+	ttl := cfg.SlotTTL
 	if ttl == 0 {
 		ttl = concurrency.DefaultTTL
 	}
 	if err := concurrency.ValidateTTL(ttl); err != nil {
-		return nil, 0, fmt.Errorf("%w: Concurrency.TTL: %w", ErrInvalidConfig, err)
+		return nil, 0, fmt.Errorf("%w: SlotTTL: %w", ErrInvalidConfig, err)
 	}
-	slots := cfg.Concurrency.Slots
+	slots := cfg.Slots
 	if slots == nil {
 		if shared, ok := cfg.Store.(concurrency.Slots); ok {
 			slots = shared

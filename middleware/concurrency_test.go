@@ -108,16 +108,17 @@ func TestConcurrencyAcrossProcessesOnRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		cfg := middleware.Config{
-			Store:         store,
+		cfg := config{Dependencies: middleware.Dependencies{
+			Store:        store,
+			StoreTimeout: time.Minute,
+			Logger:       discardLogger(),
+		}, Policy: middleware.Policy{
 			Plans:         map[string]budget.Plan{"free": {Burst: 1 << 30, Rate: 1 << 30, Per: time.Second}},
 			AnonymousPlan: "free",
-			APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
-			Concurrency:   middleware.ConcurrencyOptions{PerPrincipal: limit},
-			StoreTimeout:  time.Minute, // exactness, not timeouts, under -race on a busy machine
+			APIKeys:       map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}},
+			Concurrency:   middleware.ConcurrencyOptions{PerPrincipal: limit}, // exactness, not timeouts, under -race on a busy machine
 			FailureMode:   budget.FailClosed,
-			Logger:        discardLogger(),
-		}
+		}}
 		ts := httptest.NewServer(newLimiter(t, cfg).REST(api))
 		t.Cleanup(ts.Close)
 		urls = append(urls, ts.URL)

@@ -176,11 +176,12 @@ func TestOneDecisionPerOperation(t *testing.T) {
 func checkDecisions(t *testing.T, tr decisionTransport, install func(*middleware.Limiter, *handler.Server) http.Handler, pick func(decisionCase) bool) {
 	rec := &recorder{}
 	plan := budget.Plan{Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour, DisableRefund: true}
-	a := newAdopter(t, middleware.Config{
-		Observer:      rec,
+	a := newAdopter(t, config{Dependencies: middleware.Dependencies{
+		Observer: rec,
+	}, Policy: middleware.Policy{
 		Plans:         map[string]budget.Plan{"anon": plan, "pro": plan},
 		AnonymousPlan: "anon",
-	}, install)
+	}}, install)
 	if p := a.price(halfBudgetDoc); p <= adopterBurst/2 || p > adopterBurst {
 		t.Fatalf("%s costs %d: it must cost more than half the budget of %d and at most all of it", halfBudgetDoc, p, adopterBurst)
 	}
@@ -339,10 +340,10 @@ func (c *decisionClient) subscribe(events int) {
 func TestGETMutationEnds(t *testing.T) {
 	const capacity = 4
 	rec := &recorder{}
-	a := newAdopter(t, middleware.Config{
+	a := newAdopter(t, config{Dependencies: middleware.Dependencies{
 		Observer: rec,
 		Overload: &overload.Config{MaxInFlight: capacity, ShedAt: map[overload.Priority]float64{overload.Sheddable: 1, overload.Normal: 1, overload.High: 1}},
-	}, nil)
+	}}, nil)
 	const mutations = 3 * capacity
 	for i := range mutations {
 		x := a.get(url.Values{"query": {mutationDoc}})

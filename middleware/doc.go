@@ -9,10 +9,13 @@
 //
 // # Wiring
 //
-// Build one Limiter from a Config (validated at construction; a bad config
-// fails at start, never at the 10,000th request), then install it:
+// Build one Limiter from its Dependencies (the store, observer, logger,
+// clock: fixed for its life) and its Policy (plans, keys, caps: plain data
+// that Reload swaps whole), both validated at construction, so a bad
+// configuration fails at start, never at the 10,000th request; then
+// install it:
 //
-//	lim, err := middleware.New(middleware.Config{Plans: plans, AnonymousPlan: "anon", ...})
+//	lim, err := middleware.New(middleware.Dependencies{Store: store}, middleware.Policy{Plans: plans, AnonymousPlan: "anon", ...})
 //	defer lim.Close()
 //
 //	srv := handler.New(graph.NewExecutableSchema(...))
@@ -68,7 +71,7 @@
 // hash alone is priced as the document it stands for, with its
 // variables; an unknown hash pays InvalidCost. PersistedQueryCache puts
 // the trusted documents in front of a bounded cache
-// (querycache.NewPersisted). Config.TrustedDocuments loads a manifest
+// (querycache.NewPersisted). Policy.TrustedDocuments loads a manifest
 // (package middleware/trusteddocs), compiles its plans at start and at
 // every Reload, and in mode enforce runs nothing else
 // (DOCUMENT_NOT_TRUSTED, PERSISTED_QUERY_NOT_FOUND); it may lift the
@@ -122,7 +125,7 @@
 // the process, so a client hammering an exhausted budget is answered
 // without a round trip until its Retry-After has passed; it never admits,
 // so budgets stay exact. Plan.SplitBudget serves a UX-grade plan from
-// local leases of each budget (tuned by Config.SplitBudget), at the price
+// local leases of each budget (tuned by Dependencies.SplitBudget), at the price
 // of a bounded overshoot within a window; plans without it stay exact.
 // See docs/scaling.md.
 package middleware

@@ -57,7 +57,7 @@ type Event struct {
 	// changed (Plan being then the override's plan, or "override:" and a
 	// plan's name). What an admin lookup of the principal needs.
 	PrincipalPlan string
-	// Lane is the name of the request's lane (Config.Lanes); empty when
+	// Lane is the name of the request's lane (Policy.Lanes); empty when
 	// no lanes are configured.
 	Lane string
 	// Key is the bucket key of the principal ("user:…", "key:<sha256 of

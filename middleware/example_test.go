@@ -40,15 +40,16 @@ func exampleSchema() graphql.ExecutableSchema {
 	}
 }
 
-// Wiring a gqlgen server: the Extension prices and debits every operation,
-// the GraphQL wrapper turns its decisions into statuses and headers.
+// Installing on a gqlgen server: every operation is priced and debited
+// before it runs, and its answer carries the decision's status and headers.
 func ExampleLimiter_Handler() {
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Clock: stoppedClock{},
+	}, middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"anon": {Burst: 500, Rate: 500, Per: time.Hour},
 		},
 		AnonymousPlan: "anon",
-		Clock:         stoppedClock{},
 	})
 	if err != nil {
 		panic(err)
@@ -78,17 +79,18 @@ func ExampleLimiter_Handler() {
 // Pricing REST routes: the search costs 10 points, everything else 1, from
 // the same budget as the principal's GraphQL operations.
 func ExampleLimiter_REST() {
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Clock: stoppedClock{},
+	}, middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"free": {Burst: 25, Rate: 5000, Per: time.Hour},
 			"anon": {Burst: 10, Rate: 500, Per: time.Hour},
 		},
 		AnonymousPlan: "anon",
-		APIKeys: identity.NewStaticKeys(map[string]identity.APIKey{
+		APIKeys: map[string]identity.APIKey{
 			"demo-free-key": {Principal: "alice", Plan: "free"},
-		}),
-		REST:  middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}},
-		Clock: stoppedClock{},
+		},
+		REST: middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}},
 	})
 	if err != nil {
 		panic(err)
@@ -117,10 +119,11 @@ func ExampleLimiter_REST() {
 // RateLimitFrom(ctx); with dryRun: true the operation is priced, nothing is
 // debited and no other root field runs.
 func ExampleRateLimitFrom() {
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Clock: stoppedClock{},
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon",
-		Clock:         stoppedClock{},
 	})
 	if err != nil {
 		panic(err)

@@ -59,10 +59,10 @@ func redisPauses(t *testing.T, checks bool) {
 		"probe": {Burst: 1 << 30, Rate: 1 << 30, Per: time.Second, DisableRefund: true},
 	}
 	const proberKey = "prober-secret-key"
-	keys := identity.NewStaticKeys(map[string]identity.APIKey{
+	keys := map[string]identity.APIKey{
 		aliceKey:  {Principal: "alice", Plan: "free"},
 		proberKey: {Principal: "prober", Plan: "probe"},
-	})
+	}
 	routes := middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": cost, "GET /api/free": 0}}
 	newStore := func() *redisstore.Store {
 		store, err := redisstore.New(srv.Client(t), redisstore.Config{Prefix: "failopen"})
@@ -79,30 +79,32 @@ func redisPauses(t *testing.T, checks bool) {
 	limiters := make([]*middleware.Limiter, processes)
 	last := make([]atomic.Pointer[middleware.Event], processes)
 	for i := range processes {
-		limiters[i] = newLimiter(t, middleware.Config{
-			Store:         newStore(),
-			Plans:         plans,
-			AnonymousPlan: "probe",
-			APIKeys:       keys,
-			REST:          routes,
-			FailureMode:   budget.FailOpen,
-			StoreTimeout:  50 * time.Millisecond,
-			Breaker:       breaker.Config{Failures: 3, CoolDown: 100 * time.Millisecond},
+		limiters[i] = newLimiter(t, config{Dependencies: middleware.Dependencies{
+			Store:        newStore(),
+			StoreTimeout: 50 * time.Millisecond,
+			Breaker:      breaker.Config{Failures: 3, CoolDown: 100 * time.Millisecond},
 			Observer: middleware.ObserverFunc(func(e *middleware.Event) {
 				c := *e
 				last[i].Store(&c)
 			}),
 			Logger: discardLogger(),
-		})
+		}, Policy: middleware.Policy{
+			Plans:         plans,
+			AnonymousPlan: "probe",
+			APIKeys:       keys,
+			REST:          routes,
+			FailureMode:   budget.FailOpen,
+		}})
 		handlers[i] = graphQLServer(limiters[i], newTestSchema())
 	}
 	// Redis's own word on her bucket: a free request through a process
 	// that never falls back.
-	reader := graphQLServer(newLimiter(t, middleware.Config{
-		Store: newStore(), Plans: plans, AnonymousPlan: "probe", APIKeys: keys, REST: routes,
-		FailureMode: budget.FailClosed, StoreTimeout: 5 * time.Second,
+	reader := graphQLServer(newLimiter(t, config{Dependencies: middleware.Dependencies{
+		Store: newStore(), StoreTimeout: 5 * time.Second,
 		OverLimitCache: stack.OverLimitCacheOff, Logger: discardLogger(),
-	}), newTestSchema())
+	}, Policy: middleware.Policy{Plans: plans, AnonymousPlan: "probe", APIKeys: keys, REST: routes,
+		FailureMode: budget.FailClosed,
+	}}), newTestSchema())
 	redisLeft := func() int64 {
 		t.Helper()
 		w := do(t, reader, request{method: "GET", path: "/api/free", header: bearer(aliceKey)})

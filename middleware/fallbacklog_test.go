@@ -26,7 +26,7 @@ func TestFallbackLogsMatchCounters(t *testing.T) {
 	cfg := testConfig(t, clock)
 	cfg.Lanes = []middleware.Lane{
 		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
-			Budget: &budget.Plan{Burst: 100, Rate: 100, Per: 100 * time.Second}},
+			Budget: &middleware.LaneBudget{Burst: 100, Rate: 100, Per: 100 * time.Second}},
 		{Name: "rest", Priority: overload.Normal},
 	}
 	search := request{method: http.MethodGet, path: "/api/search", header: bearer(aliceKey)}

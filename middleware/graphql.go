@@ -870,8 +870,8 @@ type requestState struct {
 	// lane is the operation's lane once laned (decided from its root
 	// fields when it was parsed).
 	lane *lane
-	// admission is its slot among the requests in flight (Config.Overload)
-	// and slot its lease among its principal's (Config.Concurrency), given
+	// admission is its slot among the requests in flight (Dependencies.Overload)
+	// and slot its lease among its principal's (Policy.Concurrency), given
 	// back when the response is written.
 	admission admission
 	slot      budget.Slot

@@ -241,15 +241,15 @@ func TestGraphQLStaticCaps(t *testing.T) {
 func TestGraphQLStatusTable(t *testing.T) {
 	type scenario struct {
 		code  string
-		setup func(*middleware.Config)
+		setup func(*config)
 		query string
 		auth  http.Header
 	}
 	scenarios := []scenario{
-		{code: budget.CodeRateLimited, query: mutation11 + " ", setup: func(c *middleware.Config) {
+		{code: budget.CodeRateLimited, query: mutation11 + " ", setup: func(c *config) {
 			c.Plans["anon"] = budget.Plan{Burst: 20, Rate: 1, Per: time.Hour}
 		}},
-		{code: budget.CodeRateLimiterUnavailable, query: query61, auth: bearer(aliceKey), setup: func(c *middleware.Config) {
+		{code: budget.CodeRateLimiterUnavailable, query: query61, auth: bearer(aliceKey), setup: func(c *config) {
 			c.Store = &failingStore{err: errTest}
 			c.FailureMode = budget.FailClosed
 		}},
@@ -354,7 +354,7 @@ func TestGraphQLWithPrincipal(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inner.ServeHTTP(w, r.WithContext(identity.WithPrincipal(r.Context(), "alice", "free")))
 	})
-	// The session says alice; the unknown key is not consulted.
+	// The application says alice; the unknown key is not consulted.
 	w, resp := query(t, h, query61, bearer("stale-key"))
 	if w.Code != 200 || *resp.Extensions.Cost.ThrottleStatus.CurrentlyAvailable != 39 {
 		t.Fatalf("%d %s", w.Code, w.Body)

@@ -94,7 +94,7 @@ func (s *failingStore) Refund(ctx context.Context, key string, l limiter.Limit, 
 // requests while the store answers, then breaks it. The fail-open fallback
 // starts each budget from the store's last word on it, or empty: a test of
 // fail open first lets the process learn its principals.
-func learn(t *testing.T, store *failingStore, cfg *middleware.Config, requests ...request) func(h http.Handler) {
+func learn(t *testing.T, store *failingStore, cfg *config, requests ...request) func(h http.Handler) {
 	t.Helper()
 	store.inner = cfg.Store.(limiter.Store)
 	store.healthy.Store(true)
@@ -168,8 +168,18 @@ func testPlans() map[string]budget.Plan {
 	}
 }
 
+// config is a Limiter's dependencies and policy together, as the tests
+// build them: newLimiter gives New both, Reload takes cfg.Policy.
+type config struct {
+	middleware.Dependencies
+	middleware.Policy
+}
+
+// parts is c as New takes it.
+func (c config) parts() (middleware.Dependencies, middleware.Policy) { return c.Dependencies, c.Policy }
+
 // withRefunds turns refunds of unused cost back on for every plan of cfg.
-func withRefunds(cfg middleware.Config) middleware.Config {
+func withRefunds(cfg config) config {
 	plans := make(map[string]budget.Plan, len(cfg.Plans))
 	for name, p := range cfg.Plans {
 		p.DisableRefund = false
@@ -185,30 +195,31 @@ const (
 )
 
 // testConfig is a valid config on a memory store driven by clock.
-func testConfig(t *testing.T, clock *fakeClock) middleware.Config {
+func testConfig(t *testing.T, clock *fakeClock) config {
 	t.Helper()
 	store, err := memorystore.New(memorystore.Config{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return middleware.Config{
-		Store:         store,
-		Plans:         testPlans(),
-		AnonymousPlan: "anon",
-		APIKeys: identity.NewStaticKeys(map[string]identity.APIKey{
-			aliceKey: {Principal: "alice", Plan: "free"},
-			bobKey:   {Principal: "", Plan: "free"},
-		}),
-		REST:   middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10, "/api/free": 0}},
+	return config{Dependencies: middleware.Dependencies{
+		Store:  store,
 		Logger: discardLogger(),
 		Clock:  clock,
-	}
+	}, Policy: middleware.Policy{
+		Plans:         testPlans(),
+		AnonymousPlan: "anon",
+		APIKeys: map[string]identity.APIKey{
+			aliceKey: {Principal: "alice", Plan: "free"},
+			bobKey:   {Principal: "", Plan: "free"},
+		},
+		REST: middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10, "/api/free": 0}},
+	}}
 }
 
-func newLimiter(t *testing.T, cfg middleware.Config) *middleware.Limiter {
+func newLimiter(t *testing.T, cfg config) *middleware.Limiter {
 	t.Helper()
-	lim, err := middleware.New(cfg)
+	lim, err := middleware.New(cfg.Dependencies, cfg.Policy)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

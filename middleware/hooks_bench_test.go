@@ -44,10 +44,11 @@ func BenchmarkExtensionHooks(b *testing.B) {
 	}
 
 	b.Run("costguard", func(b *testing.B) {
-		lim, err := New(Config{
+		lim, err := New(Dependencies{
+			Clock: limiter.SystemClock{},
+		}, Policy{
 			Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 			AnonymousPlan: "big",
-			Clock:         limiter.SystemClock{},
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -96,11 +97,12 @@ func BenchmarkExtensionHooks(b *testing.B) {
 //
 //	go test -run '^$' -bench ResponseReport -benchmem ./middleware/
 func BenchmarkResponseReport(b *testing.B) {
-	lim, err := New(Config{
+	lim, err := New(Dependencies{
+		Clock: limiter.SystemClock{},
+	}, Policy{
 		Plans: map[string]budget.Plan{"anon": {Burst: 1e12, Rate: 1e12, Per: time.Second,
 			Quota: &budget.Quota{Limit: 1e15, Per: 24 * time.Hour}}},
 		AnonymousPlan: "anon",
-		Clock:         limiter.SystemClock{},
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -19,7 +19,7 @@ import (
 const ChallengePoW = "pow"
 
 // Lane is a class of traffic: the requests its Match holds for, served at
-// its Priority. Config.Lanes lists lanes in order; the first whose Match
+// its Priority. Policy.Lanes lists lanes in order; the first whose Match
 // holds takes a request, and a request no lane matches goes to the last.
 type Lane struct {
 	// Name labels the lane in events, metrics and logs: 1 to budget.MaxNameBytes bytes of printable ASCII.
@@ -32,11 +32,17 @@ type Lane struct {
 	// Challenge "pow" makes refused or shed requests of the lane carry a
 	// proof-of-work challenge.
 	Challenge string `yaml:"challenge"`
-	// Budget, when set, is a token bucket per principal for this lane
-	// (Burst, Rate and Per; New refuses the other fields, which a lane's
-	// bucket does not have), debited on top of the plan's: a request pays
-	// both or neither.
-	Budget *budget.Plan `yaml:"budget"`
+	// Budget, when set, is a token bucket per principal for this lane,
+	// debited on top of the plan's: a request pays both or neither.
+	Budget *LaneBudget `yaml:"budget"`
+}
+
+// LaneBudget is a lane's token bucket, per principal: Burst points, Rate
+// of them restored every Per, checked as a plan's are.
+type LaneBudget struct {
+	Burst int64         `yaml:"burst"`
+	Rate  int64         `yaml:"rate"`
+	Per   time.Duration `yaml:"per"`
 }
 
 // LaneMatch says which requests a lane takes. GraphQL and REST are
@@ -156,10 +162,6 @@ func (s *settings) buildLanes(lanes []Lane) error {
 				}
 				ln.plans[p] = true
 			}
-		}
-		if b := l.Budget; b != nil && *b != (budget.Plan{Burst: b.Burst, Rate: b.Rate, Per: b.Per}) {
-			return keyed(fmt.Errorf("%w: %s: a lane's budget has a burst, a rate and a per, nothing else", ErrInvalidConfig, where),
-				"lanes", strconv.Itoa(i), "budget")
 		}
 		ln.budget = s.pol.Lane(l.Name) // compiled with the policy
 		s.lanes = append(s.lanes, ln)

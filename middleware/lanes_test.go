@@ -107,12 +107,12 @@ func TestLanesInvalid(t *testing.T) {
 		"both kinds of user":  {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{Authenticated: true, Anonymous: true}}},
 		"bad coordinate":      {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{GraphQL: []string{"createIssue"}}}},
 		"bad pattern":         {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET api"}}}},
-		"budget without rate": {{Name: "a", Priority: overload.Normal, Budget: &budget.Plan{Burst: 10, Per: time.Second}}},
+		"budget without rate": {{Name: "a", Priority: overload.Normal, Budget: &middleware.LaneBudget{Burst: 10, Per: time.Second}}},
 		"unknown plan":        {{Name: "a", Priority: overload.Normal, Match: middleware.LaneMatch{Plans: []string{"gold"}}}},
 	} {
 		cfg := testConfig(t, newClock())
 		cfg.Lanes = lanes
-		if _, err := middleware.New(cfg); !errors.Is(err, middleware.ErrInvalidConfig) {
+		if _, err := middleware.New(cfg.Dependencies, cfg.Policy); !errors.Is(err, middleware.ErrInvalidConfig) {
 			t.Errorf("%s: New error %v, want ErrInvalidConfig", name, err)
 		}
 	}
@@ -124,11 +124,11 @@ func TestLaneBudget(t *testing.T) {
 	cfg := withRefunds(testConfig(t, newClock()))
 	cfg.Lanes = []middleware.Lane{
 		{Name: "search", Priority: overload.Normal, Match: middleware.LaneMatch{REST: []string{"GET /api/search"}},
-			Budget: &budget.Plan{Burst: 20, Rate: 20, Per: 100 * time.Second}},
+			Budget: &middleware.LaneBudget{Burst: 20, Rate: 20, Per: 100 * time.Second}},
 		{Name: "writes", Priority: overload.High, Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}},
-			Budget: &budget.Plan{Burst: 11, Rate: 1, Per: time.Hour}},
+			Budget: &middleware.LaneBudget{Burst: 11, Rate: 1, Per: time.Hour}},
 		{Name: "reads", Priority: overload.Normal, Match: middleware.LaneMatch{GraphQL: []string{"Query.user"}},
-			Budget: &budget.Plan{Burst: 70, Rate: 1, Per: time.Hour}},
+			Budget: &middleware.LaneBudget{Burst: 70, Rate: 1, Per: time.Hour}},
 		{Name: "rest", Priority: overload.Normal},
 	}
 	h := graphQLServer(newLimiter(t, cfg), newTestSchema())

@@ -138,7 +138,7 @@ type GraphQLOptions struct {
 }
 
 // MemoryStoreOptions size the in-memory stores the Limiter creates: the
-// budgets when Config.Store is nil, and FailOpen's local fallback buckets.
+// budgets when Dependencies.Store is nil, and FailOpen's local fallback buckets.
 type MemoryStoreOptions struct {
 	// MaxKeys bounds the identities held. A full store never resets a
 	// budget to make room: it only drops budgets that are whole, and
@@ -169,55 +169,96 @@ type RESTOptions struct {
 	RouteLimits map[string]budget.FieldLimit `yaml:"route_limits"`
 }
 
-// Config configures a Limiter. One rule for zero holds across it: a zero
-// field takes its documented default (for some, such as
-// GraphQLOptions.UploadCostPerMiB or Concurrency.PerPrincipal, "none"),
-// and None says "nothing" where
-// the default is something. Reload takes a whole Config and changes only
-// what may change while requests run (see Reload).
+// A Limiter is built from two values (New): its Dependencies, what the
+// process is wired with and sized by, fixed for the Limiter's life; and
+// its Policy, plain data that Reload replaces whole while requests run.
 //
-// The yaml tags, here and on the option types, are the keys of a YAML
-// configuration file (the example server's, docs/server.md), so that one
-// decodes straight into these types; a field tagged "-" is set in code, or
-// has a form of its own in such a file (Plans, APIKeys, GraphQL). The
+// One rule for zero holds across both: a zero field takes its documented
+// default (for some, such as GraphQLOptions.MaxCost or
+// Concurrency.PerPrincipal, that default is "no cap"), and None (-1) says
+// "nothing" (no cap, no cost) where the default is something. Other
+// negative values are refused.
+//
+// The yaml tags, on both types and on their option types, are the keys of
+// a YAML configuration file (the example server's, docs/server.md), so
+// that one decodes straight into them: a key left out and a key written
+// as 0 both take the default, and -1 is None. A field tagged "-" is set in
+// code, or has a form of its own in such a file (Plans, GraphQL). The
 // package itself reads no YAML.
-type Config struct {
+
+// Dependencies are what a Limiter is wired with and sized by for the life
+// of the process: the stores, the observer, the logger, the clock, the
+// challenger, how API keys are looked up, and the bounds of what New
+// builds (the in-memory stores, the body bounds, the shedder, the store's
+// timeout and breaker). New sets them once; Reload does not see them, so
+// changing one takes a new Limiter.
+type Dependencies struct {
 	// Store holds the budgets. Nil: an in-memory store owned by the Limiter
 	// (released by Close). Share a redisstore between processes. Quotas
 	// and field limits need a store that also decides several budgets at
 	// once (limiter.MultiTaker and limiter.MultiRefunder: memorystore,
-	// redisstore); New refuses them on another.
+	// redisstore); New refuses them on another. A store that keeps its
+	// budgets in this process says so (limiter.Local) and gets no
+	// timeout, breaker or over-limit cache.
 	Store limiter.Store `yaml:"-"`
-	// Plans maps a plan name to its budget. Required. Names must be 1 to
-	// budget.MaxNameBytes bytes of printable ASCII; they appear in the
-	// RateLimit headers.
-	Plans map[string]budget.Plan `yaml:"-"`
-	// AnonymousPlan is the plan of requests without a principal or API key,
-	// which are keyed by client address. Required.
-	AnonymousPlan string `yaml:"anonymous_plan"`
-	// APIKeys resolves API keys. Nil: every presented key is unknown (401).
-	APIKeys identity.KeyLookup `yaml:"-"`
+	// KeyLookup resolves the API keys Policy.APIKeys does not list (a
+	// database: identity/pgkeys behind identity/keycache). Nil: a key the
+	// policy does not list is unknown (401).
+	KeyLookup identity.KeyLookup `yaml:"-"`
 	// Identifier replaces the default chain (WithPrincipal principal, then
-	// API key through APIKeys, then client address on AnonymousPlan).
+	// API key through Policy.APIKeys and KeyLookup, then client address on
+	// Policy.AnonymousPlan).
 	Identifier identity.Identifier `yaml:"-"`
-	// TrustedProxies lists CIDRs (or single addresses) of reverse proxies
-	// whose forwarding header is believed. Empty: the peer address is the
-	// client, whatever the headers say.
-	TrustedProxies []string `yaml:"trusted_proxies"`
-	// ProxyHeader names the forwarding header trusted proxies set:
-	// "X-Forwarded-For" (default) or "Forwarded". Only one is read, so a
-	// client cannot slip a spoofed value through the header a proxy passes
-	// along untouched.
-	ProxyHeader string `yaml:"-"`
+	// Challenger issues and checks the challenge of lanes with Challenge
+	// "pow" (challenge.NewPoW). Required when a lane asks for one, at New
+	// or at a Reload.
+	Challenger challenge.Challenger `yaml:"-"`
+	// Observer receives an Event for every decision (nil: none). Package
+	// middleware/prommetrics turns them into Prometheus metrics.
+	Observer Observer `yaml:"-"`
+	// Logger receives store-failure warnings and identification errors.
+	// Default slog.Default().
+	Logger *slog.Logger `yaml:"-"`
+	// Clock is the time source of the headers and of the in-memory stores
+	// the Limiter creates. Default limiter.SystemClock.
+	Clock limiter.Clock `yaml:"-"`
 
-	GraphQL GraphQLOptions `yaml:"-"`
-	REST    RESTOptions    `yaml:"rest"`
-	// FieldLimits attach a rate to schema coordinates ("Mutation.login"),
-	// counted per selection, every alias and list item included, and
-	// decided with the plan's bucket and quota, all or nothing (429
-	// FIELD_RATE_LIMITED). Coordinates the schema lacks are an error when
-	// the Extension is added to a server.
-	FieldLimits map[string]budget.FieldLimit `yaml:"field_limits"`
+	// Overrides say where the per-principal overrides live
+	// (Limiter.SetOverride); by default in this process's memory.
+	Overrides OverrideOptions `yaml:"overrides"`
+	// Slots keeps the leases of the requests each principal has in flight
+	// (Policy.Concurrency). Nil: Store when it keeps slots too (a
+	// redisstore.Store, exact across processes), else an in-memory store
+	// of this process.
+	Slots concurrency.Slots `yaml:"-"`
+	// SlotTTL is how long a lease of Slots lives unless its request ends
+	// first; a request running longer loses its slot. Default
+	// concurrency.DefaultTTL (60 s).
+	SlotTTL time.Duration `yaml:"-"`
+	// MemoryStore sizes the in-memory stores the Limiter creates.
+	MemoryStore MemoryStoreOptions `yaml:"memory_store"`
+	// OverLimitCache remembers rejections locally. Default
+	// OverLimitCacheAuto: on for a shared Store, off for an in-memory one.
+	OverLimitCache stack.OverLimitCache `yaml:"over_limit_cache"`
+	// SplitBudget tunes the leases of plans with Plan.SplitBudget set. A
+	// Reload may give a plan SplitBudget only if some plan had it at New.
+	SplitBudget SplitBudgetOptions `yaml:"split_budget"`
+	// StoreTimeout bounds every store call. Default
+	// stack.DefaultStoreTimeout (100 ms).
+	StoreTimeout time.Duration `yaml:"store_timeout"`
+	// Breaker tunes the circuit breaker in front of a shared store
+	// (limiter/breaker, run by limiter/guard). After Failures store
+	// failures or timeouts in a row it opens: for CoolDown no request calls
+	// the store, and each is decided at once by its plan's failure mode
+	// (budget.FailOpen: the local fallback bucket; budget.FailClosed: 503).
+	// Then one request at a time probes the store; the first that succeeds
+	// closes the breaker, a failure re-opens it. A request whose client
+	// left before the store answered counts for nothing. Refunds are
+	// skipped while it is open (the points return by refill). Defaults:
+	// breaker.DefaultFailures (5) in a row, breaker.DefaultCoolDown (1 s);
+	// Failures None disables it. An in-memory store has none: it never
+	// waits.
+	Breaker breaker.Config `yaml:"breaker"`
 
 	// MaxBodyBytes bounds a request body in the GraphQL and REST wrappers:
 	// a larger one, declared or chunked, is answered 413 before anything
@@ -239,17 +280,56 @@ type Config struct {
 	// body that finds no room waits (until its request's context ends).
 	// Default 1 MiB (or MaxBodyBytes when larger); at least MaxBodyBytes.
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
-	// MemoryStore sizes the in-memory stores the Limiter creates.
-	MemoryStore MemoryStoreOptions `yaml:"memory_store"`
+	// RetryAfterJitter adds up to this fraction of Retry-After, at random,
+	// so rejected clients do not return in lockstep. It only ever adds.
+	// Between 0 (default) and 1.
+	RetryAfterJitter float64 `yaml:"retry_after_jitter"`
+	// Overload, when set, sheds requests by their lane's priority once this
+	// process has too many in flight, and switches named features off as
+	// load rises (package overload). Nil: nothing is shed.
+	Overload *overload.Config `yaml:"overload"`
+}
+
+// Policy is what operators change while requests run: the plans, who pays
+// (API keys, trusted proxies), the GraphQL caps and prices, the REST costs,
+// the field and route limits, the lanes, the concurrency and subscription
+// caps, the trusted documents and the modes. It is plain data. New
+// validates it, and Reload validates a new one exactly as New does and
+// swaps it in whole.
+type Policy struct {
+	// Plans maps a plan name to its budget. Required. Names must be 1 to
+	// budget.MaxNameBytes bytes of printable ASCII; they appear in the
+	// RateLimit headers.
+	Plans map[string]budget.Plan `yaml:"-"`
+	// AnonymousPlan is the plan of requests without a principal or API key,
+	// which are keyed by client address. Required.
+	AnonymousPlan string `yaml:"anonymous_plan"`
+	// APIKeys maps an API key to the principal and plan it grants. Only
+	// the SHA-256 of each key is kept. A key it does not list is asked of
+	// Dependencies.KeyLookup, if any; else it is unknown (401).
+	APIKeys map[string]identity.APIKey `yaml:"api_keys"`
+	// TrustedProxies lists CIDRs (or single addresses) of reverse proxies
+	// whose forwarding header is believed. Empty: the peer address is the
+	// client, whatever the headers say.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ProxyHeader names the forwarding header trusted proxies set:
+	// "X-Forwarded-For" (default) or "Forwarded". Only one is read, so a
+	// client cannot slip a spoofed value through the header a proxy passes
+	// along untouched.
+	ProxyHeader string `yaml:"-"`
+
+	GraphQL GraphQLOptions `yaml:"-"`
+	REST    RESTOptions    `yaml:"rest"`
+	// FieldLimits attach a rate to schema coordinates ("Mutation.login"),
+	// counted per selection, every alias and list item included, and
+	// decided with the plan's bucket and quota, all or nothing (429
+	// FIELD_RATE_LIMITED). Coordinates the schema lacks are an error when
+	// the Limiter is installed on a server.
+	FieldLimits map[string]budget.FieldLimit `yaml:"field_limits"`
 
 	// Lanes classify requests by priority (first match wins; a request no
 	// lane matches goes to the last). Empty: no lanes.
 	Lanes []Lane `yaml:"lanes"`
-	// Overload, when set, sheds requests by their lane's priority once this
-	// process has too many in flight, and switches named features off as
-	// load rises (package overload). Nil: nothing is shed. Fixed
-	// at New: Reload keeps the running shedder.
-	Overload *overload.Config `yaml:"overload"`
 	// Concurrency caps the requests one principal has in flight at once,
 	// REST and GraphQL together (per plan: Plan.MaxConcurrent).
 	Concurrency ConcurrencyOptions `yaml:"concurrency"`
@@ -260,57 +340,17 @@ type Config struct {
 	// which may be named by hash and, in mode enforce, the only ones that
 	// run. None by default.
 	TrustedDocuments TrustedDocumentsOptions `yaml:"trusted_documents"`
-	// Challenger issues and checks the challenge of lanes with Challenge
-	// "pow" (challenge.NewPoW). Required when a lane asks for
-	// one.
-	Challenger challenge.Challenger `yaml:"-"`
 	// Mode applies to the plans that set none: Enforce (the default) or
 	// Shadow, to watch what the Limiter would refuse before it does.
 	Mode budget.Mode `yaml:"mode"`
 	// FailureMode applies when the store fails or times out and the plan
 	// sets none. Default FailOpen.
 	FailureMode budget.FailureMode `yaml:"failure_mode"`
-	// StoreTimeout bounds every store call. Default 100ms.
-	StoreTimeout time.Duration `yaml:"-"`
-	// Breaker tunes the circuit breaker in front of a shared store
-	// (limiter/breaker, run by limiter/guard). After Failures store
-	// failures or timeouts in a row it opens: for CoolDown no request calls
-	// the store, and each is decided at once by its plan's failure mode
-	// (budget.FailOpen: the local fallback bucket; budget.FailClosed: 503).
-	// Then one request at a time probes the store; the first that succeeds
-	// closes the breaker, a failure re-opens it. A request whose client
-	// left before the store answered counts for nothing. Refunds are
-	// skipped while it is open (the points return by refill). Defaults:
-	// breaker.DefaultFailures (5) in a row, breaker.DefaultCoolDown (1 s);
-	// Failures None disables it. The in-memory store has none: it never
-	// waits.
-	Breaker breaker.Config `yaml:"breaker"`
-	// RetryAfterJitter adds up to this fraction of Retry-After, at random,
-	// so rejected clients do not return in lockstep. It only ever adds.
-	// Between 0 (default) and 1.
-	RetryAfterJitter float64 `yaml:"retry_after_jitter"`
-	// Observer receives an Event for every decision (nil: none). Package
-	// middleware/prommetrics turns them into Prometheus metrics.
-	Observer Observer `yaml:"-"`
-	// Logger receives store-failure warnings and identification errors.
-	// Default slog.Default().
-	Logger *slog.Logger `yaml:"-"`
-	// Clock is the time source of the headers and of the in-memory stores
-	// the Limiter creates. Default limiter.SystemClock.
-	Clock limiter.Clock `yaml:"-"`
-
-	// OverLimitCache remembers rejections locally. Default
-	// OverLimitCacheAuto: on for a shared Store, off for the in-memory one.
-	OverLimitCache stack.OverLimitCache `yaml:"over_limit_cache"`
-	// SplitBudget tunes the leases of plans with Plan.SplitBudget set.
-	SplitBudget SplitBudgetOptions `yaml:"split_budget"`
-	// Overrides say where the per-principal overrides live
-	// (Limiter.SetOverride); by default in this process's memory.
-	Overrides OverrideOptions `yaml:"overrides"`
 }
 
-// Defaults applied by New to zero Config fields (those of GraphQLOptions:
-// DefaultGraphQLOptions; StoreTimeout: stack.DefaultStoreTimeout).
+// Defaults applied by New to zero fields of Dependencies and Policy (those
+// of GraphQLOptions: DefaultGraphQLOptions; StoreTimeout:
+// stack.DefaultStoreTimeout).
 const (
 	DefaultRESTCost             = 1
 	DefaultMaxBodyBytes         = 1 << 20
@@ -401,9 +441,10 @@ type Limiter struct {
 	// shaping limit (hold); tests replace it.
 	timer limiter.Timer
 	start time.Time
-	// atNew is the Config New was given: Reload refuses to change the
-	// fields New fixed (fixedChanges).
-	atNew Config
+	// keys and ident are Dependencies.KeyLookup and .Identifier, which
+	// each Policy's identification is compiled with.
+	keys  identity.KeyLookup
+	ident identity.Identifier
 
 	// Warnings logged at most once a minute: an operation that did not
 	// pass Handler's wrapper (the others are per plan).
@@ -431,18 +472,20 @@ func systemTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	return t.C, t.Stop
 }
 
-// New validates cfg and builds a Limiter.
-func New(cfg Config) (*Limiter, error) {
+// New validates deps and policy and builds a Limiter: deps for its whole
+// life, policy until a Reload replaces it.
+func New(deps Dependencies, policy Policy) (*Limiter, error) {
 	l := &Limiter{
-		atNew:    cfg,
-		log:      cfg.Logger,
-		clock:    cfg.Clock,
-		maxBody:  cfg.MaxBodyBytes,
+		log:      deps.Logger,
+		clock:    deps.Clock,
+		maxBody:  deps.MaxBodyBytes,
+		keys:     deps.KeyLookup,
+		ident:    deps.Identifier,
 		screened: newScreenCache(),
 		timer:    systemTimer,
 	}
-	if cfg.StoreTimeout < 0 {
-		return nil, fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, cfg.StoreTimeout)
+	if deps.StoreTimeout < 0 {
+		return nil, keyed(fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, deps.StoreTimeout), "store_timeout")
 	}
 	if l.log == nil {
 		l.log = slog.Default()
@@ -454,17 +497,17 @@ func New(cfg Config) (*Limiter, error) {
 
 	switch {
 	case l.maxBody < 0:
-		return nil, fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, l.maxBody)
+		return nil, keyed(fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, l.maxBody), "max_body_bytes")
 	case l.maxBody == 0:
 		l.maxBody = DefaultMaxBodyBytes
 	}
-	switch l.maxUpload = cfg.MaxUploadBytes; {
+	switch l.maxUpload = deps.MaxUploadBytes; {
 	case l.maxUpload < 0:
-		return nil, fmt.Errorf("%w: MaxUploadBytes %d is negative", ErrInvalidConfig, l.maxUpload)
+		return nil, keyed(fmt.Errorf("%w: MaxUploadBytes %d is negative", ErrInvalidConfig, l.maxUpload), "max_upload_bytes")
 	case l.maxUpload == 0:
 		l.maxUpload = max(DefaultMaxUploadBytes, l.maxBody)
 	}
-	inFlight := cfg.MaxBodyBytesInFlight
+	inFlight := deps.MaxBodyBytesInFlight
 	if inFlight == 0 {
 		inFlight = max(DefaultMaxBodyBytesInFlight, l.maxBody)
 	}
@@ -473,16 +516,16 @@ func New(cfg Config) (*Limiter, error) {
 			ErrInvalidConfig, inFlight, l.maxBody), "max_body_bytes_in_flight")
 	}
 	l.bodies = semaphore.NewWeighted(inFlight)
-	if cfg.MemoryStore.MaxKeys < 0 {
-		return nil, fmt.Errorf("%w: MemoryStore.MaxKeys %d is negative", ErrInvalidConfig, cfg.MemoryStore.MaxKeys)
+	if deps.MemoryStore.MaxKeys < 0 {
+		return nil, keyed(fmt.Errorf("%w: MemoryStore.MaxKeys %d is negative", ErrInvalidConfig, deps.MemoryStore.MaxKeys), "memory_store", "max_keys")
 	}
-	st, err := compileSettings(cfg)
+	st, err := l.compileSettings(policy)
 	if err != nil {
 		return nil, err
 	}
-	l.observer, l.challenger = cfg.Observer, cfg.Challenger
-	if cfg.Overload != nil {
-		oc := *cfg.Overload
+	l.observer, l.challenger = deps.Observer, deps.Challenger
+	if deps.Overload != nil {
+		oc := *deps.Overload
 		if oc.Clock == nil {
 			oc.Clock = l.clock
 		}
@@ -493,28 +536,28 @@ func New(cfg Config) (*Limiter, error) {
 	if err := l.checkChallenges(st); err != nil {
 		return nil, err
 	}
-	slots, ttl, err := l.buildSlots(cfg)
+	slots, ttl, err := l.buildSlots(deps)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkStoreOptions(cfg); err != nil {
+	if err := checkStoreOptions(deps); err != nil {
 		return nil, err
 	}
-	if l.stores, err = l.buildStores(cfg, st); err != nil {
+	if l.stores, err = l.buildStores(deps, st); err != nil {
 		return nil, err
 	}
-	_, localSlots := slots.(*concurrency.Memory)
+	localSlots := limiter.IsLocal(slots)
 	hasBreaker := l.stores.BreakerState() != ""
 	l.engine, err = budget.NewEngine(l.stores, st.pol,
 		budget.WithClock(l.clock),
 		budget.WithLogger(l.log),
-		budget.WithRetryAfterJitter(cfg.RetryAfterJitter),
+		budget.WithRetryAfterJitter(deps.RetryAfterJitter),
 		budget.WithSlots(slots, ttl, hasBreaker && !localSlots))
 	if err != nil {
 		l.stores.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if l.overrides, err = l.watchOverrides(cfg.Overrides); err != nil {
+	if l.overrides, err = l.watchOverrides(deps.Overrides, deps.Store != nil); err != nil {
 		l.stores.Close()
 		return nil, err
 	}
@@ -526,7 +569,8 @@ func New(cfg Config) (*Limiter, error) {
 
 // watchOverrides starts watching the override store (a memory one by
 // default); it reads the store once, so one that cannot be read fails New.
-func (l *Limiter) watchOverrides(o OverrideOptions) (*overrides, error) {
+// sharedBudgets: the budgets are in a store of the caller's.
+func (l *Limiter) watchOverrides(o OverrideOptions, sharedBudgets bool) (*overrides, error) {
 	store := o.Store
 	if store == nil {
 		m, err := override.NewMemory(o.MaxOverrides)
@@ -551,13 +595,16 @@ func (l *Limiter) watchOverrides(o OverrideOptions) (*overrides, error) {
 		return nil, fmt.Errorf("%w: Overrides: %w", ErrInvalidConfig, err)
 	}
 	return &overrides{w: w, engine: l.engine, clock: l.clock, log: l.log.Warn, start: l.start,
-		localOnly: o.Store == nil && l.atNew.Store != nil}, nil
+		localOnly: o.Store == nil && sharedBudgets}, nil
 }
 
 // checkStoreOptions runs the checks of the stack's options (package
 // limiter/stack runs them again) with the key of each, so that a mistake in
 // them is named as a configuration file spells it.
-func checkStoreOptions(cfg Config) error {
+func checkStoreOptions(cfg Dependencies) error {
+	if err := cfg.OverLimitCache.Validate(); err != nil {
+		return keyed(fmt.Errorf("%w: %w", ErrInvalidConfig, err), "over_limit_cache")
+	}
 	if err := (splitbudget.Config{LeaseFraction: cfg.SplitBudget.LeaseFraction, SettleInterval: cfg.SplitBudget.SettleInterval}).Validate(); err != nil {
 		return keyed(fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err), "split_budget")
 	}
@@ -572,7 +619,7 @@ func checkStoreOptions(cfg Config) error {
 // Close stops watching the override store, stops the background repayment of what the fail-open fallback
 // admitted (a debit in flight ends within StoreTimeout), gives the leases
 // of SplitBudget plans back to the store and releases the in-memory
-// stores the Limiter created. It does not close Config.Store.
+// stores the Limiter created. It does not close Dependencies.Store.
 func (l *Limiter) Close() error {
 	l.overrides.w.Close()
 	return l.stores.Close()
@@ -581,7 +628,7 @@ func (l *Limiter) Close() error {
 // buildStores puts the stores together (package limiter/stack): the store
 // behind the over-limit cache when that is on, split-budget leases when a
 // plan asks for them, the fail-open fallback and the overflow buckets.
-func (l *Limiter) buildStores(cfg Config, set *settings) (*stack.Stack, error) {
+func (l *Limiter) buildStores(cfg Dependencies, set *settings) (*stack.Stack, error) {
 	split := set.pol.SplitBudget()
 	st, err := stack.New(stack.Config{
 		Store:          cfg.Store,

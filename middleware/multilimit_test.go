@@ -42,7 +42,7 @@ func errorPath(t *testing.T, body []byte) []any {
 	return resp.Errors[0].Path
 }
 
-func fieldLimitConfig(t *testing.T, clock *fakeClock, limits map[string]budget.FieldLimit) middleware.Config {
+func fieldLimitConfig(t *testing.T, clock *fakeClock, limits map[string]budget.FieldLimit) config {
 	cfg := testConfig(t, clock)
 	cfg.FieldLimits = limits
 	return cfg
@@ -356,38 +356,38 @@ func TestQuotaRefund(t *testing.T) {
 func TestMultiLimitConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		edit  func(*middleware.Config)
+		edit  func(*config)
 		wants string
 	}{
-		{"quota below the burst", func(c *middleware.Config) {
+		{"quota below the burst", func(c *config) {
 			c.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, Quota: &budget.Quota{Limit: 50, Per: time.Hour}}
 		}, "below the burst"},
-		{"quota without a window", func(c *middleware.Config) {
+		{"quota without a window", func(c *config) {
 			c.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, Quota: &budget.Quota{Limit: 500}}
 		}, "must be positive"},
-		{"quota with split budget", func(c *middleware.Config) {
+		{"quota with split budget", func(c *config) {
 			c.Plans["free"] = budget.Plan{Burst: 100, Rate: 100, Per: time.Minute, SplitBudget: true, Quota: &budget.Quota{Limit: 500, Per: time.Hour}}
 		}, "SplitBudget"},
-		{"coordinate without a field", func(c *middleware.Config) {
+		{"coordinate without a field", func(c *config) {
 			c.FieldLimits = map[string]budget.FieldLimit{"Mutation": {Limit: 1, Per: time.Minute}}
 		}, "Type.field"},
-		{"field limit of zero", func(c *middleware.Config) {
+		{"field limit of zero", func(c *config) {
 			c.FieldLimits = map[string]budget.FieldLimit{"Mutation.createIssue": {Per: time.Minute}}
 		}, "must be positive"},
-		{"more field limits than one decision holds", func(c *middleware.Config) {
+		{"more field limits than one decision holds", func(c *config) {
 			c.FieldLimits = map[string]budget.FieldLimit{}
 			for i := range 63 {
 				c.FieldLimits[fmt.Sprintf("Query.f%d", i)] = budget.FieldLimit{Limit: 1, Per: time.Minute}
 			}
 		}, "at most 62"},
-		{"field limit by whom", func(c *middleware.Config) {
+		{"field limit by whom", func(c *config) {
 			c.FieldLimits = map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Minute, By: "user"}}
 		}, `by "user"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t, newClock())
 			tc.edit(&cfg)
-			_, err := middleware.New(cfg)
+			_, err := middleware.New(cfg.Dependencies, cfg.Policy)
 			if err == nil || !strings.Contains(err.Error(), tc.wants) {
 				t.Fatalf("New: %v, want an error containing %q", err, tc.wants)
 			}
@@ -406,7 +406,7 @@ func TestFieldLimitUnknownCoordinate(t *testing.T) {
 
 	bad := cfg
 	bad.FieldLimits = map[string]budget.FieldLimit{"Mutation.deleteEverything": {Limit: 1, Per: time.Minute}}
-	err := lim.Reload(bad)
+	err := lim.Reload(bad.Policy)
 	if !errors.Is(err, middleware.ErrInvalidConfig) || !strings.Contains(err.Error(), "Mutation.deleteEverything") {
 		t.Fatalf("Reload: %v", err)
 	}
@@ -418,7 +418,7 @@ func TestFieldLimitUnknownCoordinate(t *testing.T) {
 	}
 	good := cfg
 	good.FieldLimits = map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: 1, Per: time.Minute}}
-	if err := lim.Reload(good); err != nil {
+	if err := lim.Reload(good.Policy); err != nil {
 		t.Fatal(err)
 	}
 	query(t, h, mutation11, bearer(aliceKey))

@@ -252,7 +252,7 @@ func TestShadowModePerPlan(t *testing.T) {
 		}
 	}
 	cfg.Plans = map[string]budget.Plan{"free": {Burst: 1, Rate: 1, Per: 1, Mode: "quiet"}, "anon": testPlans()["anon"]}
-	if _, err := middleware.New(cfg); !errors.Is(err, middleware.ErrInvalidConfig) {
+	if _, err := middleware.New(cfg.Dependencies, cfg.Policy); !errors.Is(err, middleware.ErrInvalidConfig) {
 		t.Errorf("bad plan mode: %v", err)
 	}
 }

@@ -174,7 +174,7 @@ func (l *Limiter) SetOverride(ctx context.Context, principal string, o override.
 	}
 	if l.overrides.localOnly {
 		l.overrides.localOnlyWarn.Do(func() {
-			l.log.WarnContext(ctx, "middleware: this override applies in this process only: the budgets are in Config.Store, but Config.Overrides.Store is nil (the memory of this process); to share overrides between processes give an override/redisoverride store")
+			l.log.WarnContext(ctx, "middleware: this override applies in this process only: the budgets are in Dependencies.Store, but Dependencies.Overrides.Store is nil (the memory of this process); to share overrides between processes give an override/redisoverride store")
 		})
 	}
 	return l.overrides.w.Put(ctx, key, o)

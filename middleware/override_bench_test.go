@@ -25,15 +25,16 @@ func BenchmarkOverrideLookup(b *testing.B) {
 		others, yourself bool
 	}{{"none", false, false}, {"others", true, false}, {"own", true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			lim, err := middleware.New(middleware.Config{
+			lim, err := middleware.New(middleware.Dependencies{
+				Logger:    discardLogger(),
+				Overrides: middleware.OverrideOptions{PollInterval: middleware.None},
+			}, middleware.Policy{
 				Plans: map[string]budget.Plan{
 					"big":  {Burst: 1e12, Rate: 1e12, Per: time.Second},
 					"huge": {Burst: 1e13, Rate: 1e13, Per: time.Second},
 				},
 				AnonymousPlan: "big",
-				APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{"alice-key": {Principal: "alice", Plan: "big"}}),
-				Logger:        discardLogger(),
-				Overrides:     middleware.OverrideOptions{PollInterval: middleware.None},
+				APIKeys:       map[string]identity.APIKey{"alice-key": {Principal: "alice", Plan: "big"}},
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -18,14 +18,15 @@ import (
 // time; its requests are decided and described by it until it is deleted
 // (or its Until passes).
 func ExampleLimiter_SetOverride() {
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Clock: stoppedClock{},
+	}, middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"free": {Burst: 100, Rate: 100, Per: time.Hour},
 			"pro":  {Burst: 10000, Rate: 10000, Per: time.Hour},
 		},
 		AnonymousPlan: "free",
-		APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{"alice-key": {Principal: "alice", Plan: "free"}}),
-		Clock:         stoppedClock{},
+		APIKeys:       map[string]identity.APIKey{"alice-key": {Principal: "alice", Plan: "free"}},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -58,8 +58,11 @@ func TestOverridePropagation(t *testing.T) {
 			var hs []http.Handler
 			var lims []*middleware.Limiter
 			for range 3 {
-				lim := newLimiter(t, middleware.Config{
-					Store:       budgets,
+				lim := newLimiter(t, config{Dependencies: middleware.Dependencies{
+					Store:     budgets,
+					Overrides: middleware.OverrideOptions{Store: next()},
+					Logger:    discardLogger(),
+				}, Policy: middleware.Policy{
 					FailureMode: budget.FailClosed, // a store error is a 503, never hidden
 					Plans: map[string]budget.Plan{
 						"free": {Burst: 100, Rate: 100, Per: 100 * time.Second, Quota: &budget.Quota{Limit: 1000, Per: 24 * time.Hour}},
@@ -67,10 +70,8 @@ func TestOverridePropagation(t *testing.T) {
 						"anon": {Burst: 20, Rate: 20, Per: 100 * time.Second},
 					},
 					AnonymousPlan: "anon",
-					APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
-					Overrides:     middleware.OverrideOptions{Store: next()},
-					Logger:        discardLogger(),
-				})
+					APIKeys:       map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}},
+				}})
 				lims = append(lims, lim)
 				hs = append(hs, graphQLServer(lim, newTestSchema()))
 			}

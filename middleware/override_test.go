@@ -20,7 +20,7 @@ import (
 )
 
 // overrideConfig is testConfig with a third plan, pro, and a quota on free.
-func overrideConfig(t *testing.T, clock *fakeClock) middleware.Config {
+func overrideConfig(t *testing.T, clock *fakeClock) config {
 	cfg := testConfig(t, clock)
 	cfg.Plans["pro"] = budget.Plan{Burst: 1000, Rate: 1000, Per: 100 * time.Second, DisableRefund: true}
 	cfg.Overrides.PollInterval = middleware.None // this process only: every change is applied at once

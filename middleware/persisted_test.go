@@ -67,15 +67,16 @@ func installAPQ(before, wrap bool) func(lim *middleware.Limiter, srv *handler.Se
 
 // persistedConfig has one plan without refunds, so the budget moves by
 // the prices, on store (nil: memory).
-func persistedConfig(store limiter.Store) middleware.Config {
-	return middleware.Config{
+func persistedConfig(store limiter.Store) config {
+	return config{Dependencies: middleware.Dependencies{
 		Store: store,
+	}, Policy: middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"anon": {Burst: persistBurs, Rate: 1, Per: time.Hour, DisableRefund: true},
 			"pro":  {Burst: persistBurs, Rate: 1, Per: time.Hour, DisableRefund: true},
 		},
 		AnonymousPlan: "anon",
-	}
+	}}
 }
 
 // apqExt is the extensions member of an automatic persisted query.
@@ -286,7 +287,7 @@ func TestAPQRegistrationScreened(t *testing.T) {
 				t.Fatalf("registering %+v", x.resp)
 			}
 			cfg.GraphQL.MaxSelections = 2
-			if err := a.lim.Reload(a.reloadable(cfg)); err != nil {
+			if err := a.lim.Reload(a.reloadable(cfg).Policy); err != nil {
 				t.Fatal(err)
 			}
 			var x exchange
@@ -299,7 +300,7 @@ func TestAPQRegistrationScreened(t *testing.T) {
 
 // reloadable is cfg as the adopter's Limiter was built (its clock,
 // logger and store), for Reload.
-func (a *adopter) reloadable(cfg middleware.Config) middleware.Config {
+func (a *adopter) reloadable(cfg config) config {
 	cfg.Clock = a.clock
 	cfg.Logger = a.cfg.Logger
 	cfg.Store = a.cfg.Store
@@ -468,7 +469,7 @@ func TestTrustedDocumentsReload(t *testing.T) {
 		t.Fatalf("untrusted before the reload: %+v", x.resp)
 	}
 	writeManifest(t, dir, reposDoc, "{ __typename }", untrustedQ)
-	if err := a.lim.Reload(a.reloadable(cfg)); err != nil {
+	if err := a.lim.Reload(a.reloadable(cfg).Policy); err != nil {
 		t.Fatal(err)
 	}
 	if x := a.post(map[string]any{"query": untrustedQ}); x.status != 200 || len(x.resp.Errors) > 0 {
@@ -478,14 +479,14 @@ func TestTrustedDocumentsReload(t *testing.T) {
 	// the reload fails naming them, and the running manifest stays.
 	bad := `{ user(login: "octocat") { nosuchfield } }`
 	writeManifest(t, dir, reposDoc, "{ __typename }", bad)
-	err := a.lim.Reload(a.reloadable(cfg))
+	err := a.lim.Reload(a.reloadable(cfg).Policy)
 	if err == nil || !strings.Contains(err.Error(), trusteddocs.Hash(bad)) || !strings.Contains(err.Error(), "nosuchfield") {
 		t.Fatalf("Reload with an invalid document: %v", err)
 	}
 	if err := os.WriteFile(cfg.TrustedDocuments.File, []byte(`{"`+trusteddocs.Hash("x")+`": "y"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.lim.Reload(a.reloadable(cfg)); err == nil || !strings.Contains(err.Error(), "not the SHA-256") {
+	if err := a.lim.Reload(a.reloadable(cfg).Policy); err == nil || !strings.Contains(err.Error(), "not the SHA-256") {
 		t.Fatalf("Reload with a mismatched id: %v", err)
 	}
 	if x := a.post(map[string]any{"query": untrustedQ}); x.status != 200 || len(x.resp.Errors) > 0 {
@@ -508,7 +509,7 @@ func TestTrustedDocumentsConfigErrors(t *testing.T) {
 	} {
 		cfg := persistedConfig(nil)
 		cfg.TrustedDocuments = tc.o
-		_, err := middleware.New(cfg)
+		_, err := middleware.New(cfg.Dependencies, cfg.Policy)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.o, err, tc.want)
 		}
@@ -527,11 +528,12 @@ func BenchmarkPersisted(b *testing.B) {
 	hash := trusteddocs.Hash(doc)
 	vars := map[string]any{"n": 10}
 	build := func(b *testing.B, trusted bool) http.Handler {
-		cfg := middleware.Config{
+		cfg := config{Dependencies: middleware.Dependencies{
+			Logger: discardLogger(),
+		}, Policy: middleware.Policy{
 			Plans:         map[string]budget.Plan{"anon": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 			AnonymousPlan: "anon",
-			Logger:        discardLogger(),
-		}
+		}}
 		if trusted {
 			m, err := trusteddocs.Parse([]byte(`{"` + hash + `": ` + strconvQuote(doc) + `}`))
 			if err != nil {
@@ -539,7 +541,7 @@ func BenchmarkPersisted(b *testing.B) {
 			}
 			cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{Manifest: m}
 		}
-		lim, err := middleware.New(cfg)
+		lim, err := middleware.New(cfg.Dependencies, cfg.Policy)
 		if err != nil {
 			b.Fatal(err)
 		}

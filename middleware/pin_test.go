@@ -128,7 +128,7 @@ func TestNamedDocumentsPinNothing(t *testing.T) {
 	// builds a new plan cache, and the old one, with every document it
 	// held, is garbage.
 	cfg.GraphQL.MaxDepth = 9
-	if err := lim.Reload(cfg); err != nil {
+	if err := lim.Reload(cfg.Policy); err != nil {
 		t.Fatal(err)
 	}
 	do(t, srv.Config.Handler, request{path: "/graphql", body: `{"query":"{ viewer { login } }"}`, header: bearer(aliceKey)})

@@ -25,8 +25,11 @@ import (
 // redisLimiter builds a Limiter on a Redis store. Time is Redis's own.
 func redisLimiter(t *testing.T, store limiter.Store, mode budget.FailureMode, timeout time.Duration) *middleware.Limiter {
 	t.Helper()
-	return newLimiter(t, middleware.Config{
-		Store: store,
+	return newLimiter(t, config{Dependencies: middleware.Dependencies{
+		Store:        store,
+		StoreTimeout: timeout,
+		Logger:       discardLogger(),
+	}, Policy: middleware.Policy{
 		Plans: map[string]budget.Plan{
 			// No meaningful refill during the test, and no refunds: the
 			// tests count admitted requests by their requested price.
@@ -34,12 +37,10 @@ func redisLimiter(t *testing.T, store limiter.Store, mode budget.FailureMode, ti
 			"anon": {Burst: 20, Rate: 20, Per: time.Hour, DisableRefund: true},
 		},
 		AnonymousPlan: "anon",
-		APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
+		APIKeys:       map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}},
 		REST:          middleware.RESTOptions{Routes: map[string]int64{"GET /api/search": 10}},
 		FailureMode:   mode,
-		StoreTimeout:  timeout,
-		Logger:        discardLogger(),
-	})
+	}})
 }
 
 // Twelve clients through three server instances sharing one Redis spend one
@@ -201,8 +202,11 @@ func TestSharedRedisMultiLimitAllOrNothing(t *testing.T) {
 			field := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 20, Rate: 20, Period: time.Hour}
 			var urls []string
 			for range 3 {
-				cfg := middleware.Config{
-					Store: store,
+				cfg := config{Dependencies: middleware.Dependencies{
+					Store:        store,
+					StoreTimeout: time.Minute, // exactness, not timeouts
+					Logger:       discardLogger(),
+				}, Policy: middleware.Policy{
 					Plans: map[string]budget.Plan{
 						"free": {Burst: bucket.Burst, Rate: bucket.Rate, Per: bucket.Period, DisableRefund: true,
 							Quota: &budget.Quota{Limit: quota.Rate, Per: quota.Period}},
@@ -210,11 +214,9 @@ func TestSharedRedisMultiLimitAllOrNothing(t *testing.T) {
 					},
 					FieldLimits:   map[string]budget.FieldLimit{"Mutation.createIssue": {Limit: field.Burst, Per: field.Period}},
 					AnonymousPlan: "anon",
-					APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
+					APIKeys:       map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}},
 					FailureMode:   budget.FailClosed,
-					StoreTimeout:  time.Minute, // exactness, not timeouts
-					Logger:        discardLogger(),
-				}
+				}}
 				ts := httptest.NewServer(graphQLServer(newLimiter(t, cfg), newTestSchema()))
 				t.Cleanup(ts.Close)
 				urls = append(urls, ts.URL)

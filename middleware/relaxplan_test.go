@@ -25,7 +25,7 @@ const (
 
 // relaxPlanConfig is testConfig with small structural caps, alice's plan
 // ("free") lifting them and the anonymous plan not.
-func relaxPlanConfig(t *testing.T) middleware.Config {
+func relaxPlanConfig(t *testing.T) config {
 	cfg := testConfig(t, newClock())
 	p := cfg.Plans["free"]
 	p.RelaxStructuralLimits = true
@@ -122,7 +122,7 @@ func TestPlanRelaxReload(t *testing.T) {
 	p := next.Plans["anon"]
 	p.RelaxStructuralLimits = true
 	next.Plans["anon"] = p
-	if err := lim.Reload(next); err != nil {
+	if err := lim.Reload(next.Policy); err != nil {
 		t.Fatalf("Reload: %v", err)
 	}
 	if w, resp := relaxRequest(t, h, false, relaxDeep, nil); w.StatusCode != http.StatusOK || len(resp.Errors) != 0 {
@@ -139,14 +139,14 @@ func TestPlanRelaxReload(t *testing.T) {
 // plan runs the deep document and pays for it, the anonymous plan is
 // refused it, and breadth still refuses on the relaxed plan.
 func TestPlanRelaxOverWebSocket(t *testing.T) {
-	a := newAdopter(t, middleware.Config{
+	a := newAdopter(t, config{Policy: middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"anon": {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour, DisableRefund: true},
 			"pro":  {Burst: adopterBurst, Rate: adopterBurst, Per: time.Hour, DisableRefund: true, RelaxStructuralLimits: true},
 		},
 		AnonymousPlan: "anon",
 		GraphQL:       middleware.GraphQLOptions{MaxDepth: 3},
-	}, nil)
+	}}, nil)
 	bad := strings.Replace(deepDoc, "first: 2) { name", "first: 999999999) { name", 1)
 	for _, tc := range []struct {
 		name, key, doc, code string

@@ -114,7 +114,7 @@ func TestCloseStopsTheRepayment(t *testing.T) {
 	cfg.Store = store
 	cfg.FailureMode = budget.FailOpen
 	cfg.StoreTimeout = 20 * time.Millisecond
-	lim, err := middleware.New(cfg)
+	lim, err := middleware.New(cfg.Dependencies, cfg.Policy)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // GraphQL error codes of requests refused before gqlgen reads them. Their
 // HTTP statuses are pinned by tests.
 const (
-	// CodeRequestTooLarge: the body is larger than Config.MaxBodyBytes (413).
+	// CodeRequestTooLarge: the body is larger than Dependencies.MaxBodyBytes (413).
 	CodeRequestTooLarge = "REQUEST_TOO_LARGE"
 	// CodeInvalidRequest: the body is not one JSON object of the
 	// GraphQL-over-HTTP shape (400).

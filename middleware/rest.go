@@ -137,12 +137,12 @@ func (l *Limiter) boundRESTBody(w http.ResponseWriter, r *http.Request) bool {
 // calling next. Rejections are JSON:
 //
 //	401 {"error":"unknown_api_key"}
-//	413 {"error":"request_too_large"}    (Config.MaxBodyBytes; nothing debited)
+//	413 {"error":"request_too_large"}    (Dependencies.MaxBodyBytes; nothing debited)
 //	429 {"error":"rate_limited","retry_after_seconds":N}
 //	429 {"error":"quota_exceeded","retry_after_seconds":N}   (Plan.Quota; N is the window's end)
 //	503 {"error":"rate_limiter_unavailable","retry_after_seconds":N}
-//	503 {"error":"overloaded","retry_after_seconds":N}   (Config.Overload; nothing debited)
-//	429 {"error":"concurrency_limited","retry_after_seconds":N}   (Config.Concurrency; nothing debited)
+//	503 {"error":"overloaded","retry_after_seconds":N}   (Dependencies.Overload; nothing debited)
+//	429 {"error":"concurrency_limited","retry_after_seconds":N}   (Policy.Concurrency; nothing debited)
 //	429 {"error":"route_rate_limited","retry_after_seconds":N}   (RESTOptions.RouteLimits; nothing debited)
 //
 // Admitted requests reach next with the rate-limit headers already set;

@@ -186,42 +186,42 @@ func TestConfigRefused(t *testing.T) {
 	clock := newClock()
 	tests := []struct {
 		name   string
-		mutate func(*middleware.Config)
+		mutate func(*config)
 		want   []string // substrings of the error
 	}{
-		{"route costs more than a plan's burst", func(c *middleware.Config) {
+		{"route costs more than a plan's burst", func(c *config) {
 			c.REST.Routes = map[string]int64{"GET /api/export": 50}
 		}, []string{`"GET /api/export"`, "costs 50", `plan "anon"`, "burst 20"}},
-		{"default cost above a burst", func(c *middleware.Config) { c.REST.DefaultCost = 21 }, []string{"default cost 21", `"anon"`}},
-		{"negative route cost", func(c *middleware.Config) { c.REST.Routes = map[string]int64{"/x": -1} }, []string{`"/x"`, "negative"}},
-		{"malformed pattern", func(c *middleware.Config) { c.REST.Routes = map[string]int64{"GET  /x {": 1} }, []string{"REST route"}},
-		{"no plans", func(c *middleware.Config) { c.Plans = nil }, []string{"no plans"}},
-		{"zero burst", func(c *middleware.Config) { c.Plans["free"] = budget.Plan{Rate: 1, Per: time.Second} }, []string{`plan "free"`, "positive"}},
-		{"negative rate", func(c *middleware.Config) { c.Plans["free"] = budget.Plan{Burst: 1, Rate: -1, Per: time.Second} }, []string{`plan "free"`}},
-		{"sub-microsecond period", func(c *middleware.Config) { c.Plans["free"] = budget.Plan{Burst: 1, Rate: 1, Per: 1500} }, []string{`plan "free"`, "microseconds"}},
-		{"unknown anonymous plan", func(c *middleware.Config) { c.AnonymousPlan = "gold" }, []string{`"gold"`}},
-		{"missing anonymous plan", func(c *middleware.Config) { c.AnonymousPlan = "" }, []string{"anonymous plan"}},
-		{"key grants unknown plan", func(c *middleware.Config) {
-			c.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{"k": {Principal: "p", Plan: "gold"}})
+		{"default cost above a burst", func(c *config) { c.REST.DefaultCost = 21 }, []string{"default cost 21", `"anon"`}},
+		{"negative route cost", func(c *config) { c.REST.Routes = map[string]int64{"/x": -1} }, []string{`"/x"`, "negative"}},
+		{"malformed pattern", func(c *config) { c.REST.Routes = map[string]int64{"GET  /x {": 1} }, []string{"REST route"}},
+		{"no plans", func(c *config) { c.Plans = nil }, []string{"no plans"}},
+		{"zero burst", func(c *config) { c.Plans["free"] = budget.Plan{Rate: 1, Per: time.Second} }, []string{`plan "free"`, "positive"}},
+		{"negative rate", func(c *config) { c.Plans["free"] = budget.Plan{Burst: 1, Rate: -1, Per: time.Second} }, []string{`plan "free"`}},
+		{"sub-microsecond period", func(c *config) { c.Plans["free"] = budget.Plan{Burst: 1, Rate: 1, Per: 1500} }, []string{`plan "free"`, "microseconds"}},
+		{"unknown anonymous plan", func(c *config) { c.AnonymousPlan = "gold" }, []string{`"gold"`}},
+		{"missing anonymous plan", func(c *config) { c.AnonymousPlan = "" }, []string{"anonymous plan"}},
+		{"key grants unknown plan", func(c *config) {
+			c.APIKeys = map[string]identity.APIKey{"k": {Principal: "p", Plan: "gold"}}
 		}, []string{`"gold"`}},
-		{"bad failure mode", func(c *middleware.Config) { c.FailureMode = "maybe" }, []string{`"maybe"`}},
-		{"bad plan failure mode", func(c *middleware.Config) {
+		{"bad failure mode", func(c *config) { c.FailureMode = "maybe" }, []string{`"maybe"`}},
+		{"bad plan failure mode", func(c *config) {
 			c.Plans["free"] = budget.Plan{Burst: 1, Rate: 1, Per: time.Second, FailureMode: "sometimes"}
 		}, []string{`"sometimes"`}},
-		{"negative timeout", func(c *middleware.Config) { c.StoreTimeout = -time.Second }, []string{"StoreTimeout"}},
-		{"jitter above 1", func(c *middleware.Config) { c.RetryAfterJitter = 1.5 }, []string{"RetryAfterJitter"}},
-		{"negative jitter", func(c *middleware.Config) { c.RetryAfterJitter = -0.1 }, []string{"RetryAfterJitter"}},
-		{"bad trusted proxy", func(c *middleware.Config) { c.TrustedProxies = []string{"10.0.0.0/33"} }, []string{`"10.0.0.0/33"`}},
-		{"bad proxy header", func(c *middleware.Config) { c.ProxyHeader = "X-Real-IP" }, []string{`"X-Real-IP"`}},
-		{"negative GraphQL option", func(c *middleware.Config) { c.GraphQL.MaxDepth = -2 }, []string{"GraphQL", "MaxDepth", "None"}},
-		{"no default list size", func(c *middleware.Config) { c.GraphQL.DefaultListSize = middleware.None }, []string{"DefaultListSize"}},
-		{"plan name with a control character", func(c *middleware.Config) { c.Plans["a\nb"] = budget.Plan{Burst: 1, Rate: 1, Per: time.Second} }, []string{"plan name"}},
+		{"negative timeout", func(c *config) { c.StoreTimeout = -time.Second }, []string{"StoreTimeout"}},
+		{"jitter above 1", func(c *config) { c.RetryAfterJitter = 1.5 }, []string{"RetryAfterJitter"}},
+		{"negative jitter", func(c *config) { c.RetryAfterJitter = -0.1 }, []string{"RetryAfterJitter"}},
+		{"bad trusted proxy", func(c *config) { c.TrustedProxies = []string{"10.0.0.0/33"} }, []string{`"10.0.0.0/33"`}},
+		{"bad proxy header", func(c *config) { c.ProxyHeader = "X-Real-IP" }, []string{`"X-Real-IP"`}},
+		{"negative GraphQL option", func(c *config) { c.GraphQL.MaxDepth = -2 }, []string{"GraphQL", "MaxDepth", "None"}},
+		{"no default list size", func(c *config) { c.GraphQL.DefaultListSize = middleware.None }, []string{"DefaultListSize"}},
+		{"plan name with a control character", func(c *config) { c.Plans["a\nb"] = budget.Plan{Burst: 1, Rate: 1, Per: time.Second} }, []string{"plan name"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t, clock)
 			tc.mutate(&cfg)
-			lim, err := middleware.New(cfg)
+			lim, err := middleware.New(cfg.Dependencies, cfg.Policy)
 			if err == nil {
 				lim.Close()
 				t.Fatal("New accepted the config")

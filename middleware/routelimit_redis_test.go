@@ -54,22 +54,23 @@ func runRouteLimitRace(t *testing.T, rdb redis.UniversalClient, prefix string, a
 	t.Cleanup(func() { store.Close() })
 	var urls []string
 	for range 3 {
-		lim := newLimiter(t, middleware.Config{
-			Store: store,
+		lim := newLimiter(t, config{Dependencies: middleware.Dependencies{
+			Store:        store,
+			StoreTimeout: time.Minute, // exactness, not timeouts
+			Logger:       discardLogger(),
+		}, Policy: middleware.Policy{
 			Plans: map[string]budget.Plan{
 				"free": {Burst: 50, Rate: 1, Per: time.Hour},
 				"anon": {Burst: 20, Rate: 20, Per: time.Hour},
 			},
 			AnonymousPlan: "anon",
-			APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}}),
+			APIKeys:       map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "free"}},
 			REST: middleware.RESTOptions{
 				Routes:      map[string]int64{"POST /api/login": 3},
 				RouteLimits: map[string]budget.FieldLimit{"POST /api/login": {Limit: routeLimit, Per: time.Hour, Algorithm: alg, By: budget.ByBoth}},
 			},
-			FailureMode:  budget.FailClosed,
-			StoreTimeout: time.Minute, // exactness, not timeouts
-			Logger:       discardLogger(),
-		})
+			FailureMode: budget.FailClosed,
+		}})
 		ts := httptest.NewServer(lim.REST(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 		t.Cleanup(ts.Close)
 		urls = append(urls, ts.URL)

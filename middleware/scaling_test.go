@@ -72,7 +72,7 @@ func TestOverLimitCacheModes(t *testing.T) {
 			cfg := testConfig(t, clock)
 			cfg.Store = c.store(mem)
 			cfg.OverLimitCache = c.mode
-			lim, err := middleware.New(cfg)
+			lim, err := middleware.New(cfg.Dependencies, cfg.Policy)
 			if c.err != "" {
 				if !errors.Is(err, middleware.ErrInvalidConfig) || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("New: %v; want ErrInvalidConfig mentioning %s", err, c.err)
@@ -125,12 +125,12 @@ func TestSplitBudgetPlans(t *testing.T) {
 		"billing": {Burst: 100, Rate: 100, Per: 100 * time.Second},
 		"anon":    {Burst: 20, Rate: 20, Per: 100 * time.Second},
 	}
-	cfg.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{
+	cfg.APIKeys = map[string]identity.APIKey{
 		aliceKey: {Principal: "alice", Plan: "ux"},
 		bobKey:   {Principal: "bob", Plan: "billing"},
-	})
+	}
 	cfg.SplitBudget = middleware.SplitBudgetOptions{LeaseFraction: 0.1, SettleInterval: time.Hour}
-	lim, err := middleware.New(cfg)
+	lim, err := middleware.New(cfg.Dependencies, cfg.Policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestSplitBudgetConfig(t *testing.T) {
 			plans["free"] = free
 			cfg.Plans = plans
 			cfg.SplitBudget = c.opts
-			_, err := middleware.New(cfg)
+			_, err := middleware.New(cfg.Dependencies, cfg.Policy)
 			if !errors.Is(err, middleware.ErrInvalidConfig) || !strings.Contains(err.Error(), c.err) {
 				t.Fatalf("New: %v; want ErrInvalidConfig mentioning %s", err, c.err)
 			}

@@ -92,11 +92,12 @@ func TestScreenedQueryKeep(t *testing.T) {
 // KB each, 48 MB in all) leaves the screen cache within its bounds while
 // every request is still screened: the last one is found in the cache.
 func TestScreenCacheBoundedOverHTTP(t *testing.T) {
-	l, err := New(Config{
+	l, err := New(Dependencies{
+		Clock:  limiter.SystemClock{},
+		Logger: slog.New(slog.DiscardHandler),
+	}, Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 		AnonymousPlan: "anon",
-		Clock:         limiter.SystemClock{},
-		Logger:        slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,12 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -54,8 +57,9 @@ type settings struct {
 	relaxPlans bool
 }
 
-// compileSettings validates the reloadable part of cfg.
-func compileSettings(cfg Config) (*settings, error) {
+// compileSettings validates cfg, a Policy, against the Limiter's
+// dependencies: New's check and Reload's are this one.
+func (l *Limiter) compileSettings(cfg Policy) (*settings, error) {
 	s := &settings{}
 	gql, err := normalizeGraphQL(cfg.GraphQL)
 	if err != nil {
@@ -67,7 +71,7 @@ func compileSettings(cfg Config) (*settings, error) {
 	case perPrincipal == None: // no cap, which is also the default
 		perPrincipal = 0
 	case perPrincipal < 0:
-		return nil, fmt.Errorf("%w: Concurrency.PerPrincipal %d is negative (None: no cap)", ErrInvalidConfig, perPrincipal)
+		return nil, keyed(fmt.Errorf("%w: Concurrency.PerPrincipal %d is negative (None: no cap)", ErrInvalidConfig, perPrincipal), "concurrency", "per_principal")
 	}
 	var lanes []budget.LaneBudget
 	for _, ln := range cfg.Lanes {
@@ -93,17 +97,15 @@ func compileSettings(cfg Config) (*settings, error) {
 	if _, ok := s.plans[cfg.AnonymousPlan]; !ok {
 		return nil, keyed(fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, s.planList()), "anonymous_plan")
 	}
-	if sk, ok := cfg.APIKeys.(*identity.StaticKeys); ok && sk != nil {
-		for _, name := range sk.Plans() {
-			if _, ok := s.plans[name]; !ok {
-				return nil, keyed(fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, s.planList()), "api_keys")
-			}
+	for _, key := range slices.Sorted(maps.Keys(cfg.APIKeys)) {
+		if name := cfg.APIKeys[key].Plan; s.plans[name] == nil {
+			return nil, keyed(fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, s.planList()), "api_keys")
 		}
 	}
-	s.ident = cfg.Identifier
+	s.ident = l.ident
 	if s.ident == nil {
 		s.ident, err = identity.NewChain(identity.ChainConfig{
-			Keys:           cfg.APIKeys,
+			Keys:           keysThen(cfg.APIKeys, l.keys),
 			AnonymousPlan:  cfg.AnonymousPlan,
 			TrustedProxies: cfg.TrustedProxies,
 			ProxyHeader:    cfg.ProxyHeader,
@@ -131,12 +133,40 @@ func compileSettings(cfg Config) (*settings, error) {
 		return nil, err
 	}
 	if s.maxSubscriptions, err = cfg.Subscriptions.maxSubscriptions(); err != nil {
-		return nil, err
+		return nil, keyed(err, "subscriptions", "max_per_principal")
 	}
 	if s.trusted, err = compileTrusted(cfg.TrustedDocuments); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// keysThen resolves an API key from the table keys, then, for a key it
+// does not list, through lookup (nil: none). Nil when there is neither.
+func keysThen(keys map[string]identity.APIKey, lookup identity.KeyLookup) identity.KeyLookup {
+	if len(keys) == 0 {
+		return lookup
+	}
+	table := identity.NewStaticKeys(keys)
+	if lookup == nil {
+		return table
+	}
+	return tableThenLookup{table, lookup}
+}
+
+// tableThenLookup is keysThen of a table and a lookup: a key in both
+// grants what the table says.
+type tableThenLookup struct {
+	table  *identity.StaticKeys
+	lookup identity.KeyLookup
+}
+
+func (k tableThenLookup) LookupAPIKey(ctx context.Context, apiKey string) (string, string, error) {
+	principal, plan, err := k.table.LookupAPIKey(ctx, apiKey)
+	if errors.Is(err, identity.ErrUnknownAPIKey) {
+		return k.lookup.LookupAPIKey(ctx, apiKey)
+	}
+	return principal, plan, err
 }
 
 // laneIndexed puts the index of the lane in place of its name in the path

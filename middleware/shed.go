@@ -20,7 +20,7 @@ import (
 func (l *Limiter) checkChallenges(s *settings) error {
 	for _, ln := range s.lanes {
 		if ln.Challenge != "" && l.challenger == nil {
-			return fmt.Errorf("%w: lane %q asks for challenge %q, but Config.Challenger is nil", ErrInvalidConfig, ln.Name, ln.Challenge)
+			return fmt.Errorf("%w: lane %q asks for challenge %q, but Dependencies.Challenger is nil", ErrInvalidConfig, ln.Name, ln.Challenge)
 		}
 	}
 	return nil
@@ -158,7 +158,7 @@ func (l *Limiter) withDegradation(r *http.Request) *http.Request {
 }
 
 // Degraded reports whether feature is switched off by the degradation
-// list of Config.Overload (false without one). Handlers behind the REST
+// list of Dependencies.Overload (false without one). Handlers behind the REST
 // and GraphQL wrappers can ask their request's context instead:
 // overload.Degraded(ctx, feature).
 func (l *Limiter) Degraded(feature string) bool { return l.shed != nil && l.shed.Degraded(feature) }
@@ -213,7 +213,7 @@ func (s *requestState) release() {
 }
 
 // InFlight reports the requests this process has admitted and not yet
-// answered under Config.Overload, and the most at once since New (both 0
+// answered under Dependencies.Overload, and the most at once since New (both 0
 // without Overload).
 func (l *Limiter) InFlight() (now, peak int) {
 	if l.shed == nil {
@@ -249,7 +249,7 @@ type LaneLoad struct {
 	ShedAt int
 }
 
-// Load reads the load shedder; ok is false without Config.Overload.
+// Load reads the load shedder; ok is false without Dependencies.Overload.
 func (l *Limiter) Load() (ld Load, ok bool) {
 	if l.shed == nil {
 		return Load{}, false

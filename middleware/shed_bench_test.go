@@ -13,7 +13,10 @@ import (
 // what admission, the lane's count of requests in flight and the release
 // add to a request.
 func BenchmarkRESTOverload(b *testing.B) {
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Overload: &overload.Config{MaxInFlight: 64},
+		Logger:   discardLogger(),
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"big": {Burst: 1e9, Rate: 1e9, Per: time.Second}},
 		AnonymousPlan: "big",
 		REST:          middleware.RESTOptions{Routes: map[string]int64{"GET /api/users/{login}": 1}},
@@ -21,8 +24,6 @@ func BenchmarkRESTOverload(b *testing.B) {
 			{Name: "checkout", Priority: overload.Critical, Match: middleware.LaneMatch{REST: []string{"POST /api/orders"}}},
 			{Name: "anonymous", Priority: overload.Sheddable, Match: middleware.LaneMatch{Anonymous: true}},
 		},
-		Overload: &overload.Config{MaxInFlight: 64},
-		Logger:   discardLogger(),
 	})
 	if err != nil {
 		b.Fatal(err)

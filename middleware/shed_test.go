@@ -23,7 +23,7 @@ import (
 // shed at 2 in flight, normal and high at 3, critical at 4) and REST
 // handlers that hold their slot until release is closed.
 type shedServer struct {
-	cfg     middleware.Config // what New was given, for Reload
+	cfg     config // what New was given, for Reload
 	h       http.Handler
 	lim     *middleware.Limiter
 	rec     *recorder
@@ -180,7 +180,7 @@ func TestLoadPerLaneAcrossReload(t *testing.T) {
 		{Name: "batch", Priority: overload.Sheddable, Match: middleware.LaneMatch{Anonymous: true}},
 		{Name: "authenticated", Priority: overload.Normal, Match: middleware.LaneMatch{Authenticated: true}},
 	}
-	if err := s.lim.Reload(cfg); err != nil {
+	if err := s.lim.Reload(cfg.Policy); err != nil {
 		t.Fatal(err)
 	}
 	want := []middleware.LaneLoad{

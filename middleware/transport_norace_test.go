@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/client"
-
-	"github.com/costguard/costguard/middleware"
 )
 
 // This file runs without the race detector only (.ci/run runs it so):
@@ -25,7 +23,7 @@ import (
 // leaves. gqlgen writes nothing until the first event, so the request runs
 // in the background while the events are made.
 func TestMultipartMixedSubscriptionEventsPay(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	price := a.price(subscribeDoc)
 	before := a.remaining("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

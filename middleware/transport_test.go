@@ -39,7 +39,7 @@ type adopter struct {
 	clock *fakeClock
 	srv   *httptest.Server
 	h     http.Handler
-	cfg   middleware.Config // as New got it
+	cfg   config // as New got it
 }
 
 const (
@@ -53,7 +53,7 @@ const (
 
 // newAdopter builds the server; cfg's zero fields get a 500-point
 // anonymous plan and a "pro" plan for adopterKey.
-func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middleware.Limiter, srv *handler.Server) http.Handler) *adopter {
+func newAdopter(t *testing.T, cfg config, install func(lim *middleware.Limiter, srv *handler.Server) http.Handler) *adopter {
 	t.Helper()
 	a := &adopter{t: t, clock: newClock(), res: graph.NewResolver()}
 	if cfg.Plans == nil {
@@ -64,7 +64,7 @@ func newAdopter(t *testing.T, cfg middleware.Config, install func(lim *middlewar
 		cfg.AnonymousPlan = "anon"
 	}
 	if cfg.APIKeys == nil {
-		cfg.APIKeys = identity.NewStaticKeys(map[string]identity.APIKey{adopterKey: {Principal: "pro-user", Plan: "pro"}})
+		cfg.APIKeys = map[string]identity.APIKey{adopterKey: {Principal: "pro-user", Plan: "pro"}}
 	}
 	cfg.Clock = a.clock
 	if cfg.Store == nil {
@@ -164,10 +164,10 @@ func (a *adopter) postBody(contentType, accept, body string) (int, string, bool)
 // URL-encoded, and multipart/mixed, @defer included. A form body that UrlEncodedForm decodes
 // as JSON is screened as a JSON body is, before gqlgen decodes it: with
 // 480,000 values in its variables it is refused as over the values limit,
-// no resolver run, where it used to cost gqlgen 59 MB of allocations to
-// decode and pass for 1 point.
+// no resolver run; unscreened, gqlgen would allocate 59 MB to decode it and
+// it would pass for 1 point.
 func TestEveryBodyTransportPays(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	const doc = `{ user(login: "octocat") { repos(first: 5) { name } } }`
 	if price := a.price(doc); price <= 1 {
 		t.Fatalf("price %d: pick a document that costs more than the minimum", price)
@@ -242,7 +242,7 @@ func TestEveryBodyTransportPays(t *testing.T) {
 // same.
 func TestNewDefaultServerPays(t *testing.T) {
 	res := graph.NewResolver()
-	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+	a := newAdopter(t, config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
 		return lim.Handler(handler.NewDefaultServer(res.Schema()))
 	})
 	const doc = `{ user(login: "octocat") { repos(first: 5) { name } } }`
@@ -428,7 +428,7 @@ func errorCodes(t *testing.T, m wsMessage) []string {
 func TestWebSocketOperationsArePriced(t *testing.T) {
 	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
 		t.Run(proto, func(t *testing.T) {
-			a := newAdopter(t, middleware.Config{}, nil)
+			a := newAdopter(t, config{}, nil)
 			price := a.price(mutationDoc)
 			if price <= 1 {
 				t.Fatalf("the mutation prices at %d", price)
@@ -504,7 +504,7 @@ func TestWebSocketOperationsArePriced(t *testing.T) {
 // complete), which leaves nothing to share; later releases accept it, and
 // then each operation pays.
 func TestWebSocketUpgradeWithABody(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	price := a.price(mutationDoc)
 	before := a.remaining("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -551,7 +551,7 @@ func TestWebSocketInitPayloadIdentifies(t *testing.T) {
 		{"X-API-Key": adopterKey},
 		{"apiKey": adopterKey},
 	} {
-		a := newAdopter(t, middleware.Config{}, nil)
+		a := newAdopter(t, config{}, nil)
 		anon, pro := a.remaining(""), a.remaining(adopterKey)
 		s := a.dial(protoTransportWS, nil, payload)
 		s.start("1", mutationDoc)
@@ -570,7 +570,7 @@ func TestWebSocketInitPayloadIdentifies(t *testing.T) {
 	// An unknown key in the payload: the connection closes before any
 	// operation, with the refusal's message (the close code is
 	// wsclose.InitFunc's, a module of its own).
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	anon := a.remaining("")
 	_, err := a.tryDial(protoTransportWS, nil, map[string]any{"Authorization": "Bearer nope"})
 	if err == nil || !strings.Contains(err.Error(), "unknown API key") && wstest.CloseStatus(err) < 0 {
@@ -589,7 +589,7 @@ func TestWebSocketInitPayloadIdentifies(t *testing.T) {
 // Without WebsocketInit the connection opens, and each operation of an
 // unknown payload key is refused UNKNOWN_API_KEY, running nothing.
 func TestWebSocketUnknownPayloadKeyWithoutInitFunc(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+	a := newAdopter(t, config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
 		srv := handler.New(graph.NewResolver().Schema())
 		srv.AddTransport(transport.Websocket{})
 		return lim.Handler(srv)
@@ -609,7 +609,7 @@ func TestSubscriptionEventsPay(t *testing.T) {
 	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
 		t.Run(proto, func(t *testing.T) {
 			rec := &recorder{}
-			a := newAdopter(t, middleware.Config{Observer: rec}, nil)
+			a := newAdopter(t, config{Dependencies: middleware.Dependencies{Observer: rec}}, nil)
 			price := a.price(subscribeDoc)
 			before := a.remaining("")
 			s := a.dial(proto, nil, nil)
@@ -707,7 +707,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // connections and transports; a slot is given back when the subscription
 // is stopped, or its connection vanishes without a close.
 func TestSubscriptionCap(t *testing.T) {
-	a := newAdopter(t, middleware.Config{Subscriptions: middleware.SubscriptionOptions{MaxPerPrincipal: 3}}, nil)
+	a := newAdopter(t, config{Policy: middleware.Policy{Subscriptions: middleware.SubscriptionOptions{MaxPerPrincipal: 3}}}, nil)
 	s1 := a.dial(protoTransportWS, nil, nil)
 	s2 := a.dial(protoLegacyWS, nil, nil)
 	s1.start("a", subscribeDoc)
@@ -743,7 +743,7 @@ func TestSubscriptionCap(t *testing.T) {
 // Over SSE a subscription pays at subscribe, then per event, as on a
 // WebSocket.
 func TestSSESubscriptionEventsPay(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	price := a.price(subscribeDoc)
 	before := a.remaining("")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -816,7 +816,7 @@ func readSSEEvent(t *testing.T, r *bufio.Reader) []byte {
 // gqlgen's own test client builds requests with a body and ContentLength
 // 0; the wrapper reads them to EOF, as gqlgen does.
 func TestGqlgenClient(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	c := client.New(a.h, client.AddHeader("Authorization", "Bearer "+adopterKey))
 	var resp struct {
 		User struct{ Login string }
@@ -874,7 +874,7 @@ func TestInstalledTwiceChargesOnce(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var inner http.Handler
-			a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+			a := newAdopter(t, config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
 				inner = install(lim, srv)
 				if name == "Handler twice" {
 					mux := http.NewServeMux()
@@ -912,7 +912,7 @@ func TestInstalledTwiceChargesOnce(t *testing.T) {
 func TestServedWithoutHandlerRefuses(t *testing.T) {
 	logs := &countingHandler{}
 	var direct http.Handler
-	a := newAdopter(t, middleware.Config{Logger: slog.New(logs)}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+	a := newAdopter(t, config{Dependencies: middleware.Dependencies{Logger: slog.New(logs)}}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
 		h := lim.Handler(srv)
 		direct = srv
 		return h
@@ -955,7 +955,7 @@ func (a *adopter) postAccept(body, accept string) (int, []byte) {
 // A refusal before execution under application/graphql-response+json has
 // no data entry (GraphQL over HTTP: the request never reached execution).
 func TestRefusalBeforeExecutionHasNoData(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	status, body := a.postAccept(`{"query":"{ user(login: \"octocat\") { repos(first: 100) { issues(first: 100) { title } } } }"}`, "application/graphql-response+json")
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
@@ -971,7 +971,7 @@ func TestRefusalBeforeExecutionHasNoData(t *testing.T) {
 
 // By default a principal holds at most 100 subscriptions open.
 func TestSubscriptionCapDefault(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	s := a.dial(protoTransportWS, nil, nil)
 	for i := range middleware.DefaultMaxSubscriptionsPerPrincipal {
 		s.start(fmt.Sprint(i), subscribeDoc)
@@ -988,10 +988,10 @@ func TestSubscriptionCapDefault(t *testing.T) {
 }
 
 // An open subscription holds no slot among its principal's requests in
-// flight (Config.Concurrency): its own cap bounds it, and a principal with
+// flight (Policy.Concurrency): its own cap bounds it, and a principal with
 // subscriptions open can still send requests.
 func TestSubscriptionsHoldNoConcurrencySlot(t *testing.T) {
-	a := newAdopter(t, middleware.Config{Concurrency: middleware.ConcurrencyOptions{PerPrincipal: 2}}, nil)
+	a := newAdopter(t, config{Policy: middleware.Policy{Concurrency: middleware.ConcurrencyOptions{PerPrincipal: 2}}}, nil)
 	s := a.dial(protoTransportWS, nil, nil)
 	for i := range 3 {
 		s.start(fmt.Sprint(i), subscribeDoc)
@@ -1007,7 +1007,7 @@ func TestSubscriptionsHoldNoConcurrencySlot(t *testing.T) {
 // 100 mutations of two createIssue each, then 600 subscriptions. Every
 // one that ran was paid; the rest ran nothing.
 func TestWebSocketFloodsPay(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	const twoPosts = `mutation { a: createIssue(repo: "hello-world", title: "a") { id } b: createIssue(repo: "hello-world", title: "b") { id } }`
 	price := a.price(twoPosts)
 	s := a.dial(protoTransportWS, nil, nil)
@@ -1057,7 +1057,7 @@ func TestWebSocketFloodsPay(t *testing.T) {
 // gqlgen has decoded them: too many values, or too deep, is refused
 // VARIABLES_TOO_LARGE and pays InvalidCost.
 func TestWebSocketVariablesBounded(t *testing.T) {
-	a := newAdopter(t, middleware.Config{GraphQL: middleware.GraphQLOptions{MaxVariableValues: 100, MaxVariablesDepth: 4}}, nil)
+	a := newAdopter(t, config{Policy: middleware.Policy{GraphQL: middleware.GraphQLOptions{MaxVariableValues: 100, MaxVariablesDepth: 4}}}, nil)
 	s := a.dial(protoTransportWS, nil, nil)
 	many := make([]any, 200)
 	for i := range many {
@@ -1097,7 +1097,7 @@ func TestWebSocketVariablesBounded(t *testing.T) {
 // its principal in the context (WithPrincipal): the connection's
 // operations are that principal's.
 func TestWebSocketInitFuncPrincipal(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
+	a := newAdopter(t, config{}, func(lim *middleware.Limiter, _ *handler.Server) http.Handler {
 		srv := handler.New(graph.NewResolver().Schema())
 		srv.AddTransport(transport.Websocket{InitFunc: lim.WebsocketInit(func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 			if p.GetString("token") != "let-bob-in" {
@@ -1157,7 +1157,7 @@ func TestRefusedIntrospectionPaysInvalidCost(t *testing.T) {
 	}
 
 	// Off: refused by gqlgen, 1 point.
-	off := newAdopter(t, middleware.Config{}, nil)
+	off := newAdopter(t, config{}, nil)
 	status, resp := post(off)
 	if len(resp.Errors) == 0 || resp.Extensions.Cost.RequestedQueryCost != 200 {
 		t.Fatalf("off: status %d, errors %v, requested %d; want an error and 200 requested", status, resp.Errors, resp.Extensions.Cost.RequestedQueryCost)
@@ -1170,7 +1170,7 @@ func TestRefusedIntrospectionPaysInvalidCost(t *testing.T) {
 	}
 	// On, through an Introspection extension added after the limiter: it
 	// runs, and pays its price.
-	on := newAdopter(t, middleware.Config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
+	on := newAdopter(t, config{}, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
 		h := lim.Handler(srv)
 		srv.Use(extension.Introspection{})
 		return h

@@ -34,12 +34,12 @@ func TestReloadPreparesTrustedPlans(t *testing.T) {
 		}
 	}
 	write("{ a }")
-	cfg := Config{
+	policy := Policy{
 		Plans:            map[string]budget.Plan{"anon": {Burst: 10, Rate: 10, Per: time.Second}},
 		AnonymousPlan:    "anon",
 		TrustedDocuments: TrustedDocumentsOptions{File: path},
 	}
-	l, err := New(cfg)
+	l, err := New(Dependencies{}, policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestReloadPreparesTrustedPlans(t *testing.T) {
 		t.Fatalf("at start: %d trusted plans, want 1", len(b.trusted))
 	}
 	write("{ a }", "{ b }")
-	if err := l.Reload(cfg); err != nil {
+	if err := l.Reload(policy); err != nil {
 		t.Fatal(err)
 	}
 	if b := e.priced.Load(); b.set != l.current() || len(b.trusted) != 2 {

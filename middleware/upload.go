@@ -22,7 +22,7 @@ const (
 	// CodeRequestTimeout: the request body did not arrive in time (408).
 	CodeRequestTimeout = "REQUEST_TIMEOUT"
 
-	// DefaultMaxUploadBytes is the default of Config.MaxUploadBytes, the
+	// DefaultMaxUploadBytes is the default of Dependencies.MaxUploadBytes, the
 	// size gqlgen's MultipartForm allows by default.
 	DefaultMaxUploadBytes = 32 << 20
 

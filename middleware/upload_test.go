@@ -59,7 +59,7 @@ func multipartBody(t *testing.T, operations string, size int64) (io.Reader, int6
 }
 
 // An upload server: gqlgen's MultipartForm spills files past 1 MiB to disk.
-func newUploadAdopter(t *testing.T, cfg middleware.Config) *adopter {
+func newUploadAdopter(t *testing.T, cfg config) *adopter {
 	return newAdopter(t, cfg, func(lim *middleware.Limiter, srv *handler.Server) http.Handler {
 		up := handler.New(graph.NewResolver().Schema())
 		up.AddTransport(transport.POST{})
@@ -94,7 +94,7 @@ func uploadOps(doc string) string {
 // gqlgen spills it to disk, and the process allocates a fraction of it.
 func TestUploadStreams(t *testing.T) {
 	const size = 20 << 20
-	a := newUploadAdopter(t, middleware.Config{MaxUploadBytes: 32 << 20})
+	a := newUploadAdopter(t, config{Dependencies: middleware.Dependencies{MaxUploadBytes: 32 << 20}})
 	before := a.remaining("")
 	var m0, m1 runtime.MemStats
 	runtime.GC()
@@ -128,7 +128,7 @@ func TestUploadStreams(t *testing.T) {
 // UploadCostPerMiB prices the bytes of a multipart request on top of its
 // operation.
 func TestUploadCostPerMiB(t *testing.T) {
-	a := newUploadAdopter(t, middleware.Config{GraphQL: middleware.GraphQLOptions{UploadCostPerMiB: 2}})
+	a := newUploadAdopter(t, config{Policy: middleware.Policy{GraphQL: middleware.GraphQLOptions{UploadCostPerMiB: 2}}})
 	const plain int64 = 10 + 1 // the mutation, and its Attachment
 	resp, body := a.upload(uploadOps(attachDoc), 3<<20, false)
 	if resp.StatusCode != http.StatusOK {
@@ -145,7 +145,7 @@ func TestUploadCostPerMiB(t *testing.T) {
 // anything else is read; one whose operations part is not first, 400.
 // Each pays InvalidCost.
 func TestUploadBounds(t *testing.T) {
-	a := newUploadAdopter(t, middleware.Config{MaxUploadBytes: 2 << 20, MaxBodyBytes: 4 << 10})
+	a := newUploadAdopter(t, config{Dependencies: middleware.Dependencies{MaxUploadBytes: 2 << 20, MaxBodyBytes: 4 << 10}})
 	for _, chunked := range []bool{false, true} {
 		before := a.remaining("")
 		resp, body := a.upload(uploadOps(attachDoc), 3<<20, chunked)
@@ -189,7 +189,7 @@ func TestUploadBounds(t *testing.T) {
 // A body that arrives too slowly is answered 408 REQUEST_TIMEOUT, never
 // as a store failure.
 func TestSlowBodyIsRequestTimeout(t *testing.T) {
-	a := newAdopter(t, middleware.Config{}, nil)
+	a := newAdopter(t, config{}, nil)
 	slow := httptest.NewUnstartedServer(a.h)
 	slow.Config.ReadTimeout = 300 * time.Millisecond
 	slow.Start()
@@ -217,7 +217,7 @@ func TestSlowBodyIsRequestTimeout(t *testing.T) {
 // An upload from a client whose budget is spent is refused before its
 // body is read: the server does not take in megabytes it cannot charge.
 func TestUploadRefusedBeforeReadingWhenBroke(t *testing.T) {
-	a := newUploadAdopter(t, middleware.Config{})
+	a := newUploadAdopter(t, config{})
 	for a.remaining("") > 0 {
 		if w := do(t, a.h, request{path: "/", body: `{"query":"{ __typename }"}`, remoteAddr: "127.0.0.1:1"}); w.Code != http.StatusOK {
 			break

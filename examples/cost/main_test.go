@@ -463,10 +463,10 @@ func TestJSONOperationAlwaysPresent(t *testing.T) {
 	}
 }
 
-// The bypass of issue 9 through the CLI, on the example server's schema: an
-// Int variable sent as a JSON string was priced at the default list size
-// (111 instead of 10101), and escaped -max-breadth. It now prices as the
-// number the resolver receives.
+// An Int variable sent as a JSON string, through the CLI on the example
+// server's schema: {"f":"100"} prices as the number the resolver receives
+// (10101; at the default list size it would be 111), and -max-breadth
+// refuses "1000000" as it refuses 1000000.
 func TestStringIntVariablePricesAsTheNumber(t *testing.T) {
 	dir := t.TempDir()
 	query := filepath.Join(dir, "q.graphql")

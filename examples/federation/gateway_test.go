@@ -87,11 +87,11 @@ func startSubgraphs(t *testing.T) *federation {
 	// A clock that stands still: no point refills while the test runs, so
 	// every difference it reads is a charge.
 	clock := limitertest.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
-	keys := identity.NewStaticKeys(map[string]identity.APIKey{
+	keys := map[string]identity.APIKey{
 		"alice-key": {Principal: "alice", Plan: "free"},
 		"bob-key":   {Principal: "bob", Plan: "free"},
 		"carol-key": {Principal: "carol", Plan: "tiny"},
-	})
+	}
 	f := &federation{charges: &charges{net: map[string]map[string]int64{}}}
 	for _, sg := range []struct {
 		name string
@@ -106,16 +106,16 @@ func startSubgraphs(t *testing.T) *federation {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		cfg := limiterConfig(store, keys, []string{"127.0.0.1/32"})
-		cfg.Plans = map[string]budget.Plan{
+		deps, policy := limiterConfig(store, keys, []string{"127.0.0.1/32"})
+		policy.Plans = map[string]budget.Plan{
 			"free": plans["free"],
 			"anon": plans["anon"],
 			// Room for the accounts part of userWithReviews, not for both.
 			"tiny": {Burst: 3, Rate: 3, Per: time.Hour},
 		}
-		cfg.Clock = clock
-		cfg.Observer = f.charges.observer(sg.name)
-		lim, err := middleware.New(cfg)
+		deps.Clock = clock
+		deps.Observer = f.charges.observer(sg.name)
+		lim, err := middleware.New(deps, policy)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,14 +43,17 @@ var plans = map[string]budget.Plan{
 
 // limiterConfig is one subgraph's Limiter configuration: the same in every
 // subgraph, store, keys and trusted gateway addresses included.
-func limiterConfig(store limiter.Store, keys identity.KeyLookup, gateway []string) middleware.Config {
-	return middleware.Config{
-		Store:          store,   // one Redis for every subgraph: one budget per user
+func limiterConfig(store limiter.Store, keys map[string]identity.APIKey, gateway []string) (middleware.Dependencies, middleware.Policy) {
+	deps := middleware.Dependencies{
+		Store: store, // one Redis for every subgraph: one budget per user
+	}
+	policy := middleware.Policy{
 		Plans:          plans,   //
 		AnonymousPlan:  "anon",  // clients without a key: by address
 		APIKeys:        keys,    // every subgraph knows every key
 		TrustedProxies: gateway, // X-Forwarded-For is believed from the gateway only
 	}
+	return deps, policy
 }
 
 // subgraph returns the handler of one subgraph: gqlgen's server for its
@@ -81,10 +84,10 @@ func main() {
 func run(redisAddr, accountsAddr, reviewsAddr, trust string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	keys := identity.NewStaticKeys(map[string]identity.APIKey{
+	keys := map[string]identity.APIKey{
 		"alice-key": {Principal: "alice", Plan: "free"},
 		"bob-key":   {Principal: "bob", Plan: "free"},
-	})
+	}
 
 	errs := make(chan error, 2)
 	for _, sg := range []struct {

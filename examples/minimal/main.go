@@ -25,7 +25,7 @@ func main() {
 	addr := flag.String("addr", ":8080", "listen `address`")
 	flag.Parse()
 
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon", // requests are keyed by client IP until you add API keys
 	})

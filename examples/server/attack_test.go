@@ -21,8 +21,8 @@ import (
 	"github.com/costguard/costguard/middleware"
 )
 
-// The attacks of issue 9, at the sizes they were run with, against the
-// example server with its default configuration. TestAttacks sends each
+// The attacks of the threat model (docs/threat-model.md), at the sizes it
+// measures them, against the example server with its default configuration. TestAttacks sends each
 // through real HTTP, checks that it is refused or bounded and what it is
 // charged, then sends 20 copies at once and bounds the heap they raise;
 // BenchmarkAttacks measures the server's time and allocations per request
@@ -67,8 +67,9 @@ func jsonBody(query string, vars map[string]any) string {
 	return string(b)
 }
 
-// stringIntQuery is issue 9's bypass: gqlgen reads "1000000" as 1,000,000
-// for $f: Int, and so must the price.
+// stringIntQuery takes its slicing arguments from $f: Int, which a client
+// may send as a JSON string. gqlgen reads "1000000" as 1,000,000, and so
+// must the price.
 const stringIntQuery = `query($f:Int){ user(login:"octocat") { repos(first:$f) { issues(first:$f) { title } } } }`
 
 var attacks = []attack{

@@ -31,8 +31,9 @@ var errConfig = errors.New("invalid configuration")
 
 // config is the server's YAML configuration (docs/server.md is its
 // reference). Most keys decode straight into the library's own types,
-// middleware.Config and its option structs, whose yaml tags name them; the
-// library's defaults apply to what is left zero, and middleware.New
+// middleware.Policy, middleware.Dependencies and their option structs,
+// whose yaml tags name them; the library's defaults apply to what is left
+// out or written as 0 (-1 is middleware.None), and middleware.New
 // validates the whole. The fields here are only those whose form in the
 // file differs from the library's, and those only the server has.
 //
@@ -46,13 +47,11 @@ var errConfig = errors.New("invalid configuration")
 type config struct {
 	// Plans maps a plan name to a token bucket in points.
 	Plans map[string]planConfig `yaml:"plans"`
-	// APIKeys maps an API key to the principal and plan it grants
-	// (identity.NewStaticKeys).
-	APIKeys map[string]apiKeyConfig `yaml:"api_keys"`
 
-	// The library's keys. Its Plans, APIKeys and GraphQL are set from the
-	// fields here (limiterConfig).
-	middleware.Config `yaml:",inline"`
+	// The library's keys: what a reload swaps (its Plans and GraphQL are
+	// set from the fields here, limiterConfig), and what takes a restart.
+	middleware.Policy       `yaml:",inline"`
+	middleware.Dependencies `yaml:",inline"`
 
 	GraphQL graphQLConfig `yaml:"graphql"`
 	// UploadCostPerMiB is middleware.GraphQLOptions.UploadCostPerMiB, a
@@ -66,12 +65,6 @@ type config struct {
 	Challenge challengeConfig `yaml:"challenge"`
 	// Admin configures the admin listener's override API.
 	Admin adminConfig `yaml:"admin"`
-	// StoreTimeout bounds each call to the budget store
-	// (middleware.Config.StoreTimeout, which has no key of its own in the
-	// library's tags); 0: the library's default, stack.DefaultStoreTimeout.
-	// It shadows the library's field of the same name: limiterConfig copies
-	// it there.
-	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// DemoLatency makes the example's root resolvers and REST handlers
 	// take this long, to fill the server with requests in flight in a
 	// demo. 0: none.
@@ -96,9 +89,10 @@ type planConfig struct {
 	// CostReport false refuses "GraphQL-Cost: report" for this plan (400
 	// COST_REPORT_DISABLED); unset means allowed.
 	CostReport *bool `yaml:"cost_report,omitempty"`
-	// Concurrency overrides the top-level concurrency for this plan; unset
-	// inherits it, per_principal 0 lifts the cap.
-	Concurrency *middleware.ConcurrencyOptions `yaml:"concurrency,omitempty"`
+	// Concurrency is budget.Plan.MaxConcurrent as a section, like the
+	// top-level one: per_principal unset or 0 inherits the top-level cap,
+	// -1 (None) lifts it for this plan.
+	Concurrency middleware.ConcurrencyOptions `yaml:"concurrency,omitempty"`
 }
 
 // plan is the library's form of p.
@@ -107,14 +101,7 @@ func (p planConfig) plan() budget.Plan {
 	pl.DisableIntrospection = p.Introspection != nil && !*p.Introspection
 	pl.DisableRefund = p.RefundUnused != nil && !*p.RefundUnused
 	pl.DisableCostReport = p.CostReport != nil && !*p.CostReport
-	switch c := p.Concurrency; {
-	case c == nil:
-		pl.MaxConcurrent = 0 // the top-level cap
-	case c.PerPrincipal == 0:
-		pl.MaxConcurrent = middleware.None
-	default:
-		pl.MaxConcurrent = c.PerPrincipal
-	}
+	pl.MaxConcurrent = p.Concurrency.PerPrincipal
 	return pl
 }
 
@@ -159,11 +146,6 @@ type adminConfig struct {
 	TokenSHA256 string `yaml:"token_sha256"`
 }
 
-type apiKeyConfig struct {
-	Principal string `yaml:"principal"`
-	Plan      string `yaml:"plan"`
-}
-
 // The demo API key of the default configuration, used by the README.
 const demoAPIKey = "demo-free-key"
 
@@ -174,8 +156,11 @@ const demoAPIKey = "demo-free-key"
 // its lanes, capacity, concurrency cap and degradation list.
 func defaultConfig() config {
 	return config{
-		Config: middleware.Config{
+		Policy: middleware.Policy{
 			AnonymousPlan: "anon",
+			APIKeys: map[string]identity.APIKey{
+				demoAPIKey: {Principal: "alice", Plan: "free"},
+			},
 			REST: middleware.RESTOptions{
 				Routes: map[string]int64{"GET /api/search": 10},
 				// Password guessing: 5 attempts in any 15 minutes per
@@ -193,15 +178,14 @@ func defaultConfig() config {
 				{Name: "anonymous", Priority: overload.Sheddable, Match: middleware.LaneMatch{Anonymous: true},
 					Challenge: middleware.ChallengePoW},
 			},
-			Overload:    &overload.Config{MaxInFlight: 64},
 			Concurrency: middleware.ConcurrencyOptions{PerPrincipal: 100},
+		},
+		Dependencies: middleware.Dependencies{
+			Overload: &overload.Config{MaxInFlight: 64},
 		},
 		Plans: map[string]planConfig{
 			"free": {Plan: budget.Plan{Burst: 5000, Rate: 5000, Per: time.Hour}},
 			"anon": {Plan: budget.Plan{Burst: 500, Rate: 500, Per: time.Hour}},
-		},
-		APIKeys: map[string]apiKeyConfig{
-			demoAPIKey: {Principal: "alice", Plan: "free"},
 		},
 		Degradation: []overload.Feature{
 			{Name: graph.FeatureRecommendations, At: 0.7},
@@ -270,10 +254,9 @@ func fileKind(m fs.FileMode) string {
 }
 
 // parseConfig decodes one YAML document over the defaults. Unknown keys, a
-// second document, values of the wrong shape and zeros the library would
-// read as "the default" are errors, each naming its line and key path
-// (checkDocument). What the values mean together is for middleware.New to
-// judge, when the server starts.
+// second document and values of the wrong shape are errors, each naming
+// its line and key path (decodeStrict). What the values mean is for
+// middleware.New to judge, when the server starts.
 func parseConfig(data []byte) (config, error) {
 	cfg, _, err := decodeConfig(data)
 	return cfg, err
@@ -292,12 +275,10 @@ func decodeConfig(data []byte) (config, *yaml.Node, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return config{}, nil, errors.New("more than one YAML document")
 	}
-	// Check the document's shape against config, so an error names its
-	// key; then find which maps the file names: those replace the
-	// defaults.
-	if err := checkDocument(&doc); err != nil {
-		return config{}, nil, err
+	if len(doc.Content) > 0 && doc.Content[0].Kind != yaml.MappingNode && doc.Content[0].ShortTag() != "!!null" {
+		return config{}, nil, fmt.Errorf("line %d: the file must be a mapping of keys such as plans: and graphql:", doc.Content[0].Line)
 	}
+	// The maps the file names replace the defaults.
 	if top := mappingValue(&doc, ""); top != nil {
 		names := func(key string) bool { return mappingValue(top, key) != nil }
 		if names("plans") {
@@ -306,7 +287,7 @@ func decodeConfig(data []byte) (config, *yaml.Node, error) {
 				// The demo key grants a default plan the file may have
 				// dropped: a file with its own plans gets no API key
 				// unless it lists them.
-				cfg.APIKeys = map[string]apiKeyConfig{}
+				cfg.APIKeys = map[string]identity.APIKey{}
 			}
 		}
 		if names("api_keys") {
@@ -320,7 +301,7 @@ func decodeConfig(data []byte) (config, *yaml.Node, error) {
 				cfg.REST.RouteLimits = nil
 			}
 		}
-		if err := doc.Decode(&cfg); err != nil {
+		if err := decodeStrict(data, &doc, &cfg); err != nil {
 			return config{}, nil, err
 		}
 	}
@@ -356,10 +337,12 @@ func mappingValue(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// validate checks the keys only the server has: the API keys, which the
-// library sees only through identity.NewStaticKeys, and the challenge,
-// whose PoW is built only when a lane asks for it. Everything else is the
-// library's to check, at middleware.New.
+// validate checks what only the server asks of its keys: every API key
+// names a principal (the library would key a key without one by its
+// hash), a key's missing plan is named by the key's hash, the store
+// timeout is bounded, and the challenge, whose PoW is built only when a
+// lane asks for it, is checked now. Everything else is the library's to
+// check, at middleware.New.
 func (c config) validate() error {
 	for key, k := range c.APIKeys {
 		if key == "" {
@@ -380,6 +363,9 @@ func (c config) validate() error {
 	}
 	if c.StoreTimeout < 0 || c.StoreTimeout > maxStoreTimeout {
 		return fmt.Errorf("store_timeout is %v; it must be above 0 and at most %v: each request may wait that long on each store call", c.StoreTimeout, maxStoreTimeout)
+	}
+	if c.DemoLatency < 0 {
+		return fmt.Errorf("demo_latency is %v; it must not be negative", c.DemoLatency)
 	}
 	if h := c.Admin.TokenSHA256; h != "" && !isSHA256Hex(h) {
 		return errors.New("admin.token_sha256 must be a SHA-256 in hex, 64 digits (printf %s \"$TOKEN\" | sha256sum)")
@@ -424,26 +410,20 @@ func (c config) needsChallenger() bool {
 }
 
 // limiterConfig is the middleware's configuration: the library's keys as
-// decoded, and the keys whose form differs mapped onto it. The caller adds
-// the store, clock and logger.
-func (c config) limiterConfig() middleware.Config {
-	m := c.Config
-	m.Plans = make(map[string]budget.Plan, len(c.Plans))
+// decoded, and the keys whose form differs mapped onto them. The caller
+// adds the store, clock, logger, challenger and key lookup.
+func (c config) limiterConfig() (middleware.Dependencies, middleware.Policy) {
+	deps, policy := c.Dependencies, c.Policy
+	policy.Plans = make(map[string]budget.Plan, len(c.Plans))
 	for name, p := range c.Plans {
-		m.Plans[name] = p.plan()
+		policy.Plans[name] = p.plan()
 	}
-	keys := make(map[string]identity.APIKey, len(c.APIKeys))
-	for key, k := range c.APIKeys {
-		keys[key] = identity.APIKey{Principal: k.Principal, Plan: k.Plan}
-	}
-	m.APIKeys = identity.NewStaticKeys(keys)
-	m.StoreTimeout = c.StoreTimeout
-	m.GraphQL = c.GraphQL.GraphQLOptions
-	m.GraphQL.UploadCostPerMiB = c.UploadCostPerMiB
-	if m.Overload != nil {
-		oc := *m.Overload
+	policy.GraphQL = c.GraphQL.GraphQLOptions
+	policy.GraphQL.UploadCostPerMiB = c.UploadCostPerMiB
+	if deps.Overload != nil {
+		oc := *deps.Overload
 		oc.Degradation = c.Degradation
-		m.Overload = &oc
+		deps.Overload = &oc
 	}
-	return m
+	return deps, policy
 }

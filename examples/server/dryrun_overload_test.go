@@ -162,11 +162,11 @@ func checkShedOrPriceOnly(t *testing.T, a gqlAnswer) {
 	}
 }
 
-// The probe's first finding, replayed over HTTP against the example
-// server's default lanes: with every slot held (max_in_flight 4), dry runs
-// that name checkout's createIssue but run nothing used to take the
-// critical lane and fill its queue, so that a real checkout was shed at
-// once. Now an anonymous client's six dry runs, and the demo key's, are
+// Dry runs must not crowd out the work a lane protects, over HTTP against
+// the example server's default lanes: with every slot held (max_in_flight
+// 4), a dry run that names checkout's createIssue but runs nothing would,
+// if it took the critical lane, fill its queue and get a real checkout
+// shed at once. An anonymous client's six dry runs, and the demo key's, are
 // answered while every slot is still held (none starts the queue's timer),
 // pay nothing, and leave the queue to the key's real createIssue, which
 // waits in it for the next free slot and runs. An anonymous createIssue is

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,16 +57,4 @@ func openKeys(ctx context.Context, url string) (*keySource, error) {
 		describe: fmt.Sprintf("PostgreSQL at %s:%d, database %s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
 		close:    pool.Close,
 	}, nil
-}
-
-// fileThenDatabase resolves a key from the configuration file's api_keys
-// first, then from the database: a key in both grants what the file says.
-type fileThenDatabase struct{ file, db identity.KeyLookup }
-
-func (k fileThenDatabase) LookupAPIKey(ctx context.Context, apiKey string) (string, string, error) {
-	principal, plan, err := k.file.LookupAPIKey(ctx, apiKey)
-	if errors.Is(err, identity.ErrUnknownAPIKey) {
-		return k.db.LookupAPIKey(ctx, apiKey)
-	}
-	return principal, plan, err
 }

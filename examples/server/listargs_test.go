@@ -15,12 +15,13 @@ import (
 	"github.com/costguard/costguard/graph"
 )
 
-// Lists sized by an argument other than first/last, over real HTTP at the
-// sizes that made the static price no bound: nodes(ids:) answered 100
-// users with their repositories for the price of 10 (110 points, within
-// the anonymous plan's 500), and a limit of 1,000 passed max_breadth.
-// Now the price follows the length of ids and the value of limit, and
-// max_breadth (100) holds both, before any resolver runs.
+// Lists sized by an argument other than first/last, over real HTTP at
+// sizes a static price would not bound: priced at the default list size,
+// nodes(ids:) would answer 100 users with their repositories for the price
+// of 10 (110 points, within the anonymous plan's 500), and a limit of
+// 1,000 would pass max_breadth. The price follows the length of ids and the
+// value of limit, and max_breadth (100) holds both, before any resolver
+// runs.
 func TestListArgumentsPriceWhatRuns(t *testing.T) {
 	var nodes atomic.Int64
 	res := graph.NewResolver(graph.WithOnResolve(func(_ context.Context, field string) {

@@ -84,10 +84,10 @@ rest:
     "GET /api/search": {limit: 100, per: 1m, algorithm: sliding_counter, by: both}
 `))
 	require.NoError(t, err)
-	rl := cfg.limiterConfig().REST.RouteLimits
+	rl := limiterPolicy(cfg).REST.RouteLimits
 	assert.Len(t, rl, 1)
 	assert.Equal(t, "sliding_counter", string(rl["GET /api/search"].Algorithm))
-	assert.Equal(t, map[string]int64{"GET /api/search": 10}, cfg.limiterConfig().REST.Routes, "rest.routes keeps its default")
+	assert.Equal(t, map[string]int64{"GET /api/search": 10}, limiterPolicy(cfg).REST.Routes, "rest.routes keeps its default")
 
 	_, err = parseConfig([]byte(`
 rest:

@@ -1,6 +1,6 @@
 // Command server is costguard's example API: the graph package's GitHub-like
-// schema on GraphQL and two REST routes, every request priced and debited
-// from one per-principal token bucket.
+// schema on GraphQL and three REST routes, every request priced and debited
+// from its principal's token bucket.
 //
 //	go run ./examples/server                       # :8080, in-memory budgets
 //	go run ./examples/server -redis localhost:6379  # or redis://[:password@]localhost:6379/0
@@ -14,17 +14,22 @@
 //	GET  /graphql, POST /graphql
 //	GET  /api/users/{login}    costs 1 point (rest.default_cost)
 //	GET  /api/search?q=        costs 10 points (rest.routes); 503 degraded under load
+//	POST /api/login            costs 1 point; 5 attempts in any 15 minutes per client address (rest.route_limits)
 //	GET  /healthz              200 while serving; unlimited
 //	GET  /readyz               200 when the budget store answers a ping, else 503; unlimited
-//	GET  /metrics              Prometheus metrics (docs/operations.md); unlimited
 //
-// and on the admin listener (-admin-addr) beside /metrics and the probes,
-// behind a bearer token (-admin-token-file or admin.token_sha256; a
-// loopback-only listener may go without):
+// and on the admin listener (-admin-addr, default 127.0.0.1:9091) the
+// probes again, GET /metrics (Prometheus metrics, docs/operations.md;
+// unlimited, and never on the public port, where a scrape would be
+// unmetered work), and package admin's routes behind a bearer token
+// (-admin-token-file or admin.token_sha256; a loopback-only listener may
+// go without):
 //
 //	GET    /admin/principals/{principal}           plan, override and budgets
 //	PUT    /admin/principals/{principal}/override  {"plan": "pro"} or limits, optionally "until"
 //	DELETE /admin/principals/{principal}/override
+//	GET    /admin/top, /admin/operations, /admin/stats, /admin/stats/history
+//	GET    /admin/                                 a dashboard of those (the page needs no token)
 //
 // Requests with "Authorization: Bearer demo-free-key" (or X-API-Key) spend
 // alice's budget on the free plan (5000 points an hour); requests without a

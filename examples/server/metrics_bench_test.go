@@ -9,10 +9,11 @@ import (
 )
 
 // What GET /metrics costs the example server, in-process: on the public
-// port it is a 404 now; on the admin listener it is the Prometheus scrape
+// port it is a 404; on the admin listener it is the Prometheus scrape
 // (decision counters, cost histograms, Go's and the process's collectors),
-// which used to be served, unmetered, on the public port. GET /healthz on
-// the public port is the named peer, the cheapest answer the port gives.
+// kept off the public port, where anyone could ask for it unmetered.
+// GET /healthz on the public port is the named peer, the cheapest answer
+// the port gives.
 // Run them together for the ratios:
 //
 //	go test ./examples/server -run '^$' -bench 'Metrics|PublicHealthz'

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/limiter/limitertest"
@@ -27,9 +26,9 @@ import (
 // testSecret is a challenge.secret of the minimum length.
 const testSecret = "0123456789abcdef0123456789abcdef"
 
-// The keys of issue 12, exactly as scripts outside the repository write
-// them (with a real secret where the issue shows "…").
-const issue12Example = `
+// overloadExample writes out the overload keys as scripts outside the
+// repository write them, with a real secret and a demo latency.
+const overloadExample = `
 lanes:
   - {name: checkout, priority: critical, match: {graphql: ["Mutation.createIssue"], rest: ["POST /api/orders"]}, queue: 2s}
   - {name: authenticated, priority: normal, match: {authenticated: true}}
@@ -41,12 +40,12 @@ challenge: {secret: "` + testSecret + `", bits: 16}
 demo_latency: 50ms
 `
 
-// The issue's block is the defaults but for the two example values (a
+// overloadExample is the defaults but for the two example values (a
 // secret, and the demo's latency) and the checkout lane, which by default
 // takes authenticated requests only: an anonymous client cannot take the
 // critical lane and its queue.
-func TestIssue12ExampleIsTheDefaults(t *testing.T) {
-	got, err := parseConfig([]byte(issue12Example))
+func TestOverloadExampleIsTheDefaults(t *testing.T) {
+	got, err := parseConfig([]byte(overloadExample))
 	require.NoError(t, err)
 	want := defaultConfig()
 	want.Challenge.Secret = testSecret
@@ -57,7 +56,7 @@ func TestIssue12ExampleIsTheDefaults(t *testing.T) {
 }
 
 func TestOverloadDefaultsMapOntoMiddleware(t *testing.T) {
-	m := defaultConfig().limiterConfig()
+	d, m := defaultConfig().limiterConfig()
 	assert.Equal(t, []middleware.Lane{
 		{Name: "checkout", Priority: overload.Critical, Queue: 2 * time.Second,
 			Match: middleware.LaneMatch{GraphQL: []string{"Mutation.createIssue"}, REST: []string{"POST /api/orders"}, Authenticated: true}},
@@ -70,12 +69,12 @@ func TestOverloadDefaultsMapOntoMiddleware(t *testing.T) {
 		ShedAt:      nil, // the library's overload.DefaultShedAt
 		Adaptive:    false,
 		Degradation: []overload.Feature{{Name: "recommendations", At: 0.7}, {Name: "search", At: 0.85}},
-	}, m.Overload)
+	}, d.Overload)
 	assert.Equal(t, middleware.ConcurrencyOptions{PerPrincipal: 100}, m.Concurrency)
 	for name, p := range m.Plans {
 		assert.Zero(t, p.MaxConcurrent, "plan %s inherits concurrency.per_principal", name)
 	}
-	assert.Nil(t, m.Challenger, "the server adds the challenger: its secret may be drawn at start")
+	assert.Nil(t, d.Challenger, "the server adds the challenger: its secret may be drawn at start")
 
 	// The server builds the challenger, with a random secret it never logs,
 	// and says once that tokens verify only in this process.
@@ -103,22 +102,24 @@ func TestOverloadKeysParse(t *testing.T) {
 plans:
   anon: {burst: 500, rate: 500, per: 1h}
   free: {burst: 5000, rate: 5000, per: 1h, concurrency: {per_principal: 5}}
-  pro:  {burst: 50000, rate: 50000, per: 1h, concurrency: {per_principal: 0}}
+  pro:  {burst: 50000, rate: 50000, per: 1h, concurrency: {per_principal: -1}}
+  team: {burst: 50000, rate: 50000, per: 1h, concurrency: {per_principal: 0}}
 concurrency: {per_principal: 20}
 overload: {max_in_flight: 10, shed_at: {sheddable: 0.3}, adaptive: true}
 degradation: []
 `))
 	require.NoError(t, err)
-	m := cfg.limiterConfig()
+	d, m := cfg.limiterConfig()
 	assert.Equal(t, 0, m.Plans["anon"].MaxConcurrent, "unset: concurrency.per_principal")
 	assert.Equal(t, 5, m.Plans["free"].MaxConcurrent)
-	assert.Equal(t, middleware.None, m.Plans["pro"].MaxConcurrent, "0 in the file: no cap")
+	assert.Equal(t, middleware.None, m.Plans["pro"].MaxConcurrent, "-1 in the file: no cap")
+	assert.Equal(t, 0, m.Plans["team"].MaxConcurrent, "0 in the file, as in Go: the top-level cap")
 	assert.Equal(t, 20, m.Concurrency.PerPrincipal)
-	assert.Equal(t, map[overload.Priority]float64{overload.Sheddable: 0.3}, m.Overload.ShedAt,
+	assert.Equal(t, map[overload.Priority]float64{overload.Sheddable: 0.3}, d.Overload.ShedAt,
 		"a priority the file leaves out is left to the library, which gives it its default")
-	assert.True(t, m.Overload.Adaptive)
-	assert.Equal(t, 10, m.Overload.MaxInFlight)
-	assert.Empty(t, m.Overload.Degradation)
+	assert.True(t, d.Overload.Adaptive)
+	assert.Equal(t, 10, d.Overload.MaxInFlight)
+	assert.Empty(t, d.Overload.Degradation)
 	_, cleanup, err := newServer(cfg, deps{logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	require.NoError(t, cleanup())
@@ -133,32 +134,31 @@ func TestOverloadKeyErrors(t *testing.T) {
 		{"challenge not a string", lanes("{name: anonymous, priority: sheddable, challenge: [pow]}"), "line 4: lanes[2].challenge: a list is not a string"},
 		{"queue without unit", lanes("{name: anonymous, priority: critical, queue: 2}"), "line 4: lanes[2].queue: 2 is not a duration"},
 		{"queue on a sheddable lane", lanes("{name: anonymous, priority: sheddable, queue: 1s}"), `line 4: lanes[2].queue: lane "anonymous": overload: invalid queue: a sheddable lane may not queue (1s); only critical lanes wait`},
-		{"negative queue", lanes("{name: anonymous, priority: critical, queue: -1s}"), `line 4: lanes[2].queue: "-1s" is negative`},
+		{"negative queue", lanes("{name: anonymous, priority: critical, queue: -1s}"), `line 4: lanes[2].queue: lane "anonymous": overload: invalid queue: -1s is negative`},
 		{"lane budget with a plan's key", "lanes:\n  - {name: search, priority: normal, budget: {burst: 20, rate: 20, per: 1h, mode: shadow}}\n",
-			`line 2: lanes[0].budget: lane "search": a lane's budget has a burst, a rate and a per, nothing else`},
-		{"zero max_in_flight", "overload: {max_in_flight: 0}", "line 1: overload.max_in_flight: 0 is not allowed: the library would take its default"},
+			"line 2: lanes[0].budget.mode: unknown key"},
+		{"zero max_in_flight", "overload: {max_in_flight: 0}", "line 1: overload: Overload: overload: invalid config: MaxInFlight 0 is not between 1 and 1048576"},
 		{"fractional max_in_flight", "overload: {max_in_flight: 6.5}", "line 1: overload.max_in_flight: 6.5 is not a whole number"},
 		{"max_in_flight too small for the lanes", "overload: {max_in_flight: 1}", "line 1: overload: Overload: overload: invalid config: MaxInFlight 1 leaves priority sheddable no slot"},
 		{"shed_at above 1", "overload: {shed_at: {normal: 1.2}}", "line 1: overload: Overload: overload: invalid config: ShedAt[normal] 1.2 is not in (0, 1]"},
 		{"shed_at zero", "overload: {shed_at: {sheddable: 0}}", "ShedAt[sheddable] 0 is not in (0, 1]"},
-		{"shed_at unknown priority", "overload: {shed_at: {urgent: 0.5}}", `line 1: overload.shed_at.urgent: overload: invalid priority "urgent"`},
+		{"shed_at unknown priority", "overload: {shed_at: {urgent: 0.5}}", `overload: invalid priority "urgent"`},
 		{"shed_at critical below 1", "overload: {shed_at: {critical: 0.9}}", "ShedAt[critical] 0.9: critical may always use the whole capacity (1)"},
 		{"shed_at out of order", "overload: {shed_at: {normal: 0.95}}", "ShedAt[normal] 0.95 is above ShedAt[high] 0.9: a lower priority must be shed first"},
 		{"shed_at not a number", "overload: {shed_at: {normal: lots}}", `overload.shed_at.normal: "lots" is not a number`},
 		{"adaptive not a bool", "overload: {adaptive: sometimes}", `overload.adaptive: "sometimes" is not true or false`},
-		{"negative concurrency", "concurrency: {per_principal: -1}", "line 1: concurrency.per_principal: -1 is negative"},
-		{"plan concurrency", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, concurrency: {per_principal: -2}}", "line 2: plans.anon.concurrency.per_principal: -2 is negative"},
+		{"negative concurrency", "concurrency: {per_principal: -2}", "line 1: concurrency.per_principal: Concurrency.PerPrincipal -2 is negative (None: no cap)"},
+		{"plan concurrency", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, concurrency: {per_principal: -2}}", `line 2: plans.anon.concurrency: plan "anon": MaxConcurrent -2; it must be positive`},
 		{"feature without a name", "degradation: [{at: 0.5}]", "Degradation[0] has no name"},
 		{"feature twice", "degradation: [{name: a, at: 0.5}, {name: a, at: 0.6}]", `Degradation[1]: feature "a" is listed twice`},
 		{"feature at above 1", "degradation: [{name: a, at: 1.5}]", `Degradation[0] "a": At 1.5 is not in (0, 1]`},
 		{"feature at within the hysteresis", "degradation: [{name: a, at: 0.05}]", `Degradation[0] "a": At 0.05 is not above Hysteresis 0.1`},
 		{"features out of order", "degradation: [{name: a, at: 0.8}, {name: b, at: 0.6}]", `Degradation[1] "b": At 0.6 is below the 0.8 of "a" before it`},
-		{"feature key", "degradation: [{name: a, when: 0.5}]", "line 1: degradation[0].when: unknown key; the keys here are name, at"},
-		{"bits zero", "challenge: {bits: 0}", "line 1: challenge.bits: 0 is not allowed: the library would take its default"},
+		{"feature key", "degradation: [{name: a, when: 0.5}]", "line 1: degradation[0].when: unknown key"},
 		{"bits too many", "challenge: {bits: 40}", "challenge: challenge: invalid config: Bits 40 is not between 1 and 32"},
 		{"short secret", `challenge: {secret: "s3cret-short"}`, "challenge: challenge: invalid config: Secret is 12 bytes, want at least 32"},
 		{"secret not a string", "challenge: {secret: [a]}", "line 1: challenge.secret: a list is not a string"},
-		{"negative demo_latency", "demo_latency: -5ms", `line 1: demo_latency: "-5ms" is negative`},
+		{"negative demo_latency", "demo_latency: -5ms", "demo_latency is -5ms; it must not be negative"},
 		{"demo_latency without unit", "demo_latency: 50", "line 1: demo_latency: 50 is not a duration"},
 	}
 	for _, tt := range tests {
@@ -380,11 +380,11 @@ func TestNoDegradationWithoutLoad(t *testing.T) {
 func TestLaneBudgetKey(t *testing.T) {
 	cfg, err := parseConfig([]byte("lanes:\n  - {name: search, priority: normal, match: {rest: [\"GET /api/search\"]}, budget: {burst: 20, rate: 20, per: 1h}}\n  - {name: rest, priority: normal}\n"))
 	require.NoError(t, err)
-	b := cfg.limiterConfig().Lanes[0].Budget
+	b := limiterPolicy(cfg).Lanes[0].Budget
 	require.NotNil(t, b)
-	require.Equal(t, budget.Plan{Burst: 20, Rate: 20, Per: time.Hour}, *b)
+	require.Equal(t, middleware.LaneBudget{Burst: 20, Rate: 20, Per: time.Hour}, *b)
 	err = startErr(t, "lanes:\n  - {name: search, priority: normal, budget: {burst: 20, rate: 0, per: 1h}}\n")
-	require.ErrorContains(t, err, "lanes[0].budget.rate: 0 is not allowed")
+	require.ErrorContains(t, err, `line 2: lanes[0].budget.rate: lane "search": budget burst (20), rate (0) and per (1h0m0s) must be positive`)
 	err = startErr(t, "lanes:\n  - {name: search, priority: normal, budget: {burst: 20, per: 1h}}\n")
 	require.ErrorContains(t, err, "line 2: lanes[0].budget.rate: lane \"search\": budget burst (20), rate (0) and per (1h0m0s) must be positive")
 

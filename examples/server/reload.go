@@ -31,14 +31,16 @@ func (s *server) watchReloads(ctx context.Context, reload <-chan os.Signal, path
 	}
 }
 
-// reload re-reads the file at path and swaps in, atomically, everything
-// Limiter.Reload can change: plans, anonymous_plan, api_keys, mode and
-// failure_mode, trusted_proxies, the graphql limits and costs, the REST
-// costs, the lanes (with their queue and challenge) and the concurrency
-// caps (top-level and per plan). Requests in flight finish under the configuration they
-// started with; none is dropped. The keys that shape what was built at
-// start (keepRestartKeys) keep their running values, and a warning names
-// those the file changed. A file that fails to load or that the middleware
+// reload re-reads the file at path and swaps in, atomically, the file's
+// middleware.Policy (Limiter.Reload): plans, anonymous_plan, api_keys, mode
+// and failure_mode, trusted_proxies, the graphql limits and costs, the
+// REST costs and limits, the field limits, the lanes (with their queue and
+// challenge), the concurrency caps (top-level and per plan), the
+// subscription cap and the trusted documents. Requests in flight finish
+// under the configuration they started with; none is dropped. The keys
+// that shape what was built at start (keepRestartKeys: the
+// middleware.Dependencies and the server's own) keep their running
+// values, and a warning names those the file changed. A file that fails to load or that the middleware
 // refuses changes nothing. The outcome is logged, and returned for tests.
 func (s *server) reload(path string) error {
 	s.mu.Lock()
@@ -80,7 +82,8 @@ func (s *server) apply(next config) error {
 	if after > before {
 		s.gql.set(s.graphQL(next))
 	}
-	if err := s.lim.Reload(s.limiterConfig(next)); err != nil {
+	_, policy := next.limiterConfig()
+	if err := s.lim.Reload(policy); err != nil {
 		s.gql.set(old)
 		return err
 	}
@@ -97,7 +100,8 @@ func (s *server) apply(next config) error {
 // split-budget layers, the shedder with its degradation list, the
 // challenge's secret and work, the resolvers' demo latency) or are fixed in
 // the Limiter (the Retry-After jitter, the store's timeout and breaker), and names
-// those c had changed. The Limiter refuses a Reload that changes them.
+// those c had changed: middleware.Dependencies, which Limiter.Reload does
+// not take, and the server's own.
 func (c *config) keepRestartKeys(running config) (changed []string) {
 	keep(&changed, "max_body_bytes", &c.MaxBodyBytes, running.MaxBodyBytes)
 	keep(&changed, "max_body_bytes_in_flight", &c.MaxBodyBytesInFlight, running.MaxBodyBytesInFlight)

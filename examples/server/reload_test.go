@@ -343,7 +343,7 @@ func TestReloadRefusals(t *testing.T) {
 	for _, tt := range []struct{ name, body, want string }{
 		{"missing file", "", "no such file"},
 		{"unknown key", "failure_mod: closed\n", "line 1: failure_mod: unknown key"},
-		{"bad mode", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, mode: loud}\n", `line 2: plans.anon.mode: "loud" is not "enforce" or "shadow"`},
+		{"bad mode", "plans:\n  anon: {burst: 1, rate: 1, per: 1h, mode: loud}\n", `line 2: plans.anon.mode: plan "anon": mode "loud" is neither "enforce" nor "shadow"`},
 		{"route dearer than a burst", `rest: {routes: {"GET /api/search": 501}}`, `REST route "GET /api/search" costs 501`},
 		{"split budget added", "plans: {anon: {burst: 500, rate: 500, per: 1h, split_budget: true}}\n", "restart to add them"},
 	} {
@@ -451,9 +451,9 @@ concurrency: {per_principal: 10}
 	srv := s.h.(*server)
 	require.Nil(t, srv.challenger)
 
-	writeConfig(t, path, noChallenge+"plans:\n  anon: {burst: 500, rate: 500, per: 1h, concurrency: {per_principal: 0}}\n")
+	writeConfig(t, path, noChallenge+"plans:\n  anon: {burst: 500, rate: 500, per: 1h, concurrency: {per_principal: -1}}\n")
 	require.NoError(t, srv.reload(path))
-	assert.Equal(t, middleware.None, srv.limiterConfig(srv.cfg).Plans["anon"].MaxConcurrent)
+	assert.Equal(t, middleware.None, limiterPolicy(srv.cfg).Plans["anon"].MaxConcurrent)
 
 	writeConfig(t, path, strings.Replace(noChallenge, "anonymous: true}}", "anonymous: true}, challenge: pow}", 1))
 	err = srv.reload(path)

@@ -268,7 +268,7 @@ func TestRunRefusesToStart(t *testing.T) {
 		{"help", "", []string{"-h"}, flag.ErrHelp, ""},
 		{"missing config", "", []string{"-config", filepath.Join(dir, "absent.yaml")}, errConfig, "absent.yaml"},
 		{"unknown key", "", []string{"-config", typo}, errConfig,
-			"invalid configuration: " + typo + ": line 1: failure_mod: unknown key; the keys here are plans,"},
+			"invalid configuration: " + typo + ": line 1: failure_mod: unknown key"},
 		{"duration without unit", "", []string{"-config", seconds}, errConfig, "invalid configuration: " + seconds +
 			": line 2: plans.anon.per: 3600 is not a duration; write a Go duration with a unit, such as 1h or 90s"},
 		{"route dearer than a burst", "", []string{"-config", badRoute}, errConfig,

@@ -177,8 +177,8 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		since = d.clock.Now()
 	}
 	s.stats = adminapi.NewStats(since, func() (middleware.Load, bool) { return s.lim.Load() })
-	mcfg := s.limiterConfig(cfg)
-	if s.lim, err = middleware.New(mcfg); err != nil {
+	mdeps, policy := s.limiterConfig(cfg)
+	if s.lim, err = middleware.New(mdeps, policy); err != nil {
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
 	}
 	// The shedder's count, its high-water mark (which sampling the count
@@ -212,7 +212,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	// The probes and /metrics are outside the limiter: never identified,
 	// priced or debited, so an exhausted budget never fails a health check
 	// or hides the metrics.
-	timeout := mcfg.StoreTimeout
+	timeout := mdeps.StoreTimeout
 	if timeout == 0 {
 		timeout = stack.DefaultStoreTimeout
 	}
@@ -325,28 +325,26 @@ func (s *server) observe(e *middleware.Event) {
 	}
 }
 
-// limiterConfig is cfg's middleware configuration with the injected store,
-// clock and logger.
-func (s *server) limiterConfig(cfg config) middleware.Config {
-	mcfg := cfg.limiterConfig()
-	mcfg.Store, mcfg.Clock, mcfg.Logger = s.d.store, s.d.clock, s.d.logger
+// limiterConfig is cfg's middleware configuration with the injected
+// store, clock, logger, observer, key lookup and challenger.
+func (s *server) limiterConfig(cfg config) (middleware.Dependencies, middleware.Policy) {
+	deps, policy := cfg.limiterConfig()
+	deps.Store, deps.Clock, deps.Logger = s.d.store, s.d.clock, s.d.logger
 	if s.d.storeTimeout != 0 {
-		mcfg.StoreTimeout = s.d.storeTimeout // a test's, over the file's
+		deps.StoreTimeout = s.d.storeTimeout // a test's, over the file's
 	}
-	mcfg.Overrides.Store = s.d.overrides
-	mcfg.Observer = middleware.ObserverFunc(s.observe)
-	if s.d.keys != nil {
-		mcfg.APIKeys = fileThenDatabase{file: mcfg.APIKeys, db: s.d.keys}
-	}
-	if s.d.queueTimer != nil && mcfg.Overload != nil {
-		oc := *mcfg.Overload
+	deps.Overrides.Store = s.d.overrides
+	deps.Observer = middleware.ObserverFunc(s.observe)
+	deps.KeyLookup = s.d.keys // after the file's api_keys
+	if s.d.queueTimer != nil && deps.Overload != nil {
+		oc := *deps.Overload
 		oc.Timer = s.d.queueTimer
-		mcfg.Overload = &oc
+		deps.Overload = &oc
 	}
 	if s.challenger != nil {
-		mcfg.Challenger = s.challenger
+		deps.Challenger = s.challenger
 	}
-	return mcfg
+	return deps, policy
 }
 
 // newChallenger builds the PoW of cfg. Without a configured secret it
@@ -558,7 +556,7 @@ type loginBody struct {
 }
 
 // login serves POST /api/login, a stand-in for a password check: the demo
-// credentials get a fresh session token, anything else 401. It is what a
+// credentials get a fresh random token, anything else 401. It is what a
 // password guesser hammers, so the default configuration gives it a route
 // limit of its own (rest.route_limits).
 func (a *restAPI) login(w http.ResponseWriter, r *http.Request) {

@@ -464,7 +464,7 @@ func TestRequestBodyIsBounded(t *testing.T) {
 
 // graphiQLSchemaQuery is the schema query GraphiQL sends (graphql-js's
 // getIntrospectionQuery, with one more ofType level than its default): 14
-// deep now that introspection fields count toward max_depth.
+// deep, since introspection fields count toward max_depth.
 const graphiQLSchemaQuery = `query IntrospectionQuery {
   __schema {
     queryType { name }

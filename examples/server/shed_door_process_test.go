@@ -227,8 +227,8 @@ func (b burst) post(t *testing.T, url string) burstResult {
 	return r
 }
 
-// The probe's second finding, replayed against the server as its own
-// process: while it is overloaded, an anonymous client sends 47 valid
+// Shedding at the door costs the server less than the request, against the
+// server as its own process: while it is overloaded, an anonymous client sends 47 valid
 // 900 KB documents, one after the other. Each is shed at the door, 503
 // OVERLOADED, before its body is read: the server reads the headers and
 // the first few KB that arrive with them (read(2) counts it, from

@@ -1,261 +1,167 @@
 package main
 
 import (
-	"encoding"
+	"bytes"
+	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
-	"github.com/costguard/costguard/limiter/stack"
-	"github.com/costguard/costguard/middleware"
-	"github.com/costguard/costguard/overload"
 )
 
 // durationForm is how every duration error says what to write.
 const durationForm = "a Go duration with a unit, such as 1h or 90s"
 
 var (
-	durationType        = reflect.TypeFor[time.Duration]()
-	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 	// plainKey is a map key that reads well after a dot: plans.anon.
 	plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	// yaml.v3's errors, which name a line and a Go type but no key.
+	unknownField    = regexp.MustCompile(`^line (\d+): field (.+) not found in type \S+$`)
+	cannotUnmarshal = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 )
 
-// enums are the string types of the library whose values are names: a
-// value outside the list is a mistake of shape, named with its line.
-var enums = map[reflect.Type][]string{
-	reflect.TypeFor[budget.Mode]():         {string(budget.Enforce), string(budget.Shadow)},
-	reflect.TypeFor[budget.FailureMode]():  {string(budget.FailOpen), string(budget.FailClosed)},
-	reflect.TypeFor[budget.FieldLimitBy](): {string(budget.ByPrincipal), string(budget.ByIP), string(budget.ByBoth)},
-	reflect.TypeFor[budget.LimitAlgorithm](): {string(budget.TokenBucket), string(budget.LeakyBucketPolicing), string(budget.LeakyBucketShaping),
-		string(budget.FixedWindow), string(budget.SlidingLog), string(budget.SlidingCounter)},
-	reflect.TypeFor[stack.OverLimitCache]():            {string(stack.OverLimitCacheAuto), string(stack.OverLimitCacheOn), string(stack.OverLimitCacheOff)},
-	reflect.TypeFor[middleware.TrustedDocumentsMode](): {string(middleware.TrustedEnforce), string(middleware.TrustedAllowUnlisted)},
+// decodeStrict decodes data over cfg, doc being its parsed document: the
+// keys are the yaml tags of cfg's types (the library's own), an unknown
+// key is refused, and so is a value of the wrong shape or a count that is
+// not a whole number, each named by its line and key path (plans.anon.per).
+// What the values mean is for the library to judge.
+func decodeStrict(data []byte, doc *yaml.Node, cfg *config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			return explain(doc, te.Errors[0])
+		}
+		return err
+	}
+	return wholeNumbers(doc, cfg)
 }
 
-// zero says what an explicit 0 means for one key.
-type zero uint8
-
-const (
-	// zeroRefused (the rule for every key not in zeros): the library
-	// would read 0 as "the default", while in this file 0 is taken
-	// literally, so it is refused rather than silently replaced.
-	zeroRefused zero = iota
-	// zeroAsIs: the library's 0 means what the file's does.
-	zeroAsIs
-	// zeroNone: the file's 0 means "nothing", middleware.None to the
-	// library, whose 0 is a default that is something.
-	zeroNone
-)
-
-// fieldKey names a key of a section: the struct type and its YAML key.
-type fieldKey struct {
-	t   reflect.Type
-	key string
+// explain names the key of one of yaml.v3's errors, found in doc by its
+// line and the value it quotes.
+func explain(doc *yaml.Node, msg string) error {
+	if m := unknownField.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		for _, e := range entries(doc) {
+			if e.key != nil && e.key.Line == line && e.key.Value == m[2] {
+				return fmt.Errorf("line %d: %s: unknown key", line, e.path)
+			}
+		}
+	} else if m := cannotUnmarshal.FindStringSubmatch(msg); m != nil {
+		// The deepest value of the line with the tag and the text quoted
+		// (which yaml.v3 cuts after a few characters).
+		line, _ := strconv.Atoi(m[1])
+		text, cut := strings.CutSuffix(m[3], "...")
+		var found *entry
+		for _, e := range entries(doc) {
+			n := e.value
+			if n.Line != line || n.ShortTag() != "!!"+m[2] || !(n.Value == text || cut && strings.HasPrefix(n.Value, text)) {
+				continue
+			}
+			if found == nil || strings.HasPrefix(e.path, found.path) {
+				found = &e
+			}
+		}
+		if found != nil {
+			return fmt.Errorf("line %d: %s: %s is not %s", line, found.path, describe(found.value), expected(m[4], found.value))
+		}
+	}
+	return errors.New(msg)
 }
 
-// zeros are the keys where the file may write 0, and what it means there.
-var zeros = map[fieldKey]zero{
-	{reflect.TypeFor[middleware.GraphQLOptions](), "max_cost"}:               zeroAsIs, // no cap besides the burst
-	{reflect.TypeFor[config](), "upload_cost_per_mib"}:                       zeroAsIs,
-	{reflect.TypeFor[middleware.Config](), "retry_after_jitter"}:             zeroAsIs,
-	{reflect.TypeFor[middleware.Lane](), "queue"}:                            zeroAsIs, // not queued
-	{reflect.TypeFor[overload.Config](), "max_queue"}:                        zeroAsIs, // max_in_flight
-	{reflect.TypeFor[config](), "demo_latency"}:                              zeroAsIs,
-	{reflect.TypeFor[middleware.ConcurrencyOptions](), "per_principal"}:      zeroNone, // no cap (per plan: planConfig.plan)
-	{reflect.TypeFor[middleware.SubscriptionOptions](), "max_per_principal"}: zeroNone,
+// expected says what a value of the Go type named typ is written as,
+// where n cannot be one.
+func expected(typ string, n *yaml.Node) string {
+	switch {
+	case typ == "string" || typ == "main.secret":
+		return "a string"
+	case n.Kind != yaml.ScalarNode && !strings.HasPrefix(typ, "[]") && !strings.HasPrefix(typ, "map[") && strings.Contains(typ, "."):
+		// A name the library gives a string (budget.Mode), or a section.
+		return "a " + typ
+	case typ == "time.Duration":
+		return "a duration; write " + durationForm
+	case typ == "bool":
+		return "true or false"
+	case strings.HasPrefix(typ, "int"):
+		return "a whole number"
+	case strings.HasPrefix(typ, "float"):
+		return "a number"
+	case strings.HasPrefix(typ, "[]"):
+		return "a list; write [a, b]"
+	}
+	return "a mapping"
 }
 
-// checkDocument walks a parsed YAML document against config, the type it
-// decodes into, before it is decoded: yaml.v3's own errors name a line and a
-// Go type but no key. Each error here starts with the line and the key path
-// (plans.anon.per): an unknown key, a value of the wrong shape, a count
-// that is not a whole number or is negative, a duration without a unit, a
-// mode or priority the library does not have, a 0 where the library would
-// read the default. It rewrites the 0 of a zeroNone key to
-// middleware.None, so that the document decodes to what the file says.
-func checkDocument(doc *yaml.Node) error {
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
-		return nil
+// wholeNumbers refuses a count written with a fraction (burst: 1.5), which
+// yaml.v3 would truncate: cfg, decoded from doc, is encoded again, and a
+// number the file writes with a fraction must come back as written.
+func wholeNumbers(doc *yaml.Node, cfg *config) error {
+	var again yaml.Node
+	if err := again.Encode(cfg); err != nil {
+		return err
 	}
-	n := doc.Content[0]
-	if n.Kind != yaml.MappingNode && !isNull(n) {
-		return fmt.Errorf("line %d: the file must be a mapping of keys such as plans: and graphql:", n.Line)
+	decoded := make(map[string]*yaml.Node)
+	for _, e := range entries(&again) {
+		decoded[e.path] = e.value
 	}
-	return checkNode("", n, reflect.TypeFor[config]())
-}
-
-func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
-
-// checkNode checks n, found at path, against t.
-func checkNode(path string, n *yaml.Node, t reflect.Type) error {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("line %d: %s: %s", n.Line, path, fmt.Sprintf(format, args...))
-	}
-	if values, ok := enums[t]; ok {
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" || !contains(values, n.Value) {
-			return fail("%s is not %s", describe(n), quotedList(values))
+	for _, e := range entries(doc) {
+		n := e.value
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!float" {
+			continue
 		}
-		return nil
-	}
-	if reflect.PointerTo(t).Implements(textUnmarshalerType) && t.Kind() != reflect.Struct {
-		// A name (overload.Priority): the library parses it.
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-			return fail("%s is not a name", describe(n))
+		if f, err := strconv.ParseFloat(n.Value, 64); err == nil && f == math.Trunc(f) {
+			continue
 		}
-		if err := reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(n.Value)); err != nil {
-			return fail("%v", err)
+		if d := decoded[e.path]; d != nil && d.ShortTag() == "!!int" {
+			return fmt.Errorf("line %d: %s: %s is not a whole number", n.Line, e.path, n.Value)
 		}
-		return nil
-	}
-	if t == durationType {
-		var d time.Duration
-		if n.Kind != yaml.ScalarNode || n.Decode(&d) != nil {
-			return fail("%s is not a duration; write %s", describe(n), durationForm)
-		}
-		if d < 0 {
-			return fail("%s is negative", describe(n))
-		}
-		return nil
-	}
-	switch t.Kind() {
-	case reflect.Pointer:
-		return checkNode(path, n, t.Elem())
-	case reflect.Struct:
-		if isNull(n) {
-			return nil // an empty section keeps its defaults
-		}
-		if n.Kind != yaml.MappingNode {
-			return fail("%s is not a mapping of the keys %s", describe(n), strings.Join(fieldNames(t), ", "))
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			f, ok := fieldByKey(t, k.Value)
-			if !ok {
-				return fmt.Errorf("line %d: %s: unknown key; the keys here are %s",
-					k.Line, join(path, k.Value), strings.Join(fieldNames(t), ", "))
-			}
-			key := join(path, k.Value)
-			if err := checkNode(key, v, f.typ); err != nil {
-				return err
-			}
-			if err := checkZero(key, v, f.typ, zeros[fieldKey{f.in, k.Value}]); err != nil {
-				return err
-			}
-		}
-		return nil
-	case reflect.Map:
-		if isNull(n) {
-			return nil
-		}
-		if n.Kind != yaml.MappingNode {
-			return fail("%s is not a mapping", describe(n))
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				return fail("a key is %s, not a single value", describe(k))
-			}
-			key := mapPath(path, k.Value)
-			if kt := t.Key(); kt.Kind() != reflect.String {
-				// A key with a name (overload.shed_at's priorities).
-				if err := checkNode(key, k, kt); err != nil {
-					return err
-				}
-			}
-			if err := checkNode(key, v, t.Elem()); err != nil {
-				return err
-			}
-		}
-		return nil
-	case reflect.Slice:
-		if isNull(n) {
-			return nil
-		}
-		if n.Kind != yaml.SequenceNode {
-			return fail("%s is not a list; write [a, b]", describe(n))
-		}
-		for i, v := range n.Content {
-			if err := checkNode(fmt.Sprintf("%s[%d]", path, i), v, t.Elem()); err != nil {
-				return err
-			}
-		}
-		return nil
-	case reflect.Int, reflect.Int64:
-		// A whole number: yaml.v3 would truncate 1.5 to 1.
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-			return fail("%s is not a whole number", describe(n))
-		}
-		var v int64
-		if n.Decode(&v) != nil {
-			return fail("%s is not a whole number", n.Value)
-		}
-		if t.Kind() == reflect.Int && v > math.MaxInt32 {
-			// An int of the library: the same file works on every
-			// platform.
-			return fail("%s is more than %d", n.Value, math.MaxInt32)
-		}
-		if v < 0 {
-			return fail("%s is negative", n.Value)
-		}
-		return nil
-	}
-	// A scalar: string, bool or float64.
-	v := reflect.New(t)
-	if n.Kind != yaml.ScalarNode || n.Decode(v.Interface()) != nil {
-		want := map[reflect.Kind]string{reflect.Bool: "true or false", reflect.Float64: "a number", reflect.String: "a string"}[t.Kind()]
-		return fail("%s is not %s", describe(n), want)
-	}
-	if f := v.Elem(); f.Kind() == reflect.Float64 && f.Float() < 0 {
-		return fail("%s is negative", n.Value)
 	}
 	return nil
 }
 
-// checkZero applies rule to n, the value of type t of the key at path,
-// once its shape is checked: a number or duration that is 0 is refused,
-// kept, or rewritten to middleware.None.
-func checkZero(path string, n *yaml.Node, t reflect.Type, rule zero) error {
-	switch t.Kind() {
-	case reflect.Int, reflect.Int64, reflect.Float64: // time.Duration is an int64
-	default:
-		return nil
-	}
-	if n.Kind != yaml.ScalarNode || !isZero(n) {
-		return nil
-	}
-	switch rule {
-	case zeroAsIs:
-	case zeroNone:
-		n.Value, n.Tag = strconv.Itoa(middleware.None), "!!int"
-	default:
-		return fmt.Errorf("line %d: %s: %s is not allowed: the library would take its default; leave the key out for that", n.Line, path, n.Value)
-	}
-	return nil
+// entry is a value of a document at its key path, with its key node (nil
+// for a list item).
+type entry struct {
+	path       string
+	key, value *yaml.Node
 }
 
-// isZero reports whether the scalar n is a number, or a duration, that is 0.
-func isZero(n *yaml.Node) bool {
-	switch n.ShortTag() {
-	case "!!int", "!!float":
-		var f float64
-		return n.Decode(&f) == nil && f == 0
-	case "!!str":
-		d, err := time.ParseDuration(n.Value)
-		return err == nil && d == 0
+// entries lists every value of doc (a document, or its top-level mapping)
+// depth first, in the file's order.
+func entries(doc *yaml.Node) []entry {
+	var out []entry
+	var walk func(path string, n *yaml.Node)
+	walk = func(path string, n *yaml.Node) {
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := mapPath(path, k.Value)
+				out = append(out, entry{path: p, key: k, value: v})
+				walk(p, v)
+			}
+		case yaml.SequenceNode:
+			for i, v := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				out = append(out, entry{path: p, value: v})
+				walk(p, v)
+			}
+		}
 	}
-	return false
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	walk("", doc)
+	return out
 }
 
 // describe quotes a scalar's value, or names a node's shape.
@@ -270,27 +176,6 @@ func describe(n *yaml.Node) string {
 		return fmt.Sprintf("%q", n.Value)
 	}
 	return n.Value
-}
-
-func contains(values []string, v string) bool {
-	for _, s := range values {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
-
-// quotedList is `"a" or "b"`, `"a", "b" or "c"`.
-func quotedList(values []string) string {
-	q := make([]string, len(values))
-	for i, v := range values {
-		q[i] = strconv.Quote(v)
-	}
-	if len(q) < 2 {
-		return strings.Join(q, "")
-	}
-	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
 
 func join(path, key string) string {
@@ -312,51 +197,8 @@ func mapPath(path, key string) string {
 	return fmt.Sprintf("%s[%q]", path, key)
 }
 
-// field is a key of a section: the type of its value, and the struct that
-// declares it (an inlined one for the library's keys).
-type field struct {
-	key     string
-	typ, in reflect.Type
-}
-
-// fields lists the YAML keys of struct t in declaration order, those of
-// inlined structs in their place, as yaml.v3 decodes them.
-func fields(t reflect.Type) []field {
-	var fs []field
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		switch {
-		case opts == "inline":
-			fs = append(fs, fields(f.Type)...)
-		case name != "" && name != "-" && f.IsExported():
-			fs = append(fs, field{key: name, typ: f.Type, in: t})
-		}
-	}
-	return fs
-}
-
-// fieldByKey finds the field of struct t whose yaml tag is key.
-func fieldByKey(t reflect.Type, key string) (field, bool) {
-	for _, f := range fields(t) {
-		if f.key == key {
-			return f, true
-		}
-	}
-	return field{}, false
-}
-
-// fieldNames lists the YAML keys of struct t, in declaration order.
-func fieldNames(t reflect.Type) []string {
-	var names []string
-	for _, f := range fields(t) {
-		names = append(names, f.key)
-	}
-	return names
-}
-
 // locate names the key at path (a budget.ConfigError's) as the messages
-// of checkDocument do, lanes[0].queue, and finds its line in doc: that of
+// of decodeStrict do, lanes[0].queue, and finds its line in doc: that of
 // the deepest key of path the file writes (0 when doc is nil).
 func locate(doc *yaml.Node, path []string) (key string, line int) {
 	var n *yaml.Node

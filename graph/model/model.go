@@ -1,7 +1,7 @@
 // Package model holds the Go types of the example schema in graph/: the
 // hand-written objects (User, Repository, Issue) and, in models_gen.go, what
-// gqlgen generates from the SDL (the Node and SearchResult interfaces, the
-// connection type). Objects here are plain values: relations such as a user's
+// gqlgen generates from the SDL (the Node and SearchResult interfaces,
+// UserConnection, RateLimit and Attachment). Objects here are plain values: relations such as a user's
 // repositories are resolved by graph.Resolver, not stored in the structs.
 package model
 

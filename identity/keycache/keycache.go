@@ -7,7 +7,7 @@
 //	…
 //	keys, err := keycache.New(db) // the defaults below
 //	…
-//	cfg := middleware.Config{APIKeys: keys, …}
+//	lim, err := middleware.New(middleware.Dependencies{KeyLookup: keys, …}, policy)
 //
 // What it keeps and for how long:
 //

@@ -13,7 +13,7 @@
 //	db, err := pgkeys.New(pool)
 //	…
 //	keys, err := keycache.New(db)
-//	cfg := middleware.Config{APIKeys: keys, …}
+//	lim, err := middleware.New(middleware.Dependencies{KeyLookup: keys, …}, policy)
 //
 // docs/keys.md shows the table, how to add and revoke keys, and the
 // cache's bounds.

@@ -1,10 +1,13 @@
 // Package kept copies what a client sent before anything keeps it past
 // its request. A Go substring shares its whole backing array: a 64-byte
 // operation name cut from a 900 KB document keeps the 900 KB alive for as
-// long as the name is held. Every table that outlives a request (the
-// timeline, the operation costs, the top spenders, the stores' keys)
-// passes what it stores through String or Key at its own insert, so that
-// it holds a copy of bounded size whatever its caller hands it.
+// long as the name is held. The tables that outlive a request (the
+// timeline, the operation costs, the top spenders, the API-key cache, the
+// admin stats) cut what they store to this package's bounds and copy it
+// at their own insert (String, Key, or Cut and a clone), so that each
+// holds a copy of bounded size whatever its caller hands it. The
+// limiter's in-process stores copy their keys the same way, at their own
+// bound (shardmap.OwnString, 1 KiB).
 package kept
 
 import (

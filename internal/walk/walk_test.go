@@ -29,7 +29,7 @@ func TestWalk(t *testing.T) {
 	if kind == "" {
 		t.Skip("COSTGUARD_WALK unset: run internal/walk/walk.sh")
 	}
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 100000, Rate: 100000, Per: time.Hour}},
 		AnonymousPlan: "anon",
 	})

@@ -124,7 +124,10 @@ type Store struct {
 	sweeper   *periodic.Loop
 }
 
-var _ limiter.Store = (*Store)(nil)
+var (
+	_ limiter.Store = (*Store)(nil)
+	_ limiter.Local = (*Store)(nil)
+)
 
 // shard is one partition of the keys; its mutex guards its tables: the
 // plain keys of Take and Refund, and the named budgets of TakeAll, which
@@ -276,6 +279,9 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 	err := s.apply(ctx, &d, key, &limit, amount, true)
 	return d, err
 }
+// Local reports true: the budgets are in this process (limiter.Local).
+func (*Store) Local() bool { return true }
+
 
 // Len reports how many keys the store holds.
 func (s *Store) Len() int { return s.shards.Len() }

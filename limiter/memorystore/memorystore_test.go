@@ -259,12 +259,13 @@ func TestWholeAtFromTheStateTime(t *testing.T) {
 	}
 }
 
-// TestFloodCannotResetABudget is the attack of issue 9: alice spends her
-// budget down to 21 points, then 100,000 fresh identities take a point
-// each. Alice's budget must follow her own refill exactly (as
-// limiter.TakeBucket computes it on her state) at every step; fresh keys
-// are refused while no budget in their shard is whole, and admitted again
-// as budgets become whole.
+// TestFloodCannotResetABudget: a flood of fresh identities must not evict a
+// spent budget so that it starts whole again. Alice spends her budget down
+// to 21 points, then 100,000 fresh identities take a point each. Alice's
+// budget must follow her own refill exactly (as limiter.TakeBucket
+// computes it on her state) at every step; fresh keys are refused while no
+// budget in their shard is whole, and admitted again as budgets become
+// whole.
 func TestFloodCannotResetABudget(t *testing.T) {
 	plan := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 5000, Rate: 100, Period: time.Minute} // a point every 600 ms
 	s, clock := newStore(t, memorystore.Config{MaxKeys: 64, Shards: 4})

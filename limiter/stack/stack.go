@@ -92,9 +92,9 @@ type DataLossChecker interface {
 type OverLimitCache string
 
 const (
-	// OverLimitCacheAuto (or ""): on for a shared Store (any limiter.Store
-	// other than a *memorystore.Store), where it saves a network round
-	// trip; off for the in-memory store, which answers in a lock anyway.
+	// OverLimitCacheAuto (or ""): on for a shared Store (one that does not
+	// declare itself local, limiter.Local), where it saves a network round
+	// trip; off for an in-memory store, which answers in a lock anyway.
 	OverLimitCacheAuto OverLimitCache = "auto"
 	// OverLimitCacheOn always remembers rejections.
 	OverLimitCacheOn OverLimitCache = "on"
@@ -108,6 +108,16 @@ const DefaultStoreTimeout = 100 * time.Millisecond
 
 // ErrInvalidConfig wraps every configuration error New returns.
 var ErrInvalidConfig = errors.New("stack: invalid config")
+
+// Validate refuses a value that is none of the OverLimitCache constants
+// ("" is OverLimitCacheAuto).
+func (c OverLimitCache) Validate() error {
+	switch c {
+	case "", OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff:
+		return nil
+	}
+	return fmt.Errorf("%w: OverLimitCache %q is none of %q, %q, %q", ErrInvalidConfig, c, OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff)
+}
 
 // Config says what to put together. Zero fields take the defaults of the
 // packages they configure.
@@ -186,17 +196,13 @@ func New(cfg Config) (*Stack, error) {
 	if err := (splitbudget.Config{LeaseFraction: cfg.LeaseFraction, SettleInterval: cfg.SettleInterval}).Validate(); err != nil {
 		return nil, fmt.Errorf("%w: SplitBudget: %w", ErrInvalidConfig, err)
 	}
-	_, inMemory := cfg.Store.(*memorystore.Store)
-	cache := false
-	switch cfg.OverLimitCache {
-	case "", OverLimitCacheAuto:
-		cache = cfg.Store != nil && !inMemory
-	case OverLimitCacheOn:
-		cache = true
-	case OverLimitCacheOff:
-	default:
-		return nil, fmt.Errorf("%w: OverLimitCache %q is none of %q, %q, %q", ErrInvalidConfig, cfg.OverLimitCache, OverLimitCacheAuto, OverLimitCacheOn, OverLimitCacheOff)
+	// Where the store keeps its budgets is the store's to say
+	// (limiter.Local), not a guess from its type.
+	local := cfg.Store == nil || limiter.IsLocal(cfg.Store)
+	if err := cfg.OverLimitCache.Validate(); err != nil {
+		return nil, err
 	}
+	cache := cfg.OverLimitCache == OverLimitCacheOn || !local && cfg.OverLimitCache != OverLimitCacheOff
 	var brk *breaker.Breaker
 	if !cfg.NoBreaker {
 		var err error
@@ -225,7 +231,7 @@ func New(cfg Config) (*Stack, error) {
 		full = s.owned
 	}
 	s.exact = full
-	s.local = cfg.Store == nil || inMemory
+	s.local = local
 	// Several budgets at once need TakeAll and RefundAll both.
 	multi, _ := full.(guard.MultiStore)
 	s.multi = multi != nil
@@ -383,7 +389,8 @@ func (s *Stack) Leases() bool { return s.leased != nil }
 func (s *Stack) OverflowKeys() int { return s.overflowKeys }
 
 // Local reports whether the store is an in-memory one (the Stack's own,
-// or a *memorystore.Store), which answers under a lock and never waits.
+// or one that declares itself local, limiter.Local), which answers under
+// a lock and never waits.
 func (s *Stack) Local() bool { return s.local }
 
 // Fallback is this process's local buckets, which the guard decides with

@@ -15,8 +15,19 @@ import (
 	"github.com/costguard/costguard/limiter/stack"
 )
 
-// shared stands for a store other processes share (not a memorystore).
+// shared stands for a store other processes share: it declares nothing
+// (limiter.Local), so it is taken to be shared.
 type shared struct{ limiter.Store }
+
+// thinWrapper is a wrapper around the memory store that embeds it, and so
+// declares, as the memory store does, that it is local.
+type thinWrapper struct{ *memorystore.Store }
+
+// remoteWrapper embeds the memory store but says it is not local, as a
+// wrapper that adds a network hop must.
+type remoteWrapper struct{ *memorystore.Store }
+
+func (remoteWrapper) Local() bool { return false }
 
 func TestComposition(t *testing.T) {
 	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))
@@ -32,12 +43,15 @@ func TestComposition(t *testing.T) {
 		leased    bool // Store(true) is split-budget leases
 		wantErr   error
 		wantStore limiter.Store // when neither cached nor owned
+		remote    bool          // the Stack treats the store as shared
 	}{
 		{name: "nil store: an owned memory store, no cache", cfg: stack.Config{}},
 		{name: "memory store: auto leaves the cache off", cfg: stack.Config{Store: mem}, wantStore: mem},
-		{name: "shared store: auto turns the cache on", cfg: stack.Config{Store: shared{mem}}, cached: true},
+		{name: "shared store: auto turns the cache on", cfg: stack.Config{Store: shared{mem}}, cached: true, remote: true},
+		{name: "thin wrapper of the memory store: local, no cache", cfg: stack.Config{Store: thinWrapper{mem}}, wantStore: thinWrapper{mem}},
+		{name: "wrapper that says it is not local: shared", cfg: stack.Config{Store: remoteWrapper{mem}}, cached: true, remote: true},
 		{name: "cache forced on", cfg: stack.Config{Store: mem, OverLimitCache: stack.OverLimitCacheOn}, cached: true},
-		{name: "cache forced off", cfg: stack.Config{Store: shared{mem}, OverLimitCache: stack.OverLimitCacheOff}, wantStore: shared{mem}},
+		{name: "cache forced off", cfg: stack.Config{Store: shared{mem}, OverLimitCache: stack.OverLimitCacheOff}, wantStore: shared{mem}, remote: true},
 		{name: "split budget", cfg: stack.Config{Store: mem, SplitBudget: true}, leased: true, wantStore: mem},
 		{name: "unknown cache mode", cfg: stack.Config{OverLimitCache: "sometimes"}, wantErr: stack.ErrInvalidConfig},
 		{name: "negative keys", cfg: stack.Config{MemoryMaxKeys: -1}, wantErr: stack.ErrInvalidConfig},
@@ -56,6 +70,12 @@ func TestComposition(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
+			if st.Local() == tc.remote {
+				t.Errorf("Local() = %v, want %v", st.Local(), !tc.remote)
+			}
+			if got := st.BreakerState() != ""; got != tc.remote {
+				t.Errorf("breaker present = %v, want %v (only a shared store has one)", got, tc.remote)
+			}
 			exact := st.Store(false)
 			if _, ok := exact.(*overlimit.Store); ok != tc.cached {
 				t.Errorf("exact store %T, cached = %v", exact, tc.cached)
@@ -112,6 +132,8 @@ func TestIsFull(t *testing.T) {
 
 // sharedAll stands for a shared store with TakeAll (as redisstore has).
 type sharedAll struct{ *memorystore.Store }
+
+func (sharedAll) Local() bool { return false }
 
 // TestStoreAll: the store decides several budgets at once when it can,
 // behind the cache when that is on; split-budget leases never do, and say

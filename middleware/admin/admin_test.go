@@ -23,15 +23,16 @@ const token = "s3cret-admin-token"
 // on a real listener.
 func newAPI(t *testing.T, cfg admin.Config) (*httptest.Server, *middleware.Limiter) {
 	t.Helper()
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"free": {Burst: 100, Rate: 100, Per: 100 * time.Second},
 			"pro":  {Burst: 1000, Rate: 1000, Per: 100 * time.Second},
 			"anon": {Burst: 20, Rate: 20, Per: 100 * time.Second},
 		},
 		AnonymousPlan: "anon",
-		APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{"alice-key": {Principal: "alice", Plan: "free"}}),
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		APIKeys:       map[string]identity.APIKey{"alice-key": {Principal: "alice", Plan: "free"}},
 	})
 	if err != nil {
 		t.Fatal(err)

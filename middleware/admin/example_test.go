@@ -17,7 +17,7 @@ import (
 // The admin API on a listener of its own: set a principal's override, read
 // it back with the budgets in force.
 func ExampleNew() {
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{}, middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"free": {Burst: 100, Rate: 100, Per: time.Hour},
 			"pro":  {Burst: 10000, Rate: 10000, Per: time.Hour},

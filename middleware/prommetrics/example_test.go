@@ -31,14 +31,15 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Observer: m,
+		Overload: &overload.Config{MaxInFlight: 256},
+	}, middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"anon": {Burst: 100, Rate: 1000, Per: time.Hour},
 			"pro":  {Burst: 2000, Rate: 50000, Per: time.Hour},
 		},
 		AnonymousPlan: "anon",
-		Observer:      m,
-		Overload:      &overload.Config{MaxInFlight: 256},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -7,7 +7,7 @@ import (
 )
 
 // Load exports the load shedder's reading (middleware.Limiter's Load) at
-// each scrape; nothing without Config.Overload:
+// each scrape; nothing without Dependencies.Overload:
 //
 //	costguard_requests_in_flight                   gauge
 //	    requests admitted by the load shedder and not yet answered

@@ -1,11 +1,12 @@
 // Package prommetrics turns the Limiter's decision events into Prometheus
-// metrics. It is the only package of the module that imports
-// client_golang: a *Metrics is a middleware.Observer, given to the Limiter
-// as Config.Observer, and a prometheus.Collector, registered by New.
+// metrics. It is a module of its own, so that the library's module does
+// not require client_golang: a *Metrics is a middleware.Observer, given to
+// the Limiter as Dependencies.Observer, and a prometheus.Collector,
+// registered by New.
 //
 //	reg := prometheus.NewRegistry()
 //	m, err := prommetrics.New(prommetrics.WithRegisterer(reg), prommetrics.WithPlans("free", "pro"))
-//	lim, err := middleware.New(middleware.Config{..., Observer: m})
+//	lim, err := middleware.New(middleware.Dependencies{..., Observer: m}, policy)
 //	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // Without WithRegisterer, New registers on prometheus.DefaultRegisterer, as

@@ -54,11 +54,12 @@ func (k keys) LookupAPIKey(_ context.Context, key string) (string, string, error
 // presents key and returns the code it was closed with (0: acknowledged).
 func closeCode(t *testing.T, lookup identity.KeyLookup, wrap bool, key string) int {
 	t.Helper()
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		KeyLookup: lookup,
+		Logger:    slog.New(slog.DiscardHandler),
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 10, Rate: 10, Per: time.Minute}},
 		AnonymousPlan: "anon",
-		APIKeys:       lookup,
-		Logger:        slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

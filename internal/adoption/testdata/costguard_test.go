@@ -39,10 +39,11 @@ const query = "{ todos { text } }"
 // line it prints (RESULT, JSON) for adoption_test.go to check.
 func TestCostguard(t *testing.T) {
 	var logs bytes.Buffer
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon",
-		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

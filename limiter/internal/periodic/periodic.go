@@ -1,6 +1,7 @@
 // Package periodic is the one background loop of the limiter packages: a
 // function called at an interval until the loop is stopped. The memory
-// store's sweeper and the split-budget store's settle loop are both one.
+// store's sweeper, the split-budget store's settle loop, the guard's flush
+// of the fail-open debts and the Redis store's data-loss probe are each one.
 //
 // The owner starts the goroutine itself, with a method of its own that
 // calls Run (go s.sweepLoop(), say), so a stack dump names the store the

@@ -1,6 +1,6 @@
 // Package shardmap is the sharded, bounded key table behind the limiter's
 // in-process stores: memorystore's budgets, overlimit's remembered
-// rejections and splitbudget's leases.
+// rejections, splitbudget's leases and concurrency.Memory's slots.
 //
 // A Map spreads string keys over a fixed number of shards by a seeded
 // hash. Each shard is the caller's own struct, which embeds a lock of its
@@ -19,13 +19,14 @@
 //
 // A Table can instead make room only by dropping an entry that holds
 // nothing worth keeping, never anything else (memorystore's budgets, where
-// dropping a live entry would hand its owner a fuller bucket): InsertDue.
+// dropping a live entry would hand its owner a fuller bucket, and
+// concurrency.Memory's slots, where it would free a held slot): InsertDue.
 // Such a Table also keeps its keys in a min-heap by the time each entry
 // becomes free, its due time, so the entries that have come due are found
 // exactly and first, at a few heap steps per insertion, whatever the
 // traffic; when none has come due, the new key is refused.
 //
-// Size carries the MaxKeys and Shards settings the three stores share,
+// Size carries the MaxKeys and Shards settings the four stores share,
 // with their defaults and validation.
 package shardmap
 

@@ -42,10 +42,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Store: store,
+	}, middleware.Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 500, Rate: 500, Per: time.Hour}},
 		AnonymousPlan: "anon",
-		Store:         store,
 	})
 	if err != nil {
 		log.Fatal(err)
