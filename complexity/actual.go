@@ -6,8 +6,6 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/vektah/gqlparser/v2/ast"
 
@@ -555,7 +553,7 @@ func (r *response) member(ret *typeInfo, m *memberSets) int {
 				return -1
 			}
 			if escaped {
-				r.s.text = unescape(r.s.text[:0], name)
+				r.s.text = jsontext.AppendUnquoted(r.s.text[:0], name)
 				name = r.s.text
 			}
 			i := memberIndex(ret.possible, name)
@@ -611,7 +609,7 @@ func (r *response) key() ([]byte, error) {
 		return nil, err
 	}
 	if escaped {
-		r.s.text = unescape(r.s.text[:0], k)
+		r.s.text = jsontext.AppendUnquoted(r.s.text[:0], k)
 		k = r.s.text
 	}
 	if !r.next(':') {
@@ -744,7 +742,7 @@ func (r *response) strEscaped(start, i int) (raw []byte, escaped bool, err error
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if i+6 > len(b) || hex4(b[i+2:i+6]) < 0 {
+				if i+6 > len(b) || !hexDigits(b[i+2:i+6]) {
 					return nil, false, r.fail(`invalid \u escape`)
 				}
 				i += 6
@@ -758,69 +756,14 @@ func (r *response) strEscaped(start, i int) (raw []byte, escaped bool, err error
 	}
 }
 
-// hex4 reads four hex digits, -1 if they are not.
-func hex4(b []byte) rune {
-	var n rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return -1
+// hexDigits reports whether b holds only hexadecimal digits.
+func hexDigits(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
 		}
-		n = n<<4 | rune(c)
 	}
-	return n
-}
-
-// unescape appends the contents of raw, a string str has checked, to dst
-// with its escapes decoded. A lone surrogate becomes U+FFFD, as in
-// encoding/json.
-func unescape(dst, raw []byte) []byte {
-	for i := 0; i < len(raw); {
-		c := raw[i]
-		if c != '\\' {
-			dst = append(dst, c)
-			i++
-			continue
-		}
-		switch e := raw[i+1]; e {
-		case 'u':
-			rn := hex4(raw[i+2 : i+6])
-			i += 6
-			if utf16.IsSurrogate(rn) {
-				// A pair of escapes, else U+FFFD and the next escape on its own.
-				pair := utf8.RuneError
-				if i+6 <= len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
-					if pair = utf16.DecodeRune(rn, hex4(raw[i+2:i+6])); pair != utf8.RuneError {
-						i += 6
-					}
-				}
-				rn = pair
-			}
-			dst = utf8.AppendRune(dst, rn)
-			continue
-		case 'b':
-			c = '\b'
-		case 'f':
-			c = '\f'
-		case 'n':
-			c = '\n'
-		case 'r':
-			c = '\r'
-		case 't':
-			c = '\t'
-		default: // '"', '\\', '/'
-			c = e
-		}
-		dst = append(dst, c)
-		i += 2
-	}
-	return dst
+	return true
 }
 
 // number reads past a JSON number.

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/vektah/gqlparser/v2/ast"
@@ -394,71 +393,7 @@ func jsonString(v []byte) string {
 	if bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) {
 		return string(v)
 	}
-	out := make([]byte, 0, len(v))
-	for i := 0; i < len(v); {
-		// A run without escapes (valid JSON holds no raw quote or control
-		// character) is copied at once when it is valid UTF-8.
-		end := jsontext.PlainEnd(v, i)
-		if run := v[i:end]; utf8.Valid(run) {
-			out = append(out, run...)
-		} else {
-			for len(run) > 0 {
-				r, size := utf8.DecodeRune(run)
-				out = utf8.AppendRune(out, r) // RuneError for an invalid byte, as encoding/json
-				run = run[size:]
-			}
-		}
-		if i = end; i >= len(v) {
-			break
-		}
-		i++ // the backslash
-		switch e := v[i]; e {
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r := hex4(v[i+1 : i+5])
-			i += 4
-			if utf16.IsSurrogate(r) {
-				if i+6 < len(v) && v[i+1] == '\\' && v[i+2] == 'u' { // a pair: \uD83D\uDE00
-					if r2 := utf16.DecodeRune(r, hex4(v[i+3:i+7])); r2 != utf8.RuneError {
-						out = utf8.AppendRune(out, r2)
-						i += 7
-						continue
-					}
-				}
-				r = utf8.RuneError
-			}
-			out = utf8.AppendRune(out, r)
-		default: // '"', '\\', '/'
-			out = append(out, e)
-		}
-		i++
-	}
-	return string(out)
-}
-
-// hex4 is the value of four hexadecimal digits (valid JSON guarantees them).
-func hex4(h []byte) rune {
-	var r rune
-	for _, c := range h {
-		switch {
-		case c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			r = r<<4 | rune(c-'a'+10)
-		}
-	}
-	return r
+	return string(jsontext.AppendUnquoted(make([]byte, 0, len(v)), v))
 }
 
 // appendKept appends to out an object of the members of src that keep

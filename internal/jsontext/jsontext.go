@@ -1,5 +1,6 @@
 // Package jsontext is the byte-level JSON scanning shared by the request
-// path: finding where a string's plain run ends, eight bytes at a time, and
+// path: finding where a string's plain run ends, eight bytes at a time,
+// decoding a string's escapes, and
 // checking a document's syntax exactly as encoding/json's Valid does,
 // without its byte-by-byte state machine (a request body is checked on
 // every request, before anything is charged).
@@ -8,6 +9,8 @@ package jsontext
 import (
 	"encoding/binary"
 	"math/bits"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // MaxDepth is the deepest nesting Valid accepts, encoding/json's.
@@ -308,4 +311,73 @@ func digits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// AppendUnquoted appends to dst the content of a JSON string literal whose
+// quotes are already removed and whose syntax is valid (Valid, or a
+// scanner that checked it), decoded as encoding/json decodes it: escapes
+// resolved, invalid UTF-8 and lone surrogates turned into U+FFFD.
+func AppendUnquoted(dst, content []byte) []byte {
+	for i := 0; i < len(content); {
+		end := PlainEnd(content, i)
+		if run := content[i:end]; utf8.Valid(run) {
+			dst = append(dst, run...)
+		} else {
+			for len(run) > 0 {
+				r, size := utf8.DecodeRune(run)
+				dst = utf8.AppendRune(dst, r) // RuneError for an invalid byte
+				run = run[size:]
+			}
+		}
+		if i = end; i >= len(content) {
+			break
+		}
+		i++ // the backslash
+		switch e := content[i]; e {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r := hex4(content[i+1 : i+5])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if i+6 < len(content) && content[i+1] == '\\' && content[i+2] == 'u' { // a pair: \uD83D\uDE00
+					if r2 := utf16.DecodeRune(r, hex4(content[i+3:i+7])); r2 != utf8.RuneError {
+						dst = utf8.AppendRune(dst, r2)
+						i += 7
+						continue
+					}
+				}
+				r = utf8.RuneError
+			}
+			dst = utf8.AppendRune(dst, r)
+		default: // '"', '\\', '/'
+			dst = append(dst, e)
+		}
+		i++
+	}
+	return dst
+}
+
+// hex4 is the value of four hexadecimal digits (valid JSON guarantees them).
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			r = r<<4 | rune(c-'a'+10)
+		}
+	}
+	return r
 }
