@@ -59,24 +59,24 @@ func waitQuiet(t *testing.T, w *lossWatch, interval time.Duration) {
 
 // Two stores ("processes") on one server hear of a restart without
 // persistence, of FLUSHALL and of FLUSHDB, each within the default
-// interval plus a round trip of the server answering again.
+// interval plus a round trip of the server answering again. Each case has
+// a server of its own, so the cases run in parallel.
 func TestOnDataLossStandalone(t *testing.T) {
-	srv := redistest.StartServer(t)
 	cases := []struct {
 		name   string
-		break_ func(t *testing.T, rdb redis.UniversalClient)
+		break_ func(t *testing.T, srv *redistest.Server, rdb redis.UniversalClient)
 	}{
-		{"restart without persistence", func(t *testing.T, _ redis.UniversalClient) {
+		{"restart without persistence", func(t *testing.T, srv *redistest.Server, _ redis.UniversalClient) {
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"FLUSHALL", func(t *testing.T, rdb redis.UniversalClient) {
+		{"FLUSHALL", func(t *testing.T, _ *redistest.Server, rdb redis.UniversalClient) {
 			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"FLUSHDB", func(t *testing.T, rdb redis.UniversalClient) {
+		{"FLUSHDB", func(t *testing.T, _ *redistest.Server, rdb redis.UniversalClient) {
 			if err := rdb.FlushDB(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -84,6 +84,8 @@ func TestOnDataLossStandalone(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
 			prefix := uniquePrefix(t)
 			var watches []*lossWatch
 			for range 2 {
@@ -96,7 +98,7 @@ func TestOnDataLossStandalone(t *testing.T) {
 			}
 			waitQuiet(t, watches[1], redisstore.DefaultDataLossInterval)
 			start := time.Now()
-			tc.break_(t, srv.Client(t))
+			tc.break_(t, srv, srv.Client(t))
 			broken := time.Now() // a restart has completed: the new server answers
 			for i, w := range watches {
 				lat := waitLoss(t, w, broken, time.Second)
