@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/budget"
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/stack"
 )
@@ -59,10 +58,10 @@ func BenchmarkCharge(b *testing.B) {
 		r, _ := pol.Plan(name)
 		return r
 	}
-	fields := func(coords ...string) []complexity.FieldCount {
-		fcs := make([]complexity.FieldCount, len(coords))
+	fields := func(coords ...string) []budget.FieldCount {
+		fcs := make([]budget.FieldCount, len(coords))
 		for i, c := range coords {
-			fcs[i] = complexity.FieldCount{Coordinate: c, Count: 1, Path: []string{"x"}}
+			fcs[i] = budget.FieldCount{Coordinate: c, Count: 1, Path: []string{"x"}}
 		}
 		return fcs
 	}

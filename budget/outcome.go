@@ -3,7 +3,6 @@ package budget
 import (
 	"time"
 
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/guard"
 )
@@ -30,6 +29,10 @@ const (
 const (
 	// CodeRateLimited: the bucket cannot pay now; 429 with Retry-After.
 	CodeRateLimited = "RATE_LIMITED"
+	// CodeMaxCostExceeded: the cost is above the plan's burst, so no
+	// budget can ever pay it; 422. complexity.CodeMaxCostExceeded, the
+	// code of a static cap on the price, is the same string.
+	CodeMaxCostExceeded = "MAX_COST_EXCEEDED"
 	// CodeRateLimiterUnavailable: the store failed and the plan fails
 	// closed; 503 with Retry-After.
 	CodeRateLimiterUnavailable = "RATE_LIMITER_UNAVAILABLE"
@@ -77,7 +80,7 @@ var answers = [...]Answer{
 	RateLimited: {CodeRateLimited, statusTooManyRequests, statusTooManyRequests, "rate_limited"},
 	// A REST cost above the burst is refused at configuration; a custom
 	// store with a smaller capacity still gets a 429, never a 200.
-	OverBudget:  {complexity.CodeMaxCostExceeded, statusUnprocessableEntity, statusTooManyRequests, "rate_limited"},
+	OverBudget:  {CodeMaxCostExceeded, statusUnprocessableEntity, statusTooManyRequests, "rate_limited"},
 	Unavailable: {CodeRateLimiterUnavailable, statusServiceUnavailable, statusServiceUnavailable, "rate_limiter_unavailable"},
 	CapExceeded: {"", statusUnprocessableEntity, 0, ""},
 	Invalid:     {},
