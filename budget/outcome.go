@@ -211,6 +211,24 @@ type Use struct {
 	Path  []string
 }
 
+// bucket reports whether u describes the plan's bucket (none of Quota,
+// Field and Route): the first budget of the principal's group, which
+// Outcome.Limits leaves out.
+func (u *Use) bucket() bool { return u.Quota == nil && u.Field == nil && u.Route == nil }
+
+// refusal is the verdict of a request refused by u's budget.
+func (u *Use) refusal() Verdict {
+	switch {
+	case u.Field != nil:
+		return FieldLimited
+	case u.Route != nil:
+		return RouteLimited
+	case u.Quota != nil:
+		return QuotaExceeded
+	}
+	return RateLimited
+}
+
 // takenGroup is what one TakeAll debited, to give back on a later refusal.
 type takenGroup struct {
 	from guard.Receipt
