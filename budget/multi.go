@@ -332,7 +332,7 @@ func countsIn(by FieldLimitBy, byAddr bool, key, addr string) bool {
 // quota), false when none was.
 func (o *Outcome) mine() (takenGroup, bool) {
 	for _, g := range o.groups {
-		if g.mine {
+		if g.mine() {
 			return g, true
 		}
 	}
@@ -362,7 +362,7 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, g group, o *Outcome, 
 		g.uses[i].Decision = g.ds[i]
 	}
 	if err == nil && limiter.AllAllowed(g.ds) {
-		o.groups = append(o.groups, takenGroup{from: from, reqs: g.reqs, mine: bucket})
+		o.groups = append(o.groups, takenGroup{from: from, reqs: g.reqs, ds: g.ds})
 		return true
 	}
 	best, wait, never := longestRefusal(g.ds, errors.Is(err, limiter.ErrCostExceedsCapacity))
@@ -413,13 +413,12 @@ func longestRefusal(ds []limiter.Decision, exceeds bool) (best int, wait time.Du
 func (e *Engine) giveBack(ctx context.Context, r *Rule, groups []takenGroup) (after []limiter.Decision, ok bool) {
 	ok = true
 	for _, g := range groups {
-		ds := make([]limiter.Decision, len(g.reqs))
-		err := e.stores.RefundAll(ctx, g.from, g.reqs, ds)
+		err := e.stores.RefundAll(ctx, g.from, g.reqs, g.ds)
 		if err != nil && !errors.Is(err, guard.ErrBreakerOpen) {
 			e.refundFailed(ctx, r, err)
 		}
-		if g.mine {
-			after, ok = ds, err == nil
+		if g.mine() {
+			after, ok = g.ds, err == nil
 		}
 	}
 	return after, ok
@@ -435,14 +434,9 @@ func (e *Engine) refundQuota(ctx context.Context, r *Rule, o *Outcome, amount in
 	if len(g.reqs) < 2 || g.reqs[1].Name != quotaBudget {
 		return
 	}
-	one := new(struct { // the request and its decision in one allocation
-		req [1]limiter.Request
-		ds  [1]limiter.Decision
-	})
-	one.req[0] = g.reqs[1]
-	one.req[0].Cost = amount
-	ds := one.ds[:]
-	if err := e.stores.RefundAll(ctx, g.from, one.req[:], ds); err != nil {
+	req, ds := g.reqs[1:2], g.ds[1:2] // the quota's, in the decision's room
+	req[0].Cost = amount
+	if err := e.stores.RefundAll(ctx, g.from, req, ds); err != nil {
 		if !errors.Is(err, guard.ErrBreakerOpen) {
 			e.refundFailed(ctx, r, err)
 		}

@@ -229,9 +229,16 @@ func (u *Use) refusal() Verdict {
 	return RateLimited
 }
 
-// takenGroup is what one TakeAll debited, to give back on a later refusal.
+// takenGroup is what one TakeAll debited, to give back on a later refusal
+// or refund later. reqs and ds are the group's requests and answers in
+// the decision's own room, which its refunds reuse: they are answered in
+// ds, and a refund of the quota sets the quota's request to its amount.
 type takenGroup struct {
 	from guard.Receipt
 	reqs []limiter.Request
-	mine bool // the principal's group: the bucket, then the quota
+	ds   []limiter.Decision
 }
+
+// mine reports whether g is the principal's group: the bucket, then the
+// quota. The bucket's request is the one a decision names with no Name.
+func (g *takenGroup) mine() bool { return g.reqs[0].Name == "" }
