@@ -205,9 +205,9 @@ func newBudgets(n int) budgets {
 	return budgets{reqs: make([]limiter.Request, 0, n), ds: make([]limiter.Decision, n), uses: make([]Use, 0, n)}
 }
 
-// takeGroups takes the budgets of b, group first, then group second (an
-// empty group is skipped), and reports whether both were taken. On a
-// refusal, what was taken is given back (undo).
+// takeGroups takes first, then second, two groups of b (an empty one is
+// skipped), and reports whether both were taken. On a refusal, what was
+// taken is given back (undo).
 func (e *Engine) takeGroups(ctx context.Context, r *Rule, b *budgets, o *Outcome, first, second group) bool {
 	for _, g := range [2]group{first, second} {
 		if len(g.reqs) > 0 && !e.decideGroup(ctx, r, g, o, false) {

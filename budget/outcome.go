@@ -229,10 +229,11 @@ func (u *Use) refusal() Verdict {
 	return RateLimited
 }
 
-// takenGroup is what one TakeAll debited, to give back on a later refusal
-// or refund later. reqs and ds are the group's requests and answers in
-// the decision's own room, which its refunds reuse: they are answered in
-// ds, and a refund of the quota sets the quota's request to its amount.
+// takenGroup is what one TakeAll debited: given back whole when a later
+// budget refuses, in part by a refund after. reqs and ds are the group's
+// requests and answers in the decision's own room, which both reuse: they
+// answer in ds, and a quota's refund sets the quota's request to its
+// amount.
 type takenGroup struct {
 	from guard.Receipt
 	reqs []limiter.Request
