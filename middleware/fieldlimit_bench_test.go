@@ -28,15 +28,16 @@ import (
 //	go test -run '^$' -bench BenchmarkGraphQLFieldLimit -benchmem ./middleware/
 func BenchmarkGraphQLFieldLimit(b *testing.B) {
 	body, _ := json.Marshal(map[string]any{"query": query61})
-	lim, err := middleware.New(middleware.Config{
+	lim, err := middleware.New(middleware.Dependencies{
+		Logger: discardLogger(),
+		Clock:  limiter.SystemClock{},
+	}, middleware.Policy{
 		Plans: map[string]budget.Plan{
 			"big": {Burst: 1e9, Rate: 1e9, Per: time.Second, Quota: &budget.Quota{Limit: 1e15, Per: 24 * time.Hour}},
 		},
 		FieldLimits:   map[string]budget.FieldLimit{"Query.user": {Limit: 1e12, Per: time.Second, By: budget.ByBoth}},
 		AnonymousPlan: "big",
-		APIKeys:       identity.NewStaticKeys(map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "big"}}),
-		Logger:        discardLogger(),
-		Clock:         limiter.SystemClock{},
+		APIKeys:       map[string]identity.APIKey{aliceKey: {Principal: "alice", Plan: "big"}},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -45,8 +46,7 @@ func BenchmarkGraphQLFieldLimit(b *testing.B) {
 	srv := handler.New(newTestSchema().executable())
 	srv.AddTransport(transport.POST{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](100))
-	srv.Use(lim.Extension())
-	h := lim.GraphQL(srv)
+	h := lim.Handler(srv)
 	b.ReportAllocs()
 	for b.Loop() {
 		r := httptest.NewRequest("POST", "/graphql", strings.NewReader(string(body)))
