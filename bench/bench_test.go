@@ -476,11 +476,11 @@ func TestCallgrindEndToEnd(t *testing.T) {
 
 // TestOverloadScenario runs the overload scenario briefly, at a small
 // capacity, against the example server built and started as a subprocess,
-// and checks its JSON line: every key of the contract and sane values.
+// and checks its JSON line: every key of the contract and sane values. It
+// is a long test: go build of the example server and two runs of the
+// scenario take 10 to 25 s.
 func TestOverloadScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the overload scenario for a few seconds")
-	}
+	testenv.Long(t)
 	if _, err := exec.LookPath("go"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("the overload scenario builds ./examples/server, and there is no go command: %v", err)

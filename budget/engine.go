@@ -3,16 +3,18 @@
 //
 // An Engine decides by a compiled, validated Policy (plans, quotas, field
 // and route limits, lane budgets, modes) on the stores of a limiter/stack,
-// with no transport: a principal key, a plan, a cost, optional field
-// counts, a route and a lane go in, one Outcome comes out. Charge debits a price, ChargeInvalid
-// the cost of a request refused before it could be priced, Peek reads a
-// bucket without spending, Settle debits or gives back the difference
-// between a price and what a response actually cost, Refund gives points
-// back; AcquireSlot leases one of a principal's requests in flight. The
-// verdict table (Verdict.Answer: the GraphQL code and HTTP status of each
-// outcome) and shadow mode are applied here and nowhere else, so an HTTP
-// middleware, a reverse proxy, an Envoy rate-limit service or a gRPC
-// interceptor render the same decisions.
+// with no transport and no GraphQL: a principal key, a plan, a price in
+// points, optional field counts (FieldCount), a route and a lane go in,
+// one Outcome comes out, whatever priced the request (the complexity
+// package, a proxy's table, a REST route's fixed cost). Charge debits a
+// price, ChargeInvalid the cost of a request refused before it could be
+// priced, Peek reads a bucket without spending, Settle debits or gives
+// back the difference between a price and what a response actually cost,
+// Refund gives points back; AcquireSlot leases one of a principal's
+// requests in flight. The verdict table (Verdict.Answer: the GraphQL code
+// and HTTP status of each outcome) and shadow mode are applied here and
+// nowhere else, so an HTTP middleware, a reverse proxy, an Envoy
+// rate-limit service or a gRPC interceptor render the same decisions.
 //
 //	pol, err := budget.Compile(budget.Config{Plans: map[string]budget.Plan{"free": {Burst: 100, Rate: 100, Per: time.Minute}}})
 //	st, err := stack.New(stack.Config{Store: redisStore, OverflowKeys: pol.OverflowBudgets()})
@@ -32,7 +34,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/internal/seconds"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/concurrency"
@@ -170,7 +171,7 @@ type Request struct {
 	Cost int64
 	// Fields are the selections of the fields the operation selects; the
 	// limited ones are decided with the plan's bucket.
-	Fields []complexity.FieldCount
+	Fields []FieldCount
 	// Route is the limit of the request's route (Policy.Route), nil for
 	// none: it counts 1, decided with the plan's bucket.
 	Route *RouteRule
@@ -179,6 +180,19 @@ type Request struct {
 	// limit) pay the Policy's InvalidCost instead, as a request refused by
 	// a static cap does.
 	ChargeInvalidIfNever bool
+}
+
+// FieldCount is how many times a request selects one field, the count its
+// field limit is debited (a complexity.FieldCount converts to it).
+type FieldCount struct {
+	// Coordinate is the field's schema coordinate: "Mutation.login".
+	Coordinate string
+	// Count is how many times the field would execute; 0 or less counts
+	// nothing.
+	Count int64
+	// Path is the response path of its first selection, for the error of
+	// a refusal (Use.Path).
+	Path []string
 }
 
 // call is how r's budget is decided by the store's guard: its failure

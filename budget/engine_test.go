@@ -65,6 +65,14 @@ func plans(mode budget.Mode) map[string]budget.Plan {
 	}
 }
 
+// A cost above the burst is answered with the code a static cap on the
+// price has: one code for "too expensive", whichever refused it.
+func TestCodeMaxCostExceeded(t *testing.T) {
+	if budget.CodeMaxCostExceeded != complexity.CodeMaxCostExceeded {
+		t.Errorf("budget %q, complexity %q", budget.CodeMaxCostExceeded, complexity.CodeMaxCostExceeded)
+	}
+}
+
 // Each way a charge ends: the verdict, the code and status it is
 // answered with, what it debited.
 func TestCharge(t *testing.T) {
@@ -74,7 +82,7 @@ func TestCharge(t *testing.T) {
 		plan     string
 		before   int64 // spent first, in one charge
 		cost     int64
-		fields   []complexity.FieldCount
+		fields   []budget.FieldCount
 		never    bool // ChargeInvalidIfNever
 		verdict  budget.Verdict
 		shadowed budget.Verdict
@@ -88,9 +96,9 @@ func TestCharge(t *testing.T) {
 		{name: "over budget", plan: "free", cost: 11, verdict: budget.OverBudget, code: complexity.CodeMaxCostExceeded, status: 422, left: 10},
 		{name: "over budget pays InvalidCost", plan: "free", cost: 11, never: true, verdict: budget.OverBudget, code: complexity.CodeMaxCostExceeded, status: 422, charged: 1, left: 9},
 		{name: "quota exceeded", plan: "quota", before: 10, cost: 3, verdict: budget.QuotaExceeded, code: budget.CodeQuotaExceeded, status: 429, left: 0},
-		{name: "field limited", plan: "free", cost: 1, fields: []complexity.FieldCount{{Coordinate: "Mutation.login", Count: 2}}, before: 0,
+		{name: "field limited", plan: "free", cost: 1, fields: []budget.FieldCount{{Coordinate: "Mutation.login", Count: 2}}, before: 0,
 			verdict: budget.Admitted, charged: 1, left: 9},
-		{name: "field never", plan: "free", cost: 1, fields: []complexity.FieldCount{{Coordinate: "Mutation.login", Count: 4}},
+		{name: "field never", plan: "free", cost: 1, fields: []budget.FieldCount{{Coordinate: "Mutation.login", Count: 4}},
 			verdict: budget.FieldLimited, code: budget.CodeFieldRateLimited, status: 429, left: 10},
 		{name: "shadow lets a refusal run", mode: budget.Shadow, plan: "free", before: 8, cost: 4, verdict: budget.Admitted, shadowed: budget.RateLimited, left: 2},
 		{name: "shadow lets a cost above the burst run", mode: budget.Shadow, plan: "free", cost: 11, verdict: budget.Admitted, shadowed: budget.OverBudget, left: 10},

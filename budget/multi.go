@@ -9,57 +9,20 @@ import (
 	"github.com/costguard/costguard/limiter/guard"
 )
 
-// multiScratch holds a decision's requests, answers, uses and taken groups
-// in one allocation, sized for a bucket and a quota (the common case);
-// multiScratch4 for up to two field limits more. Larger decisions take
-// slices of their own.
-type multiScratch struct {
-	reqs   [2]limiter.Request
-	ds     [2]limiter.Decision
-	uses   [1]Use
-	groups [2]takenGroup
-}
-
-type multiScratch4 struct {
-	reqs   [4]limiter.Request
-	ds     [4]limiter.Decision
-	uses   [3]Use
-	groups [2]takenGroup
-}
-
-// newScratch returns room for a decision of n budgets: reqs and uses
-// empty with capacity n and n-1, ds of length n, groups empty.
-func newScratch(n int) (reqs []limiter.Request, ds []limiter.Decision, uses []Use, groups []takenGroup) {
-	switch {
-	case n <= 2:
-		sc := new(multiScratch)
-		return sc.reqs[:0], sc.ds[:n], sc.uses[:0], sc.groups[:0]
-	case n <= 4:
-		sc := new(multiScratch4)
-		return sc.reqs[:0], sc.ds[:n], sc.uses[:0], sc.groups[:0]
-	}
-	return make([]limiter.Request, 0, n), make([]limiter.Decision, n), make([]Use, 0, n-1), nil
-}
-
 // spendAll debits req.Cost from the principal's bucket on req.Rule, its
 // quota, the field limits req.Fields selects and the route limit
 // req.Route, all or nothing, then from the lane's budget as spendIn does.
-// Limits by client address key on req.Addr; when that is not the
-// principal's key they are decided apart from the principal's (a Redis
-// Cluster keeps one principal's budgets in one slot, not an address's):
-// first, and given back when the principal's budgets refuse, unless they
-// hold a LeakyBucketShaping limit, whose turn cannot be given back: then
-// last, the principal's budgets given back when they refuse. For the
-// same reason a request with a shaping limit pays its lane's budget
-// first, given back when its other budgets refuse. (Compile lets shaping
-// limits count by one key only, so one side at most holds them.)
+// The budgets are decided in one guarded TakeAll per key: the principal's
+// (its bucket, quota and limits share one key, so a Redis Cluster keeps
+// them in one slot), and the address's (the limits counted ByIP or ByBoth,
+// when req.Addr is not the principal's key). The address's group is taken
+// first, given back when the principal's refuses; both are given back when
+// the lane's budget refuses. A request with a LeakyBucketShaping limit
+// takes another order (spendShaping).
 func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
-	r, pol, key, addr, cost, rt := req.Rule, req.Rule.policy, req.Key, req.Addr, req.Cost, req.Route
-	if addr == "" {
-		addr = key
-	}
-	if !pol.MultiLimited(r) || (r.SplitBudget && rt == nil) {
-		return e.spendIn(ctx, key, r, req.Lane, cost)
+	r, key, cost, ln := req.Rule, req.Key, req.Cost, req.Lane
+	if !r.policy.MultiLimited(r) || (r.SplitBudget && req.Route == nil) {
+		return e.spendIn(ctx, key, r, ln, cost)
 	}
 	if cost > r.Burst {
 		return Outcome{Verdict: OverBudget}
@@ -67,131 +30,218 @@ func (e *Engine) spendAll(ctx context.Context, req Request) Outcome {
 	if r.SplitBudget {
 		return e.spendSplit(ctx, req)
 	}
-	// The principal's requests come first (the bucket, the quota, its
-	// field and route limits), then the address's; uses[i] describes
-	// reqs[i+1].
-	n := 1
-	if r.quota != nil {
-		n++
+	b, ok := layOut(req)
+	if !ok { // no quota, no limit selected: the bucket alone
+		return e.spendIn(ctx, key, r, ln, cost)
 	}
-	// Each field's limit, looked up once for the first few fields (a
-	// request selecting more looks the rest up again below).
-	var limits [8]*FieldRule
-	limitOf := func(i int) *FieldRule {
-		if i < len(limits) {
-			return limits[i]
-		}
-		return pol.fields[req.Fields[i].Coordinate]
+	if b.shaping {
+		return e.spendShaping(ctx, req, &b)
 	}
-	for i, c := range req.Fields {
-		fl := pol.fields[c.Coordinate]
-		if i < len(limits) {
-			limits[i] = fl
-		}
-		if fl != nil && c.Count > 0 {
-			n += countsOf(fl.By, key, addr)
-		}
+	o := b.outcome()
+	if !e.takeGroups(ctx, r, &b, &o, b.address(), b.principal()) {
+		return o
 	}
-	if rt != nil {
-		n += countsOf(rt.By, key, addr)
+	o.admit(&b, cost)
+	if ln == nil {
+		return o
 	}
-	if n == 1 { // no quota, no limit selected: the bucket alone
-		return e.spendIn(ctx, key, r, req.Lane, cost)
+	if lo, paid := e.payLane(ctx, key, ln, cost, &o); !paid {
+		e.undo(ctx, r, &b, &o)
+		refusedByLane(&o, lo, ln)
 	}
-	reqs, ds, uses, groups := newScratch(n)
-	// The principal's budgets share one key (an override's rule keeps them
-	// apart from the plan's), so a Redis Cluster keeps them in one slot.
-	own := r.key(key)
-	reqs = append(reqs, limiter.Request{Key: own, Limit: r.limit, Cost: cost})
-	if q := r.quota; q != nil {
-		reqs = append(reqs, limiter.Request{Key: own, Name: quotaBudget, Limit: q.Limit, Cost: cost})
-		uses = append(uses, Use{Quota: q, Capacity: q.Limit.Rate})
-	}
-	mineEnd := 0
-	for pass := range 2 { // the principal's limits, then the address's
-		k, byAddr := own, pass == 1
-		if byAddr {
-			k = addr
-		}
-		for i, c := range req.Fields {
-			fl := limitOf(i)
-			if fl == nil || c.Count <= 0 || !countsIn(fl.By, byAddr, key, addr) {
-				continue
-			}
-			reqs = append(reqs, limiter.Request{Key: k, Name: fl.budget, Limit: fl.Limit, Cost: c.Count})
-			uses = append(uses, Use{Field: fl, Capacity: fl.Limit.Capacity(), Count: c.Count, Path: c.Path, ByAddr: byAddr})
-		}
-		if rt != nil && countsIn(rt.By, byAddr, key, addr) {
-			reqs = append(reqs, limiter.Request{Key: k, Name: rt.budget, Limit: rt.Limit, Cost: 1})
-			uses = append(uses, Use{Route: rt, Capacity: rt.Limit.Capacity(), Count: 1, ByAddr: byAddr})
-		}
-		if pass == 0 {
-			mineEnd = len(reqs)
-		}
-	}
-	mine, theirs := reqs[:mineEnd], reqs[mineEnd:]
-	o := Outcome{Limits: uses, groups: groups}
-	shapingTheirs := anyShaping(theirs)
-	ln, lanePaid := req.Lane, false
-	if ln != nil && (shapingTheirs || anyShaping(mine)) {
-		lo, paid := e.payLane(ctx, key, ln, cost, &o)
-		if !paid {
+	return o
+}
+
+// spendShaping is spendAll for a request with a LeakyBucketShaping limit,
+// whose turn, once taken, cannot be given back: everything that can be
+// given back is taken before it. The lane's budget pays first, then the
+// group without the turn, then the group holding it (Compile lets shaping
+// limits count by one key only, so one group at most holds a turn).
+func (e *Engine) spendShaping(ctx context.Context, req Request, b *budgets) Outcome {
+	r, key, cost, ln := req.Rule, req.Key, req.Cost, req.Lane
+	o := b.outcome()
+	if ln != nil {
+		if lo, paid := e.payLane(ctx, key, ln, cost, &o); !paid {
 			refusedByLane(&o, lo, ln)
 			return o
 		}
-		lanePaid = true
 	}
-	// The address's limits are taken first, unless a shaping turn is
-	// among them.
-	order := [2]bool{true, false} // the address's group?
-	if shapingTheirs {
-		order = [2]bool{false, true}
+	first, turn := b.address(), b.principal()
+	if b.turnByAddr {
+		first, turn = turn, first
 	}
-	for _, addrs := range order {
-		var ok bool
-		switch {
-		case addrs && len(theirs) == 0:
-			continue
-		case addrs:
-			ok = e.decideGroup(ctx, r, theirs, ds[mineEnd:], &o, mineEnd-1, false)
-		default:
-			ok = e.decideGroup(ctx, r, mine, ds[:mineEnd], &o, -1, false)
-		}
-		if ok {
-			continue
-		}
-		if after, given := e.giveBack(ctx, r, o.groups); given && after != nil {
-			o.setMine(after)
-		}
-		o.groups = nil
-		if lanePaid {
+	if !e.takeGroups(ctx, r, b, &o, first, turn) {
+		if ln != nil {
 			e.refund(ctx, ln, o.LaneTrace, cost)
 			o.LaneCharged, o.LaneTrace = 0, guard.Trace{}
 		}
 		return o
 	}
+	o.admit(b, cost)
+	return o
+}
+
+// budgets is one decision's budgets as the store takes them: request i is
+// answered in ds[i] and described by uses[i]. uses[0] is the plan's
+// bucket (none of Quota, Field and Route: Outcome.Limits starts after it).
+// The principal's group comes first (its bucket, quota, field and route
+// limits, all on its key), the address's from mine on.
+type budgets struct {
+	reqs []limiter.Request
+	ds   []limiter.Decision
+	uses []Use
+	mine int
+	// shaping: a LeakyBucketShaping limit is among them, in the address's
+	// group when turnByAddr.
+	shaping, turnByAddr bool
+	// groups has room for the groups a decision takes (Outcome.groups).
+	groups []takenGroup
+}
+
+// group is the requests of one key, their answers and their uses.
+type group struct {
+	reqs []limiter.Request
+	ds   []limiter.Decision
+	uses []Use
+}
+
+func (b *budgets) principal() group { return group{b.reqs[:b.mine], b.ds[:b.mine], b.uses[:b.mine]} }
+func (b *budgets) address() group   { return group{b.reqs[b.mine:], b.ds[b.mine:], b.uses[b.mine:]} }
+
+// outcome is the Outcome of a decision of b before anything is taken: its
+// Limits are the budgets beside the bucket.
+func (b *budgets) outcome() Outcome { return Outcome{Limits: b.uses[1:], groups: b.groups} }
+
+// add lays out one budget: the request to the store and what it is.
+func (b *budgets) add(req limiter.Request, u Use) {
+	b.reqs = append(b.reqs, req)
+	b.uses = append(b.uses, u)
+	if req.Limit.Algorithm == limiter.LeakyBucketShaping {
+		b.shaping, b.turnByAddr = true, u.ByAddr
+	}
+}
+
+// layOut lays out the budgets of req, a request on a plan that is not
+// served from split-budget leases, in room for exactly as many as it
+// decides; false when the bucket alone decides it (no quota, no limit
+// selected).
+func layOut(req Request) (budgets, bool) {
+	r, key := req.Rule, req.Key
+	addr := cmpOr(req.Addr, key)
+	n := 1 // the bucket
+	if r.quota != nil {
+		n++
+	}
+	for _, c := range req.Fields {
+		if fl := r.policy.fields[c.Coordinate]; fl != nil && c.Count > 0 {
+			n += countsOf(fl.By, key, addr)
+		}
+	}
+	if rt := req.Route; rt != nil {
+		n += countsOf(rt.By, key, addr)
+	}
+	if n == 1 {
+		return budgets{}, false
+	}
+	b := newBudgets(n)
+	own := r.key(key) // an override's rule keeps its budgets apart from the plan's
+	b.add(limiter.Request{Key: own, Limit: r.limit, Cost: req.Cost}, Use{})
+	if q := r.quota; q != nil {
+		b.add(limiter.Request{Key: own, Name: quotaBudget, Limit: q.Limit, Cost: req.Cost}, Use{Quota: q, Capacity: q.Limit.Rate})
+	}
+	b.addLimits(req, own, false)
+	b.mine = len(b.reqs)
+	if addr != key {
+		b.addLimits(req, addr, true)
+	}
+	return b, true
+}
+
+// addLimits lays out, on key k, the field and route limits of req counted
+// in one group: the principal's, or the address's when byAddr.
+func (b *budgets) addLimits(req Request, k string, byAddr bool) {
+	key, addr := req.Key, cmpOr(req.Addr, req.Key)
+	for _, c := range req.Fields {
+		fl := req.Rule.policy.fields[c.Coordinate]
+		if fl == nil || c.Count <= 0 || !countsIn(fl.By, byAddr, key, addr) {
+			continue
+		}
+		b.add(limiter.Request{Key: k, Name: fl.budget, Limit: fl.Limit, Cost: c.Count},
+			Use{Field: fl, Capacity: fl.Limit.Capacity(), Count: c.Count, Path: c.Path, ByAddr: byAddr})
+	}
+	if rt := req.Route; rt != nil && countsIn(rt.By, byAddr, key, addr) {
+		b.add(limiter.Request{Key: k, Name: rt.budget, Limit: rt.Limit, Cost: 1},
+			Use{Route: rt, Capacity: rt.Limit.Capacity(), Count: 1, ByAddr: byAddr})
+	}
+}
+
+// budgets2 and budgets4 hold a decision of up to two budgets (a bucket
+// and a quota, the common case) and up to four in one allocation.
+type budgets2 struct {
+	reqs   [2]limiter.Request
+	ds     [2]limiter.Decision
+	uses   [2]Use
+	groups [2]takenGroup
+}
+
+type budgets4 struct {
+	reqs   [4]limiter.Request
+	ds     [4]limiter.Decision
+	uses   [4]Use
+	groups [2]takenGroup
+}
+
+// newBudgets returns room for a decision of n budgets: reqs and uses
+// empty with capacity n, ds of length n, groups empty.
+func newBudgets(n int) budgets {
+	switch {
+	case n <= 2:
+		sc := new(budgets2)
+		return budgets{reqs: sc.reqs[:0], ds: sc.ds[:n], uses: sc.uses[:0], groups: sc.groups[:0]}
+	case n <= 4:
+		sc := new(budgets4)
+		return budgets{reqs: sc.reqs[:0], ds: sc.ds[:n], uses: sc.uses[:0], groups: sc.groups[:0]}
+	}
+	return budgets{reqs: make([]limiter.Request, 0, n), ds: make([]limiter.Decision, n), uses: make([]Use, 0, n)}
+}
+
+// takeGroups takes first, then second, two groups of b (an empty one is
+// skipped), and reports whether both were taken. On a refusal, what was
+// taken is given back (undo).
+func (e *Engine) takeGroups(ctx context.Context, r *Rule, b *budgets, o *Outcome, first, second group) bool {
+	for _, g := range [2]group{first, second} {
+		if len(g.reqs) > 0 && !e.decideGroup(ctx, r, g, o, false) {
+			e.undo(ctx, r, b, o)
+			return false
+		}
+	}
+	return true
+}
+
+// undo gives back what o's groups took from b (a later budget refused),
+// and records the principal's budgets as the refund left them.
+func (e *Engine) undo(ctx context.Context, r *Rule, b *budgets, o *Outcome) {
+	if after, ok := e.giveBack(ctx, r, o.groups); ok && after != nil {
+		mine := b.principal().uses
+		for i := range after {
+			mine[i].Decision = after[i]
+		}
+		o.Decision = after[0]
+	}
+	o.groups, o.Delay = nil, 0
+}
+
+// admit records that o took every budget of b: cost charged, the longest
+// shaping turn to wait, and where the bucket's points went, for refunds
+// and excess debits (the principal's group, whichever was taken last).
+func (o *Outcome) admit(b *budgets, cost int64) {
 	o.Verdict, o.Charged = Admitted, cost
-	for _, d := range ds {
+	for _, d := range b.ds {
 		o.Delay = max(o.Delay, d.Delay)
 	}
 	if g, ok := o.mine(); ok {
-		// Refunds and excess debits of the bucket go where the
-		// principal's group took, whichever group was decided last.
 		o.Trace.Receipt = g.from
 	}
-	if ln == nil || lanePaid {
-		return o
-	}
-	lo, paid := e.payLane(ctx, key, ln, cost, &o)
-	if paid {
-		return o
-	}
-	if after, ok := e.giveBack(ctx, r, o.groups); ok && after != nil {
-		o.setMine(after)
-	}
-	o.groups, o.Delay = nil, 0
-	refusedByLane(&o, lo, ln)
-	return o
 }
 
 // spendSplit is spendAll for a plan served from split-budget leases, whose
@@ -221,7 +271,7 @@ func (e *Engine) spendSplit(ctx context.Context, req Request) Outcome {
 	routes.Limits = uses
 	decide := func() bool {
 		for i := range reqs {
-			if !e.decideGroup(ctx, r, reqs[i:i+1], ds[i:i+1], &routes, i, true) {
+			if !e.decideGroup(ctx, r, group{reqs[i : i+1], ds[i : i+1], uses[i : i+1]}, &routes, true) {
 				e.giveBack(ctx, r, routes.groups)
 				routes.groups = nil
 				return false
@@ -278,80 +328,75 @@ func countsIn(by FieldLimitBy, byAddr bool, key, addr string) bool {
 	return by == ByPrincipal || by == ByBoth || !apart
 }
 
-// anyShaping reports whether a LeakyBucketShaping budget is among reqs.
-func anyShaping(reqs []limiter.Request) bool {
-	for i := range reqs {
-		if reqs[i].Limit.Algorithm == limiter.LeakyBucketShaping {
-			return true
-		}
-	}
-	return false
-}
-
-// setMine records the decisions of the principal's group after a refund:
-// the bucket's, then the other budgets' in o.Limits.
-func (o *Outcome) setMine(after []limiter.Decision) {
-	o.Decision = after[0]
-	for i := 1; i < len(after); i++ {
-		o.Limits[i-1].Decision = after[i]
-	}
-}
-
 // mine is the principal's group of what o debited (the bucket, then the
 // quota), false when none was.
 func (o *Outcome) mine() (takenGroup, bool) {
 	for _, g := range o.groups {
-		if g.mine {
+		if g.mine() {
 			return g, true
 		}
 	}
 	return takenGroup{}, false
 }
 
-// decideGroup takes the requests of one owner in one atomic step and
-// records the result in o: the bucket's decision (when the group holds
-// it), each other limit's in o.Limits (request i at o.Limits[offset+i];
-// offset is -1 for the principal's group, whose request 0 is the bucket),
-// and the verdict of a refusal. It reports whether everything was debited.
-// store takes from the store even on a plan with split-budget leases.
-func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Request, ds []limiter.Decision, o *Outcome, offset int, store bool) bool {
-	err := e.takeAll(ctx, r, reqs, ds, &o.Trace, store)
+// decideGroup takes the requests of one key in one atomic step and
+// records the result in o: each budget's decision in its use, the
+// bucket's in o when the group holds it, and the verdict of a refusal. It
+// reports whether everything was debited. store takes from the store even
+// on a plan with split-budget leases.
+func (e *Engine) decideGroup(ctx context.Context, r *Rule, g group, o *Outcome, store bool) bool {
+	err := e.takeAll(ctx, r, g.reqs, g.ds, &o.Trace, store)
 	from := o.Trace.Receipt
-	principal := offset < 0
+	bucket := g.uses[0].bucket()
 	decided := err == nil || errors.Is(err, limiter.ErrCostExceedsCapacity)
-	if principal {
+	if bucket {
 		// The over-limit cache answers a refusal it remembers without the
 		// store: the budgets it did not ask about come back unknown (Limit 0).
-		o.Decision, o.Known = ds[0], decided && ds[0].Limit != 0
+		o.Decision, o.Known = g.ds[0], decided && g.ds[0].Limit != 0
 	}
 	if !decided {
 		o.Verdict, o.RetryAfter, o.Known = Unavailable, e.RetryAfter(UnavailableRetryAfter), false
 		return false
 	}
-	for i := range reqs {
-		if !principal || i > 0 {
-			o.Limits[offset+i].Decision = ds[i]
-		}
+	for i := range g.uses {
+		g.uses[i].Decision = g.ds[i]
 	}
-	if err == nil && limiter.AllAllowed(ds) {
-		o.groups = append(o.groups, takenGroup{from: from, reqs: reqs, mine: principal})
+	if err == nil && limiter.AllAllowed(g.ds) {
+		o.groups = append(o.groups, takenGroup{from: from, reqs: g.reqs, ds: g.ds})
 		return true
 	}
-	// Report the refusal that waits longest: Retry-After is when every
-	// refusing budget can pay (never earlier for any of them). A cost
-	// above a capacity (a field selected more often than its limit) can
-	// never be paid, and wins.
-	best := -1
-	var wait time.Duration
-	exceeds := errors.Is(err, limiter.ErrCostExceedsCapacity)
+	best, wait, never := longestRefusal(g.ds, errors.Is(err, limiter.ErrCostExceedsCapacity))
+	if best < 0 { // a store broke its contract: refuse, honestly unknown
+		o.Verdict, o.RetryAfter, o.Known = Unavailable, e.RetryAfter(UnavailableRetryAfter), false
+		return false
+	}
+	u := &g.uses[best]
+	o.Verdict = u.refusal()
+	if !u.bucket() {
+		o.ByLimit = u
+	}
+	if never {
+		o.Never = true
+	} else {
+		o.RetryAfter = e.RetryAfter(wait)
+	}
+	return false
+}
+
+// longestRefusal is the refusal among ds that waits longest (-1: none
+// reported one), so that Retry-After is when every refusing budget can
+// pay, never earlier for any of them. When exceeds (a cost above a
+// capacity: a field selected more often than its limit), a refusal with
+// no wait can never be paid, and wins (never).
+func longestRefusal(ds []limiter.Decision, exceeds bool) (best int, wait time.Duration, never bool) {
+	best = -1
 	for i, d := range ds {
 		if d.Allowed || d.Limit == 0 { // admitted alone, or not asked (the over-limit cache)
 			continue
 		}
 		if d.RetryAfter <= 0 {
 			if exceeds {
-				best, o.Never = i, true
-				break
+				return i, 0, true
 			}
 			continue // a store breaking its contract: nothing to report
 		}
@@ -359,27 +404,7 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Reques
 			best, wait = i, d.RetryAfter
 		}
 	}
-	switch {
-	case best < 0: // a store broke its contract: refuse, honestly unknown
-		o.Verdict, o.RetryAfter, o.Known = Unavailable, e.RetryAfter(UnavailableRetryAfter), false
-		return false
-	case principal && best == 0:
-		o.Verdict = RateLimited
-	default:
-		o.ByLimit = &o.Limits[offset+best]
-		switch {
-		case o.ByLimit.Field != nil:
-			o.Verdict = FieldLimited
-		case o.ByLimit.Route != nil:
-			o.Verdict = RouteLimited
-		default:
-			o.Verdict = QuotaExceeded
-		}
-	}
-	if !o.Never {
-		o.RetryAfter = e.RetryAfter(wait)
-	}
-	return false
+	return best, wait, false
 }
 
 // giveBack refunds what the groups debited (a later budget refused) and
@@ -388,13 +413,12 @@ func (e *Engine) decideGroup(ctx context.Context, r *Rule, reqs []limiter.Reques
 func (e *Engine) giveBack(ctx context.Context, r *Rule, groups []takenGroup) (after []limiter.Decision, ok bool) {
 	ok = true
 	for _, g := range groups {
-		ds := make([]limiter.Decision, len(g.reqs))
-		err := e.stores.RefundAll(ctx, g.from, g.reqs, ds)
+		err := e.stores.RefundAll(ctx, g.from, g.reqs, g.ds)
 		if err != nil && !errors.Is(err, guard.ErrBreakerOpen) {
 			e.refundFailed(ctx, r, err)
 		}
-		if g.mine {
-			after, ok = ds, err == nil
+		if g.mine() {
+			after, ok = g.ds, err == nil
 		}
 	}
 	return after, ok
@@ -410,14 +434,9 @@ func (e *Engine) refundQuota(ctx context.Context, r *Rule, o *Outcome, amount in
 	if len(g.reqs) < 2 || g.reqs[1].Name != quotaBudget {
 		return
 	}
-	one := new(struct { // the request and its decision in one allocation
-		req [1]limiter.Request
-		ds  [1]limiter.Decision
-	})
-	one.req[0] = g.reqs[1]
-	one.req[0].Cost = amount
-	ds := one.ds[:]
-	if err := e.stores.RefundAll(ctx, g.from, one.req[:], ds); err != nil {
+	req, ds := g.reqs[1:2], g.ds[1:2] // the quota's, in the decision's room
+	req[0].Cost = amount
+	if err := e.stores.RefundAll(ctx, g.from, req, ds); err != nil {
 		if !errors.Is(err, guard.ErrBreakerOpen) {
 			e.refundFailed(ctx, r, err)
 		}

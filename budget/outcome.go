@@ -3,7 +3,6 @@ package budget
 import (
 	"time"
 
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/guard"
 )
@@ -30,6 +29,10 @@ const (
 const (
 	// CodeRateLimited: the bucket cannot pay now; 429 with Retry-After.
 	CodeRateLimited = "RATE_LIMITED"
+	// CodeMaxCostExceeded: the cost is above the plan's burst, so no
+	// budget can ever pay it; 422. complexity.CodeMaxCostExceeded, the
+	// code of a static cap on the price, is the same string.
+	CodeMaxCostExceeded = "MAX_COST_EXCEEDED"
 	// CodeRateLimiterUnavailable: the store failed and the plan fails
 	// closed; 503 with Retry-After.
 	CodeRateLimiterUnavailable = "RATE_LIMITER_UNAVAILABLE"
@@ -77,7 +80,7 @@ var answers = [...]Answer{
 	RateLimited: {CodeRateLimited, statusTooManyRequests, statusTooManyRequests, "rate_limited"},
 	// A REST cost above the burst is refused at configuration; a custom
 	// store with a smaller capacity still gets a 429, never a 200.
-	OverBudget:  {complexity.CodeMaxCostExceeded, statusUnprocessableEntity, statusTooManyRequests, "rate_limited"},
+	OverBudget:  {CodeMaxCostExceeded, statusUnprocessableEntity, statusTooManyRequests, "rate_limited"},
 	Unavailable: {CodeRateLimiterUnavailable, statusServiceUnavailable, statusServiceUnavailable, "rate_limiter_unavailable"},
 	CapExceeded: {"", statusUnprocessableEntity, 0, ""},
 	Invalid:     {},
@@ -208,9 +211,35 @@ type Use struct {
 	Path  []string
 }
 
-// takenGroup is what one TakeAll debited, to give back on a later refusal.
+// bucket reports whether u describes the plan's bucket (none of Quota,
+// Field and Route): the first budget of the principal's group, which
+// Outcome.Limits leaves out.
+func (u *Use) bucket() bool { return u.Quota == nil && u.Field == nil && u.Route == nil }
+
+// refusal is the verdict of a request refused by u's budget.
+func (u *Use) refusal() Verdict {
+	switch {
+	case u.Field != nil:
+		return FieldLimited
+	case u.Route != nil:
+		return RouteLimited
+	case u.Quota != nil:
+		return QuotaExceeded
+	}
+	return RateLimited
+}
+
+// takenGroup is what one TakeAll debited: given back whole when a later
+// budget refuses, in part by a refund after. reqs and ds are the group's
+// requests and answers in the decision's own room, which both reuse: they
+// answer in ds, and a quota's refund sets the quota's request to its
+// amount.
 type takenGroup struct {
 	from guard.Receipt
 	reqs []limiter.Request
-	mine bool // the principal's group: the bucket, then the quota
+	ds   []limiter.Decision
 }
+
+// mine reports whether g is the principal's group: the bucket, then the
+// quota. The bucket's request is the one a decision names with no Name.
+func (g *takenGroup) mine() bool { return g.reqs[0].Name == "" }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/budget"
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/limitertest"
@@ -410,7 +409,7 @@ func TestFieldLimitAlgorithmByBoth(t *testing.T) {
 			free, _ := f.eng.Policy().Plan("free")
 			charge := func(key, addr string, count int64) budget.Outcome {
 				return f.eng.Charge(ctx, budget.Request{Key: key, Addr: addr, Rule: free, Cost: 1,
-					Fields: []complexity.FieldCount{{Coordinate: "Mutation.login", Count: count}}})
+					Fields: []budget.FieldCount{{Coordinate: "Mutation.login", Count: count}}})
 			}
 			if o := charge("user:a", "ip:1", 2); o.Verdict != budget.Admitted || len(o.Limits) != 2 {
 				t.Fatalf("two selections: %v, %d limits", o.Verdict, len(o.Limits))
@@ -514,7 +513,7 @@ func TestShapingByAddrRefundsThePrincipal(t *testing.T) {
 			})
 			free, _ := f.eng.Policy().Plan("free")
 			req := budget.Request{Key: "user:a", Addr: "ip:1", Rule: free, Cost: 30,
-				Fields: []complexity.FieldCount{{Coordinate: "Mutation.send", Count: 1}}}
+				Fields: []budget.FieldCount{{Coordinate: "Mutation.send", Count: 1}}}
 			o := f.eng.Charge(ctx, req)
 			if o.Verdict != budget.Admitted {
 				t.Fatal(o.Verdict)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/budget"
-	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/limitertest"
@@ -51,14 +50,14 @@ func TestUnlimitedPlan(t *testing.T) {
 		before  int64 // spent first
 		refill  bool  // the bucket refills after before (memory only: Redis keeps its own time)
 		cost    int64
-		fields  []complexity.FieldCount
+		fields  []budget.FieldCount
 		charged int64
 		left    int64
 	}{
 		{name: "paid as on any plan", plan: "vip", cost: 4, charged: 4, left: 6},
 		{name: "the bucket is short: runs unpaid", plan: "vip", before: 8, cost: 4, left: 2},
 		{name: "above the burst: runs unpaid", plan: "vip", cost: 11, left: 10},
-		{name: "a field limit never met: runs unpaid", plan: "vip", cost: 1, fields: []complexity.FieldCount{{Coordinate: "Mutation.login", Count: 4}}, left: 10},
+		{name: "a field limit never met: runs unpaid", plan: "vip", cost: 1, fields: []budget.FieldCount{{Coordinate: "Mutation.login", Count: 4}}, left: 10},
 		{name: "the quota is short: runs unpaid", plan: "quota", before: 10, refill: true, cost: 3, left: 10},
 	}
 	for storeName, open := range stores {

@@ -610,7 +610,7 @@ func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *gra
 			return gerr
 		}
 	}
-	req := st.request(ln, cost, rep.FieldCounts)
+	req := st.request(ln, cost, fieldCounts(rep.FieldCounts))
 	req.ChargeInvalidIfNever = true // a price it can never pay is refused as a static cap is
 	o := l.engine.Charge(ctx, req)
 	st.record(o, cost, codeOf(o, nil))
@@ -891,8 +891,21 @@ func (s *requestState) record(o budget.Outcome, cost int64, code string) {
 
 // request is what the engine is asked about st's operation: its price
 // cost, in lane ln, selecting fields.
-func (s *requestState) request(ln *lane, cost int64, fields []complexity.FieldCount) budget.Request {
+func (s *requestState) request(ln *lane, cost int64, fields []budget.FieldCount) budget.Request {
 	return budget.Request{Key: s.id.Key, Addr: s.addr, Rule: s.plan.Rule, Lane: ln.budgetRule(), Cost: cost, Fields: fields}
+}
+
+// fieldCounts is the report's field counts as the engine takes them (nil
+// for none).
+func fieldCounts(fcs []complexity.FieldCount) []budget.FieldCount {
+	if len(fcs) == 0 {
+		return nil
+	}
+	out := make([]budget.FieldCount, len(fcs))
+	for i, fc := range fcs {
+		out[i] = budget.FieldCount(fc)
+	}
+	return out
 }
 
 // currentLane is the lane decided so far (nil before the operation was

@@ -44,7 +44,7 @@ func TestOverridePropagation(t *testing.T) {
 			return func() override.Store { return redisOverrides(t, srv.Client(t)) }, nil
 		}},
 		{"cluster", func(t *testing.T) (func() override.Store, limiter.Store) {
-			cl := redistest.StartCluster(t)
+			cl := redistest.SharedCluster(t)
 			st, err := redisstore.New(cl.Client(t), redisstore.Config{Prefix: "mw-override-budgets"})
 			if err != nil {
 				t.Fatal(err)

@@ -190,7 +190,7 @@ func TestSharedRedisMultiLimitAllOrNothing(t *testing.T) {
 		client func(t *testing.T) redis.UniversalClient
 	}{
 		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.StartServer(t).Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).Client(t) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store, err := redisstore.New(tc.client(t), redisstore.Config{Prefix: "mw-multi-" + tc.name})

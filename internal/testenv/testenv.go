@@ -1,8 +1,11 @@
 // Package testenv decides which tests a run includes. A plain go test work
-// (every module of go.work) or go test ./... (the library) runs what a contributor runs often: unit tests and the conformance suites
-// against real Redis. The long suites (Redis failover, the example server's
-// chaos run, the adoption project built with gqlgen init) run only when
-// COSTGUARD_LONG_TESTS=1 is set, and always under CI=true:
+// (every module of go.work) or go test ./... (the library) runs what a
+// contributor runs often: unit tests and the conformance suites against
+// real Redis, in about a minute. The long suites (Redis failover, the
+// example server's chaos run, the adoption project built with gqlgen init,
+// the benchmark harness's overload scenario) run only when
+// COSTGUARD_LONG_TESTS=1 is set, and always under CI=true; a test that
+// can run at two sizes takes the larger one then (LongEnabled):
 //
 //	func TestFailover(t *testing.T) {
 //		testenv.Long(t)

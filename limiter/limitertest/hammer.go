@@ -3,7 +3,6 @@ package limitertest
 import (
 	"context"
 	"math/bits"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,94 +24,85 @@ type HammerResult struct {
 }
 
 const (
-	// hammerSteps is how many increments Hammer moves a fake clock through.
-	hammerSteps = 200
-	// perStep bounds each caller's calls per fake-clock step, so fast
-	// stores do not spin through millions of calls at one instant.
+	// hammerStep is how far Hammer moves a fake clock at a time.
+	hammerStep = 15 * time.Millisecond
+	// perStep bounds each caller's calls per fake-clock instant, so fast
+	// stores do not run through all their calls at one instant.
 	perStep = 3
 )
 
-// Hammer runs callers goroutines that Take from key concurrently (costs
-// cycling 1, 2, 3, capped at the limit's capacity) until the clock has
-// moved by duration, then fails t if the admitted cost exceeds
-// MaxAdmitted(limit, start, end): zero overshoot allowed. key should be
-// fresh.
+// Hammer runs callers goroutines that each make calls Take calls on key
+// concurrently (costs cycling 1, 2, 3, capped at the limit's capacity),
+// then fails t if the admitted cost exceeds MaxAdmitted over the clock
+// time the calls spanned: zero overshoot allowed. key should be fresh.
+// The run is a number of calls, not a duration: it does as much on a slow
+// machine as on a fast one.
 //
 // With a clock that has an Advance(time.Duration) time.Time method (a
-// *FakeClock), Hammer moves it itself in 200 steps, each after the callers
-// have made about one call apiece (and at most three), so nothing sleeps.
-// With a real clock it runs for duration of wall time.
-func Hammer(t testing.TB, store limiter.Store, key string, limit limiter.Limit, callers int, duration time.Duration, clock limiter.Clock) HammerResult {
+// *FakeClock), Hammer moves it itself by 15 ms each time the callers have
+// made about one call apiece at the current instant; each makes at most
+// three there, then waits for the clock to move, so each caller's calls
+// span at least calls/3 steps and nothing sleeps. With a real clock the
+// calls take the time they take.
+func Hammer(t testing.TB, store limiter.Store, key string, limit limiter.Limit, callers, calls int, clock limiter.Clock) HammerResult {
 	t.Helper()
-	if callers < 1 || duration <= 0 {
-		t.Fatalf("limitertest: Hammer needs callers ≥ 1 and a positive duration (got %d, %v)", callers, duration)
+	if callers < 1 || calls < 1 {
+		t.Fatalf("limitertest: Hammer needs callers ≥ 1 and calls ≥ 1 (got %d, %d)", callers, calls)
 	}
 	if err := limit.Validate(); err != nil {
 		t.Fatalf("limitertest: Hammer: %v", err)
 	}
 	maxCost := min(3, limit.Capacity())
-
 	ctx := context.Background()
-	start := clock.Now()
-	end := start.Add(duration)
-	var (
-		admitted, rejected, calls atomic.Int64
-		firstErr                  atomic.Pointer[error]
-		wg                        sync.WaitGroup
-	)
 	fake, _ := clock.(interface {
 		Advance(time.Duration) time.Time
 	})
+	p := &pacer{active: callers}
+	p.moved.L, p.counted.L = &p.mu, &p.mu
+
+	type tally struct{ admitted, rejected, calls int64 }
+	var (
+		tallies  = make([]tally, callers)
+		firstErr atomic.Pointer[error]
+		wg       sync.WaitGroup
+	)
+	start := clock.Now()
 	for i := range callers {
 		wg.Go(func() {
-			var (
-				seen     time.Time
-				seenUsed int
-			)
-			for n := int64(i); firstErr.Load() == nil; n++ {
-				now := clock.Now()
-				if !now.Before(end) {
+			if fake != nil {
+				defer p.done()
+			}
+			tl := &tallies[i]
+			seen, used := int64(-1), 0
+			for n := range int64(calls) {
+				if fake != nil {
+					seen, used = p.wait(seen, used)
+				}
+				if firstErr.Load() != nil {
 					return
 				}
-				if fake != nil { // at most perStep calls per caller per step
-					if !now.Equal(seen) {
-						seen, seenUsed = now, 0
-					}
-					if seenUsed == perStep {
-						runtime.Gosched()
-						continue
-					}
-					seenUsed++
-				}
-				cost := 1 + n%maxCost
+				cost := 1 + (int64(i)+n)%maxCost
 				d, err := store.Take(ctx, key, limit, cost)
-				calls.Add(1)
+				tl.calls++
 				if err != nil {
-					firstErr.CompareAndSwap(nil, &err)
+					if firstErr.CompareAndSwap(nil, &err) && fake != nil {
+						p.stop()
+					}
 					return
 				}
 				if d.Allowed {
-					admitted.Add(cost)
+					tl.admitted += cost
 				} else {
-					rejected.Add(cost)
+					tl.rejected += cost
+				}
+				if fake != nil {
+					p.count()
 				}
 			}
 		})
 	}
 	if fake != nil {
-		step := max(duration/hammerSteps, time.Microsecond)
-		var base int64 // calls counted when the clock last moved
-		for now := start; now.Before(end) && firstErr.Load() == nil; {
-			// Move on once the callers have made about one call apiece
-			// since the last move. base is read before moving, so every
-			// call at the new instant counts, and as each caller may make
-			// perStep ≥ 1 calls per instant the target is always reached.
-			for calls.Load() < base+int64(callers) && firstErr.Load() == nil {
-				runtime.Gosched()
-			}
-			base = calls.Load()
-			now = fake.Advance(min(step, end.Sub(now)))
-		}
+		p.run(fake)
 	}
 	wg.Wait()
 	last := clock.Now()
@@ -120,16 +110,16 @@ func Hammer(t testing.TB, store limiter.Store, key string, limit limiter.Limit, 
 	if p := firstErr.Load(); p != nil {
 		t.Fatalf("limitertest: Hammer: Take(%q): %v", key, *p)
 	}
+	var r HammerResult
+	for _, tl := range tallies {
+		r.Admitted += tl.admitted
+		r.Rejected += tl.rejected
+		r.Calls += tl.calls
+	}
 	// Sub uses monotonic readings when the clock has them, so a wall-clock
 	// step during the run does not distort the bound.
-	elapsed := last.Sub(start)
-	r := HammerResult{
-		Admitted: admitted.Load(),
-		Rejected: rejected.Load(),
-		Calls:    calls.Load(),
-		Elapsed:  elapsed,
-		Bound:    MaxAdmitted(limit, start, start.Round(0).Add(elapsed)),
-	}
+	r.Elapsed = last.Sub(start)
+	r.Bound = MaxAdmitted(limit, start, start.Round(0).Add(r.Elapsed))
 	t.Logf("hammer %s: %d callers, %d calls, admitted %d, rejected %d, bound %d over %v",
 		limit.Algorithm, callers, r.Calls, r.Admitted, r.Rejected, r.Bound, r.Elapsed)
 	if r.Admitted > r.Bound {
@@ -140,6 +130,82 @@ func Hammer(t testing.TB, store limiter.Store, key string, limit limiter.Limit, 
 		t.Errorf("limitertest: Hammer: nothing admitted in %d calls on a fresh key", r.Calls)
 	}
 	return r
+}
+
+// pacer moves Hammer's fake clock: callers block, not spin, while they wait
+// for it to move, so the store (a Redis server on the same cores) gets the
+// CPU.
+type pacer struct {
+	mu sync.Mutex
+	// moved wakes the callers waiting for the clock to move; counted wakes
+	// run when a call returned or a caller finished.
+	moved, counted sync.Cond
+	instant        int64 // how many times the clock moved
+	made, base     int64 // calls returned; made when the clock last moved
+	active         int   // callers still running
+	stopped        bool
+}
+
+// wait returns once the caller, who made used calls at instant seen, may
+// make one more, and the instant and count to pass next time.
+func (p *pacer) wait(seen int64, used int) (int64, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.stopped && p.instant == seen && used == perStep {
+		p.moved.Wait()
+	}
+	if p.instant != seen {
+		seen, used = p.instant, 0
+	}
+	return seen, used + 1
+}
+
+// count records a returned call.
+func (p *pacer) count() {
+	p.mu.Lock()
+	p.made++
+	if p.made-p.base >= int64(p.active) {
+		p.counted.Signal()
+	}
+	p.mu.Unlock()
+}
+
+// done records a caller that made its last call.
+func (p *pacer) done() {
+	p.mu.Lock()
+	p.active--
+	p.counted.Signal()
+	p.mu.Unlock()
+}
+
+// stop ends the run early (a Take failed).
+func (p *pacer) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.moved.Broadcast()
+	p.counted.Signal()
+	p.mu.Unlock()
+}
+
+// run moves the clock each time the callers still running have made
+// about one call apiece since the last move, until none is left. A caller
+// waits only once its perStep ≥ 1 calls at this instant have returned, all
+// counted since the move, so the target is always reached.
+func (p *pacer) run(clock interface{ Advance(time.Duration) time.Time }) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		for p.active > 0 && !p.stopped && p.made-p.base < int64(p.active) {
+			p.counted.Wait()
+		}
+		if p.active == 0 || p.stopped {
+			return
+		}
+		p.base = p.made
+		clock.Advance(hammerStep)
+		p.instant++
+		p.moved.Broadcast()
+	}
 }
 
 // MaxAdmitted is the most cost a fresh key may admit to calls whose store

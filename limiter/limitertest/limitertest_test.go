@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -92,11 +93,89 @@ func TestHammerCatchesOvershoot(t *testing.T) {
 	r := &recorder{TB: t}
 	clock := limitertest.NewFakeClock(time.Unix(1_893_456_000, 0))
 	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 5, Rate: 5, Period: time.Second}
-	res := limitertest.Hammer(r, cheat{}, "k", l, 4, time.Second, clock)
+	res := limitertest.Hammer(r, cheat{}, "k", l, 4, 60, clock)
 	if len(r.errors) != 1 || res.Admitted <= res.Bound {
 		t.Fatalf("Hammer on an admit-everything store: %+v, errors %q; want one overshoot error", res, r.errors)
 	}
-	if !clock.Now().Equal(time.Unix(1_893_456_001, 0)) {
-		t.Errorf("Hammer left the fake clock at %v, want start + 1s", clock.Now())
+	if res.Calls != 4*60 {
+		t.Errorf("Hammer made %d calls, want 4 callers × 60", res.Calls)
 	}
+	// At most three calls per caller per instant: 60 calls span at least
+	// 20 instants, 19 moves of 15 ms; at least one call per move.
+	moved := clock.Now().Sub(time.Unix(1_893_456_000, 0))
+	if moved != res.Elapsed || moved%(15*time.Millisecond) != 0 || moved < 19*15*time.Millisecond || moved > 4*60*15*time.Millisecond {
+		t.Errorf("Hammer moved the fake clock by %v (Elapsed %v), want a multiple of 15ms in [285ms, 3.6s]", moved, res.Elapsed)
+	}
+}
+
+// A store that saw every call at one instant (the callers outrunning the
+// clock) would not be tested on refill: Hammer moves the clock between the
+// calls, each caller making at most three per instant.
+func TestHammerSpreadsCallsOverTime(t *testing.T) {
+	clock := limitertest.NewFakeClock(time.Unix(1_893_456_000, 0))
+	s := &perInstant{clock: clock, calls: map[time.Time]int{}}
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 5, Rate: 5, Period: time.Second}
+	const callers, calls = 8, 90
+	res := limitertest.Hammer(&recorder{TB: t}, s, "k", l, callers, calls, clock)
+	if res.Calls != callers*calls {
+		t.Fatalf("%d calls, want %d", res.Calls, callers*calls)
+	}
+	if len(s.calls) < calls/3 {
+		t.Errorf("%d calls at %d instants; want at least %d", res.Calls, len(s.calls), calls/3)
+	}
+	for at, n := range s.calls {
+		// Three per caller, and one each begun before the clock moved.
+		if n > 4*callers {
+			t.Errorf("%d calls at %v, want at most 4 per caller", n, at)
+		}
+	}
+}
+
+// perInstant admits everything and counts calls per clock reading.
+type perInstant struct {
+	cheat
+	clock *limitertest.FakeClock
+	mu    sync.Mutex
+	calls map[time.Time]int
+}
+
+func (p *perInstant) Take(ctx context.Context, key string, l limiter.Limit, cost int64) (limiter.Decision, error) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	p.calls[now]++
+	p.mu.Unlock()
+	return p.cheat.Take(ctx, key, l, cost)
+}
+
+// lostUpdates decides with the exact arithmetic but reads and writes the
+// state in two steps, letting other callers in between: concurrent callers
+// spend the same tokens. Hammer's callers must overlap enough to catch it.
+type lostUpdates struct {
+	cheat
+	clock *limitertest.FakeClock
+	mu    sync.Mutex
+	state limiter.BucketState
+}
+
+func (s *lostUpdates) Take(_ context.Context, _ string, l limiter.Limit, cost int64) (limiter.Decision, error) {
+	s.mu.Lock()
+	st := s.state
+	s.mu.Unlock()
+	runtime.Gosched()
+	next, d, err := limiter.TakeBucket(l, st, s.clock.Now().UnixMicro(), cost)
+	s.mu.Lock()
+	s.state = next
+	s.mu.Unlock()
+	return d, err
+}
+
+func TestHammerCatchesLostUpdates(t *testing.T) {
+	r := &recorder{TB: t}
+	clock := limitertest.NewFakeClock(time.Unix(1_893_456_000, 0))
+	l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 20, Rate: 50, Period: time.Second}
+	res := limitertest.Hammer(r, &lostUpdates{clock: clock}, "k", l, 12, 400, clock)
+	if len(r.errors) != 1 || res.Admitted <= res.Bound {
+		t.Fatalf("Hammer on a store that loses updates: %+v, errors %q; want one overshoot error", res, r.errors)
+	}
+	t.Logf("admitted %d, bound %d", res.Admitted, res.Bound)
 }

@@ -492,8 +492,9 @@ func (s suite) wait(t *testing.T) {
 	})
 }
 
-// hammer runs 12 concurrent callers per algorithm on a fake clock and
-// checks that nothing beyond the limit is admitted.
+// hammer runs 12 concurrent callers of 400 calls each per algorithm on a
+// fake clock (4,800 calls over at least 2 s of its time) and checks that
+// nothing beyond the limit is admitted.
 func (s suite) hammer(t *testing.T) {
 	limits := []limiter.Limit{
 		{Algorithm: limiter.TokenBucket, Burst: 20, Rate: 50, Period: time.Second},
@@ -506,7 +507,7 @@ func (s suite) hammer(t *testing.T) {
 	for _, l := range limits {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			store, clock, key := s.setup(t)
-			Hammer(t, store, key, l, 12, 3*time.Second, clock)
+			Hammer(t, store, key, l, 12, 400, clock)
 		})
 	}
 }

@@ -64,11 +64,13 @@ func TestConcurrencyAcrossProcesses(t *testing.T) {
 // TestConcurrencyExpiry: a lease never released expires after its TTL on
 // Redis's own clock, its slot comes back, releasing it afterwards frees
 // nobody else's slot, and the key vanishes once every lease is gone. The
-// test polls; it asserts no timing beyond the TTL bounds.
+// test polls; it asserts no timing beyond the TTL bounds. Standalone and
+// Cluster wait out their TTLs in parallel.
 func TestConcurrencyExpiry(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	for _, target := range targets {
 		t.Run(target.name, func(t *testing.T) {
+			t.Parallel()
 			rdb := target.client(t)
 			s := newStore(t, rdb, nil) // Redis TIME, default margin
 			ctx := context.Background()

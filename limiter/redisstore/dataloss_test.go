@@ -47,36 +47,47 @@ func waitLoss(t *testing.T, w *lossWatch, since time.Time, within time.Duration)
 	return time.Unix(0, w.first.Load()).Sub(since)
 }
 
-// waitRounds waits until the store's probe has completed n rounds with no
-// loss, so the baseline is known before the test breaks something.
-func waitQuiet(t *testing.T, w *lossWatch, interval time.Duration) {
+// quiet probes each store twice, as its probe loop does each interval (a
+// baseline and a comparison), so the baseline is known before the test
+// breaks something, and checks that nothing was reported lost.
+func quiet(t *testing.T, stores []*redisstore.Store, watches []*lossWatch) {
 	t.Helper()
-	time.Sleep(3 * interval) // two rounds at least: the baseline and a comparison
-	if n := w.n.Load(); n != 0 {
-		t.Fatalf("%d data-loss reports before anything was lost", n)
+	for _, s := range stores {
+		for range 2 {
+			if err := s.CheckDataLoss(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, w := range watches {
+		if n := w.n.Load(); n != 0 {
+			t.Fatalf("store %d: %d data-loss reports before anything was lost", i, n)
+		}
 	}
 }
 
 // Two stores ("processes") on one server hear of a restart without
 // persistence, of FLUSHALL and of FLUSHDB, each within the default
-// interval plus a round trip of the server answering again.
+// interval plus a round trip of the server answering again. Each case has
+// a server of its own, so the cases run in parallel, and beside the other
+// parallel tests.
 func TestOnDataLossStandalone(t *testing.T) {
-	srv := redistest.StartServer(t)
+	t.Parallel()
 	cases := []struct {
 		name   string
-		break_ func(t *testing.T, rdb redis.UniversalClient)
+		break_ func(t *testing.T, srv *redistest.Server, rdb redis.UniversalClient)
 	}{
-		{"restart without persistence", func(t *testing.T, _ redis.UniversalClient) {
+		{"restart without persistence", func(t *testing.T, srv *redistest.Server, _ redis.UniversalClient) {
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"FLUSHALL", func(t *testing.T, rdb redis.UniversalClient) {
+		{"FLUSHALL", func(t *testing.T, _ *redistest.Server, rdb redis.UniversalClient) {
 			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"FLUSHDB", func(t *testing.T, rdb redis.UniversalClient) {
+		{"FLUSHDB", func(t *testing.T, _ *redistest.Server, rdb redis.UniversalClient) {
 			if err := rdb.FlushDB(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -84,19 +95,24 @@ func TestOnDataLossStandalone(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
 			prefix := uniquePrefix(t)
-			var watches []*lossWatch
+			var (
+				stores  []*redisstore.Store
+				watches []*lossWatch
+			)
 			for range 2 {
 				s, err := redisstore.New(srv.Client(t).(*redis.Client), redisstore.Config{Prefix: prefix})
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = s.Close() })
-				watches = append(watches, watchLoss(t, s))
+				stores, watches = append(stores, s), append(watches, watchLoss(t, s))
 			}
-			waitQuiet(t, watches[1], redisstore.DefaultDataLossInterval)
+			quiet(t, stores, watches)
 			start := time.Now()
-			tc.break_(t, srv.Client(t))
+			tc.break_(t, srv, srv.Client(t))
 			broken := time.Now() // a restart has completed: the new server answers
 			for i, w := range watches {
 				lat := waitLoss(t, w, broken, time.Second)
@@ -108,8 +124,10 @@ func TestOnDataLossStandalone(t *testing.T) {
 }
 
 // On a Cluster, a FLUSHALL of one master is heard of: its epoch key lives
-// in one of that master's own slots.
+// in one of that master's own slots. The Cluster is the test's own, so it
+// runs in parallel with the other parallel tests.
 func TestOnDataLossCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t) // a private one: the test flushes a master
 	s, err := redisstore.New(cl.Client(t).(*redis.ClusterClient), redisstore.Config{Prefix: uniquePrefix(t)})
 	if err != nil {
@@ -117,7 +135,7 @@ func TestOnDataLossCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	w := watchLoss(t, s)
-	waitQuiet(t, w, redisstore.DefaultDataLossInterval)
+	quiet(t, []*redisstore.Store{s}, []*lossWatch{w})
 	for i, node := range cl.Nodes() {
 		rdb := redis.NewClient(&redis.Options{Addr: node.Addr()})
 		defer rdb.Close()

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/costguard/costguard/internal/redistest"
+	"github.com/costguard/costguard/internal/testenv"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/limitertest"
 	"github.com/costguard/costguard/limiter/redisstore"
@@ -26,14 +27,25 @@ import (
 // the only thing that stops them.
 var hammerLimit = limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 50, Rate: 500, Period: time.Second}
 
-// TestExactUnderConcurrency: 12 goroutines hammer one key for 3 s of real
-// time, decisions timed by Redis TIME: admitted ≤ Burst + Rate × elapsed.
-// Coalescing is on, so most calls share script calls with others. The
-// standalone and cluster runs go in parallel, after the other algorithms'
-// run: each counts the script calls of servers only it uses meanwhile.
+// hammerCalls is how many calls each caller of the exactness hammers makes:
+// a few tenths of a second of real time on an idle machine; the long run
+// (testenv.Long) makes ten times as many, a few seconds.
+func hammerCalls(n int) int {
+	if testenv.LongEnabled() {
+		return 10 * n
+	}
+	return n
+}
+
+// TestExactUnderConcurrency: 12 goroutines make 1,000 calls each on one key
+// (10,000 in the long run), decisions timed by Redis TIME: admitted ≤
+// Burst + Rate × elapsed. Coalescing is on, so most calls share script
+// calls with others. The standalone and cluster runs go in parallel, after
+// the other algorithms' run: each counts the script calls of servers only
+// it uses meanwhile.
 func TestExactUnderConcurrency(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for seconds of wall time")
+		t.Skip("makes tens of thousands of Redis calls")
 	}
 	for _, target := range targets {
 		t.Run(target.name, func(t *testing.T) {
@@ -41,12 +53,12 @@ func TestExactUnderConcurrency(t *testing.T) {
 			s := newStore(t, target.client(t), nil)
 			masters := masterClients(t, target.addrs(t))
 			before := scriptCalls(t, context.Background(), masters)
-			r := limitertest.Hammer(t, s, "hammer", hammerLimit, 12, 3*time.Second, limiter.SystemClock{})
+			r := limitertest.Hammer(t, s, "hammer", hammerLimit, 12, hammerCalls(1000), limiter.SystemClock{})
 			n := scriptCalls(t, context.Background(), masters) - before
 			t.Logf("%d decisions in %d script calls: %.3f per decision", r.Calls, n, float64(n)/float64(r.Calls))
 		})
 	}
-	// The other algorithms, briefly, on one server.
+	// The other algorithms, 300 calls per caller, on one server.
 	t.Run("standalone_all", func(t *testing.T) {
 		s := newStore(t, redistest.SharedServer(t).Client(t), nil)
 		for _, l := range []limiter.Limit{
@@ -57,7 +69,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 			{Algorithm: limiter.SlidingCounter, Rate: 100, Period: 100 * time.Millisecond},
 		} {
 			t.Run(l.Algorithm.String(), func(t *testing.T) {
-				limitertest.Hammer(t, s, "hammer-"+l.Algorithm.String(), l, 12, 700*time.Millisecond, limiter.SystemClock{})
+				limitertest.Hammer(t, s, "hammer-"+l.Algorithm.String(), l, 12, hammerCalls(300), limiter.SystemClock{})
 			})
 		}
 	})
@@ -68,19 +80,20 @@ const (
 	envHelper   = "COSTGUARD_REDISSTORE_HAMMER" // "standalone" or "cluster"
 	envAddrs    = "COSTGUARD_REDISSTORE_ADDRS"  // comma-separated
 	envPrefix   = "COSTGUARD_REDISSTORE_PREFIX"
-	envDuration = "COSTGUARD_REDISSTORE_DURATION"
+	envCalls    = "COSTGUARD_REDISSTORE_CALLS" // per caller
 	helperLine  = "HAMMER "
 	procs       = 3
 	procCallers = 4 // per process: 12 callers in all
 )
 
 // TestExactAcrossProcesses: 3 OS processes (this test binary, re-executed)
-// with 4 callers each hammer one key through their own clients: the budget
-// holds across processes exactly as across goroutines. The standalone and
-// cluster runs go in parallel: each has its own key prefix.
+// with 4 callers each, 1,000 calls per caller (10,000 in the long run),
+// hammer one key through their own clients: the budget holds across
+// processes exactly as across goroutines. The standalone and cluster runs
+// go in parallel: each has its own key prefix.
 func TestExactAcrossProcesses(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for seconds of wall time")
+		t.Skip("makes tens of thousands of Redis calls")
 	}
 	clusters := map[string]func(t *testing.T) []string{
 		"standalone": func(t *testing.T) []string { return []string{redistest.SharedServer(t).Addr()} },
@@ -102,7 +115,7 @@ func TestExactAcrossProcesses(t *testing.T) {
 					envHelper+"="+mode,
 					envAddrs+"="+strings.Join(addrs, ","),
 					envPrefix+"="+prefix,
-					envDuration+"=3s",
+					envCalls+"="+strconv.Itoa(hammerCalls(1000)),
 				)
 				cmd.Stdout = &outs[i]
 				cmd.Stderr = &outs[i]
@@ -162,7 +175,7 @@ func TestHelperProcess(t *testing.T) {
 	if mode == "" {
 		t.Skip("helper process for TestExactAcrossProcesses")
 	}
-	duration, err := time.ParseDuration(os.Getenv(envDuration))
+	perCaller, err := strconv.Atoi(os.Getenv(envCalls))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,11 +202,10 @@ func TestHelperProcess(t *testing.T) {
 	// Reading the clock before the first call and after the last brackets
 	// every Redis TIME this process's calls saw (same host, same clock).
 	first := time.Now()
-	end := first.Add(duration)
 	var wg sync.WaitGroup
 	for i := range procCallers {
 		wg.Go(func() {
-			for n := int64(i); time.Now().Before(end) && firstErr.Load() == nil; n++ {
+			for n := int64(i); n < int64(i+perCaller) && firstErr.Load() == nil; n++ {
 				cost := 1 + n%3
 				d, err := s.Take(ctx, "hammer", hammerLimit, cost)
 				calls.Add(1)

@@ -559,7 +559,7 @@ func TestHammer(t *testing.T) {
 			clock := limitertest.NewFakeClock(t0)
 			s := newSplit(t, newMemory(t, clock), splitbudget.Config{LeaseFraction: 0.1, Clock: clock})
 			l := limiter.Limit{Algorithm: limiter.TokenBucket, Burst: 100, Rate: 300, Period: time.Second}
-			limitertest.Hammer(t, s, "k", l, callers, 3*time.Second, clock)
+			limitertest.Hammer(t, s, "k", l, callers, 400, clock)
 		})
 	}
 }
