@@ -71,7 +71,7 @@ func (e *costExtension) priceOnly(ctx context.Context, st *requestState, opCtx *
 // so there is no decision to report: no Event, no debug line.
 func (s *requestState) recordPeek(o budget.Outcome, cost int64) {
 	s.mu.Lock()
-	s.outcome, s.cost, s.code, s.decided = o, cost, "", true
-	s.reported = true
+	s.outcome, s.cost, s.code = o, cost, ""
+	s.phase = phaseReported
 	s.mu.Unlock()
 }

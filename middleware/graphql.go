@@ -849,8 +849,10 @@ type requestState struct {
 	upload *countingReader
 
 	mu sync.Mutex
-	// decided, reported; hasActual (see actual); laned (see lane).
-	decided, reported, hasActual, laned bool
+	phase phase
+	// hasActual: actual holds the response's actual cost. laned: lane is
+	// the operation's.
+	hasActual, laned bool
 
 	cost    int64 // the price debited; 0 when the request was not priced
 	code    string
@@ -883,9 +885,24 @@ type requestState struct {
 
 type stateKey struct{}
 
+// phase is how far a request's decision has gone; it only moves forward.
+type phase uint8
+
+const (
+	// phaseOpen: identified (and maybe laned and priced), nothing decided.
+	phaseOpen phase = iota
+	// phaseDecided: a decision is recorded (record), which the answer and
+	// the report render.
+	phaseDecided
+	// phaseReported: final. Its decision went to the observer (report),
+	// or it has none to report (a peek: recordPeek).
+	phaseReported
+)
+
 func (s *requestState) record(o budget.Outcome, cost int64, code string) {
 	s.mu.Lock()
-	s.outcome, s.cost, s.code, s.decided = o, cost, code, true
+	s.outcome, s.cost, s.code = o, cost, code
+	s.phase = max(s.phase, phaseDecided)
 	s.mu.Unlock()
 }
 
@@ -960,11 +977,11 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 		return
 	}
 	s.mu.Lock()
-	if !s.decided || s.reported || (!s.outcome.Known && s.outcome.Verdict == budget.Admitted && s.outcome.Trace.Result == guard.ResultNone) {
+	if s.phase != phaseDecided || (!s.outcome.Known && s.outcome.Verdict == budget.Admitted && s.outcome.Trace.Result == guard.ResultNone) {
 		s.mu.Unlock()
 		return
 	}
-	s.reported = true
+	s.phase = phaseReported
 	ln := s.lane
 	if !s.laned {
 		ln = s.set.laneForGraphQL(nil, nil, nil, s.id, false) // refused before it was parsed
@@ -988,7 +1005,7 @@ func (s *requestState) recordedCode() string {
 func (s *requestState) isDecided() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.decided
+	return s.phase >= phaseDecided
 }
 
 // current returns the decision so far, without any I/O; decided is false
@@ -996,7 +1013,7 @@ func (s *requestState) isDecided() bool {
 func (s *requestState) current() (o budget.Outcome, decided bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.outcome, s.decided
+	return s.outcome, s.phase >= phaseDecided
 }
 
 // settle returns the decision and the price. If nothing was decided, gqlgen
@@ -1004,21 +1021,22 @@ func (s *requestState) current() (o budget.Outcome, decided bool) {
 // validation error): it pays InvalidCost now, and charged says so.
 func (s *requestState) settle(ctx context.Context, l *Limiter) (o budget.Outcome, cost int64, charged bool) {
 	s.mu.Lock()
-	decided := s.decided
+	decided := s.phase >= phaseDecided
 	s.mu.Unlock()
 	if !decided {
 		// gqlgen chose the status, and refuses it all the same. Once, and
 		// with no lock held across the store call.
 		s.invalidOnce.Do(func() {
 			s.mu.Lock()
-			decided := s.decided
+			decided := s.phase >= phaseDecided
 			s.mu.Unlock()
 			if decided {
 				return
 			}
 			paid := l.engine.ChargeInvalid(ctx, s.id.Key, s.plan.Rule, budget.Invalid, false)
 			s.mu.Lock()
-			s.outcome, s.decided, s.code = paid, true, paid.Verdict.Answer().Code
+			s.outcome, s.code = paid, paid.Verdict.Answer().Code
+			s.phase = phaseDecided
 			s.mu.Unlock()
 			charged = true
 		})
