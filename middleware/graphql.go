@@ -525,10 +525,10 @@ func (e *costExtension) MutateOperationContext(ctx context.Context, opCtx *graph
 	return e.decide(ctx, st, opCtx)
 }
 
-// decide prices operation opCtx of request st, enforces the static caps
-// and debits its cost; a non-nil error refuses it.
+// decide takes operation opCtx of request st through its phases once it
+// is parsed and validated: lane and admission, price (the static caps),
+// charge. A non-nil error refuses it.
 func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
-	l := e.l
 	st.mu.Lock()
 	st.operation = operationName(opCtx.Operation)
 	st.mu.Unlock()
@@ -553,43 +553,57 @@ func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *gra
 		st.record(budget.Outcome{Verdict: budget.Admitted}, 0, "")
 		return nil
 	}
-
-	bound, err := e.boundFor(&e.priced, st.set)
-	if err != nil {
-		l.log.ErrorContext(ctx, "middleware: cannot build the analyzer for the reloaded GraphQL options", "err", err)
-		ge := gqlerror.Errorf("the operation cannot be priced")
-		errcode.Set(ge, errcode.ValidationFailed)
-		return e.refuseUnpriced(ctx, st, ge, false)
+	rep, cost, gerr := e.price(ctx, st, opCtx)
+	if rep == nil {
+		return gerr
 	}
+	if dry && e.priceOnly(ctx, st, opCtx, rep, cost) {
+		st.release() // answered without running, it holds no slot while it is written
+		return nil   // GraphQL-Cost: validate, a dry run
+	}
+	return e.charge(ctx, st, opCtx, ln, rep, cost)
+}
+
+// price prices operation opCtx of st by its compiled plan and enforces the
+// static caps: the report and the cost to charge (at least MinCost, with
+// its uploads), or a nil report and the refusal (which paid InvalidCost),
+// nil when shadow mode lets a capped operation run unpriced.
+func (e *costExtension) price(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) (*complexity.Report, int64, *gqlerror.Error) {
+	bound, err := e.boundFor(&e.priced, st.set)
 	var (
 		rep      *complexity.Report
 		costPlan *complexity.Plan
 	)
-	if costPlan = bound.trustedPlan(st.trustedDoc, opCtx.Operation); costPlan != nil {
+	if err == nil && st.trustedDoc != nil {
+		costPlan = bound.trustedPlan(st.trustedDoc, opCtx.Operation)
+	}
+	switch {
+	case err != nil:
+		err = fmt.Errorf("the analyzer for the reloaded GraphQL options: %w", err)
+	case costPlan != nil:
 		rep, err = costPlan.Evaluate(opCtx.Variables) // compiled with the manifest; priced with this request's variables
-	} else {
+	default:
 		rep, costPlan, err = bound.price(opCtx.Doc, opCtx.Operation, opCtx.Variables, opCtx.RawQuery, st.plan.RelaxStructuralLimits || st.trustedDoc != nil && st.relaxed())
 	}
-	if err != nil {
-		var cerr *complexity.Error
-		if !errors.As(err, &cerr) {
-			// Not a limit: a document validation let through that the
-			// analyzer cannot price. Refuse rather than run it unpriced.
-			l.log.ErrorContext(ctx, "middleware: cannot price the operation", "err", err)
-			ge := gqlerror.Errorf("the operation cannot be priced")
-			errcode.Set(ge, errcode.ValidationFailed)
-			return e.refuseUnpriced(ctx, st, ge, false)
-		}
+	var cerr *complexity.Error
+	switch {
+	case err != nil && !errors.As(err, &cerr):
+		// Not a limit: a document validation let through that the
+		// analyzer cannot price. Refuse rather than run it unpriced.
+		e.l.log.ErrorContext(ctx, "middleware: cannot price the operation", "err", err)
+		ge := gqlerror.Errorf("the operation cannot be priced")
+		errcode.Set(ge, errcode.ValidationFailed)
+		return nil, 0, e.refuseUnpriced(ctx, st, ge, false)
+	case err != nil:
 		ge := cerr.GQLError()
 		if cerr.Totals != nil {
 			if cost := cerr.Totals.Cost.Points(); cost > 0 {
 				ge.Extensions["cost"] = cost
 			}
 		}
-		return e.refuseUnpriced(ctx, st, ge, shadowable(cerr))
-	}
-	if rep.Introspection && st.plan.DisableIntrospection {
-		return e.refuseUnpriced(ctx, st, codedError(CodeIntrospectionDisabled, 0,
+		return nil, 0, e.refuseUnpriced(ctx, st, ge, shadowable(cerr))
+	case rep.Introspection && st.plan.DisableIntrospection:
+		return nil, 0, e.refuseUnpriced(ctx, st, codedError(CodeIntrospectionDisabled, 0,
 			"introspection is disabled for plan %q", st.plan.Name()), false)
 	}
 	st.mu.Lock()
@@ -601,10 +615,14 @@ func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *gra
 			cost = min(cost, 1<<63-1-up) + up
 		}
 	}
-	if (st.ask.mode == modeValidate || st.ask.dryRun) && e.priceOnly(ctx, st, opCtx, rep, cost) {
-		st.release() // answered without running, it holds no slot while it is written
-		return nil   // GraphQL-Cost: validate, a dry run
-	}
+	return rep, cost, nil
+}
+
+// charge debits cost for operation opCtx of st in lane ln, records the
+// decision and what the operation asked to learn, and holds an admitted
+// one for its turn under a shaping limit. A non-nil error refuses it.
+func (e *costExtension) charge(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, ln *lane, rep *complexity.Report, cost int64) *gqlerror.Error {
+	l := e.l
 	if opCtx.Operation.Operation == ast.Subscription {
 		if gerr := e.openSubscription(ctx, st); gerr != nil {
 			return gerr
