@@ -191,91 +191,11 @@ var requestMemberBytes = func() (b [][]byte) {
 // screenJSONParams checks a POST body and returns it, or a copy without the
 // undeclared variables.
 func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refusal) {
-	if !jsontext.Valid(body) {
-		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not valid JSON")
+	env, ref := scanEnvelope(body, st)
+	if ref != nil {
+		return nil, ref
 	}
-	s := jsonScanner{b: body}
-	s.space()
-	if s.peek() != '{' {
-		return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not a JSON object")
-	}
-	var (
-		query     []byte   // the query's string literal
-		queryAt   member   // the query member, when there is one
-		vars      []member // members of the variables object
-		varsStart int      // offsets of the variables object, '{' to '}'
-		varsEnd   int
-		seen      [4]bool // of requestMembers
-		budget    = st.set.newJSONBudget()
-		docID     []byte // documentId's value (trusted documents)
-		ext       []byte // the extensions object
-	)
-	s.open()
-	for m := (member{}); s.next(&m, false); {
-		name := body[m.keyStart+1 : m.nameEnd-1] // compared in place, unless it holds an escape
-		if m.name != "" {
-			name = []byte(m.name)
-		}
-		if string(name) == "documentId" && st.set.trusted != nil {
-			docID = body[m.valueStart:m.valueEnd]
-			continue
-		}
-		canonical, at := "", 0
-		for i, want := range requestMembers {
-			if string(name) == want { // the usual spelling, without folding case
-				canonical, at = want, i
-				break
-			}
-		}
-		if canonical == "" {
-			for i, want := range requestMembers {
-				if bytes.EqualFold(name, requestMemberBytes[i]) {
-					canonical, at = want, i
-				}
-			}
-		}
-		if canonical == "" {
-			continue // encoding/json skips it without keeping it
-		}
-		if string(name) != canonical || seen[at] {
-			return nil, refuse(http.StatusBadRequest, CodeInvalidRequest,
-				"the request body has a member %q; expected each of %s at most once, spelled so",
-				echo.Cut(string(name)), strings.Join(requestMembers, ", "))
-		}
-		seen[at] = true
-		v := body[m.valueStart:m.valueEnd]
-		switch canonical {
-		case "query", "operationName":
-			if v[0] != '"' && !isNull(v) {
-				return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be a string", canonical)
-			}
-			if canonical == "query" {
-				queryAt = m
-				if v[0] == '"' {
-					query = v
-				}
-			}
-		case "variables", "extensions":
-			if v[0] != '{' && !isNull(v) {
-				return nil, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be an object", canonical)
-			}
-			if ref := budget.measure(canonical, v); ref != nil {
-				return nil, ref
-			}
-			if canonical == "extensions" && v[0] == '{' {
-				ext = v
-			}
-			if canonical == "variables" && v[0] == '{' {
-				vs := jsonScanner{b: body, i: m.valueStart}
-				vs.open()
-				for vm := (member{}); vs.next(&vm, true); {
-					vars = append(vars, vm)
-				}
-				varsStart, varsEnd = m.valueStart, m.valueEnd
-			}
-		}
-	}
-	tr, ref := l.trustedJSON(query, docID, ext, st)
+	tr, ref := l.trustedJSON(env.query, env.docID, env.ext, st)
 	if ref != nil {
 		return nil, ref
 	}
@@ -284,8 +204,8 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		// text in place of the query member, or before the others.
 		lit, _ := json.Marshal(tr.doc.Body)
 		out := make([]byte, 0, len(body)+len(lit)+10)
-		if queryAt.valueEnd > 0 {
-			out = append(append(append(out, body[:queryAt.valueStart]...), lit...), body[queryAt.valueEnd:]...)
+		if env.queryAt.valueEnd > 0 {
+			out = append(append(append(out, body[:env.queryAt.valueStart]...), lit...), body[env.queryAt.valueEnd:]...)
 		} else {
 			open := bytes.IndexByte(body, '{') + 1
 			out = append(append(append(out, body[:open]...), `"query":`...), lit...)
@@ -299,23 +219,112 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	if st.trustedDoc != nil && st.documentBoundsLifted() {
 		// Trusted, as sent, and its bounds lifted: its variables are all
 		// kept (and bounded).
-		if st.documentChecked == "" && len(query) > 2 {
-			st.documentChecked = jsonString(query)
+		if st.documentChecked == "" && len(env.query) > 2 {
+			st.documentChecked = jsonString(env.query)
 		}
 		return body, nil
 	}
-	screened, ref := l.screenQuery(query, st)
+	screened, ref := l.screenQuery(env.query, st)
 	if ref != nil {
 		return nil, ref
 	}
-	keep := screened.keep(vars)
+	keep := screened.keep(env.vars)
 	if keep == nil {
 		return body, nil
 	}
 	out := make([]byte, 0, len(body))
-	out = append(out, body[:varsStart]...)
-	out = appendKept(out, body, vars, keep)
-	return append(out, body[varsEnd:]...), nil
+	out = append(out, body[:env.varsStart]...)
+	out = appendKept(out, body, env.vars, keep)
+	return append(out, body[env.varsEnd:]...), nil
+}
+
+// envelope is what scanEnvelope found of a JSON request body.
+type envelope struct {
+	query     []byte   // the query's string literal
+	queryAt   member   // the query member, when there is one
+	vars      []member // members of the variables object
+	varsStart int      // offsets of the variables object, '{' to '}'
+	varsEnd   int
+	docID     []byte // documentId's value (trusted documents)
+	ext       []byte // the extensions object
+}
+
+// scanEnvelope checks body, a JSON request, as gqlgen will decode it (one
+// object; each member it reads at most once, spelled as it expects, of
+// the type it expects) and measures its variables and extensions, in one
+// walk that decodes nothing but member names.
+func scanEnvelope(body []byte, st *requestState) (envelope, *refusal) {
+	var env envelope
+	if !jsontext.Valid(body) {
+		return env, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not valid JSON")
+	}
+	s := jsonScanner{b: body}
+	s.space()
+	if s.peek() != '{' {
+		return env, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not a JSON object")
+	}
+	var (
+		seen   [4]bool // of requestMembers
+		budget = st.set.newJSONBudget()
+	)
+	s.open()
+	for m := (member{}); s.next(&m, false); {
+		name := body[m.keyStart+1 : m.nameEnd-1] // compared in place, unless it holds an escape
+		if m.name != "" {
+			name = []byte(m.name)
+		}
+		if string(name) == "documentId" && st.set.trusted != nil {
+			env.docID = body[m.valueStart:m.valueEnd]
+			continue
+		}
+		canonical, at := "", 0
+		for i, want := range requestMembers {
+			if string(name) == want || canonical == "" && bytes.EqualFold(name, requestMemberBytes[i]) {
+				canonical, at = want, i // the usual spelling first, without folding case
+			}
+		}
+		if canonical == "" {
+			continue // encoding/json skips it without keeping it
+		}
+		if string(name) != canonical || seen[at] {
+			return env, refuse(http.StatusBadRequest, CodeInvalidRequest,
+				"the request body has a member %q; expected each of %s at most once, spelled so",
+				echo.Cut(string(name)), strings.Join(requestMembers, ", "))
+		}
+		seen[at] = true
+		v := body[m.valueStart:m.valueEnd]
+		switch canonical {
+		case "query", "operationName":
+			if v[0] != '"' && !isNull(v) {
+				return env, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be a string", canonical)
+			}
+			if canonical == "query" {
+				env.queryAt = m
+				if v[0] == '"' {
+					env.query = v
+				}
+			}
+		case "variables", "extensions":
+			if v[0] != '{' && !isNull(v) {
+				return env, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be an object", canonical)
+			}
+			if ref := budget.measure(canonical, v); ref != nil {
+				return env, ref
+			}
+			if canonical == "extensions" && v[0] == '{' {
+				env.ext = v
+			}
+			if canonical == "variables" && v[0] == '{' {
+				vs := jsonScanner{b: body, i: m.valueStart}
+				vs.open()
+				for vm := (member{}); vs.next(&vm, true); {
+					env.vars = append(env.vars, vm)
+				}
+				env.varsStart, env.varsEnd = m.valueStart, m.valueEnd
+			}
+		}
+	}
+	return env, nil
 }
 
 // screenQuery applies the document bounds to the query whose JSON string
