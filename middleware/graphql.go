@@ -866,7 +866,7 @@ type requestState struct {
 	// upload counts the bytes of a multipart request (upload.go).
 	upload *countingReader
 
-	mu sync.Mutex
+	mu    sync.Mutex
 	phase phase
 	// hasActual: actual holds the response's actual cost. laned: lane is
 	// the operation's.

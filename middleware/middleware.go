@@ -357,6 +357,32 @@ const (
 	DefaultMaxBodyBytesInFlight = 1 << 20
 )
 
+// boundBodies sets l's body bounds from deps, their defaults for zero.
+func (l *Limiter) boundBodies(deps Dependencies) error {
+	switch {
+	case l.maxBody < 0:
+		return keyed(fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, l.maxBody), "max_body_bytes")
+	case l.maxBody == 0:
+		l.maxBody = DefaultMaxBodyBytes
+	}
+	switch l.maxUpload = deps.MaxUploadBytes; {
+	case l.maxUpload < 0:
+		return keyed(fmt.Errorf("%w: MaxUploadBytes %d is negative", ErrInvalidConfig, l.maxUpload), "max_upload_bytes")
+	case l.maxUpload == 0:
+		l.maxUpload = max(DefaultMaxUploadBytes, l.maxBody)
+	}
+	inFlight := deps.MaxBodyBytesInFlight
+	if inFlight == 0 {
+		inFlight = max(DefaultMaxBodyBytesInFlight, l.maxBody)
+	}
+	if inFlight < l.maxBody {
+		return keyed(fmt.Errorf("%w: MaxBodyBytesInFlight %d is less than MaxBodyBytes %d: the largest body would never fit",
+			ErrInvalidConfig, inFlight, l.maxBody), "max_body_bytes_in_flight")
+	}
+	l.bodies = semaphore.NewWeighted(inFlight)
+	return nil
+}
+
 // holdBody waits for room for a body of n bytes among the large bodies in
 // flight and returns its release; small bodies never wait.
 func (l *Limiter) holdBody(ctx context.Context, n int) (release func(), err error) {
@@ -495,27 +521,9 @@ func New(deps Dependencies, policy Policy) (*Limiter, error) {
 	}
 	l.start = l.clock.Now()
 
-	switch {
-	case l.maxBody < 0:
-		return nil, keyed(fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, l.maxBody), "max_body_bytes")
-	case l.maxBody == 0:
-		l.maxBody = DefaultMaxBodyBytes
+	if err := l.boundBodies(deps); err != nil {
+		return nil, err
 	}
-	switch l.maxUpload = deps.MaxUploadBytes; {
-	case l.maxUpload < 0:
-		return nil, keyed(fmt.Errorf("%w: MaxUploadBytes %d is negative", ErrInvalidConfig, l.maxUpload), "max_upload_bytes")
-	case l.maxUpload == 0:
-		l.maxUpload = max(DefaultMaxUploadBytes, l.maxBody)
-	}
-	inFlight := deps.MaxBodyBytesInFlight
-	if inFlight == 0 {
-		inFlight = max(DefaultMaxBodyBytesInFlight, l.maxBody)
-	}
-	if inFlight < l.maxBody {
-		return nil, keyed(fmt.Errorf("%w: MaxBodyBytesInFlight %d is less than MaxBodyBytes %d: the largest body would never fit",
-			ErrInvalidConfig, inFlight, l.maxBody), "max_body_bytes_in_flight")
-	}
-	l.bodies = semaphore.NewWeighted(inFlight)
 	if deps.MemoryStore.MaxKeys < 0 {
 		return nil, keyed(fmt.Errorf("%w: MemoryStore.MaxKeys %d is negative", ErrInvalidConfig, deps.MemoryStore.MaxKeys), "memory_store", "max_keys")
 	}

@@ -97,22 +97,8 @@ func (l *Limiter) compileSettings(cfg Policy) (*settings, error) {
 	if _, ok := s.plans[cfg.AnonymousPlan]; !ok {
 		return nil, keyed(fmt.Errorf("%w: anonymous plan %q is not among the plans (%s)", ErrInvalidConfig, cfg.AnonymousPlan, s.planList()), "anonymous_plan")
 	}
-	for _, key := range slices.Sorted(maps.Keys(cfg.APIKeys)) {
-		if name := cfg.APIKeys[key].Plan; s.plans[name] == nil {
-			return nil, keyed(fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, s.planList()), "api_keys")
-		}
-	}
-	s.ident = l.ident
-	if s.ident == nil {
-		s.ident, err = identity.NewChain(identity.ChainConfig{
-			Keys:           keysThen(cfg.APIKeys, l.keys),
-			AnonymousPlan:  cfg.AnonymousPlan,
-			TrustedProxies: cfg.TrustedProxies,
-			ProxyHeader:    cfg.ProxyHeader,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, keyed(err, "trusted_proxies"))
-		}
+	if err := l.buildIdentity(s, cfg); err != nil {
+		return nil, err
 	}
 	s.leastBurst = max(gql.InvalidCost, gql.MinCost)
 	if smallest := s.smallestPlan(); max(gql.InvalidCost, gql.MinCost) > smallest.Burst {
@@ -122,9 +108,6 @@ func (l *Limiter) compileSettings(cfg Policy) (*settings, error) {
 		}
 		return nil, keyed(fmt.Errorf("%w: GraphQL InvalidCost (%d) and MinCost (%d) must not exceed the burst %d of plan %q",
 			ErrInvalidConfig, gql.InvalidCost, gql.MinCost, smallest.Burst, smallest.Name()), "graphql", key)
-	}
-	if s.addrKey, err = identity.NewAddressKey(identity.ChainConfig{TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader}); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := s.buildRoutes(cfg.REST); err != nil {
 		return nil, err
@@ -167,6 +150,33 @@ func (k tableThenLookup) LookupAPIKey(ctx context.Context, apiKey string) (strin
 		return k.lookup.LookupAPIKey(ctx, apiKey)
 	}
 	return principal, plan, err
+}
+
+// buildIdentity sets who pays under s: the API keys' plans checked, the
+// identifier (New's, or the default chain of keys and addresses) and the
+// client address key.
+func (l *Limiter) buildIdentity(s *settings, cfg Policy) (err error) {
+	for _, key := range slices.Sorted(maps.Keys(cfg.APIKeys)) {
+		if name := cfg.APIKeys[key].Plan; s.plans[name] == nil {
+			return keyed(fmt.Errorf("%w: an API key grants plan %q, which is not among the plans (%s)", ErrInvalidConfig, name, s.planList()), "api_keys")
+		}
+	}
+	s.ident = l.ident
+	if s.ident == nil {
+		s.ident, err = identity.NewChain(identity.ChainConfig{
+			Keys:           keysThen(cfg.APIKeys, l.keys),
+			AnonymousPlan:  cfg.AnonymousPlan,
+			TrustedProxies: cfg.TrustedProxies,
+			ProxyHeader:    cfg.ProxyHeader,
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, keyed(err, "trusted_proxies"))
+		}
+	}
+	if s.addrKey, err = identity.NewAddressKey(identity.ChainConfig{TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader}); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
 }
 
 // laneIndexed puts the index of the lane in place of its name in the path
