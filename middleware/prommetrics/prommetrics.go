@@ -259,7 +259,27 @@ func New(opts ...Option) (*Metrics, error) {
 		}
 	}
 
-	m := &Metrics{
+	m := newMetrics(o.bound)
+	for i, r := range results {
+		m.storeBy[i] = m.store.WithLabelValues(string(r))
+	}
+	series := make(map[seriesID]*planSeries, len(o.plans))
+	for _, p := range o.plans {
+		if series[seriesKey(p, "")] == nil {
+			series[seriesKey(p, "")] = m.newPlanSeries(p, "")
+		}
+	}
+	m.plans.Store(&series)
+
+	if err := o.reg.Register(m); err != nil {
+		return nil, fmt.Errorf("prommetrics: registering the metrics: %w", err)
+	}
+	return m, nil
+}
+
+// newMetrics declares the collectors of a Metrics, none registered.
+func newMetrics(bound bool) *Metrics {
+	return &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "costguard_decisions_total",
 			Help: "Rate-limit decisions, by plan, adapter (kind), what became of the request (outcome) and priority lane (empty without lanes).",
@@ -311,23 +331,8 @@ func New(opts ...Option) (*Metrics, error) {
 			Name: "costguard_store_breaker_open",
 			Help: "1 while the rate-limit store's circuit breaker keeps requests off it (open or half-open), else 0.",
 		}, nil),
-		bound: o.bound,
+		bound: bound,
 	}
-	for i, r := range results {
-		m.storeBy[i] = m.store.WithLabelValues(string(r))
-	}
-	series := make(map[seriesID]*planSeries, len(o.plans))
-	for _, p := range o.plans {
-		if series[seriesKey(p, "")] == nil {
-			series[seriesKey(p, "")] = m.newPlanSeries(p, "")
-		}
-	}
-	m.plans.Store(&series)
-
-	if err := o.reg.Register(m); err != nil {
-		return nil, fmt.Errorf("prommetrics: registering the metrics: %w", err)
-	}
-	return m, nil
 }
 
 // seriesID names the series of a plan and a lane in Metrics.plans.
