@@ -37,11 +37,20 @@ func Run(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.St
 	for _, opt := range opts {
 		opt(&o)
 	}
+	crud(t, newStore)
+	lifetimes(t, newStore)
+	watchers(t, newStore)
+	if o.lose != nil {
+		dataLoss(t, newStore, o.lose)
+	}
+}
+
+// crud runs the store's own operations: put, load, delete, its cap.
+func crud(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.Store) {
 	ctx := context.Background()
 	four := 4
-	pro := override.Override{Plan: "pro"}
 	limits := override.Override{Burst: 20000, Rate: 20000, Per: time.Hour, Quota: &override.Quota{Limit: 100000, Per: 24 * time.Hour}, Concurrency: &four}
-
+	pro := override.Override{Plan: "pro"}
 	t.Run("put, load, delete", func(t *testing.T) {
 		s := newStore(t, 0)
 		seen := versions{t: t}
@@ -116,7 +125,14 @@ func Run(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.St
 			t.Fatalf("replacing one at the cap: %v", err)
 		}
 	})
+}
 
+// lifetimes runs expiry and the round trip of every field.
+func lifetimes(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.Store) {
+	ctx := context.Background()
+	four := 4
+	limits := override.Override{Burst: 20000, Rate: 20000, Per: time.Hour, Quota: &override.Quota{Limit: 100000, Per: 24 * time.Hour}, Concurrency: &four}
+	pro := override.Override{Plan: "pro"}
 	t.Run("expiry", func(t *testing.T) {
 		s := newStore(t, 2)
 		soon := pro
@@ -178,7 +194,11 @@ func Run(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.St
 			t.Errorf("got %v until %v, want %v until %v", got, got.Until, o, o.Until)
 		}
 	})
+}
 
+// watchers runs two watchers of one store.
+func watchers(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.Store) {
+	ctx := context.Background()
 	t.Run("two watchers", func(t *testing.T) {
 		s := newStore(t, 0)
 		w := twoWatchers(t, s)
@@ -202,11 +222,12 @@ func Run(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.St
 			t.Fatalf("the other, after a poll, holds %v", got)
 		}
 	})
+}
 
-	if o.lose == nil {
-		return
-	}
-
+// dataLoss runs the data-loss cases, for a store given WithDataLoss.
+func dataLoss(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.Store, lose func(t *testing.T, s override.Store)) {
+	ctx := context.Background()
+	pro := override.Override{Plan: "pro"}
 	// A store that lost its data counts its changes again: the version
 	// after as many changes as before the loss must still be another.
 	t.Run("data loss: a new version", func(t *testing.T) {
@@ -217,7 +238,7 @@ func Run(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.St
 			t.Fatal(err)
 		}
 		seen.add("carol's put", v)
-		o.lose(t, s)
+		lose(t, s)
 		if v, err = s.Version(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +260,7 @@ func Run(t *testing.T, newStore func(t *testing.T, maxOverrides int) override.St
 		w := twoWatchers(t, s)
 		put(t, w[0], "user:carol")
 		refresh(t, w[1])
-		o.lose(t, s)
+		lose(t, s)
 		put(t, w[0], "user:dave")
 		if got := held(w[0]); !slices.Equal(got, []string{"user:dave"}) {
 			t.Errorf("the watcher that put dave after the loss holds %v at once", got)
