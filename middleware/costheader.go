@@ -53,8 +53,8 @@ const (
 )
 
 // readCostHeader records in s what h's GraphQL-Cost header asks for, once
-// per request (the GraphQL wrapper reads it before gqlgen, the Extension
-// without the wrapper). It returns the refusal of a value it does not
+// per request (the wrapper reads it before gqlgen, the extension for an
+// operation on a WebSocket). It returns the refusal of a value it does not
 // accept, or of a report the plan forbids.
 func (s *requestState) readCostHeader(h http.Header) *refusal {
 	if s.ask.headerRead {

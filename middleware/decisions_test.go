@@ -105,9 +105,8 @@ func decisions(kind middleware.Kind, outcome budget.Class, n int) []string {
 	return slices.Repeat([]string{string(kind) + " " + string(outcome)}, n)
 }
 
-// decisionCases are what TestOneDecisionPerOperation sends over tr,
-// behind the GraphQL wrapper or (wrapped false) to the Extension alone.
-func decisionCases(tr decisionTransport, wrapped bool) []decisionCase {
+// decisionCases are what TestOneDecisionPerOperation sends over tr.
+func decisionCases(tr decisionTransport) []decisionCase {
 	admitted := decisions(middleware.KindGraphQL, budget.ClassAdmitted, 1)
 	cases := []decisionCase{
 		{name: "admitted query", want: admitted, run: func(c *decisionClient) {
@@ -129,14 +128,8 @@ func decisionCases(tr decisionTransport, wrapped bool) []decisionCase {
 	}
 	if tr.get {
 		// GraphQL over GET carries queries only: the wrapper refuses a
-		// subscription free, nothing decided, nothing reported. The
-		// Extension alone cannot see the method: it admits and debits the
-		// subscription, and reports that, before gqlgen answers 406.
-		var want []string
-		if !wrapped {
-			want = admitted
-		}
-		return append(cases, decisionCase{name: "subscription refused 406", subscription: true, want: want, run: func(c *decisionClient) {
+		// subscription free, nothing decided, nothing reported.
+		return append(cases, decisionCase{name: "subscription refused 406", subscription: true, want: nil, run: func(c *decisionClient) {
 			c.send(subscribeDoc, "GET requests only allow query operations")
 		}})
 	}
@@ -185,7 +178,7 @@ func checkDecisions(t *testing.T, tr decisionTransport, install func(*middleware
 	if p := a.price(halfBudgetDoc); p <= adopterBurst/2 || p > adopterBurst {
 		t.Fatalf("%s costs %d: it must cost more than half the budget of %d and at most all of it", halfBudgetDoc, p, adopterBurst)
 	}
-	for _, dc := range decisionCases(tr, install == nil) {
+	for _, dc := range decisionCases(tr) {
 		if !pick(dc) {
 			continue
 		}

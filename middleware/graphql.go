@@ -380,7 +380,7 @@ func (e *costExtension) MutateOperationParameters(ctx context.Context, params *g
 		return nil // the GraphQL wrapper counted this very document
 	}
 	opCtx := graphql.GetOperationContext(ctx)
-	opCtx.Headers = params.Headers // for requestState without the wrapper
+	opCtx.Headers = params.Headers // what admission reads of an operation on a WebSocket
 	st, gerr := e.requestState(ctx, opCtx)
 	if gerr != nil || !e.owns(st) {
 		return gerr
@@ -399,7 +399,7 @@ func (e *costExtension) MutateOperationParameters(ctx context.Context, params *g
 		}
 	}
 	if t := st.set.trusted; t != nil {
-		// A WebSocket operation, a request without the wrapper, or a
+		// A WebSocket operation, a body the wrapper does not read, or a
 		// document gqlgen's persisted queries filled in before this hook.
 		apq, hasAPQ := persistedHash(params.Extensions)
 		tr, ref := t.resolve(params.Query, params.Query != "", "", false, apq, hasAPQ)
@@ -838,8 +838,7 @@ type requestState struct {
 	set         *settings // the configuration the request started under
 	id          identity.Identity
 	plan        *plan
-	// addr keys the client address, for field limits ByIP: "ip:unknown"
-	// without the wrapper.
+	// addr keys the client address, for field limits ByIP.
 	addr string
 	// documentChecked is the query the wrapper found within the document
 	// bounds, so the Extension need not count it again.
@@ -975,13 +974,12 @@ func operationName(op *ast.OperationDefinition) string {
 //     refunded, and each event is a decision of its own, reported before
 //     the event is sent (chargeEvent); its own cap (Subscriptions) bounds
 //     it from then on, however long it stays open;
-//   - any other request with the GraphQL wrapper: once its response is
-//     written (serve, refuseRequest, shedBeforeReading);
-//   - without the wrapper, and each operation on a WebSocket: when its
-//     response leaves the response interceptor (after settleActual), or
-//     when decideSocket refuses it; without the wrapper, an operation
-//     gqlgen answers without dispatching it (a mutation by GET, 406) when
-//     its request's context ends.
+//   - any other request over HTTP: once its response is written (serve,
+//     refuseRequest, shedBeforeReading), whether gqlgen dispatched it or
+//     answered it itself (a mutation by GET, 406);
+//   - each other operation on a WebSocket: when its response leaves the
+//     response interceptor (after settleActual), or when decideSocket
+//     refuses it.
 func (s *requestState) end(ctx context.Context, l *Limiter) {
 	s.release()
 	s.report(ctx, l)
@@ -1087,9 +1085,8 @@ func (e *costExtension) requestState(ctx context.Context, opCtx *graphql.Operati
 }
 
 // newState identifies r under set and starts its requestState: the one
-// place every install path (the wrapper, a WebSocket operation, the
-// Extension alone) begins a request, before the same hooks price it and
-// the same engine decides it.
+// place a request over HTTP or an operation on a WebSocket begins, before
+// the same hooks price it and the same engine decides it.
 func (set *settings) newState(r *http.Request) (*requestState, error) {
 	id, p, err := set.identify(r)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -208,11 +207,4 @@ func (l *Limiter) WebsocketInit(next transport.WebsocketInitFunc) transport.Webs
 		}
 		return ctx, nil, nil
 	}
-}
-
-// isUpgradeHeader reports whether headers (what gqlgen kept of a request)
-// are those of a WebSocket upgrade: an operation the Extension sees
-// without the wrapper.
-func isUpgradeHeader(h map[string][]string) bool {
-	return strings.TrimSpace(http.Header(h).Get("Upgrade")) != ""
 }
