@@ -64,13 +64,14 @@ var pricingQueries = []pricingQuery{
 // default (middleware.Policy's GraphQL defaults): the limits checked while
 // pricing, totals only.
 func limiterPricing() []complexity.Option {
+	_, def := middleware.Defaults()
 	return []complexity.Option{
-		complexity.WithMaxDepth(middleware.DefaultGraphQLOptions().MaxDepth),
-		complexity.WithMaxBreadth(middleware.DefaultGraphQLOptions().MaxBreadth),
-		complexity.WithMaxNodes(middleware.DefaultGraphQLOptions().MaxNodes),
-		complexity.WithMaxAliases(middleware.DefaultGraphQLOptions().MaxAliases),
-		complexity.WithMaxRootFields(middleware.DefaultGraphQLOptions().MaxRootFields),
-		complexity.WithIntrospectionCost(float64(middleware.DefaultGraphQLOptions().IntrospectionCost)),
+		complexity.WithMaxDepth(def.GraphQL.MaxDepth),
+		complexity.WithMaxBreadth(def.GraphQL.MaxBreadth),
+		complexity.WithMaxNodes(def.GraphQL.MaxNodes),
+		complexity.WithMaxAliases(def.GraphQL.MaxAliases),
+		complexity.WithMaxRootFields(def.GraphQL.MaxRootFields),
+		complexity.WithIntrospectionCost(float64(def.GraphQL.IntrospectionCost)),
 		complexity.WithBreakdownLimit(0),
 	}
 }

@@ -208,7 +208,8 @@ func TestCreateIssueAppearsInRepository(t *testing.T) {
 // cap, as a list or (input coercion) a single id, literal or variable.
 func TestNodesIDs(t *testing.T) {
 	assert.Equal(t, 100, graph.MaxNodeIDs, "the schema documents 100")
-	assert.Equal(t, middleware.DefaultGraphQLOptions().MaxBreadth, graph.MaxNodeIDs)
+	_, def := middleware.Defaults()
+	assert.Equal(t, def.GraphQL.MaxBreadth, graph.MaxNodeIDs)
 	c := newClient(graph.NewResolver())
 	ids := make([]string, graph.MaxNodeIDs)
 	for i := range ids {

@@ -34,7 +34,7 @@ const (
 	// characters.
 	MaxTitleLength = 256
 	// MaxNodeIDs is the most ids Query.nodes accepts: the middleware's
-	// default breadth cap (middleware.DefaultGraphQLOptions().MaxBreadth,
+	// default breadth cap (Policy.GraphQL.MaxBreadth of middleware.Defaults,
 	// pinned by a test), which prices nodes by the length of ids, so an
 	// operation the default limiter admits is never refused here.
 	MaxNodeIDs = 100

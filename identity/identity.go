@@ -137,6 +137,14 @@ func HashAPIKey(apiKey string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// HashKey names a bucket key (Identity.Key) in logs without revealing it:
+// the first 16 hex digits of its SHA-256, stable across processes so one
+// principal's lines can be followed.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
 // APIKeyFrom extracts the API key a request presents: the token of an
 // "Authorization: Bearer" header, else the X-API-Key header. Other
 // Authorization schemes are not API keys and are ignored.

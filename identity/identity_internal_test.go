@@ -185,3 +185,15 @@ func FuzzParseHostAddr(f *testing.F) {
 		}
 	})
 }
+
+// HashKey is the first 16 hex digits of the key's SHA-256: the same in
+// every process, and never the key.
+func TestHashKey(t *testing.T) {
+	got := HashKey("user:alice")
+	if len(got) != 16 || got != HashAPIKey("user:alice")[:16] || strings.Contains(got, "alice") {
+		t.Errorf("HashKey(user:alice) = %q", got)
+	}
+	if HashKey("user:bob") == got {
+		t.Error("two keys share a hash")
+	}
+}

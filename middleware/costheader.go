@@ -12,7 +12,7 @@ import (
 )
 
 // HeaderGraphQLCost is the request header (Hot Chocolate's) that asks what
-// an operation costs. Its value is one of CostValidate or CostReport,
+// an operation costs. Its value is one of "validate" or "report",
 // exactly, in lower case (surrounding spaces are ignored); any other value,
 // or the header sent twice, is refused with 400 INVALID_COST_HEADER. Without
 // the header nothing changes.
@@ -22,13 +22,13 @@ var canonicalGraphQLCost = http.CanonicalHeaderKey(HeaderGraphQLCost)
 
 // The values of HeaderGraphQLCost.
 const (
-	// CostValidate prices the operation and answers without running it or
+	// costValidate prices the operation and answers without running it or
 	// debiting anything: 200, no data, extensions.cost with the price and
 	// the bucket as it stands. Static caps refuse it as usual.
-	CostValidate = "validate"
-	// CostReport runs the operation as usual and adds the per-field
+	costValidate = "validate"
+	// costReport runs the operation as usual and adds the per-field
 	// breakdown of its price to extensions.cost (Cost.Fields).
-	CostReport = "report"
+	costReport = "report"
 )
 
 // GraphQL error codes of the GraphQL-Cost header. Both are refused before
@@ -69,18 +69,18 @@ func (s *requestState) readCostHeader(h http.Header) *refusal {
 	switch {
 	case len(values) > 1:
 		return refuse(http.StatusBadRequest, CodeInvalidCostHeader,
-			"the %s header is sent %d times; send it once, as %q or %q", HeaderGraphQLCost, len(values), CostValidate, CostReport)
-	case v == CostValidate:
+			"the %s header is sent %d times; send it once, as %q or %q", HeaderGraphQLCost, len(values), costValidate, costReport)
+	case v == costValidate:
 		s.ask.mode = modeValidate
-	case v == CostReport && s.plan.DisableCostReport:
+	case v == costReport && s.plan.DisableCostReport:
 		return refuse(http.StatusBadRequest, CodeCostReportDisabled,
-			"cost reports (%s: %s) are disabled for plan %q", HeaderGraphQLCost, CostReport, s.plan.Name())
-	case v == CostReport:
+			"cost reports (%s: %s) are disabled for plan %q", HeaderGraphQLCost, costReport, s.plan.Name())
+	case v == costReport:
 		s.ask.mode = modeReport
 	default:
 		return refuse(http.StatusBadRequest, CodeInvalidCostHeader,
 			"the %s header is %q; the accepted values are %q (price the operation without running it) and %q (run it and explain its price)",
-			HeaderGraphQLCost, echo.Cut(v), CostValidate, CostReport)
+			HeaderGraphQLCost, echo.Cut(v), costValidate, costReport)
 	}
 	return nil
 }

@@ -221,7 +221,8 @@ func TestCostReport(t *testing.T) {
 
 	// The same entries, byte for byte, as the analyzer's report (what the
 	// cost CLI prints with -json) under the middleware's options.
-	a, err := complexity.New(schema.schema, complexity.WithMaxDepth(middleware.DefaultGraphQLOptions().MaxDepth))
+	_, def := middleware.Defaults()
+	a, err := complexity.New(schema.schema, complexity.WithMaxDepth(def.GraphQL.MaxDepth))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package middleware
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"time"
 
@@ -62,13 +60,13 @@ type Event struct {
 	Lane string
 	// Key is the bucket key of the principal ("user:…", "key:<sha256 of
 	// the API key>", "ip:…"): never a raw API key, but it may name a user
-	// or an address, so hash it before logging it (HashKey).
+	// or an address, so hash it before logging it (identity.HashKey).
 	Key  string
 	Kind Kind
-	// Operation is the GraphQL operation's name (at most
-	// MaxOperationName bytes; "" for an anonymous operation, a REST
-	// request, or a document refused before it was parsed). The client
-	// chooses it: bound its cardinality before using it as a label.
+	// Operation is the GraphQL operation's name (at most 64 bytes; "" for
+	// an anonymous operation, a REST request, or a document refused before
+	// it was parsed). The client chooses it: bound its cardinality before
+	// using it as a label.
 	Operation string
 	// Outcome is what became of the request. In shadow mode a refusal
 	// enforce mode would have made is budget.ClassShadowRejected, and
@@ -145,14 +143,6 @@ type Event struct {
 // Charged − Refunded + Excess (what top spenders and
 // costguard_net_points_total count).
 func (e *Event) Net() int64 { return e.Charged - e.Refunded + e.Excess }
-
-// HashKey names a bucket key in logs without revealing it: the first 16
-// hex digits of its SHA-256, stable across processes so one principal's
-// lines can be followed.
-func HashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:8])
-}
 
 // observing reports whether anyone listens to decisions: the Observer, or
 // the debug log.
@@ -233,7 +223,7 @@ func (l *Limiter) report(ctx context.Context, e *Event) {
 	}
 	if l.log.Enabled(ctx, slog.LevelDebug) {
 		l.log.LogAttrs(ctx, slog.LevelDebug, "middleware: decision",
-			slog.String("principal", HashKey(e.Key)),
+			slog.String("principal", identity.HashKey(e.Key)),
 			slog.String("plan", e.Plan),
 			slog.String("lane", e.Lane),
 			slog.String("kind", string(e.Kind)),

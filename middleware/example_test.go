@@ -148,3 +148,19 @@ func ExampleRateLimitFrom() {
 	// 200 {"rateLimit":{"cost":4,"remaining":500,"used":0,"resetAt":"2023-11-14T22:13:20Z","nodeCount":3},"user":null}
 	// 200 {"rateLimit":{"cost":4,"remaining":496,"used":4,"resetAt":"2023-11-14T22:13:49Z","nodeCount":3},"user":{"repos":[{"name":"hello-world"},{"name":"spoon-knife"},{"name":"linguist"}]}}
 }
+
+// Defaults says what a zero field of Dependencies or Policy stands for.
+func ExampleDefaults() {
+	deps, policy := middleware.Defaults()
+	fmt.Println("max body bytes:", deps.MaxBodyBytes)
+	fmt.Println("store timeout:", deps.StoreTimeout)
+	fmt.Println("max depth:", policy.GraphQL.MaxDepth)
+	fmt.Println("REST cost:", policy.REST.DefaultCost)
+	fmt.Println("subscriptions per principal:", policy.Subscriptions.MaxPerPrincipal)
+	// Output:
+	// max body bytes: 1048576
+	// store timeout: 100ms
+	// max depth: 15
+	// REST cost: 1
+	// subscriptions per principal: 100
+}

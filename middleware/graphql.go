@@ -847,7 +847,7 @@ type requestState struct {
 	// not known yet).
 	trustedDoc *trusteddocs.Document
 	// operation is the name of the operation that runs, as the document
-	// spells it (cut at MaxOperationName bytes), under mu.
+	// spells it (cut at kept.MaxOperation bytes), under mu.
 	operation string
 	// get: the request came by GET, whose transport refuses mutations
 	// after the extension has run.
@@ -950,19 +950,15 @@ func (s *requestState) currentLane() *lane {
 	return s.lane
 }
 
-// MaxOperationName is the most bytes of an operation's name an Event
-// carries: the name is the client's to choose.
-const MaxOperationName = kept.MaxOperation
-
-// operationName is a copy of op's name, cut to MaxOperationName bytes
-// (GraphQL names are ASCII); "" for an anonymous operation. The parser's
+// operationName is a copy of op's name, cut to kept.MaxOperation bytes
+// (64: the name is the client's to choose; GraphQL names are ASCII); "" for an anonymous operation. The parser's
 // name is a substring of the document, so keeping it would keep the whole
 // document alive in every table the Event reaches.
 func operationName(op *ast.OperationDefinition) string {
 	if op == nil {
 		return ""
 	}
-	return kept.String(op.Name, MaxOperationName)
+	return kept.String(op.Name, kept.MaxOperation)
 }
 
 // end is a request's last phase, the one place its decision is reported:

@@ -10,8 +10,8 @@ import (
 	"github.com/costguard/costguard/internal/kept"
 )
 
-// The operation name an Event carries is a copy of at most
-// MaxOperationName bytes: the parser's is a substring of the document, and
+// The operation name an Event carries is a copy of at most 64 bytes
+// (kept.MaxOperation, docs/threat-model.md): the parser's is a substring of the document, and
 // every table the Event reaches would keep the whole document alive.
 func TestOperationNameIsACopy(t *testing.T) {
 	name := "Named" + strings.Repeat("N", 100)
@@ -21,7 +21,7 @@ func TestOperationNameIsACopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := operationName(doc.Operations[0])
-	if got != name[:MaxOperationName] {
+	if got != name[:64] || kept.MaxOperation != 64 {
 		t.Fatalf("operationName = %q", got)
 	}
 	if kept.Shares(got, src) {

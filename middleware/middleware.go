@@ -20,6 +20,7 @@ import (
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/breaker"
 	"github.com/costguard/costguard/limiter/concurrency"
+	"github.com/costguard/costguard/limiter/memorystore"
 	"github.com/costguard/costguard/limiter/splitbudget"
 	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/overload"
@@ -348,13 +349,12 @@ type Policy struct {
 	FailureMode budget.FailureMode `yaml:"failure_mode"`
 }
 
-// Defaults applied by New to zero fields of Dependencies and Policy (those
-// of GraphQLOptions: DefaultGraphQLOptions; StoreTimeout:
-// stack.DefaultStoreTimeout).
+// Defaults New applies to zero fields of Dependencies and Policy itself;
+// Defaults lists them all.
 const (
-	DefaultRESTCost             = 1
-	DefaultMaxBodyBytes         = 1 << 20
-	DefaultMaxBodyBytesInFlight = 1 << 20
+	defaultRESTCost             = 1
+	defaultMaxBodyBytes         = 1 << 20
+	defaultMaxBodyBytesInFlight = 1 << 20
 )
 
 // boundBodies sets l's body bounds from deps, their defaults for zero.
@@ -363,17 +363,17 @@ func (l *Limiter) boundBodies(deps Dependencies) error {
 	case l.maxBody < 0:
 		return keyed(fmt.Errorf("%w: MaxBodyBytes %d is negative", ErrInvalidConfig, l.maxBody), "max_body_bytes")
 	case l.maxBody == 0:
-		l.maxBody = DefaultMaxBodyBytes
+		l.maxBody = defaultMaxBodyBytes
 	}
 	switch l.maxUpload = deps.MaxUploadBytes; {
 	case l.maxUpload < 0:
 		return keyed(fmt.Errorf("%w: MaxUploadBytes %d is negative", ErrInvalidConfig, l.maxUpload), "max_upload_bytes")
 	case l.maxUpload == 0:
-		l.maxUpload = max(DefaultMaxUploadBytes, l.maxBody)
+		l.maxUpload = max(defaultMaxUploadBytes, l.maxBody)
 	}
 	inFlight := deps.MaxBodyBytesInFlight
 	if inFlight == 0 {
-		inFlight = max(DefaultMaxBodyBytesInFlight, l.maxBody)
+		inFlight = max(defaultMaxBodyBytesInFlight, l.maxBody)
 	}
 	if inFlight < l.maxBody {
 		return keyed(fmt.Errorf("%w: MaxBodyBytesInFlight %d is less than MaxBodyBytes %d: the largest body would never fit",
@@ -381,6 +381,40 @@ func (l *Limiter) boundBodies(deps Dependencies) error {
 	}
 	l.bodies = semaphore.NewWeighted(inFlight)
 	return nil
+}
+
+// Defaults returns the value New gives each zero field of Dependencies and
+// Policy, each read from where it is defined (this package, limiter/stack,
+// limiter/breaker, …). MaxUploadBytes and MaxBodyBytesInFlight are those
+// of the default MaxBodyBytes: a zero one takes MaxBodyBytes when that is
+// larger. Left zero: what New builds (Store, Slots, Logger, Clock, an
+// Identifier chain), the fields whose zero is their default (GraphQL.MaxCost
+// and Concurrency.PerPrincipal: no cap; RetryAfterJitter), and
+// TrustedDocuments, whose Mode defaults to trusteddocs.Enforce once a
+// manifest is set. Given to New with Plans and AnonymousPlan filled in,
+// they make the Limiter zero fields make.
+func Defaults() (Dependencies, Policy) {
+	deps := Dependencies{
+		Overrides:            OverrideOptions{MaxOverrides: override.DefaultMaxOverrides, PollInterval: override.DefaultPollInterval},
+		SlotTTL:              concurrency.DefaultTTL,
+		MemoryStore:          MemoryStoreOptions{MaxKeys: memorystore.DefaultMaxKeys},
+		OverLimitCache:       stack.OverLimitCacheAuto,
+		SplitBudget:          SplitBudgetOptions{LeaseFraction: splitbudget.DefaultLeaseFraction, SettleInterval: splitbudget.DefaultSettleInterval},
+		StoreTimeout:         stack.DefaultStoreTimeout,
+		Breaker:              breaker.Config{Failures: breaker.DefaultFailures, CoolDown: breaker.DefaultCoolDown},
+		MaxBodyBytes:         defaultMaxBodyBytes,
+		MaxUploadBytes:       defaultMaxUploadBytes,
+		MaxBodyBytesInFlight: defaultMaxBodyBytesInFlight,
+	}
+	policy := Policy{
+		ProxyHeader:   identity.DefaultProxyHeader,
+		GraphQL:       defaultGraphQLOptions(),
+		REST:          RESTOptions{DefaultCost: defaultRESTCost},
+		Subscriptions: SubscriptionOptions{MaxPerPrincipal: defaultMaxSubscriptionsPerPrincipal},
+		Mode:          budget.Enforce,
+		FailureMode:   budget.FailOpen,
+	}
+	return deps, policy
 }
 
 // holdBody waits for room for a body of n bytes among the large bodies in

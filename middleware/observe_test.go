@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter/guard"
 	"github.com/costguard/costguard/middleware"
 )
@@ -154,7 +155,7 @@ func TestDecisionLogHashesThePrincipal(t *testing.T) {
 	h := graphQLServer(lim, newTestSchema())
 	query(t, h, query61, bearer(aliceKey))
 	text := logs.text()
-	if !strings.Contains(text, "principal="+middleware.HashKey("user:alice")) || strings.Contains(text, "alice") {
+	if !strings.Contains(text, "principal="+identity.HashKey("user:alice")) || strings.Contains(text, "alice") {
 		t.Errorf("decision log:\n%s", text)
 	}
 	if logs.count(slog.LevelDebug) != 1 {

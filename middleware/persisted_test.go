@@ -340,7 +340,7 @@ func testTrustedEnforce(t *testing.T, store limiter.Store, install func(*middlew
 	{
 		cfg := persistedConfig(store)
 		// { __typename } is there for the tests to read the budget with.
-		cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), reposDoc, "{ __typename }"), Mode: middleware.TrustedEnforce}
+		cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), reposDoc, "{ __typename }"), Mode: trusteddocs.Enforce}
 		a := newAdopter(t, cfg, install)
 		hash := trusteddocs.Hash(reposDoc)
 		vars := map[string]any{"n": 5}
@@ -427,7 +427,7 @@ func TestTrustedDocumentsRelax(t *testing.T) {
 				"pro":  {Burst: 100, Rate: 1, Per: time.Hour, DisableRefund: true},
 			}
 			cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{
-				File: writeManifest(t, t.TempDir(), reposDoc, deepDoc), Mode: middleware.TrustedAllowUnlisted, RelaxStructuralLimits: relax,
+				File: writeManifest(t, t.TempDir(), reposDoc, deepDoc), Mode: trusteddocs.AllowUnlisted, RelaxStructuralLimits: relax,
 			}
 			a := newAdopter(t, cfg, persistedAPQ(false))
 			deepUntrusted := strings.Replace(deepDoc, "first: 2) { name", "first: 3) { name", 1)
@@ -503,7 +503,7 @@ func TestTrustedDocumentsConfigErrors(t *testing.T) {
 		want string
 	}{
 		{middleware.TrustedDocumentsOptions{File: path, Mode: "strict"}, `mode "strict"`},
-		{middleware.TrustedDocumentsOptions{Mode: middleware.TrustedEnforce}, "a mode but no file"},
+		{middleware.TrustedDocumentsOptions{Mode: trusteddocs.Enforce}, "a mode but no file"},
 		{middleware.TrustedDocumentsOptions{File: path, Manifest: m}, "not both"},
 		{middleware.TrustedDocumentsOptions{File: filepath.Join(dir, "missing.json")}, "missing.json"},
 	} {
@@ -661,7 +661,7 @@ func TestTrustedDocumentsNotShadowed(t *testing.T) {
 func TestPersistedQueryCache(t *testing.T) {
 	ctx := context.Background()
 	other := `{ user(login: "octocat") { name } }`
-	for _, mode := range []middleware.TrustedDocumentsMode{middleware.TrustedEnforce, middleware.TrustedAllowUnlisted} {
+	for _, mode := range []trusteddocs.Mode{trusteddocs.Enforce, trusteddocs.AllowUnlisted} {
 		t.Run(string(mode), func(t *testing.T) {
 			cfg := persistedConfig(nil)
 			cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), reposDoc), Mode: mode}
@@ -674,7 +674,7 @@ func TestPersistedQueryCache(t *testing.T) {
 			c.Add(ctx, trusteddocs.Hash(other), other)
 			_, stored := inner.Get(ctx, trusteddocs.Hash(other))
 			_, found := c.Get(ctx, trusteddocs.Hash(other))
-			if want := mode == middleware.TrustedAllowUnlisted; stored != want || found != want {
+			if want := mode == trusteddocs.AllowUnlisted; stored != want || found != want {
 				t.Errorf("a registration: stored %v, found %v; want %v", stored, found, want)
 			}
 		})
@@ -756,7 +756,7 @@ func TestAPQOverMultipartAndSSE(t *testing.T) {
 // too, before it runs, paying invalid_cost; a trusted upload runs.
 func TestTrustedDocumentsEnforceMultipartAndSSE(t *testing.T) {
 	cfg := persistedConfig(nil)
-	cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), attachDoc, "{ __typename }"), Mode: middleware.TrustedEnforce}
+	cfg.TrustedDocuments = middleware.TrustedDocumentsOptions{File: writeManifest(t, t.TempDir(), attachDoc, "{ __typename }"), Mode: trusteddocs.Enforce}
 	a := newAdopter(t, cfg, installAPQ(false, false))
 	upload := func(doc string) (int, gqlResponse, []byte) {
 		b, _ := json.Marshal(map[string]any{"query": doc, "variables": map[string]any{"file": nil}})

@@ -155,7 +155,7 @@ func (e *costExtension) checkRateLimitField(schema *ast.Schema, set *settings) e
 // other than the default is required to be there.
 func (s *settings) rateLimitFieldOf(schema *ast.Schema) (*rateLimitField, error) {
 	f := findRateLimitField(schema, s.gql.RateLimitField)
-	if !f.onQuery && f.name != DefaultGraphQLOptions().RateLimitField {
+	if !f.onQuery && f.name != defaultGraphQLOptions().RateLimitField {
 		return nil, fmt.Errorf("middleware: GraphQLOptions.RateLimitField is %q, but the schema's Query type has no such field with a Boolean argument %s",
 			f.name, dryRunArgument)
 	}

@@ -27,7 +27,7 @@ func (s *settings) buildRoutes(o RESTOptions) error {
 	}
 	s.restCost = o.DefaultCost
 	if s.restCost == 0 {
-		s.restCost = DefaultRESTCost
+		s.restCost = defaultRESTCost
 	}
 	smallest := s.smallestPlan()
 	s.leastBurst = max(s.leastBurst, s.restCost)

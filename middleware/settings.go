@@ -279,10 +279,10 @@ func orDefault[T int | int64](name string, v *T, def T) error {
 	return nil
 }
 
-// DefaultGraphQLOptions returns the value each zero field of
+// defaultGraphQLOptions returns the value each zero field of
 // GraphQLOptions takes (0 for MaxCost and UploadCostPerMiB: no cap, no
-// cost). Each default is written here once.
-func DefaultGraphQLOptions() GraphQLOptions {
+// cost), Defaults' Policy.GraphQL. Each default is written here once.
+func defaultGraphQLOptions() GraphQLOptions {
 	return GraphQLOptions{
 		MaxDepth:          15, // GraphiQL's schema query is 13 deep
 		MaxBreadth:        100,
@@ -305,7 +305,7 @@ func DefaultGraphQLOptions() GraphQLOptions {
 // normalizeGraphQL resolves the options to their effective values, where 0
 // means no cap (or no cost) for every field but DefaultListSize.
 func normalizeGraphQL(o GraphQLOptions) (GraphQLOptions, error) {
-	def := DefaultGraphQLOptions()
+	def := defaultGraphQLOptions()
 	if o.RateLimitField == "" {
 		o.RateLimitField = def.RateLimitField
 	}

@@ -35,11 +35,11 @@ type connState struct {
 // Close codes of the graphql-transport-ws protocol for a connection
 // WebsocketInit refuses: a SocketError's Code.
 const (
-	// CloseForbidden: the connection_init payload names an unknown API key.
-	CloseForbidden = 4403
-	// CloseInternalError: the principal could not be identified (the
+	// closeForbidden: the connection_init payload names an unknown API key.
+	closeForbidden = 4403
+	// closeInternalError: the principal could not be identified (the
 	// KeyLookup failed).
-	CloseInternalError = 4500
+	closeInternalError = 4500
 )
 
 // isSocketUpgrade reports whether r asks for a WebSocket: a GET with an
@@ -162,12 +162,13 @@ func addSocketError(ctx context.Context, ge *gqlerror.Error) (ok bool) {
 
 // A SocketError is the error WebsocketInit returns for a connection it
 // refuses: gqlgen sends Message to the client and closes the connection.
-// Code is the graphql-transport-ws close code the refusal deserves
-// (CloseForbidden, CloseInternalError). gqlgen closes with it from v0.17.92
-// on, through transport.WithWebsocketCloseCode, which older releases lack:
-// the core, which builds with those, leaves the code to the separate module
-// github.com/costguard/costguard/middleware/wsclose, and without it the
-// connection closes with 1000 (normal closure) after the message.
+// Code is the graphql-transport-ws close code the refusal deserves (4403:
+// an unknown API key; 4500: the key lookup failed). gqlgen closes with it
+// from v0.17.92 on, through transport.WithWebsocketCloseCode, which older
+// releases lack: the core, which builds with those, leaves the code to the
+// separate module github.com/costguard/costguard/middleware/wsclose, and
+// without it the connection closes with 1000 (normal closure) after the
+// message.
 type SocketError struct {
 	Code    int
 	Message string
@@ -181,11 +182,10 @@ func (e *SocketError) CloseCode() int { return e.Code }
 // WebsocketInit returns an InitFunc for gqlgen's Websocket transport that
 // checks the credentials of a connection_init payload when the connection
 // opens: an unknown API key closes the connection before any operation
-// with a *SocketError of Code CloseForbidden (4403), a lookup that fails
-// with CloseInternalError (4500); wsclose.InitFunc around it closes with
-// that code. next, when not nil, runs after the check. Without
-// WebsocketInit the connection opens and each of its operations is refused
-// UNKNOWN_API_KEY instead:
+// with a *SocketError of Code 4403, a lookup that fails with Code 4500;
+// wsclose.InitFunc around it closes with that code. next, when not nil,
+// runs after the check. Without WebsocketInit the connection opens and
+// each of its operations is refused UNKNOWN_API_KEY instead:
 //
 //	srv.AddTransport(transport.Websocket{InitFunc: lim.WebsocketInit(nil)})
 func (l *Limiter) WebsocketInit(next transport.WebsocketInitFunc) transport.WebsocketInitFunc {
@@ -195,10 +195,10 @@ func (l *Limiter) WebsocketInit(next transport.WebsocketInitFunc) transport.Webs
 			if r := withInitCredentials(base, payload); r != base {
 				if _, _, err := l.current().identify(r); err != nil {
 					if errors.Is(err, identity.ErrUnknownAPIKey) {
-						return ctx, nil, &SocketError{Code: CloseForbidden, Message: "unknown API key"}
+						return ctx, nil, &SocketError{Code: closeForbidden, Message: "unknown API key"}
 					}
 					l.log.ErrorContext(ctx, "middleware: cannot identify a WebSocket connection", "err", err)
-					return ctx, nil, &SocketError{Code: CloseInternalError, Message: "rate limiter unavailable"}
+					return ctx, nil, &SocketError{Code: closeInternalError, Message: "rate limiter unavailable"}
 				}
 			}
 		}

@@ -22,9 +22,9 @@ import (
 // SubscriptionOptions.MaxPerPrincipal subscriptions open (429).
 const CodeSubscriptionsLimited = "SUBSCRIPTIONS_LIMITED"
 
-// DefaultMaxSubscriptionsPerPrincipal is the default of
+// defaultMaxSubscriptionsPerPrincipal is the default of
 // SubscriptionOptions.MaxPerPrincipal: what GitHub allows in flight.
-const DefaultMaxSubscriptionsPerPrincipal = 100
+const defaultMaxSubscriptionsPerPrincipal = 100
 
 // SubscriptionOptions bound GraphQL subscriptions.
 type SubscriptionOptions struct {
@@ -32,7 +32,7 @@ type SubscriptionOptions struct {
 	// once in this process, over every connection and transport; one more
 	// is refused with SUBSCRIPTIONS_LIMITED. A slot is free again when the
 	// subscription completes, the client stops it, or its connection
-	// closes. Default DefaultMaxSubscriptionsPerPrincipal; None: no cap.
+	// closes. Default 100; None: no cap.
 	MaxPerPrincipal int `yaml:"max_per_principal"`
 }
 
@@ -40,7 +40,7 @@ type SubscriptionOptions struct {
 func (o SubscriptionOptions) maxSubscriptions() (int, error) {
 	switch n := o.MaxPerPrincipal; {
 	case n == 0:
-		return DefaultMaxSubscriptionsPerPrincipal, nil
+		return defaultMaxSubscriptionsPerPrincipal, nil
 	case n == None:
 		return 0, nil
 	case n < 0:

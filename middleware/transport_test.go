@@ -971,9 +971,13 @@ func TestRefusalBeforeExecutionHasNoData(t *testing.T) {
 
 // By default a principal holds at most 100 subscriptions open.
 func TestSubscriptionCapDefault(t *testing.T) {
+	deps, policy := middleware.Defaults()
+	if policy.Subscriptions.MaxPerPrincipal != 100 || deps.MaxUploadBytes != 32<<20 {
+		t.Error("the documented defaults changed")
+	}
 	a := newAdopter(t, config{}, nil)
 	s := a.dial(protoTransportWS, nil, nil)
-	for i := range middleware.DefaultMaxSubscriptionsPerPrincipal {
+	for i := range 100 {
 		s.start(fmt.Sprint(i), subscribeDoc)
 	}
 	waitFor(t, func() bool { return a.lim.OpenSubscriptions() == 100 })
@@ -981,9 +985,6 @@ func TestSubscriptionCapDefault(t *testing.T) {
 	m := s.next()
 	if codes := errorCodes(t, m); m.ID != "one more" || len(codes) != 1 || codes[0] != middleware.CodeSubscriptionsLimited {
 		t.Errorf("the 101st: %s %s %s", m.ID, m.Type, m.Payload)
-	}
-	if middleware.DefaultMaxSubscriptionsPerPrincipal != 100 || middleware.DefaultMaxUploadBytes != 32<<20 {
-		t.Error("the documented defaults changed")
 	}
 }
 
@@ -1038,15 +1039,16 @@ func TestWebSocketFloodsPay(t *testing.T) {
 		s.start(fmt.Sprint("s", i), subscribeDoc)
 	}
 	codes := map[string]int{}
-	for range 600 - middleware.DefaultMaxSubscriptionsPerPrincipal {
+	_, def := middleware.Defaults()
+	for range 600 - def.Subscriptions.MaxPerPrincipal {
 		m := s.next()
 		for _, c := range errorCodes(t, m) {
 			codes[c]++
 		}
 	}
 	t.Logf("600 subscriptions: %d open, refused %v; %d points left", a.lim.OpenSubscriptions(), codes, a.remaining(""))
-	if n := a.lim.OpenSubscriptions(); n != middleware.DefaultMaxSubscriptionsPerPrincipal {
-		t.Errorf("%d subscriptions open, want %d", n, middleware.DefaultMaxSubscriptionsPerPrincipal)
+	if n := a.lim.OpenSubscriptions(); n != def.Subscriptions.MaxPerPrincipal {
+		t.Errorf("%d subscriptions open, want %d", n, def.Subscriptions.MaxPerPrincipal)
 	}
 	if codes[middleware.CodeSubscriptionsLimited]+codes[budget.CodeRateLimited] != 500 {
 		t.Errorf("refusals %v, want 500", codes)
@@ -1162,11 +1164,12 @@ func TestRefusedIntrospectionPaysInvalidCost(t *testing.T) {
 	if len(resp.Errors) == 0 || resp.Extensions.Cost.RequestedQueryCost != 200 {
 		t.Fatalf("off: status %d, errors %v, requested %d; want an error and 200 requested", status, resp.Errors, resp.Extensions.Cost.RequestedQueryCost)
 	}
-	if a := resp.Extensions.Cost.ActualQueryCost; a == nil || *a != middleware.DefaultGraphQLOptions().InvalidCost {
-		t.Errorf("off: actualQueryCost %v, want %d", a, middleware.DefaultGraphQLOptions().InvalidCost)
+	_, def := middleware.Defaults()
+	if a := resp.Extensions.Cost.ActualQueryCost; a == nil || *a != def.GraphQL.InvalidCost {
+		t.Errorf("off: actualQueryCost %v, want %d", a, def.GraphQL.InvalidCost)
 	}
-	if got := off.remaining(adopterKey); got != adopterBurst-middleware.DefaultGraphQLOptions().InvalidCost {
-		t.Errorf("off: remaining %d, want %d", got, adopterBurst-middleware.DefaultGraphQLOptions().InvalidCost)
+	if got := off.remaining(adopterKey); got != adopterBurst-def.GraphQL.InvalidCost {
+		t.Errorf("off: remaining %d, want %d", got, adopterBurst-def.GraphQL.InvalidCost)
 	}
 	// On, through an Introspection extension added after the limiter: it
 	// runs, and pays its price.

@@ -30,18 +30,6 @@ const (
 	CodeDocumentNotTrusted = "DOCUMENT_NOT_TRUSTED"
 )
 
-// TrustedDocumentsMode says what runs besides the trusted documents.
-type TrustedDocumentsMode string
-
-const (
-	// TrustedEnforce runs only the trusted documents: any other document,
-	// or an unknown hash, is refused and pays InvalidCost.
-	TrustedEnforce TrustedDocumentsMode = "enforce"
-	// TrustedAllowUnlisted runs other documents too, under the usual caps
-	// (gqlgen's automatic persisted queries included).
-	TrustedAllowUnlisted TrustedDocumentsMode = "allow_unlisted"
-)
-
 // TrustedDocumentsOptions name the trusted documents: the operations a
 // server's own clients send, from a manifest their build writes out
 // (package trusteddocs reads the formats). A request names one by its
@@ -62,8 +50,9 @@ type TrustedDocumentsOptions struct {
 	File string `yaml:"file"`
 	// Manifest is the trusted documents given in code, instead of File.
 	Manifest *trusteddocs.Manifest `yaml:"-"`
-	// Mode is enforce (the default) or allow_unlisted.
-	Mode TrustedDocumentsMode `yaml:"mode"`
+	// Mode is trusteddocs.Enforce (the default) or
+	// trusteddocs.AllowUnlisted.
+	Mode trusteddocs.Mode `yaml:"mode"`
 	// RelaxStructuralLimits lifts, for trusted documents only, the caps
 	// on their shape that are known when they are compiled: MaxDepth,
 	// MaxAliases, MaxRootFields, MaxNodes, MaxTokens and MaxSelections
@@ -80,14 +69,14 @@ type trustedSet struct {
 
 // compileTrusted validates o, reading its file.
 func compileTrusted(o TrustedDocumentsOptions) (*trustedSet, error) {
-	var mode TrustedDocumentsMode
+	var mode trusteddocs.Mode
 	switch o.Mode {
-	case "", TrustedEnforce:
-		mode = TrustedEnforce
-	case TrustedAllowUnlisted:
+	case "", trusteddocs.Enforce:
+		mode = trusteddocs.Enforce
+	case trusteddocs.AllowUnlisted:
 		mode = o.Mode
 	default:
-		return nil, keyed(fmt.Errorf("%w: trusted documents mode %q; want %q or %q", ErrInvalidConfig, o.Mode, TrustedEnforce, TrustedAllowUnlisted), "trusted_documents", "mode")
+		return nil, keyed(fmt.Errorf("%w: trusted documents mode %q; want %q or %q", ErrInvalidConfig, o.Mode, trusteddocs.Enforce, trusteddocs.AllowUnlisted), "trusted_documents", "mode")
 	}
 	m := o.Manifest
 	switch {
@@ -103,7 +92,7 @@ func compileTrusted(o TrustedDocumentsOptions) (*trustedSet, error) {
 	case m == nil:
 		return nil, nil
 	}
-	return &trustedSet{m: m, enforce: mode == TrustedEnforce, relax: o.RelaxStructuralLimits}, nil
+	return &trustedSet{m: m, enforce: mode == trusteddocs.Enforce, relax: o.RelaxStructuralLimits}, nil
 }
 
 // lookup returns the trusted document whose text is query.

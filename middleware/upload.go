@@ -22,9 +22,9 @@ const (
 	// CodeRequestTimeout: the request body did not arrive in time (408).
 	CodeRequestTimeout = "REQUEST_TIMEOUT"
 
-	// DefaultMaxUploadBytes is the default of Dependencies.MaxUploadBytes, the
+	// defaultMaxUploadBytes is the default of Dependencies.MaxUploadBytes, the
 	// size gqlgen's MultipartForm allows by default.
-	DefaultMaxUploadBytes = 32 << 20
+	defaultMaxUploadBytes = 32 << 20
 
 	// multipartSlack is what the multipart reader may read past the
 	// operations part (its buffer and the next part's boundary) and the

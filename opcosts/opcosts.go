@@ -102,8 +102,8 @@ type Decision struct {
 }
 
 // MaxNameBytes is the longest operation name a Tracker keeps: a longer
-// one is cut to its first MaxNameBytes bytes (middleware.MaxOperationName,
-// what an Event carries).
+// one is cut to its first MaxNameBytes bytes, as the name a
+// middleware.Event carries is.
 const MaxNameBytes = kept.MaxOperation
 
 // MaxBytes bounds the memory of a Tracker of cfg (its zero Capacity taken

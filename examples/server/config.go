@@ -117,7 +117,8 @@ type graphQLConfig struct {
 // gqlgen parser's token limit.
 func (g graphQLConfig) maxTokens() int {
 	if g.MaxTokens == 0 {
-		return middleware.DefaultGraphQLOptions().MaxTokens
+		_, def := middleware.Defaults()
+		return def.GraphQL.MaxTokens
 	}
 	return g.MaxTokens
 }

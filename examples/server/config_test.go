@@ -18,10 +18,6 @@ import (
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
 	"github.com/costguard/costguard/identity"
-	"github.com/costguard/costguard/limiter/breaker"
-	"github.com/costguard/costguard/limiter/memorystore"
-	"github.com/costguard/costguard/limiter/splitbudget"
-	"github.com/costguard/costguard/limiter/stack"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/middleware/querycache"
 	"github.com/costguard/costguard/overload"
@@ -63,36 +59,20 @@ func TestDefaultsEqualSpelledOut(t *testing.T) {
 }
 
 // withLibraryDefaults fills the keys c leaves zero with the library's
-// documented defaults, each read from where the library defines it, and
-// the file's 0 where it means "none": the configuration in force.
+// defaults, as middleware.Defaults gives them, and with this server's
+// own (the query cache, the challenge): the configuration in force.
 func withLibraryDefaults(c config) config {
 	fill := func(v, def any) {
 		if p := reflect.ValueOf(v).Elem(); p.IsZero() {
 			p.Set(reflect.ValueOf(def))
 		}
 	}
-	gql, lib := reflect.ValueOf(&c.GraphQL.GraphQLOptions).Elem(), reflect.ValueOf(middleware.DefaultGraphQLOptions())
-	for i := range gql.NumField() {
-		if gql.Field(i).IsZero() {
-			gql.Field(i).Set(lib.Field(i))
-		}
-	}
+	deps, policy := middleware.Defaults()
+	fillZero(reflect.ValueOf(&c.Dependencies).Elem(), reflect.ValueOf(deps))
+	fillZero(reflect.ValueOf(&c.Policy).Elem(), reflect.ValueOf(policy))
+	fillZero(reflect.ValueOf(&c.GraphQL.GraphQLOptions).Elem(), reflect.ValueOf(policy.GraphQL))
 	fill(&c.GraphQL.QueryCacheEntries, querycache.DefaultEntries)
 	fill(&c.GraphQL.QueryCacheBytes, int64(querycache.DefaultBytes))
-	fill(&c.REST.DefaultCost, int64(middleware.DefaultRESTCost))
-	fill(&c.FailureMode, budget.FailOpen)
-	fill(&c.Mode, budget.Enforce)
-	fill(&c.StoreTimeout, stack.DefaultStoreTimeout)
-	fill(&c.Breaker.Failures, breaker.DefaultFailures)
-	fill(&c.Breaker.CoolDown, breaker.DefaultCoolDown)
-	fill(&c.OverLimitCache, stack.OverLimitCacheAuto)
-	fill(&c.SplitBudget.LeaseFraction, splitbudget.DefaultLeaseFraction)
-	fill(&c.SplitBudget.SettleInterval, splitbudget.DefaultSettleInterval)
-	fill(&c.MaxBodyBytes, int64(middleware.DefaultMaxBodyBytes))
-	fill(&c.MaxBodyBytesInFlight, int64(middleware.DefaultMaxBodyBytesInFlight))
-	fill(&c.MaxUploadBytes, int64(middleware.DefaultMaxUploadBytes))
-	fill(&c.MemoryStore.MaxKeys, memorystore.DefaultMaxKeys)
-	fill(&c.Subscriptions.MaxPerPrincipal, middleware.DefaultMaxSubscriptionsPerPrincipal)
 	fill(&c.Challenge.Bits, challenge.DefaultBits)
 	if len(c.TrustedProxies) == 0 {
 		c.TrustedProxies = nil
@@ -104,6 +84,21 @@ func withLibraryDefaults(c config) config {
 		c.Overload = &oc
 	}
 	return c
+}
+
+// fillZero sets each zero field of dst, a struct, to src's, field by
+// field into nested structs.
+func fillZero(dst, src reflect.Value) {
+	for i := range dst.NumField() {
+		d, v := dst.Field(i), src.Field(i)
+		switch {
+		case !d.CanSet():
+		case d.Kind() == reflect.Struct:
+			fillZero(d, v)
+		case d.IsZero():
+			d.Set(v)
+		}
+	}
 }
 
 // docsPath is the configuration reference, relative to this package.

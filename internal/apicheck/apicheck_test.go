@@ -3,10 +3,12 @@ package apicheck
 import (
 	"flag"
 	"fmt"
+	"go/types"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -25,8 +27,11 @@ const header = `# The public API of the module github.com/costguard/costguard: e
 # Made by go test ./internal/apicheck -update; see api/README.md.
 `
 
+// loadLibrary is load(root), run once for every test that needs it.
+var loadLibrary = sync.OnceValues(func() ([]*types.Package, error) { return load(root) })
+
 func TestAPI(t *testing.T) {
-	pkgs, err := load(root)
+	pkgs, err := loadLibrary()
 	if err != nil {
 		t.Fatal(err)
 	}

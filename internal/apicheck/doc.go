@@ -5,5 +5,7 @@
 // and the optional modules excepted) and compares the listing with
 // api/costguard.txt. A change to the API fails the test until the listing
 // changes with it (go test ./internal/apicheck -update); see api/README.md.
+// It also bounds how many package-level names a package may export
+// (bounds), so that a package keeps one job.
 // It has no code of its own.
 package apicheck

@@ -111,9 +111,9 @@ func NewMemory(cfg MemoryConfig) (*Memory, error) {
 			ErrFull, size.MaxKeys, size.PerShard()),
 	}, nil
 }
+
 // Local reports true: the leases are in this process (limiter.Local).
 func (*Memory) Local() bool { return true }
-
 
 // now is the time in ns since the origin.
 func (m *Memory) now() int64 {

@@ -279,9 +279,9 @@ func (s *Store) Refund(ctx context.Context, key string, limit limiter.Limit, amo
 	err := s.apply(ctx, &d, key, &limit, amount, true)
 	return d, err
 }
+
 // Local reports true: the budgets are in this process (limiter.Local).
 func (*Store) Local() bool { return true }
-
 
 // Len reports how many keys the store holds.
 func (s *Store) Len() int { return s.shards.Len() }

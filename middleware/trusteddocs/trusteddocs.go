@@ -14,8 +14,9 @@
 // extensions.persistedQuery.sha256Hash, or GraphQL over HTTP's documentId)
 // then gets exactly the text that hash stands for.
 //
-// The package only reads manifests; package middleware (the
-// TrustedDocuments option) decides what a request may run with one.
+// The package reads manifests and names the modes (Mode); package
+// middleware (the TrustedDocuments option) decides what a request may run
+// with them.
 package trusteddocs
 
 import (
@@ -38,6 +39,20 @@ const DefaultMaxBytes = 16 << 20
 
 // ApolloFormat is the format member of Apollo's persisted query manifest.
 const ApolloFormat = "apollo-persisted-query-manifest"
+
+// Mode says what runs besides the trusted documents. Its values are the
+// mode key's values in a YAML configuration (trusted_documents.mode).
+type Mode string
+
+const (
+	// Enforce runs only the trusted documents: any other document, or an
+	// unknown hash, is refused and pays middleware's
+	// GraphQLOptions.InvalidCost.
+	Enforce Mode = "enforce"
+	// AllowUnlisted runs other documents too, under the usual caps
+	// (gqlgen's automatic persisted queries included).
+	AllowUnlisted Mode = "allow_unlisted"
+)
 
 // ErrInvalidManifest wraps every error about a manifest's content.
 var ErrInvalidManifest = errors.New("trusteddocs: invalid manifest")

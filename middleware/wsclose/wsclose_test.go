@@ -108,8 +108,8 @@ func TestInitFuncClosesWithTheRefusalsCode(t *testing.T) {
 		want   int
 	}{
 		{"known key", keys{}, "good", true, 0},
-		{"unknown key", keys{}, "nope", true, middleware.CloseForbidden},
-		{"lookup fails", keys{err: errors.New("database down")}, "nope", true, middleware.CloseInternalError},
+		{"unknown key", keys{}, "nope", true, 4403},
+		{"lookup fails", keys{err: errors.New("database down")}, "nope", true, 4500},
 		{"unknown key, without wsclose", keys{}, "nope", false, 1000},
 	} {
 		if got := closeCode(t, tc.lookup, tc.wrap, tc.key); got != tc.want {

@@ -207,7 +207,7 @@ func available(base string) (left, price int64, err error) {
 		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(middleware.HeaderGraphQLCost, middleware.CostValidate)
+	req.Header.Set(middleware.HeaderGraphQLCost, "validate")
 	_, b, err := do(req, nil)
 	if err != nil {
 		return 0, 0, err
