@@ -114,8 +114,8 @@ func (e *costExtension) InterceptOperation(ctx context.Context, next graphql.Ope
 			return refused
 		}
 	}
-	if resp := e.validateResponse(ctx, st); resp != nil {
-		return graphql.OneShot(resp)
+	if st.ask.mode == modeValidate {
+		return graphql.OneShot(e.validateResponse(ctx, st))
 	}
 	if st.sub != nil {
 		return st.sub.stream(next(ctx))

@@ -345,7 +345,7 @@ func (e *costExtension) analyzer(st *requestState) (*complexity.Analyzer, error)
 // boundFor returns the analyzer, with its plan cache, that p holds when it
 // prices by set's GraphQL options, else builds one and keeps it in p.
 func (e *costExtension) boundFor(p *atomic.Pointer[boundAnalyzer], set *settings) (*boundAnalyzer, error) {
-	if b := p.Load(); b != nil && b.set.pricesLike(set) {
+	if b := p.Load(); b != nil && (b.set == set || b.set.pricesLike(set)) {
 		return b, nil
 	}
 	e.buildMu.Lock()
@@ -926,7 +926,11 @@ func (s *requestState) record(o budget.Outcome, cost int64, code string) {
 // request is what the engine is asked about st's operation: its price
 // cost, in lane ln, selecting fields.
 func (s *requestState) request(ln *lane, cost int64, fields []budget.FieldCount) budget.Request {
-	return budget.Request{Key: s.id.Key, Addr: s.addr, Rule: s.plan.Rule, Lane: ln.budgetRule(), Cost: cost, Fields: fields}
+	req := budget.Request{Key: s.id.Key, Addr: s.addr, Rule: s.plan.Rule, Cost: cost, Fields: fields}
+	if ln != nil {
+		req.Lane = ln.budget
+	}
+	return req
 }
 
 // fieldCounts is the report's field counts as the engine takes them (nil
@@ -955,8 +959,11 @@ func (s *requestState) currentLane() *lane {
 // name is a substring of the document, so keeping it would keep the whole
 // document alive in every table the Event reaches.
 func operationName(op *ast.OperationDefinition) string {
-	if op == nil {
+	if op == nil || op.Name == "" {
 		return ""
+	}
+	if len(op.Name) <= kept.MaxOperation {
+		return strings.Clone(op.Name) // the usual name, whole
 	}
 	return kept.String(op.Name, kept.MaxOperation)
 }
@@ -1072,7 +1079,16 @@ func (e *costExtension) requestState(ctx context.Context, opCtx *graphql.Operati
 		return st, nil
 	}
 	if cs, ok := ctx.Value(connKey{}).(*connState); ok {
-		return e.socketState(ctx, cs, opCtx)
+		// An operation on a WebSocket, identified by the upgrade request
+		// in its context: a principal the application's InitFunc put
+		// there (WithPrincipal) is seen as on any request.
+		st, err := e.l.current().newState(cs.r.WithContext(ctx))
+		if err != nil {
+			return nil, e.identifyError(ctx, err)
+		}
+		st.conn = cs
+		opCtx.Stats.SetExtension(statsKey, st)
+		return st, nil
 	}
 	if _, due := e.l.notInstalledWarn.Due(e.l.clock.Now().Sub(e.l.start)); due {
 		e.l.log.ErrorContext(ctx, "middleware: a request reached the gqlgen server without passing the handler Limiter.Handler returned (is the server also served elsewhere?); refusing its operations")
@@ -1100,7 +1116,7 @@ func (set *settings) newState(r *http.Request) (*requestState, error) {
 // Retry-After on 429 and 503.
 func (l *Limiter) graphQL(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if installedOutside(r.Context()) {
+		if ctx := r.Context(); ctx.Value(stateKey{}) != nil || ctx.Value(connKey{}) != nil {
 			h.ServeHTTP(w, r) // wrapped twice: the outer wrapper limits this request
 			return
 		}
@@ -1111,7 +1127,14 @@ func (l *Limiter) graphQL(h http.Handler) http.Handler {
 			return
 		}
 		if isSocketUpgrade(r) {
-			l.serveSocket(w, r, h) // each operation on it is decided alone
+			// Identified (an unknown key answered 401 before any
+			// upgrade), then handed on with the connection's state: each
+			// operation on it is identified, priced and debited alone.
+			r = r.WithContext(context.WithValue(r.Context(), connKey{}, &connState{r: r}))
+			if l.shed != nil {
+				r = l.withDegradation(r)
+			}
+			h.ServeHTTP(w, r)
 			return
 		}
 		st.get = r.Method == http.MethodGet
@@ -1197,16 +1220,6 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, h http.Handler, 
 		st.settle(context.WithoutCancel(r.Context()), l)
 	}
 	st.end(r.Context(), l)
-}
-
-// installedOutside reports whether a GraphQL wrapper (of any Limiter)
-// already carries the request ctx belongs to.
-func installedOutside(ctx context.Context) bool {
-	if _, ok := ctx.Value(stateKey{}).(*requestState); ok {
-		return true
-	}
-	_, ok := ctx.Value(connKey{}).(*connState)
-	return ok
 }
 
 // largeBodyReadTimeout bounds reading a large declared body while it holds

@@ -82,6 +82,14 @@ type lane struct {
 	inFlight *atomic.Int64
 }
 
+// dryIf is ln's dry copy when dry, else ln.
+func (ln *lane) dryIf(dry bool) *lane {
+	if dry && ln != nil {
+		return ln.dry
+	}
+	return ln
+}
+
 // budgetRule is the lane's budget, nil for no lane or none.
 func (ln *lane) budgetRule() *budget.Rule {
 	if ln == nil {
@@ -202,14 +210,6 @@ func isRoute(h http.Handler) bool {
 // take it. A dry run (dry: it runs no resolver) never takes a lane above
 // normal priority nor queues (lane.dry).
 func (s *settings) laneForGraphQL(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, id identity.Identity, dry bool) *lane {
-	ln := s.laneByRoots(doc, op, vars, id)
-	if dry && ln != nil {
-		return ln.dry
-	}
-	return ln
-}
-
-func (s *settings) laneByRoots(doc *ast.QueryDocument, op *ast.OperationDefinition, vars map[string]any, id identity.Identity) *lane {
 	if len(s.lanes) == 0 {
 		return nil
 	}
@@ -227,10 +227,10 @@ func (s *settings) laneByRoots(doc *ast.QueryDocument, op *ast.OperationDefiniti
 			}
 		}
 		if ln.holdsFor(id) {
-			return ln
+			return ln.dryIf(dry)
 		}
 	}
-	return s.lastLane()
+	return s.lastLane().dryIf(dry)
 }
 
 // laneWithoutDocument is the lane of a GraphQL request of id when it can

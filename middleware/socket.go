@@ -53,28 +53,6 @@ func isSocketUpgrade(r *http.Request) bool {
 	return r.Method == http.MethodGet && r.Header.Get("Upgrade") != ""
 }
 
-// serveSocket hands the upgrade request to h with the connection's state:
-// the operations are priced, identified and debited one by one by the
-// Extension.
-func (l *Limiter) serveSocket(w http.ResponseWriter, r *http.Request, h http.Handler) {
-	ctx := context.WithValue(r.Context(), connKey{}, &connState{r: r})
-	h.ServeHTTP(w, l.withDegradation(r.WithContext(ctx)))
-}
-
-// socketState is the requestState of one operation on a WebSocket
-// connection, identified by the upgrade request in the operation's
-// context: a principal the application's InitFunc put there
-// (WithPrincipal) is seen as on any request.
-func (e *costExtension) socketState(ctx context.Context, cs *connState, opCtx *graphql.OperationContext) (*requestState, *gqlerror.Error) {
-	st, err := e.l.current().newState(cs.r.WithContext(ctx))
-	if err != nil {
-		return nil, e.identifyError(ctx, err)
-	}
-	st.conn = cs
-	opCtx.Stats.SetExtension(statsKey, st)
-	return st, nil
-}
-
 // identifyError is the GraphQL error of an identification that failed.
 func (e *costExtension) identifyError(ctx context.Context, err error) *gqlerror.Error {
 	if errors.Is(err, identity.ErrUnknownAPIKey) {
