@@ -149,7 +149,10 @@ func HashKey(key string) string {
 // "Authorization: Bearer" header, else the X-API-Key header. Other
 // Authorization schemes are not API keys and are ignored.
 func APIKeyFrom(r *http.Request) (string, bool) {
-	if auth := headerValue(r.Header, "Authorization"); auth != "" {
+	// The header map is read with the canonical names directly: Get
+	// would canonicalize them again on every request.
+	if v := r.Header["Authorization"]; len(v) > 0 && v[0] != "" {
+		auth := v[0]
 		scheme, token, ok := strings.Cut(auth, " ")
 		if ok && strings.EqualFold(scheme, "Bearer") {
 			if token = strings.TrimSpace(token); token != "" {
@@ -157,22 +160,15 @@ func APIKeyFrom(r *http.Request) (string, bool) {
 			}
 		}
 	}
-	if k := strings.TrimSpace(headerValue(r.Header, canonicalAPIKey)); k != "" {
-		return k, true
+	if v := r.Header[canonicalAPIKey]; len(v) > 0 {
+		if k := strings.TrimSpace(v[0]); k != "" {
+			return k, true
+		}
 	}
 	return "", false
 }
 
 var canonicalAPIKey = http.CanonicalHeaderKey(HeaderAPIKey)
-
-// headerValue is h.Get(key) for a key already in canonical form, without
-// checking and canonicalizing it again on every request.
-func headerValue(h http.Header, key string) string {
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
 
 // ChainConfig configures the default chain NewChain builds.
 type ChainConfig struct {
@@ -237,7 +233,8 @@ type defaultIdentifier struct {
 }
 
 func (d *defaultIdentifier) Identify(r *http.Request) (Identity, error) {
-	if name, plan, ok := PrincipalFrom(r.Context()); ok {
+	if p, ok := r.Context().Value(principalKey{}).(principal); ok { // PrincipalFrom
+		name, plan := p.name, p.plan
 		if name == "" {
 			return Identity{}, errors.New("identity: WithPrincipal with an empty principal")
 		}
@@ -262,25 +259,23 @@ func (d *defaultIdentifier) Identify(r *http.Request) (Identity, error) {
 	return Identity{Key: addressKey(d.proxies.clientIP(r)), Plan: d.anonymousPlan}, nil
 }
 
-// appendClientKey appends a client address as a bucket identity. IPv6 clients are
-// grouped by /64: a single subscriber usually holds a whole /64 and could
-// otherwise mint a fresh budget per address.
-func appendClientKey(b []byte, a netip.Addr) []byte {
-	switch {
-	case !a.IsValid():
-		return append(b, "unknown"...)
-	case a.Is6():
-		p, _ := a.Prefix(64)
-		return p.AppendTo(b)
-	}
-	return a.AppendTo(b)
-}
-
 // addressKey is the bucket identity of an anonymous client: "ip:" and its
-// client key, built in one allocation (it is on every anonymous request).
+// address, built in one allocation (it is on every anonymous request).
+// IPv6 clients are grouped by /64: a single subscriber usually holds a
+// whole /64 and could otherwise mint a fresh budget per address.
 func addressKey(a netip.Addr) string {
 	var buf [64]byte // "ip:" and the longest /64 prefix fit
-	return string(appendClientKey(append(buf[:0], "ip:"...), a))
+	b := append(buf[:0], "ip:"...)
+	switch {
+	case !a.IsValid():
+		b = append(b, "unknown"...)
+	case a.Is6():
+		p, _ := a.Prefix(64)
+		b = p.AppendTo(b)
+	default:
+		b = a.AppendTo(b)
+	}
+	return string(b)
 }
 
 // proxyResolver finds the client address behind trusted reverse proxies.
@@ -322,7 +317,10 @@ func (p *proxyResolver) isTrusted(a netip.Addr) bool {
 // only entries right of the last trusted hop were written by someone we
 // trust). An unparseable entry ends the walk at the hop that reported it.
 func (p *proxyResolver) clientIP(r *http.Request) netip.Addr {
-	peer := parseHostAddr(r.RemoteAddr)
+	peer, ok := parseIPv4Port(r.RemoteAddr) // the common case, without netip's general parser
+	if !ok {
+		peer = parseHostAddr(r.RemoteAddr)
+	}
 	if !peer.IsValid() || len(p.trusted) == 0 || !p.isTrusted(peer) {
 		return peer
 	}

@@ -61,7 +61,7 @@ func TestClientIP(t *testing.T) {
 				r.Header = http.Header{}
 			}
 			p := &proxyResolver{trusted: prefixes, forwarded: tc.forwarded}
-			if got := string(appendClientKey(nil, p.clientIP(r))); got != tc.want {
+			if got := strings.TrimPrefix(addressKey(p.clientIP(r)), "ip:"); got != tc.want {
 				t.Errorf("client %q, want %q", got, tc.want)
 			}
 		})

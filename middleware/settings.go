@@ -346,7 +346,9 @@ func (s *settings) identify(r *http.Request) (identity.Identity, *plan, error) {
 	// An Identifier may name a principal by anything a client sent: past
 	// kept.MaxKey bytes the key becomes its prefix and its hash, still
 	// its alone, so that no table holds more of it.
-	id.Key = kept.Bound(id.Key, kept.MaxKey)
+	if len(id.Key) > kept.MaxKey {
+		id.Key = kept.Bound(id.Key, kept.MaxKey)
+	}
 	p, ok := s.plans[id.Plan]
 	if !ok {
 		return id, nil, fmt.Errorf("middleware: identity %s has plan %q, which is not among the plans (%s)", id.Key, id.Plan, s.planList())
