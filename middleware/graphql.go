@@ -540,7 +540,10 @@ func (e *costExtension) decide(ctx context.Context, st *requestState, opCtx *gra
 		st.ask.dryRun = e.dryRun(st.set, opCtx.Operation, opCtx.Variables)
 	}
 	dry := st.ask.mode == modeValidate || st.ask.dryRun
-	ln := st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, opCtx.Variables, st.id, dry)
+	var ln *lane // no lanes configured: none
+	if len(st.set.lanes) > 0 {
+		ln = st.set.laneForGraphQL(opCtx.Doc, opCtx.Operation, opCtx.Variables, st.id, dry)
+	}
 	st.mu.Lock()
 	st.lane, st.laned = ln, true
 	st.mu.Unlock()
@@ -1002,7 +1005,7 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 	}
 	s.phase = phaseReported
 	ln := s.lane
-	if !s.laned {
+	if !s.laned && len(s.set.lanes) > 0 {
 		ln = s.set.laneForGraphQL(nil, nil, nil, s.id, false) // refused before it was parsed
 	}
 	e := l.newEvent(KindGraphQL, s.id, s.plan, ln, s.outcome, s.cost, s.code)
