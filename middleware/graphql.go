@@ -631,7 +631,11 @@ func (e *costExtension) charge(ctx context.Context, st *requestState, opCtx *gra
 			return gerr
 		}
 	}
-	req := st.request(ln, cost, fieldCounts(rep.FieldCounts))
+	var fields []budget.FieldCount // what the field limits count
+	if len(rep.FieldCounts) > 0 {
+		fields = fieldCounts(rep.FieldCounts)
+	}
+	req := st.request(ln, cost, fields)
 	req.ChargeInvalidIfNever = true // a price it can never pay is refused as a static cap is
 	o := l.engine.Charge(ctx, req)
 	st.record(o, cost, codeOf(o, nil))
@@ -740,13 +744,15 @@ func (e *costExtension) InterceptResponse(ctx context.Context, next graphql.Resp
 	if resp == nil || !graphql.HasOperationContext(ctx) {
 		return resp
 	}
-	e.l.checkDirectiveHooks(ctx, resp.Errors)
+	if len(resp.Errors) > 0 {
+		e.l.checkDirectiveHooks(ctx, resp.Errors)
+	}
 	opCtx := graphql.GetOperationContext(ctx) // once: each lookup walks gqlgen's context chain
 	st, gerr := e.requestState(ctx, opCtx)
 	if gerr != nil || !e.owns(st) {
 		return resp
 	}
-	if st.sub != nil && st.sub.charging() {
+	if st.sub != nil && st.sub.admitted.Load() {
 		return e.chargeEvent(ctx, st, opCtx, resp) // the subscribe ended when it was admitted
 	}
 	if st.isDecided() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/costguard/costguard/budget"
@@ -100,11 +101,13 @@ type subscription struct {
 	slots *subscriptionSlots
 	key   string
 
-	mu       sync.Mutex
-	admitted bool // its price was debited: its events are charged
-	ended    bool // an event could not be paid: no more are sent
-	held     bool // it holds a slot
-	stop     func() bool
+	// admitted: its price was debited, so its events are charged one by
+	// one. ended: an event could not be paid, so no more are sent.
+	admitted, ended atomic.Bool
+
+	mu   sync.Mutex
+	held bool // it holds a slot
+	stop func() bool
 }
 
 // openSubscription takes a slot for the subscription st starts, refusing
@@ -135,9 +138,7 @@ func (s *subscription) settle(admitted bool) {
 		s.close()
 		return
 	}
-	s.mu.Lock()
-	s.admitted = true
-	s.mu.Unlock()
+	s.admitted.Store(true)
 }
 
 // close gives the slot back, once.
@@ -157,28 +158,6 @@ func (s *subscription) close() {
 	}
 }
 
-// charging reports whether s's events are paid for one by one.
-func (s *subscription) charging() bool {
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.admitted
-}
-
-func (s *subscription) end() {
-	s.mu.Lock()
-	s.ended = true
-	s.mu.Unlock()
-}
-
-func (s *subscription) isEnded() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ended
-}
-
 // stream wraps the subscription's responses: once an event could not be
 // paid, the stream ends (the transport then completes it), and its slot
 // is given back when the stream ends.
@@ -187,7 +166,7 @@ func (s *subscription) stream(h graphql.ResponseHandler) graphql.ResponseHandler
 		return h
 	}
 	return func(ctx context.Context) *graphql.Response {
-		if s.isEnded() {
+		if s.ended.Load() {
 			s.close()
 			return nil
 		}
@@ -242,7 +221,7 @@ func (e *costExtension) chargeEvent(ctx context.Context, st *requestState, opCtx
 		c.ThrottleStatus.CurrentlyAvailable = &left
 	}
 	if o.Verdict != budget.Admitted {
-		st.sub.end()
+		st.sub.ended.Store(true)
 		return &graphql.Response{
 			Errors:     gqlerror.List{l.verdictError(o, cost, st.plan)},
 			Extensions: map[string]any{CostExtensionKey: c},
