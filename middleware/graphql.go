@@ -54,8 +54,10 @@ const (
 // extensions.
 const CostExtensionKey = "cost"
 
-// Every code is a protocol error: should the GraphQL wrapper be missing,
-// gqlgen still answers 422 (or 400), never 200.
+// Every code is a protocol error, so gqlgen's own status for a refusal is
+// 422 (or 400), never 200: the status the wrapper keeps when a decision
+// calls for none of its own, and the one an operation that reached the
+// server without the wrapper gets (CodeNotInstalled).
 func init() {
 	for _, code := range []string{
 		budget.CodeRateLimited, budget.CodeRateLimiterUnavailable, CodeUnknownAPIKey, CodeIntrospectionDisabled,
