@@ -757,7 +757,7 @@ func (e *costExtension) InterceptResponse(ctx context.Context, next graphql.Resp
 	if st.sub != nil && st.sub.admitted.Load() {
 		return e.chargeEvent(ctx, st, opCtx, resp) // the subscribe ended when it was admitted
 	}
-	if st.isDecided() {
+	if _, _, _, decided := st.current(); decided {
 		e.settleActual(ctx, st, opCtx, resp)
 	}
 	o, _, charged := st.settle(ctx, e.l)
@@ -769,7 +769,9 @@ func (e *costExtension) InterceptResponse(ctx context.Context, next graphql.Resp
 		resp.Extensions = make(map[string]any, 1)
 	}
 	c := st.costReport()
-	c.Fields, c.FieldsTruncated = st.explained()
+	if st.ask.mode == modeReport {
+		c.Fields, c.FieldsTruncated = st.explained()
+	}
 	resp.Extensions[CostExtensionKey] = c
 	if st.conn != nil {
 		st.end(ctx, e.l) // over HTTP the wrapper ends it once the response is written
@@ -1023,27 +1025,13 @@ func (s *requestState) report(ctx context.Context, l *Limiter) {
 	l.report(ctx, &e)
 }
 
-// recordedCode is the code of the decision so far.
-func (s *requestState) recordedCode() string {
+// current returns the decision so far, its code and the operation's lane,
+// without any I/O; decided is false when nothing was decided (gqlgen
+// answered before the extension ran).
+func (s *requestState) current() (o budget.Outcome, code string, ln *lane, decided bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.code
-}
-
-// isDecided reports whether a decision was recorded, without copying it
-// as current does.
-func (s *requestState) isDecided() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.phase >= phaseDecided
-}
-
-// current returns the decision so far, without any I/O; decided is false
-// when nothing was decided (gqlgen answered before the Extension ran).
-func (s *requestState) current() (o budget.Outcome, decided bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.outcome, s.phase >= phaseDecided
+	return s.outcome, s.code, s.lane, s.phase >= phaseDecided
 }
 
 // settle returns the decision and the price. If nothing was decided, gqlgen
@@ -1157,7 +1145,11 @@ func (l *Limiter) graphQL(h http.Handler) http.Handler {
 			l.refuseRequest(w, r, st, ref)
 			return
 		}
-		if boundary, ok := isMultipart(r); ok { // a POST of multipart/form-data
+		boundary, multipart := "", false
+		if v := r.Header["Content-Type"]; len(v) == 0 || v[0] != jsonMIME {
+			boundary, multipart = isMultipart(r) // a POST of multipart/form-data
+		}
+		if multipart {
 			if o := l.engine.Peek(r.Context(), budget.Request{Key: st.id.Key, Rule: st.plan.Rule}); o.Known && o.Decision.Remaining < st.set.gql.MinCost && !st.plan.Unlimited {
 				// An upload its budget cannot pay is refused before up to
 				// MaxUploadBytes of it are read (it pays InvalidCost, or
@@ -1224,7 +1216,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, h http.Handler, 
 	}
 	h.ServeHTTP(gw, r)
 	gw.finish()
-	if !st.isDecided() && st.upload != nil {
+	if _, _, _, decided := st.current(); !decided && st.upload != nil {
 		// gqlgen's MultipartForm refused the request before its executor
 		// ran (a map or a file it could not read, after reading up to
 		// MaxUploadBytes): it pays InvalidCost.
@@ -1470,16 +1462,18 @@ func (w *graphQLWriter) writeHeader() {
 		return
 	}
 	status := cmp.Or(w.status, http.StatusOK)
-	if o, decided := w.st.current(); decided {
+	if o, code, ln, decided := w.st.current(); decided {
 		if o.Verdict != budget.Admitted && isGraphQLResponse(w.ResponseWriter.Header().Get("Content-Type"), w.r) {
 			w.holding = true
 		}
 		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.set, w.st.plan, o, status)
-		if s := statusOfCode(w.st.recordedCode()); s != 0 && o.Verdict == budget.CapExceeded {
-			status = s // a refusal by the trusted documents
+		if o.Verdict == budget.CapExceeded {
+			if s := statusOfCode(code); s != 0 {
+				status = s // a refusal by the trusted documents
+			}
 		}
 		if o.Verdict == budget.Shed || o.Verdict == budget.RateLimited {
-			w.l.challenge(w.r.Context(), w.ResponseWriter.Header(), w.st.id, w.st.currentLane())
+			w.l.challenge(w.r.Context(), w.ResponseWriter.Header(), w.st.id, ln)
 		}
 	}
 	w.ResponseWriter.WriteHeader(status)

@@ -29,7 +29,7 @@ import (
 // bytes were read.
 func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) {
 	st.mu.Lock()
-	o, cost, costPlan := st.outcome, st.cost, st.costPlan
+	o, cost, costPlan, ln := st.outcome, st.cost, st.costPlan, st.lane
 	st.mu.Unlock()
 	op := opCtx.Operation
 	if cost == 0 || o.Verdict != budget.Admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
@@ -69,7 +69,7 @@ func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCt
 			actual = min(actual, 1<<63-1-up) + up
 		}
 	}
-	o = e.l.engine.Settle(ctx, st.request(st.currentLane(), cost, nil), o, actual, len(resp.Errors) == 0, opCtx.OperationName)
+	o = e.l.engine.Settle(ctx, st.request(ln, cost, nil), o, actual, len(resp.Errors) == 0, opCtx.OperationName)
 	refunded, excess := o.Refunded, o.Excess
 	st.mu.Lock()
 	st.outcome, st.actual, st.hasActual, st.refunded, st.excess = o, actual, true, refunded, excess

@@ -135,8 +135,11 @@ func (l *Limiter) screenGraphQL(r *http.Request, body []byte, st *requestState) 
 	if r.Method == http.MethodGet {
 		return l.screenGETParams(r, st)
 	}
-	if body == nil || !decodedAsJSON(contentType(r.Header), body) {
+	if body == nil {
 		return nil
+	}
+	if v := r.Header["Content-Type"]; len(v) == 0 || v[0] != jsonMIME && !decodedAsJSON(v[0], body) {
+		return nil // the usual spelling of JSON is taken without parsing it (which allocates)
 	}
 	out, ref := l.screenJSONParams(body, st)
 	if ref != nil {
@@ -195,9 +198,11 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	if ref != nil {
 		return nil, ref
 	}
-	tr, ref := l.trustedJSON(env.query, env.docID, env.ext, st)
-	if ref != nil {
-		return nil, ref
+	var tr trustedRequest
+	if st.set.trusted != nil {
+		if tr, ref = l.trustedJSON(env.query, env.docID, env.ext, st); ref != nil {
+			return nil, ref
+		}
 	}
 	if tr.inject {
 		// A hash the trusted documents hold: gqlgen gets the document's
