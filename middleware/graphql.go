@@ -1150,19 +1150,7 @@ func (l *Limiter) graphQL(h http.Handler) http.Handler {
 			boundary, multipart = isMultipart(r) // a POST of multipart/form-data
 		}
 		if multipart {
-			if o := l.engine.Peek(r.Context(), budget.Request{Key: st.id.Key, Rule: st.plan.Rule}); o.Known && o.Decision.Remaining < st.set.gql.MinCost && !st.plan.Unlimited {
-				// An upload its budget cannot pay is refused before up to
-				// MaxUploadBytes of it are read (it pays InvalidCost, or
-				// gets the 429 when even that is not there).
-				l.refuseRequest(w, r, st, refuse(http.StatusTooManyRequests, budget.CodeRateLimited,
-					"rate limited: the budget cannot pay for an operation"))
-				return
-			}
-			if ref := l.screenMultipart(w, r, boundary, st); ref != nil {
-				l.refuseRequest(w, r, st, ref)
-				return
-			}
-			l.serve(w, r, h, st)
+			l.serveMultipart(w, r, h, st, boundary)
 			return
 		}
 		// A large body waits for room before it is read when its length is
@@ -1201,6 +1189,25 @@ func (l *Limiter) graphQL(h http.Handler) http.Handler {
 		}
 		l.serve(w, r, h, st)
 	})
+}
+
+// serveMultipart serves a multipart request (uploads), which streams to h
+// rather than being read whole: its operations part is screened as a JSON
+// body, the whole bounded by MaxUploadBytes.
+func (l *Limiter) serveMultipart(w http.ResponseWriter, r *http.Request, h http.Handler, st *requestState, boundary string) {
+	if o := l.engine.Peek(r.Context(), budget.Request{Key: st.id.Key, Rule: st.plan.Rule}); o.Known && o.Decision.Remaining < st.set.gql.MinCost && !st.plan.Unlimited {
+		// An upload its budget cannot pay is refused before up to
+		// MaxUploadBytes of it are read (it pays InvalidCost, or gets the
+		// 429 when even that is not there).
+		l.refuseRequest(w, r, st, refuse(http.StatusTooManyRequests, budget.CodeRateLimited,
+			"rate limited: the budget cannot pay for an operation"))
+		return
+	}
+	if ref := l.screenMultipart(w, r, boundary, st); ref != nil {
+		l.refuseRequest(w, r, st, ref)
+		return
+	}
+	l.serve(w, r, h, st)
 }
 
 // serve hands a screened request to h with its state, and answers with
