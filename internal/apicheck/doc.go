@@ -6,6 +6,8 @@
 // api/costguard.txt. A change to the API fails the test until the listing
 // changes with it (go test ./internal/apicheck -update); see api/README.md.
 // It also bounds how many package-level names a package may export
-// (bounds), so that a package keeps one job.
+// (bounds), so that a package keeps one job, and how long a function of
+// the adapter may be (maxFunctionLines), so that each step of a request
+// has a name.
 // It has no code of its own.
 package apicheck
