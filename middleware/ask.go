@@ -34,17 +34,6 @@ type extensionAsk struct {
 	rateField atomic.Pointer[rateLimitField]
 }
 
-// stateOf returns the requestState of the operation ctx belongs to, kept
-// in its OperationContext by the first hook that saw it
-// (extension.requestState); unlike requestState it never makes one.
-func stateOf(ctx context.Context) (*requestState, bool) {
-	if !graphql.HasOperationContext(ctx) {
-		return nil, false
-	}
-	st, ok := graphql.GetOperationContext(ctx).Stats.GetExtension(statsKey).(*requestState)
-	return st, ok
-}
-
 // priceOnly decides an operation that asks for its price instead of
 // running: "GraphQL-Cost: validate", or a selection of the rate-limit field
 // with dryRun: true. It reads the bucket without spending from it (a

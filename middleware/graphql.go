@@ -1095,6 +1095,17 @@ func (e *costExtension) requestState(ctx context.Context, opCtx *graphql.Operati
 	return nil, codedError(CodeNotInstalled, 0, "the rate limiter is not installed on this route")
 }
 
+// stateOf returns the requestState of the operation ctx belongs to, kept
+// in its OperationContext by the first hook that saw it
+// (extension.requestState); unlike requestState it never makes one.
+func stateOf(ctx context.Context) (*requestState, bool) {
+	if !graphql.HasOperationContext(ctx) {
+		return nil, false
+	}
+	st, ok := graphql.GetOperationContext(ctx).Stats.GetExtension(statsKey).(*requestState)
+	return st, ok
+}
+
 // newState identifies r under set and starts its requestState: the one
 // place a request over HTTP or an operation on a WebSocket begins, before
 // the same hooks price it and the same engine decides it.
@@ -1103,7 +1114,11 @@ func (set *settings) newState(r *http.Request) (*requestState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &requestState{set: set, id: id, plan: p, addr: set.clientAddr(r)}, nil
+	st := &requestState{set: set, id: id, plan: p}
+	if set.pol.AnyByIP() {
+		st.addr = set.addrKey(r) // a field or route limit counts by address
+	}
+	return st, nil
 }
 
 // graphQL wraps h, a gqlgen server carrying l's extension. It identifies
