@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/costguard/costguard/internal/seconds"
 	"github.com/costguard/costguard/limiter"
@@ -49,40 +50,67 @@ var (
 	budgetHeaderKeys       = [...]string{keyRateLimitPolicy, keyRateLimit, keyXRateLimitLimit, keyXRateLimitRemaining, keyXRateLimitUsed, keyXRateLimitReset}
 )
 
-// budgetHeaderBytes is room for the values setBudgetHeaders builds: a
-// longer plan name only makes the buffer grow.
-const budgetHeaderBytes = 128
+// headerValueBytes is room, inside a headerValues, for the values built
+// per response: a plan's RateLimit and three numbers take about 45 bytes
+// (the common policies are precomputed); a longer plan name or list of
+// policies spills into an allocation of its own. The whole value is 160
+// bytes, an allocation size class.
+const headerValueBytes = 160 - len(budgetHeaderKeys)*16
+
+// headerValues is what one response's rate-limit headers hold, in one
+// allocation: the six values (each header's one-element slice is a part of
+// vals) and the bytes of those built per response, which their strings
+// point into. The bytes are written once, before any string is made of
+// them, and never after: each value is appended past the last.
+type headerValues struct {
+	vals [len(budgetHeaderKeys)]string
+	buf  [headerValueBytes]byte
+}
+
+// stringFrom is b[start:] as a string sharing b's bytes, which are never
+// written again (see headerValues).
+func stringFrom(b []byte, start int) string {
+	if start == len(b) {
+		return ""
+	}
+	return unsafe.String(&b[start], len(b)-start)
+}
 
 // setBudgetHeaders writes the rate-limit headers for decision d on plan p,
 // as of now: RateLimit-Policy is policies, RateLimit reports rl, the
 // decision of the budget quoted as name (the bucket's d, or a limit closer
 // to empty). Every response of a limited route carries them, so they are
-// built with two allocations: one string holding every value but the
-// precomputed ones, and one array of the header values.
+// built in one allocation (headerValues).
 func setBudgetHeaders(h http.Header, p *plan, d limiter.Decision, now time.Time, policies, name string, rl limiter.Decision) {
+	v := new(headerValues)
+	v.vals[0] = policies
+	v.setBudget(h, v.buf[:0], p, d, now, name, rl)
+}
+
+// setBudget completes v, whose RateLimit-Policy value is set, appending
+// the values it builds to b (v.buf, past any bytes of that value), and
+// writes the six headers to h.
+func (v *headerValues) setBudget(h http.Header, b []byte, p *plan, d limiter.Decision, now time.Time, name string, rl limiter.Decision) {
 	remaining := max(d.Remaining, 0)
-	var buf [budgetHeaderBytes]byte
-	b := append(buf[:0], name...)
+	start := len(b)
+	b = append(b, name...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, max(rl.Remaining, 0), 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, seconds.Ceil(rl.ResetAfter), 10)
-	rateLimit := len(b)
+	v.vals[1] = stringFrom(b, start)
+	v.vals[2] = p.burstText
+	start = len(b)
 	b = strconv.AppendInt(b, remaining, 10)
-	left := len(b)
+	v.vals[3] = stringFrom(b, start)
+	start = len(b)
 	b = strconv.AppendInt(b, max(p.Burst-remaining, 0), 10)
-	used := len(b)
+	v.vals[4] = stringFrom(b, start)
+	start = len(b)
 	b = strconv.AppendInt(b, unixCeil(now, d.ResetAfter), 10)
-	text := string(b)
-	vals := make([]string, len(budgetHeaderKeys))
-	vals[0] = policies
-	vals[1] = text[:rateLimit]
-	vals[2] = p.burstText
-	vals[3] = text[rateLimit:left]
-	vals[4] = text[left:used]
-	vals[5] = text[used:]
+	v.vals[5] = stringFrom(b, start)
 	for i, k := range budgetHeaderKeys {
-		h[k] = vals[i : i+1 : i+1]
+		h[k] = v.vals[i : i+1 : i+1]
 	}
 }
 
