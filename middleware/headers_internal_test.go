@@ -2,7 +2,9 @@ package middleware
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +15,9 @@ import (
 
 // TestOutcomeHeaders checks the six rate-limit headers of a decision with
 // a quota and a field limit, against the values spelled out, for a plan
-// name that fits the values' inline room and one that spills out of it,
-// and that the common case (the bucket and the quota) takes one
-// allocation.
+// name that fits the values' inline room and one that does not, and the
+// allocations they take: one in the common case (the bucket and the
+// quota), two when the values need more room.
 func TestOutcomeHeaders(t *testing.T) {
 	for _, name := range []string{"anon", strings.Repeat("long-plan-name-", 12)} {
 		lim, err := New(Config{
@@ -61,13 +63,36 @@ func TestOutcomeHeaders(t *testing.T) {
 				t.Errorf("%s, %d limits:\n got %v\nwant %v", name, len(tc.limits), h, want)
 			}
 		}
-		if name != "anon" {
-			continue
-		}
+		// One allocation, and one more of the size they need for values
+		// past its room.
 		h := make(http.Header, 8)
-		o := budget.Outcome{Known: true, Decision: bucket, Limits: []budget.Use{quota}}
-		if n := testing.AllocsPerRun(100, func() { set.setOutcomeHeaders(h, p, &o, now) }); n != 1 {
-			t.Errorf("the headers of a decision with a quota take %v allocations, want 1", n)
+		for _, tc := range []struct {
+			limits     []budget.Use
+			anon, long float64
+		}{{[]budget.Use{quota}, 1, 2}, {[]budget.Use{quota, field}, 2, 2}} {
+			o := budget.Outcome{Known: true, Decision: bucket, Limits: tc.limits}
+			want := tc.anon
+			if name != "anon" {
+				want = tc.long
+			}
+			if n := testing.AllocsPerRun(100, func() { set.setOutcomeHeaders(h, p, &o, now) }); n != want {
+				t.Errorf("%s, %d limits: the headers take %v allocations, want %v", name, len(tc.limits), n, want)
+			}
+		}
+	}
+}
+
+func TestDecimalLen(t *testing.T) {
+	ns := []int64{0, math.MaxInt64}
+	for p := int64(1); ; p *= 10 {
+		ns = append(ns, p-1, p, p+1, 2*p-1, 2*p)
+		if p == 1e18 {
+			break
+		}
+	}
+	for _, n := range ns {
+		if got, want := decimalLen(n), len(strconv.FormatInt(n, 10)); got != want {
+			t.Errorf("decimalLen(%d) = %d, want %d", n, got, want)
 		}
 	}
 }
