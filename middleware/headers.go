@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/costguard/costguard/internal/seconds"
 	"github.com/costguard/costguard/limiter"
@@ -49,42 +50,99 @@ var (
 	budgetHeaderKeys       = [...]string{keyRateLimitPolicy, keyRateLimit, keyXRateLimitLimit, keyXRateLimitRemaining, keyXRateLimitUsed, keyXRateLimitReset}
 )
 
-// budgetHeaderBytes is room for the values setBudgetHeaders builds: a
-// longer plan name only makes the buffer grow.
-const budgetHeaderBytes = 128
+// headerValueBytes is room, inside a headerValues, for the values built
+// per response: a plan's RateLimit and three numbers take about 45 bytes
+// (the common lists of policies are precomputed). Values that do not fit
+// take one allocation more, of the size they need. The whole value is 160
+// bytes, an allocation size class.
+const headerValueBytes = 160 - len(budgetHeaderKeys)*16
+
+// headerValues is what one response's rate-limit headers hold, in one
+// allocation: the six values (each header's one-element slice is a part of
+// vals) and the bytes of those built per response, which their strings
+// point into. The bytes are written once, before any string is made of
+// them, and never after: each value is appended past the last.
+type headerValues struct {
+	vals [len(budgetHeaderKeys)]string
+	buf  [headerValueBytes]byte
+}
+
+// stringFrom is b[start:] as a string sharing b's bytes, which are never
+// written again (see headerValues).
+func stringFrom(b []byte, start int) string {
+	if start == len(b) {
+		return ""
+	}
+	return unsafe.String(&b[start], len(b)-start)
+}
+
+// room returns b, or when fewer than n bytes are left past its length an
+// empty slice of capacity n: the bytes before stay as they are.
+func room(b []byte, n int) []byte {
+	if cap(b)-len(b) < n {
+		return make([]byte, 0, n)
+	}
+	return b
+}
 
 // setBudgetHeaders writes the rate-limit headers for decision d on plan p,
 // as of now: RateLimit-Policy is policies, RateLimit reports rl, the
 // decision of the budget quoted as name (the bucket's d, or a limit closer
 // to empty). Every response of a limited route carries them, so they are
-// built with two allocations: one string holding every value but the
-// precomputed ones, and one array of the header values.
+// built in one allocation (headerValues).
 func setBudgetHeaders(h http.Header, p *plan, d limiter.Decision, now time.Time, policies, name string, rl limiter.Decision) {
+	v := new(headerValues)
+	v.vals[0] = policies
+	v.build(v.buf[:0], p, d, now, name, rl)
+	v.set(h)
+}
+
+// build appends to b the values of every header but RateLimit-Policy (see
+// setBudgetHeaders) and records them in v; it returns b past them.
+func (v *headerValues) build(b []byte, p *plan, d limiter.Decision, now time.Time, name string, rl limiter.Decision) []byte {
 	remaining := max(d.Remaining, 0)
-	var buf [budgetHeaderBytes]byte
-	b := append(buf[:0], name...)
+	left, reset, used, whole := max(rl.Remaining, 0), seconds.Ceil(rl.ResetAfter), max(p.Burst-remaining, 0), unixCeil(now, d.ResetAfter)
+	b = room(b, len(name)+len(";r=;t=")+decimalLen(left)+decimalLen(reset)+decimalLen(remaining)+decimalLen(used)+decimalLen(whole))
+	start := len(b)
+	b = append(b, name...)
 	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, max(rl.Remaining, 0), 10)
+	b = strconv.AppendInt(b, left, 10)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, seconds.Ceil(rl.ResetAfter), 10)
-	rateLimit := len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	v.vals[1] = stringFrom(b, start)
+	v.vals[2] = p.burstText
+	start = len(b)
 	b = strconv.AppendInt(b, remaining, 10)
-	left := len(b)
-	b = strconv.AppendInt(b, max(p.Burst-remaining, 0), 10)
-	used := len(b)
-	b = strconv.AppendInt(b, unixCeil(now, d.ResetAfter), 10)
-	text := string(b)
-	vals := make([]string, len(budgetHeaderKeys))
-	vals[0] = policies
-	vals[1] = text[:rateLimit]
-	vals[2] = p.burstText
-	vals[3] = text[rateLimit:left]
-	vals[4] = text[left:used]
-	vals[5] = text[used:]
+	v.vals[3] = stringFrom(b, start)
+	start = len(b)
+	b = strconv.AppendInt(b, used, 10)
+	v.vals[4] = stringFrom(b, start)
+	start = len(b)
+	b = strconv.AppendInt(b, whole, 10)
+	v.vals[5] = stringFrom(b, start)
+	return b
+}
+
+// set writes v's six headers to h.
+func (v *headerValues) set(h http.Header) {
 	for i, k := range budgetHeaderKeys {
-		h[k] = vals[i : i+1 : i+1]
+		h[k] = v.vals[i : i+1 : i+1]
 	}
 }
+
+// decimalLen is the length of n ≥ 0 in decimal: ⌊log10 n⌋ + 1, from
+// its bit length (log10 2 ≈ 1233/4096) and one comparison.
+func decimalLen(n int64) int {
+	l := bits.Len64(uint64(n)) * 1233 >> 12 // ⌊log10 n⌋ or one less
+	if l < len(pow10) && uint64(n) >= pow10[l] {
+		l++
+	}
+	return max(l, 1)
+}
+
+// pow10 are the powers of ten an int64 holds.
+var pow10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+	1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18}
 
 // unixCeil is the Unix time of now+d in seconds, rounded up.
 func unixCeil(now time.Time, d time.Duration) int64 {

@@ -3,7 +3,6 @@ package middleware
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/costguard/costguard/budget"
@@ -89,27 +88,6 @@ func (s *settings) setOutcomeHeaders(h http.Header, p *plan, o *budget.Outcome, 
 	for i := range min(len(o.Limits), len(known)) {
 		known[i] = s.headersOf(p, &o.Limits[i])
 	}
-	policies := p.policyHeader
-	if len(o.Limits) == 1 && o.Limits[0].Quota != nil {
-		policies = p.bothPolicies // the common case, written once
-	} else {
-		size := len(p.policyHeader)
-		for i := range o.Limits {
-			if listed(o.Limits, i) {
-				size += len(", ") + len(headers(i).policy)
-			}
-		}
-		var b strings.Builder
-		b.Grow(size) // one allocation
-		b.WriteString(p.policyHeader)
-		for i := range o.Limits {
-			if listed(o.Limits, i) {
-				b.WriteString(", ")
-				b.WriteString(headers(i).policy)
-			}
-		}
-		policies = b.String()
-	}
 	// RateLimit reports the bucket unless another budget is closer to
 	// empty, in its share of its capacity.
 	share := float64(max(o.Decision.Remaining, 0)) / float64(p.Burst)
@@ -123,7 +101,29 @@ func (s *settings) setOutcomeHeaders(h http.Header, p *plan, o *budget.Outcome, 
 			share, name, d = sh, headers(i).quoted, u.Decision
 		}
 	}
-	setBudgetHeaders(h, p, o.Decision, now, policies, name, d)
+	v := new(headerValues)
+	b := v.build(v.buf[:0], p, o.Decision, now, name, d)
+	if len(o.Limits) == 1 && o.Limits[0].Quota != nil {
+		v.vals[0] = p.bothPolicies // the common case, written once
+	} else {
+		size := len(p.policyHeader)
+		for i := range o.Limits {
+			if listed(o.Limits, i) {
+				size += len(", ") + len(headers(i).policy)
+			}
+		}
+		b = room(b, size)
+		start := len(b)
+		b = append(b, p.policyHeader...)
+		for i := range o.Limits {
+			if listed(o.Limits, i) {
+				b = append(b, ", "...)
+				b = append(b, headers(i).policy...)
+			}
+		}
+		v.vals[0] = stringFrom(b, start)
+	}
+	v.set(h)
 }
 
 // listed reports whether uses[i] gets its own RateLimit-Policy item: the

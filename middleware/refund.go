@@ -28,14 +28,17 @@ import (
 // An upload's cost is part of both the price and the actual cost: its
 // bytes were read.
 func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) {
+	// The outcome is copied only to be settled: most responses leave it
+	// as it is.
 	st.mu.Lock()
-	o, cost, costPlan, ln := st.outcome, st.cost, st.costPlan, st.lane
+	verdict, charged, shadowed := st.outcome.Verdict, st.outcome.Charged, st.outcome.Shadowed
+	cost, costPlan, ln := st.cost, st.costPlan, st.lane
 	st.mu.Unlock()
 	op := opCtx.Operation
-	if cost == 0 || o.Verdict != budget.Admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
+	if cost == 0 || verdict != budget.Admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
 		return // not executed as priced, or a stream: the requested cost stands
 	}
-	if o.Charged == 0 && o.Shadowed == 0 {
+	if charged == 0 && shadowed == 0 {
 		return // a dry run: priced, not executed, nothing debited
 	}
 	if opCtx.DisableIntrospection && onlyIntrospection(opCtx.Doc, op.SelectionSet) {
@@ -43,6 +46,9 @@ func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCt
 		// else was selected: an invalid request, which pays InvalidCost,
 		// not the introspection cost of each alias. Read now, once every
 		// extension has had its say on DisableIntrospection.
+		st.mu.Lock()
+		o := st.outcome
+		st.mu.Unlock()
 		e.refuseIntrospection(ctx, st, o, cost)
 		return
 	}
@@ -69,6 +75,15 @@ func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCt
 			actual = min(actual, 1<<63-1-up) + up
 		}
 	}
+	st.mu.Lock()
+	if actual == cost {
+		// Engine.Settle would return the outcome as it is.
+		st.actual, st.hasActual, st.refunded, st.excess = actual, true, st.outcome.Refunded, st.outcome.Excess
+		st.mu.Unlock()
+		return
+	}
+	o := st.outcome
+	st.mu.Unlock()
 	o = e.l.engine.Settle(ctx, st.request(ln, cost, nil), o, actual, len(resp.Errors) == 0, opCtx.OperationName)
 	refunded, excess := o.Refunded, o.Excess
 	st.mu.Lock()

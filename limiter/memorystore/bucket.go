@@ -11,38 +11,56 @@ import (
 // The bucket algorithms are the default and the hot path, so the store runs
 // them itself on parameters validated once per Limit value, instead of
 // through limiter.TakeBucket, which validates the Limit and recomputes
-// gcd(Rate, Period) on every call. The arithmetic is limiter's, step for
-// step (see limiter.TakeBucket); TestBucketFastPathMatchesLimiter and
-// TestStoreMatchesLimiter check it against limiter's functions decision by
-// decision. Calls the fast path
-// does not cover (negative costs, costs above Burst, refunds under
-// LeakyBucketShaping, invalid limits) take the generic path, so their
-// errors are limiter's own.
+// gcd(Rate, Period) on every call; a quota's fixed window likewise. The
+// arithmetic is limiter's, step for step (see limiter.TakeBucket and
+// limiter.TakeFixedWindow); TestBucketFastPathMatchesLimiter,
+// TestWindowFastPathMatchesLimiter and TestStoreMatchesLimiter check it
+// against limiter's functions decision by decision. Calls the fast paths
+// do not cover (negative costs, costs above Burst or a window's Rate,
+// refunds under LeakyBucketShaping, invalid limits) take the generic path,
+// so their errors are limiter's own.
 
 // paramSlots is the number of entries of a Store's cache of validated
-// bucket limits. A deployment has a handful of plans; a collision only
-// costs a revalidation.
-const paramSlots = 16
+// limits. A deployment has a handful of plans, each with its bucket, its
+// quota and its field limits; a collision only costs a revalidation.
+const paramSlots = 32
 
-// bucketParams is a valid bucket Limit and its scaled form as
-// limiter.Limit.Bucket computes it: a bucket holds capacity units, a token
-// is unit units, and refill units drain per µs.
-type bucketParams struct {
+// limitParams is a valid Limit and what the fast paths compute from it
+// once: for a bucket, its scaled form as limiter.Limit.Bucket computes it
+// (a bucket holds capacity units, a token is unit units, and refill units
+// drain per µs); for a window, its period in µs.
+type limitParams struct {
 	limit                  limiter.Limit
 	unit, refill, capacity int64
-	// The two divisions of every decision, by multiplication.
+	// The two divisions of every bucket decision, by multiplication.
 	perUnit, perRefill divisor
+	period             int64 // Period in µs
 }
 
-// paramCache maps Limit values to their bucketParams, lock-free. Entries
+// paramCache maps Limit values to their limitParams, lock-free. Entries
 // are immutable once published.
-type paramCache [paramSlots]atomic.Pointer[bucketParams]
+type paramCache [paramSlots]atomic.Pointer[limitParams]
 
 // get returns l's parameters, or nil when l is not a valid bucket limit.
-func (c *paramCache) get(l limiter.Limit) *bucketParams {
+func (c *paramCache) get(l limiter.Limit) *limitParams {
 	if !l.Algorithm.IsBucket() {
 		return nil
 	}
+	return c.valid(l)
+}
+
+// window returns l's parameters, or nil when l is not a valid fixed
+// window.
+func (c *paramCache) window(l limiter.Limit) *limitParams {
+	if l.Algorithm != limiter.FixedWindow {
+		return nil
+	}
+	return c.valid(l)
+}
+
+// valid returns l's parameters, or nil when l is invalid
+// (limiter.Limit.Validate).
+func (c *paramCache) valid(l limiter.Limit) *limitParams {
 	if p := c[limitSlot(l)].Load(); p != nil && p.limit == l {
 		return p
 	}
@@ -50,14 +68,18 @@ func (c *paramCache) get(l limiter.Limit) *bucketParams {
 }
 
 // fill validates l and caches its parameters; nil when l is invalid.
-func (c *paramCache) fill(l limiter.Limit) *bucketParams {
-	b, err := l.Bucket() // validates: Capacity and Refill are below 2^53
-	if err != nil {
+func (c *paramCache) fill(l limiter.Limit) *limitParams {
+	if l.Validate() != nil {
 		return nil
 	}
-	p := &bucketParams{
-		limit: l, unit: b.Unit, refill: b.Refill, capacity: b.Capacity,
-		perUnit: newDivisor(b.Unit), perRefill: newDivisor(b.Refill),
+	p := &limitParams{limit: l, period: int64(l.Period / time.Microsecond)}
+	if l.Algorithm.IsBucket() {
+		b, err := l.Bucket() // Capacity and Refill are below 2^53
+		if err != nil {
+			return nil
+		}
+		p.unit, p.refill, p.capacity = b.Unit, b.Refill, b.Capacity
+		p.perUnit, p.perRefill = newDivisor(b.Unit), newDivisor(b.Refill)
 	}
 	c[limitSlot(l)].Store(p)
 	return p
@@ -75,7 +97,7 @@ func limitSlot(l limiter.Limit) uint64 {
 // under LeakyBucketShaping). It updates st in place and fills in d, whose
 // fields must be zero. One function, not four, because this is the hot
 // path and calls are not free.
-func (p *bucketParams) step(d *limiter.Decision, st *entry, now, n int64, refund bool) {
+func (p *limitParams) step(d *limiter.Decision, st *entry, now, n int64, refund bool) {
 	// Drain to now, as limiter does: the level read is clamped to
 	// [0, capacity], times to [0, MaxNow], and a clock going back drains
 	// nothing. elapsed ≥ ⌈level / refill⌉ is tested as the equivalent
@@ -138,6 +160,45 @@ func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
 
 // drainTime is how long units take to drain, ⌈units / refill⌉ µs, as
 // limiter.Bucket.ResetAfter computes it, by multiplication.
-func (p *bucketParams) drainTime(units int64) time.Duration {
+func (p *limitParams) drainTime(units int64) time.Duration {
 	return time.Duration(p.perRefill.ceil(units)) * time.Microsecond
+}
+
+// stepWindow is limiter.TakeFixedWindow, or limiter.RefundFixedWindow when
+// refund, on st's (Window, Count) = (a, b), for a cost in [0, Rate] or any
+// refund ≥ 0, on p, a fixed window's parameters. It updates st in place
+// and fills in d, whose fields must be zero.
+func (p *limitParams) stepWindow(d *limiter.Decision, st *entry, now, n int64, refund bool) {
+	rate := p.limit.Rate
+	// Roll to the window holding now: the stored count is clamped to
+	// [0, Rate], and a clock going back stands at the stored window's
+	// start.
+	now = clamp(now, 0, limiter.MaxNow)
+	w := now / p.period
+	stored := clamp(st.a, 0, limiter.MaxNow/p.period)
+	e := now - w*p.period
+	if w < stored {
+		w, e = stored, 0
+	}
+	count := clamp(st.b, 0, rate)
+	if w != stored {
+		count = 0 // a later window; what the earlier one held has expired
+	}
+	d.Allowed = true
+	switch {
+	case refund:
+		count = max(0, count-n)
+	case count+n > rate:
+		d.Allowed = false
+		d.RetryAfter = time.Duration(p.period-e) * time.Microsecond
+	default:
+		count += n
+	}
+	st.a, st.b = w, count
+	st.setPrev(0)
+	d.Limit = rate
+	d.Remaining = rate - count
+	if count > 0 {
+		d.ResetAfter = time.Duration(p.period-e) * time.Microsecond
+	}
 }

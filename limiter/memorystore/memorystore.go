@@ -333,7 +333,7 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 	}
 	// The bucket fast path covers every call that cannot fail; the rest
 	// (and invalid limits) go through limiter's own functions.
-	var bp *bucketParams
+	var bp *limitParams
 	if n >= 0 && (isRefund && limit.Algorithm != limiter.LeakyBucketShaping || !isRefund && n <= limit.Burst) {
 		bp = s.params.get(*limit)
 	}
@@ -361,7 +361,7 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 	}
 	st.setAlgorithm(limit.Algorithm)
 	var err error
-	*d, err = transition(&st, *limit, now, n, isRefund)
+	*d, err = s.transit(&st, *limit, now, n, isRefund)
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsCapacity) {
 		return err
 	}
@@ -395,7 +395,7 @@ func (s *Store) apply(ctx context.Context, d *limiter.Decision, key string, limi
 // A bucket is whole ResetAfter after its Last, which step has set to the
 // later of the stored Last and now: a caller that read the clock before
 // another but locked after it finds Last ahead of now.
-func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *bucketParams, now, n int64, isRefund bool) bool {
+func (sh *shard) applyBucket(d *limiter.Decision, key string, bp *limitParams, now, n int64, isRefund bool) bool {
 	e, _ := sh.Get(key)
 	if e != nil && e.algorithm() == bp.limit.Algorithm {
 		bp.step(d, e, now, n, isRefund)
@@ -465,6 +465,17 @@ func (st *entry) since(limit limiter.Limit, now int64) int64 {
 		}
 	}
 	return now
+}
+
+// transit is transition through the fixed window's fast path where it
+// covers the call (see limitParams.stepWindow).
+func (s *Store) transit(st *entry, limit limiter.Limit, now, n int64, isRefund bool) (limiter.Decision, error) {
+	if p := s.params.window(limit); p != nil && n >= 0 && (isRefund || n <= limit.Rate) {
+		var d limiter.Decision
+		p.stepWindow(&d, st, now, n, isRefund)
+		return d, nil
+	}
+	return transition(st, limit, now, n, isRefund)
 }
 
 // transition runs the pure limiter function for st.algorithm() on st in place.

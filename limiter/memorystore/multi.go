@@ -19,7 +19,7 @@ type pending struct {
 	sh   *shard
 	held *entry // the entry the shard holds for the budget, nil for none
 	st   entry  // the budget's state after the take (not for SlidingLog)
-	bp   *bucketParams
+	bp   *limitParams
 }
 
 // TakeAll debits every request's cost when each fits, or none; see
@@ -35,7 +35,7 @@ type pending struct {
 // budget's; Name "" is the plain key itself. MaxKeys bounds the named
 // budgets of a shard as it bounds its plain keys, separately.
 func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limiter.Decision) error {
-	if err := limiter.CheckTakeAll(reqs, ds); err != nil {
+	if err := s.checkTakeAll(reqs, ds); err != nil {
 		return err
 	}
 	if len(reqs) == 0 {
@@ -150,6 +150,28 @@ func (s *Store) TakeAll(ctx context.Context, reqs []limiter.Request, ds []limite
 	return nil
 }
 
+// checkTakeAll is limiter.CheckTakeAll, with the same errors, without
+// validating again a Limit the store has validated before: the common
+// call, requests of known limits, non-negative costs and distinct budgets,
+// is checked here, anything else by limiter.CheckTakeAll.
+func (s *Store) checkTakeAll(reqs []limiter.Request, ds []limiter.Decision) error {
+	if len(ds) != len(reqs) || len(reqs) > limiter.MaxTakeAll {
+		return limiter.CheckTakeAll(reqs, ds)
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Cost < 0 || s.params.valid(r.Limit) == nil {
+			return limiter.CheckTakeAll(reqs, ds)
+		}
+		for j := range i {
+			if r.Key == reqs[j].Key && r.Name == reqs[j].Name {
+				return limiter.CheckTakeAll(reqs, ds)
+			}
+		}
+	}
+	return nil
+}
+
 // decide writes to d what a Take of r alone would answer at now, without
 // changing anything the shard holds, and reports whether r fits. Its new
 // state is left in p.st, except for SlidingLog, whose log the commit
@@ -186,7 +208,7 @@ func (s *Store) decide(p *pending, r *limiter.Request, now int64, d *limiter.Dec
 		*d = limiter.Decision{}
 		bp.step(d, &st, now, r.Cost, false)
 	} else {
-		*d, err = transition(&st, r.Limit, now, r.Cost, false)
+		*d, err = s.transit(&st, r.Limit, now, r.Cost, false)
 	}
 	p.st = st
 	return err == nil && d.Allowed, err

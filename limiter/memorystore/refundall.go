@@ -14,7 +14,7 @@ var _ limiter.MultiRefunder = (*Store)(nil)
 // lock alone. A budget the store does not hold is whole already: its
 // refund stores nothing.
 func (s *Store) RefundAll(ctx context.Context, reqs []limiter.Request, ds []limiter.Decision) error {
-	if err := limiter.CheckTakeAll(reqs, ds); err != nil {
+	if err := s.checkTakeAll(reqs, ds); err != nil {
 		return err
 	}
 	if s.closed.Load() {
@@ -53,7 +53,7 @@ func (s *Store) refundNamed(r *limiter.Request) (limiter.Decision, error) {
 		st = *e
 	}
 	st.setAlgorithm(r.Limit.Algorithm)
-	d, err := transition(&st, r.Limit, now, r.Cost, true)
+	d, err := s.transit(&st, r.Limit, now, r.Cost, true)
 	if err != nil || e == nil {
 		return d, err
 	}
