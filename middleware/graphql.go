@@ -377,15 +377,14 @@ const statsKey = "costguard"
 // tokens and selections in one pass of the lexer and refuses it past
 // MaxTokens or MaxSelections, so parsing and validation stay bounded.
 func (e *costExtension) MutateOperationParameters(ctx context.Context, params *graphql.RawParams) *gqlerror.Error {
-	if st, ok := ctx.Value(stateKey{}).(*requestState); ok && st.documentChecked == params.Query && params.Query != "" {
-		e.owns(st)
-		return nil // the GraphQL wrapper counted this very document
-	}
 	opCtx := graphql.GetOperationContext(ctx)
 	opCtx.Headers = params.Headers // what admission reads of an operation on a WebSocket
 	st, gerr := e.requestState(ctx, opCtx)
 	if gerr != nil || !e.owns(st) {
 		return gerr
+	}
+	if st.documentChecked == params.Query && params.Query != "" {
+		return nil // the wrapper counted this very document
 	}
 	if ref := st.readCostHeader(params.Headers); ref != nil {
 		return e.refuseUnpriced(ctx, st, codedError(ref.code, 0, "%s", ref.message), false)
