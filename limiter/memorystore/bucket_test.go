@@ -44,6 +44,29 @@ func randomBucketLimit(r *rand.Rand) limiter.Limit {
 	return l
 }
 
+// randomTime draws a time in µs: an edge of the clock's range a quarter
+// of the time, else a moment after 2027 up to a year and a half apart.
+func randomTime(r *rand.Rand) int64 {
+	if r.IntN(4) == 0 {
+		times := []int64{-1, 0, 1, limiter.MaxNow - 1, limiter.MaxNow, limiter.MaxNow + 1}
+		return times[r.IntN(len(times))]
+	}
+	return 1_800_000_000_000_000 + r.Int64N(1<<(1+r.IntN(40)))
+}
+
+// randomCost draws what a call takes, or gives back when refund, from a
+// budget of capacity c: far beyond any capacity for some refunds, the
+// whole capacity one time in eight, else up to it.
+func randomCost(r *rand.Rand, c int64, refund bool) int64 {
+	switch {
+	case refund && r.IntN(4) == 0:
+		return r.Int64N(1 << 62)
+	case r.IntN(8) == 0:
+		return c
+	}
+	return r.Int64N(min(c, 1<<20) + 1)
+}
+
 // TestBucketFastPathMatchesLimiter checks the store's bucket arithmetic
 // against limiter.TakeBucket and limiter.RefundBucket on random limits,
 // states (including out-of-range ones, which both must sanitise alike),
@@ -51,13 +74,6 @@ func randomBucketLimit(r *rand.Rand) limiter.Limit {
 func TestBucketFastPathMatchesLimiter(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var cache paramCache
-	times := []int64{-1, 0, 1, limiter.MaxNow - 1, limiter.MaxNow, limiter.MaxNow + 1}
-	pickTime := func() int64 {
-		if r.IntN(4) == 0 {
-			return times[r.IntN(len(times))]
-		}
-		return 1_800_000_000_000_000 + r.Int64N(1<<(1+r.IntN(40)))
-	}
 	checked := 0
 	for i := 0; i < 200_000; i++ {
 		l := randomBucketLimit(r)
@@ -77,18 +93,10 @@ func TestBucketFastPathMatchesLimiter(t *testing.T) {
 		default:
 			level = r.Int64N(p.capacity + 1)
 		}
-		state := limiter.BucketState{Level: level, Last: pickTime()}
-		now := pickTime()
+		state := limiter.BucketState{Level: level, Last: randomTime(r)}
+		now := randomTime(r)
 		refund := r.IntN(3) == 0 && l.Algorithm != limiter.LeakyBucketShaping
-		var n int64
-		switch {
-		case refund && r.IntN(4) == 0:
-			n = r.Int64N(1 << 62) // far beyond any burst
-		case r.IntN(8) == 0:
-			n = l.Burst
-		default:
-			n = r.Int64N(min(l.Burst, 1<<20) + 1)
-		}
+		n := randomCost(r, l.Burst, refund)
 
 		var (
 			wantState limiter.BucketState
@@ -245,13 +253,6 @@ func randomWindowLimit(r *rand.Rand) limiter.Limit {
 func TestWindowFastPathMatchesLimiter(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	var cache paramCache
-	times := []int64{-1, 0, 1, limiter.MaxNow - 1, limiter.MaxNow, limiter.MaxNow + 1}
-	pickTime := func() int64 {
-		if r.IntN(4) == 0 {
-			return times[r.IntN(len(times))]
-		}
-		return 1_800_000_000_000_000 + r.Int64N(1<<(1+r.IntN(40)))
-	}
 	checked := 0
 	for range 200_000 {
 		l := randomWindowLimit(r)
@@ -262,7 +263,7 @@ func TestWindowFastPathMatchesLimiter(t *testing.T) {
 		if p == nil {
 			continue
 		}
-		now := pickTime()
+		now := randomTime(r)
 		period := int64(l.Period / time.Microsecond)
 		var state limiter.WindowState
 		switch r.IntN(5) {
@@ -285,15 +286,7 @@ func TestWindowFastPathMatchesLimiter(t *testing.T) {
 			state.Prev = r.Int64N(l.Rate + 1) // an entry written under another algorithm's rules
 		}
 		refund := r.IntN(3) == 0
-		var n int64
-		switch {
-		case refund && r.IntN(4) == 0:
-			n = r.Int64N(1 << 62)
-		case r.IntN(8) == 0:
-			n = l.Rate
-		default:
-			n = r.Int64N(min(l.Rate, 1<<20) + 1)
-		}
+		n := randomCost(r, l.Rate, refund)
 
 		var (
 			wantState limiter.WindowState
