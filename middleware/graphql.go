@@ -467,7 +467,7 @@ func (e *costExtension) refuseUnpriced(ctx context.Context, st *requestState, ge
 		return nil // shadow mode let it run
 	}
 	if o.Verdict != budget.CapExceeded {
-		return e.l.verdictError(o, st.set.gql.InvalidCost, st.plan)
+		return e.l.verdictError(&o, st.set.gql.InvalidCost, st.plan)
 	}
 	return ge
 }
@@ -648,7 +648,7 @@ func (e *costExtension) charge(ctx context.Context, st *requestState, opCtx *gra
 	if st.sub != nil {
 		st.sub.settle(admitted)
 	}
-	if gerr := l.verdictError(o, cost, st.plan); gerr != nil || !admitted {
+	if gerr := l.verdictError(&o, cost, st.plan); gerr != nil || !admitted {
 		return gerr
 	}
 	turn := o.Delay <= 0 || l.hold(ctx, o.Delay)
@@ -668,7 +668,7 @@ func (e *costExtension) charge(ctx context.Context, st *requestState, opCtx *gra
 
 // verdictError is the GraphQL error of a budget decision on cost, nil when
 // it was admitted or when the refusal carries its own error (a static cap).
-func (l *Limiter) verdictError(o budget.Outcome, cost int64, p *plan) *gqlerror.Error {
+func (l *Limiter) verdictError(o *budget.Outcome, cost int64, p *plan) *gqlerror.Error {
 	code := o.Verdict.Answer().Code
 	switch o.Verdict {
 	case budget.OverBudget:
@@ -719,9 +719,9 @@ func (l *Limiter) verdictError(o budget.Outcome, cost int64, p *plan) *gqlerror.
 
 // answer writes the rate-limit headers of outcome o into h and returns the
 // status it calls for, given the status gqlgen chose.
-func (l *Limiter) answer(h http.Header, r *http.Request, set *settings, p *plan, o budget.Outcome, status int) int {
+func (l *Limiter) answer(h http.Header, r *http.Request, set *settings, p *plan, o *budget.Outcome, status int) int {
 	if o.Known {
-		set.setOutcomeHeaders(h, p, &o, l.clock.Now())
+		set.setOutcomeHeaders(h, p, o, l.clock.Now())
 	}
 	if o.RetryAfter > 0 {
 		h.Set(HeaderRetryAfter, strconv.FormatInt(o.RetryAfter, 10))
@@ -760,7 +760,7 @@ func (e *costExtension) InterceptResponse(ctx context.Context, next graphql.Resp
 		e.settleActual(ctx, st, opCtx, resp)
 	}
 	o, _, charged := st.settle(ctx, e.l)
-	if ge := e.l.verdictError(o, st.set.gql.InvalidCost, st.plan); charged && ge != nil {
+	if ge := e.l.verdictError(&o, st.set.gql.InvalidCost, st.plan); charged && ge != nil {
 		// Out of budget matters more than what was wrong.
 		resp.Errors = append(gqlerror.List{ge}, resp.Errors...)
 	}
@@ -1329,7 +1329,7 @@ func (l *Limiter) refuseRequest(w http.ResponseWriter, r *http.Request, st *requ
 	if o.Known {
 		st.set.setOutcomeHeaders(w.Header(), st.plan, &o, l.clock.Now())
 	}
-	if ge := l.verdictError(o, st.set.gql.InvalidCost, st.plan); ge != nil {
+	if ge := l.verdictError(&o, st.set.gql.InvalidCost, st.plan); ge != nil {
 		status := http.StatusTooManyRequests
 		if o.Verdict == budget.Unavailable {
 			status = http.StatusServiceUnavailable
@@ -1487,7 +1487,7 @@ func (w *graphQLWriter) writeHeader() {
 		if o.Verdict != budget.Admitted && isGraphQLResponse(w.ResponseWriter.Header().Get("Content-Type"), w.r) {
 			w.holding = true
 		}
-		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.set, w.st.plan, o, status)
+		status = w.l.answer(w.ResponseWriter.Header(), w.r, w.st.set, w.st.plan, &o, status)
 		if o.Verdict == budget.CapExceeded {
 			if s := statusOfCode(code); s != 0 {
 				status = s // a refusal by the trusted documents

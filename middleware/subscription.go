@@ -223,7 +223,7 @@ func (e *costExtension) chargeEvent(ctx context.Context, st *requestState, opCtx
 	if o.Verdict != budget.Admitted {
 		st.sub.ended.Store(true)
 		return &graphql.Response{
-			Errors:     gqlerror.List{l.verdictError(o, cost, st.plan)},
+			Errors:     gqlerror.List{l.verdictError(&o, cost, st.plan)},
 			Extensions: map[string]any{CostExtensionKey: c},
 		}
 	}
