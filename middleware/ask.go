@@ -27,7 +27,7 @@ type askState struct {
 	truncated bool                   // fields stopped at the breakdown limit
 }
 
-// extensionAsk is the Extension's part of it: built lazily, kept across
+// extensionAsk is the extension's part of it: built lazily, kept across
 // requests.
 type extensionAsk struct {
 	// rateField is where the schema has the configured rate-limit field.

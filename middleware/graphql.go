@@ -200,7 +200,7 @@ func (b *boundAnalyzer) trustedPlan(d *trusteddocs.Document, op *ast.OperationDe
 	return b.trusted[d.Hash][op.Name]
 }
 
-// Bounds of the compiled cost plans an Extension keeps (one per priced
+// Bounds of the compiled cost plans an extension keeps (one per priced
 // operation of a parsed document), as querycache's defaults bound the
 // documents: an entry is charged its plan's size and its document's
 // estimated size, which it keeps alive.
@@ -263,7 +263,7 @@ func (e *costExtension) Validate(schema graphql.ExecutableSchema) error {
 
 // CheckSchema reports whether the Limiter's GraphQL options and field
 // limits can price schema (a field limit's coordinate the schema lacks is
-// an error wrapping ErrInvalidConfig), as adding its Extension to a server
+// an error wrapping ErrInvalidConfig), as adding its extension to a server
 // for schema will check, but without gqlgen's panic.
 func (l *Limiter) CheckSchema(schema *ast.Schema) error {
 	set := l.current()
@@ -287,7 +287,7 @@ func (s *settings) checkSchema(schema *ast.Schema) error {
 	return err
 }
 
-// addSchema remembers the schema Extension e of l prices, so that Reload
+// addSchema remembers the schema extension e of l prices, so that Reload
 // can check new options against it, and e, so that Reload can prepare it.
 func (l *Limiter) addSchema(e *costExtension) {
 	l.schemasMu.Lock()
@@ -299,7 +299,7 @@ func (l *Limiter) addSchema(e *costExtension) {
 	l.exts = append(l.exts, weak.Make(e))
 }
 
-// prepare builds, for every Extension of l still on a server, the
+// prepare builds, for every extension of l still on a server, the
 // analyzer of s with its trusted documents' plans, so that the first
 // request after a Reload does not compile them. Reload checked s against
 // their schemas: it cannot fail.
@@ -322,7 +322,7 @@ func (l *Limiter) prepare(s *settings) {
 	}
 }
 
-// checkSchemas checks s against every schema an Extension of l prices.
+// checkSchemas checks s against every schema an extension of l prices.
 func (l *Limiter) checkSchemas(s *settings) error {
 	l.schemasMu.Lock()
 	defer l.schemasMu.Unlock()
@@ -437,7 +437,7 @@ func (e *costExtension) checkDocument(ctx context.Context, st *requestState, que
 
 // checkParsed applies the trusted documents and the document bounds to an
 // operation whose text no earlier hook saw: gqlgen's persisted queries,
-// added after the Extension, filled it in from their cache. It was bounded
+// added after the extension, filled it in from their cache. It was bounded
 // when it was registered, but perhaps under other bounds.
 func (e *costExtension) checkParsed(ctx context.Context, st *requestState, opCtx *graphql.OperationContext) *gqlerror.Error {
 	if st.documentChecked == opCtx.RawQuery && opCtx.RawQuery != "" {
@@ -503,7 +503,7 @@ func shadowable(cerr *complexity.Error) bool {
 }
 
 // owns reports whether e decides the request st belongs to: the first
-// Extension to ask claims it, so a second one on the same server stands
+// extension to ask claims it, so a second one on the same server stands
 // aside.
 func (e *costExtension) owns(st *requestState) bool {
 	st.mu.Lock()
@@ -738,7 +738,7 @@ func (l *Limiter) answer(h http.Header, r *http.Request, set *settings, p *plan,
 
 // InterceptResponse implements graphql.ResponseInterceptor: it adds
 // extensions.cost to every response. A request gqlgen refused before the
-// Extension priced it (a parse or validation error) is charged InvalidCost
+// extension priced it (a parse or validation error) is charged InvalidCost
 // here, before the wrapper writes the status and headers.
 func (e *costExtension) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
 	resp := next(ctx)
@@ -839,13 +839,14 @@ func pricedError(code string, cost, retryAfter int64, format string, args ...any
 	return ge
 }
 
-// requestState is the one carrier of a GraphQL request: who pays and on
-// which plan (set by the wrapper, or by the Extension without it), then the
-// price and the decision (set by the Extension), read by the response
-// interceptor and the wrapper's writer.
+// requestState is the one owner of a GraphQL operation, from the door to
+// its report: who pays and on which plan (set where the request or the
+// WebSocket operation begins, newState), then the price and the decision
+// (set by the extension's hooks), read by the response interceptor and the
+// wrapper's writer. Its decision moves through phases (phase).
 type requestState struct {
 	// invalidOnce charges InvalidCost to a request gqlgen refused before
-	// the Extension priced it (settle).
+	// the extension priced it (settle).
 	invalidOnce sync.Once
 	set         *settings // the configuration the request started under
 	id          identity.Identity
@@ -853,7 +854,7 @@ type requestState struct {
 	// addr keys the client address, for field limits ByIP.
 	addr string
 	// documentChecked is the query the wrapper found within the document
-	// bounds, so the Extension need not count it again.
+	// bounds, so the extension need not count it again.
 	documentChecked string
 	// trustedDoc is the trusted document the request runs (nil: none, or
 	// not known yet).
@@ -867,7 +868,7 @@ type requestState struct {
 	// conn is the WebSocket connection the operation came on (nil over
 	// HTTP): it is decided in InterceptOperation (socket.go).
 	conn *connState
-	// ext is the Extension that decides the request: the first whose hook
+	// ext is the extension that decides the request: the first whose hook
 	// ran, so that a limiter installed twice on one server (two Extensions)
 	// prices and debits once.
 	ext *costExtension
@@ -1034,7 +1035,7 @@ func (s *requestState) current() (o budget.Outcome, code string, ln *lane, decid
 }
 
 // settle returns the decision and the price. If nothing was decided, gqlgen
-// refused the request before the Extension priced it (a parse or
+// refused the request before the extension priced it (a parse or
 // validation error): it pays InvalidCost now, and charged says so.
 func (s *requestState) settle(ctx context.Context, l *Limiter) (o budget.Outcome, cost int64, charged bool) {
 	s.mu.Lock()
@@ -1225,7 +1226,7 @@ func (l *Limiter) serveMultipart(w http.ResponseWriter, r *http.Request, h http.
 }
 
 // serve hands a screened request to h with its state, and answers with
-// what the Extension decided.
+// what the extension decided.
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, h http.Handler, st *requestState) {
 	st.r = r
 	defer st.release() // even if the handler panics: a leaked slot would shed forever
@@ -1377,7 +1378,7 @@ func acceptsGraphQLResponse(r *http.Request) bool {
 }
 
 // graphQLWriter holds gqlgen's status back until the body starts (or the
-// handler returns), so that the decision, taken by the Extension's hooks by
+// handler returns), so that the decision, taken by the extension's hooks by
 // then, chooses the status and the headers: no store I/O happens here.
 type graphQLWriter struct {
 	http.ResponseWriter

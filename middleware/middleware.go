@@ -44,7 +44,7 @@ type SplitBudgetOptions struct {
 // the breaker. Other negative values are refused.
 const None = budget.None
 
-// GraphQLOptions are the static caps and pricing knobs of the Extension.
+// GraphQLOptions are the static caps and pricing knobs of the extension.
 // Zero means the default; None means no cap, or no cost.
 type GraphQLOptions struct {
 	// MaxDepth caps the nesting of fields (root fields at 1), introspection
@@ -134,7 +134,7 @@ type GraphQLOptions struct {
 	// without running any other root field or debiting anything. Default
 	// "rateLimit"; a schema without that field
 	// simply has no dry runs, while another name the schema lacks is an
-	// error when the Extension is added to a server.
+	// error when the extension is added to a server.
 	RateLimitField string `yaml:"-"`
 }
 
@@ -521,7 +521,7 @@ type Limiter struct {
 	schemasMu sync.Mutex
 	schemas   []*ast.Schema
 	// exts are the Extensions of this Limiter on servers, held weakly (a
-	// server dropped takes its Extension with it), so that Reload compiles
+	// server dropped takes its extension with it), so that Reload compiles
 	// their trusted documents' plans before a request needs them.
 	exts []weak.Pointer[costExtension]
 }

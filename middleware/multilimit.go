@@ -15,7 +15,7 @@ import (
 type limitHeaders struct{ quoted, policy string }
 
 // buildFieldHeaders renders the field and route limits' RateLimit-Policy
-// items. Coordinates are checked against the schema when the Extension is
+// items. Coordinates are checked against the schema when the extension is
 // added to a server, route patterns by buildRoutes.
 func (s *settings) buildFieldHeaders() {
 	if coords := s.pol.FieldCoordinates(); len(coords) > 0 {

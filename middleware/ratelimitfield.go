@@ -61,7 +61,7 @@ func SetInt[T ~int | ~int32 | ~int64](dst *T, v int64) {
 // RateLimitFrom returns the budget of the operation ctx belongs to, as its
 // debit (or, for a dry run, its peek) left it. A resolver calls it to serve
 // GitHub's rateLimit field; with the field in the schema's Query type and a
-// Boolean argument dryRun (GraphQLOptions.RateLimitField), the Extension
+// Boolean argument dryRun (GraphQLOptions.RateLimitField), the extension
 // also makes rateLimit(dryRun: true) a dry run:
 //
 //	func (r *queryResolver) RateLimit(ctx context.Context, dryRun *bool) (*model.RateLimit, error) {
@@ -78,7 +78,7 @@ func SetInt[T ~int | ~int32 | ~int64](dst *T, v int64) {
 //		return rl, nil
 //	}
 //
-// ok is false when no Extension of a Limiter priced the operation, or when
+// ok is false when no extension of a Limiter priced the operation, or when
 // its bucket could not be read (the store failed and the plan fails
 // closed, for a dry run).
 func RateLimitFrom(ctx context.Context) (RateLimitStatus, bool) {

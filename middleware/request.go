@@ -129,7 +129,7 @@ func (*replayBody) Close() error { return nil }
 //
 // It also applies the document bounds (MaxTokens, MaxSelections) to the
 // query it finds, so that an oversized document is refused before gqlgen
-// reads the body again and decodes it; st records that the Extension need
+// reads the body again and decodes it; st records that the extension need
 // not count it again.
 func (l *Limiter) screenGraphQL(r *http.Request, body []byte, st *requestState) *refusal {
 	if r.Method == http.MethodGet {

@@ -17,7 +17,7 @@ import (
 // operations, each of which must pay as if it came alone. The wrapper
 // identifies the upgrade (an unknown key in its headers is answered 401
 // before any upgrade) and leaves a connState in the connection's context;
-// the Extension then gives each operation a requestState of its own and
+// the extension then gives each operation a requestState of its own and
 // decides it in InterceptOperation, the first hook that sees the
 // connection_init payload (gqlgen adds it to the context only after the
 // operation is parsed and validated), and the last before any resolver.

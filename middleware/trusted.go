@@ -36,9 +36,9 @@ const (
 // hash, as an automatic persisted query does
 // (extensions.persistedQuery.sha256Hash) or as GraphQL over HTTP does
 // (documentId, "sha256:<hex>"), or sends its text. Trusted documents are
-// parsed, validated and compiled into cost plans when the Extension is
+// parsed, validated and compiled into cost plans when the extension is
 // added to a server and at every Reload, which re-reads File; a manifest
-// that fails refuses New's Extension or the Reload, naming the entry.
+// that fails refuses Handler's extension or the Reload, naming the entry.
 //
 // Every trusted operation is priced with its variables and debited like
 // any other: trust never lifts the budget, MaxCost, MaxBreadth (on
@@ -236,7 +236,7 @@ func (t *trustedSet) resolve(query string, hasQuery bool, id string, hasID bool,
 }
 
 // statusOfCode is the HTTP status of a trusted documents' refusal, by its
-// code, for the wrapper's refusals and the Extension's alike (0: the
+// code, for the wrapper's refusals and the extension's alike (0: the
 // verdict's).
 func statusOfCode(code string) int {
 	switch code {
