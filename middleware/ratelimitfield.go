@@ -87,8 +87,12 @@ func RateLimitFrom(ctx context.Context) (RateLimitStatus, bool) {
 		return RateLimitStatus{}, false
 	}
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.ask.rate, st.ask.rateKnown
+	rs, known := st.ask.rate, st.ask.rateKnown
+	st.mu.Unlock()
+	if known {
+		rs.ResetAt = time.Unix(unixCeil(rs.ResetAt, 0), 0) // rounded when asked: most operations never ask
+	}
+	return rs, known
 }
 
 // noteRate records what RateLimitFrom returns for outcome o of an
@@ -103,7 +107,7 @@ func (s *requestState) noteRate(rep *complexity.Report, cost int64, o *budget.Ou
 		Cost:      cost,
 		Remaining: left,
 		Used:      max(s.plan.Burst-left, 0),
-		ResetAt:   time.Unix(unixCeil(l.clock.Now(), o.Decision.ResetAfter), 0),
+		ResetAt:   l.clock.Now().Add(max(o.Decision.ResetAfter, 0)),
 		NodeCount: rep.Nodes,
 	}
 	s.mu.Lock()
