@@ -197,3 +197,15 @@ func TestHashKey(t *testing.T) {
 		t.Error("two keys share a hash")
 	}
 }
+
+// PrincipalFrom returns what WithPrincipal stored, and nothing from a
+// context without it.
+func TestPrincipalFrom(t *testing.T) {
+	if _, _, ok := PrincipalFrom(context.Background()); ok {
+		t.Error("a principal in an empty context")
+	}
+	name, plan, ok := PrincipalFrom(WithPrincipal(context.Background(), "alice", "pro"))
+	if !ok || name != "alice" || plan != "pro" {
+		t.Errorf("PrincipalFrom = %q, %q, %v; want alice, pro, true", name, plan, ok)
+	}
+}

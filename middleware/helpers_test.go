@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -174,9 +173,6 @@ type config struct {
 	middleware.Dependencies
 	middleware.Policy
 }
-
-// parts is c as New takes it.
-func (c config) parts() (middleware.Dependencies, middleware.Policy) { return c.Dependencies, c.Policy }
 
 // withRefunds turns refunds of unused cost back on for every plan of cfg.
 func withRefunds(cfg config) config {
@@ -471,13 +467,4 @@ func query(t *testing.T, h http.Handler, q string, header http.Header) (*httptes
 
 func bearer(key string) http.Header {
 	return http.Header{"Authorization": {"Bearer " + key}}
-}
-
-func errorsIsAny(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
 }
