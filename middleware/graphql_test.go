@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
@@ -416,5 +420,49 @@ func TestGraphQLGET(t *testing.T) {
 	w := do(t, h, request{method: "GET", path: "/graphql?query=" + url.QueryEscape(query61), header: bearer(aliceKey)})
 	if w.Code != http.StatusOK || w.Header().Get(middleware.HeaderXRateLimitRemaining) != "39" {
 		t.Errorf("GET: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
+
+// otherExtensions adds an entry of its own to every response's extensions,
+// as a tracing extension does.
+type otherExtensions struct{}
+
+func (otherExtensions) ExtensionName() string                   { return "other" }
+func (otherExtensions) Validate(graphql.ExecutableSchema) error { return nil }
+func (otherExtensions) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	resp := next(ctx)
+	if resp.Extensions == nil {
+		resp.Extensions = map[string]any{}
+	}
+	resp.Extensions["other"] = true
+	return resp
+}
+
+// extensions.cost sits beside another extension's entries in one
+// extensions object. An extension added before Handler sees the response
+// after the limiter's: a limiter writing extensions.cost into the body
+// itself, past gqlgen's encoding, would give such a response two
+// "extensions" members.
+func TestCostBesideOtherExtensions(t *testing.T) {
+	lim := newLimiter(t, testConfig(t, newClock()))
+	for _, other := range []bool{false, true} {
+		srv := handler.New(newTestSchema().executable())
+		srv.AddTransport(transport.POST{})
+		if other {
+			srv.Use(otherExtensions{})
+		}
+		w, resp := query(t, lim.Handler(srv), `{ viewer { login } }`, bearer(aliceKey))
+		want := `"extensions":{"cost":{"requestedQueryCost":1,"actualQueryCost":1,"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":`
+		body := w.Body.String()
+		if w.Code != http.StatusOK || resp.Extensions.Cost == nil || !strings.Contains(body, want) || strings.Count(body, `"extensions":`) != 1 {
+			t.Errorf("other extensions %v: %d %s", other, w.Code, body)
+		}
+		if other && !strings.Contains(body, `,"other":true}}`) {
+			t.Errorf("the other extension's entry is lost: %s", body)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
+			t.Errorf("other extensions %v: not JSON: %v: %s", other, err, body)
+		}
 	}
 }
