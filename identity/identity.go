@@ -233,8 +233,7 @@ type defaultIdentifier struct {
 }
 
 func (d *defaultIdentifier) Identify(r *http.Request) (Identity, error) {
-	if p, ok := r.Context().Value(principalKey{}).(principal); ok { // PrincipalFrom
-		name, plan := p.name, p.plan
+	if name, plan, ok := PrincipalFrom(r.Context()); ok {
 		if name == "" {
 			return Identity{}, errors.New("identity: WithPrincipal with an empty principal")
 		}
