@@ -317,6 +317,9 @@ type walker struct {
 	// refused is the first @skip/@include condition the executor would
 	// fail on, found while collecting; see included.
 	refused *Error
+	// open collects what a worst-case walk (Analyzer.WorstCase) read of
+	// the values it left open; nil in any other walk.
+	open *openRecorder
 	// planFields and planSets hold the priced tree while planning, reused
 	// from one ActualCost to the next (see newFields).
 	planFields []pricedField

@@ -41,6 +41,9 @@ func (w *walker) declaredSize(f *ast.Field, fi *fieldInfo) (declared, error) {
 
 func (w *walker) slicedSize(f *ast.Field, fi *fieldInfo) (declared, error) {
 	sliced, hasSliced, err := w.slicingSize(f, fi)
+	if hasSliced && err == nil && w.open != nil {
+		sliced = w.openFallback(f, fi, sliced) // a worst case: a value left open may be null
+	}
 	if err != nil || hasSliced {
 		return declared{sliced, hasSliced}, err
 	}

@@ -137,6 +137,9 @@ func (w *walker) inputField(v value, name string) (value, bool) {
 		x, ok := m[name]
 		return value{raw: x, isRaw: true}, ok
 	}
+	if o, ok := v.raw.(openValue); ok {
+		return o.field(name), true
+	}
 	rv := reflect.ValueOf(v.raw)
 	if rv.Kind() != reflect.Map || rv.Type().Key().Kind() != reflect.String {
 		return value{}, false
@@ -193,6 +196,9 @@ func (w *walker) argCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
 func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) (Cost, *invalidValue) {
 	if v.isNull() {
 		return 0, nil
+	}
+	if o, ok := asOpen(v); ok {
+		return w.openCost(o, t, own, nil), nil
 	}
 	if t.Elem != nil {
 		var total Cost
@@ -274,6 +280,10 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) 
 //
 // bad is set for a value the executor would refuse.
 func (w *walker) size(v value, in *inputInfo) (n int64, isList, ok bool, bad *invalidValue) {
+	if o, open := asOpen(v); open {
+		n, isList, ok = w.openSize(o, in)
+		return n, isList, ok, nil
+	}
 	t := in.typ
 	if t.Elem != nil {
 		var count int64
@@ -320,6 +330,9 @@ func (w *walker) size(v value, in *inputInfo) (n int64, isList, ok bool, bad *in
 // input object, a nested list) as valueCost does.
 func (w *walker) checkElem(e value, in *inputInfo) *invalidValue {
 	if e.isNull() {
+		return nil
+	}
+	if _, open := asOpen(e); open {
 		return nil
 	}
 	if ti := in.named; ti != nil && in.typ.Elem.Elem == nil && ti.def.Kind != ast.InputObject {
