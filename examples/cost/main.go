@@ -35,6 +35,28 @@
 // stdout; 2 for wrong usage, with the usage text on stderr. A refused
 // variable is named with the type expected and the value sent
 // ("variable $n: 2.5 is not a valid Int").
+//
+// cost audit prices many documents at once, without variables, each
+// operation at its worst case over every value of them
+// (complexity.Analyzer.WorstCase):
+//
+//	go run ./examples/cost audit -schema FILE [-schema FILE ...] [analyzer flags] \
+//	    [-plans FILE] [-plan NAME={burst: B, rate: R, per: D} ...] \
+//	    [-max-cost N] [-baseline FILE] [-json] FILE|GLOB|DIR|- ...
+//
+// It reads GraphQL files, globs, directories (their .graphql and .gql
+// files) and manifests (.json: Apollo's persisted query manifest, or an
+// object of id to document as Relay and the trusted-documents manifest
+// write it). It takes the analyzer flags above but -max-cost, which is the
+// audit's threshold, and -breakdown-*. With -plans (the plans: map of a
+// YAML file shaped like the example server's) or -plan it says whether
+// each worst case fits each plan's burst and how many fit per period.
+// -json prints one object per document and operation, one per line:
+// "document", "operation", "maxCost" (null when unbounded), "points",
+// "unbounded" (what leaves it open), "error", "conditions", "bounds",
+// "plans". It exits 1 when a document cannot be priced, exceeds -max-cost
+// or is unbounded under it, or rose above -baseline (a previous -json
+// output); 2 for wrong usage.
 package main
 
 import (
@@ -140,32 +162,19 @@ const usageLine = "usage: cost -schema FILE [-schema FILE ...] -query FILE|- [-v
 	"            [-key-list-convention=false] [-mutation-list-convention=false]\n" +
 	"            [-free-introspection=false] [-introspection-cost N]\n" +
 	"            [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-max-aliases N]\n" +
-	"            [-max-root-fields N] [-breakdown-limit N] [-breakdown-bytes N] [-json]\n"
+	"            [-max-root-fields N] [-breakdown-limit N] [-breakdown-bytes N] [-json]\n" +
+	"       cost audit -h   prices many documents without variables, at their worst case\n"
 
 // parseFlags returns the flags, or a usage problem to report with exit 2.
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("cost", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Var(&f.schemas, "schema", "schema SDL `FILE` (repeat for several files)")
+	f.analyzerFlags(fs)
 	fs.StringVar(&f.query, "query", "", "operation document `FILE`, or - for stdin")
 	fs.StringVar(&f.variables, "variables", "", "variables JSON `FILE`")
 	fs.StringVar(&f.operation, "operation", "", "`NAME` of the operation to price (needed when the document has several)")
-	fs.IntVar(&f.defaultListSize, "default-list-size", complexity.DefaultListSize, "`N` assumed for lists with no slicing argument or assumedSize")
-	fs.Float64Var(&f.mutationBaseCost, "mutation-base-cost", complexity.DefaultMutationBaseCost, "`N` points every mutation costs before its fields")
-	fs.BoolVar(&f.firstLast, "first-last-convention", true, "read first and last as slicing arguments on fields without @listSize (=false: off)")
-	fs.BoolVar(&f.connections, "connection-convention", true, "let …Connection types hand their size to edges and nodes (=false: off)")
-	fs.BoolVar(&f.countArguments, "count-argument-convention", true, "read Int arguments named like a count (limit, maxRepositories, batch_size…) as slicing arguments, and let a type with one list take its parent's size (=false: off)")
-	fs.BoolVar(&f.keyLists, "key-list-convention", true, "size a list field by the length of its representations, ids or keys argument (=false: off)")
-	fs.BoolVar(&f.mutationLists, "mutation-list-convention", true, "size what a mutation returns by the length of its list arguments (=false: off)")
-	fs.BoolVar(&f.freeIntrospection, "free-introspection", true, "__typename, __schema, __type and the fields beneath them cost 0 (=false: priced like any field)")
-	fs.IntVar(&f.maxDepth, "max-depth", 0, "reject operations deeper than `N` (0: no limit)")
-	fs.IntVar(&f.maxBreadth, "max-breadth", 0, "reject slicing arguments above `N` (0: no limit)")
-	fs.Int64Var(&f.maxNodes, "max-nodes", 0, "reject operations that may return more than `N` nodes (0: no limit)")
 	fs.Float64Var(&f.maxCost, "max-cost", 0, "reject operations costing more than `N` points (0: no limit)")
-	fs.IntVar(&f.maxAliases, "max-aliases", 0, "reject operations with more than `N` aliased fields, introspection included (0: no limit)")
-	fs.IntVar(&f.maxRootFields, "max-root-fields", 0, "reject operations selecting more than `N` root fields, __typename, __schema and __type included (0: no limit)")
-	fs.Float64Var(&f.introspection, "introspection-cost", 0, "charge `N` points for each __schema or __type selection, per response key, on top of its fields")
 	fs.IntVar(&f.breakdownLimit, "breakdown-limit", complexity.DefaultBreakdownLimit, "list at most `N` fields in the explain view (0: totals only, the library's default)")
 	fs.Int64Var(&f.breakdownBytes, "breakdown-bytes", complexity.DefaultBreakdownBytes, "stop the explain view once its paths hold `N` bytes (0: no cap)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the text report")
@@ -192,8 +201,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		problem = "-query is required"
 	case fs.NArg() > 0:
 		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
-	case f.defaultListSize < 0 || !finite(f.mutationBaseCost) || !finite(f.introspection) || f.breakdownLimit < 0 || f.breakdownBytes < 0 ||
-		f.maxDepth < 0 || f.maxBreadth < 0 || f.maxNodes < 0 || !finite(f.maxCost) || f.maxAliases < 0 || f.maxRootFields < 0:
+	case f.negative():
 		problem = "-default-list-size, -mutation-base-cost, -introspection-cost, -breakdown-limit, -breakdown-bytes and the -max-* limits must be finite and not negative"
 	}
 	if problem != "" {
@@ -202,6 +210,32 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, errors.New(problem)
 	}
 	return f, nil
+}
+
+// analyzerFlags registers the flags both forms of the command take: the
+// schema and the analyzer options but -max-cost and the breakdown's.
+func (f *flags) analyzerFlags(fs *flag.FlagSet) {
+	fs.Var(&f.schemas, "schema", "schema SDL `FILE` (repeat for several files)")
+	fs.IntVar(&f.defaultListSize, "default-list-size", complexity.DefaultListSize, "`N` assumed for lists with no slicing argument or assumedSize")
+	fs.Float64Var(&f.mutationBaseCost, "mutation-base-cost", complexity.DefaultMutationBaseCost, "`N` points every mutation costs before its fields")
+	fs.BoolVar(&f.firstLast, "first-last-convention", true, "read first and last as slicing arguments on fields without @listSize (=false: off)")
+	fs.BoolVar(&f.connections, "connection-convention", true, "let …Connection types hand their size to edges and nodes (=false: off)")
+	fs.BoolVar(&f.countArguments, "count-argument-convention", true, "read Int arguments named like a count (limit, maxRepositories, batch_size…) as slicing arguments, and let a type with one list take its parent's size (=false: off)")
+	fs.BoolVar(&f.keyLists, "key-list-convention", true, "size a list field by the length of its representations, ids or keys argument (=false: off)")
+	fs.BoolVar(&f.mutationLists, "mutation-list-convention", true, "size what a mutation returns by the length of its list arguments (=false: off)")
+	fs.BoolVar(&f.freeIntrospection, "free-introspection", true, "__typename, __schema, __type and the fields beneath them cost 0 (=false: priced like any field)")
+	fs.IntVar(&f.maxDepth, "max-depth", 0, "reject operations deeper than `N` (0: no limit)")
+	fs.IntVar(&f.maxBreadth, "max-breadth", 0, "reject slicing arguments above `N` (0: no limit)")
+	fs.Int64Var(&f.maxNodes, "max-nodes", 0, "reject operations that may return more than `N` nodes (0: no limit)")
+	fs.IntVar(&f.maxAliases, "max-aliases", 0, "reject operations with more than `N` aliased fields, introspection included (0: no limit)")
+	fs.IntVar(&f.maxRootFields, "max-root-fields", 0, "reject operations selecting more than `N` root fields, __typename, __schema and __type included (0: no limit)")
+	fs.Float64Var(&f.introspection, "introspection-cost", 0, "charge `N` points for each __schema or __type selection, per response key, on top of its fields")
+}
+
+// negative reports whether a number flag is negative, NaN or infinite.
+func (f *flags) negative() bool {
+	return f.defaultListSize < 0 || !finite(f.mutationBaseCost) || !finite(f.introspection) || f.breakdownLimit < 0 || f.breakdownBytes < 0 ||
+		f.maxDepth < 0 || f.maxBreadth < 0 || f.maxNodes < 0 || !finite(f.maxCost) || f.maxAliases < 0 || f.maxRootFields < 0
 }
 
 // finite reports whether a points flag is a usable number: not negative,
@@ -219,6 +253,9 @@ type failure struct {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "audit" {
+		return runAudit(args[1:], stdin, stdout, stderr)
+	}
 	f, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -228,17 +265,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	out := output{json: f.json, stdout: stdout, stderr: stderr}
 
-	var sources []*ast.Source
-	for _, path := range f.schemas {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return out.fail(nil, failure{Code: codeUnreadable, Message: err.Error()})
-		}
-		sources = append(sources, &ast.Source{Name: path, Input: string(b)})
-	}
-	schema, err := complexity.LoadSchema(sources...)
-	if err != nil {
-		return out.fail(nil, gqlFailures(codeInvalidSchema, err)...)
+	schema, fails := readSchema(f.schemas)
+	if fails != nil {
+		return out.fail(nil, fails...)
 	}
 	analyzer, err := complexity.New(schema, f.options()...)
 	if err != nil {
@@ -293,6 +322,23 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return out.fail(nil, failure{Code: codeValidationFailed, Message: err.Error()})
 	}
 	return out.report(report)
+}
+
+// readSchema loads the schema files, or says why it cannot.
+func readSchema(paths []string) (*ast.Schema, []any) {
+	var sources []*ast.Source
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, []any{failure{Code: codeUnreadable, Message: err.Error()}}
+		}
+		sources = append(sources, &ast.Source{Name: path, Input: string(b)})
+	}
+	schema, err := complexity.LoadSchema(sources...)
+	if err != nil {
+		return nil, gqlFailures(codeInvalidSchema, err)
+	}
+	return schema, nil
 }
 
 func selectOperation(doc *ast.QueryDocument, name string) (*ast.OperationDefinition, *failure) {
