@@ -1,6 +1,7 @@
 package complexity
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -44,8 +45,9 @@ type WorstCase struct {
 //     two; with no maximum breadth it is unbounded;
 //   - an argument's cost (argCost) takes each scalar at its weight (0 if
 //     the weight is negative and the value may be null) and each input
-//     object with all its fields; a list or a recursive input object that
-//     costs anything per element is unbounded.
+//     object with all its fields; a list that costs anything per element
+//     is taken at the maximum breadth when it is a slicing argument, else
+//     unbounded, as is an input object that nests itself.
 //
 // A refusal under some assignment (a limit, a missing slicing argument)
 // is returned as the error, its message naming the assignment. The bound
@@ -119,7 +121,8 @@ func withAssignment(err error, vars map[string]any, conds []condVar) error {
 		parts[i] = fmt.Sprintf("$%s=%t", c.name, vars[c.name])
 	}
 	with := "with " + strings.Join(parts, ", ") + ": "
-	if e, ok := err.(*Error); ok {
+	var e *Error
+	if errors.As(err, &e) {
 		e2 := *e
 		e2.Message = with + e.Message
 		return &e2
@@ -142,6 +145,25 @@ type openValue struct {
 type openRecorder struct {
 	bounds    []string
 	unbounded []string
+	// slicing holds every slicing argument of the schema, built when an
+	// open list is first priced (see slicingArgument).
+	slicing map[*inputInfo]bool
+}
+
+// slicingArgument reports whether in is a slicing argument of some field:
+// then the maximum breadth bounds its length.
+func (r *openRecorder) slicingArgument(c *compiled, in *inputInfo) bool {
+	if r.slicing == nil {
+		r.slicing = map[*inputInfo]bool{}
+		for _, t := range c.types {
+			for _, fi := range t.fields {
+				for _, s := range fi.slicing {
+					r.slicing[s] = true
+				}
+			}
+		}
+	}
+	return r.slicing[in]
 }
 
 func (r *openRecorder) bound(s string) {
@@ -226,10 +248,16 @@ func (w *walker) openCost(o openValue, t *ast.Type, own *inputInfo, visiting []s
 	}
 	if t.Elem != nil {
 		c := w.openCost(o, t.Elem, own, visiting)
-		if c > 0 {
-			o.rec.open(where("a list priced per element"))
+		if c <= 0 {
+			return 0
 		}
-		return clampZero(c)
+		// A slicing argument's length is held to the maximum breadth.
+		if mb := w.a.cfg.maxBreadth; mb > 0 && t == own.typ && o.rec.slicingArgument(w.c, own) {
+			o.rec.bound(fmt.Sprintf("%s ≤ %d elements (max breadth)", o.path, mb))
+			return mulCost(c, mb)
+		}
+		o.rec.open(where("a list priced per element"))
+		return c
 	}
 	ti := w.c.types[t.NamedType]
 	var c Cost

@@ -79,6 +79,7 @@ type Query {
   byNumbers(ns: [Int!]!): [User] @listSize(slicingArguments: ["ns"])
 }
 type User { id: ID! }
+type Mutation { insert(objects: [Tag!]!): [User] @listSize(slicingArguments: ["objects"]) }
 `
 
 func TestWorstCaseSlicingVariables(t *testing.T) {
@@ -114,6 +115,10 @@ func TestWorstCaseSlicingVariables(t *testing.T) {
 			nil, "", "$f.and (argument at search: input Filter nests itself)"},
 		{"a list of input objects", `query($t: [Tag!]) { tagged(tags: $t) { id } }`,
 			nil, "", "$t (argument at tagged: a list priced per element)"},
+		{"a list of input objects sized by its length", `mutation($o: [Tag!]!) { insert(objects: $o) { id } }`,
+			[]complexity.Option{complexity.WithMaxBreadth(20)}, "50", "$o ≤ 20 elements (max breadth)"}, // 10 + 20 tags + 20 users
+		{"unbounded without a maximum breadth", `mutation($o: [Tag!]!) { insert(objects: $o) { id } }`,
+			nil, "", "$o (argument at insert: a list priced per element)"},
 		{"a literal list of variables is counted", `query($a: String, $b: String) { tagged(tags: [{label: $a}, {label: $b}]) { id } }`,
 			nil, "4", ""},
 	}
