@@ -192,7 +192,8 @@ func (w *walker) argCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
 // is for; its @cost replaces the type's weight. Missing input-object fields
 // take their schema defaults (as coercion would), except inside a value
 // that is itself a default, so a recursive input type with a default
-// cannot expand forever.
+// cannot expand forever. A value WorstCase left open costs its most
+// (openCost).
 func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) (Cost, *invalidValue) {
 	if v.isNull() {
 		return 0, nil
@@ -278,7 +279,8 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) 
 //     anything else does not (ok false), and is never refused, since the
 //     analyzer cannot know the scalar's coercion.
 //
-// bad is set for a value the executor would refuse.
+// bad is set for a value the executor would refuse. A value WorstCase
+// left open reads at its bound (openSize).
 func (w *walker) size(v value, in *inputInfo) (n int64, isList, ok bool, bad *invalidValue) {
 	if o, open := asOpen(v); open {
 		n, isList, ok = w.openSize(o, in)

@@ -53,6 +53,9 @@ type WorstCase struct {
 // is returned as the error, its message naming the assignment. The bound
 // assumes a larger list never costs less, which holds unless a negative
 // @cost makes a list's items cost less than nothing.
+//
+// It walks the operation once per assignment, up to 1,024 times: it is
+// for auditing documents ahead of time, not for a request's path.
 func (a *Analyzer) WorstCase(doc *ast.QueryDocument, op *ast.OperationDefinition) (*WorstCase, error) {
 	if op == nil {
 		return nil, fmt.Errorf("%w: nil operation", ErrInvalidDocument)
