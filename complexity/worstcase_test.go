@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
 	"github.com/vektah/gqlparser/v2/validator"
 
 	"github.com/costguard/costguard/complexity"
@@ -252,4 +253,44 @@ func randomValues(rng *rand.Rand, op *ast.OperationDefinition, bound int) map[st
 		}
 	}
 	return vars
+}
+
+// FuzzWorstCase holds the worst case above concrete prices for any
+// document: for random values of its variables within the maximum
+// breadth, a bounded worst case is never below their price.
+func FuzzWorstCase(f *testing.F) {
+	for i, q := range worstQueries {
+		f.Add(q, uint64(i))
+	}
+	for i, s := range fuzzSeeds {
+		f.Add(s.query, uint64(i))
+	}
+	schema := loadSchema(f, fuzzSDL)
+	const breadth = 8
+	a, err := complexity.New(schema, complexity.WithMaxBreadth(breadth))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, query string, seed uint64) {
+		if len(query) > 2048 {
+			return
+		}
+		doc, err := parser.ParseQuery(&ast.Source{Input: query})
+		if err != nil || len(doc.Operations) == 0 || len(validator.Validate(schema, doc)) > 0 {
+			return
+		}
+		op := doc.Operations[0]
+		wc, err := a.WorstCase(doc, op)
+		if err != nil || len(wc.Unbounded) > 0 {
+			return
+		}
+		rng := rand.New(rand.NewPCG(seed, 61))
+		for range 20 {
+			vars := randomValues(rng, op, breadth)
+			r, err := a.AnalyzeOperation(doc, op, vars)
+			if err == nil && r.Cost > wc.Report.Cost {
+				t.Fatalf("with %v: %s, above the worst case %s (%v)", vars, r.Cost, wc.Report.Cost, wc.Conditions)
+			}
+		}
+	})
 }
