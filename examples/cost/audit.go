@@ -170,6 +170,7 @@ func auditAll(a *complexity.Analyzer, docs []auditDocument) [][]auditResult {
 // auditDocumentOps prices each operation of one document at its worst.
 func auditDocumentOps(a *complexity.Analyzer, d auditDocument) []auditResult {
 	fail := func(msg string) []auditResult {
+		msg = strings.TrimSpace(msg) // gqlparser ends its lists with a newline
 		return []auditResult{{Document: d.name, Unbounded: []string{}, Error: &msg}}
 	}
 	if d.err != nil {
