@@ -36,16 +36,20 @@
 //     union and input object types and 0 for scalars and enums.
 //   - fieldWeight(f) is @cost(weight) on the field definition (for a field
 //     selected through an interface, the concrete type's definition), else 0.
-//   - argCost(f) sums, over arguments with a non-null value (literal,
-//     variable or schema default), valueCost: for an input object, the
-//     argument's or input field's own @cost if present, else the input
-//     type's weight, plus the valueCost of each non-null field (missing
-//     fields take their schema defaults); for a list, the sum over its
-//     elements; for a scalar or enum, the own @cost if present, else the
-//     type's weight.
-//   - A composite field costs max(0, fieldWeight + argCost + n ×
-//     (typeWeight + Σ cost(children))); a leaf field costs max(0,
-//     fieldWeight + argCost + n × typeWeight).
+//   - argCost(f) sums, over arguments with a value (literal, variable or
+//     schema default), valueCost: for an input object, the argument's or
+//     input field's own @cost if present, else the input type's weight,
+//     plus the valueCost of each field (missing fields take their schema
+//     defaults, as coercion fills them in, defaults inside defaults
+//     included); for a list, the sum over its elements; for a scalar or
+//     enum, the own @cost if present, else the type's weight. A null costs
+//     nothing (WithNullArgumentsCharged: the weight of its place).
+//   - own(f) = max(0, fieldWeight + argCost): a negative weight discounts
+//     the field itself, not what it returns (WithSubtreeDiscounts: own(f)
+//     = fieldWeight + argCost, which may discount the rest).
+//   - A composite field costs max(0, own(f) + n × (typeWeight + Σ
+//     cost(children))); a leaf field costs max(0, own(f) + n ×
+//     typeWeight).
 //   - n is 1 for a non-list field. For a list field it is (a) the size the
 //     parent hands down through @listSize(sizedFields:) (dotted paths such
 //     as "meta.tags" reach deeper), else (b) the largest non-null slicing

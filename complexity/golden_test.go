@@ -55,6 +55,8 @@ type caseOptions struct {
 	MutationLists     *bool    `json:"mutationLists,omitempty"`
 	FreeIntrospection *bool    `json:"freeIntrospection,omitempty"`
 	IntrospectionCost *float64 `json:"introspectionCost,omitempty"`
+	SubtreeDiscounts  *bool    `json:"subtreeDiscounts,omitempty"`
+	NullsCharged      *bool    `json:"nullArgumentsCharged,omitempty"`
 	// BreakdownLimit caps the breakdown, as the CLI's -breakdown-limit
 	// does: 0 prices the totals only.
 	BreakdownLimit *int `json:"breakdownLimit,omitempty"`
@@ -96,6 +98,12 @@ func (o caseOptions) list() []complexity.Option {
 	}
 	if o.IntrospectionCost != nil {
 		opts = append(opts, complexity.WithIntrospectionCost(*o.IntrospectionCost))
+	}
+	if o.SubtreeDiscounts != nil {
+		opts = append(opts, complexity.WithSubtreeDiscounts(*o.SubtreeDiscounts))
+	}
+	if o.NullsCharged != nil {
+		opts = append(opts, complexity.WithNullArgumentsCharged(*o.NullsCharged))
 	}
 	if o.BreakdownLimit != nil {
 		opts = append(opts, complexity.WithBreakdownLimit(*o.BreakdownLimit))

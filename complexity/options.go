@@ -53,6 +53,8 @@ type config struct {
 	mutationLists     bool
 	freeIntrospection bool
 	introspectionCost Cost
+	subtreeDiscounts  bool // WithSubtreeDiscounts
+	chargeNulls       bool // WithNullArgumentsCharged
 	breakdownLimit    int
 	breakdownBytes    int64
 	counted           []string // WithCountedFields
@@ -275,6 +277,37 @@ func WithIntrospectionCost(points float64) Option {
 			return err
 		}
 		c.introspectionCost = costFromFloat(points)
+		return nil
+	}
+}
+
+// WithSubtreeDiscounts sets whether a negative own cost discounts what its
+// field returns (default off). A field's own cost is its weight plus its
+// arguments' (argCost), and a negative argument or field weight can make
+// it negative. Off, the own cost is clamped at 0 by itself, as the IBM
+// spec, Apollo Router and the lean model of graphql-static-analysis price
+// it: a −50 argument on a list assumed at 100 costs 100, the list's items
+// and everything beneath them kept. On, the clamp applies to the field's
+// whole price instead, so the same argument discounts the items and the
+// field costs 50. Either way no field costs less than 0.
+func WithSubtreeDiscounts(on bool) Option {
+	return func(c *config) error {
+		c.subtreeDiscounts = on
+		return nil
+	}
+}
+
+// WithNullArgumentsCharged sets whether an explicit null (an argument, an
+// input field or a list element given as null, by a literal, a variable or
+// a schema default) costs the weight of its place, its own @cost else its
+// type's weight, as the lean model of graphql-static-analysis charges it
+// (default off: a null costs nothing, as Apollo Router prices it, since the
+// resolver receives no value to work on). An argument left out, or a
+// variable not sent, is absent rather than null and costs nothing either
+// way.
+func WithNullArgumentsCharged(on bool) Option {
+	return func(c *config) error {
+		c.chargeNulls = on
 		return nil
 	}
 }

@@ -51,10 +51,11 @@ func (w *walker) slicedSize(f *ast.Field, fi *fieldInfo) (declared, error) {
 }
 
 // ownCost is what field f of fi costs whatever it returns: fieldWeight +
-// argCost.
+// argCost, clamped at 0 unless WithSubtreeDiscounts lets a negative own
+// cost discount what the field returns (addField clamps the whole).
 func (w *walker) ownCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
 	if fi.argsFree { // most fields: inlined
-		return fi.weight, nil
+		return w.a.clampOwn(fi.weight), nil
 	}
 	return w.weightAndArgs(f, fi)
 }
@@ -64,7 +65,16 @@ func (w *walker) weightAndArgs(f *ast.Field, fi *fieldInfo) (Cost, error) {
 	if err != nil {
 		return 0, err
 	}
-	return addCost(fi.weight, c), nil
+	return w.a.clampOwn(addCost(fi.weight, c)), nil
+}
+
+// clampOwn is a field's own cost as addField adds it: at least 0, unless
+// subtree discounts are on.
+func (a *Analyzer) clampOwn(own Cost) Cost {
+	if a.cfg.subtreeDiscounts {
+		return own
+	}
+	return clampZero(own)
 }
 
 // sizeArgs and costArgs are the arguments declaredSize and ownCost read,
@@ -143,11 +153,11 @@ func (a *Analyzer) listSize(fi *fieldInfo, sz sizes, d declared) (n int64, child
 }
 
 // addField prices a field of fi and adds it to set, its set's price. The
-// field costs own (ownCost) plus n times each item's price, the type's
-// weight for a leaf, its selection's (children) for a composite field,
-// never below 0; then as in says, for an introspection field (in is zero
-// for any other). It returns the field's price, and whether the field is
-// the set's deepest so far.
+// field costs own (ownCost, itself at least 0 unless subtree discounts are
+// on) plus n times each item's price, the type's weight for a leaf, its
+// selection's (children) for a composite field, never below 0; then as in
+// says, for an introspection field (in is zero for any other). It returns
+// the field's price, and whether the field is the set's deepest so far.
 func (a *Analyzer) addField(set *price, fi *fieldInfo, own Cost, n int64, children price, in introspected) (f price, deepest bool) {
 	if !fi.ret.composite {
 		f = price{cost: clampZero(addCost(own, mulCost(fi.ret.weight, n))), depth: fieldDepth(0)}

@@ -76,6 +76,7 @@ type compiled struct {
 	types                         map[string]*typeInfo
 	query, mutation, subscription *typeInfo
 	typename                      *fieldInfo // the implicit __typename field
+	chargeNulls                   bool       // WithNullArgumentsCharged
 }
 
 type typeInfo struct {
@@ -144,12 +145,14 @@ type inputInfo struct {
 	named     *typeInfo  // the named type inside typ (nil if unknown)
 	weight    Cost       // own @cost
 	hasWeight bool
-	// byDefault is what an argument costs when the document gives no
-	// value: its default's cost, computed once by New (see priceDefaults).
+	// byDefault is what the argument or input field costs when no value
+	// is given for it: its default's cost, computed once by New (see
+	// priceDefaults).
 	byDefault defaultCost
 }
 
-// defaultCost is what an argument costs by its schema default.
+// defaultCost is what an argument or input field costs by its schema
+// default.
 type defaultCost struct {
 	state defaultState
 	cost  Cost // when state is defaultPriced
@@ -158,17 +161,22 @@ type defaultCost struct {
 type defaultState uint8
 
 const (
+	// defaultUnpriced: not priced yet; New prices every default.
+	defaultUnpriced defaultState = iota
+	// defaultPricing: being priced; reaching it again means the default
+	// fills itself in without end.
+	defaultPricing
 	// defaultPriceEachTime: the default is priced when used, which
 	// reports the error of a default the executor would refuse.
-	defaultPriceEachTime defaultState = iota
-	// defaultFree: no default, or a null one: the argument costs nothing.
+	defaultPriceEachTime
+	// defaultFree: no default, or one that costs nothing.
 	defaultFree
 	// defaultPriced: the default costs cost.
 	defaultPriced
 )
 
 func compile(s *ast.Schema, cfg *config) (*compiled, error) {
-	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types))}
+	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types)), chargeNulls: cfg.chargeNulls}
 	for name, def := range s.Types {
 		ti := &typeInfo{def: def, name: name, id: len(c.types), reserved: strings.HasPrefix(name, "__")}
 		if def.Kind == ast.Scalar {
@@ -270,7 +278,9 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 		c.typename.ret = &typeInfo{name: "String"}
 	}
 	c.classifyFields()
-	c.priceDefaults()
+	if err := c.priceDefaults(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -709,32 +719,4 @@ func (t *typeInfo) field(via *typeInfo, i int, name string) *fieldInfo {
 		}
 	}
 	return t.fields[name]
-}
-
-// priceDefaults computes what each field argument costs by its default,
-// as argCost would price it on every call: a default is a constant.
-func (c *compiled) priceDefaults() {
-	w := &walker{c: c}
-	for _, ti := range c.types {
-		for _, fi := range ti.fields {
-			for _, in := range fi.args {
-				in.byDefault = w.defaultCost(in)
-			}
-		}
-	}
-}
-
-func (w *walker) defaultCost(in *inputInfo) defaultCost {
-	if in.def == nil {
-		return defaultCost{state: defaultFree}
-	}
-	v, ok := w.resolve(in.def)
-	if !ok || v.isNull() {
-		return defaultCost{state: defaultFree}
-	}
-	cost, bad := w.valueCost(v, in.typ, in, true)
-	if bad != nil {
-		return defaultCost{state: defaultPriceEachTime}
-	}
-	return defaultCost{state: defaultPriced, cost: cost}
 }

@@ -151,33 +151,24 @@ func (w *walker) inputField(v value, name string) (value, bool) {
 	return value{raw: x.Interface(), isRaw: true}, true
 }
 
-// argCost is argCost(f) of the model: the sum over f's non-null arguments of
-// their valueCost. A value the executor would not coerce is refused.
+// argCost is argCost(f) of the model: the sum over f's arguments of their
+// valueCost, an argument left out costing its schema default's (New prices
+// every default once). A value the executor would not coerce is refused.
 func (w *walker) argCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
 	var total Cost
 	for _, in := range fi.args {
-		// As given does, with the default's cost computed once by New.
 		var v value
 		ok := false
 		if a := f.Arguments.ForName(in.name); a != nil {
 			v, ok = w.resolve(a.Value)
 		}
-		if !ok {
-			switch in.byDefault.state {
-			case defaultFree:
-				continue
-			case defaultPriced:
-				total = addCost(total, in.byDefault.cost)
-				continue
-			}
-			if v, ok = w.resolve(in.def); !ok {
-				continue
-			}
+		var c Cost
+		var bad *invalidValue
+		if ok {
+			c, bad = w.valueCost(v, in.typ, in)
+		} else {
+			c, bad = w.costByDefault(in)
 		}
-		if v.isNull() {
-			continue
-		}
-		c, bad := w.valueCost(v, in.typ, in, true)
 		if bad != nil {
 			return 0, w.invalidArgument(f, fi.name, in.name, bad)
 		}
@@ -189,14 +180,12 @@ func (w *walker) argCost(f *ast.Field, fi *fieldInfo) (Cost, error) {
 // valueCost prices one input value of type t, coercing it as the executor
 // would: a bad Int or Float, a list or object for a scalar, or a scalar for
 // an input object is refused. own is the argument or input field the value
-// is for; its @cost replaces the type's weight. Missing input-object fields
-// take their schema defaults (as coercion would), except inside a value
-// that is itself a default, so a recursive input type with a default
-// cannot expand forever. A value WorstCase left open costs its most
-// (openCost).
-func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) (Cost, *invalidValue) {
+// is for; its @cost replaces the type's weight. A null costs nullCost.
+// Input-object fields left out take their schema defaults, as coercion
+// fills them in, defaults inside defaults included (costByDefault).
+func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo) (Cost, *invalidValue) {
 	if v.isNull() {
-		return 0, nil
+		return w.c.nullCost(t, own), nil
 	}
 	if o, ok := asOpen(v); ok {
 		return w.openCost(o, t, own, nil), nil
@@ -209,7 +198,7 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) 
 			if bad != nil {
 				return
 			}
-			c, b := w.valueCost(e, t.Elem, own, defaults)
+			c, b := w.valueCost(e, t.Elem, own)
 			if b != nil {
 				bad = b.within("[" + strconv.Itoa(i) + "]")
 			}
@@ -219,7 +208,7 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) 
 		if list {
 			return total, bad
 		}
-		return w.valueCost(v, t.Elem, own, defaults) // a single value coerces to a list of one
+		return w.valueCost(v, t.Elem, own) // a single value coerces to a list of one
 	}
 	ti := w.c.types[t.NamedType]
 	var c Cost
@@ -245,26 +234,35 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo, defaults bool) 
 		return 0, &invalidValue{v: v, typ: ti.name, reason: notObject}
 	}
 	for _, in := range ti.inputFields {
-		fv, ok := w.inputField(v, in.name)
-		nested := defaults
-		if !ok {
-			if !defaults || in.def == nil {
-				continue
-			}
-			if fv, ok = w.resolve(in.def); !ok {
-				continue
-			}
-			nested = false
+		var fc Cost
+		var bad *invalidValue
+		if fv, ok := w.inputField(v, in.name); ok {
+			fc, bad = w.valueCost(fv, in.typ, in)
+		} else {
+			fc, bad = w.costByDefault(in)
 		}
-		if !fv.isNull() {
-			fc, bad := w.valueCost(fv, in.typ, in, nested)
-			if bad != nil {
-				return 0, bad.within("." + in.name)
-			}
-			c = addCost(c, fc)
+		if bad != nil {
+			return 0, bad.within("." + in.name)
 		}
+		c = addCost(c, fc)
 	}
 	return c, nil
+}
+
+// nullCost is what a null value of type t for own costs: nothing, or with
+// WithNullArgumentsCharged the weight of its place, own's @cost else the
+// named type's weight.
+func (c *compiled) nullCost(t *ast.Type, own *inputInfo) Cost {
+	switch {
+	case !c.chargeNulls:
+		return 0
+	case own.hasWeight:
+		return own.weight
+	}
+	if ti := c.types[t.Name()]; ti != nil {
+		return ti.weight
+	}
+	return 0
 }
 
 // size reads slicing argument in's non-null value v as a list size, after
@@ -343,7 +341,7 @@ func (w *walker) checkElem(e value, in *inputInfo) *invalidValue {
 		}
 		return nil
 	}
-	_, bad := w.valueCost(e, in.typ.Elem, in, true)
+	_, bad := w.valueCost(e, in.typ.Elem, in)
 	return bad
 }
 

@@ -1531,6 +1531,8 @@ func (s *settings) complexityOptions() []complexity.Option {
 		complexity.WithKeyListConvention(!o.DisableKeyListConvention),
 		complexity.WithMutationListConvention(!o.DisableMutationListConvention),
 		complexity.WithFreeIntrospection(!o.PriceIntrospectionFields),
+		complexity.WithSubtreeDiscounts(o.SubtreeDiscounts),
+		complexity.WithNullArgumentsCharged(o.NullArgumentsCharged),
 		// No WithBreakdownLimit: totals only, as every request needs; a
 		// report asks for the breakdown with Explain.
 	}

@@ -126,6 +126,15 @@ type GraphQLOptions struct {
 	// __type like any other, against the introspection types, on top of
 	// IntrospectionCost (by default they cost nothing).
 	PriceIntrospectionFields bool `yaml:"-"`
+	// SubtreeDiscounts lets a field's negative own cost (a negative
+	// argument or field weight) discount what the field returns, where by
+	// default only the field itself is discounted, down to 0
+	// (complexity.WithSubtreeDiscounts).
+	SubtreeDiscounts bool `yaml:"subtree_discounts"`
+	// NullArgumentsCharged charges an explicit null the weight of its
+	// argument or input field, where by default it costs nothing
+	// (complexity.WithNullArgumentsCharged).
+	NullArgumentsCharged bool `yaml:"null_arguments_charged"`
 
 	// RateLimitField names the root field that reports the budget in the
 	// response, GitHub's rateLimit (see RateLimitFrom). When the schema's

@@ -7,8 +7,9 @@
 //	    [-mutation-base-cost N] [-first-last-convention=false] \
 //	    [-connection-convention=false] [-count-argument-convention=false] \
 //	    [-key-list-convention=false] [-mutation-list-convention=false] \
-//	    [-free-introspection=false] \
-//	    [-introspection-cost N] [-max-depth N] [-max-breadth N] [-max-nodes N] \
+//	    [-free-introspection=false] [-introspection-cost N] \
+//	    [-subtree-discounts] [-null-arguments-charged] \
+//	    [-max-depth N] [-max-breadth N] [-max-nodes N] \
 //	    [-max-cost N] [-max-aliases N] [-max-root-fields N] \
 //	    [-breakdown-limit N] [-breakdown-bytes N] [-json]
 //
@@ -19,6 +20,12 @@
 //
 // Schemas may use @cost and @listSize without declaring them, or declare them
 // with weight: String! (IBM) or weight: Int! (Apollo federation).
+//
+// Two flags take a peer's rule where the models differ: -subtree-discounts
+// lets a field's negative own cost (a negative argument or field weight)
+// discount what the field returns, where by default only the field's own
+// cost is clamped at 0; -null-arguments-charged charges an explicit null
+// the weight of its place, where by default it costs nothing.
 //
 // Introspection is free, as in the library's default, unless
 // -free-introspection=false prices it like any other field; -introspection-cost
@@ -122,6 +129,8 @@ type flags struct {
 	mutationLists     bool
 	freeIntrospection bool
 	introspection     float64 // points per __schema or __type selection
+	subtreeDiscounts  bool
+	nullsCharged      bool
 	maxDepth          int
 	maxBreadth        int
 	maxNodes          int64
@@ -145,6 +154,8 @@ func (f *flags) options() []complexity.Option {
 		complexity.WithMutationListConvention(f.mutationLists),
 		complexity.WithFreeIntrospection(f.freeIntrospection),
 		complexity.WithIntrospectionCost(f.introspection),
+		complexity.WithSubtreeDiscounts(f.subtreeDiscounts),
+		complexity.WithNullArgumentsCharged(f.nullsCharged),
 		complexity.WithMaxDepth(f.maxDepth),
 		complexity.WithMaxBreadth(f.maxBreadth),
 		complexity.WithMaxNodes(f.maxNodes),
@@ -161,6 +172,7 @@ const usageLine = "usage: cost -schema FILE [-schema FILE ...] -query FILE|- [-v
 	"            [-connection-convention=false] [-count-argument-convention=false]\n" +
 	"            [-key-list-convention=false] [-mutation-list-convention=false]\n" +
 	"            [-free-introspection=false] [-introspection-cost N]\n" +
+	"            [-subtree-discounts] [-null-arguments-charged]\n" +
 	"            [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-max-aliases N]\n" +
 	"            [-max-root-fields N] [-breakdown-limit N] [-breakdown-bytes N] [-json]\n" +
 	"       cost audit -h   prices many documents without variables, at their worst case\n"
@@ -224,6 +236,8 @@ func (f *flags) analyzerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&f.keyLists, "key-list-convention", true, "size a list field by the length of its representations, ids or keys argument (=false: off)")
 	fs.BoolVar(&f.mutationLists, "mutation-list-convention", true, "size what a mutation returns by the length of its list arguments (=false: off)")
 	fs.BoolVar(&f.freeIntrospection, "free-introspection", true, "__typename, __schema, __type and the fields beneath them cost 0 (=false: priced like any field)")
+	fs.BoolVar(&f.subtreeDiscounts, "subtree-discounts", false, "let a negative own cost (argument or field weights) discount what its field returns, not only the field itself")
+	fs.BoolVar(&f.nullsCharged, "null-arguments-charged", false, "charge an explicit null the weight of its argument or input field (its @cost, else its type's weight)")
 	fs.IntVar(&f.maxDepth, "max-depth", 0, "reject operations deeper than `N` (0: no limit)")
 	fs.IntVar(&f.maxBreadth, "max-breadth", 0, "reject slicing arguments above `N` (0: no limit)")
 	fs.Int64Var(&f.maxNodes, "max-nodes", 0, "reject operations that may return more than `N` nodes (0: no limit)")

@@ -188,6 +188,7 @@ var flagFor = map[string]string{
 	"countArguments": "-count-argument-convention", "keyLists": "-key-list-convention",
 	"mutationLists": "-mutation-list-convention", "freeIntrospection": "-free-introspection",
 	"introspectionCost": "-introspection-cost", "breakdownLimit": "-breakdown-limit",
+	"subtreeDiscounts": "-subtree-discounts", "nullArgumentsCharged": "-null-arguments-charged",
 	"maxDepth": "-max-depth", "maxBreadth": "-max-breadth", "maxNodes": "-max-nodes", "maxCost": "-max-cost",
 	"maxAliases": "-max-aliases", "maxRootFields": "-max-root-fields",
 }

@@ -517,6 +517,19 @@ func TestLoadConfigFile(t *testing.T) {
 	}
 }
 
+// The pricing rules where the peers' models differ are keys of graphql,
+// off unless set.
+func TestPricingRulesMapOntoMiddleware(t *testing.T) {
+	_, m := defaultConfig().limiterConfig()
+	assert.False(t, m.GraphQL.SubtreeDiscounts)
+	assert.False(t, m.GraphQL.NullArgumentsCharged)
+	cfg, err := parseConfig([]byte("graphql: {subtree_discounts: true, null_arguments_charged: true}\n"))
+	require.NoError(t, err)
+	_, m = cfg.limiterConfig()
+	assert.True(t, m.GraphQL.SubtreeDiscounts)
+	assert.True(t, m.GraphQL.NullArgumentsCharged)
+}
+
 // A 0 in the file means what 0 means in Go: the library's default, as if
 // the key were left out; -1 is middleware.None, "nothing" where the
 // default is something.
