@@ -1042,14 +1042,14 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 
 // slicingRequiredError is SLICING_ARGUMENT_REQUIRED for f, which gave
 // given slicing arguments where exactly one is required.
-func (w *walker) slicingRequiredError(f *ast.Field, fi *fieldInfo, given int) *Error {
-	names := make([]string, len(fi.slicing))
-	for i, in := range fi.slicing {
-		names[i] = in.name
+func (w *walker) slicingRequiredError(f *ast.Field, field string, r *listSizeRule, given int) *Error {
+	names := make([]string, len(r.slicing))
+	for i, s := range r.slicing {
+		names[i] = s.name
 	}
 	return &Error{
 		Code:      CodeSlicingArgumentRequired,
-		Message:   fmt.Sprintf("field %s: exactly one of the slicing arguments %s is required, %d given", fi.name, strings.Join(names, ", "), given),
+		Message:   fmt.Sprintf("field %s: exactly one of the slicing arguments %s is required, %d given", field, strings.Join(names, ", "), given),
 		Locations: locationsOf(f.Position),
 		Path:      w.errPath(),
 		Value:     float64(given),

@@ -68,7 +68,7 @@ func TestCoercion(t *testing.T) {
 		{name: "string", query: xs, vars: v("f", "1000000"), cost: 1000000},
 		{name: "string above max breadth", query: xs, vars: v("f", "1000000"), opts: []complexity.Option{complexity.WithMaxBreadth(100)},
 			code: breadth, msg: "first=1000000 exceeds the maximum of 100", value: 1000000},
-		{name: "negative string", query: xs, vars: v("f", "-5"), code: breadth, msg: "first=-5 must not be negative", value: -5},
+		{name: "negative string", query: xs, vars: v("f", "-5"), code: breadth, msg: "first=-5 asks for every item", value: -5},
 		{name: "plus sign", query: xs, vars: v("f", "+5"), cost: 5}, // strconv.ParseInt accepts it, so gqlgen does
 		{name: "not a number", query: xs, vars: v("f", "abc"), code: invalid, msg: `field xs: argument first: "abc" is not a valid Int (not a base-10 integer)`},
 		{name: "exponent", query: xs, vars: v("f", "1e3"), code: invalid, msg: `"1e3" is not a valid Int`},

@@ -52,14 +52,30 @@
 //     typeWeight).
 //   - n is 1 for a non-list field. For a list field it is (a) the size the
 //     parent hands down through @listSize(sizedFields:) (dotted paths such
-//     as "meta.tags" reach deeper), else (b) the largest non-null slicing
-//     argument, coerced (a list-valued one counts its elements), else (c)
+//     as "meta.tags", or Apollo's selections such as "meta { tags }",
+//     reach deeper), else (b) the largest non-null slicing argument,
+//     coerced (a list-valued one counts its elements), else (c)
 //     @listSize(assumedSize:), else (d) the default list size
 //     (DefaultListSize, WithDefaultListSize). A list of lists is sized once.
 //     (c) and (d) are assumptions: nothing in the request bounds such a
 //     list, and the actual cost counts what it returned.
+//   - A slicing argument may be a path into an input-object argument
+//     ("input.pagination.first", "filter.per_page"), each segment checked
+//     by New; its value is read as coercion fills it in, input fields left
+//     out taking their defaults, an argument left out its default value.
+//   - A negative slicing argument (an app's "all") asks for every item: it
+//     is read as the field's assumedSize, its declared maximum, held to
+//     WithMaxBreadth; without one it is refused with MAX_BREADTH_EXCEEDED.
 //   - With slicingArguments declared, requireOneSlicingArgument defaults to
 //     true: exactly one of them must be non-null (schema defaults count).
+//   - Several @listSize on one field are each read on their own; the
+//     largest size wins and their sizedFields add up.
+//   - @cost and @listSize may be imported under other names, or used under
+//     their namespaced names (@cost__listSize, @federation__cost), through
+//     @link to the cost spec v0.1 or federation v2.9 and later; they price
+//     as the originals. A cost directive that cannot be read (another
+//     version of the cost spec, an argument it does not define) fails New,
+//     and LoadSchema, with ErrInvalidSchema.
 //   - Fields without @listSize follow the list-size conventions below.
 //   - An interface or union costs, in place of typeWeight + Σ children, the
 //     maximum over its possible object types of that type's weight plus the
@@ -91,6 +107,10 @@
 // are held to WithMaxBreadth. A @listSize directive replaces them all.
 //
 //   - first and last are slicing arguments (WithFirstLastConvention).
+//   - First, last and count-named input fields (not max…) inside
+//     input-object arguments are slicing arguments as those arguments
+//     would be, up to two input objects deep: filter.per_page,
+//     input.pagination.first.
 //   - A field returning a type named …Connection hands its size to that
 //     type's edges and nodes fields (WithConnectionConvention).
 //   - Count-named arguments (WithCountArgumentConvention): an argument of
@@ -220,7 +240,8 @@
 //
 // Each limit is optional (0 = none) and fails with an *Error carrying a
 // stable code: MAX_DEPTH_EXCEEDED, MAX_BREADTH_EXCEEDED (a slicing argument
-// above the cap, or negative), MAX_NODES_EXCEEDED, MAX_COST_EXCEEDED,
+// above the cap, or negative on a field without assumedSize),
+// MAX_NODES_EXCEEDED, MAX_COST_EXCEEDED,
 // SLICING_ARGUMENT_REQUIRED, MAX_ALIASES_EXCEEDED and
 // MAX_ROOT_FIELDS_EXCEEDED; a value that does not coerce fails with
 // INVALID_ARGUMENT_VALUE whatever the options. Aliases and root fields are

@@ -122,8 +122,10 @@ func WithMaxDepth(n int) Option {
 // WithMaxBreadth rejects any slicing argument (one named by @listSize, or
 // one by convention: first, last, a count-named argument, a key list, a
 // mutation's list argument) above n with MAX_BREADTH_EXCEEDED; a
-// list-valued slicing argument is measured by its length. 0 means no limit. Negative slicing
-// arguments are rejected with the same code whatever the limit.
+// list-valued slicing argument is measured by its length. 0 means no limit. A negative
+// slicing argument (every item) is held to the limit as the field's
+// @listSize(assumedSize:); on a field without one it is rejected with the
+// same code whatever the limit.
 func WithMaxBreadth(n int) Option {
 	return func(c *config) error {
 		c.maxBreadth = int64(n)
@@ -177,8 +179,9 @@ func WithMaxRootFields(n int) Option {
 }
 
 // WithFirstLastConvention sets whether arguments named first and last are
-// slicing arguments on fields without @listSize (default on). They are never
-// required.
+// slicing arguments on fields without @listSize (default on), and input
+// fields so named inside input-object arguments, up to two input objects
+// deep (input.pagination.first). They are never required.
 func WithFirstLastConvention(on bool) Option {
 	return func(c *config) error {
 		c.firstLast = on
@@ -205,7 +208,11 @@ func WithConnectionConvention(on bool) Option {
 // count, top, take, size, batchsize, pagesize or perpage, or starts with
 // max (maxRepositories, max_results). Such an argument is a slicing
 // argument of a list field: never required, its schema default applies
-// when it is absent, and WithMaxBreadth holds it.
+// when it is absent, and WithMaxBreadth holds it. So is an input field
+// named like a count (not max…, which in a filter bounds a value) inside
+// an input-object argument, up to two input objects deep:
+// findScenes(filter: {per_page: 40}), the input's default applying when
+// the object leaves it out.
 //
 // The option also governs single-list wrappers: a non-list field with
 // slicing arguments by convention (count-named, first or last) that

@@ -31,23 +31,42 @@ type declared struct {
 }
 
 // declaredSize is the size field f of fi declares: its largest slicing
-// argument (checked by slicingSize), else its @listSize assumedSize.
+// argument (checked by slicingSize), else its @listSize assumedSize; with
+// several @listSize, the largest of theirs.
 func (w *walker) declaredSize(f *ast.Field, fi *fieldInfo) (declared, error) {
-	if fi.slicing != nil {
+	if fi.slicing != nil || fi.rules != nil {
 		return w.slicedSize(f, fi)
 	}
 	return fi.assumed, nil // most fields, inlined into the walk
 }
 
 func (w *walker) slicedSize(f *ast.Field, fi *fieldInfo) (declared, error) {
-	sliced, hasSliced, err := w.slicingSize(f, fi)
+	if fi.rules == nil {
+		return w.ruleSize(f, fi, &fi.listSizeRule)
+	}
+	var d declared
+	for i := range fi.rules {
+		rd, err := w.ruleSize(f, fi, &fi.rules[i])
+		if err != nil {
+			return declared{}, err
+		}
+		if rd.ok && (!d.ok || rd.size > d.size) {
+			d = rd
+		}
+	}
+	return d, nil
+}
+
+// ruleSize is the size one rule r of field fi declares for f.
+func (w *walker) ruleSize(f *ast.Field, fi *fieldInfo, r *listSizeRule) (declared, error) {
+	sliced, hasSliced, err := w.slicingSize(f, fi, r)
 	if hasSliced && err == nil && w.open != nil {
-		sliced = w.openFallback(f, fi, sliced) // a worst case: a value left open may be null
+		sliced = w.openFallback(f, fi, r, sliced) // a worst case: a value left open may be null
 	}
 	if err != nil || hasSliced {
 		return declared{sliced, hasSliced}, err
 	}
-	return fi.assumed, nil
+	return r.assumed, nil
 }
 
 // ownCost is what field f of fi costs whatever it returns: fieldWeight +
@@ -79,7 +98,7 @@ func (a *Analyzer) clampOwn(own Cost) Cost {
 
 // sizeArgs and costArgs are the arguments declaredSize and ownCost read,
 // for a plan's compiler to tell whether they read a variable.
-func (fi *fieldInfo) sizeArgs() []*inputInfo { return fi.slicing }
+func (fi *fieldInfo) sizeArgs() []*inputInfo { return fi.slicingArgs }
 
 func (fi *fieldInfo) costArgs() []*inputInfo {
 	if fi.argsFree {
@@ -88,37 +107,46 @@ func (fi *fieldInfo) costArgs() []*inputInfo {
 	return fi.args
 }
 
-// slicingSize checks every slicing argument f gives (coerced, not
-// negative, within MaxBreadth) and returns the largest; hasSize is false
-// when none gives a size. A field whose @listSize requires exactly one
-// slicing argument is refused with any other count.
-func (w *walker) slicingSize(f *ast.Field, fi *fieldInfo) (size int64, hasSize bool, err error) {
+// slicingSize checks every slicing argument of rule r that f gives
+// (coerced, within MaxBreadth) and returns the largest; hasSize is false
+// when none gives a size. A negative one (an app's "all") asks for every
+// item: it counts as fi's assumedSize, the field's declared maximum, and
+// is refused without one. A rule that requires exactly one slicing
+// argument refuses any other count.
+func (w *walker) slicingSize(f *ast.Field, fi *fieldInfo, r *listSizeRule) (size int64, hasSize bool, err error) {
 	given := 0
-	for _, in := range fi.slicing {
-		v, ok := w.given(f, in)
+	for _, s := range r.slicing {
+		v, ok, bad := w.slicerValue(f, s)
+		if bad != nil {
+			return 0, false, w.invalidArgument(f, fi.name, s.path[0].name, bad)
+		}
 		if !ok {
 			continue
 		}
 		given++
-		n, isList, ok, bad := w.size(v, in)
+		n, isList, ok, bad := w.size(v, s.path[len(s.path)-1])
 		if bad != nil {
-			return 0, false, w.invalidArgument(f, fi.name, in.name, bad)
+			return 0, false, w.invalidArgument(f, fi.name, s.name, bad)
 		}
 		if !ok {
 			continue
 		}
+		asked := n
 		if n < 0 {
-			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s must not be negative", fi.name, describeSize(in.name, n, isList)), n)
+			if !fi.assumed.ok {
+				return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s asks for every item (a negative size) and the field declares no maximum (@listSize assumedSize)", fi.name, describeSize(s.name, n, isList)), n)
+			}
+			n = fi.assumed.size
 		}
 		if mb := w.a.cfg.maxBreadth; mb > 0 && n > mb {
-			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s exceeds the maximum of %d", fi.name, describeSize(in.name, n, isList), mb), n)
+			return 0, false, w.breadthError(f, fmt.Sprintf("field %s: %s exceeds the maximum of %d", fi.name, describeAsked(s.name, asked, n, isList), mb), n)
 		}
 		if !hasSize || n > size {
 			size, hasSize = n, true
 		}
 	}
-	if fi.requireOne && given != 1 {
-		return 0, false, w.slicingRequiredError(f, fi, given)
+	if r.requireOne && given != 1 {
+		return 0, false, w.slicingRequiredError(f, fi.name, r, given)
 	}
 	return size, hasSize, nil
 }

@@ -3,7 +3,6 @@ package complexity
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/vektah/gqlparser/v2"
@@ -13,22 +12,37 @@ import (
 
 // directiveSDL declares the IBM cost directives. The weight is a String
 // (the IBM form); schemas may instead declare weight: Int! (Apollo's
-// federation form), and Analyzer reads either.
+// federation form), and Analyzer reads either. @listSize is repeatable:
+// several on one field size it by the largest.
 const directiveSDL = `directive @cost(weight: String!) on ARGUMENT_DEFINITION | ENUM | FIELD_DEFINITION | INPUT_FIELD_DEFINITION | OBJECT | SCALAR
 
-directive @listSize(assumedSize: Int, slicingArguments: [String!], sizedFields: [String!], requireOneSlicingArgument: Boolean = true) on FIELD_DEFINITION
+directive @listSize(assumedSize: Int, slicingArguments: [String!], sizedFields: [String!], requireOneSlicingArgument: Boolean = true) repeatable on FIELD_DEFINITION
 `
+
+// linkDeclarations declare @link (https://specs.apollo.dev/link/v1.0)
+// and its types, by name, for schemas that use it without declaring it,
+// as subgraph schemas do.
+var linkDeclarations = [...]struct{ name, sdl string }{
+	{"link", "directive @link(url: String!, as: String, import: [link__Import], for: link__Purpose) repeatable on SCHEMA"},
+	{"link__Import", "scalar link__Import"},
+	{"link__Purpose", "enum link__Purpose { SECURITY EXECUTION }"},
+}
 
 // DirectiveDefinitions returns the SDL declaring @cost and @listSize, for
 // schemas that use the directives without declaring them.
 func DirectiveDefinitions() string { return directiveSDL }
 
 // LoadSchema parses and validates SDL sources into a schema, first adding
-// the declarations of @cost and @listSize that the sources do not declare
-// themselves. Sources may declare them in either form (weight: String! or
-// weight: Int!).
+// the declarations the sources use without declaring: @cost and
+// @listSize, under their own names and under those the sources' @link
+// directives give them (an import renamed, @cost__listSize,
+// @federation__cost), and @link itself. Sources may declare the cost
+// directives in either form (weight: String! or weight: Int!). A @link
+// this library cannot read the cost directives of is refused with
+// ErrInvalidSchema.
 func LoadSchema(sources ...*ast.Source) (*ast.Schema, error) {
 	declared := map[string]bool{}
+	var links ast.DirectiveList
 	for _, src := range sources {
 		doc, err := parser.ParseSchema(src)
 		if err != nil {
@@ -37,19 +51,34 @@ func LoadSchema(sources ...*ast.Source) (*ast.Schema, error) {
 		for _, d := range doc.Directives {
 			declared[d.Name] = true
 		}
-	}
-	all := slices.Clone(sources)
-	if !declared["cost"] || !declared["listSize"] {
-		sd, err := parser.ParseSchema(&ast.Source{Name: "cost-directives.graphql", Input: directiveSDL, BuiltIn: true})
-		if err != nil {
-			return nil, fmt.Errorf("complexity: load schema: %w", err)
+		for _, d := range doc.Definitions {
+			declared[d.Name] = true
 		}
-		var b strings.Builder
-		for _, d := range sd.Directives {
-			if !declared[d.Name] {
-				b.WriteString(directiveLine(d.Name))
+		for _, sd := range append(slices.Clip(doc.Schema), doc.SchemaExtension...) {
+			links = append(links, sd.Directives...)
+		}
+	}
+	names, err := readLinks(links)
+	if err != nil {
+		return nil, fmt.Errorf("complexity: load schema: %w", err)
+	}
+	var b strings.Builder
+	for _, spec := range []string{"cost", "listSize"} {
+		for _, name := range names.names(spec) {
+			if !declared[name] {
+				b.WriteString(strings.Replace(directiveLine(spec), "@"+spec+"(", "@"+name+"(", 1))
 			}
 		}
+	}
+	if links.ForName("link") != nil && !declared["link"] {
+		for _, d := range linkDeclarations {
+			if !declared[d.name] {
+				b.WriteString(d.sdl + "\n")
+			}
+		}
+	}
+	all := slices.Clone(sources)
+	if b.Len() > 0 {
 		all = append(all, &ast.Source{Name: "cost-directives.graphql", Input: b.String(), BuiltIn: true})
 	}
 	s, err := gqlparser.LoadSchema(all...)
@@ -77,6 +106,7 @@ type compiled struct {
 	query, mutation, subscription *typeInfo
 	typename                      *fieldInfo // the implicit __typename field
 	chargeNulls                   bool       // WithNullArgumentsCharged
+	names                         directiveNames
 }
 
 type typeInfo struct {
@@ -126,11 +156,17 @@ type fieldInfo struct {
 	class    int32
 	args     []*inputInfo
 	argsFree bool // no argument can ever cost anything
-	// slicing are the arguments that size the list: the ones @listSize
-	// names, or the conventions' (see listSizeConventions); nil if none.
-	slicing    []*inputInfo
-	requireOne bool
-	assumed    declared // @listSize(assumedSize:)
+	// listSizeRule holds the slicing arguments that size the list (the
+	// ones @listSize names, or the conventions', see listSizeConventions;
+	// nil if none), whether one is required and @listSize(assumedSize:).
+	// For a field with several @listSize it is their union (every slicing
+	// argument, required if any requires one, the largest assumed size)
+	// and rules holds each.
+	listSizeRule
+	rules []listSizeRule
+	// slicingArgs are the arguments the slicing arguments read (a path's
+	// first segment), for a plan's compiler.
+	slicingArgs []*inputInfo
 	// sized are the paths of child fields that receive this field's size:
 	// @listSize(sizedFields:), or by convention a …Connection's edges and
 	// nodes, a wrapper's one list, a mutation payload's lists.
@@ -176,7 +212,11 @@ const (
 )
 
 func compile(s *ast.Schema, cfg *config) (*compiled, error) {
-	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types)), chargeNulls: cfg.chargeNulls}
+	names, err := readLinks(s.SchemaDirectives)
+	if err != nil {
+		return nil, err
+	}
+	c := &compiled{schema: s, types: make(map[string]*typeInfo, len(s.Types)), chargeNulls: cfg.chargeNulls, names: names}
 	for name, def := range s.Types {
 		ti := &typeInfo{def: def, name: name, id: len(c.types), reserved: strings.HasPrefix(name, "__")}
 		if def.Kind == ast.Scalar {
@@ -188,7 +228,7 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 		case ast.Interface, ast.Union:
 			ti.weight, ti.composite, ti.abstract = CostScale, true, true
 		}
-		w, ok, err := costDirective(def.Directives, "type "+name)
+		w, ok, err := c.costDirective(def.Directives, "type "+name)
 		if err != nil {
 			return nil, err
 		}
@@ -227,16 +267,20 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 			}
 		}
 	}
+	// Input objects first: slicing arguments are paths into them.
 	for _, ti := range c.types {
-		var err error
-		switch ti.def.Kind {
-		case ast.Object, ast.Interface:
-			err = c.compileFields(ti, cfg)
-		case ast.InputObject:
-			ti.inputFields, err = c.compileInputs(ti.def.Fields, "input "+ti.name)
+		if ti.def.Kind == ast.InputObject {
+			var err error
+			if ti.inputFields, err = c.compileInputs(ti.def.Fields, "input "+ti.name); err != nil {
+				return nil, err
+			}
 		}
-		if err != nil {
-			return nil, err
+	}
+	for _, ti := range c.types {
+		if ti.def.Kind == ast.Object || ti.def.Kind == ast.Interface {
+			if err := c.compileFields(ti, cfg); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// Every list field's slicing arguments are now known, so the non-list
@@ -246,7 +290,7 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 			continue
 		}
 		for _, fd := range ti.def.Fields {
-			if fd.Directives.ForName("listSize") == nil {
+			if len(c.listSizes(fd.Directives)) == 0 {
 				c.handDownConventions(ti.fields[fd.Name], cfg, c.isMutation(ti))
 			}
 		}
@@ -288,7 +332,7 @@ func (c *compiled) compileInputs(defs ast.FieldList, where string) ([]*inputInfo
 	out := make([]*inputInfo, 0, len(defs))
 	for _, d := range defs {
 		in := &inputInfo{name: d.Name, typ: d.Type, def: d.DefaultValue, named: c.types[d.Type.Name()]}
-		w, ok, err := costDirective(d.Directives, where+"."+d.Name)
+		w, ok, err := c.costDirective(d.Directives, where+"."+d.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -310,7 +354,7 @@ func (c *compiled) compileFields(ti *typeInfo, cfg *config) error {
 		if fi.ret == nil {
 			return fmt.Errorf("%w: field %s: unknown type %s", ErrInvalidSchema, coord, fd.Type.Name())
 		}
-		w, ok, err := costDirective(fd.Directives, "field "+coord)
+		w, ok, err := c.costDirective(fd.Directives, "field "+coord)
 		if err != nil {
 			return err
 		}
@@ -319,7 +363,7 @@ func (c *compiled) compileFields(ti *typeInfo, cfg *config) error {
 		}
 		for _, ad := range fd.Arguments {
 			in := &inputInfo{name: ad.Name, typ: ad.Type, def: ad.DefaultValue, named: c.types[ad.Type.Name()]}
-			w, ok, err := costDirective(ad.Directives, "argument "+coord+"("+ad.Name+":)")
+			w, ok, err := c.costDirective(ad.Directives, "argument "+coord+"("+ad.Name+":)")
 			if err != nil {
 				return err
 			}
@@ -352,8 +396,8 @@ func (c *compiled) argAlwaysFree(in *inputInfo) bool {
 // replaces the conventions entirely, so a schema can opt a first/last field
 // or a …Connection out of them.
 func (c *compiled) compileListSize(fi *fieldInfo, fd *ast.FieldDefinition, cfg *config, onMutation bool) error {
-	if d := fd.Directives.ForName("listSize"); d != nil {
-		return c.listSizeDirective(fi, d)
+	if ds := c.listSizes(fd.Directives); len(ds) > 0 {
+		return c.listSizeDirectives(fi, ds)
 	}
 	listSizeConventions(fi, cfg, onMutation)
 	return nil
@@ -372,13 +416,10 @@ func (c *compiled) compileListSize(fi *fieldInfo, fd *ast.FieldDefinition, cfg *
 // non-list field hand its size down to the lists of what it returns. None
 // of these arguments is ever required. With them GitHub's schema, a
 // federation subgraph's _entities and Hasura's tables price with no
-// directive.
+// directive. First, last and count-named arguments are also looked for
+// inside input-object arguments (see conventionSlicers).
 func listSizeConventions(fi *fieldInfo, cfg *config, onMutation bool) {
-	for _, a := range fi.args {
-		if cfg.pages(a) || fi.list && (cfg.counts(a) || cfg.keys(a) || cfg.rows(a, onMutation)) {
-			fi.slicing = append(fi.slicing, a)
-		}
-	}
+	fi.setSlicing(conventionSlicers(fi.args, cfg, fi.list, fi.list, fi.list && onMutation))
 	if cfg.connections && isConnection(fi.ret) {
 		for _, name := range []string{"edges", "nodes"} {
 			if fi.ret.def.Fields.ForName(name) != nil {
@@ -417,7 +458,7 @@ func (c *compiled) handDownConventions(fi *fieldInfo, cfg *config, onMutation bo
 				fi.sized = append(fi.sized, fd.Name)
 			}
 		}
-	case cfg.countArguments && !isConnection(ret) && slices.ContainsFunc(fi.args, func(a *inputInfo) bool { return cfg.pages(a) || cfg.counts(a) }):
+	case cfg.countArguments && !isConnection(ret) && len(conventionSlicers(fi.args, cfg, true, false, false)) > 0:
 		if name, ok := onlyList(ret); ok && c.unsliced(ret, name) {
 			fi.sized = []string{name}
 		}
@@ -425,12 +466,7 @@ func (c *compiled) handDownConventions(fi *fieldInfo, cfg *config, onMutation bo
 	if len(fi.sized) == 0 {
 		return
 	}
-	fi.slicing = nil
-	for _, a := range fi.args {
-		if cfg.pages(a) || cfg.counts(a) || rows(a) {
-			fi.slicing = append(fi.slicing, a)
-		}
-	}
+	fi.setSlicing(conventionSlicers(fi.args, cfg, true, false, onMutation))
 }
 
 // pages reports whether a is first or last and that convention is on.
@@ -528,115 +564,20 @@ func (c *compiled) isMutation(t *typeInfo) bool {
 	return c.schema.Mutation != nil && c.schema.Mutation.Name == t.name
 }
 
-// listSizeDirective reads field fi's @listSize directive d, checking every
-// argument now so that a malformed directive fails New rather than
-// mispricing operations later.
-func (c *compiled) listSizeDirective(fi *fieldInfo, d *ast.Directive) error {
-	where := "field " + fi.coord + ": @listSize"
-	fi.requireOne = c.requireOneDefault()
-	for _, arg := range d.Arguments {
-		v := arg.Value
-		var err error
-		switch arg.Name {
-		case "assumedSize":
-			err = fi.readAssumedSize(v, where)
-		case "slicingArguments":
-			err = fi.readSlicingArguments(v, where)
-		case "sizedFields":
-			err = c.readSizedFields(fi, v, where)
-		case "requireOneSlicingArgument":
-			err = fi.readRequireOne(v, where)
-		}
-		if err != nil {
-			return err
-		}
+// requireOneDefault is requireOneSlicingArgument's default for d: true,
+// as the spec declares it, unless the schema's own declaration of d's
+// directive gives another.
+func (c *compiled) requireOneDefault(d *ast.Directive) bool {
+	def := d.Definition
+	if def == nil {
+		def = c.schema.Directives[d.Name]
 	}
-	if len(fi.slicing) == 0 {
-		fi.requireOne = false // nothing to require
-	}
-	return nil
-}
-
-// requireOneDefault is requireOneSlicingArgument's default: true, as the
-// spec declares it, unless the schema's own declaration of @listSize
-// gives another.
-func (c *compiled) requireOneDefault() bool {
-	if def := c.schema.Directives["listSize"]; def != nil {
+	if def != nil {
 		if a := def.Arguments.ForName("requireOneSlicingArgument"); a != nil && a.DefaultValue != nil {
 			return a.DefaultValue.Raw == "true"
 		}
 	}
 	return true
-}
-
-func (fi *fieldInfo) readAssumedSize(v *ast.Value, where string) error {
-	if v.Kind == ast.NullValue {
-		return nil
-	}
-	n, err := strconv.ParseInt(v.Raw, 10, 64)
-	if v.Kind != ast.IntValue || err != nil || n < 0 {
-		return fmt.Errorf("%w: %s assumedSize %q is not a non-negative integer", ErrInvalidSchema, where, v.Raw)
-	}
-	fi.assumed = declared{size: n, ok: true}
-	return nil
-}
-
-func (fi *fieldInfo) readSlicingArguments(v *ast.Value, where string) error {
-	names, err := stringList(v, where+" slicingArguments")
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		i := slices.IndexFunc(fi.args, func(a *inputInfo) bool { return a.name == name })
-		if i < 0 {
-			return fmt.Errorf("%w: %s slicingArguments names %q, which is not an argument of the field", ErrInvalidSchema, where, name)
-		}
-		fi.slicing = append(fi.slicing, fi.args[i])
-	}
-	return nil
-}
-
-func (c *compiled) readSizedFields(fi *fieldInfo, v *ast.Value, where string) error {
-	paths, err := stringList(v, where+" sizedFields")
-	if err != nil {
-		return err
-	}
-	for _, p := range paths {
-		if err := c.checkSizedPath(fi.ret, p); err != nil {
-			return fmt.Errorf("%w: %s sizedFields %q: %s", ErrInvalidSchema, where, p, err)
-		}
-	}
-	fi.sized = paths
-	return nil
-}
-
-// readRequireOne reads requireOneSlicingArgument; null keeps the default.
-func (fi *fieldInfo) readRequireOne(v *ast.Value, where string) error {
-	switch v.Kind {
-	case ast.BooleanValue:
-		fi.requireOne = v.Raw == "true"
-	case ast.NullValue:
-	default:
-		return fmt.Errorf("%w: %s requireOneSlicingArgument %q is not a Boolean", ErrInvalidSchema, where, v.Raw)
-	}
-	return nil
-}
-
-// checkSizedPath checks that a dot-separated path of field names exists
-// below t, so a typo in sizedFields fails at New rather than silently
-// pricing the list at the default size.
-func (c *compiled) checkSizedPath(t *typeInfo, path string) error {
-	for seg := range strings.SplitSeq(path, ".") {
-		if t == nil || !t.composite || t.def.Kind == ast.Union {
-			return fmt.Errorf("%q has no fields", typeName(t))
-		}
-		fd := t.def.Fields.ForName(seg)
-		if fd == nil {
-			return fmt.Errorf("type %s has no field %q", t.name, seg)
-		}
-		t = c.types[fd.Type.Name()]
-	}
-	return nil
 }
 
 func typeName(t *typeInfo) string {
@@ -665,26 +606,47 @@ func stringList(v *ast.Value, where string) ([]string, error) {
 	return nil, fmt.Errorf("%w: %s: %s is not a list of String", ErrInvalidSchema, where, v.String())
 }
 
-// costDirective reads the weight of a @cost directive in either declared
-// form: weight: "2.5" (IBM, String) or weight: 2 (Apollo, Int).
-func costDirective(dirs ast.DirectiveList, where string) (Cost, bool, error) {
-	d := dirs.ForName("cost")
-	if d == nil {
-		return 0, false, nil
+// costDirective reads the weight of the @cost directives among dirs, under
+// any name the schema gives @cost (see directiveNames), in either declared
+// form: weight: "2.5" (IBM, String) or weight: 2 (Apollo, Int). Several
+// (@cost beside @federation__cost) weigh the largest, as federation
+// composes them. An argument other than weight is refused: the weight
+// alone would misprice a directive meant to be read with it.
+func (c *compiled) costDirective(dirs ast.DirectiveList, where string) (w Cost, ok bool, err error) {
+	for _, d := range dirs {
+		if !c.names.isCost(d.Name) {
+			continue
+		}
+		dw, err := readCost(d, where)
+		if err != nil {
+			return 0, false, err
+		}
+		if !ok || dw > w {
+			w, ok = dw, true
+		}
+	}
+	return w, ok, nil
+}
+
+func readCost(d *ast.Directive, where string) (Cost, error) {
+	for _, a := range d.Arguments {
+		if a.Name != "weight" {
+			return 0, fmt.Errorf("%w: %s: @%s has an argument %s, which this library does not read", ErrInvalidSchema, where, d.Name, a.Name)
+		}
 	}
 	a := d.Arguments.ForName("weight")
 	if a == nil || a.Value == nil {
-		return 0, false, fmt.Errorf("%w: %s: @cost has no weight", ErrInvalidSchema, where)
+		return 0, fmt.Errorf("%w: %s: @%s has no weight", ErrInvalidSchema, where, d.Name)
 	}
 	switch a.Value.Kind {
 	case ast.StringValue, ast.BlockValue, ast.IntValue, ast.FloatValue:
 		w, problem := parseCost(a.Value.Raw)
 		if problem != "" {
-			return 0, false, fmt.Errorf("%w: %s: @cost weight %q %s", ErrInvalidSchema, where, a.Value.Raw, problem)
+			return 0, fmt.Errorf("%w: %s: @%s weight %q %s", ErrInvalidSchema, where, d.Name, a.Value.Raw, problem)
 		}
-		return w, true, nil
+		return w, nil
 	}
-	return 0, false, fmt.Errorf("%w: %s: @cost weight %s is not a number", ErrInvalidSchema, where, a.Value.String())
+	return 0, fmt.Errorf("%w: %s: @%s weight %s is not a number", ErrInvalidSchema, where, d.Name, a.Value.String())
 }
 
 func isList(t *ast.Type) bool { return t != nil && t.Elem != nil }

@@ -91,6 +91,32 @@ func (w *walker) given(f *ast.Field, in *inputInfo) (value, bool) {
 	return v, true
 }
 
+// slicerValue returns the non-null value slicing argument s takes for
+// field f: the argument's (its default when absent), then, down s's path,
+// each input field's, a missing one taking its default as coercion
+// fills it in. ok is false when a step is null or absent; bad is set when
+// a step that must be an input object is not one.
+func (w *walker) slicerValue(f *ast.Field, s *slicer) (v value, ok bool, bad *invalidValue) {
+	v, ok = w.given(f, s.path[0])
+	for i, in := range s.path[1:] {
+		if !ok {
+			return value{}, false, nil
+		}
+		if _, open := asOpen(v); !open && !isObject(v) {
+			bad = &invalidValue{v: v, typ: s.path[i].named.name, reason: notObject}
+			for j := i; j >= 1; j-- {
+				bad = bad.within("." + s.path[j].name)
+			}
+			return value{}, false, bad
+		}
+		if v, ok = w.inputField(v, in.name); !ok && in.def != nil {
+			v, ok = w.resolve(in.def)
+		}
+		ok = ok && !v.isNull()
+	}
+	return v, ok, nil
+}
+
 // elems calls fn for each element when v is a list and reports whether it
 // was one. An element that is an unset variable is null, as in execution.
 func (w *walker) elems(v value, fn func(value)) bool {
@@ -466,4 +492,14 @@ func describeSize(name string, n int64, isList bool) string {
 		return fmt.Sprintf("%s (%d elements)", name, n)
 	}
 	return fmt.Sprintf("%s=%d", name, n)
+}
+
+// describeAsked renders a slicing argument that asked for asked items and
+// counts as n: as describeSize does, adding what a negative one (every
+// item) was read as.
+func describeAsked(name string, asked, n int64, isList bool) string {
+	if asked < 0 {
+		return fmt.Sprintf("%s (every item: the assumed size %d)", describeSize(name, asked, isList), n)
+	}
+	return describeSize(name, n, isList)
 }

@@ -161,7 +161,7 @@ func (r *openRecorder) slicingArgument(c *compiled, in *inputInfo) bool {
 		for _, t := range c.types {
 			for _, fi := range t.fields {
 				for _, s := range fi.slicing {
-					r.slicing[s] = true
+					r.slicing[s.path[len(s.path)-1]] = true
 				}
 			}
 		}
@@ -213,15 +213,16 @@ func (w *walker) openSize(o openValue, in *inputInfo) (n int64, isList, ok bool)
 }
 
 // openFallback is the worst size of field f of fi, whose slicing
-// arguments gave sliced, when each of them may also be null: then the list
-// takes its assumedSize or the default list size, if larger.
-func (w *walker) openFallback(f *ast.Field, fi *fieldInfo, sliced int64) int64 {
-	if fi.requireOne {
+// arguments under rule r gave sliced, when each of them may also be null:
+// then the list takes the rule's assumedSize or the default list size, if
+// larger.
+func (w *walker) openFallback(f *ast.Field, fi *fieldInfo, r *listSizeRule, sliced int64) int64 {
+	if r.requireOne {
 		return sliced // all null is refused
 	}
 	var nullable []string
-	for _, in := range fi.slicing {
-		v, ok := w.given(f, in)
+	for _, s := range r.slicing {
+		v, ok, _ := w.slicerValue(f, s)
 		if !ok {
 			continue
 		}
@@ -232,8 +233,8 @@ func (w *walker) openFallback(f *ast.Field, fi *fieldInfo, sliced int64) int64 {
 		nullable = append(nullable, o.path)
 	}
 	size, source := w.a.cfg.defaultListSize, "default list size"
-	if fi.assumed.ok {
-		size, source = fi.assumed.size, "@listSize(assumedSize)"
+	if r.assumed.ok {
+		size, source = r.assumed.size, "@listSize(assumedSize)"
 	}
 	if size <= sliced {
 		return sliced

@@ -71,7 +71,7 @@ input Filter { name: String @cost(weight: "3") and: [Filter!] }
 input Tag { label: String }
 type Query {
   users(first: Int): [User]
-  paged(page: Page): [User] @listSize(slicingArguments: ["page"])
+  paged(page: Page): [User] @listSize(slicingArguments: ["page.size"])
   assumed(first: Int): [User] @listSize(slicingArguments: ["first"], assumedSize: 40, requireOneSlicingArgument: false)
   search(filter: Filter): [User] @listSize(assumedSize: 2)
   tagged(tags: [Tag!]): [User] @listSize(assumedSize: 2)
@@ -102,8 +102,10 @@ func TestWorstCaseSlicingVariables(t *testing.T) {
 			[]complexity.Option{complexity.WithMaxBreadth(50)}, "53", "$n ≤ 50 (max breadth)"},
 		{"the assumed size when larger", `query($n: Int) { assumed(first: $n) { id } }`,
 			[]complexity.Option{complexity.WithMaxBreadth(5)}, "40", "$n null: Query.assumed sized 40 (@listSize(assumedSize))"},
-		{"an input object does not size a list", `query($p: Page!) { paged(page: $p) { id } }`,
-			[]complexity.Option{complexity.WithMaxBreadth(30)}, "11", ""},
+		{"a path into an input object", `query($p: Page!) { paged(page: $p) { id } }`,
+			[]complexity.Option{complexity.WithMaxBreadth(30)}, "31", "$p.size ≤ 30 (max breadth)"}, // Page 1 + 30 users
+		{"a variable inside a path", `query($n: Int!) { paged(page: {size: $n}) { id } }`,
+			[]complexity.Option{complexity.WithMaxBreadth(30)}, "31", "$n ≤ 30 (max breadth)"},
 		{"a list-valued slicing variable", `query($ids: [ID!]!) { byIds(ids: $ids) { id } }`,
 			[]complexity.Option{complexity.WithMaxBreadth(30)}, "30", "$ids ≤ 30 (max breadth)"},
 		{"a literal list of variables counts its elements", `query($a: Int!) { byNumbers(ns: [$a, 2]) { id } }`,

@@ -494,7 +494,7 @@ func TestStringIntVariablePricesAsTheNumber(t *testing.T) {
 	}
 	for vars, want := range map[string]string{
 		`{"f":"1000000"}`: "first=1000000 exceeds the maximum of 100",
-		`{"f":"-5"}`:      "first=-5 must not be negative",
+		`{"f":"-5"}`:      "first=-5 asks for every item",
 	} {
 		r := price(vars, "-max-breadth", "100")
 		errs, _ := decode(t, r.stdout)["errors"].([]any)
