@@ -27,7 +27,13 @@ type Query {
   featured: [Item] @listSize(assumedSize: 3)
   conn(first: Int, last: Int): ItemConnection
   money: [Money]
+  paged(input: PageIn): [Item] @listSize(slicingArguments: ["input.window.first"], assumedSize: 4, requireOneSlicingArgument: false)
+  scenes(filter: PageFilter): SceneList
 }
+input PageIn { window: Window }
+input Window { first: Int = 3 }
+input PageFilter { per_page: Int = 6 and: PageFilter }
+type SceneList { scenes: [Item] count: Int }
 type Mutation { buy(ids: [ID!]!): [Item] @listSize(slicingArguments: ["ids"]) @cost(weight: "3.5") }
 interface Node { id: ID! }
 union Result = Item | User
@@ -54,6 +60,11 @@ var fuzzSeeds = []struct{ query, vars string }{
 	// Values the executor coerces: numeric strings, single values for lists,
 	// a null condition, and literals only an unvalidated document holds.
 	{`query($n: Int, $f: Filter) { search(first: $n, filter: $f) { ... on Item { id } } }`, `{"n": "7", "f": {"min": "-3", "tags": "x", "next": {"min": 1.5}}}`},
+	// Slicing arguments inside input objects: a path, the conventions, a
+	// negative size (every item), defaults at each level.
+	{`query($p: PageIn) { paged(input: $p) { id } b: paged(input: {window: {}}) { id } }`, `{"p": {"window": {"first": 2}}}`},
+	{`query($n: Int) { scenes(filter: {per_page: $n, and: {per_page: 9}}) { scenes { id } count } paged(input: {window: {first: -1}}) { id } }`, `{"n": -1}`},
+	{`query($n: Int) { scenes(filter: {per_page: $n}) { scenes { owner { name } } } }`, `{"n": "40"}`},
 	{`query($ids: [ID!]!, $c: Boolean = true) { ...M @include(if: $c) } fragment M on Query { page(size: "2") { items(first: "1e3") { id } } }`, `{"ids": "1", "c": null}`},
 }
 

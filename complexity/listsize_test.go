@@ -299,6 +299,9 @@ func TestUnreadableCostSchemasRefused(t *testing.T) {
 		{"@cost argument not read", `directive @cost(weight: Int, multipliers: [String]) on FIELD_DEFINITION
 			type Query { a(first: Int): [Item] @cost(weight: 1, multipliers: ["first"]) }` + types,
 			`@cost has an argument multipliers, which this library does not read`},
+		{"@cost on an enum value", `directive @cost(weight: Int!) on ENUM | ENUM_VALUE
+			enum Kind { A @cost(weight: 3) } type Query { a: Kind }`,
+			`enum value Kind.A: @cost is read on the enum type, not on its values`},
 		{"@cost without weight", `directive @cost(complexity: Int) on FIELD_DEFINITION
 			type Query { a: Int @cost(complexity: 3) }` + types,
 			`@cost has an argument complexity`},

@@ -235,6 +235,9 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 		if ok {
 			ti.weight, ti.hasWeight = w, true
 		}
+		if err := c.unreadOnEnumValues(def); err != nil {
+			return nil, err
+		}
 		c.types[name] = ti
 	}
 	for _, ti := range c.types {
@@ -626,6 +629,20 @@ func (c *compiled) costDirective(dirs ast.DirectiveList, where string) (w Cost, 
 		}
 	}
 	return w, ok, nil
+}
+
+// unreadOnEnumValues refuses @cost on the values of enum def (a schema
+// may declare it there; the spec weighs the enum type, not its values):
+// a weight read nowhere would price nothing without a word.
+func (c *compiled) unreadOnEnumValues(def *ast.Definition) error {
+	for _, ev := range def.EnumValues {
+		for _, d := range ev.Directives {
+			if c.names.isCost(d.Name) {
+				return fmt.Errorf("%w: enum value %s.%s: @%s is read on the enum type, not on its values", ErrInvalidSchema, def.Name, ev.Name, d.Name)
+			}
+		}
+	}
+	return nil
 }
 
 func readCost(d *ast.Directive, where string) (Cost, error) {
