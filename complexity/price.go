@@ -116,9 +116,15 @@ func (fi *fieldInfo) costArgs() []*inputInfo {
 func (w *walker) slicingSize(f *ast.Field, fi *fieldInfo, r *listSizeRule) (size int64, hasSize bool, err error) {
 	given := 0
 	for _, s := range r.slicing {
-		v, ok, bad := w.slicerValue(f, s)
-		if bad != nil {
-			return 0, false, w.invalidArgument(f, fi.name, s.path[0].name, bad)
+		var v value
+		var ok bool
+		if len(s.path) == 1 { // most: an argument itself
+			v, ok = w.given(f, s.path[0])
+		} else {
+			var bad *invalidValue
+			if v, ok, bad = w.slicerValue(f, s); bad != nil {
+				return 0, false, w.invalidArgument(f, fi.name, s.path[0].name, bad)
+			}
 		}
 		if !ok {
 			continue
