@@ -60,7 +60,7 @@ func LoadSchema(sources ...*ast.Source) (*ast.Schema, error) {
 	}
 	names, err := readLinks(links)
 	if err != nil {
-		return nil, fmt.Errorf("complexity: load schema: %w", err)
+		return nil, err // ErrInvalidSchema, already prefixed
 	}
 	var b strings.Builder
 	for _, spec := range []string{"cost", "listSize"} {
