@@ -107,9 +107,9 @@
 // are held to WithMaxBreadth. A @listSize directive replaces them all.
 //
 //   - first and last are slicing arguments (WithFirstLastConvention).
-//   - First, last and count-named input fields (not max…) inside
-//     input-object arguments are slicing arguments as those arguments
-//     would be, up to two input objects deep: filter.per_page,
+//   - First, last and count-named input fields of a count's type (not
+//     max…) inside input-object arguments are slicing arguments as those
+//     arguments would be, up to two input objects deep: filter.per_page,
 //     input.pagination.first.
 //   - A field returning a type named …Connection hands its size to that
 //     type's edges and nodes fields (WithConnectionConvention).

@@ -50,8 +50,11 @@ func (fi *fieldInfo) setSlicing(slicing []*slicer) {
 // First, last and count-named input fields count too inside input-object
 // arguments (not lists of them), up to maxConventionDepth levels down, so
 // findScenes(filter: {per_page: 40}) is sized like findScenes(per_page:
-// 40); a count-named input field there must be named exactly like a count
-// (max… prefixes, common in filters for other bounds, are not read).
+// 40). Input fields are held to more than arguments, since inputs carry
+// far more fields: first and last must have a count's type (an input's
+// first: String is a first name), and a count-named one must be named
+// exactly like a count (max… prefixes, common in filters for other
+// bounds, are not read).
 func conventionSlicers(args []*inputInfo, cfg *config, counted, keyed, rowed bool) []*slicer {
 	var out []*slicer
 	for _, a := range args {
@@ -77,7 +80,7 @@ func nestedSlicers(out []*slicer, path []*inputInfo, cfg *config, counted bool) 
 	}
 	for _, f := range in.named.inputFields {
 		p := append(slices.Clip(path), f)
-		if cfg.pages(f) || counted && cfg.countArguments && countArgument(f) && !strings.HasPrefix(conventionName(f.name), "max") {
+		if cfg.pages(f) && countTyped(f) || counted && cfg.countArguments && countArgument(f) && !strings.HasPrefix(conventionName(f.name), "max") {
 			out = append(out, &slicer{path: p, name: pathName(p)})
 			continue
 		}

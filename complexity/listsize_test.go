@@ -111,7 +111,9 @@ func TestConventionsLookIntoInputObjects(t *testing.T) {
 	  page(input: L1): ItemConnection
 	  priced(filter: Bounds): [Item]
 	  tree(filter: Tree): [Item]
+	  people(who: Person): [Item]
 	}
+	input Person { first: String last: String }
 	input Filter { per_page: Int = 25 page: Int }
 	input Where { limit: Int }
 	input L1 { l2: L2 }
@@ -144,6 +146,8 @@ func TestConventionsLookIntoInputObjects(t *testing.T) {
 		{"max prefixes are filters", `{ priced(filter: {maxPrice: 3}) { id } }`, nil, "11"},
 		// a recursive input is searched two levels down and no further
 		{"recursive input", `{ tree(filter: {AND: {per_page: 4}}) { id } }`, nil, "6"},
+		// a first: String is a name, not a size, even holding a number: 1 + 10
+		{"first of a String is a name", `{ people(who: {first: "5"}) { id } }`, nil, "11"},
 		{"convention off", `{ scenes(filter: {per_page: 40}) { id } }`, []complexity.Option{complexity.WithCountArgumentConvention(false)}, "11"},
 		{"first/last off", `{ deep(input: {l2: {first: 6}}) { id } }`, []complexity.Option{complexity.WithFirstLastConvention(false)}, "12"},
 	}

@@ -526,7 +526,7 @@ func (c *compiled) unsliced(t *typeInfo, name string) bool {
 // WithCountArgumentConvention): an Int, or a custom scalar whose name
 // contains "Int", named like a count.
 func countArgument(a *inputInfo) bool {
-	if isList(a.typ) || a.named == nil || a.named.def.Kind != ast.Scalar || !strings.Contains(a.named.name, "Int") {
+	if !countTyped(a) {
 		return false
 	}
 	switch name := conventionName(a.name); name {
@@ -535,6 +535,12 @@ func countArgument(a *inputInfo) bool {
 	default:
 		return strings.HasPrefix(name, "max")
 	}
+}
+
+// countTyped reports whether a has a count's type: Int, or a custom
+// scalar whose name contains "Int", not a list.
+func countTyped(a *inputInfo) bool {
+	return !isList(a.typ) && a.named != nil && a.named.def.Kind == ast.Scalar && strings.Contains(a.named.name, "Int")
 }
 
 // keyList reports whether argument a is a key list (see
