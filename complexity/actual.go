@@ -62,7 +62,7 @@ func (a *Analyzer) ActualCost(doc *ast.QueryDocument, op *ast.OperationDefinitio
 	if err != nil {
 		return 0, err
 	}
-	r := response{b: data, s: &w.read}
+	r := response{b: data, s: &w.read, rec: a.recording}
 	return r.data(&set, base)
 }
 
@@ -88,6 +88,8 @@ type response struct {
 	// they were priced for: a field is capped at its requested cost unless
 	// one at or below it overran.
 	overran int
+	// rec receives the sizes of assumed lists; nil when not recording.
+	rec *recording
 }
 
 // reading is the scratch space of reading a response, recycled with a
@@ -103,6 +105,9 @@ type reading struct {
 	// reread counts the bytes read again to price objects of abstract
 	// types whose concrete type the response does not name.
 	reread int
+	// sizes are the assumed lists' sizes seen so far, for a
+	// ListSizeRecorder.
+	sizes observations
 }
 
 // reset empties s for the next reading; false when it grew too large to
@@ -122,6 +127,9 @@ func (s *reading) reset() bool {
 // up as Report.Points.
 func (r *response) data(root *pricedSet, base Cost) (int64, error) {
 	c, err := r.root(root)
+	if r.rec != nil {
+		r.rec.flush(&r.s.sizes, err == nil)
+	}
 	if err != nil {
 		return 0, r.failure()
 	}
@@ -335,6 +343,9 @@ func (r *response) field(pf *pricedField) (Cost, error) {
 	}
 	if n > pf.n {
 		r.overran++
+	}
+	if pf.assumed {
+		r.observe(pf, n)
 	}
 	c := clampZero(addCost(pf.own, items))
 	if r.overran == overran {

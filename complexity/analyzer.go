@@ -23,6 +23,8 @@ type Analyzer struct {
 	// readings recycles the scratch space of Plan.ActualCost, which reads
 	// a response without walking the operation.
 	readings sync.Pool
+	// recording feeds WithListSizeRecorder; nil without it.
+	recording *recording
 }
 
 // New compiles schema's @cost and @listSize directives and the options into
@@ -49,7 +51,7 @@ func New(schema *ast.Schema, opts ...Option) (*Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Analyzer{cfg: cfg, c: c, counting: ct}, nil
+	return &Analyzer{cfg: cfg, c: c, counting: ct, recording: newRecording(cfg.recorder, c)}, nil
 }
 
 // Schema returns the schema the Analyzer was built for.
@@ -435,7 +437,10 @@ type pricedField struct {
 	own Cost
 	// fixed marks an introspection field (__typename, __schema, __type, or
 	// a field of an introspection type): its actual cost is its cost.
-	fixed    bool
+	fixed bool
+	// assumed marks a list sized by an assumption, while a
+	// ListSizeRecorder records such lists' sizes.
+	assumed  bool
 	children *pricedSet // nil for leaves, and unless memoised, explaining or planning
 }
 
@@ -1022,6 +1027,7 @@ func (w *walker) priceField(pf *pricedField, g *fieldGroup, fi *fieldInfo, sz si
 		return price{}, err
 	}
 	*pf = pricedField{key: g.key, field: f, info: fi, n: n, own: own}
+	pf.assumed = w.a.recording != nil && w.a.sizeAssumed(fi, sz, d)
 	if !fi.ret.composite {
 		return price{}, nil
 	}

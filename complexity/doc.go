@@ -55,8 +55,9 @@
 //     as "meta.tags", or Apollo's selections such as "meta { tags }",
 //     reach deeper), else (b) the largest non-null slicing argument,
 //     coerced (a list-valued one counts its elements), else (c)
-//     @listSize(assumedSize:), else (d) the default list size
-//     (DefaultListSize, WithDefaultListSize). A list of lists is sized once.
+//     @listSize(assumedSize:) or WithAssumedSizes, else (d) the default
+//     list size (DefaultListSize, WithDefaultListSize). A list of lists is
+//     sized once.
 //     (c) and (d) are assumptions: nothing in the request bounds such a
 //     list, and the actual cost counts what it returned.
 //   - A slicing argument may be a path into an input-object argument

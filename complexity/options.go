@@ -57,7 +57,9 @@ type config struct {
 	chargeNulls       bool // WithNullArgumentsCharged
 	breakdownLimit    int
 	breakdownBytes    int64
-	counted           []string // WithCountedFields
+	counted           []string          // WithCountedFields
+	assumedSizes      map[string]int64  // WithAssumedSizes
+	recorder          *ListSizeRecorder // WithListSizeRecorder
 }
 
 func defaultConfig() config {

@@ -33,7 +33,7 @@ func (p *Plan) ActualCost(variables map[string]any, data []byte) (int64, error) 
 	if rd == nil {
 		rd = new(reading)
 	}
-	r := response{b: data, s: rd, names: t.names}
+	r := response{b: data, s: rd, names: t.names, rec: p.a.recording}
 	points, err := r.data(&t.root, t.base)
 	if rd.reset() {
 		p.a.readings.Put(rd)

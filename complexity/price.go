@@ -28,6 +28,9 @@ type price struct {
 type declared struct {
 	size int64
 	ok   bool
+	// assumption: the size is @listSize(assumedSize:) or WithAssumedSizes,
+	// not a slicing argument's.
+	assumption bool
 }
 
 // declaredSize is the size field f of fi declares: its largest slicing
@@ -64,7 +67,7 @@ func (w *walker) ruleSize(f *ast.Field, fi *fieldInfo, r *listSizeRule) (declare
 		sliced = w.openFallback(f, fi, r, sliced) // a worst case: a value left open may be null
 	}
 	if err != nil || hasSliced {
-		return declared{sliced, hasSliced}, err
+		return declared{size: sliced, ok: hasSliced}, err
 	}
 	return r.assumed, nil
 }

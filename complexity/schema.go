@@ -107,6 +107,7 @@ type compiled struct {
 	typename                      *fieldInfo // the implicit __typename field
 	chargeNulls                   bool       // WithNullArgumentsCharged
 	names                         directiveNames
+	lists                         int32 // the list fields, numbered by fieldInfo.slot
 }
 
 type typeInfo struct {
@@ -167,6 +168,8 @@ type fieldInfo struct {
 	// slicingArgs are the arguments the slicing arguments read (a path's
 	// first segment), for a plan's compiler.
 	slicingArgs []*inputInfo
+	// slot is a list field's number among the schema's lists.
+	slot int32
 	// sized are the paths of child fields that receive this field's size:
 	// @listSize(sizedFields:), or by convention a …Connection's edges and
 	// nodes, a wrapper's one list, a mutation payload's lists.
@@ -323,6 +326,9 @@ func compile(s *ast.Schema, cfg *config) (*compiled, error) {
 	c.typename = &fieldInfo{name: "__typename", coord: "__typename", ret: c.types["String"], argsFree: true}
 	if c.typename.ret == nil {
 		c.typename.ret = &typeInfo{name: "String"}
+	}
+	if err := c.prepareListSizes(cfg); err != nil {
+		return nil, err
 	}
 	c.classifyFields()
 	if err := c.priceDefaults(); err != nil {
