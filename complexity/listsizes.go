@@ -2,6 +2,7 @@ package complexity
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"sort"
@@ -387,4 +388,16 @@ func FormatListSizes(sizes map[string]int) string {
 		fmt.Fprintf(&b, "%s @listSize(assumedSize: %d)\n", c, sizes[c])
 	}
 	return b.String()
+}
+
+// SuggestedSizes maps the coordinate of each field of stats that has
+// responses to its Suggested size: the map WithAssumedSizes takes.
+func SuggestedSizes(stats []ListSizeStats) map[string]int {
+	out := make(map[string]int, len(stats))
+	for _, s := range stats {
+		if n := s.Suggested(); n > 0 {
+			out[s.Field] = int(min(n, math.MaxInt32))
+		}
+	}
+	return out
 }

@@ -17,6 +17,8 @@
 //	                                                  points, breaker, in flight per lane (with Config.Stats)
 //	GET    /admin/stats/history                       the same counters' last 15 minutes, one sample
 //	                                                  per 10 seconds (with Config.Stats)
+//	GET    /admin/list-sizes                          per list field priced at an assumed size, the sizes
+//	                                                  it returned and the size to assume (with Config.ListSizes)
 //	GET    /admin/ and /admin/assets/…                a live dashboard of the routes above
 //
 // The dashboard's page and assets are static, embedded in the binary, and
@@ -52,6 +54,7 @@ import (
 	"time"
 
 	"github.com/costguard/costguard/budget"
+	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/middleware"
 	"github.com/costguard/costguard/opcosts"
@@ -114,6 +117,13 @@ type Config struct {
 	// /admin/stats/history from it; feed it the Limiter's decisions
 	// (Stats.Add).
 	Stats *Stats
+	// ListSizes, when set, serves GET /admin/list-sizes from it: the
+	// recorder the Limiter's analyzer was given
+	// (complexity.WithListSizeRecorder).
+	ListSizes *complexity.ListSizeRecorder
+	// SharedListSizes, when set with ListSizes, answers
+	// /admin/list-sizes for every process that publishes there.
+	SharedListSizes SharedListSizes
 	// Clock tells the time of /admin/top's windows and of the timeline.
 	// Default limiter.SystemClock.
 	Clock limiter.Clock
@@ -136,6 +146,7 @@ type handler struct {
 	recent *timeline.Timeline
 	ops    *opcosts.Tracker
 	stats  *Stats
+	sizes  listSizeSources
 	clock  limiter.Clock
 	log    *slog.Logger
 	token  []byte // SHA-256 of the token; nil: none asked
@@ -145,7 +156,8 @@ type handler struct {
 // New returns the API's handler, serving the routes above and 404 for
 // anything else.
 func New(p Principals, cfg Config) (http.Handler, error) {
-	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, shared: cfg.SharedSpenders, recent: cfg.Timeline, ops: cfg.Operations, stats: cfg.Stats, clock: cfg.Clock}
+	h := &handler{p: p, mux: http.NewServeMux(), log: cfg.Logger, spend: cfg.Spenders, shared: cfg.SharedSpenders, recent: cfg.Timeline, ops: cfg.Operations, stats: cfg.Stats, clock: cfg.Clock,
+		sizes: listSizeSources{cfg.ListSizes, cfg.SharedListSizes}}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -174,6 +186,9 @@ func New(p Principals, cfg Config) (http.Handler, error) {
 	if h.stats != nil {
 		h.mux.HandleFunc("GET /admin/stats", h.statsReport)
 		h.mux.HandleFunc("GET /admin/stats/history", h.statsHistory)
+	}
+	if h.sizes.local != nil {
+		h.mux.HandleFunc("GET /admin/list-sizes", h.listSizes)
 	}
 	return h, nil
 }
