@@ -64,6 +64,18 @@
 // "plans". It exits 1 when a document cannot be priced, exceeds -max-cost
 // or is unbounded under it, or rose above -baseline (a previous -json
 // output); 2 for wrong usage.
+//
+// cost list-sizes reads what a server recorded of the lists it priced at
+// an assumed size (its admin API's GET /admin/list-sizes, or files holding
+// that answer, merged) and prints the sizes to assume, as a table and
+// @listSize lines, or with -json as the map complexity.WithAssumedSizes
+// takes:
+//
+//	go run ./examples/cost list-sizes [-admin URL [-token-file FILE]] \
+//	    [-min-responses N] [-json] [FILE|- ...]
+//
+// It exits 1 when a source cannot be read or is not that answer, 2 for
+// wrong usage.
 package main
 
 import (
@@ -269,6 +281,9 @@ type failure struct {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "audit" {
 		return runAudit(args[1:], stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "list-sizes" {
+		return runListSizes(args[1:], stdin, stdout, stderr)
 	}
 	f, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
