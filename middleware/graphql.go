@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"slices"
@@ -1539,13 +1540,20 @@ func (s *settings) complexityOptions() []complexity.Option {
 	if len(s.pol.FieldCoordinates()) > 0 {
 		opts = append(opts, complexity.WithCountedFields(s.pol.FieldCoordinates()...))
 	}
+	if len(s.listSizes) > 0 {
+		opts = append(opts, complexity.WithAssumedSizes(s.listSizes))
+	}
+	if s.sizes != nil {
+		opts = append(opts, complexity.WithListSizeRecorder(s.sizes))
+	}
 	return opts
 }
 
 // pricesLike reports whether an analyzer built for s prices as one built
-// for t: the same GraphQL options and the same counted fields.
+// for t: the same GraphQL options, counted fields and list sizes.
 func (s *settings) pricesLike(t *settings) bool {
-	return s == t || s.gql == t.gql && s.trusted == t.trusted && s.relaxPlans == t.relaxPlans && slices.Equal(s.pol.FieldCoordinates(), t.pol.FieldCoordinates())
+	return s == t || s.gql == t.gql && s.trusted == t.trusted && s.relaxPlans == t.relaxPlans && slices.Equal(s.pol.FieldCoordinates(), t.pol.FieldCoordinates()) &&
+		maps.Equal(s.listSizes, t.listSizes) && s.sizes == t.sizes
 }
 
 func (s *settings) documentLimits() complexity.DocumentLimits {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
+	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/internal/logevery"
 	"github.com/costguard/costguard/limiter"
@@ -229,6 +230,12 @@ type Dependencies struct {
 	// Logger receives store-failure warnings and identification errors.
 	// Default slog.Default().
 	Logger *slog.Logger `yaml:"-"`
+	// ListSizeRecorder, when set, records the sizes of the lists each
+	// GraphQL response returned where their price rested on an assumed
+	// size, read while the response's actual cost is (in enforce and
+	// shadow mode alike), to suggest Policy.ListSizes
+	// (complexity.WithListSizeRecorder; admin.Config.ListSizes serves it).
+	ListSizeRecorder *complexity.ListSizeRecorder `yaml:"-"`
 	// Clock is the time source of the headers and of the in-memory stores
 	// the Limiter creates. Default limiter.SystemClock.
 	Clock limiter.Clock `yaml:"-"`
@@ -336,6 +343,14 @@ type Policy struct {
 	// FIELD_RATE_LIMITED). Coordinates the schema lacks are an error when
 	// the Limiter is installed on a server.
 	FieldLimits map[string]budget.FieldLimit `yaml:"field_limits"`
+	// ListSizes maps a list field's coordinate ("Scene.galleries") to the
+	// size assumed for it where no argument bounds it, as
+	// @listSize(assumedSize:) on the field would, without editing the
+	// schema (complexity.WithAssumedSizes): the sizes a
+	// Dependencies.ListSizeRecorder suggests. A coordinate the schema
+	// lacks, or a field that is not a list, is an error when the Limiter
+	// is installed on a server.
+	ListSizes map[string]int `yaml:"list_sizes"`
 
 	// Lanes classify requests by priority (first match wins; a request no
 	// lane matches goes to the last). Empty: no lanes.
@@ -510,6 +525,9 @@ type Limiter struct {
 	// shaping limit (hold); tests replace it.
 	timer limiter.Timer
 	start time.Time
+	// sizes records the lists priced at an assumed size
+	// (Dependencies.ListSizeRecorder); nil: not recorded.
+	sizes *complexity.ListSizeRecorder
 	// keys and ident are Dependencies.KeyLookup and .Identifier, which
 	// each Policy's identification is compiled with.
 	keys  identity.KeyLookup
@@ -552,6 +570,7 @@ func New(deps Dependencies, policy Policy) (*Limiter, error) {
 		ident:    deps.Identifier,
 		screened: newScreenCache(),
 		timer:    systemTimer,
+		sizes:    deps.ListSizeRecorder,
 	}
 	if deps.StoreTimeout < 0 {
 		return nil, keyed(fmt.Errorf("%w: StoreTimeout %v is negative", ErrInvalidConfig, deps.StoreTimeout), "store_timeout")

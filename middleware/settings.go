@@ -55,6 +55,9 @@ type settings struct {
 	// relaxPlans: some plan lifts the structural caps
 	// (budget.Plan.RelaxStructuralLimits).
 	relaxPlans bool
+	// listSizes are Policy.ListSizes; sizes the Limiter's recorder.
+	listSizes map[string]int
+	sizes     *complexity.ListSizeRecorder
 }
 
 // compileSettings validates cfg, a Policy, against the Limiter's
@@ -65,7 +68,7 @@ func (l *Limiter) compileSettings(cfg Policy) (*settings, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.gql = gql
+	s.gql, s.listSizes, s.sizes = gql, maps.Clone(cfg.ListSizes), l.sizes
 	perPrincipal := cfg.Concurrency.PerPrincipal
 	switch {
 	case perPrincipal == None: // no cap, which is also the default

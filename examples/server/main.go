@@ -29,6 +29,7 @@
 //	PUT    /admin/principals/{principal}/override  {"plan": "pro"} or limits, optionally "until"
 //	DELETE /admin/principals/{principal}/override
 //	GET    /admin/top, /admin/operations, /admin/stats, /admin/stats/history
+//	GET    /admin/list-sizes                       the list sizes responses returned, the sizes to assume
 //	GET    /admin/                                 a dashboard of those (the page needs no token)
 //
 // Requests with "Authorization: Bearer demo-free-key" (or X-API-Key) spend

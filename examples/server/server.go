@@ -29,6 +29,7 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/challenge"
+	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/graph"
 	"github.com/costguard/costguard/graph/model"
 	"github.com/costguard/costguard/identity"
@@ -127,6 +128,10 @@ type server struct {
 
 	mu  sync.Mutex // one reload at a time; guards cfg
 	cfg config     // the configuration in force
+
+	// sizes records the lists priced at an assumed size, at
+	// /admin/list-sizes; it outlives reloads, which may change list_sizes.
+	sizes *complexity.ListSizeRecorder
 }
 
 // newServer builds the example API: the GraphiQL page on /, GraphQL on
@@ -177,6 +182,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		since = d.clock.Now()
 	}
 	s.stats = adminapi.NewStats(since, func() (middleware.Load, bool) { return s.lim.Load() })
+	s.sizes = complexity.NewListSizeRecorder()
 	mdeps, policy := s.limiterConfig(cfg)
 	if s.lim, err = middleware.New(mdeps, policy); err != nil {
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
@@ -228,6 +234,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	adminCfg := adminapi.Config{
 		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Operations: s.ops, Stats: s.stats, Clock: clock,
+		ListSizes: s.sizes,
 	}
 	// With Redis, every process's top spenders meet there (published by
 	// the goroutine started below), and /admin/top answers for all.
@@ -335,6 +342,7 @@ func (s *server) limiterConfig(cfg config) (middleware.Dependencies, middleware.
 	}
 	deps.Overrides.Store = s.d.overrides
 	deps.Observer = middleware.ObserverFunc(s.observe)
+	deps.ListSizeRecorder = s.sizes
 	deps.KeyLookup = s.d.keys // after the file's api_keys
 	if s.d.queueTimer != nil && deps.Overload != nil {
 		oc := *deps.Overload
