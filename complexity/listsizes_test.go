@@ -3,6 +3,7 @@ package complexity_test
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -338,5 +339,55 @@ func BenchmarkActualCostRecording(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// A recorder holds at most MaxRecordedListFields fields, each a fixed
+// set of counters, whatever the schema and the responses: a response
+// over more list fields counts the rest as dropped.
+func TestListSizeRecorderBounded(t *testing.T) {
+	const fields = complexity.MaxRecordedListFields + 4
+	var sdl, query, data strings.Builder
+	sdl.WriteString("type T { id: ID }\ntype Query {\n")
+	query.WriteString("{")
+	data.WriteString("{")
+	for i := range fields {
+		fmt.Fprintf(&sdl, "  f%d: [T]\n", i)
+		fmt.Fprintf(&query, " f%d { id }", i)
+		if i > 0 {
+			data.WriteByte(',')
+		}
+		fmt.Fprintf(&data, `"f%d":[{"id":"1"},{"id":"2"}]`, i)
+	}
+	sdl.WriteString("}\n")
+	query.WriteString(" }")
+	data.WriteString("}")
+	schema := loadSchema(t, sdl.String())
+	rec := complexity.NewListSizeRecorder()
+	a, err := complexity.New(schema, complexity.WithListSizeRecorder(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := prepare(t, schema, query.String(), nil)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 3 {
+		if _, err := a.ActualCost(p.doc, p.op, p.vars, []byte(data.String())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	got := rec.Fields()
+	if len(got) != complexity.MaxRecordedListFields || rec.Dropped() != 3*4 {
+		t.Fatalf("%d fields, %d dropped; want %d and 12", len(got), rec.Dropped(), complexity.MaxRecordedListFields)
+	}
+	if got[0].Responses != 3 || got[0].Max != 2 {
+		t.Errorf("%+v", got[0])
+	}
+	// About 1 KiB of counters a field, with its key and map slot.
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > complexity.MaxRecordedListFields*1300 {
+		t.Errorf("the recorder grew the heap by %d bytes, more than 1,300 a field", grew)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/costguard/costguard/internal/redistest"
 	"github.com/costguard/costguard/middleware"
 )
 
@@ -102,4 +103,33 @@ func TestListSizesRefusedAtStart(t *testing.T) {
 		assert.ErrorIs(t, err, middleware.ErrInvalidConfig, src)
 		assert.True(t, strings.Contains(err.Error(), want), "%s: %v", src, err)
 	}
+}
+
+// With Redis, /admin/list-sizes answers for every process: a server that
+// stops adds what it recorded on its way out, and another one's answer
+// counts it.
+func TestListSizesAcrossProcesses(t *testing.T) {
+	rs := redistest.StartServer(t)
+	a := startRun(t, "-addr", "127.0.0.1:0", "-redis", "redis://"+rs.Addr()+"/0")
+	b := startRun(t, "-addr", "127.0.0.1:0", "-redis", "redis://"+rs.Addr()+"/0")
+	for range 3 {
+		resp, body := call(t, "POST", a.url+"/graphql", demoAPIKey, graphQLBody(t, unslicedRepos))
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	}
+	require.NoError(t, a.stop())
+	resp, err := http.Get(b.admin + "/admin/list-sizes")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var answer struct {
+		Fields []struct {
+			Field          string
+			Responses, Max int64
+		}
+		AssumedSizes map[string]int `json:"assumed_sizes"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&answer))
+	require.Len(t, answer.Fields, 1)
+	assert.Equal(t, "User.repos", answer.Fields[0].Field)
+	assert.EqualValues(t, []int64{3, 4}, []int64{answer.Fields[0].Responses, answer.Fields[0].Max}, "a's three responses of octocat's 4 repositories")
+	assert.Equal(t, map[string]int{"User.repos": 4}, answer.AssumedSizes)
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/costguard/costguard/identity"
 	"github.com/costguard/costguard/limiter"
 	"github.com/costguard/costguard/limiter/stack"
+	"github.com/costguard/costguard/listsizes/redislistsizes"
 	"github.com/costguard/costguard/middleware"
 	adminapi "github.com/costguard/costguard/middleware/admin"
 	"github.com/costguard/costguard/middleware/prommetrics"
@@ -84,8 +85,9 @@ type deps struct {
 	// there.
 	overrides override.Store
 	// spendersShared, when set, is the Redis the top spenders of every
-	// process meet in (published every 5 s, merged by /admin/top); nil:
-	// this process's alone.
+	// process meet in (published every 5 s, merged by /admin/top), and
+	// the list sizes they record (added every 10 s, summed by
+	// /admin/list-sizes); nil: this process's alone.
 	spendersShared redis.UniversalClient
 	// adminTokenSHA256 is the hex SHA-256 of the admin API's bearer token;
 	// "": the API asks for none (run allows that only on a loopback-only
@@ -246,6 +248,14 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		}
 		adminCfg.SharedSpenders = shared
 	}
+	var sharedSizes *redislistsizes.Shared
+	if d.spendersShared != nil {
+		if sharedSizes, err = redislistsizes.New(redislistsizes.Config{Client: d.spendersShared, Recorder: s.sizes}); err != nil {
+			s.lim.Close()
+			return nil, nil, err
+		}
+		adminCfg.SharedListSizes = sharedSizes
+	}
 	principals, err := adminapi.New(s.lim, adminCfg)
 	if err != nil {
 		s.lim.Close()
@@ -273,12 +283,16 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	stopPublishing := func() {}
 	if shared != nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
+		done := make(chan struct{}, 2)
 		go func() {
-			defer close(done)
+			defer func() { done <- struct{}{} }()
 			shared.Run(ctx, clock.Now, func(err error) { s.log.Warn("server: publishing the top spenders", "err", err) })
 		}()
-		stopPublishing = func() { cancel(); <-done }
+		go func() {
+			defer func() { done <- struct{}{} }()
+			sharedSizes.Run(ctx, func(err error) { s.log.Warn("server: publishing the list sizes", "err", err) })
+		}()
+		stopPublishing = func() { cancel(); <-done; <-done }
 	}
 	closeLimiter := s.watchDataLoss()
 	return s, func() error { stopPublishing(); return closeLimiter() }, nil
