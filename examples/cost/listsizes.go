@@ -28,7 +28,8 @@ import (
 // The text output is a table of the fields (assumed size, responses,
 // overruns, largest list, suggested size), then the suggestions as
 // @listSize lines to paste into the schema; -json prints only the map of
-// field coordinate to suggested size, what complexity.WithAssumedSizes takes. Fields with fewer than
+// field coordinate to suggested size, what complexity.WithAssumedSizes and
+// the example server's list_sizes key take. Fields with fewer than
 // -min-responses responses are left out of the suggestions.
 //
 // Exit status: 0; 1 when a source cannot be read or is not the admin
