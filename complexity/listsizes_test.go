@@ -391,3 +391,43 @@ func TestListSizeRecorderBounded(t *testing.T) {
 		t.Errorf("the recorder grew the heap by %d bytes, more than 1,300 a field", grew)
 	}
 }
+
+// On a field with several @listSize, the option reads as if each declared
+// the size; a slicing argument, an input object's page size included,
+// still bounds the list, and such a list is not recorded.
+func TestAssumedSizesWithSeveralListSizesAndPaths(t *testing.T) {
+	schema := loadSchema(t, `
+type Query {
+  items(first: Int, limit: Int): [Item!]! @listSize(slicingArguments: ["first"], requireOneSlicingArgument: false) @listSize(slicingArguments: ["limit"], requireOneSlicingArgument: false)
+  page(filter: Filter): [Item!]!
+}
+input Filter { per_page: Int }
+type Item { id: ID! }`)
+	rec := complexity.NewListSizeRecorder()
+	a, err := complexity.New(schema, complexity.WithListSizeRecorder(rec), complexity.WithAssumedSizes(map[string]int{"Query.items": 3, "Query.page": 4}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]int64{
+		`{ items { id } }`:                        3,
+		`{ items(first: 7) { id } }`:              7, // the larger of 7 and the other rule's 3
+		`{ page { id } }`:                         4,
+		`{ page(filter: {per_page: 40}) { id } }`: 1 + 40, // the input object weighs 1
+	} {
+		p := prepare(t, schema, q, nil)
+		r, err := a.AnalyzeOperation(p.doc, p.op, p.vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Points != want {
+			t.Errorf("%s: %d, want %d", q, r.Points, want)
+		}
+	}
+	p := prepare(t, schema, `{ page(filter: {per_page: 2}) { id } }`, nil)
+	if _, err := a.ActualCost(p.doc, p.op, p.vars, []byte(`{"page":[{"id":"1"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Fields(); len(got) != 0 {
+		t.Errorf("a list bounded by filter.per_page was recorded: %+v", got)
+	}
+}

@@ -232,14 +232,13 @@ func TestCalibratedListSizesFitAPlan(t *testing.T) {
 	overrun := false
 	pages := map[string]string{"FindScenes": findScenes, "FindGalleries": findGalleries, "SceneWall": sceneWall}
 
-	// Enforced at the default size, the wall is refused.
+	// Enforced at the default size (each page at its per_page), every
+	// page is refused: the prices docs/operations.md quotes.
 	before := newOrganiser(t, budget.Enforce, nil, nil, &overrun)
-	if a := before.page(t, sceneWall); a.status != http.StatusUnprocessableEntity || a.code != complexity.CodeMaxCostExceeded {
-		t.Fatalf("scene wall before calibration: %+v, want 422 %s", a, complexity.CodeMaxCostExceeded)
-	}
-	for name, q := range pages {
-		a := before.page(t, q)
-		t.Logf("at the default size: %s priced %d (status %d)", name, a.requested, a.status)
+	for name, want := range map[string]int64{"FindScenes": 5642, "FindGalleries": 13642, "SceneWall": 84442} {
+		if a := before.page(t, pages[name]); a.status != http.StatusUnprocessableEntity || a.code != complexity.CodeMaxCostExceeded || a.requested != want {
+			t.Errorf("%s before calibration: %+v, want 422 %s at %d", name, a, complexity.CodeMaxCostExceeded, want)
+		}
 	}
 
 	// Shadow mode: every page runs, and the sizes are recorded.
@@ -294,12 +293,10 @@ func TestCalibratedListSizesFitAPlan(t *testing.T) {
 	overrun = true
 	rec = complexity.NewListSizeRecorder()
 	after := newOrganiser(t, budget.Enforce, answer.AssumedSizes, rec, &overrun)
-	for name, q := range pages {
-		a := after.page(t, q)
-		if a.status != http.StatusOK || a.requested > 5000 {
-			t.Errorf("after calibration: %s %+v, want 200 within 5,000 points", name, a)
+	for name, want := range map[string]int64{"FindScenes": 842, "FindGalleries": 2202, "SceneWall": 1562} {
+		if a := after.page(t, pages[name]); a.status != http.StatusOK || a.requested != want {
+			t.Errorf("%s after calibration: %+v, want 200 at %d, within the plan's 5,000 points", name, a, want)
 		}
-		t.Logf("calibrated: %s priced %d, actual %d", name, a.requested, a.actual)
 	}
 	// Every scene now holds its 2 galleries, and scene 7 holds 7: the
 	// response costs more than its price (1 + 1 + 40 × (1 + 2)), and the
