@@ -134,6 +134,9 @@ type boundAnalyzer struct {
 	// nor the trusted documents lift them.
 	relaxed      *complexity.Analyzer
 	relaxedPlans *complexity.PlanCache
+	// uncapped records the lists of what a cap refused and shadow mode
+	// let run (recordShadowed); nil unless list sizes are recorded.
+	uncapped *complexity.Analyzer
 	// trusted are the trusted documents' plans, compiled when it was
 	// built (with the structural caps lifted when the settings say so).
 	trusted trustedPlans
@@ -153,6 +156,11 @@ func newBoundAnalyzer(set *settings, schema *ast.Schema, a *complexity.Analyzer)
 	b := &boundAnalyzer{set: set, a: a, plans: a.NewPlanCache(planCacheEntries, planCacheBytes), relaxed: relaxed, trusted: trusted}
 	if relaxed != nil {
 		b.relaxedPlans = relaxed.NewPlanCache(planCacheEntries, planCacheBytes)
+	}
+	if set.sizes != nil {
+		if b.uncapped, err = complexity.New(schema, set.uncappedOptions()...); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 	}
 	return b, nil
 }

@@ -233,7 +233,9 @@ type Dependencies struct {
 	// ListSizeRecorder, when set, records the sizes of the lists each
 	// GraphQL response returned where their price rested on an assumed
 	// size, read while the response's actual cost is (in enforce and
-	// shadow mode alike), to suggest Policy.ListSizes
+	// shadow mode alike; an operation a static cap refused and shadow
+	// mode let run is read for it with the caps lifted), to suggest
+	// Policy.ListSizes
 	// (complexity.WithListSizeRecorder; admin.Config.ListSizes serves it).
 	ListSizeRecorder *complexity.ListSizeRecorder `yaml:"-"`
 	// Clock is the time source of the headers and of the in-memory stores

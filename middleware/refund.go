@@ -35,6 +35,10 @@ func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCt
 	cost, costPlan, ln := st.cost, st.costPlan, st.lane
 	st.mu.Unlock()
 	op := opCtx.Operation
+	if cost == 0 && shadowed != 0 {
+		e.recordShadowed(st, opCtx, resp) // a static cap shadow mode let run
+		return
+	}
 	if cost == 0 || verdict != budget.Admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
 		return // not executed as priced, or a stream: the requested cost stands
 	}

@@ -143,7 +143,7 @@ type organiserServer struct {
 
 // newOrganiser serves the organiser's API through a Limiter with one plan
 // of 5,000 points (mode), recording list sizes in rec, and its admin API.
-func newOrganiser(t *testing.T, mode budget.Mode, listSizes map[string]int, rec *complexity.ListSizeRecorder, overrun *bool) organiserServer {
+func newOrganiser(t *testing.T, mode budget.Mode, listSizes map[string]int, rec *complexity.ListSizeRecorder, overrun *bool, gql middleware.GraphQLOptions) organiserServer {
 	t.Helper()
 	schema := gqlparser.MustLoadSchema(&ast.Source{Name: "organiser.graphqls", Input: organiserSDL})
 	lim, err := middleware.New(middleware.Dependencies{
@@ -155,6 +155,7 @@ func newOrganiser(t *testing.T, mode budget.Mode, listSizes map[string]int, rec 
 		APIKeys:       map[string]identity.APIKey{"organiser-key": {Principal: "organiser", Plan: "user"}},
 		Mode:          mode,
 		ListSizes:     listSizes,
+		GraphQL:       gql,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +235,7 @@ func TestCalibratedListSizesFitAPlan(t *testing.T) {
 
 	// Enforced at the default size (each page at its per_page), every
 	// page is refused: the prices docs/operations.md quotes.
-	before := newOrganiser(t, budget.Enforce, nil, nil, &overrun)
+	before := newOrganiser(t, budget.Enforce, nil, nil, &overrun, middleware.GraphQLOptions{})
 	for name, want := range map[string]int64{"FindScenes": 5642, "FindGalleries": 13642, "SceneWall": 84442} {
 		if a := before.page(t, pages[name]); a.status != http.StatusUnprocessableEntity || a.code != complexity.CodeMaxCostExceeded || a.requested != want {
 			t.Errorf("%s before calibration: %+v, want 422 %s at %d", name, a, complexity.CodeMaxCostExceeded, want)
@@ -243,7 +244,7 @@ func TestCalibratedListSizesFitAPlan(t *testing.T) {
 
 	// Shadow mode: every page runs, and the sizes are recorded.
 	rec := complexity.NewListSizeRecorder()
-	shadow := newOrganiser(t, budget.Shadow, nil, rec, &overrun)
+	shadow := newOrganiser(t, budget.Shadow, nil, rec, &overrun, middleware.GraphQLOptions{})
 	for range 5 {
 		for _, q := range pages {
 			if a := shadow.page(t, q); a.status != http.StatusOK || a.actual > a.requested {
@@ -292,7 +293,7 @@ func TestCalibratedListSizesFitAPlan(t *testing.T) {
 	// Enforced with the suggestions: every page fits the plan.
 	overrun = true
 	rec = complexity.NewListSizeRecorder()
-	after := newOrganiser(t, budget.Enforce, answer.AssumedSizes, rec, &overrun)
+	after := newOrganiser(t, budget.Enforce, answer.AssumedSizes, rec, &overrun, middleware.GraphQLOptions{})
 	for name, want := range map[string]int64{"FindScenes": 842, "FindGalleries": 2202, "SceneWall": 1562} {
 		if a := after.page(t, pages[name]); a.status != http.StatusOK || a.requested != want {
 			t.Errorf("%s after calibration: %+v, want 200 at %d, within the plan's 5,000 points", name, a, want)
@@ -311,5 +312,26 @@ func TestCalibratedListSizesFitAPlan(t *testing.T) {
 		if f.Field == "Scene.galleries" && (f.Overruns == 0 || f.Max != 7) {
 			t.Errorf("Scene.galleries after calibration: %+v, want its overruns counted", f)
 		}
+	}
+}
+
+// A page a static cap refuses (graphql.max_cost, max_depth, …) runs in
+// shadow mode without a price to settle; its lists are recorded all the
+// same, read without the caps.
+func TestShadowedCapsStillRecordListSizes(t *testing.T) {
+	overrun := false
+	rec := complexity.NewListSizeRecorder()
+	s := newOrganiser(t, budget.Shadow, nil, rec, &overrun, middleware.GraphQLOptions{MaxCost: 100, MaxDepth: 4})
+	if a := s.page(t, sceneWall); a.status != http.StatusOK || a.requested != 0 {
+		t.Fatalf("scene wall over the caps in shadow mode: %+v, want 200 unpriced", a)
+	}
+	got := map[string]int64{}
+	for _, f := range rec.Fields() {
+		got[f.Field] = f.Max
+	}
+	// The wall's galleries hold 0 to 2 scenes' worth: gallery 1 of a
+	// scene holds 1 scene.
+	if got["Scene.galleries"] != 2 || got["Gallery.scenes"] != 1 {
+		t.Errorf("recorded %v, want Scene.galleries 2, Gallery.scenes 1", got)
 	}
 }
