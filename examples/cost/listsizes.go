@@ -202,3 +202,29 @@ func printListSizes(w io.Writer, stats []complexity.ListSizeStats, asJSON bool) 
 	tw.Flush()
 	fmt.Fprintf(w, "\n%s", complexity.FormatListSizes(sizes))
 }
+
+// maxListSizesFile bounds what -list-sizes reads.
+const maxListSizesFile = 16 << 20
+
+// listSizesFile is -list-sizes: the sizes its JSON file maps each list
+// field coordinate to, read when the flag is parsed.
+type listSizesFile struct {
+	path  string
+	sizes map[string]int
+}
+
+func (l *listSizesFile) String() string { return l.path }
+
+func (l *listSizesFile) Set(path string) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	var sizes map[string]int
+	if err := json.NewDecoder(io.LimitReader(file, maxListSizesFile)).Decode(&sizes); err != nil {
+		return fmt.Errorf("%s: not a JSON object of field coordinate to size: %w", path, err)
+	}
+	l.path, l.sizes = path, sizes
+	return nil
+}

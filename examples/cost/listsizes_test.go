@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -95,5 +96,44 @@ func TestListSizesRefusesBadInput(t *testing.T) {
 		if code != c.code || !strings.Contains(errOut, c.err) {
 			t.Errorf("%v: exit %d, %q; want %d, %q", c.args, code, errOut, c.code, c.err)
 		}
+	}
+}
+
+// -list-sizes prices with the sizes cost list-sizes -json prints, as the
+// server's list_sizes does; a file that is not such a map is wrong usage,
+// a coordinate the schema lacks an invalid schema configuration.
+func TestListSizesFlag(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	schema := write("s.graphql", "type Query { scenes: [Scene!]! }\ntype Scene { galleries: [Gallery!]! }\ntype Gallery { id: ID! }\n")
+	query := write("q.graphql", "{ scenes { galleries { id } } }")
+	price := func(args ...string) (int, string, string) {
+		return runListSizesCmd(t, "", append([]string{"-schema", schema, "-query", query, "-json", "-breakdown-limit", "0"}, args...)...)
+	}
+	cost := func(out string) int64 {
+		var r struct{ Cost int64 }
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		return r.Cost
+	}
+	if code, out, errOut := price(); code != 0 || cost(out) != 10*(1+10) {
+		t.Errorf("default sizes: exit %d, %s %s", code, out, errOut)
+	}
+	sizes := write("sizes.json", `{"Query.scenes": 40, "Scene.galleries": 2}`)
+	if code, out, errOut := price("-list-sizes", sizes); code != 0 || cost(out) != 40*(1+2) {
+		t.Errorf("-list-sizes: exit %d, %s %s", code, out, errOut)
+	}
+	if code, _, errOut := price("-list-sizes", write("bad.json", `["Scene.galleries"]`)); code != 2 || !strings.Contains(errOut, "not a JSON object") {
+		t.Errorf("a list: exit %d, %s", code, errOut)
+	}
+	if code, out, _ := price("-list-sizes", write("typo.json", `{"Scene.gallery": 2}`)); code != 1 || !strings.Contains(out, `Scene.gallery`) {
+		t.Errorf("a coordinate the schema lacks: exit %d, %s", code, out)
 	}
 }

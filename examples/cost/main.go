@@ -8,7 +8,7 @@
 //	    [-connection-convention=false] [-count-argument-convention=false] \
 //	    [-key-list-convention=false] [-mutation-list-convention=false] \
 //	    [-free-introspection=false] [-introspection-cost N] \
-//	    [-subtree-discounts] [-null-arguments-charged] \
+//	    [-subtree-discounts] [-null-arguments-charged] [-list-sizes FILE] \
 //	    [-max-depth N] [-max-breadth N] [-max-nodes N] \
 //	    [-max-cost N] [-max-aliases N] [-max-root-fields N] \
 //	    [-breakdown-limit N] [-breakdown-bytes N] [-json]
@@ -143,6 +143,7 @@ type flags struct {
 	introspection     float64 // points per __schema or __type selection
 	subtreeDiscounts  bool
 	nullsCharged      bool
+	listSizes         listSizesFile
 	maxDepth          int
 	maxBreadth        int
 	maxNodes          int64
@@ -168,6 +169,7 @@ func (f *flags) options() []complexity.Option {
 		complexity.WithIntrospectionCost(f.introspection),
 		complexity.WithSubtreeDiscounts(f.subtreeDiscounts),
 		complexity.WithNullArgumentsCharged(f.nullsCharged),
+		complexity.WithAssumedSizes(f.listSizes.sizes),
 		complexity.WithMaxDepth(f.maxDepth),
 		complexity.WithMaxBreadth(f.maxBreadth),
 		complexity.WithMaxNodes(f.maxNodes),
@@ -184,7 +186,7 @@ const usageLine = "usage: cost -schema FILE [-schema FILE ...] -query FILE|- [-v
 	"            [-connection-convention=false] [-count-argument-convention=false]\n" +
 	"            [-key-list-convention=false] [-mutation-list-convention=false]\n" +
 	"            [-free-introspection=false] [-introspection-cost N]\n" +
-	"            [-subtree-discounts] [-null-arguments-charged]\n" +
+	"            [-subtree-discounts] [-null-arguments-charged] [-list-sizes FILE]\n" +
 	"            [-max-depth N] [-max-breadth N] [-max-nodes N] [-max-cost N] [-max-aliases N]\n" +
 	"            [-max-root-fields N] [-breakdown-limit N] [-breakdown-bytes N] [-json]\n" +
 	"       cost audit -h   prices many documents without variables, at their worst case\n"
@@ -250,6 +252,7 @@ func (f *flags) analyzerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&f.freeIntrospection, "free-introspection", true, "__typename, __schema, __type and the fields beneath them cost 0 (=false: priced like any field)")
 	fs.BoolVar(&f.subtreeDiscounts, "subtree-discounts", false, "let a negative own cost (argument or field weights) discount what its field returns, not only the field itself")
 	fs.BoolVar(&f.nullsCharged, "null-arguments-charged", false, "charge an explicit null the weight of its argument or input field (its @cost, else its type's weight)")
+	fs.Var(&f.listSizes, "list-sizes", "JSON `FILE` of list field coordinate to assumed size (what cost list-sizes -json prints), as @listSize(assumedSize:) on each field")
 	fs.IntVar(&f.maxDepth, "max-depth", 0, "reject operations deeper than `N` (0: no limit)")
 	fs.IntVar(&f.maxBreadth, "max-breadth", 0, "reject slicing arguments above `N` (0: no limit)")
 	fs.Int64Var(&f.maxNodes, "max-nodes", 0, "reject operations that may return more than `N` nodes (0: no limit)")
