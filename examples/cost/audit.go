@@ -43,19 +43,8 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditFlags, error) {
 	fs.StringVar(&f.plansFile, "plans", "", "YAML `FILE` whose plans: map names plans {burst, rate, per}, as the example server's configuration does")
 	fs.Var(&f.plans, "plan", "a plan `NAME={burst: B, rate: R, per: D}` (repeat for several)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object per document and operation (JSON lines)")
-	usage := func() {
-		fmt.Fprint(stderr, auditUsageLine+"\n")
-		fs.SetOutput(stderr)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage()
-			return nil, err
-		}
-		fmt.Fprintf(stderr, "cost audit: %v\n", err)
-		usage()
+	usage, err := parseOrUsage(fs, args, stderr, "cost audit", auditUsageLine)
+	if err != nil {
 		return nil, err
 	}
 	f.inputs = fs.Args()

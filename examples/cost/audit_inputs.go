@@ -95,13 +95,18 @@ func readInput(path string) ([]auditDocument, error) {
 }
 
 func readDocument(path string) auditDocument {
+	b, err := readFileBounded(path)
+	return auditDocument{name: path, body: string(b), err: err}
+}
+
+// readFileBounded reads the file at path, refusing one past maxInputBytes.
+func readFileBounded(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return auditDocument{name: path, err: err}
+		return nil, err
 	}
 	defer f.Close()
-	b, err := readBounded(f, path)
-	return auditDocument{name: path, body: string(b), err: err}
+	return readBounded(f, path)
 }
 
 func readBounded(r io.Reader, name string) ([]byte, error) {
@@ -121,12 +126,7 @@ type manifestEntry struct {
 
 // readManifest reads a manifest's documents, each named file#id.
 func readManifest(path string) ([]auditDocument, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := readBounded(f, path)
+	b, err := readFileBounded(path)
 	if err != nil {
 		return nil, err
 	}
@@ -300,12 +300,7 @@ func keyOf(r auditResult) auditKey {
 
 // readBaseline reads a previous -json output, one object per line.
 func readBaseline(path string) (map[auditKey]auditResult, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := readBounded(f, path)
+	b, err := readFileBounded(path)
 	if err != nil {
 		return nil, err
 	}

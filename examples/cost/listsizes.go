@@ -59,17 +59,8 @@ func parseListSizesFlags(args []string, stderr io.Writer) (*listSizesFlags, erro
 	fs.StringVar(&f.tokenFile, "token-file", "", "`FILE` holding the admin API's bearer token")
 	fs.Int64Var(&f.minResponses, "min-responses", 1, "suggest a size only for fields seen in at least `N` responses")
 	fs.BoolVar(&f.json, "json", false, "print the suggestions as one JSON object of field coordinate to size")
-	usage := func() {
-		fmt.Fprint(stderr, listSizesUsage+"\n")
-		fs.SetOutput(stderr)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "cost list-sizes: %v\n", err)
-		}
-		usage()
+	usage, err := parseOrUsage(fs, args, stderr, "cost list-sizes", listSizesUsage)
+	if err != nil {
 		return nil, err
 	}
 	f.files = fs.Args()

@@ -204,19 +204,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&f.breakdownLimit, "breakdown-limit", complexity.DefaultBreakdownLimit, "list at most `N` fields in the explain view (0: totals only, the library's default)")
 	fs.Int64Var(&f.breakdownBytes, "breakdown-bytes", complexity.DefaultBreakdownBytes, "stop the explain view once its paths hold `N` bytes (0: no cap)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the text report")
-	usage := func() {
-		fmt.Fprint(stderr, usageLine+"\n")
-		fs.SetOutput(stderr)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage()
-			return nil, err
-		}
-		fmt.Fprintf(stderr, "cost: %v\n", err)
-		usage()
+	usage, err := parseOrUsage(fs, args, stderr, "cost", usageLine)
+	if err != nil {
 		return nil, err
 	}
 	var problem string
@@ -236,6 +225,26 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, errors.New(problem)
 	}
 	return f, nil
+}
+
+// parseOrUsage parses args into fs; on a parse error (or -h) it prints the
+// error and the usage text to stderr. The usage function it returns prints
+// that text again, for a problem found after parsing.
+func parseOrUsage(fs *flag.FlagSet, args []string, stderr io.Writer, command, line string) (usage func(), err error) {
+	usage = func() {
+		fmt.Fprint(stderr, line+"\n")
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		}
+		usage()
+		return nil, err
+	}
+	return usage, nil
 }
 
 // analyzerFlags registers the flags both forms of the command take: the
