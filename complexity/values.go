@@ -237,13 +237,7 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo) (Cost, *invalid
 		return w.valueCost(v, t.Elem, own) // a single value coerces to a list of one
 	}
 	ti := w.c.types[t.NamedType]
-	var c Cost
-	switch {
-	case own.hasWeight:
-		c = own.weight
-	case ti != nil:
-		c = ti.weight
-	}
+	c := own.weightIn(ti)
 	if ti == nil {
 		return c, nil
 	}
@@ -279,13 +273,19 @@ func (w *walker) valueCost(v value, t *ast.Type, own *inputInfo) (Cost, *invalid
 // WithNullArgumentsCharged the weight of its place, own's @cost else the
 // named type's weight.
 func (c *compiled) nullCost(t *ast.Type, own *inputInfo) Cost {
-	switch {
-	case !c.chargeNulls:
+	if !c.chargeNulls {
 		return 0
+	}
+	return own.weightIn(c.types[t.Name()])
+}
+
+// weightIn is what one value for own costs by its place alone: own's @cost,
+// else the weight of ti, its named type (0 when ti is unknown).
+func (own *inputInfo) weightIn(ti *typeInfo) Cost {
+	switch {
 	case own.hasWeight:
 		return own.weight
-	}
-	if ti := c.types[t.Name()]; ti != nil {
+	case ti != nil:
 		return ti.weight
 	}
 	return 0

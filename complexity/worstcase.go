@@ -264,13 +264,7 @@ func (w *walker) openCost(o openValue, t *ast.Type, own *inputInfo, visiting []s
 		return c
 	}
 	ti := w.c.types[t.NamedType]
-	var c Cost
-	switch {
-	case own.hasWeight:
-		c = own.weight
-	case ti != nil:
-		c = ti.weight
-	}
+	c := own.weightIn(ti)
 	if ti != nil && ti.def.Kind == ast.InputObject {
 		if slices.Contains(visiting, ti.name) {
 			if c > 0 {
