@@ -199,12 +199,21 @@ type Page { items: [Item!]! }
 type Item { id: ID! }
 `
 	schema := loadSchema(t, sdl)
-	rec := complexity.NewListSizeRecorder()
-	a, err := complexity.New(schema, complexity.WithListSizeRecorder(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for q, recorded := range map[string]bool{`{ page(first: 2) { items { id } } }`: false, `{ page { items { id } } }`: true} {
+	for _, c := range []struct {
+		query    string
+		recorded bool
+	}{
+		{`{ page(first: 2) { items { id } } }`, false},
+		{`{ page { items { id } } }`, true},
+	} {
+		// A recorder per case: one shared across cases would carry the
+		// second case's sample into the first when the order changes.
+		q, recorded := c.query, c.recorded
+		rec := complexity.NewListSizeRecorder()
+		a, err := complexity.New(schema, complexity.WithListSizeRecorder(rec))
+		if err != nil {
+			t.Fatal(err)
+		}
 		p := prepare(t, schema, q, nil)
 		if _, err := a.ActualCost(p.doc, p.op, p.vars, []byte(`{"page":{"items":[{"id":"1"}]}}`)); err != nil {
 			t.Fatal(err)
