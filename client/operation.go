@@ -87,11 +87,12 @@ func readOperation(req *http.Request) operation {
 		hash = clip(g.Extensions.PersistedQuery.Hash)
 	}
 	op.key = clip(g.OperationName) + "\x00" + hash
-	op.name = clip(g.OperationName)
+	var named string
+	op.kind, named = operationKind(g.Query, g.OperationName)
+	op.name = clip(named)
 	if op.name == "" {
 		op.name = "sha256:" + hash[:min(len(hash), 16)]
 	}
-	op.kind = operationKind(g.Query, g.OperationName)
 	if g.Query == "" && op.idempotent {
 		op.kind = queryKind // a persisted query over GET: mutations are refused on GET
 	}
@@ -125,13 +126,13 @@ func clip(s string) string {
 	return strings.Clone(s[:min(len(s), maxNameBytes)])
 }
 
-// operationKind is the kind of the operation named name in the GraphQL
-// document doc (the only one when name is ""), read by a lexer that skips
-// comments, strings and everything nested: unknownKind when there is no
-// such operation or the document is not one it can read.
-func operationKind(doc, name string) kind {
+// operationKind is the kind and name of the operation named name in the
+// GraphQL document doc (the only one when name is ""), read by a lexer
+// that skips comments, strings and everything nested: unknownKind when
+// there is no such operation or the document is not one it can read.
+func operationKind(doc, name string) (kind, string) {
 	lx := lexer{src: doc}
-	found, count := unknownKind, 0
+	found, foundName, count := unknownKind, "", 0
 	for {
 		tok, ok := lx.topLevel()
 		if !ok {
@@ -147,20 +148,20 @@ func operationKind(doc, name string) kind {
 			}
 			lx.skipToBody()
 		default:
-			return unknownKind // not a document this lexer reads
+			return unknownKind, "" // not a document this lexer reads
 		}
 		if k == unknownKind {
 			continue
 		}
 		count++
 		if opName == name || name == "" {
-			found = k
+			found, foundName = k, opName
 		}
 	}
 	if name == "" && count != 1 {
-		return unknownKind
+		return unknownKind, ""
 	}
-	return found
+	return found, foundName
 }
 
 // keywordKind is the kind of the operations a definition's keyword

@@ -128,6 +128,10 @@ func (p *pacer) answered(price int64) {
 // observe reads the signals s of an answer received at now to a request
 // sent at sentAt.
 func (p *pacer) observe(now, sentAt time.Time, s *signals) {
+	if s.refused && s.code != "RATE_LIMITED" && s.code != "rate_limited" && s.retryAfter > 0 {
+		// Not about this request's price: no request fits before it.
+		p.hold = later(p.hold, now.Add(s.retryAfter))
+	}
 	wasKnown := p.known
 	wasPlenty := p.known && float64(p.plan.Remaining) >= plentyShare*float64(p.plan.Limit)
 	p.readPlan(now, s)
@@ -153,10 +157,6 @@ func (p *pacer) observe(now, sentAt time.Time, s *signals) {
 		p.grown = now
 	default:
 		p.grown = now
-	}
-	if s.refused && s.code != "RATE_LIMITED" && s.code != "rate_limited" && s.retryAfter > 0 {
-		// Not about this request's price: no request fits before it.
-		p.hold = later(p.hold, now.Add(s.retryAfter))
 	}
 }
 

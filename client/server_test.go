@@ -2,11 +2,11 @@ package client_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,15 +72,21 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// watch is a Base transport that checks that no request is sent again
-// before the Retry-After of its refusal ran out: a retry shares its
-// first send's context.
+// watch is the Base of every Transport of a test: it checks that no
+// request is sent again before the Retry-After of its refusal ran out,
+// and that no mutation is sent twice. A retry shares its first send's
+// context, which run makes unique per request.
 type watch struct {
 	base     http.RoundTripper
 	mu       sync.Mutex
 	notUntil map[context.Context]time.Time
 	early    atomic.Int64
 	retries  atomic.Int64
+	twice    atomic.Int64 // mutations sent more than once
+}
+
+func newWatch() *watch {
+	return &watch{base: http.DefaultTransport, notUntil: map[context.Context]time.Time{}}
 }
 
 func (w *watch) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -91,12 +97,12 @@ func (w *watch) RoundTrip(req *http.Request) (*http.Response, error) {
 		if time.Now().Before(until) {
 			w.early.Add(1)
 		}
+		if ctx.Value(mutationKey{}) != nil {
+			w.twice.Add(1)
+		}
 	}
 	w.mu.Unlock()
 	resp, err := w.base.RoundTrip(req)
-	if os.Getenv("CLIENT_TRACE") != "" && err == nil {
-		fmt.Printf("%s %d %s\n", time.Now().Format("05.000"), resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
-	}
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 		var ra int
 		fmt.Sscan(resp.Header.Get("Retry-After"), &ra)
@@ -107,17 +113,30 @@ func (w *watch) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// query prices 11 (a user, ten repositories) and costs less once run.
-const query = `{"query":"query Repos { user(login: \"alice\") { repos(first: 10) { name } } }","operationName":"Repos"}`
+// mutationKey marks the context of a mutation.
+type mutationKey struct{}
 
-// run drives n clients, each with its own Transport, for d, sending
-// together demand times what plan refills, and returns the requests they
-// completed with 200.
-func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d time.Duration, w *watch) (int64, int64) {
+// The operations the clients send: the query prices 11 (a user, ten
+// repositories) and costs 3 once run (alice has two); the mutation is a
+// dry run, priced and never run.
+const (
+	query    = `{"query":"query Repos { user(login: \"alice\") { repos(first: 10) { name } } }","operationName":"Repos"}`
+	mutation = `{"query":"mutation Open { rateLimit(dryRun: true) { cost } }","operationName":"Open"}`
+	// queryCost is what the query costs.
+	queryCost = 3
+)
+
+// outcome is what a run's clients got.
+type outcome struct {
+	ok   int64 // queries answered 200
+	left int64 // the points left at the end, as the last answer said
+}
+
+// run drives n clients, each with its own Transport, for d, asking
+// together demand times what plan refills; the first sends mutations.
+func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d time.Duration, w *watch) outcome {
 	t.Helper()
-	// Each request debits about 2 points once refunded (a user and one
-	// repository of alice's two... the price of what it returns).
-	perSecond := demand * float64(plan.Rate) / plan.Per.Seconds() / 2 / float64(n)
+	perSecond := demand * float64(plan.Rate) / plan.Per.Seconds() / queryCost / float64(n)
 	interval := time.Duration(float64(time.Second) / perSecond)
 	var ok atomic.Int64
 	var wg sync.WaitGroup
@@ -126,20 +145,27 @@ func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d ti
 	for i := range n {
 		last = &client.Transport{Base: w, MaxWait: 5 * time.Second}
 		c := &http.Client{Transport: last}
+		body := query
+		if i == 0 {
+			body = mutation
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			next := time.Now().Add(time.Duration(i) * interval / time.Duration(n))
 			for {
 				if now := time.Now(); now.Before(next) {
-					time.Sleep(next.Sub(now))
+					time.Sleep(next.Sub(now)) // the clients' demand, not synchronization
 				}
 				if time.Now().After(stop) {
 					return
 				}
 				next = next.Add(interval)
 				ctx := context.WithValue(context.Background(), new(int), 0) // one per request, for watch
-				req, _ := http.NewRequestWithContext(ctx, "POST", url+"/graphql", strings.NewReader(query))
+				if body == mutation {
+					ctx = context.WithValue(ctx, mutationKey{}, true)
+				}
+				req, _ := http.NewRequestWithContext(ctx, "POST", url+"/graphql", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer "+apiKey)
 				resp, err := c.Do(req)
@@ -149,37 +175,47 @@ func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d ti
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
+				if resp.StatusCode == http.StatusOK && body == query {
 					ok.Add(1)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return ok.Load(), last.View().Policies[0].Remaining
+	return outcome{ok: ok.Load(), left: last.View().Policies[0].Remaining}
 }
 
-func TestSharedKeyAgainstServer(t *testing.T) {
-	d := 3 * time.Second
-	if s := os.Getenv("CLIENT_RUN"); s != "" {
-		d, _ = time.ParseDuration(s)
+var (
+	sharedFor  = flag.Duration("shared.for", 2*time.Second, "how long TestSharedKey runs its clients")
+	sharedPlan = flag.String("shared.plan", "400/400", "TestSharedKey's plan: burst/rate per second")
+)
+
+// Twenty clients sharing one key, each with its own Transport, asking
+// three times what the plan refills: at most 1% of what they send is
+// refused, no request is sent again before its Retry-After ran out, and
+// no mutation twice. The share of the budget they spend is logged (go
+// test -run SharedKey -v -args -shared.for 60s).
+func TestSharedKey(t *testing.T) {
+	var plan budget.Plan
+	if _, err := fmt.Sscanf(*sharedPlan, "%d/%d", &plan.Burst, &plan.Rate); err != nil {
+		t.Fatalf("-shared.plan %q: %v", *sharedPlan, err)
 	}
-	plan := budget.Plan{Burst: 400, Rate: 400, Per: time.Second}
-	if s := os.Getenv("CLIENT_PLAN"); s != "" {
-		fmt.Sscanf(s, "%d/%d", &plan.Burst, &plan.Rate)
-	}
+	plan.Per = time.Second
 	ts, n := newServer(t, plan)
-	w := &watch{base: http.DefaultTransport, notUntil: map[context.Context]time.Time{}}
+	w := newWatch()
 	start := time.Now()
-	ok, left := run(t, ts.URL, plan, 20, 3, d, w)
-	allowed := -float64(left) + float64(plan.Burst) + float64(plan.Rate)*time.Since(start).Seconds()/plan.Per.Seconds()
+	out := run(t, ts.URL, plan, 20, 3, *sharedFor, w)
+	allowed := float64(plan.Burst) + float64(plan.Rate)*time.Since(start).Seconds()/plan.Per.Seconds() - float64(out.left)
 	sent, refused := n.sent.Load(), n.refused.Load()
-	t.Logf("sent %d, refused %d (%.2f%%), ok %d (%.1f%% of the budget), retries %d, early %d", sent, refused, 100*float64(refused)/float64(max(sent, 1)),
-		ok, 100*float64(ok)*3/allowed, w.retries.Load(), w.early.Load())
-	if w.early.Load() > 0 {
-		t.Errorf("%d requests sent again before their Retry-After ran out", w.early.Load())
+	t.Logf("sent %d, refused %d (%.2f%%), queries answered %d (%.1f%% of the budget spent), retries %d",
+		sent, refused, 100*float64(refused)/float64(max(sent, 1)), out.ok, 100*float64(out.ok*queryCost)/allowed, w.retries.Load())
+	if early := w.early.Load(); early > 0 {
+		t.Errorf("%d requests sent again before their Retry-After ran out", early)
 	}
-	if refused*100 > sent*1 {
+	if twice := w.twice.Load(); twice > 0 {
+		t.Errorf("%d mutations sent again", twice)
+	}
+	if refused*100 > sent {
 		t.Errorf("%d of %d requests refused, more than 1%%", refused, sent)
 	}
 }
