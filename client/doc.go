@@ -61,10 +61,13 @@
 // is a refusal without a wait. Retries are bounded per request
 // (MaxRetries, 3) and across requests (RetryBudget, a tenth of them), and
 // every wait by MaxWait (30 seconds in all per request) and the request's
-// context. The caller gets the last answer. A refusal other than
-// RATE_LIMITED (which is about one price: the view already holds the rest)
-// holds every request of the Transport until its Retry-After runs out;
-// one that would wait past MaxWait fails with ErrRetryAfter, unsent.
+// context. The caller gets the last answer. A refusal that applies to
+// every request (OVERLOADED, QUOTA_EXCEEDED, CONCURRENCY_LIMITED,
+// RATE_LIMITER_UNAVAILABLE, or a 429 or 503 without a code) holds every
+// request of the Transport until its Retry-After runs out; one that
+// would wait past MaxWait fails with ErrRetryAfter, unsent. The others
+// (RATE_LIMITED, about one price, with the bucket in the view; a route's
+// or a field's limit) hold only the refused request.
 //
 // # View
 //

@@ -45,8 +45,8 @@ type pacer struct {
 	next time.Time
 	// inflight is the price of the requests sent and not yet answered.
 	inflight int64
-	// hold: nothing is sent before it (a refusal's Retry-After that is
-	// not about the price).
+	// hold: nothing is sent before it (the Retry-After of a refusal that
+	// applies to every request, signals.holds).
 	hold time.Time
 	// cut is when share was last halved; grown when it last grew.
 	cut, grown time.Time
@@ -128,8 +128,7 @@ func (p *pacer) answered(price int64) {
 // observe reads the signals s of an answer received at now to a request
 // sent at sentAt.
 func (p *pacer) observe(now, sentAt time.Time, s *signals) {
-	if s.refused && s.code != "RATE_LIMITED" && s.code != "rate_limited" && s.retryAfter > 0 {
-		// Not about this request's price: no request fits before it.
+	if s.holds() {
 		p.hold = later(p.hold, now.Add(s.retryAfter))
 	}
 	wasKnown := p.known

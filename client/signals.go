@@ -23,6 +23,20 @@ var laterCodes = map[string]bool{
 	"route_rate_limited": true, "concurrency_limited": true, "overloaded": true,
 }
 
+// holdCodes are the refusals that apply to every request of the caller,
+// whatever its price or route: until their Retry-After runs out nothing
+// fits.
+var holdCodes = map[string]bool{
+	"RATE_LIMITER_UNAVAILABLE": true, "QUOTA_EXCEEDED": true, "CONCURRENCY_LIMITED": true, "OVERLOADED": true,
+	"rate_limiter_unavailable": true, "quota_exceeded": true, "concurrency_limited": true, "overloaded": true,
+}
+
+// holds reports whether s is a refusal that applies to every request: one
+// of holdCodes, or a 429 or 503 without a code (from a proxy, say).
+func (s *signals) holds() bool {
+	return s.refused && s.retryAfter > 0 && (holdCodes[s.code] || s.code == "")
+}
+
 // codeNeverFits refuses an operation that costs more than the plan ever
 // holds: it is never retried.
 const codeNeverFits = "MAX_COST_EXCEEDED"

@@ -104,6 +104,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
+		if s.price > 0 && priceFrom(ctx) == 0 {
+			price = s.price // a retry is paced at the price just given
+		}
 		wait, ok := t.retryWait(ctx, op, &s, attempt, deadline)
 		if !ok {
 			return resp, nil
@@ -202,21 +205,22 @@ func (t *Transport) learn(op operation, s *signals) {
 	t.prices[op.key] = priceEntry{name: op.name, price: s.price}
 }
 
-// retryWait decides whether s, the signals of the answer to attempt, are a refusal to
-// retry, and how long to wait first: the server's Retry-After with
-// jitter, never less. ok is false for an answer to return.
+// retryWait decides whether s, the signals of the answer to attempt, are
+// a refusal to retry, and how long to wait first: the server's
+// Retry-After with jitter (cut at deadline or the context's), never less.
+// ok is false for an answer to return.
 func (t *Transport) retryWait(ctx context.Context, op operation, s *signals, attempt int, deadline time.Time) (time.Duration, bool) {
 	if !s.refused || s.retryAfter <= 0 || attempt >= t.maxRetries() || t.RetryBudget < 0 || !op.retryable(ctx) {
 		return 0, false
 	}
-	wait := t.jitter(s.retryAfter)
-	at := t.now().Add(wait)
-	if at.After(deadline) {
+	now := t.now()
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if now.Add(s.retryAfter).After(deadline) {
 		return 0, false
 	}
-	if d, ok := ctx.Deadline(); ok && at.After(d) {
-		return 0, false
-	}
+	wait := min(t.jitter(s.retryAfter), deadline.Sub(now))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.retryTokens < 1 {

@@ -377,3 +377,38 @@ func TestBaseError(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Which refusals hold every request: a 429 without a code does, a
+// route's limit does not.
+func TestHoldsOnlyForEveryRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    reply
+		want bool
+	}{
+		{"no code", reply{status: 429, ctype: "text/plain", header: map[string]string{"Retry-After": "3"}, body: "slow down"}, true},
+		{"route limit", reply{status: 429, ctype: "application/json", header: map[string]string{"Retry-After": "3"},
+			body: `{"error":"route_rate_limited","retry_after_seconds":3}`}, false},
+		{"quota", reply{status: 429, header: map[string]string{"Retry-After": "3"},
+			body: `{"errors":[{"message":"quota","extensions":{"code":"QUOTA_EXCEEDED","retryAfterSeconds":3}}]}`}, true},
+		{"rate limited", refusal(3), false},
+	} {
+		tr, _, clk, c := newFake([]reply{tc.r}, 0)
+		req, _ := http.NewRequest("POST", "http://api.test/api/login", strings.NewReader("{}"))
+		drive(t, clk, do(c, req), 0)
+		if held := !tr.View().Hold.IsZero(); held != tc.want {
+			t.Errorf("%s: held %v, want %v", tc.name, held, tc.want)
+		}
+	}
+}
+
+// The jitter is cut at MaxWait, never the Retry-After itself.
+func TestJitterCutAtMaxWait(t *testing.T) {
+	tr, srv, clk, c := newFake([]reply{refusal(7), ok200}, 0.999)
+	tr.MaxWait = 8 * time.Second
+	drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 10)
+	sent := srv.sends()
+	if len(sent) != 2 || sent[1].Sub(sent[0]) != 8*time.Second {
+		t.Errorf("sends %v, want two 8s apart", sent)
+	}
+}
