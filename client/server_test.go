@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,9 +103,6 @@ func (w *watch) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	w.mu.Unlock()
 	resp, err := w.base.RoundTrip(req)
-	if traceFlag && err == nil {
-		fmt.Printf("TRACE %s %d %s\n", time.Now().Format("05.000"), resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
-	}
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 		var ra int
 		fmt.Sscan(resp.Header.Get("Retry-After"), &ra)
@@ -116,8 +112,6 @@ func (w *watch) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
-
-var traceFlag = os.Getenv("CLIENT_TRACE") != ""
 
 // mutationKey marks the context of a mutation.
 type mutationKey struct{}
