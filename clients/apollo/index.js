@@ -537,7 +537,9 @@ export function createCostLink(options = {}) {
       // server ends a subscription it refuses, at subscribe (an error
       // message) or mid-stream (an event with the code, then complete).
       const again = (info) => {
-        const ms = withJitter((info.retryAfter ?? 1) * 1000);
+        // + 1: a timer may fire up to a millisecond before the wall clock
+        // says its time has come.
+        const ms = withJitter((info.retryAfter ?? 1) * 1000) + 1;
         timer = setTimeout(() => {
           timer = null;
           if (!closed) start();
