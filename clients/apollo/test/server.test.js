@@ -11,7 +11,7 @@ import { startServer } from '../testserver.js';
 
 // Every test has its own key, so its own bucket of 20 points: "slow"
 // refills 2 points a second, "fast" 10.
-const keys = ['success', 'refusal', 'retry', 'mutation', 'safe', 'maxcost', 'pacing', 'subscription', 'abort'];
+const keys = ['success', 'refusal', 'json', 'jsonretry', 'retry', 'mutation', 'safe', 'maxcost', 'pacing', 'subscription', 'abort'];
 const config = `plans:
   slow: {burst: 20, rate: 20, per: 10s}
   fast: {burst: 20, rate: 10, per: 1s}
@@ -62,7 +62,7 @@ async function drain(key) {
 
 // apollo is an ApolloClient with the link before an HttpLink whose fetch
 // records each send (its time) and answer (time, status, Retry-After).
-function apollo(key, link) {
+function apollo(key, link, headers = {}) {
   const sends = [];
   const recordingFetch = async (input, init) => {
     const s = { sentAt: Date.now() };
@@ -73,7 +73,7 @@ function apollo(key, link) {
   };
   const client = new ApolloClient({
     cache: new InMemoryCache(),
-    link: ApolloLink.from([link, new HttpLink({ uri: server.url, headers: { 'x-api-key': key }, fetch: recordingFetch })]),
+    link: ApolloLink.from([link, new HttpLink({ uri: server.url, headers: { 'x-api-key': key, ...headers }, fetch: recordingFetch })]),
     defaultOptions: { query: { fetchPolicy: 'network-only' } },
   });
   return { client, sends };
@@ -125,6 +125,28 @@ test('a refusal shows the status, Retry-After, the code, the cost and retryAfter
   assert.equal(info.price, 1);
   assert.equal(err.extensions.cost.requestedQueryCost, 1);
   assert.equal(sends.length, 1);
+});
+
+test('a refusal in application/json (a ServerError in Apollo Client) is read and retried as well', async () => {
+  const link = createCostLink({ maxRetries: 0 });
+  const { client, sends } = apollo('json', link, { accept: 'application/json' });
+  await drain('json');
+  const err = await client.query({ query: Q }).then(() => assert.fail('admitted'), (e) => e);
+  assert.equal(err.name, 'ServerError');
+  assert.equal(budgetOf(err).status, 429);
+  assert.equal(budgetOf(err).code, RATE_LIMITED);
+  assert.equal(budgetOf(err).retryAfter, Number(sends[0].retryAfter));
+  assert.equal(budgetOf(err).remaining, 0);
+  assert.ok(link.snapshot().blockedFor > 0);
+
+  const seen = [];
+  const retrying = apollo('jsonretry', createCostLink({ onResponse: (i) => seen.push(i) }), { accept: 'application/json' });
+  await drain('jsonretry');
+  const q = await retrying.client.query({ query: Q });
+  assert.equal(q.data.user.login, 'octocat');
+  assert.deepEqual(retrying.sends.map((x) => x.status), [429, 200]);
+  assert.deepEqual(seen.map((i) => [i.status, i.code, i.attempt]), [[429, RATE_LIMITED, 1], [200, null, 2]]);
+  assert.ok(retrying.sends[1].sentAt >= retrying.sends[0].at + Number(retrying.sends[0].retryAfter) * 1000);
 });
 
 test('a refused query is sent again only once Retry-After has passed', async () => {
