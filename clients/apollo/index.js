@@ -166,6 +166,15 @@ export class BudgetView {
     this.minShare = opts.minShare ?? defaults.minShare;
     this.increase = opts.increase ?? defaults.increase;
     this.smoothing = opts.smoothing ?? defaults.smoothing;
+    const within = (v, lo, hi) => typeof v === 'number' && v >= lo && v <= hi;
+    for (const [k, ok] of [
+      ['reserve', within(this.reserveFraction, 0, 1)],
+      ['minShare', within(this.minShare, Number.MIN_VALUE, 1)],
+      ['increase', within(this.increase, 0, 1)],
+      ['smoothing', within(this.smoothing, Number.MIN_VALUE, Infinity)],
+    ]) {
+      if (!ok) throw new TypeError(`costguard: ${k} is out of range: ${opts[k]}`);
+    }
     /** @type {string | null} */ this.policy = null;
     /** @type {number | null} */ this.limit = null;
     /** @type {number | null} */ this.rate = null; // points per second
@@ -273,7 +282,7 @@ export class BudgetView {
     return {
       policy: this.policy,
       limit: this.limit,
-      remaining: avail == null ? null : Math.max(0, Math.floor(avail + this.inFlight)),
+      remaining: avail == null ? null : Math.max(0, Math.floor(avail)),
       observedRemaining: this.remaining,
       reset: this.resetAt == null ? null : Math.max(0, Math.ceil((this.resetAt - now) / 1000)),
       restoreRate: this.rate,
@@ -409,10 +418,9 @@ export function createCostLink(options = {}) {
       const ctx = operation.getContext();
       const cg = ctx.costguard ?? {};
       const external = cg.signal ?? ctx.fetchOptions?.signal;
-      if (external) {
-        if (external.aborted) controller.abort(external.reason);
-        else external.addEventListener('abort', () => controller.abort(external.reason), { once: true });
-      }
+      const onAbort = () => controller.abort(external.reason);
+      if (external?.aborted) onAbort();
+      else external?.addEventListener('abort', onAbort, { once: true });
       const isMutation = operation.operationType === 'mutation';
       const retryable = !isMutation || cg.retrySafe === true;
       const limit = cg.maxWait ?? maxWait;
@@ -521,6 +529,7 @@ export function createCostLink(options = {}) {
       attempt(1).catch(fail);
       return () => {
         closed = true;
+        external?.removeEventListener('abort', onAbort);
         controller.abort();
         inner?.unsubscribe();
         release?.();

@@ -93,4 +93,17 @@ test('bad options fail at construction', () => {
   assert.throws(() => createCostLink({ maxWait: -1 }), /maxWait/);
   assert.throws(() => createCostLink({ jitter: Number.NaN }), /jitter/);
   assert.throws(() => createCostLink({ retryBudget: { ratio: 0.1 } }), /max/);
+  assert.throws(() => createCostLink({ reserve: 1.5 }), /reserve/);
+  assert.throws(() => new BudgetView({ minShare: 0 }), /minShare/);
+  assert.throws(() => new BudgetView({ smoothing: 0 }), /smoothing/);
+});
+
+test('the README\'s table of options states the defaults the code has', async () => {
+  const { readFile } = await import('node:fs/promises');
+  const readme = await readFile(new URL('../README.md', import.meta.url), 'utf8');
+  const rows = new Map([...readme.matchAll(/^\| `(\w+)` \| ([^|]+) \|/gm)].map((m) => [m[1], m[2].trim()]));
+  for (const [k, v] of Object.entries(defaults)) {
+    const want = typeof v === 'number' ? String(v) : `\`{ratio: ${v.ratio}, max: ${v.max}}\``;
+    assert.equal(rows.get(k), want, k);
+  }
 });
