@@ -2,6 +2,10 @@ import type { ApolloLink } from '@apollo/client';
 
 export declare const RATE_LIMITED: 'RATE_LIMITED';
 export declare const MAX_COST_EXCEEDED: 'MAX_COST_EXCEEDED';
+/** The refusal codes that waiting cures. */
+export declare const WAIT_CODES: readonly string[];
+/** Milliseconds a refusal asks to wait before sending again; null when it is not such a refusal. */
+export declare function waitOf(info: BudgetInfo): number | null;
 
 /** What one answer says about the budget. */
 export interface BudgetInfo {

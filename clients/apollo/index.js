@@ -12,6 +12,31 @@ import { Observable } from 'rxjs';
 export const RATE_LIMITED = 'RATE_LIMITED';
 /** The refusal code of an operation whose price exceeds the plan: it never fits. */
 export const MAX_COST_EXCEEDED = 'MAX_COST_EXCEEDED';
+/**
+ * The refusal codes that waiting cures: the server names the wait
+ * (Retry-After, retryAfterSeconds) and admits the same operation after it.
+ */
+export const WAIT_CODES = Object.freeze([
+  RATE_LIMITED, 'QUOTA_EXCEEDED', 'FIELD_RATE_LIMITED', 'ROUTE_RATE_LIMITED', 'CONCURRENCY_LIMITED', 'OVERLOADED',
+  'RATE_LIMITER_UNAVAILABLE',
+]);
+
+/**
+ * Milliseconds a refusal asks the client to wait before it sends again, or
+ * null for an answer that is not such a refusal (admitted, or refused for
+ * good: MAX_COST_EXCEEDED, a static cap, FIELD_RATE_LIMITED with no wait).
+ * A RATE_LIMITED, or a 429 without a code, that states no wait counts as
+ * one second.
+ * @param {BudgetInfo} info
+ * @returns {number | null}
+ */
+export function waitOf(info) {
+  if (info.code === MAX_COST_EXCEEDED) return null;
+  const waits = WAIT_CODES.includes(info.code) || info.status === 429 || info.status === 503;
+  if (waits && info.retryAfter != null) return info.retryAfter * 1000;
+  if (info.code === RATE_LIMITED || (info.code == null && info.status === 429)) return 1000;
+  return null;
+}
 
 /** The defaults of createCostLink's options (README, "Options"). */
 export const defaults = Object.freeze({
@@ -268,9 +293,11 @@ export class BudgetView {
     } else {
       this.spentSinceObservation += charged;
     }
-    if (info.code === RATE_LIMITED || info.status === 429) {
+    const wait = waitOf(info);
+    if (wait != null) this.blockedUntil = Math.max(this.blockedUntil, now + wait);
+    if (info.code === RATE_LIMITED || (info.code == null && info.status === 429)) {
+      // The bucket could not pay: this client counted on more than its share.
       this.share = Math.max(this.minShare, this.share / 2);
-      if (info.retryAfter != null) this.blockedUntil = Math.max(this.blockedUntil, now + info.retryAfter * 1000);
     } else if (admitted) {
       this.share = Math.min(1, this.share + this.increase);
     }
@@ -356,7 +383,7 @@ export function budgetOf(resultOrError) {
  *
  * @param {object} [options]
  * @param {number} [options.maxWait] milliseconds an operation may be held (pacing or Retry-After) before it is sent or given up.
- * @param {number} [options.maxRetries] retries of one operation after RATE_LIMITED or 429.
+ * @param {number} [options.maxRetries] retries of one operation after a refusal that waiting cures (WAIT_CODES, 429, 503).
  * @param {{ratio: number, max: number}} [options.retryBudget] retries allowed: each admitted operation earns `ratio`, each retry spends 1, at most `max` saved.
  * @param {number} [options.jitter] a fraction of each wait added at random (0.2: up to 20 % longer), never subtracted.
  * @param {number} [options.reserve] fraction of the plan's burst held back while the bucket is not full.
@@ -456,8 +483,7 @@ export function createCostLink(options = {}) {
             const info = Object.assign(readBudget({ status: response?.status ?? null, headers: response?.headers ?? null, body: result }, now()), { attempt: n, waited });
             if (first) settle(info);
             report(info, operation);
-            const limited = info.code === RATE_LIMITED || info.status === 429;
-            if (first && limited && mayRetry(n, info)) {
+            if (first && mayRetry(n, info)) {
               stale = true;
               sub?.unsubscribe();
               retry(n, info);
@@ -487,8 +513,7 @@ export function createCostLink(options = {}) {
               }
             }
             report(info, operation);
-            const limited = info.code === RATE_LIMITED || info.status === 429;
-            if (limited && mayRetry(n, info)) {
+            if (mayRetry(n, info)) {
               retry(n, info);
               return;
             }
@@ -508,8 +533,9 @@ export function createCostLink(options = {}) {
       // retried: a query or a mutation marked safe, under maxRetries and
       // the retry budget, and a Retry-After the operation may wait.
       function mayRetry(n, info) {
-        if (!retryable || n > maxRetries || retryTokens < 1) return false;
-        if ((info.retryAfter ?? 0) * 1000 > limit) return false;
+        const wait = waitOf(info);
+        if (wait == null || !retryable || n > maxRetries || retryTokens < 1) return false;
+        if (wait > limit) return false;
         retryTokens -= 1;
         return true;
       }
@@ -517,8 +543,7 @@ export function createCostLink(options = {}) {
       function retry(n, info) {
         // Never before Retry-After: view.blockedUntil holds the deadline
         // (from the header, else the body); jitter only adds.
-        const ra = (info.retryAfter ?? 1) * 1000;
-        view.blockedUntil = Math.max(view.blockedUntil, now() + withJitter(ra));
+        view.blockedUntil = Math.max(view.blockedUntil, now() + withJitter(waitOf(info)));
         attempt(n + 1).catch(fail);
       }
 
@@ -548,7 +573,7 @@ export function createCostLink(options = {}) {
       const again = (info) => {
         // + 1: a timer may fire up to a millisecond before the wall clock
         // says its time has come.
-        const ms = withJitter((info.retryAfter ?? 1) * 1000) + 1;
+        const ms = withJitter(waitOf(info)) + 1;
         timer = setTimeout(() => {
           timer = null;
           if (!closed) start();
@@ -561,7 +586,7 @@ export function createCostLink(options = {}) {
             const info = readBudget({ body: result }, now());
             view.answered(info, 0, operation.operationName, now());
             report(info, operation);
-            if (info.code === RATE_LIMITED) {
+            if (waitOf(info) != null) {
               refused = info;
               return;
             }
@@ -572,7 +597,7 @@ export function createCostLink(options = {}) {
             // GraphQLWsLink turns an error message into CombinedGraphQLErrors.
             const errors = Array.isArray(err) ? err : err?.errors;
             const info = readBudget({ body: { errors } }, now());
-            if (info.code === RATE_LIMITED) {
+            if (waitOf(info) != null) {
               view.answered(info, 0, operation.operationName, now());
               report(info, operation);
               again(info);

@@ -10,13 +10,14 @@ import { CostWaitError, RATE_LIMITED, budgetOf, createCostLink } from '../index.
 // answering is a terminating link whose every answer is a 429 with this
 // Retry-After (and a full bucket: RATE_LIMITED by another limit); sends
 // counts them.
-function answering(retryAfter) {
+function answering(retryAfter, { status = 429, code = RATE_LIMITED } = {}) {
   const sends = [];
   const link = new ApolloLink((operation) => new Observable((observer) => {
     sends.push(operation.operationName);
-    const headers = new Headers({ 'retry-after': String(retryAfter), ratelimit: '"p";r=60;t=0', 'ratelimit-policy': '"p";q=60;w=60' });
-    operation.setContext({ response: new Response(null, { status: 429, headers }) });
-    observer.next({ errors: [{ message: 'rate limited', extensions: { code: RATE_LIMITED, cost: 1, retryAfterSeconds: retryAfter } }] });
+    const headers = new Headers({ ratelimit: '"p";r=60;t=0', 'ratelimit-policy': '"p";q=60;w=60' });
+    if (retryAfter != null) headers.set('retry-after', String(retryAfter));
+    operation.setContext({ response: new Response(null, { status, headers }) });
+    observer.next({ errors: [{ message: 'refused', extensions: { code, cost: 1, retryAfterSeconds: retryAfter ?? undefined } }] });
     observer.complete();
   }));
   return { link, sends };
@@ -47,4 +48,19 @@ test('the retry budget bounds retries: each retry spends one, each admitted oper
   assert.equal(sends.length, 3, 'the first send and the two retries the budget holds');
   await assert.rejects(client.query({ query: Q, fetchPolicy: 'network-only' }));
   assert.equal(sends.length, 4, 'an empty budget: no retry');
+});
+
+test('every refusal that waiting cures is retried after its wait; one that names no wait is not', async () => {
+  for (const [status, code, retryAfter, sent] of [
+    [503, 'OVERLOADED', 0, 2],
+    [429, 'CONCURRENCY_LIMITED', 0, 2],
+    [429, 'FIELD_RATE_LIMITED', null, 1], // selects the field more times than its limit: never admitted
+    [400, 'MAX_DEPTH_EXCEEDED', null, 1],
+  ]) {
+    const { link, sends } = answering(retryAfter, { status, code });
+    const client = new ApolloClient({ cache: new InMemoryCache(), link: ApolloLink.from([createCostLink({ maxRetries: 1 }), link]) });
+    const err = await client.query({ query: Q }).then(() => assert.fail('admitted'), (e) => e);
+    assert.equal(budgetOf(err).code, code);
+    assert.equal(sends.length, sent, code);
+  }
 });
