@@ -72,9 +72,10 @@ const naiveRetry = new ApolloLink((operation, forward) => new Observable((observ
 }));
 
 function group(name, url, key, makeLink) {
-  const stats = { name, sent: 0, admitted: 0, refused: 0, points: 0, early: 0, mutationRetries: 0, operations: 0, failed: 0, views: [] };
+  const stats = { name, sent: 0, admitted: 0, refused: 0, points: 0, early: 0, mutationRetries: 0, operations: 0, failed: 0, perClient: [] };
   const runners = [];
   for (let c = 0; c < clients; c++) {
+    stats.perClient.push(0);
     let current = null; // the operation in progress: this client sends one at a time
     let notBefore = 0; // this client's last Retry-After runs out at
     const recordingFetch = async (input, init) => {
@@ -90,6 +91,7 @@ function group(name, url, key, makeLink) {
       if (res.status === 200 && !body?.errors) {
         stats.admitted++;
         stats.points += body?.extensions?.cost?.actualQueryCost ?? 0;
+        stats.perClient[c] += body?.extensions?.cost?.actualQueryCost ?? 0;
       } else if (res.status === 429) {
         stats.refused++;
         const ra = Number(res.headers.get('retry-after'));
@@ -98,7 +100,6 @@ function group(name, url, key, makeLink) {
       return res;
     };
     const link = makeLink();
-    if (link.snapshot) stats.views.push(link);
     const client = new ApolloClient({
       cache: new InMemoryCache(),
       link: ApolloLink.from([link, new HttpLink({ uri: url, headers: { 'x-api-key': key }, fetch: recordingFetch })]),
@@ -129,7 +130,7 @@ function group(name, url, key, makeLink) {
   return { stats, run: (start) => Promise.all(runners.map((r) => r(start))) };
 }
 
-function report({ name, sent, refused, points, early, mutationRetries, operations, failed, admitted }, seconds) {
+function report({ name, sent, refused, points, early, mutationRetries, operations, failed, admitted, perClient }, seconds) {
   const allowed = rate * seconds + burst;
   return {
     client: name,
@@ -141,6 +142,7 @@ function report({ name, sent, refused, points, early, mutationRetries, operation
     'goodput %': +((100 * points) / allowed).toFixed(1),
     'early sends': early,
     'mutation retries': mutationRetries,
+    'points per client': `${Math.min(...perClient)}–${Math.max(...perClient)}`,
     operations,
     'not done': failed,
   };
@@ -154,8 +156,18 @@ try {
   const start = Date.now() + 100;
   await Promise.all([naive.run(start), paced.run(start)]);
   const seconds = (Date.now() - start) / 1000;
-  console.table([report(naive.stats, duration / 1000), report(paced.stats, duration / 1000)]);
+  const rows = [report(naive.stats, duration / 1000), report(paced.stats, duration / 1000)];
+  console.table(rows);
   console.log(`allowed: ${rate} × ${duration / 1000} s + ${burst} = ${rate * (duration / 1000) + burst} points per key (run took ${seconds.toFixed(1)} s)`);
+  const link = rows[1];
+  const missed = [
+    link['refused %'] > 1 && 'refused above 1 %',
+    link['goodput %'] < 95 && 'goodput below 95 %',
+    link['early sends'] > 0 && 'sends before Retry-After',
+    link['mutation retries'] > 0 && 'mutations retried',
+  ].filter(Boolean);
+  console.log(missed.length ? `createCostLink missed its targets: ${missed.join(', ')}` : 'createCostLink met its targets: refused ≤ 1 %, goodput ≥ 95 %, no early send, no mutation retried');
+  if (missed.length) process.exitCode = 1;
 } finally {
   await server.stop();
 }

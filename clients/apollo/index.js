@@ -207,6 +207,7 @@ export class BudgetView {
     this.observedAt = 0;
     /** @type {number | null} */ this.resetAt = null; // ms, bucket full
     this.othersRate = 0; // points per second, estimated
+    this.estimated = false; // othersRate has had a sample
     this.share = 1; // AIMD factor on what is left of the refill
     this.inFlight = 0; // points of operations sent and not answered
     this.spentSinceObservation = 0; // points of operations answered as admitted since observedAt
@@ -284,8 +285,11 @@ export class BudgetView {
         const dt = (now - this.observedAt) / 1000;
         const expected = Math.min(this.limit, this.remaining + this.rate * dt) - this.spentSinceObservation - charged;
         const others = Math.max(0, expected - info.remaining) / dt;
-        const a = 1 - Math.exp(-(now - this.observedAt) / this.smoothing);
+        // The first estimate is taken whole: starting from 0 would count on
+        // the whole refill while the others start as well.
+        const a = this.estimated ? 1 - Math.exp(-(now - this.observedAt) / this.smoothing) : 1;
         this.othersRate += a * (Math.min(others, this.rate) - this.othersRate);
+        this.estimated = true;
       }
       this.remaining = info.remaining;
       this.observedAt = now;
