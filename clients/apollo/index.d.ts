@@ -61,17 +61,17 @@ export interface CostguardContext {
 export interface BudgetSnapshot {
   policy: string | null;
   limit: number | null;
-  /** Whole points the view expects to be left now. */
+  /** Whole points the bucket should hold now (refilled, less the others' estimated spending). */
   remaining: number | null;
   /** As last observed. */
   observedRemaining: number | null;
   /** Seconds until the bucket is full. */
   reset: number | null;
   restoreRate: number | null;
+  /** Points per second this client counts on (AIMD). */
+  myRate: number | null;
   /** Points per second the other clients of the key are estimated to spend. */
   othersRate: number;
-  /** The AIMD share of what they leave that this client counts on. */
-  share: number;
   inFlight: number;
   /** Milliseconds before the next send (Retry-After). */
   blockedFor: number;
@@ -91,17 +91,18 @@ export declare class BudgetView {
   policy: string | null;
   limit: number | null;
   rate: number | null;
+  myRate: number | null;
   remaining: number | null;
   othersRate: number;
-  share: number;
   inFlight: number;
   blockedUntil: number;
   lastPrice(name: string | null | undefined): number | undefined;
-  available(now: number): number | null;
-  ownRate(): number;
+  share(): number | null;
+  reserveFor(price: number): number;
+  available(now: number, reserve?: number): number | null;
   wait(price: number | null | undefined, now: number): number;
   sent(price: number | null | undefined): void;
-  answered(info: BudgetInfo, price: number | null | undefined, name: string | null | undefined, now: number): void;
+  answered(info: BudgetInfo, price: number | null | undefined, name: string | null | undefined, now: number, sentAt?: number): void;
   snapshot(now: number): BudgetSnapshot;
 }
 

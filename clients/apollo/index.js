@@ -175,12 +175,19 @@ export function readBudget({ status = null, headers = null, body = null }, now) 
  * A client's view of the server's bucket, from the answers it gets: the
  * pure part of the link, every method takes `now` (milliseconds).
  *
- * The bucket is shared with every other client of the same key, so the view
- * estimates how fast the others drain it (from how `remaining` moves against
- * what this client spent), counts on only its share of the refill (AIMD:
- * halved on a refusal, raised a little on each admitted operation), and
- * keeps a reserve while the bucket is not full: tokens are lost only when it
- * is full, so holding some back costs nothing.
+ * The bucket is shared with every other client of the same key, which this
+ * client cannot see. So it counts on a rate of its own (`myRate`, points
+ * per second) rather than on the whole refill, and on the same share of
+ * the points the bucket holds above a reserve; the rate follows AIMD: it
+ * grows by `increase` × the refill each second, and halves when an answer
+ * shows the bucket below the reserve (or refuses), once per round trip.
+ * Every client of the key sees the same low bucket at about the same time
+ * and halves with the others, so their rates converge to equal shares
+ * (Chiu and Jain's argument for TCP). Tokens are lost only when the bucket
+ * is full; the reserve and the halvings leave it part full, never full
+ * while demand lasts. The view also estimates what the others spend (from
+ * how `remaining` moves against what this client spent), for the logs and
+ * for its first rate.
  */
 export class BudgetView {
   /**
@@ -202,13 +209,15 @@ export class BudgetView {
     }
     /** @type {string | null} */ this.policy = null;
     /** @type {number | null} */ this.limit = null;
-    /** @type {number | null} */ this.rate = null; // points per second
+    /** @type {number | null} */ this.rate = null; // the refill, points per second
+    /** @type {number | null} */ this.myRate = null; // what this client counts on, points per second
     /** @type {number | null} */ this.remaining = null; // as last observed
     this.observedAt = 0;
     /** @type {number | null} */ this.resetAt = null; // ms, bucket full
     this.othersRate = 0; // points per second, estimated
     this.estimated = false; // othersRate has had a sample
-    this.share = 1; // AIMD factor on what is left of the refill
+    this.increasedAt = 0;
+    this.decreasedAt = 0; // answers to sends before it do not halve again
     this.inFlight = 0; // points of operations sent and not answered
     this.spentSinceObservation = 0; // points of operations answered as admitted since observedAt
     this.blockedUntil = 0; // ms: no send before (the last Retry-After)
@@ -220,22 +229,29 @@ export class BudgetView {
     return name == null ? undefined : this.prices.get(name);
   }
 
-  /**
-   * Points the view expects to be available now, after this client's
-   * operations in flight; null when nothing is known yet.
-   */
-  available(now) {
-    if (this.remaining == null || this.limit == null) return null;
-    const dt = Math.max(0, now - this.observedAt) / 1000;
-    const refill = this.ownRate() * dt;
-    return Math.min(this.limit, this.remaining + refill) - this.inFlight;
+  /** This client's share of the refill, in [minShare, 1]; null before any answer. */
+  share() {
+    return this.rate ? this.myRate / this.rate : null;
   }
 
-  /** The refill this client counts on: its share of what the others leave. */
-  ownRate() {
-    if (!this.rate) return 0;
-    const left = Math.max(this.rate - this.othersRate, this.rate * this.minShare);
-    return left * this.share;
+  /**
+   * The reserve held back for an operation of this price: a fraction of
+   * the burst, never so much that a full bucket would not fit it.
+   */
+  reserveFor(price) {
+    return Math.max(0, Math.min(this.reserveFraction * this.limit, this.limit - price));
+  }
+
+  /**
+   * Points this client may spend now, holding `reserve` back: its share of
+   * what the bucket held above the reserve when last seen, plus its rate
+   * since, less its operations in flight; null when nothing is known yet.
+   */
+  available(now, reserve = this.reserveFraction * (this.limit ?? 0)) {
+    if (this.remaining == null || this.limit == null || !this.rate) return null;
+    const dt = Math.max(0, now - this.observedAt) / 1000;
+    const above = Math.min(this.limit, this.remaining) - reserve;
+    return above * this.share() + this.myRate * dt - this.inFlight;
   }
 
   /**
@@ -247,14 +263,11 @@ export class BudgetView {
   wait(price, now) {
     const blocked = Math.max(0, this.blockedUntil - now);
     if (price == null || !(price > 0) || this.limit == null || price > this.limit) return blocked;
-    const avail = this.available(now);
+    const avail = this.available(now, this.reserveFor(price));
     if (avail == null) return blocked;
-    const reserve = Math.min(this.reserveFraction * this.limit, this.limit - price);
-    const need = price + reserve - avail;
+    const need = price - avail;
     if (need <= 0) return blocked;
-    const rate = this.ownRate();
-    const pace = rate > 0 ? Math.ceil((need / rate) * 1000) : Infinity;
-    return Math.max(blocked, pace);
+    return Math.max(blocked, Math.ceil((need / this.myRate) * 1000));
   }
 
   /** Records a send of `price` points (unknown: 0). */
@@ -263,13 +276,14 @@ export class BudgetView {
   }
 
   /**
-   * Records an answer to an operation sent at `price` points.
+   * Records an answer to an operation sent at `sentAt` for `price` points.
    * @param {BudgetInfo} info
    * @param {number | null | undefined} price what was reserved at the send
    * @param {string | null | undefined} name the operation name
    * @param {number} now
+   * @param {number} [sentAt] when the operation was sent (default: now)
    */
-  answered(info, price, name, now) {
+  answered(info, price, name, now, sentAt = now) {
     this.inFlight = Math.max(0, this.inFlight - (price ?? 0));
     if (info.price != null && name != null) this.prices.set(name, info.price);
     const admitted = info.code == null && (info.status == null || info.status < 400);
@@ -278,18 +292,27 @@ export class BudgetView {
     if (info.restoreRate != null) this.rate = info.restoreRate;
     if (info.policy != null) this.policy = info.policy;
     if (info.resetAt != null) this.resetAt = info.resetAt * 1000;
-    if (info.remaining != null && this.rate != null && this.limit != null) {
+    if (this.rate && this.myRate == null) {
+      // Until the others are seen, half the refill.
+      this.myRate = this.rate / 2;
+      this.increasedAt = now;
+    }
+    if (info.remaining != null && this.rate && this.limit != null) {
       if (this.remaining != null && now > this.observedAt) {
         // What the bucket would hold had only this client spent from it;
         // the shortfall is what the others took.
         const dt = (now - this.observedAt) / 1000;
         const expected = Math.min(this.limit, this.remaining + this.rate * dt) - this.spentSinceObservation - charged;
-        const others = Math.max(0, expected - info.remaining) / dt;
-        // The first estimate is taken whole: starting from 0 would count on
-        // the whole refill while the others start as well.
-        const a = this.estimated ? 1 - Math.exp(-(now - this.observedAt) / this.smoothing) : 1;
-        this.othersRate += a * (Math.min(others, this.rate) - this.othersRate);
-        this.estimated = true;
+        const others = Math.min(this.rate, Math.max(0, expected - info.remaining) / dt);
+        if (this.estimated) {
+          this.othersRate += (1 - Math.exp(-(now - this.observedAt) / this.smoothing)) * (others - this.othersRate);
+        } else {
+          // The first estimate sets the first rate: what the others leave.
+          this.othersRate = others;
+          this.myRate = Math.max(this.rate - others, this.rate * this.minShare);
+          this.increasedAt = now;
+          this.estimated = true;
+        }
       }
       this.remaining = info.remaining;
       this.observedAt = now;
@@ -299,11 +322,18 @@ export class BudgetView {
     }
     const wait = waitOf(info);
     if (wait != null) this.blockedUntil = Math.max(this.blockedUntil, now + wait);
-    if (info.code === RATE_LIMITED || (info.code == null && info.status === 429)) {
-      // The bucket could not pay: this client counted on more than its share.
-      this.share = Math.max(this.minShare, this.share / 2);
-    } else if (admitted) {
-      this.share = Math.min(1, this.share + this.increase);
+    if (this.myRate == null) return;
+    const refused = info.code === RATE_LIMITED || (info.code == null && info.status === 429);
+    const low = info.remaining != null && this.limit != null && info.remaining < this.reserveFraction * this.limit;
+    if ((refused || low) && sentAt >= this.decreasedAt) {
+      // The clients of the key together count on more than the refill.
+      this.myRate = Math.max(this.rate * this.minShare, this.myRate / 2);
+      this.decreasedAt = now;
+      this.increasedAt = now;
+    } else if (admitted && !low) {
+      const dt = Math.max(0, now - this.increasedAt) / 1000;
+      this.myRate = Math.min(this.rate, this.myRate + this.increase * this.rate * dt);
+      this.increasedAt = now;
     }
   }
 
@@ -313,12 +343,15 @@ export class BudgetView {
     return {
       policy: this.policy,
       limit: this.limit,
-      remaining: avail == null ? null : Math.max(0, Math.floor(avail)),
+      // The bucket as it should stand now: refilled, less what the others
+      // are estimated to have taken since it was seen.
+      remaining: avail == null ? null
+        : Math.max(0, Math.floor(Math.min(this.limit, this.remaining + ((this.rate - this.othersRate) * (now - this.observedAt)) / 1000))),
       observedRemaining: this.remaining,
       reset: this.resetAt == null ? null : Math.max(0, Math.ceil((this.resetAt - now) / 1000)),
       restoreRate: this.rate,
+      myRate: this.myRate,
       othersRate: this.othersRate,
-      share: this.share,
       inFlight: this.inFlight,
       blockedFor: Math.max(0, this.blockedUntil - now),
       prices: Object.fromEntries(this.prices),
@@ -390,8 +423,10 @@ export function budgetOf(resultOrError) {
  * @param {number} [options.maxRetries] retries of one operation after a refusal that waiting cures (WAIT_CODES, 429, 503).
  * @param {{ratio: number, max: number}} [options.retryBudget] retries allowed: each admitted operation earns `ratio`, each retry spends 1, at most `max` saved.
  * @param {number} [options.jitter] a fraction of each wait added at random (0.2: up to 20 % longer), never subtracted.
- * @param {number} [options.reserve] fraction of the plan's burst held back while the bucket is not full.
+ * @param {number} [options.reserve] fraction of the plan's burst held back; an answer showing less halves the rate.
  * @param {number} [options.minShare] the least share of the refill the view counts on.
+ * @param {number} [options.increase] the share of the refill the view's rate grows by each second.
+ * @param {number} [options.smoothing] ms: time constant of the estimate of the others' spending.
  * @param {(info: BudgetInfo, operation: any) => void} [options.onResponse] called with every answer.
  * @param {BudgetView} [options.view] a view to share between links (one per API key).
  * @param {() => number} [options.now] the clock, milliseconds since the epoch.
@@ -463,13 +498,14 @@ export function createCostLink(options = {}) {
         const price = cg.price ?? view.lastPrice(operation.operationName);
         const waited = await hold(price, limit, controller.signal);
         if (closed) return;
+        const sentAt = now();
         view.sent(price);
         let done = false;
         let stale = false; // set when this attempt is given up for a retry
         const settle = (info) => {
           if (!done) {
             done = true;
-            view.answered(info, price, operation.operationName, now());
+            view.answered(info, price, operation.operationName, now(), sentAt);
           }
         };
         release = () => {

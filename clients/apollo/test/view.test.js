@@ -56,37 +56,54 @@ function answer(view, t, { remaining, price = 1, charged = price, code = null, r
 test('the view holds an operation until its price and the reserve fit', () => {
   const v = new BudgetView();
   assert.equal(v.wait(5, 0), 0, 'nothing known: not held');
-  answer(v, 0, { remaining: 0, price: 5 });
+  answer(v, 0, { remaining: 10, price: 5 });
   assert.equal(v.lastPrice('Q'), 5);
   assert.equal(v.wait(undefined, 0), 0, 'unknown price: not held');
   assert.equal(v.wait(101, 0), 0, 'a price above the plan never fits: not held');
-  // 5 points and a reserve of 10 % of 100, at 10 points a second.
-  assert.equal(v.wait(5, 0), 1500);
-  assert.equal(v.wait(5, 1500), 0);
+  // Before the others are seen: half the refill, 5 points a second; the
+  // bucket holds nothing above the reserve (10 % of 100).
+  assert.equal(v.myRate, 5);
+  assert.equal(v.wait(5, 0), 1000);
+  assert.equal(v.wait(5, 1000), 0);
   v.sent(5);
-  assert.equal(v.snapshot(1500).inFlight, 5);
-  assert.equal(v.wait(5, 1500), 500, 'points in flight are counted as spent');
+  assert.equal(v.snapshot(1000).inFlight, 5);
+  assert.equal(v.wait(5, 1000), 1000, 'points in flight are counted as spent');
+  // The reserve never keeps a full bucket from fitting an operation.
+  assert.equal(v.reserveFor(5), 10);
+  assert.equal(v.reserveFor(95), 5);
+  assert.equal(v.reserveFor(100), 0);
 });
 
-test('the view counts on its share of the refill: the others\' drain is estimated, AIMD on refusals', () => {
+test('the view counts on a rate of its own: set from the others\' spending, AIMD after', () => {
   const v = new BudgetView();
   answer(v, 0, { remaining: 50, price: 5 });
-  // A second later: 10 points refilled, 5 spent here, yet 45 left: others
-  // took 10 a second.
+  // A second later: 10 points refilled, 5 spent here, yet 45 left: the
+  // others took 10 points a second, the whole refill; the view counts on
+  // minShare of it.
   answer(v, 1000, { remaining: 45, price: 5 });
-  assert.ok(v.othersRate > 1 && v.othersRate <= 10, String(v.othersRate));
-  assert.ok(v.ownRate() < 10);
-  const before = v.ownRate();
-  answer(v, 2000, { remaining: 0, price: 5, code: RATE_LIMITED, retryAfter: 3 });
-  assert.equal(v.share, 0.5);
-  assert.ok(v.ownRate() < before);
-  // No send before Retry-After runs out, whatever the price.
-  assert.equal(v.wait(undefined, 2000), 3000);
-  assert.equal(v.wait(undefined, 4999), 1);
-  assert.equal(v.wait(undefined, 5000), 0);
-  // Admitted operations raise the share again, a little each.
-  answer(v, 6000, { remaining: 60, price: 1 });
-  assert.equal(v.share, 0.5 + defaults.increase);
+  assert.equal(v.othersRate, 10);
+  assert.equal(v.myRate, 10 * defaults.minShare);
+  // Admitted with the bucket above the reserve: the rate grows by
+  // increase × the refill each second, up to the refill.
+  answer(v, 3000, { remaining: 60, price: 1 });
+  assert.equal(v.myRate, 10 * defaults.minShare + 2 * defaults.increase * 10);
+  answer(v, 100_000, { remaining: 60, price: 1 });
+  assert.equal(v.myRate, 10);
+  // Below the reserve: halved, once for the answers to sends made before.
+  answer(v, 101_000, { remaining: 5, price: 1 });
+  assert.equal(v.myRate, 5);
+  v.answered({ ...readBudget({}, 0), status: 200, remaining: 4, limit: 100, restoreRate: 10 }, 0, 'Q', 101_500, 100_900);
+  assert.equal(v.myRate, 5, 'sent before the halving: not halved again');
+  answer(v, 102_000, { remaining: 4, price: 1 });
+  assert.equal(v.myRate, 2.5);
+  // A refusal halves it too, and no send goes before its Retry-After,
+  // whatever the price.
+  answer(v, 103_000, { remaining: 0, price: 5, code: RATE_LIMITED, retryAfter: 3 });
+  assert.equal(v.myRate, 1.25);
+  assert.equal(v.wait(undefined, 103_000), 3000);
+  assert.equal(v.wait(undefined, 105_999), 1);
+  assert.equal(v.wait(undefined, 106_000), 0);
+  assert.equal(v.snapshot(106_000).blockedFor, 0);
 });
 
 test('bad options fail at construction', () => {
