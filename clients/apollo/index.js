@@ -222,11 +222,22 @@ export class BudgetView {
     this.spentSinceObservation = 0; // points of operations answered as admitted since observedAt
     this.blockedUntil = 0; // ms: no send before (the last Retry-After)
     /** @type {Map<string, number>} */ this.prices = new Map();
+    this.maxPrice = 0; // the dearest operation seen that fits the plan
   }
 
   /** The price last seen for an operation name, or undefined. */
   lastPrice(name) {
     return name == null ? undefined : this.prices.get(name);
+  }
+
+  /**
+   * The level below which an answer halves the rate: the reserve and room
+   * for the dearest operation seen, at most half the burst. Halving before
+   * the bucket is empty leaves room for what the other clients send in the
+   * meantime.
+   */
+  lowWater() {
+    return Math.min(this.limit / 2, this.reserveFraction * this.limit + this.maxPrice);
   }
 
   /** This client's share of the refill, in [minShare, 1]; null before any answer. */
@@ -286,6 +297,7 @@ export class BudgetView {
   answered(info, price, name, now, sentAt = now) {
     this.inFlight = Math.max(0, this.inFlight - (price ?? 0));
     if (info.price != null && name != null) this.prices.set(name, info.price);
+    if (info.price != null && (this.limit == null || info.price <= this.limit)) this.maxPrice = Math.max(this.maxPrice, info.price);
     const admitted = info.code == null && (info.status == null || info.status < 400);
     const charged = admitted ? (info.cost?.actualQueryCost ?? info.price ?? price ?? 0) : 0;
     if (info.limit != null) this.limit = info.limit;
@@ -324,7 +336,7 @@ export class BudgetView {
     if (wait != null) this.blockedUntil = Math.max(this.blockedUntil, now + wait);
     if (this.myRate == null) return;
     const refused = info.code === RATE_LIMITED || (info.code == null && info.status === 429);
-    const low = info.remaining != null && this.limit != null && info.remaining < this.reserveFraction * this.limit;
+    const low = info.remaining != null && this.limit != null && info.remaining < this.lowWater();
     if ((refused || low) && sentAt >= this.decreasedAt) {
       // The clients of the key together count on more than the refill.
       this.myRate = Math.max(this.rate * this.minShare, this.myRate / 2);

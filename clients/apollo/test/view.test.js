@@ -56,18 +56,18 @@ function answer(view, t, { remaining, price = 1, charged = price, code = null, r
 test('the view holds an operation until its price and the reserve fit', () => {
   const v = new BudgetView();
   assert.equal(v.wait(5, 0), 0, 'nothing known: not held');
-  answer(v, 0, { remaining: 10, price: 5 });
+  answer(v, 0, { remaining: 15, price: 5 });
   assert.equal(v.lastPrice('Q'), 5);
   assert.equal(v.wait(undefined, 0), 0, 'unknown price: not held');
   assert.equal(v.wait(101, 0), 0, 'a price above the plan never fits: not held');
-  // Before the others are seen: half the refill, 5 points a second; the
-  // bucket holds nothing above the reserve (10 % of 100).
+  // Before the others are seen: half the refill, 5 points a second, and
+  // half of the 5 points above the reserve (10 % of 100).
   assert.equal(v.myRate, 5);
-  assert.equal(v.wait(5, 0), 1000);
-  assert.equal(v.wait(5, 1000), 0);
+  assert.equal(v.wait(5, 0), 500);
+  assert.equal(v.wait(5, 500), 0);
   v.sent(5);
-  assert.equal(v.snapshot(1000).inFlight, 5);
-  assert.equal(v.wait(5, 1000), 1000, 'points in flight are counted as spent');
+  assert.equal(v.snapshot(500).inFlight, 5);
+  assert.equal(v.wait(5, 500), 1000, 'points in flight are counted as spent');
   // The reserve never keeps a full bucket from fitting an operation.
   assert.equal(v.reserveFor(5), 10);
   assert.equal(v.reserveFor(95), 5);
@@ -89,7 +89,9 @@ test('the view counts on a rate of its own: set from the others\' spending, AIMD
   assert.equal(v.myRate, 10 * defaults.minShare + 2 * defaults.increase * 10);
   answer(v, 100_000, { remaining: 60, price: 1 });
   assert.equal(v.myRate, 10);
-  // Below the reserve: halved, once for the answers to sends made before.
+  // Below the low-water mark (the reserve and the dearest operation seen):
+  // halved, once for the answers to sends made before.
+  assert.equal(v.lowWater(), 10 + 5);
   answer(v, 101_000, { remaining: 5, price: 1 });
   assert.equal(v.myRate, 5);
   v.answered({ ...readBudget({}, 0), status: 200, remaining: 4, limit: 100, restoreRate: 10 }, 0, 'Q', 101_500, 100_900);
