@@ -97,6 +97,9 @@ export declare class BudgetView {
   inFlight: number;
   blockedUntil: number;
   lastPrice(name: string | null | undefined): number | undefined;
+  maxPrice: number;
+  /** The level below which an answer halves myRate. */
+  lowWater(): number;
   share(): number | null;
   reserveFor(price: number): number;
   available(now: number, reserve?: number): number | null;

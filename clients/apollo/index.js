@@ -587,7 +587,7 @@ export function createCostLink(options = {}) {
       function mayRetry(n, info) {
         const wait = waitOf(info);
         if (wait == null || !retryable || n > maxRetries || retryTokens < 1) return false;
-        if (wait > limit) return false;
+        if (wait * (1 + jitter) > limit) return false; // the longest wait, jitter and all
         retryTokens -= 1;
         return true;
       }
