@@ -209,13 +209,14 @@ type clientsRun struct {
 	elapsed time.Duration // from the first client's start to the server's close
 	// At the server (clientsRecorder): every request that reached it,
 	// those served (a 200 that is not a refusal), refused (429 or
-	// RATE_LIMITED) and other; sends that arrived before the end of the
+	// RATE_LIMITED), abandoned (neither, its client gone: the end of the
+	// run) and other; sends that arrived before the end of the
 	// last Retry-After their client was given; the sends of a mutation's
 	// id, and of a query's, beyond its first.
-	sent, served, refused, other int64
-	early                        int64
-	mutationRetries              int64
-	queryRetries                 int64
+	sent, served, refused, abandoned, other int64
+	early                                   int64
+	mutationRetries                         int64
+	queryRetries                            int64
 	// From the limiter's Observer: the points the admitted operations
 	// were debited (after refunds), and how many they were.
 	points   int64
@@ -262,7 +263,7 @@ func runClientsOnce(ctx context.Context, spec clientsSpec, k clientKind) (*clien
 	}
 
 	rec.mu.Lock()
-	r.sent, r.served, r.refused, r.other = rec.sent, rec.served, rec.refused, rec.other
+	r.sent, r.served, r.refused, r.abandoned, r.other = rec.sent, rec.served, rec.refused, rec.abandoned, rec.other
 	r.early, r.mutationRetries, r.queryRetries = rec.early, rec.mutationRetries, rec.queryRetries
 	rec.mu.Unlock()
 	r.points, r.admitted = obs.points.Load(), obs.admitted.Load()
@@ -410,11 +411,11 @@ type clientsRecorder struct {
 	// runs out: when its refusal left this handler, plus Retry-After.
 	notBefore map[string]time.Time
 	// seen counts the sends of each operation id.
-	seen                         map[string]int
-	sent, served, refused, other int64
-	early                        int64
-	mutationRetries              int64
-	queryRetries                 int64
+	seen                                    map[string]int
+	sent, served, refused, abandoned, other int64
+	early                                   int64
+	mutationRetries                         int64
+	queryRetries                            int64
 }
 
 func newClientsRecorder(next http.Handler) *clientsRecorder {
@@ -476,6 +477,8 @@ func (rec *clientsRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.notBefore[client] = left.Add(retryAfter)
 	case cw.status == http.StatusOK:
 		rec.served++
+	case r.Context().Err() != nil:
+		rec.abandoned++
 	default:
 		rec.other++
 	}

@@ -26,6 +26,10 @@ type clientsFigures struct {
 	Served     int64    `json:"served"`
 	Refused    int64    `json:"refused"`
 	RefusedPct *float64 `json:"refused_pct"`
+	// Abandoned: neither, their client gone (the end of the run); Other:
+	// the rest.
+	Abandoned int64 `json:"abandoned"`
+	Other     int64 `json:"other"`
 	// PointsServed: what the admitted operations were debited; Allowed:
 	// the burst and the refill over the run; GoodputPct the first ÷ the
 	// second, in percent.
@@ -53,6 +57,8 @@ func (r *clientsRun) figures() clientsFigures {
 		Served:          r.served,
 		Refused:         r.refused,
 		RefusedPct:      pct(r.refused, r.sent),
+		Abandoned:       r.abandoned,
+		Other:           r.other,
 		PointsServed:    r.points,
 		Allowed:         allowed,
 		GoodputPct:      number(100*float64(r.points)/allowed, allowed > 0),
@@ -144,6 +150,9 @@ func writeClients(out io.Writer, s clientsSpec, runs []*clientsRun) error {
 	row("sent (at the server)", "", func(f clientsFigures) string { return count(f.Sent) })
 	row("served", "", func(f clientsFigures) string { return count(f.Served) })
 	row("refused", "", func(f clientsFigures) string { return count(f.Refused) })
+	row("other (abandoned at the end)", "", func(f clientsFigures) string {
+		return fmt.Sprintf("%s (%s)", count(f.Other+f.Abandoned), count(f.Abandoned))
+	})
 	row("refused % of sent", target(fmt.Sprintf("≤ %.0f", targetRefusedPct), func(f clientsFigures) bool {
 		return f.RefusedPct != nil && *f.RefusedPct <= targetRefusedPct
 	}), func(f clientsFigures) string { return fmtNum(f.RefusedPct) })

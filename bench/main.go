@@ -34,6 +34,7 @@
 //	go run ./bench -only redis,callgrind
 //	go run ./bench -only pricing,overhead -github-schema path/to/schema.docs.graphql
 //	go run ./bench -only overhead -instructions      # and instructions per request (valgrind)
+//	go run ./bench -only clients                     # 1m per client kind
 //
 // The in-process groups pricing (pricing one operation on GitHub's public
 // schema: from scratch, from a compiled plan, and gqlgen's
@@ -44,6 +45,15 @@
 //	{"pricing_defaults_vs_gqlgen_max": D, "pricing_scratch_vs_gqlgen_max": X, "pricing_plan_vs_gqlgen_max": Y, "overhead_readme_pct": Z, "overhead_one_field_pct": W,
 //	 "overhead_vs_diy_one_field": …, "overhead_vs_diy_readme": …, "overhead_vs_diy_one_field_instructions": …,
 //	 "overhead_vs_diy_readme_instructions": …, "allocs_over_diy_one_field": …, "allocs_over_diy_readme": …}
+//
+// The opt-in clients group (-only clients) runs alone, without Redis: 20
+// clients sharing one API key of the example schema's server in this
+// process, demanding three times what its plan refills, for -duration (1m
+// when not given), once with naive clients (a refusal resent at once) and
+// once with the pacing transport of package client; it prints its own
+// table and, as the last line,
+//
+//	{"clients": 20, "duration_s": 60, …, "naive": {"sent": …, "refused_pct": …, "goodput_pct": …, "early_sends": …, "mutation_retries": …, …}, "paced": {…}}
 //
 // Without -redis the bench starts a throwaway redis-server on a free
 // loopback port and removes it at exit. With -redis it writes only keys
