@@ -1,6 +1,6 @@
 // Package apicheck holds a test that freezes the library's public API: it
 // lists every exported name of the library module's packages (budget,
-// challenge, complexity, identity, limiter, middleware, opcosts, overload,
+// challenge, client, complexity, identity, limiter, middleware, opcosts, overload,
 // override, spenders, timeline and their subpackages; internal packages
 // and the optional modules excepted) and compares the listing with
 // api/costguard.txt. A change to the API fails the test until the listing

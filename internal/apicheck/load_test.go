@@ -17,7 +17,7 @@ import (
 
 // patterns are the library's packages, relative to the module root. Those
 // with /internal/ in their path and commands are left out by load.
-var patterns = []string{"./budget/...", "./challenge/...", "./complexity/...", "./identity/...", "./limiter/...", "./listsizes/...", "./middleware/...", "./opcosts/...", "./overload/...", "./override/...", "./spenders/...", "./timeline/..."}
+var patterns = []string{"./budget/...", "./challenge/...", "./client/...", "./complexity/...", "./identity/...", "./limiter/...", "./listsizes/...", "./middleware/...", "./opcosts/...", "./overload/...", "./override/...", "./spenders/...", "./timeline/..."}
 
 // listEnv pins the build context the listing is made for, so that it is the
 // same on every machine: the library has no platform-specific API, and
