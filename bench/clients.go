@@ -211,10 +211,12 @@ type clientsRun struct {
 	// those served (a 200 that is not a refusal), refused (429 or
 	// RATE_LIMITED), abandoned (neither, its client gone: the end of the
 	// run) and other; sends that arrived before the end of the
-	// last Retry-After their client was given; the sends of a mutation's
-	// id, and of a query's, beyond its first.
+	// last Retry-After their client was given (early), and the resends of
+	// an operation before the end of the Retry-After it was last given
+	// (earlyRetries, a part of early); the sends of a mutation's id, and
+	// of a query's, beyond its first.
 	sent, served, refused, abandoned, other int64
-	early                                   int64
+	early, earlyRetries                     int64
 	mutationRetries                         int64
 	queryRetries                            int64
 	// From the limiter's Observer: the points the admitted operations
@@ -264,7 +266,7 @@ func runClientsOnce(ctx context.Context, spec clientsSpec, k clientKind) (*clien
 
 	rec.mu.Lock()
 	r.sent, r.served, r.refused, r.abandoned, r.other = rec.sent, rec.served, rec.refused, rec.abandoned, rec.other
-	r.early, r.mutationRetries, r.queryRetries = rec.early, rec.mutationRetries, rec.queryRetries
+	r.early, r.earlyRetries, r.mutationRetries, r.queryRetries = rec.early, rec.earlyRetries, rec.mutationRetries, rec.queryRetries
 	rec.mu.Unlock()
 	r.points, r.admitted = obs.points.Load(), obs.admitted.Load()
 	r.issued, r.done, r.gaveUp, r.failed, r.resent = cs.issued.Load(), cs.done.Load(), cs.gaveUp.Load(), cs.failed.Load(), cs.resent.Load()
@@ -410,16 +412,19 @@ type clientsRecorder struct {
 	// notBefore is, by client, when the last Retry-After it was given
 	// runs out: when its refusal left this handler, plus Retry-After.
 	notBefore map[string]time.Time
+	// opNotBefore is the same by operation id: when the Retry-After of
+	// the operation's last refusal runs out.
+	opNotBefore map[string]time.Time
 	// seen counts the sends of each operation id.
 	seen                                    map[string]int
 	sent, served, refused, abandoned, other int64
-	early                                   int64
+	early, earlyRetries                     int64
 	mutationRetries                         int64
 	queryRetries                            int64
 }
 
 func newClientsRecorder(next http.Handler) *clientsRecorder {
-	return &clientsRecorder{next: next, notBefore: map[string]time.Time{}, seen: map[string]int{}}
+	return &clientsRecorder{next: next, notBefore: map[string]time.Time{}, opNotBefore: map[string]time.Time{}, seen: map[string]int{}}
 }
 
 func (rec *clientsRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -442,6 +447,9 @@ func (rec *clientsRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.sent++
 	if nb, ok := rec.notBefore[client]; ok && arrived.Before(nb.Add(-earlyTolerance)) {
 		rec.early++
+	}
+	if nb, ok := rec.opNotBefore[id]; ok && id != "" && arrived.Before(nb.Add(-earlyTolerance)) {
+		rec.earlyRetries++
 	}
 	if id != "" {
 		rec.seen[id]++
@@ -475,6 +483,9 @@ func (rec *clientsRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case refused:
 		rec.refused++
 		rec.notBefore[client] = left.Add(retryAfter)
+		if id != "" {
+			rec.opNotBefore[id] = left.Add(retryAfter)
+		}
 	case cw.status == http.StatusOK:
 		rec.served++
 	case r.Context().Err() != nil:

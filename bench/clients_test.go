@@ -90,6 +90,13 @@ func TestClientsScenario(t *testing.T) {
 			t.Errorf("%s: %d resends, the server saw %d sends of an id already sent", k.name, r.resent, retries)
 		}
 	}
+	// The pacing transport never sends a mutation twice (none is marked
+	// retry-safe), nor a refused operation again before its Retry-After.
+	for _, r := range runs[1:] {
+		if r.mutationRetries != 0 || r.earlyRetries != 0 {
+			t.Errorf("%s: %d mutation retries, %d resends before their Retry-After", r.kind, r.mutationRetries, r.earlyRetries)
+		}
+	}
 	naive := runs[0]
 	if naive.kind != naiveClient.name {
 		t.Fatalf("the first run is %q, not the naive client", naive.kind)
@@ -140,9 +147,9 @@ func TestClientsRecorder(t *testing.T) {
 	send("1", "m1-0") // early, and a mutation retry
 	send("2", "q2-0") // another client: not early
 	send("2", "q2-0") // a query retry
-	if rec.sent != 4 || rec.refused != 1 || rec.served != 3 || rec.early != 1 || rec.mutationRetries != 1 || rec.queryRetries != 1 {
-		t.Errorf("sent %d refused %d served %d early %d mutation retries %d query retries %d; want 4 1 3 1 1 1",
-			rec.sent, rec.refused, rec.served, rec.early, rec.mutationRetries, rec.queryRetries)
+	if rec.sent != 4 || rec.refused != 1 || rec.served != 3 || rec.early != 1 || rec.earlyRetries != 1 || rec.mutationRetries != 1 || rec.queryRetries != 1 {
+		t.Errorf("sent %d refused %d served %d early %d (retries %d) mutation retries %d query retries %d; want 4 1 3 1 (1) 1 1",
+			rec.sent, rec.refused, rec.served, rec.early, rec.earlyRetries, rec.mutationRetries, rec.queryRetries)
 	}
 	// A Retry-After of 0 runs out at once.
 	rec.notBefore["1"] = time.Now().Add(-earlyTolerance)

@@ -38,7 +38,10 @@ type clientsFigures struct {
 	GoodputPct   *float64 `json:"goodput_pct"`
 	// EarlySends: requests that arrived before the last Retry-After their
 	// client was given ran out.
-	EarlySends      int64 `json:"early_sends"`
+	EarlySends int64 `json:"early_sends"`
+	// EarlyRetries: the early sends that were a resend of the refused
+	// operation itself, before its own Retry-After ran out.
+	EarlyRetries    int64 `json:"early_retries"`
 	MutationRetries int64 `json:"mutation_retries"`
 	QueryRetries    int64 `json:"query_retries"`
 	// At the clients: operations started, served, given up on a refusal,
@@ -63,6 +66,7 @@ func (r *clientsRun) figures() clientsFigures {
 		Allowed:         allowed,
 		GoodputPct:      number(100*float64(r.points)/allowed, allowed > 0),
 		EarlySends:      r.early,
+		EarlyRetries:    r.earlyRetries,
 		MutationRetries: r.mutationRetries,
 		QueryRetries:    r.queryRetries,
 		Operations:      r.issued,
@@ -162,6 +166,7 @@ func writeClients(out io.Writer, s clientsSpec, runs []*clientsRun) error {
 		return f.GoodputPct != nil && *f.GoodputPct >= targetGoodputPct
 	}), func(f clientsFigures) string { return fmtNum(f.GoodputPct) })
 	row("early sends", target("0", func(f clientsFigures) bool { return f.EarlySends == 0 }), func(f clientsFigures) string { return count(f.EarlySends) })
+	row("… resends of the refused operation", "", func(f clientsFigures) string { return count(f.EarlyRetries) })
 	row("mutation retries", target("0", func(f clientsFigures) bool { return f.MutationRetries == 0 }), func(f clientsFigures) string { return count(f.MutationRetries) })
 	row("query retries", "", func(f clientsFigures) string { return count(f.QueryRetries) })
 	row("operations (clients)", "", func(f clientsFigures) string { return count(f.Operations) })
