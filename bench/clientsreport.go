@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 )
@@ -63,7 +64,7 @@ func (r *clientsRun) figures() clientsFigures {
 		Abandoned:       r.abandoned,
 		Other:           r.other,
 		PointsServed:    r.points,
-		Allowed:         allowed,
+		Allowed:         math.Round(allowed*1000) / 1000,
 		GoodputPct:      number(100*float64(r.points)/allowed, allowed > 0),
 		EarlySends:      r.early,
 		EarlyRetries:    r.earlyRetries,
