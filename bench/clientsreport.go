@@ -112,9 +112,9 @@ func runClients(ctx context.Context, o options, stdout, stderr io.Writer) error 
 func writeClients(out io.Writer, s clientsSpec, runs []*clientsRun) error {
 	fmt.Fprintf(out, "costguard bench, clients: %s\n", goInfo())
 	fmt.Fprintln(out, "Server: the example schema behind the limiter in this process, on a loopback port, budgets in memory; one plan")
-	fmt.Fprintf(out, "(burst %d points, refill %d points/s: RateLimit-Policy q=%d;w=%d) granted by one API key that all %d clients share,\n",
+	fmt.Fprintf(out, "(burst %d points, refill %d points/s: RateLimit-Policy q=%d;w=%d) granted by one API key that the %d clients share,\n",
 		clientsBurst, clientsRate, clientsBurst, clientsBurst/clientsRate, s.clients)
-	fmt.Fprintf(out, "each with its own http.Client. Together they demand %d× the refill (%d points/s) for %v: ", clientsDemand, clientsDemand*clientsRate, s.duration)
+	fmt.Fprintf(out, "each with its own http.Client. Together they demand %d× the refill (%d points/s) for %v:\n", clientsDemand, clientsDemand*clientsRate, s.duration)
 	var mix []string
 	for _, op := range clientOps {
 		mix = append(mix, fmt.Sprintf("%d%% %s (%d points)", op.weight, op.name, op.price))
