@@ -2,17 +2,21 @@
 // a costguard server reports, so that they wait for room instead of being
 // refused.
 //
-// The rule: while the plan's bucket, less the request's price, holds at
-// least half its limit, requests go out at once; below that each Transport
-// spaces its requests at its own rate and sends one only when the bucket,
-// projected from the last answer at that rate, holds its price. The rate
-// starts at the bucket's refill rate, is halved (once per round trip) when
-// an answer reports less than a quarter of the limit or a refusal, and
-// grows by the refill rate over twice the bucket's fill time while the
-// bucket is above half, so that clients sharing one key settle on shares
-// that keep the bucket neither full (no refill is wasted) nor empty (no
-// request is refused); every wait is lengthened by up to a fifth, at
-// random, so that they do not all send at the same instant.
+// The rule: a request goes out at once while the plan's bucket, projected
+// from the last answer at the refill rate the other clients of the key
+// leave (the refill rate less their drain, measured from how the reported
+// remaining moved against what this Transport spent), holds its price and
+// half the limit besides, or would be full; below that, each Transport
+// spaces its requests at its own rate and sends one when the bucket
+// projected at that rate holds its price, or would be full. The rate is
+// halved (once per round trip, and to no more than the Transport's part of
+// the drain times the refill rate) when an answer reports less than a
+// quarter of the limit (or than twice the price) or a refusal, and grows
+// by the refill rate over twice the bucket's fill time while the bucket is
+// above half, so that clients sharing a key settle on shares that keep the
+// bucket neither full (refill lost) nor empty (requests refused). Every
+// wait is lengthened by up to a fifth of itself at random, so that
+// clients do not send at the same instant.
 //
 // # Use
 //

@@ -102,7 +102,7 @@ func TestPacerAIMD(t *testing.T) {
 	var p pacer
 	answer := func(at time.Time, sentAt time.Time, remaining int64) {
 		s := signals{policies: []policyItem{{name: "p", q: 100, w: 10}}, limit: -1, remaining: remaining, price: 10}
-		p.observe(at, sentAt, &s)
+		p.observe(at, sentAt, 10, &s)
 	}
 	answer(now, now, 90) // 10 points spent of 100 refilling at 10 per second: alone
 	if !p.known || p.rate != 10 || p.share != 10 {
@@ -138,12 +138,12 @@ func TestPacerDelay(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	var p pacer
 	s := signals{policies: []policyItem{{name: "p", q: 100, w: 100}}, limit: -1, remaining: 100}
-	p.observe(now, now, &s)
+	p.observe(now, now, 1, &s)
 	if d := p.delay(now, 40); d != 0 {
 		t.Errorf("40 of 100 points: delay %s, want 0", d)
 	}
 	s.remaining = 5
-	p.observe(now, now, &s)
+	p.observe(now, now, 1, &s)
 	if d := p.delay(now, 20); d < 15*time.Second {
 		t.Errorf("20 points with 5 left at 1 point/s: delay %s, want at least 15s", d)
 	}

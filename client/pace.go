@@ -11,7 +11,7 @@ const (
 	// share of its limit, requests go out unpaced.
 	plentyShare = 0.5
 	// lowShare: an answer reporting less than this share of the limit
-	// halves the pacing rate.
+	// (or than twice its price, see pacer.low) halves the pacing rate.
 	lowShare = 0.25
 	// cutFactor is the multiplicative decrease.
 	cutFactor = 0.5
@@ -72,6 +72,9 @@ func (p *pacer) delay(now time.Time, price int64) time.Duration {
 	// be lost.
 	net := p.netRate()
 	full := seconds((float64(p.plan.Limit) - p.estimate(now, net)) / net)
+	if full <= 0 {
+		return 0
+	}
 	if now.Before(p.next) {
 		return min(p.next.Sub(now), full)
 	}
@@ -87,7 +90,15 @@ func (p *pacer) delay(now time.Time, price int64) time.Duration {
 // or is full.
 func (p *pacer) plenty(now time.Time, price int64) bool {
 	est := p.estimate(now, p.netRate())
-	return est-float64(price) >= plentyShare*float64(p.plan.Limit) || est >= float64(p.plan.Limit)
+	return est-float64(price) >= max(plentyShare*float64(p.plan.Limit), p.low(price)) || est >= float64(p.plan.Limit)
+}
+
+// low is the level below which an answer to a request of price points
+// halves share: a quarter of the limit, or two such requests when more,
+// up to three quarters of the limit.
+func (p *pacer) low(price int64) float64 {
+	limit := float64(p.plan.Limit)
+	return min(max(lowShare*limit, 2*float64(price)), 0.75*limit)
 }
 
 // netRate is the refill rate the other clients of the key leave, as
@@ -126,13 +137,14 @@ func (p *pacer) answered(price int64) {
 }
 
 // observe reads the signals s of an answer received at now to a request
-// sent at sentAt.
-func (p *pacer) observe(now, sentAt time.Time, s *signals) {
+// of price points sent at sentAt.
+func (p *pacer) observe(now, sentAt time.Time, price int64, s *signals) {
+	price = max(price, s.price, 1)
 	if s.holds() {
 		p.hold = later(p.hold, now.Add(s.retryAfter))
 	}
 	wasKnown := p.known
-	wasPlenty := p.known && float64(p.plan.Remaining) >= plentyShare*float64(p.plan.Limit)
+	wasPlenty := p.known && float64(p.plan.Remaining) >= max(plentyShare*float64(p.plan.Limit), p.low(price))
 	p.readPlan(now, s)
 	p.readOthers(now, s)
 	if !p.known {
@@ -145,13 +157,13 @@ func (p *pacer) observe(now, sentAt time.Time, s *signals) {
 		p.share = max(p.rate*float64(s.spent())/used, p.rate*minRateShare)
 	}
 	p.drain.add(s.spent(), now, p.plan, p.rate)
-	level := float64(p.plan.Remaining) / float64(p.plan.Limit)
+	level, high := float64(p.plan.Remaining), max(plentyShare*float64(p.plan.Limit), p.low(price))
 	switch {
-	case s.refused || level < lowShare:
+	case s.refused || level < p.low(price):
 		p.decrease(now, sentAt)
-	case wasPlenty && level < plentyShare:
+	case wasPlenty && level < high:
 		p.share = max(min(p.share, p.fair()), p.rate*minRateShare) // entering the paced zone
-	case level >= plentyShare:
+	case level >= high:
 		p.share = min(p.rate, p.share+p.rate*now.Sub(later(p.grown, sentAt)).Seconds()/p.growTime())
 		p.grown = now
 	default:

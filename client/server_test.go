@@ -133,7 +133,8 @@ type outcome struct {
 }
 
 // run drives n clients, each with its own Transport, for d, asking
-// together demand times what plan refills; the first sends mutations.
+// together demand times what plan refills; the first of several sends
+// mutations.
 func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d time.Duration, w *watch) outcome {
 	t.Helper()
 	perSecond := demand * float64(plan.Rate) / plan.Per.Seconds() / queryCost / float64(n)
@@ -146,7 +147,7 @@ func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d ti
 		last = &client.Transport{Base: w, MaxWait: 5 * time.Second}
 		c := &http.Client{Transport: last}
 		body := query
-		if i == 0 {
+		if i == 0 && n > 1 {
 			body = mutation
 		}
 		wg.Add(1)
@@ -186,8 +187,9 @@ func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d ti
 }
 
 var (
-	sharedFor  = flag.Duration("shared.for", 2*time.Second, "how long TestSharedKey runs its clients")
-	sharedPlan = flag.String("shared.plan", "400/400", "TestSharedKey's plan: burst/rate per second")
+	sharedFor     = flag.Duration("shared.for", 2*time.Second, "how long TestSharedKey runs its clients")
+	sharedPlan    = flag.String("shared.plan", "400/400", "TestSharedKey's plan: burst/rate per second")
+	sharedClients = flag.Int("shared.clients", 20, "how many clients TestSharedKey runs")
 )
 
 // Twenty clients sharing one key, each with its own Transport, asking
@@ -204,7 +206,7 @@ func TestSharedKey(t *testing.T) {
 	ts, n := newServer(t, plan)
 	w := newWatch()
 	start := time.Now()
-	out := run(t, ts.URL, plan, 20, 3, *sharedFor, w)
+	out := run(t, ts.URL, plan, *sharedClients, 3, *sharedFor, w)
 	allowed := float64(plan.Burst) + float64(plan.Rate)*time.Since(start).Seconds()/plan.Per.Seconds() - float64(out.left)
 	sent, refused := n.sent.Load(), n.refused.Load()
 	t.Logf("sent %d, refused %d (%.2f%%), queries answered %d (%.1f%% of the budget spent), retries %d",

@@ -148,7 +148,7 @@ func (t *Transport) waitTurn(ctx context.Context, price int64, deadline time.Tim
 		t.mu.Lock()
 		d, hold := t.pace.delay(now, price), t.pace.hold
 		held := now.Before(hold)
-		if d == 0 || (!held && !now.Before(deadline)) {
+		if d <= 0 || (!held && !now.Before(deadline)) {
 			t.pace.sent(now, price)
 			t.mu.Unlock()
 			return nil
@@ -183,7 +183,7 @@ func (t *Transport) send(out *http.Request, op operation, price int64) (*http.Re
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.pace.answered(price)
-	t.pace.observe(now, sentAt, &s)
+	t.pace.observe(now, sentAt, price, &s)
 	t.learn(op, &s)
 	return resp, s, nil
 }
