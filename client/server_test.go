@@ -221,3 +221,38 @@ func TestSharedKey(t *testing.T) {
 		t.Errorf("%d of %d requests refused, more than 1%%", refused, sent)
 	}
 }
+
+// One Transport used by many goroutines at once keeps one consistent view.
+func TestConcurrentUse(t *testing.T) {
+	plan := budget.Plan{Burst: 200, Rate: 200, Per: time.Second}
+	ts, n := newServer(t, plan)
+	tr := &client.Transport{MaxWait: 5 * time.Second}
+	c := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 12 {
+				req, _ := http.NewRequest("POST", ts.URL+"/graphql", strings.NewReader(query))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+apiKey)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	v := tr.View()
+	if len(v.Policies) != 1 || v.Policies[0].Limit != 200 || v.Prices["Repos"] != 11 {
+		t.Errorf("View() = %+v, want the plan's bucket of 200 and Repos at 11", v)
+	}
+	if refused := n.refused.Load(); refused*100 > n.sent.Load() {
+		t.Errorf("%d of %d refused", refused, n.sent.Load())
+	}
+}

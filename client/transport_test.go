@@ -412,3 +412,25 @@ func TestJitterCutAtMaxWait(t *testing.T) {
 		t.Errorf("sends %v, want two 8s apart", sent)
 	}
 }
+
+// The policies after the plan's are kept for View, with what RateLimit
+// says of them.
+func TestViewKeepsOtherPolicies(t *testing.T) {
+	h := budgetHeaders(500, 3600, 497)
+	h["RateLimit-Policy"] = `"anon";q=500;w=3600, "POST /api/login";q=5;w=900`
+	h["RateLimit"] = `"POST /api/login";r=4;t=180`
+	tr, _, clk, c := newFake([]reply{{status: 401, ctype: "application/json", header: h, body: `{"error":"invalid_credentials"}`}}, 0)
+	req, _ := http.NewRequest("POST", "http://api.test/api/login", strings.NewReader("{}"))
+	drive(t, clk, do(c, req), 0)
+	v := tr.View()
+	if len(v.Policies) != 2 {
+		t.Fatalf("View().Policies = %+v, want anon and the login route", v.Policies)
+	}
+	plan, route := v.Policies[0], v.Policies[1]
+	if plan.Name != "anon" || plan.Remaining != 497 || plan.Limit != 500 || plan.Window != time.Hour {
+		t.Errorf("the plan's policy: %+v", plan)
+	}
+	if route.Name != "POST /api/login" || route.Remaining != 4 || route.Limit != 5 || !route.Reset.Equal(clk.Now().Add(180*time.Second)) {
+		t.Errorf("the route's policy: %+v", route)
+	}
+}

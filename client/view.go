@@ -17,7 +17,7 @@ type View struct {
 	// document's SHA-256, "sha256:…"; a REST request by method and path).
 	Prices map[string]int64
 	// Rate is the points per second the Transport paces at while the
-	// bucket is below half full.
+	// bucket is low (below half its limit, or twice a request's price).
 	Rate float64
 	// Hold is when the last refusal's Retry-After runs out, if it applies
 	// to every request (not only to the refused one's price).
