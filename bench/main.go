@@ -34,6 +34,7 @@
 //	go run ./bench -only redis,callgrind
 //	go run ./bench -only pricing,overhead -github-schema path/to/schema.docs.graphql
 //	go run ./bench -only overhead -instructions      # and instructions per request (valgrind)
+//	go run ./bench -only clients                     # 1m per client kind
 //
 // The in-process groups pricing (pricing one operation on GitHub's public
 // schema: from scratch, from a compiled plan, and gqlgen's
@@ -44,6 +45,15 @@
 //	{"pricing_defaults_vs_gqlgen_max": D, "pricing_scratch_vs_gqlgen_max": X, "pricing_plan_vs_gqlgen_max": Y, "overhead_readme_pct": Z, "overhead_one_field_pct": W,
 //	 "overhead_vs_diy_one_field": …, "overhead_vs_diy_readme": …, "overhead_vs_diy_one_field_instructions": …,
 //	 "overhead_vs_diy_readme_instructions": …, "allocs_over_diy_one_field": …, "allocs_over_diy_readme": …}
+//
+// The opt-in clients group (-only clients) runs alone, without Redis: 20
+// clients sharing one API key of the example schema's server in this
+// process, demanding three times what its plan refills, for -duration (1m
+// when not given), once with naive clients (a refusal resent at once) and
+// once with the pacing transport of package client; it prints its own
+// table and, as the last line,
+//
+//	{"clients": 20, "duration_s": 60, …, "naive": {"sent": …, "refused_pct": …, "goodput_pct": …, "early_sends": …, "mutation_retries": …, …}, "paced": {…}}
 //
 // Without -redis the bench starts a throwaway redis-server on a free
 // loopback port and removes it at exit. With -redis it writes only keys
@@ -82,7 +92,7 @@ func main() {
 }
 
 // workloadGroups are the values -only accepts.
-var workloadGroups = []string{"redis", "memory", "split", "callgrind", "overload", "pricing", "overhead"}
+var workloadGroups = []string{"redis", "memory", "split", "callgrind", "overload", "pricing", "overhead", "clients"}
 
 // options are the command-line flags.
 type options struct {
@@ -98,6 +108,8 @@ type options struct {
 	child     childOptions
 	// overload shapes the overload scenario (-only overload).
 	overload overloadSpec
+	// clients shapes the clients scenario (-only clients).
+	clients clientsSpec
 	// githubSchema is the SDL file of GitHub's public schema, for the
 	// pricing group (empty: the group is skipped).
 	githubSchema string
@@ -127,13 +139,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per workload")
 	fs.IntVar(&o.keys, "keys", 10_000, "distinct keys of the all-admitted workloads")
 	fs.BoolVar(&o.cluster, "cluster", true, "redis: also run the store on a throwaway 3-master Cluster (needs redis-server and redis-cli on PATH)")
-	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split, and the opt-in callgrind (Redis instructions per decision under valgrind; always its own redis-server); the JSON reports null for those not run. The opt-in overload (an examples/server process at 4× its capacity, an outage, the retry wave; no Redis) runs alone, with its own table and JSON; -duration is then its loaded phase. The opt-in pricing (pricing on GitHub's schema, -github-schema) and overhead (the limiter's end-to-end overhead in this process) run without Redis, together or alone, with their own tables and JSON")
+	only := fs.String("only", "redis,memory,split", "comma-separated workload groups to run: redis, memory, split, and the opt-in callgrind (Redis instructions per decision under valgrind; always its own redis-server); the JSON reports null for those not run. The opt-in overload (an examples/server process at 4× its capacity, an outage, the retry wave; no Redis) runs alone, with its own table and JSON; -duration is then its loaded phase. The opt-in clients (clients sharing one API key at 3× its refill, naive against the pacing transport; no Redis) runs alone, with its own table and JSON; -duration is then each run's length, 1m when not given. The opt-in pricing (pricing on GitHub's schema, -github-schema) and overhead (the limiter's end-to-end overhead in this process) run without Redis, together or alone, with their own tables and JSON")
 	fs.IntVar(&o.overload.capacity, "capacity", 8, "overload: the server's requests in flight at most (overload.max_in_flight)")
 	fs.DurationVar(&o.overload.latency, "latency", 100*time.Millisecond, "overload: what each root field of the server takes (demo_latency)")
 	fs.DurationVar(&o.overload.outage, "outage", 2*time.Second, "overload: how long the outage lasts after the loaded phase (emulated by the clients, which hold their attempts until it ends)")
 	fs.DurationVar(&o.overload.queue, "queue", 2*time.Second, "overload: how long a checkout request may wait for a slot with lanes on (its lane's queue, the issue's 2s; 0: none)")
 	fs.IntVar(&o.overload.maxQueue, "max-queue", 1024, "overload: the checkout requests that may wait at once (overload.max_queue; 0: the capacity)")
 	fs.DurationVar(&o.overload.recovery, "recovery", 3*time.Second, "overload: how long the scenario goes on after the outage")
+	fs.IntVar(&o.clients.clients, "clients", 20, "clients: how many clients share the one API key")
 	fs.StringVar(&o.childKind, "child", "", "internal: run as a split-budget worker of the given store kind")
 	fs.StringVar(&o.child.prefix, "child-prefix", "", "internal: key prefix of a split-budget worker")
 	fs.IntVar(&o.child.callers, "child-callers", 0, "internal: callers of a split-budget worker")
@@ -146,7 +159,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.only = map[string]bool{}
 	for g := range strings.SplitSeq(*only, ",") {
 		if g = strings.TrimSpace(g); !slices.Contains(workloadGroups, g) {
-			return o, fmt.Errorf("bench: -only: unknown workload group %q (want redis, memory, split, callgrind, overload, pricing or overhead)", g)
+			return o, fmt.Errorf("bench: -only: unknown workload group %q (want redis, memory, split, callgrind, overload, pricing, overhead or clients)", g)
 		}
 		o.only[g] = true
 	}
@@ -159,6 +172,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, err
 		}
 		return o, nil
+	}
+	if o.only["clients"] {
+		if len(o.only) > 1 {
+			return o, fmt.Errorf("bench: -only: clients runs alone (it prints its own JSON line)")
+		}
+		o.clients.duration = clientsDefaultDuration
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "duration" {
+				o.clients.duration = o.duration
+			}
+		})
+		return o, o.clients.validate()
 	}
 	inProcess := 0
 	for _, g := range inProcessGroups {
@@ -203,6 +228,9 @@ func runMain(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.only["overload"] {
 		return runOverload(ctx, o, stdout, stderr)
+	}
+	if o.only["clients"] {
+		return runClients(ctx, o, stdout, stderr)
 	}
 	if o.only["pricing"] || o.only["overhead"] {
 		return runInProcess(ctx, o, stdout, stderr)
