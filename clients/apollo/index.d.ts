@@ -4,6 +4,8 @@ export declare const RATE_LIMITED: 'RATE_LIMITED';
 export declare const MAX_COST_EXCEEDED: 'MAX_COST_EXCEEDED';
 /** The refusal codes that waiting cures. */
 export declare const WAIT_CODES: readonly string[];
+/** How many operation names a view keeps the last price of (the most recently answered). */
+export declare const MAX_PRICES: number;
 /** Milliseconds a refusal asks to wait before sending again; null when it is not such a refusal. */
 export declare function waitOf(info: BudgetInfo): number | null;
 

@@ -8,6 +8,9 @@
 import { ApolloLink } from '@apollo/client';
 import { Observable } from 'rxjs';
 
+/** How many operation names a view keeps the last price of. */
+export const MAX_PRICES = 1000;
+
 /** The refusal code of an operation that does not fit the budget now. */
 export const RATE_LIMITED = 'RATE_LIMITED';
 /** The refusal code of an operation whose price exceeds the plan: it never fits. */
@@ -296,7 +299,14 @@ export class BudgetView {
    */
   answered(info, price, name, now, sentAt = now) {
     this.inFlight = Math.max(0, this.inFlight - (price ?? 0));
-    if (info.price != null && name != null) this.prices.set(name, info.price);
+    if (info.price != null && name != null) {
+      // The most recently answered names, at most MAX_PRICES: an
+      // application that builds operation names at run time does not grow
+      // the view without end.
+      this.prices.delete(name);
+      this.prices.set(name, info.price);
+      if (this.prices.size > MAX_PRICES) this.prices.delete(this.prices.keys().next().value);
+    }
     if (info.price != null && (this.limit == null || info.price <= this.limit)) this.maxPrice = Math.max(this.maxPrice, info.price);
     const admitted = info.code == null && (info.status == null || info.status < 400);
     const charged = admitted ? (info.cost?.actualQueryCost ?? info.price ?? price ?? 0) : 0;

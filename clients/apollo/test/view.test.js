@@ -2,7 +2,7 @@
 // view of the bucket. node --test test/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BudgetView, RATE_LIMITED, createCostLink, defaults, parseItems, parseRetryAfter, readBudget } from '../index.js';
+import { BudgetView, MAX_PRICES, RATE_LIMITED, createCostLink, defaults, parseItems, parseRetryAfter, readBudget } from '../index.js';
 
 test('structured-field items and Retry-After are read', () => {
   assert.deepEqual(parseItems('"free";q=5000;w=3600, "burst\\"y";r=3;t=x'), [
@@ -106,6 +106,19 @@ test('the view counts on a rate of its own: set from the others\' spending, AIMD
   assert.equal(v.wait(undefined, 105_999), 1);
   assert.equal(v.wait(undefined, 106_000), 0);
   assert.equal(v.snapshot(106_000).blockedFor, 0);
+});
+
+test('the view keeps the prices of the most recently answered names, at most MAX_PRICES', () => {
+  const v = new BudgetView();
+  answer(v, 0, { remaining: 90, price: 7, name: 'Kept' });
+  for (let i = 0; i < MAX_PRICES; i++) answer(v, 0, { remaining: 90, price: 2, name: `Q${i}` });
+  assert.equal(v.prices.size, MAX_PRICES);
+  assert.equal(v.lastPrice('Kept'), undefined, 'the least recently answered name goes first');
+  assert.equal(v.lastPrice('Q0'), 2);
+  answer(v, 0, { remaining: 90, price: 3, name: 'Q0' }); // answered again: now the newest
+  answer(v, 0, { remaining: 90, price: 2, name: 'New' });
+  assert.equal(v.lastPrice('Q0'), 3);
+  assert.equal(v.lastPrice('Q1'), undefined);
 });
 
 test('bad options fail at construction', () => {
