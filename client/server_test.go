@@ -166,17 +166,12 @@ func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d ti
 				if body == mutation {
 					ctx = context.WithValue(ctx, mutationKey{}, true)
 				}
-				req, _ := http.NewRequestWithContext(ctx, "POST", url+"/graphql", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+apiKey)
-				resp, err := c.Do(req)
+				status, err := send(ctx, c, url, body)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK && body == query {
+				if status == http.StatusOK && body == query {
 					ok.Add(1)
 				}
 			}
@@ -184,6 +179,24 @@ func run(t *testing.T, url string, plan budget.Plan, n int, demand float64, d ti
 	}
 	wg.Wait()
 	return outcome{ok: ok.Load(), left: last.View().Policies[0].Remaining}
+}
+
+// send posts a GraphQL request body to the test server's /graphql with
+// the shared key, reads the answer whole and returns its status.
+func send(ctx context.Context, c *http.Client, url, body string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url+"/graphql", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
 }
 
 var (
@@ -234,16 +247,10 @@ func TestConcurrentUse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 12 {
-				req, _ := http.NewRequest("POST", ts.URL+"/graphql", strings.NewReader(query))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+apiKey)
-				resp, err := c.Do(req)
-				if err != nil {
+				if _, err := send(context.Background(), c, ts.URL, query); err != nil {
 					t.Error(err)
 					return
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
 			}
 		}()
 	}
