@@ -62,16 +62,18 @@
 // GraphQL), or a mutation the caller marked with WithRetrySafe, and its
 // body can be read again (http.NewRequest sets GetBody for the usual
 // readers). MAX_COST_EXCEEDED, which no wait cures, is never retried, nor
-// is a refusal without a wait. Retries are bounded per request
-// (MaxRetries, 3) and across requests (RetryBudget, a tenth of them), and
-// every wait by MaxWait (30 seconds in all per request) and the request's
-// context. The caller gets the last answer. A refusal that applies to
-// every request (OVERLOADED, QUOTA_EXCEEDED, CONCURRENCY_LIMITED,
-// RATE_LIMITER_UNAVAILABLE, or a 429 or 503 without a code) holds every
-// request of the Transport until its Retry-After runs out; one that
-// would wait past MaxWait fails with ErrRetryAfter, unsent. The others
-// (RATE_LIMITED, about one price, with the bucket in the view; a route's
-// or a field's limit) hold only the refused request.
+// is the bucket's RATE_LIMITED of an operation priced above the plan's
+// limit (a drained bucket cannot pay even the refusal's InvalidCost, so
+// the server says "not now" for it), nor a refusal without a wait. Retries are bounded
+// per request (MaxRetries, 3) and across requests (RetryBudget, a tenth of
+// them), and every wait by MaxWait (30 seconds in all per request) and the
+// request's context. The caller gets the last answer. A refusal that
+// applies to every request (OVERLOADED, QUOTA_EXCEEDED,
+// CONCURRENCY_LIMITED, RATE_LIMITER_UNAVAILABLE, or a 429 or 503 without a
+// code) holds every request of the Transport until its Retry-After runs
+// out; one that would wait past MaxWait fails with ErrRetryAfter, unsent.
+// The others (RATE_LIMITED, about one price, with the bucket in the view; a
+// route's or a field's limit) hold only the refused request.
 //
 // # View
 //

@@ -37,6 +37,9 @@ func (s *signals) holds() bool {
 	return s.refused && s.retryAfter > 0 && (holdCodes[s.code] || s.code == "")
 }
 
+// codeRateLimited is the bucket's refusal.
+const codeRateLimited = "RATE_LIMITED"
+
 // codeNeverFits refuses an operation that costs more than the plan ever
 // holds: it is never retried.
 const codeNeverFits = "MAX_COST_EXCEEDED"
@@ -115,7 +118,29 @@ func readSignals(resp *http.Response, now time.Time) signals {
 	if body, ok := bufferBody(resp); ok {
 		s.readBody(body)
 	}
+	if s.code == codeRateLimited && s.price > s.planLimit() && s.planLimit() > 0 {
+		// The bucket's refusal of an operation priced above what the plan
+		// ever holds: the bucket could not pay even the refusal's
+		// InvalidCost, so the server said "not now" where, once it can, it
+		// says MAX_COST_EXCEEDED. It never fits.
+		s.neverFits, s.refused = true, false
+	}
 	return s
+}
+
+// planLimit is the most the plan's bucket holds, as this answer says
+// (extensions.cost, else X-RateLimit-Limit, else the first
+// RateLimit-Policy item's q), or 0 when it does not say.
+func (s *signals) planLimit() int64 {
+	switch {
+	case s.cost != nil && s.cost.ThrottleStatus.MaximumAvailable > 0:
+		return s.cost.ThrottleStatus.MaximumAvailable
+	case s.limit > 0:
+		return s.limit
+	case len(s.policies) > 0 && s.policies[0].q > 0:
+		return s.policies[0].q
+	}
+	return 0
 }
 
 // bufferBody reads resp's body when it is JSON, and replaces it with one

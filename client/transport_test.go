@@ -183,6 +183,37 @@ func TestMaxCostExceededNotRetried(t *testing.T) {
 	}
 }
 
+// An operation priced above the plan, refused RATE_LIMITED because the
+// bucket cannot pay even the refusal's InvalidCost, never fits: it is not
+// retried after the Retry-After, where the server would say
+// MAX_COST_EXCEEDED.
+func TestPricedAbovePlanNotRetried(t *testing.T) {
+	h := budgetHeaders(10, 600, 0)
+	h["Retry-After"] = "5"
+	drained := reply{status: 429, header: h,
+		body: `{"errors":[{"message":"rate limited","extensions":{"code":"RATE_LIMITED","cost":11,"retryAfterSeconds":5}}]}`}
+	_, srv, clk, c := newFake([]reply{drained}, 0)
+	r, waits := drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 0)
+	if r.err != nil || r.resp.StatusCode != 429 || len(waits) > 0 {
+		t.Fatalf("got %v %q, %v after waits %v; want the 429 at once", r.resp, r.body, r.err, waits)
+	}
+	if n := len(srv.sends()); n != 1 {
+		t.Errorf("sent %d times, want once", n)
+	}
+
+	// The same refusal of an operation the plan can hold is retried.
+	h = budgetHeaders(100, 600, 0)
+	h["Retry-After"] = "5"
+	fits := reply{status: 429, header: h,
+		body: `{"errors":[{"message":"rate limited","extensions":{"code":"RATE_LIMITED","cost":11,"retryAfterSeconds":5}}]}`}
+	ok := reply{status: 200, header: budgetHeaders(100, 600, 89), body: costBody(11, 100, 89, 1)}
+	_, srv, clk, c = newFake([]reply{fits, ok}, 0)
+	r, _ = drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 10)
+	if r.err != nil || r.resp.StatusCode != 200 || len(srv.sends()) != 2 {
+		t.Fatalf("got %v, %v after %d sends; want the 200 on the retry", r.resp, r.err, len(srv.sends()))
+	}
+}
+
 func TestContextCancelStopsWait(t *testing.T) {
 	first := reply{status: 200, header: budgetHeaders(100, 100, 0), body: costBody(1, 100, 0, 1)}
 	_, srv, clk, c := newFake([]reply{first}, 0)

@@ -29,12 +29,16 @@ export const WAIT_CODES = Object.freeze([
  * null for an answer that is not such a refusal (admitted, or refused for
  * good: MAX_COST_EXCEEDED, a static cap, FIELD_RATE_LIMITED with no wait).
  * A RATE_LIMITED, or a 429 without a code, that states no wait counts as
- * one second.
+ * one second. The bucket's refusal (RATE_LIMITED) of an operation priced
+ * above what the plan ever holds is for good too: the bucket could not pay even the refusal's
+ * InvalidCost, so the server said "not now" where, once it can, it says
+ * MAX_COST_EXCEEDED.
  * @param {BudgetInfo} info
  * @returns {number | null}
  */
 export function waitOf(info) {
   if (info.code === MAX_COST_EXCEEDED) return null;
+  if (info.code === RATE_LIMITED && info.price != null && info.limit != null && info.limit > 0 && info.price > info.limit) return null;
   const waits = WAIT_CODES.includes(info.code) || info.status === 429 || info.status === 503;
   if (waits && info.retryAfter != null) return info.retryAfter * 1000;
   if (info.code === RATE_LIMITED || (info.code == null && info.status === 429)) return 1000;

@@ -2,7 +2,7 @@
 // view of the bucket. node --test test/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BudgetView, MAX_PRICES, RATE_LIMITED, createCostLink, defaults, parseItems, parseRetryAfter, readBudget } from '../index.js';
+import { BudgetView, MAX_PRICES, RATE_LIMITED, waitOf, createCostLink, defaults, parseItems, parseRetryAfter, readBudget } from '../index.js';
 
 test('structured-field items and Retry-After are read', () => {
   assert.deepEqual(parseItems('"free";q=5000;w=3600, "burst\\"y";r=3;t=x'), [
@@ -119,6 +119,14 @@ test('the view keeps the prices of the most recently answered names, at most MAX
   answer(v, 0, { remaining: 90, price: 2, name: 'New' });
   assert.equal(v.lastPrice('Q0'), 3);
   assert.equal(v.lastPrice('Q1'), undefined);
+});
+
+test('the bucket\'s refusal of an operation priced above the plan is for good', () => {
+  const drained = { status: 429, code: RATE_LIMITED, retryAfter: 5, price: 11, limit: 10 };
+  assert.equal(waitOf(drained), null, 'priced above the plan: never fits');
+  assert.equal(waitOf({ ...drained, limit: 100 }), 5000, 'within the plan: wait Retry-After');
+  assert.equal(waitOf({ ...drained, limit: null }), 5000, 'the plan unknown: wait Retry-After');
+  assert.equal(waitOf({ ...drained, code: 'QUOTA_EXCEEDED' }), 5000, 'the quota\'s refusal: wait Retry-After');
 });
 
 test('bad options fail at construction', () => {
