@@ -11,10 +11,21 @@ import { promisify } from 'node:util';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /**
+ * A query of n times the example schema's user field: n points, its actual
+ * cost as well (a list would be refunded what it did not return).
+ * @param {string} name the operation name
+ * @param {number} n
+ */
+export const aliases = (name, n) =>
+  `query ${name} { ${Array.from({ length: n }, (_, i) => `u${i}: user(login: "octocat") { login }`).join(' ')} }`;
+
+/**
  * Builds the example server, writes config, starts the server and resolves
  * once it listens.
  * @param {string} config YAML (docs/server.md)
- * @returns {Promise<{url: string, wsURL: string, stop(): Promise<void>, stderr(): string}>}
+ * @returns {Promise<{url: string, wsURL: string, stop(): Promise<void>, stderr(): string,
+ *   post(key: string, query: string, headers?: object): Promise<{status: number, body: any}>,
+ *   drain(key: string): Promise<void>}>}
  */
 export async function startServer(config) {
   const dir = await mkdtemp(join(tmpdir(), 'costguard-apollo-'));
@@ -42,10 +53,31 @@ export async function startServer(config) {
       });
       exited.then((code) => reject(new Error(`example server exited (${code}) before it listened: ${err}`)));
     });
+    const endpoint = `${url}/graphql`;
+    // post sends one operation without a client library.
+    const post = async (key, query, headers = {}) => {
+      const res = await fetch(endpoint, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-api-key': key, ...headers },
+        body: JSON.stringify({ query }),
+      });
+      return { status: res.status, body: await res.json() };
+    };
     return {
-      url: `${url}/graphql`,
+      url: endpoint,
       wsURL: `${url.replace(/^http/, 'ws')}/graphql`,
       stderr: () => err,
+      post,
+      /** Spends what is left of key's bucket in one query of that many points. */
+      async drain(key) {
+        const peek = await post(key, '{ __typename }', { 'graphql-cost': 'validate' });
+        const left = peek.body.extensions.cost.throttleStatus.currentlyAvailable;
+        if (left === 0) return;
+        const { status, body } = await post(key, aliases('Drain', left));
+        if (status !== 200 || body.extensions.cost.throttleStatus.currentlyAvailable !== 0) {
+          throw new Error(`drain ${key}: ${status} ${JSON.stringify(body)}`);
+        }
+      },
       async stop() {
         child.kill('SIGTERM');
         await exited;

@@ -13,7 +13,7 @@ import { createClient as createWsClient } from 'graphql-ws';
 import { NetworkError, createClient as createSseClient } from 'graphql-sse';
 import WebSocket from 'ws';
 import { MAX_COST_EXCEEDED, RATE_LIMITED } from '../index.js';
-import { startServer } from '../testserver.js';
+import { aliases, startServer } from '../testserver.js';
 
 // Every test has its own key on a tiny plan: 10 points (the example
 // server's dearest REST route), one back a minute, so that once drained a
@@ -33,6 +33,8 @@ ${tiny.map((k) => `  ${k}: {principal: ${k}, plan: tiny}`).join('\n')}
 `;
 
 let server;
+const post = (...args) => server.post(...args);
+const drain = (key) => server.drain(key);
 before(async () => {
   server = await startServer(config);
 });
@@ -42,30 +44,9 @@ after(async () => {
 
 const Q = 'query Q { user(login: "octocat") { login } }'; // 1 point
 const M = 'mutation M { createIssue(repo: "hello-world", title: "t") { id } }'; // 11 points
-// aliases is a query of n times user, n points.
-const aliases = (name, n) => `query ${name} { ${Array.from({ length: n }, (_, i) => `u${i}: user(login: "octocat") { login }`).join(' ')} }`;
 const TOO_DEAR = aliases('TooDear', 11); // above the plan's 10 points: never fits
 const S = 'subscription S { issueCreated(repo: "hello-world") { id title } }';
 
-// post sends one operation without a client library.
-async function post(key, query, headers = {}) {
-  const res = await fetch(server.url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': key, ...headers },
-    body: JSON.stringify({ query }),
-  });
-  return { status: res.status, body: await res.json() };
-}
-
-// drain spends what is left of key's bucket in one query.
-async function drain(key) {
-  const peek = await post(key, '{ __typename }', { 'graphql-cost': 'validate' });
-  const left = peek.body.extensions.cost.throttleStatus.currentlyAvailable;
-  if (left === 0) return;
-  const { status, body } = await post(key, aliases('Drain', left));
-  assert.equal(status, 200, JSON.stringify(body));
-  assert.equal(body.extensions.cost.throttleStatus.currentlyAvailable, 0);
-}
 
 // recording is a fetch that records each send (its time) and answer (time,
 // status, Retry-After in milliseconds): what the server saw, counted where

@@ -7,7 +7,7 @@ import { GraphQLWsLink } from '@apollo/client/link/subscriptions';
 import { createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 import { MAX_COST_EXCEEDED, RATE_LIMITED, budgetOf, createCostLink } from '../index.js';
-import { startServer } from '../testserver.js';
+import { aliases, startServer } from '../testserver.js';
 
 // Every test has its own key, so its own bucket of 20 points: "slow"
 // refills 2 points a second, "fast" 10.
@@ -24,6 +24,8 @@ ${keys.map((k) => `  ${k}: {principal: ${k}, plan: ${['safe', 'pacing'].includes
 `;
 
 let server;
+const post = (...args) => server.post(...args);
+const drain = (key) => server.drain(key);
 before(async () => {
   server = await startServer(config);
 });
@@ -33,32 +35,10 @@ after(async () => {
 
 const Q = gql`query Q { user(login: "octocat") { login } }`; // 1 point
 const M = gql`mutation M { createIssue(repo: "hello-world", title: "t") { id } }`; // 11 points
-// aliases is a query of n times user, n points (actual cost as well:
-// a list would be refunded what it did not return).
-const aliases = (name, n) => `query ${name} { ${Array.from({ length: n }, (_, i) => `u${i}: user(login: "octocat") { login }`).join(' ')} }`;
 const BIG = gql(aliases('Big', 20)); // 20 points
 const HUGE = gql`query Huge { user(login: "octocat") { repos(first: 50) { issues(first: 50) { title } } } }`; // 2551 points
 const S = gql`subscription S { issueCreated(repo: "hello-world") { id title } }`;
 
-// post sends one operation without Apollo.
-async function post(key, query, headers = {}) {
-  const res = await fetch(server.url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': key, ...headers },
-    body: JSON.stringify({ query }),
-  });
-  return { status: res.status, body: await res.json() };
-}
-
-// drain spends what is left of key's bucket in one query.
-async function drain(key) {
-  const peek = await post(key, '{ __typename }', { 'graphql-cost': 'validate' });
-  const left = peek.body.extensions.cost.throttleStatus.currentlyAvailable;
-  if (left === 0) return;
-  const { status, body } = await post(key, aliases('Drain', left));
-  assert.equal(status, 200, JSON.stringify(body));
-  assert.equal(body.extensions.cost.throttleStatus.currentlyAvailable, 0);
-}
 
 // apollo is an ApolloClient with the link before an HttpLink whose fetch
 // records each send (its time) and answer (time, status, Retry-After).
