@@ -106,27 +106,27 @@ type GraphQLOptions struct {
 
 	// DisableFirstLastConvention stops treating arguments named first and
 	// last as slicing arguments on fields without @listSize.
-	DisableFirstLastConvention bool `yaml:"-"`
+	DisableFirstLastConvention bool `yaml:"disable_first_last_convention"`
 	// DisableConnectionConvention stops a …Connection type without
 	// @listSize from handing its size to its edges and nodes.
-	DisableConnectionConvention bool `yaml:"-"`
+	DisableConnectionConvention bool `yaml:"disable_connection_convention"`
 	// DisableCountArgumentConvention stops treating Int arguments named
 	// like a count (limit, maxRepositories, batch_size…) as slicing
 	// arguments on fields without @listSize, and a type with one list
 	// from taking its parent's size (complexity.WithCountArgumentConvention).
-	DisableCountArgumentConvention bool `yaml:"-"`
+	DisableCountArgumentConvention bool `yaml:"disable_count_argument_convention"`
 	// DisableKeyListConvention stops sizing a list field without
 	// @listSize by the length of its representations, ids or keys argument
 	// (complexity.WithKeyListConvention).
-	DisableKeyListConvention bool `yaml:"-"`
+	DisableKeyListConvention bool `yaml:"disable_key_list_convention"`
 	// DisableMutationListConvention stops sizing what a mutation without
 	// @listSize returns by the length of its list arguments
 	// (complexity.WithMutationListConvention).
-	DisableMutationListConvention bool `yaml:"-"`
+	DisableMutationListConvention bool `yaml:"disable_mutation_list_convention"`
 	// PriceIntrospectionFields prices the fields beneath __schema and
 	// __type like any other, against the introspection types, on top of
 	// IntrospectionCost (by default they cost nothing).
-	PriceIntrospectionFields bool `yaml:"-"`
+	PriceIntrospectionFields bool `yaml:"price_introspection_fields"`
 	// SubtreeDiscounts lets a field's negative own cost (a negative
 	// argument or field weight) discount what the field returns, where by
 	// default only the field itself is discounted, down to 0

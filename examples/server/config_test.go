@@ -530,6 +530,30 @@ func TestPricingRulesMapOntoMiddleware(t *testing.T) {
 	assert.True(t, m.GraphQL.NullArgumentsCharged)
 }
 
+// The analyzer's naming conventions are on unless a key of graphql turns
+// one off: a schema whose argument named like a count is not one prices
+// right without editing the schema.
+func TestConventionsMapOntoMiddleware(t *testing.T) {
+	_, m := defaultConfig().limiterConfig()
+	off := []*bool{&m.GraphQL.DisableFirstLastConvention, &m.GraphQL.DisableConnectionConvention,
+		&m.GraphQL.DisableCountArgumentConvention, &m.GraphQL.DisableKeyListConvention,
+		&m.GraphQL.DisableMutationListConvention, &m.GraphQL.PriceIntrospectionFields}
+	for i, b := range off {
+		assert.False(t, *b, "option %d set by default", i)
+	}
+	cfg, err := parseConfig([]byte("graphql: {disable_first_last_convention: true, disable_connection_convention: true,\n" +
+		"  disable_count_argument_convention: true, disable_key_list_convention: true,\n" +
+		"  disable_mutation_list_convention: true, price_introspection_fields: true}\n"))
+	require.NoError(t, err)
+	_, m = cfg.limiterConfig()
+	assert.True(t, m.GraphQL.DisableFirstLastConvention)
+	assert.True(t, m.GraphQL.DisableConnectionConvention)
+	assert.True(t, m.GraphQL.DisableCountArgumentConvention)
+	assert.True(t, m.GraphQL.DisableKeyListConvention)
+	assert.True(t, m.GraphQL.DisableMutationListConvention)
+	assert.True(t, m.GraphQL.PriceIntrospectionFields)
+}
+
 // A 0 in the file means what 0 means in Go: the library's default, as if
 // the key were left out; -1 is middleware.None, "nothing" where the
 // default is something.
