@@ -585,14 +585,15 @@ func (g *Guard) allow(tr *Trace) breaker.Ticket {
 
 // done tells the breaker how an allowed call ended: abandoned when the
 // caller's ctx ended first, a failure on any other error but those a store
-// answers with (a cost above capacity, a full memory store).
+// answers with (a cost above capacity, a full memory store, a debit
+// refused while others spent the budget).
 func (g *Guard) done(ctx context.Context, t breaker.Ticket, err error, tr *Trace) {
 	if g.brk == nil {
 		return
 	}
 	r := breaker.Success
 	switch {
-	case decided(err) || isFull(err):
+	case decided(err) || isFull(err) || errors.Is(err, errContended):
 	case ctx.Err() != nil:
 		r = breaker.Abandoned
 	default:

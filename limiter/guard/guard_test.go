@@ -480,6 +480,37 @@ func TestTakeSpent(t *testing.T) {
 	}
 }
 
+// A debit refused because another caller spent the budget between its
+// refusal and the take of what was left takes what is left then: the
+// budget ends empty, never forgiven its debt while points remain.
+func TestTakeSpentUnderContention(t *testing.T) {
+	f := newFixtureWith(t, 0, guard.Config{Timeout: time.Minute})
+	_, tr, _ := f.take(t, open, "k", 7) // 3 left
+	h := &hold{ran: make(chan struct{}), release: make(chan struct{})}
+	f.link.held.Store(h) // the first take of the debit: refused, 3 left
+	type spent struct {
+		d  limiter.Decision
+		ok bool
+	}
+	done := make(chan spent)
+	go func() {
+		d, ok := f.g.TakeSpent(context.Background(), tr.Receipt, limiter.Request{Key: "k", Limit: limit, Cost: 5})
+		done <- spent{d, ok}
+	}()
+	<-h.ran
+	if _, err := f.link.mem.Take(context.Background(), "k", limit, 1); err != nil { // another process: 2 left
+		t.Fatal(err)
+	}
+	close(h.release)
+	got := <-done
+	if !got.ok || got.d.Remaining != 0 {
+		t.Fatalf("TakeSpent: %+v, %v; want the budget emptied", got.d, got.ok)
+	}
+	if left := f.remaining(t, "k"); left != 0 {
+		t.Errorf("store holds %d, want 0: the debit was refused and counted as taken", left)
+	}
+}
+
 // A take-only view of the guard refuses TakeAll instead of pretending.
 func TestTakeAllUnsupported(t *testing.T) {
 	clock := limitertest.NewFakeClock(time.Unix(1_800_000_000, 0))

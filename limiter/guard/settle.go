@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,21 +214,42 @@ func (g *Guard) observeDebit(seq lastknown.Seq, req limiter.Request, took int64,
 // the budget holds less, what it holds: points spent are debited, never
 // refused. took is what was taken; d is the budget after it, read as an
 // admission (a budget already empty answers its Remaining, 0).
+//
+// Another caller may spend from the budget between a refusal and the take
+// of what it said was left, so that take is refused too: it is tried
+// again with what is left then, up to saturateTries takes in all. A debit
+// still refused while points are left is errContended, never "taken":
+// its points stay owed rather than being forgiven against a budget that
+// was not empty.
 func (g *Guard) takeSaturating(ctx context.Context, r Receipt, req limiter.Request) (d limiter.Decision, took int64, err error) {
 	req.Cost = min(req.Cost, capacity(req.Limit))
-	if d, err = g.takeOn(ctx, r, req); err == nil && !d.Allowed && d.Remaining > 0 {
-		req.Cost = d.Remaining
-		d, err = g.takeOn(ctx, r, req)
-	}
-	if err != nil {
-		return limiter.Decision{}, 0, err
-	}
-	if d.Allowed {
-		took = req.Cost
+	for try := 1; ; try++ {
+		if d, err = g.takeOn(ctx, r, req); err != nil {
+			return limiter.Decision{}, 0, err
+		}
+		if d.Allowed {
+			took = req.Cost
+			break
+		}
+		if d.Remaining <= 0 {
+			break // empty: nothing more can be taken
+		}
+		if try == saturateTries {
+			return limiter.Decision{}, 0, errContended
+		}
+		req.Cost = min(req.Cost, d.Remaining)
 	}
 	d.Allowed, d.RetryAfter = true, 0
 	return d, took, nil
 }
+
+// saturateTries bounds the takes of one saturating debit.
+const saturateTries = 4
+
+// errContended: a saturating debit was refused saturateTries times while
+// its budget still held points, taken by other callers in between. The
+// store answered every time: it is not a failure of the store.
+var errContended = errors.New("guard: the budget was spent by other callers between the takes of a debit")
 
 // takeOn takes req where r points: a named budget through TakeAll, which
 // is how it is decided on the request path.
