@@ -2,9 +2,11 @@ package middleware
 
 import (
 	"context"
+	"errors"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
@@ -39,22 +41,26 @@ func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCt
 		e.recordShadowed(st, opCtx, resp) // a static cap shadow mode let run
 		return
 	}
-	if cost == 0 || verdict != budget.Admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil || len(resp.Data) == 0 {
+	if cost == 0 || verdict != budget.Admitted || op == nil || op.Operation == ast.Subscription || resp.HasNext != nil {
 		return // not executed as priced, or a stream: the requested cost stands
 	}
 	if charged == 0 && shadowed == 0 {
 		return // a dry run: priced, not executed, nothing debited
 	}
-	if opCtx.DisableIntrospection && onlyIntrospection(opCtx.Doc, op.SelectionSet) {
-		// gqlgen refused every __schema and __type it selected, and nothing
-		// else was selected: an invalid request, which pays InvalidCost,
-		// not the introspection cost of each alias. Read now, once every
-		// extension has had its say on DisableIntrospection.
+	// gqlgen refused every __schema and __type it selected, and nothing
+	// else was selected (an invalid request, which pays InvalidCost, not
+	// the introspection cost of each alias: read now, once every
+	// extension has had its say on DisableIntrospection); or the executor
+	// said the operation never ran.
+	if notExecuted(resp.Errors) || (len(resp.Data) != 0 && opCtx.DisableIntrospection && onlyIntrospection(opCtx.Doc, op.SelectionSet)) {
 		st.mu.Lock()
 		o := st.outcome
 		st.mu.Unlock()
-		e.refuseIntrospection(ctx, st, o, cost)
+		e.refundUnexecuted(ctx, st, o, cost)
 		return
+	}
+	if len(resp.Data) == 0 {
+		return // nothing to price the response by: the requested cost stands
 	}
 	var actual int64
 	var err error
@@ -95,10 +101,30 @@ func (e *costExtension) settleActual(ctx context.Context, st *requestState, opCt
 	st.mu.Unlock()
 }
 
-// refuseIntrospection settles an operation whose every root field gqlgen
-// refused as introspection: it pays InvalidCost, the rest of its price
-// goes back to the budgets debited, refunds on or off.
-func (e *costExtension) refuseIntrospection(ctx context.Context, st *requestState, o budget.Outcome, cost int64) {
+// ErrNotExecuted, wrapped by an error of a response (gqlerror.Error's Err),
+// says that none of the operation ran: its executor failed before doing
+// any of its work (a proxy whose upstream could not be reached, a
+// resolver that refuses before reading anything). The operation then pays
+// InvalidCost, as a request refused before it ran, and the rest of its
+// price goes back to the budgets it was debited from, refunds on or off.
+// Clients cannot set it: an error's Err is not part of a request.
+var ErrNotExecuted = errors.New("middleware: the operation was not executed")
+
+// notExecuted reports whether errs hold ErrNotExecuted.
+func notExecuted(errs gqlerror.List) bool {
+	for _, ge := range errs {
+		if ge != nil && ge.Err != nil && errors.Is(ge.Err, ErrNotExecuted) {
+			return true
+		}
+	}
+	return false
+}
+
+// refundUnexecuted settles an operation that did not run (every root field
+// gqlgen refused as introspection, or ErrNotExecuted): it pays
+// InvalidCost, the rest of its price goes back to the budgets debited,
+// refunds on or off.
+func (e *costExtension) refundUnexecuted(ctx context.Context, st *requestState, o budget.Outcome, cost int64) {
 	invalid := min(st.set.gql.InvalidCost, cost)
 	var refunded int64
 	if o.Shadowed == budget.Admitted && o.Charged == cost && cost > invalid {

@@ -3,6 +3,8 @@ package middleware_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/costguard/costguard/budget"
@@ -224,5 +227,53 @@ func TestExcessDebitedAfterResponse(t *testing.T) {
 		if w, _ := query(t, h, q, bearer(aliceKey)); w.Code != http.StatusTooManyRequests || s.resolvers.Load() != before {
 			t.Errorf("refunds %v: third: status %d, %d resolvers ran; want 429 and none", refunds, w.Code, s.resolvers.Load()-before)
 		}
+	}
+}
+
+// An executor that says the operation never ran (ErrNotExecuted in an
+// error's Err, as a proxy whose upstream is down does) gives the price
+// back but InvalidCost, refunds off too; an error without it keeps the
+// whole price, since the work it did before failing is not known.
+func TestNotExecutedGivesThePriceBack(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       error
+		remaining string
+		actual    int64
+	}{
+		{"not executed", fmt.Errorf("upstream unavailable: dial tcp: connection refused: %w", middleware.ErrNotExecuted), "99", 1},
+		{"failed while running", errors.New("upstream answered 500"), "39", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, newClock()) // refunds off
+			schema := newTestSchema().schema
+			es := &graphql.ExecutableSchemaMock{
+				SchemaFunc: func() *ast.Schema { return schema },
+				ExecFunc: func(ctx context.Context) graphql.ResponseHandler {
+					done := false
+					return func(ctx context.Context) *graphql.Response {
+						if done {
+							return nil
+						}
+						done = true
+						return &graphql.Response{Errors: gqlerror.List{{Message: tc.err.Error(), Err: tc.err}}}
+					}
+				},
+			}
+			w, resp := query(t, graphQLServerOf(newLimiter(t, cfg), es), query61, bearer(aliceKey))
+			if w.Code != http.StatusOK || len(resp.Errors) != 1 {
+				t.Fatalf("status %d, errors %+v", w.Code, resp.Errors)
+			}
+			if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != tc.remaining {
+				t.Errorf("X-RateLimit-Remaining %s, want %s (price 61, InvalidCost 1)", got, tc.remaining)
+			}
+			c := resp.Extensions.Cost
+			switch {
+			case tc.actual < 0 && c.ActualQueryCost != nil:
+				t.Errorf("actual cost %d, want none", *c.ActualQueryCost)
+			case tc.actual >= 0 && (c.ActualQueryCost == nil || *c.ActualQueryCost != tc.actual):
+				t.Errorf("actual cost %v, want %d", c.ActualQueryCost, tc.actual)
+			}
+		})
 	}
 }
