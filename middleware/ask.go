@@ -21,7 +21,7 @@ type askState struct {
 	dryRun     bool     // rateLimit(dryRun: true): no other root field runs
 
 	// Under requestState.mu.
-	rate      RateLimitStatus        // what RateLimitFrom returns, ResetAt not yet rounded up to a second
+	rate      rateStatus             // what RateLimitFrom returns
 	rateKnown bool                   // rate holds a bucket that was read
 	fields    []complexity.FieldCost // the breakdown of a report
 	truncated bool                   // fields stopped at the breakdown limit

@@ -44,6 +44,12 @@ type RateLimitStatus struct {
 	// NodeCount is the operation's node count (complexity.Report.Nodes):
 	// the objects it may return through lists.
 	NodeCount int64
+	// Key is the budget the operation was charged to, identity.Identity's
+	// Key ("user:…", "key:" and an API key's SHA-256, or "ip:…"): safe to
+	// log or to forward, it never holds a credential.
+	Key string
+	// Plan is the plan of that budget.
+	Plan string
 }
 
 // SetInt stores v in *dst, whichever Go integer type gqlgen maps a
@@ -87,12 +93,22 @@ func RateLimitFrom(ctx context.Context) (RateLimitStatus, bool) {
 		return RateLimitStatus{}, false
 	}
 	st.mu.Lock()
-	rs, known := st.ask.rate, st.ask.rateKnown
+	r, known := st.ask.rate, st.ask.rateKnown
+	rs := RateLimitStatus{Limit: r.limit, Cost: r.cost, Remaining: r.remaining, Used: r.used, ResetAt: r.resetAt, NodeCount: r.nodes,
+		Key: st.id.Key, Plan: st.id.Plan}
 	st.mu.Unlock()
 	if known {
 		rs.ResetAt = time.Unix(unixCeil(rs.ResetAt, 0), 0) // rounded when asked: most operations never ask
 	}
 	return rs, known
+}
+
+// rateStatus is what an operation's state keeps of its RateLimitStatus:
+// its numbers, ResetAt not yet rounded up to a second.
+type rateStatus struct {
+	limit, cost, remaining, used int64
+	resetAt                      time.Time
+	nodes                        int64
 }
 
 // noteRate records what RateLimitFrom returns for outcome o of an
@@ -102,13 +118,13 @@ func (s *requestState) noteRate(rep *complexity.Report, cost int64, o *budget.Ou
 		return
 	}
 	left := max(o.Decision.Remaining, 0)
-	rs := RateLimitStatus{
-		Limit:     s.plan.Burst,
-		Cost:      cost,
-		Remaining: left,
-		Used:      max(s.plan.Burst-left, 0),
-		ResetAt:   l.clock.Now().Add(max(o.Decision.ResetAfter, 0)),
-		NodeCount: rep.Nodes,
+	rs := rateStatus{
+		limit:     s.plan.Burst,
+		cost:      cost,
+		remaining: left,
+		used:      max(s.plan.Burst-left, 0),
+		resetAt:   l.clock.Now().Add(max(o.Decision.ResetAfter, 0)),
+		nodes:     rep.Nodes,
 	}
 	s.mu.Lock()
 	s.ask.rate, s.ask.rateKnown = rs, true

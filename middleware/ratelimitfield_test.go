@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+
 	"github.com/costguard/costguard/complexity"
 	"github.com/costguard/costguard/middleware"
 )
@@ -326,5 +329,38 @@ func TestSetInt(t *testing.T) {
 		if int64(i) != c.wantWide || i32 != c.want32 || i64 != c.wantWide || int32(m) != c.want32 {
 			t.Errorf("SetInt(%d): int %d, int32 %d, int64 %d, ~int32 %d", c.v, i, i32, i64, m)
 		}
+	}
+}
+
+// An executor learns whose budget paid for the operation, as a proxy
+// forwarding it upstream does: the bucket key (never a credential) and
+// the plan, for a key's principal and for an anonymous client.
+func TestRateLimitFromNamesTheBudget(t *testing.T) {
+	schema := newTestSchema().schema
+	var seen []middleware.RateLimitStatus
+	es := &graphql.ExecutableSchemaMock{
+		SchemaFunc: func() *ast.Schema { return schema },
+		ExecFunc: func(ctx context.Context) graphql.ResponseHandler {
+			done := false
+			return func(ctx context.Context) *graphql.Response {
+				if done {
+					return nil
+				}
+				done = true
+				rs, ok := middleware.RateLimitFrom(ctx)
+				if !ok {
+					t.Errorf("RateLimitFrom in the executor: not known")
+				}
+				seen = append(seen, rs)
+				return &graphql.Response{Data: []byte(`{"user":null}`)}
+			}
+		},
+	}
+	h := graphQLServerOf(newLimiter(t, testConfig(t, newClock())), es)
+	query(t, h, query61, bearer(aliceKey))
+	query(t, h, `{ user(login: "a") { login } }`, nil) // the anon plan cannot pay 61
+	if len(seen) != 2 || seen[0].Key != "user:alice" || seen[0].Plan != "free" || seen[0].Cost != 61 ||
+		!strings.HasPrefix(seen[1].Key, "ip:") || seen[1].Plan != "anon" {
+		t.Errorf("the executor saw %+v", seen)
 	}
 }
