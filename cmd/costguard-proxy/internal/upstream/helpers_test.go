@@ -199,6 +199,9 @@ type proxyOptions struct {
 	policy  func(*middleware.Policy)
 	config  func(*Config)
 	observe func(*graphql.Response) // sees every response, before the limiter's extension
+	// noIntrospection leaves out extension.Introspection, so gqlgen
+	// disables introspection.
+	noIntrospection bool
 }
 
 // newProxy serves the forwarder to upstreamURL behind a costguard limiter
@@ -260,7 +263,9 @@ func serveLimited(t *testing.T, es graphql.ExecutableSchema, o proxyOptions) *ht
 	srv.AddTransport(transport.SSE{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
-	srv.Use(extension.Introspection{})
+	if !o.noIntrospection {
+		srv.Use(extension.Introspection{})
+	}
 	if o.observe != nil {
 		srv.AroundResponses(func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
 			resp := next(ctx)
