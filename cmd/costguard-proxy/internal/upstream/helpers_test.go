@@ -78,11 +78,9 @@ type fakeUpstream struct {
 	answer func(r request) (int, string)
 	// events are the payloads of the subscription's next messages; then
 	// the socket sends end (complete, or an error message), or, when end
-	// is "", waits for the client to unsubscribe.
+	// is "", waits for the client to unsubscribe or leave.
 	events []string
 	end    string
-	// held, when set, is received from after the events, before end.
-	held chan struct{}
 }
 
 func newFakeUpstream(t *testing.T) *fakeUpstream {
@@ -168,7 +166,9 @@ func (u *fakeUpstream) socket(w http.ResponseWriter, r *http.Request) {
 	u.subscribe = sub.Payload
 	u.mu.Unlock()
 	// The client's messages from now on: its complete when it unsubscribes.
+	gone := make(chan struct{})
 	go func() {
+		defer close(gone)
 		for {
 			var m struct{ Type string }
 			if c.ReadJSON(&m) != nil {
@@ -183,11 +183,8 @@ func (u *fakeUpstream) socket(w http.ResponseWriter, r *http.Request) {
 	for _, e := range u.events {
 		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"id":"`+sub.ID+`","type":"next","payload":`+e+`}`))
 	}
-	if u.held != nil {
-		<-u.held
-	}
 	if u.end == "" {
-		<-u.gotComplete
+		<-gone // the client unsubscribed or closed the socket
 		return
 	}
 	_ = c.WriteMessage(websocket.TextMessage, []byte(u.end))

@@ -116,15 +116,15 @@ func withheld(ctx context.Context, opCtx *graphql.OperationContext) bool {
 // errTooLarge is a response over Config.MaxResponseBytes.
 var errTooLarge = errors.New("upstream: response too large")
 
-// readBounded reads r to its end, or fails with errTooLarge past max
-// bytes, without holding more than max+1 of them.
-func readBounded(r io.Reader, max int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, max+1))
+// readBounded reads r to its end, or fails with errTooLarge past limit
+// bytes, without holding more than limit+1 of them.
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("upstream: reading the response: %w", err)
 	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%w: over %d bytes", errTooLarge, max)
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: over %d bytes", errTooLarge, limit)
 	}
 	return b, nil
 }

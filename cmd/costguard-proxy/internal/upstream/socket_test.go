@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -238,4 +239,50 @@ func TestSubscriptionOverSSE(t *testing.T) {
 	if strings.Join(data, "\n") != strings.Join(want, "\n") {
 		t.Errorf("SSE events %q, want %q", data, want)
 	}
+}
+
+// An upstream that accepts the socket but never acknowledges it fails the
+// subscription within the handshake timeout; it never subscribed, so the
+// error wraps ErrNotExecuted.
+func TestSubscriptionHandshakeTimeout(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := upstreamUpgrader.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return // the proxy gave up
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	var seen notExecuted
+	proxy := newProxy(t, up.URL, proxyOptions{observe: seen.observe, config: func(c *Config) {
+		c.HandshakeTimeout = 100 * time.Millisecond
+	}})
+	c := dialProxy(t, proxy.URL, "graphql-transport-ws", nil, nil)
+	c.subscribe(subscription)
+	if a := c.next(); a.code() != CodeUnavailable || a.Errors[0].Message != "upstream unavailable: timed out" {
+		t.Errorf("%s, want a timeout", a.body)
+	}
+	c.complete()
+	if !seen.seen.Load() {
+		t.Error("a subscription never acknowledged does not wrap ErrNotExecuted")
+	}
+}
+
+func TestSubscriptionEventTooLarge(t *testing.T) {
+	up := newFakeUpstream(t)
+	up.events = []string{events[0], `{"data":{"issueCreated":{"id":"I2","title":"` + strings.Repeat("x", 300) + `"}}}`}
+	up.end = "" // held open: the proxy closes it
+	proxy := newProxy(t, up.URL, proxyOptions{config: func(c *Config) { c.MaxResponseBytes = 200 }})
+	c := dialProxy(t, proxy.URL, "graphql-transport-ws", nil, nil)
+	c.subscribe(subscription)
+	c.next()
+	if a := c.next(); a.code() != CodeUnavailable || a.Errors[0].Message != "upstream unavailable: the event is too large" {
+		t.Errorf("%s, want the event refused", a.body)
+	}
+	c.complete()
 }

@@ -187,7 +187,7 @@ func defaultClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.ResponseHeaderTimeout = DefaultTimeout
-	t.MaxIdleConnsPerHost = 64
+	t.MaxIdleConnsPerHost = 64 // every request goes to one host: Go's 2 would dial anew under load
 	return &http.Client{
 		Transport: t,
 		Timeout:   DefaultTimeout,
