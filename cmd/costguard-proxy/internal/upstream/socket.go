@@ -92,8 +92,8 @@ type stream struct {
 }
 
 // open dials the upstream, waits for its connection_ack and subscribes,
-// all within the handshake timeout. An error wraps ErrNotExecuted: the
-// subscribe message was not sent.
+// all within the handshake timeout. An error before the subscribe message
+// is written wraps ErrNotExecuted.
 func (f *Forwarder) open(ctx context.Context, opCtx *graphql.OperationContext) (*stream, error) {
 	hctx, cancel := context.WithTimeout(ctx, f.handshake)
 	defer cancel()
@@ -173,7 +173,7 @@ func (s *stream) handshake(payload map[string]any) error {
 func (f *Forwarder) initPayload(ctx context.Context) map[string]any {
 	payload := map[string]any{}
 	for key, value := range transport.GetInitPayload(ctx) {
-		if _, ok := f.forwardKey[strings.ToLower(key)]; ok {
+		if f.forwardKey[strings.ToLower(key)] {
 			payload[key] = value
 		}
 	}

@@ -105,8 +105,8 @@ type Forwarder struct {
 	client     *http.Client
 	maxBytes   int64
 	handshake  time.Duration
-	forward    []string          // canonical header names
-	forwardKey map[string]string // lower-case name → canonical, for init payloads
+	forward    []string        // canonical header names
+	forwardKey map[string]bool // the lower-case names, for init payloads
 	headers    func(context.Context) http.Header
 }
 
@@ -140,7 +140,7 @@ func New(cfg Config) (*Forwarder, error) {
 		client:     cfg.Client,
 		maxBytes:   cfg.MaxResponseBytes,
 		handshake:  cfg.HandshakeTimeout,
-		forwardKey: map[string]string{},
+		forwardKey: map[string]bool{},
 		headers:    cfg.Headers,
 	}
 	if f.client == nil {
@@ -162,7 +162,7 @@ func New(cfg Config) (*Forwarder, error) {
 			return nil, fmt.Errorf("%w: ForwardHeaders: %q cannot be forwarded", ErrInvalidConfig, name)
 		}
 		f.forward = append(f.forward, canonical)
-		f.forwardKey[strings.ToLower(canonical)] = canonical
+		f.forwardKey[strings.ToLower(canonical)] = true
 	}
 	return f, nil
 }
