@@ -221,9 +221,15 @@ func TestUpstreamUnavailable(t *testing.T) {
 			url := tc.upstream(t)
 			var seen notExecuted
 			proxy := newProxy(t, url, proxyOptions{config: tc.config, observe: seen.observe})
-			a := post(t, proxy.URL, `{ user(login: "a") { login } }`, nil)
+			a := post(t, proxy.URL, `{ user(login: "a") { repos(first: 20) { name } } }`, nil)
 			if a.status != http.StatusBadGateway || a.code() != CodeUnavailable || string(a.Data) != "null" {
 				t.Fatalf("status %d, %s", a.status, a.body)
+			}
+			// No data to price: the limiter keeps the price (21 of the
+			// anonymous 100). Refunding an operation that never ran is
+			// the limiter's, through ErrNotExecuted.
+			if c := a.cost(t); c.ActualQueryCost != nil || *c.ThrottleStatus.CurrentlyAvailable != 100-21 {
+				t.Errorf("cost %s, want the price of 21 kept", a.Extensions["cost"])
 			}
 			if msg := a.Errors[0].Message; msg != "upstream unavailable: "+tc.reason {
 				t.Errorf("message %q", msg)

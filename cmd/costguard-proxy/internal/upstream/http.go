@@ -176,16 +176,15 @@ func deliver(ctx context.Context, resp *graphql.Response) *graphql.Response {
 }
 
 // unavailable is the response of an operation the upstream did not
-// answer: data null and one CodeUnavailable error whose Err is cause
-// (ErrNotExecuted when the operation never reached the upstream); the
-// request's status becomes 502. reason is for the client: it names no
-// address.
+// answer: one CodeUnavailable error whose Err is cause (ErrNotExecuted when
+// the operation never reached the upstream), and no data, which the client
+// reads as data null; the request's status becomes 502. Data is left nil,
+// not "null": the limiter prices the data of a response to refund what it
+// did not return, and the upstream may have run the whole operation
+// (after a timeout, say). reason is for the client: it names no address.
 func (f *Forwarder) unavailable(ctx context.Context, reason string, cause error) *graphql.Response {
 	setStatus(ctx, http.StatusBadGateway)
-	return &graphql.Response{
-		Data:   json.RawMessage("null"),
-		Errors: gqlerror.List{unavailableError(reason, cause)},
-	}
+	return &graphql.Response{Errors: gqlerror.List{unavailableError(reason, cause)}}
 }
 
 func unavailableError(reason string, cause error) *gqlerror.Error {

@@ -241,7 +241,7 @@ func (s *stream) read(ctx context.Context, stop func() bool) {
 				s.send(ctx, lost("an error message without errors", err))
 				return
 			}
-			s.send(ctx, &graphql.Response{Data: json.RawMessage("null"), Errors: errs})
+			s.send(ctx, &graphql.Response{Errors: errs})
 			return
 		case msgComplete:
 			return
@@ -270,7 +270,7 @@ func (s *stream) send(ctx context.Context, resp *graphql.Response) bool {
 // lost is the last response of a subscription whose upstream failed after
 // it subscribed: the upstream may have run it, so no ErrNotExecuted.
 func lost(reason string, cause error) *graphql.Response {
-	return &graphql.Response{Data: json.RawMessage("null"), Errors: gqlerror.List{unavailableError(reason, cause)}}
+	return &graphql.Response{Errors: gqlerror.List{unavailableError(reason, cause)}}
 }
 
 // failureOf is failure for a socket: a close frame says why.
