@@ -225,10 +225,15 @@ func TestUpstreamUnavailable(t *testing.T) {
 			if a.status != http.StatusBadGateway || a.code() != CodeUnavailable || string(a.Data) != "null" {
 				t.Fatalf("status %d, %s", a.status, a.body)
 			}
-			// No data to price: the limiter keeps the price (21 of the
-			// anonymous 100). Refunding an operation that never ran is
-			// the limiter's, through ErrNotExecuted.
-			if c := a.cost(t); c.ActualQueryCost != nil || *c.ThrottleStatus.CurrentlyAvailable != 100-21 {
+			// An operation that never reached the upstream pays the
+			// limiter's InvalidCost (1) of its price of 21, through
+			// ErrNotExecuted; one the upstream may have run keeps it
+			// whole (no data to price it by).
+			c := a.cost(t)
+			switch {
+			case tc.notExecuted && (c.ActualQueryCost == nil || *c.ActualQueryCost != 1 || *c.ThrottleStatus.CurrentlyAvailable != 100-1):
+				t.Errorf("cost %s, want the price given back but 1", a.Extensions["cost"])
+			case !tc.notExecuted && (c.ActualQueryCost != nil || *c.ThrottleStatus.CurrentlyAvailable != 100-21):
 				t.Errorf("cost %s, want the price of 21 kept", a.Extensions["cost"])
 			}
 			if msg := a.Errors[0].Message; msg != "upstream unavailable: "+tc.reason {

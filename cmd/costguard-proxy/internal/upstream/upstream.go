@@ -23,6 +23,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/costguard/costguard/middleware"
 )
 
 // Defaults of Config.
@@ -51,10 +53,11 @@ const CodeUnavailable = "UPSTREAM_UNAVAILABLE"
 
 // ErrNotExecuted is wrapped by the Err of a CodeUnavailable error when the
 // operation never reached the upstream whole (the connection failed before
-// the request was written), so the upstream cannot have run it. A timeout
-// or a bad answer does not wrap it: the upstream may have run the
-// operation.
-var ErrNotExecuted = errors.New("upstream: operation not executed")
+// the request was written), so the upstream cannot have run it: it is the
+// limiter's middleware.ErrNotExecuted, and the operation's price goes back
+// but InvalidCost. A timeout or a bad answer does not wrap it: the
+// upstream may have run the operation, whose price stands.
+var ErrNotExecuted = middleware.ErrNotExecuted
 
 // ErrInvalidConfig is wrapped by the errors of New.
 var ErrInvalidConfig = errors.New("upstream: invalid config")
