@@ -153,6 +153,10 @@ func TestUpstreamStatusPassesThrough(t *testing.T) {
 	if a.header.Get(middleware.HeaderXRateLimitRemaining) == "" || a.Extensions["cost"] == nil {
 		t.Errorf("the limiter's headers or extensions.cost are missing: %v %s", a.header, a.body)
 	}
+	// The challenge comes with it; the upstream's other headers do not.
+	if got := a.header.Get("WWW-Authenticate"); got != `Bearer realm="upstream"` || a.header.Get("X-Upstream-Internal") != "" {
+		t.Errorf("WWW-Authenticate %q, X-Upstream-Internal %q", got, a.header.Get("X-Upstream-Internal"))
+	}
 	// A 200 stays a 200.
 	up.answer = func(request) (int, string) { return http.StatusOK, `{"data":{"user":null}}` }
 	if a := post(t, proxy.URL, `{ user(login: "a") { login } }`, nil); a.status != http.StatusOK {

@@ -112,6 +112,10 @@ func (u *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	answer := u.answer
 	u.mu.Unlock()
 	status, out := answer(req)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="upstream"`)
+	}
+	w.Header().Set("X-Upstream-Internal", "not for clients")
 	w.Header().Set("Content-Type", "application/graphql-response+json")
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, out)

@@ -61,6 +61,7 @@ func (f *Forwarder) execute(ctx context.Context, opCtx *graphql.OperationContext
 		return f.unavailable(ctx, failure(err), err)
 	}
 	defer resp.Body.Close()
+	keepHeaders(ctx, resp.Header)
 	raw, err := readBounded(resp.Body, f.maxBytes)
 	if err != nil {
 		return f.unavailable(ctx, failure(err), err)

@@ -3,12 +3,41 @@ package upstream
 import (
 	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 )
 
 // exchange is what one client request learns from the upstream.
 type exchange struct {
 	status atomic.Int32 // the upstream's status, when not 200; 0 until known
+
+	mu     sync.Mutex
+	header http.Header // the upstream's RelayedHeaders, to answer with
+}
+
+// RelayedHeaders are the upstream's response headers the client's answer
+// carries: a session the upstream opens (Set-Cookie) and the challenge of
+// its 401 (WWW-Authenticate). The rest of the upstream's headers are its
+// own business: the answer's are the limiter's and gqlgen's.
+var RelayedHeaders = []string{"Set-Cookie", "WWW-Authenticate"}
+
+// keepHeaders records the RelayedHeaders of an upstream response for the
+// request of ctx.
+func keepHeaders(ctx context.Context, h http.Header) {
+	x, ok := ctx.Value(exchangeKey{}).(*exchange)
+	if !ok {
+		return
+	}
+	for _, name := range RelayedHeaders {
+		if v := h.Values(name); len(v) > 0 {
+			x.mu.Lock()
+			if x.header == nil {
+				x.header = make(http.Header, len(RelayedHeaders))
+			}
+			x.header[name] = append(x.header[name], v...)
+			x.mu.Unlock()
+		}
+	}
 }
 
 type exchangeKey struct{}
@@ -66,6 +95,11 @@ func (w *statusWriter) WriteHeader(status int) {
 		if upstream := w.x.status.Load(); status == http.StatusOK && upstream != 0 {
 			status = int(upstream)
 		}
+		w.x.mu.Lock()
+		for name, v := range w.x.header {
+			w.Header()[name] = append(w.Header()[name], v...)
+		}
+		w.x.mu.Unlock()
 	}
 	w.ResponseWriter.WriteHeader(status)
 }
