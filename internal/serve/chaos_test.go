@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 )
 
 // chaosFault is how long each fault of TestChaos lasts: short in CI,
-// longer by hand (COSTGUARD_LONG_TESTS=1 go test ./examples/server -run
+// longer by hand (COSTGUARD_LONG_TESTS=1 go test ./internal/serve -run
 // TestChaos -chaos.fault 20s).
 var chaosFault = flag.Duration("chaos.fault", 1500*time.Millisecond, "how long each fault of TestChaos lasts")
 

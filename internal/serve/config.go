@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ import (
 	"github.com/costguard/costguard/overload"
 )
 
-// errConfig wraps every configuration error, so run can tell a bad file
+// errConfig wraps every configuration error, so Main can tell a bad file
 // (exit status 2, like a bad flag) from a failure to serve.
 var errConfig = errors.New("invalid configuration")
 

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"errors"
@@ -104,6 +104,11 @@ func fillZero(dst, src reflect.Value) {
 // docsPath is the configuration reference, relative to this package.
 var docsPath = filepath.Join("..", "..", "docs", "server.md")
 
+// exampleDir is the example server's directory, which keeps the sample
+// configuration (costguard.yaml) and trusted documents
+// (trusted-documents.json) the docs run it with.
+var exampleDir = filepath.Join("..", "..", "examples", "server")
+
 // The defaults block of docs/server.md writes out every default: the
 // example's choices (defaultConfig) and the library's.
 func TestDocsMatchDefaults(t *testing.T) {
@@ -116,11 +121,11 @@ func TestDocsMatchDefaults(t *testing.T) {
 	assert.Equal(t, withLibraryDefaults(defaultConfig()), withLibraryDefaults(got), "docs/server.md's defaults drifted from the server's and the library's")
 
 	// The sample configuration the docs start the server with is that block.
-	sample, err := os.ReadFile("costguard.yaml")
+	sample, err := os.ReadFile(filepath.Join(exampleDir, "costguard.yaml"))
 	require.NoError(t, err)
 	assert.Equal(t, string(m[1]), regexp.MustCompile("(?m)\\A(#.*\n)*").ReplaceAllString(string(sample), ""),
 		"examples/server/costguard.yaml is not docs/server.md's defaults block under its comment")
-	loaded, err := loadConfig("costguard.yaml")
+	loaded, err := loadConfig(filepath.Join(exampleDir, "costguard.yaml"))
 	require.NoError(t, err)
 	loaded.file, loaded.doc = "", nil // where it came from, not what it says
 	assert.Equal(t, withLibraryDefaults(defaultConfig()), withLibraryDefaults(loaded))

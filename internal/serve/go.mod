@@ -1,4 +1,4 @@
-module github.com/costguard/costguard/examples/server
+module github.com/costguard/costguard/internal/serve
 
 go 1.26.0
 

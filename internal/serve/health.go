@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -30,6 +30,7 @@ type readiness struct {
 	timeout time.Duration               // the store timeout, the limiter's bound on every store call
 	clock   limiter.Clock
 	log     *slog.Logger
+	prog    string // opens the log lines
 
 	// turn is held by the probe that pings, and guards the fields below.
 	turn    chan struct{}
@@ -38,8 +39,8 @@ type readiness struct {
 	err     error
 }
 
-func newReadiness(ping func(context.Context) error, timeout time.Duration, clock limiter.Clock, log *slog.Logger) *readiness {
-	return &readiness{ping: ping, timeout: timeout, clock: clock, log: log, turn: make(chan struct{}, 1)}
+func newReadiness(ping func(context.Context) error, timeout time.Duration, clock limiter.Clock, log *slog.Logger, prog string) *readiness {
+	return &readiness{ping: ping, timeout: timeout, clock: clock, log: log, prog: prog, turn: make(chan struct{}, 1)}
 }
 
 // check reports whether the store answers: the last ping's answer if it
@@ -69,9 +70,9 @@ func (r *readiness) check(ctx context.Context) error {
 	cancel()
 	switch {
 	case err != nil && (!r.checked || r.err == nil):
-		r.log.WarnContext(ctx, "server: the budget store does not answer; /readyz answers 503", "err", err)
+		r.log.WarnContext(ctx, r.prog+": the budget store does not answer; /readyz answers 503", "err", err)
 	case err == nil && r.checked && r.err != nil:
-		r.log.InfoContext(ctx, "server: the budget store answers again; /readyz answers 200")
+		r.log.InfoContext(ctx, r.prog+": the budget store answers again; /readyz answers 200")
 	}
 	r.checked, r.at, r.err = true, now, err
 	return err

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -19,7 +19,7 @@ type keySource struct {
 	lookup   identity.KeyLookup   // nil: the file's keys only
 	metrics  prometheus.Collector // the cache's, for /metrics; nil without one
 	describe string               // for the start-up log; never holds a password
-	close    func()               // run calls it after the HTTP server has shut down
+	close    func()               // Run calls it after the HTTP server has shut down
 }
 
 // openKeys connects to the PostgreSQL database at url (-keys-postgres),

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func TestRunRefusesPostgresKeys(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout strings.Builder
-			err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-admin-addr", "", "-keys-postgres", tt.url}, &stdout, io.Discard, nil)
+			err := Run(context.Background(), []string{"-addr", "127.0.0.1:0", "-admin-addr", "", "-keys-postgres", tt.url}, &stdout, io.Discard, nil, Options{})
 			require.Error(t, err)
 			assert.Equal(t, tt.usage, errors.Is(err, errUsage), "%v", err)
 			assert.Contains(t, err.Error(), tt.errMsg)

@@ -1,54 +1,12 @@
-// Command server is costguard's example API: the graph package's GitHub-like
-// schema on GraphQL and three REST routes, every request priced and debited
-// from its principal's token bucket.
+// Package serve is the body of costguard's servers: flags, the YAML
+// configuration and its reloads, the budget store, API keys, the limiter
+// in front of a gqlgen handler, the probes, metrics and admin API, and a
+// graceful shutdown. The example server (examples/server) is Main with
+// the zero Options; another binary passes the Options that set it apart.
 //
-//	go run ./examples/server                       # :8080, in-memory budgets
-//	go run ./examples/server -redis localhost:6379  # or redis://[:password@]localhost:6379/0
-//	go run ./examples/server -redis-cluster 10.0.0.1:7000,10.0.0.2:7000
-//	go run ./examples/server -config costguard.yaml
-//	go run ./examples/server -keys-postgres postgres://localhost/costguard
-//
-// Routes:
-//
-//	GET  /                     GraphiQL, to explore the schema
-//	GET  /graphql, POST /graphql
-//	GET  /api/users/{login}    costs 1 point (rest.default_cost)
-//	GET  /api/search?q=        costs 10 points (rest.routes); 503 degraded under load
-//	POST /api/login            costs 1 point; 5 attempts in any 15 minutes per client address (rest.route_limits)
-//	GET  /healthz              200 while serving; unlimited
-//	GET  /readyz               200 when the budget store answers a ping, else 503; unlimited
-//
-// and on the admin listener (-admin-addr, default 127.0.0.1:9091) the
-// probes again, GET /metrics (Prometheus metrics, docs/operations.md;
-// unlimited, and never on the public port, where a scrape would be
-// unmetered work), and package admin's routes behind a bearer token
-// (-admin-token-file or admin.token_sha256; a loopback-only listener may
-// go without):
-//
-//	GET    /admin/principals/{principal}           plan, override and budgets
-//	PUT    /admin/principals/{principal}/override  {"plan": "pro"} or limits, optionally "until"
-//	DELETE /admin/principals/{principal}/override
-//	GET    /admin/top, /admin/operations, /admin/stats, /admin/stats/history
-//	GET    /admin/list-sizes                       the list sizes responses returned, the sizes to assume
-//	GET    /admin/                                 a dashboard of those (the page needs no token)
-//
-// Requests with "Authorization: Bearer demo-free-key" (or X-API-Key) spend
-// alice's budget on the free plan (5000 points an hour); requests without a
-// key spend their IP address's budget on the anon plan (500 an hour).
-// docs/server.md describes the flags and every configuration key.
-//
-// Under load, requests are shed by lane: anonymous ones first, with a
-// proof-of-work challenge a client can solve to be admitted; checkout
-// (createIssue) last. demo_latency slows the resolvers for a demo.
-//
-// SIGHUP re-reads the -config file and swaps plans, API keys, modes, route
-// costs and GraphQL limits without dropping a request; docs/server.md's
-// "Reloading" says what takes a restart instead.
-//
-// The process is a thin shell around run (flags, store, listener, reloads
-// on SIGHUP, graceful shutdown on SIGINT or SIGTERM) and newServer (the
-// handler), which the tests drive directly.
-package main
+// Run (the whole process but its signals) and newServer (the handler)
+// are what the tests drive directly.
+package serve
 
 import (
 	"context"
@@ -68,8 +26,59 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
+
 	"github.com/costguard/costguard/limiter/redisstore"
 )
+
+// Options are what set one binary built on this package apart from
+// another. The zero Options is the example server: its name, its
+// start-up line, its flags, and the demo schema with the demo parts.
+type Options struct {
+	// Program names the binary: its flag set, the prefix of the errors
+	// Main prints and of its log lines. "": "server".
+	Program string
+	// Banner opens the start-up line, "Banner on http://host:port
+	// (budgets: …)". "": "costguard example server".
+	Banner string
+	// Flags, when set, adds the binary's own flags to fs before the
+	// arguments are parsed, and returns what checks them after (nil:
+	// nothing to check). An error of the check is a usage error: exit
+	// status 2.
+	Flags func(fs *flag.FlagSet) (check func() error)
+	// Schema, when set, builds the schema served on /graphql in place of
+	// the demo one, once at start: after the flags are parsed and checked
+	// and the configuration is read, before the budget store is opened.
+	// ctx is Run's; logger is the process's. An error stops the start.
+	// The configuration's field limits and trusted documents are checked
+	// against its Schema().
+	Schema func(ctx context.Context, logger *slog.Logger) (graphql.ExecutableSchema, error)
+	// NoDemo leaves the demo parts out: the REST routes under /api/, the
+	// GraphiQL page on /, and demo_latency, which the configuration may
+	// then not set. A Schema needs it: the demo parts serve the demo
+	// schema's data.
+	NoDemo bool
+	// WrapGraphQL, when set, wraps the handler of /graphql once, outside
+	// the limiter: it sees each request before the limiter does and each
+	// status and header the limiter writes.
+	WrapGraphQL func(http.Handler) http.Handler
+}
+
+// program is o.Program, its default filled in.
+func (o Options) program() string {
+	if o.Program == "" {
+		return "server"
+	}
+	return o.Program
+}
+
+// banner is o.Banner, its default filled in.
+func (o Options) banner() string {
+	if o.Banner == "" {
+		return "costguard example server"
+	}
+	return o.Banner
+}
 
 // HTTP server bounds: no client can hold a connection or a handler forever.
 const (
@@ -82,22 +91,26 @@ const (
 	defaultShutdownTimeout = 10 * time.Second
 )
 
-func main() {
+// Main is a binary's func main: it runs Run with the process's arguments,
+// stdout and stderr until SIGINT or SIGTERM, reloads the -config file on
+// SIGHUP, and exits with status 2 for a usage or configuration error and
+// 1 for any other, printing it after the program's name.
+func Main(opts Options) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// SIGHUP reloads the -config file. One pending signal is enough: those
 	// that arrive during a reload ask for the same file again.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup)
+	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup, opts)
 	signal.Stop(hup)
 	stop()
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 	case errors.Is(err, errUsage), errors.Is(err, errConfig):
-		fmt.Fprintln(os.Stderr, "server:", err)
+		fmt.Fprintln(os.Stderr, opts.program()+":", err)
 		os.Exit(2)
 	default:
-		fmt.Fprintln(os.Stderr, "server:", err)
+		fmt.Fprintln(os.Stderr, opts.program()+":", err)
 		os.Exit(1)
 	}
 }
@@ -105,13 +118,21 @@ func main() {
 // errUsage wraps errors in the command line.
 var errUsage = errors.New("usage")
 
-// run serves until ctx is done, then shuts down gracefully. It prints the
-// address it listens on to stdout, and flag errors and logs to stderr. Each
-// value reload delivers re-reads the -config file (main feeds it SIGHUP;
-// nil: never). Its errors carry no "server:" prefix: main adds the one
-// prefix.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-chan os.Signal) error {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+// flagValues are the command line, parsed.
+type flagValues struct {
+	addr, adminAddr    string
+	redisAddr, cluster string
+	keysPostgres       string
+	adminTokenFile     string
+	cfgPath            string
+	level              slog.Level
+	shutdownTimeout    time.Duration
+}
+
+// parseFlags parses args into the server's flags and opts.Flags'. Every
+// error but flag.ErrHelp wraps errUsage.
+func parseFlags(args []string, stderr io.Writer, opts Options) (flagValues, error) {
+	fs := flag.NewFlagSet(opts.program(), flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", ":8080", "listen `address`")
 	adminAddr := fs.String("admin-addr", defaultAdminAddr,
@@ -130,58 +151,92 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	cfgPath := fs.String("config", "", "YAML configuration `file` (docs/server.md); unset: built-in defaults")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout,
 		"on SIGINT or SIGTERM, how long requests in flight may take to finish")
+	var check func() error
+	if opts.Flags != nil {
+		check = opts.Flags(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return flagValues{}, err
 		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return flagValues{}, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+		return flagValues{}, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil || strings.ContainsAny(*logLevel, "+-0123456789") {
-		return fmt.Errorf("%w: -log-level %q: write debug, info, warn or error", errUsage, *logLevel)
+		return flagValues{}, fmt.Errorf("%w: -log-level %q: write debug, info, warn or error", errUsage, *logLevel)
 	}
 	if *shutdownTimeout <= 0 {
-		return fmt.Errorf("%w: -shutdown-timeout %v: it must be positive", errUsage, *shutdownTimeout)
+		return flagValues{}, fmt.Errorf("%w: -shutdown-timeout %v: it must be positive", errUsage, *shutdownTimeout)
 	}
+	if check != nil {
+		if err := check(); err != nil {
+			return flagValues{}, fmt.Errorf("%w: %w", errUsage, err)
+		}
+	}
+	return flagValues{
+		addr: *addr, adminAddr: *adminAddr, redisAddr: *redisAddr, cluster: *cluster, keysPostgres: *keysPostgres,
+		adminTokenFile: *adminTokenFile, cfgPath: *cfgPath, level: level, shutdownTimeout: *shutdownTimeout,
+	}, nil
+}
 
-	cfg, err := loadConfig(*cfgPath)
+// Run serves until ctx is done, then shuts down gracefully. It prints the
+// address it listens on to stdout, and flag errors and logs to stderr. Each
+// value reload delivers re-reads the -config file (Main feeds it SIGHUP;
+// nil: never). Its errors carry no program prefix: Main adds the one
+// prefix.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-chan os.Signal, opts Options) error {
+	f, err := parseFlags(args, stderr, opts)
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	adminToken, err := adminTokenSHA256(*adminTokenFile, cfg.Admin.TokenSHA256, *adminAddr)
+	cfg, err := loadConfig(f.cfgPath)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.level}))
+	adminToken, err := adminTokenSHA256(f.adminTokenFile, cfg.Admin.TokenSHA256, f.adminAddr)
 	if err != nil {
 		return err
 	}
 	// go-redis logs through a process-wide logger of its own: send its
 	// pool messages to ours, at debug level, rather than to stderr.
 	redisstore.SetGoRedisLogger(logger)
+	d := deps{logger: logger, adminTokenSHA256: adminToken, program: opts.program(), noDemo: opts.NoDemo, wrapGraphQL: opts.WrapGraphQL}
+	if opts.Schema != nil {
+		if d.schema, err = opts.Schema(ctx, logger); err != nil {
+			return err
+		}
+		if d.schema == nil {
+			return errors.New("Options.Schema returned no schema")
+		}
+	}
 
 	// The shutdown runs the deferred calls below in reverse: after the HTTP
 	// server has stopped (no request in flight), the limiter closes, which
 	// returns split-budget leases and refunds through the store, and then
 	// the store closes, which sends what its batcher holds and closes the
 	// client.
-	st, err := openStore(ctx, *redisAddr, *cluster)
+	st, err := openStore(ctx, f.redisAddr, f.cluster)
 	if err != nil {
 		return err
 	}
 	defer st.close()
+	d.store, d.ping, d.overrides, d.spendersShared = st.store, st.ping, st.overrides, st.shared
 
-	keys, err := openKeys(ctx, *keysPostgres)
+	keys, err := openKeys(ctx, f.keysPostgres)
 	if err != nil {
 		return err
 	}
 	defer keys.close()
 	if keys.lookup != nil {
-		logger.Info("server: API keys from the configuration file, then from " + keys.describe)
+		logger.Info(d.program + ": API keys from the configuration file, then from " + keys.describe)
 	}
+	d.keys, d.keyMetrics = keys.lookup, keys.metrics
 
-	h, cleanup, err := newServer(cfg, deps{store: st.store, ping: st.ping, logger: logger, keys: keys.lookup, keyMetrics: keys.metrics,
-		overrides: st.overrides, spendersShared: st.shared, adminTokenSHA256: adminToken})
+	h, cleanup, err := newServer(cfg, d)
 	if err != nil {
 		return err
 	}
@@ -193,59 +248,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	watching := make(chan struct{})
 	go func() {
 		defer close(watching)
-		h.watchReloads(watchCtx, reload, *cfgPath)
+		h.watchReloads(watchCtx, reload, f.cfgPath)
 	}()
 	defer func() {
 		stopWatching()
 		<-watching
 	}()
-
-	ln, err := net.Listen("tcp", *addr)
+	ln, adminLn, err := listen(f.addr, f.adminAddr)
 	if err != nil {
-		return err // "listen tcp …: bind: address already in use"
+		return err
 	}
-	var adminLn net.Listener
-	if *adminAddr != "" {
-		if adminLn, err = net.Listen("tcp", *adminAddr); err != nil {
+	fmt.Fprintf(stdout, "%s on %s (budgets: %s)\n", opts.banner(), displayURL(ln.Addr()), st.describe)
+	return h.serve(ctx, ln, adminLn, stdout, f.shutdownTimeout, adminToken != "")
+}
+
+// listen opens the public listener at addr and, unless adminAddr is "",
+// the admin listener at adminAddr.
+func listen(addr, adminAddr string) (ln, adminLn net.Listener, err error) {
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		return nil, nil, err // "listen tcp …: bind: address already in use"
+	}
+	if adminAddr != "" {
+		if adminLn, err = net.Listen("tcp", adminAddr); err != nil {
 			ln.Close()
-			return fmt.Errorf("admin listener: %w", err)
+			return nil, nil, fmt.Errorf("admin listener: %w", err)
 		}
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	fmt.Fprintf(stdout, "costguard example server on %s (budgets: %s)\n", displayURL(ln.Addr()), st.describe)
+	return ln, adminLn, nil
+}
 
+// serve serves h on ln and its admin handler on adminLn (nil: none) until
+// ctx is done, then shuts down gracefully, waiting up to shutdownTimeout
+// for the requests in flight. tokenAsked says whether the admin API asks
+// for a bearer token.
+func (h *server) serve(ctx context.Context, ln, adminLn net.Listener, stdout io.Writer, shutdownTimeout time.Duration, tokenAsked bool) error {
+	srv := h.httpServer(h.Handler)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if adminLn != nil {
-		admin := &http.Server{
-			Handler:           h.admin,
-			ReadHeaderTimeout: readHeaderTimeout,
-			ReadTimeout:       readTimeout,
-			WriteTimeout:      writeTimeout,
-			IdleTimeout:       idleTimeout,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		}
-		fmt.Fprintf(stdout, "admin endpoints (/metrics, /healthz, /readyz) on %s\n", displayURL(adminLn.Addr()))
-		fmt.Fprintf(stdout, "dashboard on %s/admin/\n", displayURL(adminLn.Addr()))
-		if adminToken == "" {
-			logger.Warn("server: the admin API (/admin/principals/…) is served WITHOUT a token: the admin listener is loopback-only, so only this machine reaches it, and it answers only requests for 127.0.0.1, [::1] or localhost from no web page or its own; give -admin-token-file or admin.token_sha256 to ask for one",
-				"admin_addr", adminLn.Addr().String())
-		} else {
-			logger.Info("server: the admin API (/admin/principals/…) asks for a bearer token", "admin_addr", adminLn.Addr().String())
-		}
-		adminServed := make(chan error, 1)
-		go func() { adminServed <- admin.Serve(adminLn) }()
-		defer func() {
-			_ = admin.Close() // scrapes and probes need no graceful end
-			<-adminServed
-		}()
+		defer h.serveAdmin(adminLn, stdout, tokenAsked)()
 	}
 	// The pid to signal: under go run, the pid of go run itself is not the
 	// server's, and signalling it would kill go run and orphan the server.
@@ -259,9 +300,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	// Shutdown closes the listener at once (new connections are refused)
 	// and waits for the requests in flight; past the deadline, Close cuts
 	// the connections of those still running.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	if err != nil {
 		err = errors.Join(err, srv.Close())
 	}
@@ -270,6 +311,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// serveAdmin serves the admin handler on ln, says where, and warns when
+// its API asks for no token. It returns what stops it.
+func (h *server) serveAdmin(ln net.Listener, stdout io.Writer, tokenAsked bool) (stop func()) {
+	admin := h.httpServer(h.admin)
+	fmt.Fprintf(stdout, "admin endpoints (/metrics, /healthz, /readyz) on %s\n", displayURL(ln.Addr()))
+	fmt.Fprintf(stdout, "dashboard on %s/admin/\n", displayURL(ln.Addr()))
+	if !tokenAsked {
+		h.log.Warn(h.prog+": the admin API (/admin/principals/…) is served WITHOUT a token: the admin listener is loopback-only, so only this machine reaches it, and it answers only requests for 127.0.0.1, [::1] or localhost from no web page or its own; give -admin-token-file or admin.token_sha256 to ask for one",
+			"admin_addr", ln.Addr().String())
+	} else {
+		h.log.Info(h.prog+": the admin API (/admin/principals/…) asks for a bearer token", "admin_addr", ln.Addr().String())
+	}
+	served := make(chan error, 1)
+	go func() { served <- admin.Serve(ln) }()
+	return func() {
+		_ = admin.Close() // scrapes and probes need no graceful end
+		<-served
+	}
+}
+
+// httpServer is an HTTP server of h's bounds for handler, logging to h's
+// logger.
+func (h *server) httpServer(handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+	}
 }
 
 // maxTokenFileBytes bounds what -admin-token-file reads.

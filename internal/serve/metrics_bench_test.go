@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"log/slog"
@@ -16,7 +16,7 @@ import (
 // the port gives.
 // Run them together for the ratios:
 //
-//	go test ./examples/server -run '^$' -bench 'Metrics|PublicHealthz'
+//	go test ./internal/serve -run '^$' -bench 'Metrics|PublicHealthz'
 func BenchmarkPublicMetrics404(b *testing.B) {
 	s := metricsBenchServer(b)
 	benchGET(b, s.Handler, "/metrics", http.StatusNotFound)

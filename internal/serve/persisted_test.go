@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -266,7 +266,7 @@ func TestExampleTrustedDocuments(t *testing.T) {
 // and nothing else does.
 func TestExampleManifest(t *testing.T) {
 	dir := t.TempDir()
-	manifest, err := filepath.Abs("trusted-documents.json")
+	manifest, err := filepath.Abs(filepath.Join(exampleDir, "trusted-documents.json"))
 	require.NoError(t, err)
 	_, srv := persistedServer(t, nil, filepath.Join(dir, "costguard.yaml"), "trusted_documents: {file: "+manifest+", mode: enforce}\n")
 	m, err := trusteddocs.Load(manifest, 0)

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"encoding/json"
@@ -68,7 +68,7 @@ func TestRunWithRedisCluster(t *testing.T) {
 func TestRunRedisUnreachable(t *testing.T) {
 	rs := redistest.StartServer(t)
 	require.NoError(t, rs.Stop())
-	err := run(t.Context(), []string{"-addr", "127.0.0.1:0", "-redis", "redis://" + rs.Addr()}, io.Discard, io.Discard, nil)
+	err := Run(t.Context(), []string{"-addr", "127.0.0.1:0", "-redis", "redis://" + rs.Addr()}, io.Discard, io.Discard, nil, Options{})
 	require.Error(t, err)
 	assert.True(t, strings.HasPrefix(err.Error(), "Redis at "+rs.Addr()+", db 0 does not answer"),
 		"main adds the only prefix: %v", err)

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 )
 
 // watchReloads reloads the configuration file at path each time reload
-// delivers (main feeds it SIGHUP), one reload at a time, until ctx is
+// delivers (Main feeds it SIGHUP), one reload at a time, until ctx is
 // done. Without a file there is nothing to re-read, and it says so.
 func (s *server) watchReloads(ctx context.Context, reload <-chan os.Signal, path string) {
 	for {
@@ -23,7 +23,7 @@ func (s *server) watchReloads(ctx context.Context, reload <-chan os.Signal, path
 			return
 		case <-reload:
 			if path == "" {
-				s.log.WarnContext(ctx, "server: reload asked, but there is no -config file to re-read; the built-in defaults stay")
+				s.log.WarnContext(ctx, s.prog+": reload asked, but there is no -config file to re-read; the built-in defaults stay")
 				continue
 			}
 			_ = s.reload(path) // logged
@@ -48,19 +48,23 @@ func (s *server) reload(path string) error {
 
 	next, err := loadConfig(path)
 	if err == nil {
-		kept := next.keepRestartKeys(s.cfg)
-		if err = s.apply(next); err == nil {
+		var kept []string
+		if err = s.checkDemo(next); err == nil {
+			kept = next.keepRestartKeys(s.cfg)
+			err = s.apply(next)
+		}
+		if err == nil {
 			if len(kept) > 0 {
-				s.log.Warn("server: reload: these keys take a restart to change; their running values stay",
+				s.log.Warn(s.prog+": reload: these keys take a restart to change; their running values stay",
 					"file", path, "keys", strings.Join(kept, ", "))
 			}
-			s.log.Info("server: configuration reloaded", "file", path)
+			s.log.Info(s.prog+": configuration reloaded", "file", path)
 			return nil
 		}
 		err = refusedConfig{file: path, doc: next.doc, err: err}
 	}
 	// err names the file and the key path, and the line of a mistake of shape.
-	s.log.Warn("server: reload refused; the running configuration stays", "file", path, "err", err)
+	s.log.Warn(s.prog+": reload refused; the running configuration stays", "file", path, "err", err)
 	return err
 }
 

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -26,17 +26,22 @@ import (
 
 // The shared Redis Cluster of redis_test.go is removed after the last test.
 // TestMain also lets the test binary serve as the example server itself
-// (main, with the arguments it was started with) when envServeMain is set:
+// (Main, with the arguments it was started with) when envServeMain is set:
 // TestSIGTERM signals that process as an orchestrator would.
 func TestMain(m *testing.M) {
 	if os.Getenv(envServeMain) == "1" {
-		main()
+		Main(Options{Program: os.Getenv(envServeProgram)})
 		return
 	}
 	redistest.Main(m)
 }
 
-const envServeMain = "COSTGUARD_SERVE_MAIN"
+const (
+	envServeMain = "COSTGUARD_SERVE_MAIN"
+	// envServeProgram is the Options.Program of that process; unset: the
+	// zero Options, the example server's.
+	envServeProgram = "COSTGUARD_SERVE_PROGRAM"
+)
 
 // lines collects what run prints, line by line, for a test to wait on.
 type lines struct {
@@ -141,23 +146,34 @@ type running struct {
 	stop         func() error
 }
 
-// startRun calls run with args and waits until it listens. It fails the
-// test if run returns first.
+// startRun calls Run with args and waits until it listens. It fails the
+// test if Run returns first.
 func startRun(t *testing.T, args ...string) *running {
 	t.Helper()
 	return startRunReloading(t, nil, args...)
 }
 
-// startRunReloading is startRun with reload as run's reload trigger.
+// startRunReloading is startRun with reload as Run's reload trigger.
 func startRunReloading(t *testing.T, reload <-chan os.Signal, args ...string) *running {
 	t.Helper()
+	return startRunWith(t, reload, Options{}, args...)
+}
+
+// startRunWith is startRunReloading with opts, whose banner opens the
+// start-up line.
+func startRunWith(t *testing.T, reload <-chan os.Signal, opts Options, args ...string) *running {
+	t.Helper()
+	startLine := startLine
+	if opts.Banner != "" {
+		startLine = regexp.MustCompile("^" + regexp.QuoteMeta(opts.Banner) + ` on (http://\S+) \(budgets: (.*)\)$`)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errs := newLines(), &syncBuffer{}
 	done := make(chan error, 1)
 	if !slices.Contains(args, "-admin-addr") {
 		args = append([]string{"-admin-addr", "127.0.0.1:0"}, args...) // never the fixed default port in tests
 	}
-	go func() { done <- run(ctx, args, out, errs, reload) }()
+	go func() { done <- Run(ctx, args, out, errs, reload, opts) }()
 
 	var once sync.Once
 	var runErr error
@@ -187,7 +203,7 @@ func startRunReloading(t *testing.T, reload <-chan os.Signal, args ...string) *r
 		return r
 	case err := <-done:
 		done <- err // for stop, run by Cleanup
-		t.Fatalf("run returned before serving: %v\nstderr: %s", err, errs.String())
+		t.Fatalf("Run returned before serving: %v\nstderr: %s", err, errs.String())
 		return nil
 	}
 }
@@ -284,7 +300,7 @@ func TestRunRefusesToStart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("REDIS_URL", tt.env)
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), append([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr, nil)
+			err := Run(context.Background(), append([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, tt.args...), &stdout, &stderr, nil, Options{})
 			require.Error(t, err)
 			assert.ErrorIs(t, err, tt.is)
 			assert.Contains(t, err.Error(), tt.errMsg)
@@ -299,7 +315,7 @@ func TestRunRefusesToStart(t *testing.T) {
 func TestRunListenFailure(t *testing.T) {
 	srv := startRun(t, "-addr", "127.0.0.1:0")
 	addr := strings.TrimPrefix(srv.url, "http://")
-	err := run(context.Background(), []string{"-addr", addr, "-admin-addr", "127.0.0.1:0"}, io.Discard, io.Discard, nil)
+	err := Run(context.Background(), []string{"-addr", addr, "-admin-addr", "127.0.0.1:0"}, io.Discard, io.Discard, nil, Options{})
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, errUsage) || errors.Is(err, errConfig), "a busy port is not a usage error: %v", err)
 	assert.Contains(t, err.Error(), "address already in use")

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -70,6 +71,17 @@ type deps struct {
 	logger *slog.Logger
 	// resolver serves the data; nil: a freshly seeded graph.Resolver.
 	resolver *graph.Resolver
+	// schema, when set, is served instead of resolver's (Options.Schema);
+	// it needs noDemo.
+	schema graphql.ExecutableSchema
+	// noDemo leaves out the REST demo routes, the GraphiQL page and
+	// demo_latency (Options.NoDemo).
+	noDemo bool
+	// wrapGraphQL, when set, wraps /graphql's handler outside the limiter
+	// (Options.WrapGraphQL).
+	wrapGraphQL func(http.Handler) http.Handler
+	// program opens the log lines; "": "server" (Options.Program).
+	program string
 	// queueTimer times a queued critical request's wait (lanes[].queue);
 	// nil: time.NewTimer. Tests inject one that never fires, so a request
 	// that answers while every slot is held was never queued.
@@ -90,7 +102,7 @@ type deps struct {
 	// /admin/list-sizes); nil: this process's alone.
 	spendersShared redis.UniversalClient
 	// adminTokenSHA256 is the hex SHA-256 of the admin API's bearer token;
-	// "": the API asks for none (run allows that only on a loopback-only
+	// "": the API asks for none (Run allows that only on a loopback-only
 	// admin listener).
 	adminTokenSHA256 string
 	// storeTimeout bounds each store call over the file's store_timeout;
@@ -117,7 +129,9 @@ type server struct {
 	reg     *prometheus.Registry // this server's metrics, Go's and the process's
 	d       deps                 // the store, clock and logger every limiter configuration gets
 	log     *slog.Logger
-	res     *graph.Resolver
+	prog    string                   // opens the log lines: the program's name
+	schema  graphql.ExecutableSchema // served on /graphql
+	res     *graph.Resolver          // the demo schema's data; nil when schema is another
 	// challenger is the PoW of lanes with challenge: pow; nil when no lane
 	// asked for one at start.
 	challenger *challenge.PoW
@@ -136,55 +150,39 @@ type server struct {
 	sizes *complexity.ListSizeRecorder
 }
 
-// newServer builds the example API: the GraphiQL page on /, GraphQL on
-// /graphql (GET and POST) and the REST demo routes under /api/, all drawing
-// on one per-principal budget, and the probes /healthz and /readyz, which
-// draw on none. cleanup releases what the server owns (not
-// d.store); call it after the HTTP server has shut down.
+// newServer builds the API: GraphQL on /graphql (GET and POST) and, with
+// the demo parts, the GraphiQL page on / and the REST demo routes under
+// /api/, all drawing on one per-principal budget, and the probes /healthz
+// and /readyz, which draw on none. cleanup releases what the server owns
+// (not d.store); call it after the HTTP server has shut down.
 func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) {
-	s = &server{d: d, log: d.logger, res: d.resolver, cfg: cfg}
+	s = &server{d: d, log: d.logger, prog: d.program, schema: d.schema, res: d.resolver, cfg: cfg}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if s.res == nil {
-		s.res = graph.NewResolver(graph.WithLatency(cfg.DemoLatency))
+	if s.prog == "" {
+		s.prog = "server"
+	}
+	if s.schema != nil && !d.noDemo {
+		return nil, nil, errors.New("a schema of its own needs the demo parts left out: they serve the demo schema's data")
+	}
+	if err := s.checkDemo(cfg); err != nil {
+		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
+	}
+	if s.schema == nil {
+		if s.res == nil {
+			s.res = graph.NewResolver(graph.WithLatency(cfg.DemoLatency))
+		}
+		s.schema = s.res.Schema()
 	}
 	if cfg.needsChallenger() {
-		if s.challenger, err = newChallenger(cfg.Challenge, s.log); err != nil {
+		if s.challenger, err = newChallenger(cfg.Challenge, s.log, s.prog); err != nil {
 			return nil, nil, err
 		}
 	}
-	// A registry of its own, not Prometheus's default: a process (or a
-	// test) may build several servers.
-	s.reg = prometheus.NewRegistry()
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if s.d.keyMetrics != nil {
-		s.reg.MustRegister(s.d.keyMetrics)
-	}
-	if s.metrics, err = prommetrics.New(prommetrics.WithRegisterer(s.reg)); err != nil {
+	if err := s.newObservers(); err != nil {
 		return nil, nil, err
 	}
-	if s.spend, err = spenders.New(spenders.Config{}); err != nil {
-		return nil, nil, err
-	}
-	if s.recent, err = timeline.New(timeline.Config{}); err != nil {
-		return nil, nil, err
-	}
-	if s.ops, err = opcosts.New(opcosts.Config{}); err != nil {
-		return nil, nil, err
-	}
-	// The 20 costliest operation names, a bounded label.
-	opMetrics, err := prommetrics.Operations(s.ops, 20)
-	if err != nil {
-		return nil, nil, err
-	}
-	s.reg.MustRegister(opMetrics)
-	since := time.Now()
-	if d.clock != nil {
-		since = d.clock.Now()
-	}
-	s.stats = adminapi.NewStats(since, func() (middleware.Load, bool) { return s.lim.Load() })
-	s.sizes = complexity.NewListSizeRecorder()
 	mdeps, policy := s.limiterConfig(cfg)
 	if s.lim, err = middleware.New(mdeps, policy); err != nil {
 		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
@@ -192,30 +190,10 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	// The shedder's count, its high-water mark (which sampling the count
 	// between two scrapes would miss), capacity and lanes.
 	s.reg.MustRegister(prommetrics.Load(s.lim.Load))
-	if s.cache, err = querycache.New(cfg.GraphQL.QueryCacheEntries, cfg.GraphQL.QueryCacheBytes); err != nil {
-		s.lim.Close()
-		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
-	}
-	if s.persisted, err = querycache.NewPersisted(0, 0); err != nil {
+	if err := s.buildGraphQL(cfg); err != nil {
 		s.lim.Close()
 		return nil, nil, err
 	}
-	if err := s.lim.CheckSchema(s.res.Schema().Schema()); err != nil { // field limits and trusted documents name fields of the schema
-		s.lim.Close()
-		return nil, nil, refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
-	}
-	s.gql.set(s.graphQL(cfg))
-
-	rest := &restAPI{res: s.res, log: s.log, retryAfter: func() int64 {
-		return overload.RetryAfter(overload.DefaultRetryAfterMax, rand.Float64)
-	}}
-	api := http.NewServeMux()
-	api.HandleFunc("GET /api/users/{login}", rest.getUser)
-	api.HandleFunc("GET /api/search", rest.search)
-	api.HandleFunc("POST /api/login", rest.login)
-	api.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "not_found"})
-	})
 
 	// The probes and /metrics are outside the limiter: never identified,
 	// priced or debited, so an exhausted budget never fails a health check
@@ -228,74 +206,154 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 	if clock == nil {
 		clock = limiter.SystemClock{}
 	}
+	readiness := newReadiness(d.ping, timeout, clock, s.log, s.prog)
+	publish, err := s.buildAdmin(readiness, clock)
+	if err != nil {
+		s.lim.Close()
+		return nil, nil, err
+	}
+	s.Handler = s.publicRoutes(readiness)
+	stopPublishing := publish()
+	closeLimiter := s.watchDataLoss()
+	return s, func() error { stopPublishing(); return closeLimiter() }, nil
+}
 
-	readiness := newReadiness(d.ping, timeout, clock, s.log)
+// checkDemo refuses, without the demo parts, a configuration that sets
+// demo_latency: nothing would honour it.
+func (s *server) checkDemo(cfg config) error {
+	if s.d.noDemo && cfg.DemoLatency != 0 {
+		return &budget.ConfigError{Path: []string{"demo_latency"}, Err: errors.New("this server has no demo resolvers to slow: remove the key")}
+	}
+	return nil
+}
+
+// newObservers builds what counts the decisions (s.observe) and the
+// registry /metrics serves.
+func (s *server) newObservers() (err error) {
+	// A registry of its own, not Prometheus's default: a process (or a
+	// test) may build several servers.
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.d.keyMetrics != nil {
+		s.reg.MustRegister(s.d.keyMetrics)
+	}
+	if s.metrics, err = prommetrics.New(prommetrics.WithRegisterer(s.reg)); err != nil {
+		return err
+	}
+	if s.spend, err = spenders.New(spenders.Config{}); err != nil {
+		return err
+	}
+	if s.recent, err = timeline.New(timeline.Config{}); err != nil {
+		return err
+	}
+	if s.ops, err = opcosts.New(opcosts.Config{}); err != nil {
+		return err
+	}
+	// The 20 costliest operation names, a bounded label.
+	opMetrics, err := prommetrics.Operations(s.ops, 20)
+	if err != nil {
+		return err
+	}
+	s.reg.MustRegister(opMetrics)
+	since := time.Now()
+	if s.d.clock != nil {
+		since = s.d.clock.Now()
+	}
+	s.stats = adminapi.NewStats(since, func() (middleware.Load, bool) { return s.lim.Load() })
+	s.sizes = complexity.NewListSizeRecorder()
+	return nil
+}
+
+// buildGraphQL checks the schema against cfg and builds the GraphQL
+// handler, with the caches every later rebuild shares.
+func (s *server) buildGraphQL(cfg config) (err error) {
+	if s.cache, err = querycache.New(cfg.GraphQL.QueryCacheEntries, cfg.GraphQL.QueryCacheBytes); err != nil {
+		return refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
+	}
+	if s.persisted, err = querycache.NewPersisted(0, 0); err != nil {
+		return err
+	}
+	if err := s.lim.CheckSchema(s.schema.Schema()); err != nil { // field limits and trusted documents name fields of the schema
+		return refusedConfig{file: cfg.file, doc: cfg.doc, err: err}
+	}
+	s.gql.set(s.graphQL(cfg))
+	return nil
+}
+
+// buildAdmin builds the admin listener's handler into s.admin: the
+// probes, /metrics and package admin's routes. With Redis, every
+// process's top spenders and list sizes meet there; publish starts the
+// goroutines that publish this process's and returns what stops them.
+func (s *server) buildAdmin(readiness *readiness, clock limiter.Clock) (publish func() (stop func()), err error) {
 	admin := http.NewServeMux()
 	admin.HandleFunc("GET /healthz", healthz)
 	admin.Handle("GET /readyz", readiness)
 	admin.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	adminCfg := adminapi.Config{
-		TokenSHA256: d.adminTokenSHA256, NoToken: d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Operations: s.ops, Stats: s.stats, Clock: clock,
+		TokenSHA256: s.d.adminTokenSHA256, NoToken: s.d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Operations: s.ops, Stats: s.stats, Clock: clock,
 		ListSizes: s.sizes,
 	}
-	// With Redis, every process's top spenders meet there (published by
-	// the goroutine started below), and /admin/top answers for all.
-	var shared *redisspenders.Shared
-	if d.spendersShared != nil {
-		if shared, err = redisspenders.New(redisspenders.Config{Client: d.spendersShared, Tracker: s.spend}); err != nil {
-			s.lim.Close()
-			return nil, nil, err
+	publish = func() func() { return func() {} }
+	if s.d.spendersShared != nil {
+		shared, err := redisspenders.New(redisspenders.Config{Client: s.d.spendersShared, Tracker: s.spend})
+		if err != nil {
+			return nil, err
 		}
-		adminCfg.SharedSpenders = shared
-	}
-	var sharedSizes *redislistsizes.Shared
-	if d.spendersShared != nil {
-		if sharedSizes, err = redislistsizes.New(redislistsizes.Config{Client: d.spendersShared, Recorder: s.sizes}); err != nil {
-			s.lim.Close()
-			return nil, nil, err
+		sharedSizes, err := redislistsizes.New(redislistsizes.Config{Client: s.d.spendersShared, Recorder: s.sizes})
+		if err != nil {
+			return nil, err
 		}
-		adminCfg.SharedListSizes = sharedSizes
+		adminCfg.SharedSpenders, adminCfg.SharedListSizes = shared, sharedSizes
+		publish = func() func() { return s.publish(shared, sharedSizes, clock) }
 	}
 	principals, err := adminapi.New(s.lim, adminCfg)
 	if err != nil {
-		s.lim.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	admin.Handle("/admin/", principals)
 	s.admin = admin
-	if d.adminTokenSHA256 == "" {
+	if s.d.adminTokenSHA256 == "" {
 		// Without a token the whole listener, metrics and probes too,
 		// answers only requests for 127.0.0.1, [::1] or localhost from no
 		// page or a page of its own: no web page can read it by rebinding
 		// its name to 127.0.0.1.
 		s.admin = adminapi.LocalOnly(admin)
 	}
+	return publish, nil
+}
 
-	// The public port keeps the cheap probes (load balancers look there)
-	// but not /metrics: a scrape costs milliseconds of CPU, unmetered.
+// publish publishes this process's top spenders and list sizes to Redis,
+// in two goroutines, until stop is called.
+func (s *server) publish(shared *redisspenders.Shared, sharedSizes *redislistsizes.Shared, clock limiter.Clock) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		shared.Run(ctx, clock.Now, func(err error) { s.log.Warn(s.prog+": publishing the top spenders", "err", err) })
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		sharedSizes.Run(ctx, func(err error) { s.log.Warn(s.prog+": publishing the list sizes", "err", err) })
+	}()
+	return func() { cancel(); <-done; <-done }
+}
+
+// publicRoutes is the public port's handler. It keeps the cheap probes
+// (load balancers look there) but not /metrics: a scrape costs
+// milliseconds of CPU, unmetered.
+func (s *server) publicRoutes(readiness *readiness) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("GET /readyz", readiness)
-	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
-	mux.Handle("/graphql", &s.gql)
-	mux.Handle("/api/", s.lim.REST(api)) // both wrappers bound the body (max_body_bytes)
-	s.Handler = mux
-	stopPublishing := func() {}
-	if shared != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{}, 2)
-		go func() {
-			defer func() { done <- struct{}{} }()
-			shared.Run(ctx, clock.Now, func(err error) { s.log.Warn("server: publishing the top spenders", "err", err) })
-		}()
-		go func() {
-			defer func() { done <- struct{}{} }()
-			sharedSizes.Run(ctx, func(err error) { s.log.Warn("server: publishing the list sizes", "err", err) })
-		}()
-		stopPublishing = func() { cancel(); <-done; <-done }
+	var gql http.Handler = &s.gql
+	if s.d.wrapGraphQL != nil {
+		gql = s.d.wrapGraphQL(gql)
 	}
-	closeLimiter := s.watchDataLoss()
-	return s, func() error { stopPublishing(); return closeLimiter() }, nil
+	mux.Handle("/graphql", streamsOutliveWriteTimeout(gql))
+	if !s.d.noDemo {
+		s.mountDemo(mux)
+	}
+	return mux
 }
 
 // watchDataLoss counts, in costguard_store_data_loss_total, each time a
@@ -372,14 +430,14 @@ func (s *server) limiterConfig(cfg config) (middleware.Dependencies, middleware.
 // newChallenger builds the PoW of cfg. Without a configured secret it
 // draws 32 random bytes, and says once that tokens then verify only in
 // this process. The secret itself is never logged.
-func newChallenger(cfg challengeConfig, log *slog.Logger) (*challenge.PoW, error) {
+func newChallenger(cfg challengeConfig, log *slog.Logger, prog string) (*challenge.PoW, error) {
 	key := []byte(cfg.Secret)
 	if len(key) == 0 {
 		key = make([]byte, challenge.MinSecretLen)
 		if _, err := cryptorand.Read(key); err != nil {
 			return nil, fmt.Errorf("challenge secret: %w", err)
 		}
-		log.Info("server: challenge.secret is unset, so a random one was drawn: challenge tokens verify only in this process; " +
+		log.Info(prog + ": challenge.secret is unset, so a random one was drawn: challenge tokens verify only in this process; " +
 			"give every process the same challenge.secret to share them")
 	}
 	pow, err := challenge.NewPoW(challenge.Config{Secret: key, Bits: cfg.Bits})
@@ -391,9 +449,10 @@ func newChallenger(cfg challengeConfig, log *slog.Logger) (*challenge.PoW, error
 }
 
 // graphQL builds the gqlgen server for cfg behind the limiter: the
-// Extension is added and the wrapper sets the statuses and headers.
+// Extension is added and the wrapper sets the statuses and headers. It
+// is rebuilt when a reload changes graphql.max_tokens.
 func (s *server) graphQL(cfg config) http.Handler {
-	gql := handler.New(s.res.Schema())
+	gql := handler.New(s.schema)
 	// Both WebSocket subprotocols (graphql-transport-ws and the legacy
 	// graphql-ws) and SSE carry subscriptions; each operation and each
 	// event on them is priced and debited like a POST.
@@ -418,7 +477,7 @@ func (s *server) graphQL(cfg config) http.Handler {
 	// distinct registrations evicts rather than grows. Each registration
 	// is a whole request, screened, priced and paid for.
 	gql.Use(extension.AutomaticPersistedQuery{Cache: s.lim.PersistedQueryCache(s.persisted)})
-	return streamsOutliveWriteTimeout(s.lim.Handler(gql))
+	return s.lim.Handler(gql)
 }
 
 // streamsOutliveWriteTimeout lifts the server's WriteTimeout for an SSE
@@ -483,11 +542,29 @@ type userBody struct {
 	Repos []string `json:"repos"`
 }
 
+// mountDemo adds the demo parts to mux: the GraphiQL page on / and the
+// REST demo routes under /api/, behind the limiter.
+func (s *server) mountDemo(mux *http.ServeMux) {
+	rest := &restAPI{res: s.res, log: s.log, prog: s.prog, retryAfter: func() int64 {
+		return overload.RetryAfter(overload.DefaultRetryAfterMax, rand.Float64)
+	}}
+	api := http.NewServeMux()
+	api.HandleFunc("GET /api/users/{login}", rest.getUser)
+	api.HandleFunc("GET /api/search", rest.search)
+	api.HandleFunc("POST /api/login", rest.login)
+	api.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "not_found"})
+	})
+	mux.Handle("GET /{$}", playground.Handler("costguard example", "/graphql"))
+	mux.Handle("/api/", s.lim.REST(api)) // both wrappers bound the body (max_body_bytes)
+}
+
 // restAPI serves the REST demo routes from the data GraphQL serves, through
 // the same resolvers.
 type restAPI struct {
-	res *graph.Resolver
-	log *slog.Logger
+	res  *graph.Resolver
+	log  *slog.Logger
+	prog string // opens the log lines
 	// retryAfter is the Retry-After, in seconds, of a degraded answer.
 	retryAfter func() int64
 }
@@ -602,7 +679,7 @@ func (a *restAPI) login(w http.ResponseWriter, r *http.Request) {
 // internalError logs err and answers 500 without its text: error strings
 // are for operators, not clients.
 func (a *restAPI) internalError(ctx context.Context, w http.ResponseWriter, err error) {
-	a.log.ErrorContext(ctx, "server: request failed", "err", err)
+	a.log.ErrorContext(ctx, a.prog+": request failed", "err", err)
 	writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal"})
 }
 

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func (c *countingBody) Read(p []byte) (int, error) {
 // and parsed, then shed. Each iteration's document differs (gqlgen's
 // query cache never answers for it).
 //
-//	go test ./examples/server -run '^$' -bench BenchmarkShedAtTheDoor -benchtime 200x
+//	go test ./internal/serve -run '^$' -bench BenchmarkShedAtTheDoor -benchtime 200x
 func BenchmarkShedAtTheDoor(b *testing.B) {
 	cfg := defaultConfig()
 	cfg.Overload.MaxInFlight = 4

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bufio"
@@ -246,7 +246,7 @@ func (b burst) post(t *testing.T, url string) burstResult {
 // shed. Timings are logged, never asserted: shared
 // machines are noisy.
 //
-//	go test ./examples/server -run TestShedAtTheDoorOverHTTP -v
+//	go test ./internal/serve -run TestShedAtTheDoorOverHTTP -v
 func TestShedAtTheDoorOverHTTP(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads the server process's CPU time from /proc/<pid>/stat and schedstat: Linux only")

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type budgetStore struct {
 	// check and /readyz); nil for the in-memory store, which always does.
 	ping     func(ctx context.Context) error
 	describe string       // for the start-up line; never holds a password
-	close    func() error // run calls it after the HTTP server has shut down
+	close    func() error // Run calls it after the HTTP server has shut down
 }
 
 // openStore connects to a single Redis (redisAddr, else $REDIS_URL) or a

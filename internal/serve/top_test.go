@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -87,7 +87,7 @@ func TestLogLevel(t *testing.T) {
 	request(info)
 	assert.NotContains(t, info.stderr.String(), "middleware: decision")
 
-	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-log-level", "verbose"}, io.Discard, io.Discard, nil)
+	err := Run(context.Background(), []string{"-addr", "127.0.0.1:0", "-log-level", "verbose"}, io.Discard, io.Discard, nil, Options{})
 	assert.ErrorIs(t, err, errUsage)
 	assert.ErrorContains(t, err, `-log-level "verbose"`)
 }
