@@ -60,7 +60,8 @@ type Options struct {
 	NoDemo bool
 	// WrapGraphQL, when set, wraps the handler of /graphql once, outside
 	// the limiter: it sees each request before the limiter does and each
-	// status and header the limiter writes.
+	// status and header the limiter writes. A ResponseWriter it passes on
+	// in place of its own must still hijack (WebSocket) and flush (SSE).
 	WrapGraphQL func(http.Handler) http.Handler
 }
 
@@ -204,7 +205,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	// go-redis logs through a process-wide logger of its own: send its
 	// pool messages to ours, at debug level, rather than to stderr.
 	redisstore.SetGoRedisLogger(logger)
-	d := deps{logger: logger, adminTokenSHA256: adminToken, program: opts.program(), noDemo: opts.NoDemo, wrapGraphQL: opts.WrapGraphQL}
+	d := deps{logger: logger, adminTokenSHA256: adminToken, opts: opts}
 	if opts.Schema != nil {
 		if d.schema, err = opts.Schema(ctx, logger); err != nil {
 			return err
@@ -232,7 +233,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	}
 	defer keys.close()
 	if keys.lookup != nil {
-		logger.Info(d.program + ": API keys from the configuration file, then from " + keys.describe)
+		logger.Info(opts.program() + ": API keys from the configuration file, then from " + keys.describe)
 	}
 	d.keys, d.keyMetrics = keys.lookup, keys.metrics
 
@@ -277,16 +278,16 @@ func listen(addr, adminAddr string) (ln, adminLn net.Listener, err error) {
 	return ln, adminLn, nil
 }
 
-// serve serves h on ln and its admin handler on adminLn (nil: none) until
+// serve serves s on ln and its admin handler on adminLn (nil: none) until
 // ctx is done, then shuts down gracefully, waiting up to shutdownTimeout
 // for the requests in flight. tokenAsked says whether the admin API asks
 // for a bearer token.
-func (h *server) serve(ctx context.Context, ln, adminLn net.Listener, stdout io.Writer, shutdownTimeout time.Duration, tokenAsked bool) error {
-	srv := h.httpServer(h.Handler)
+func (s *server) serve(ctx context.Context, ln, adminLn net.Listener, stdout io.Writer, shutdownTimeout time.Duration, tokenAsked bool) error {
+	srv := s.httpServer(s.Handler)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if adminLn != nil {
-		defer h.serveAdmin(adminLn, stdout, tokenAsked)()
+		defer s.serveAdmin(adminLn, stdout, tokenAsked)()
 	}
 	// The pid to signal: under go run, the pid of go run itself is not the
 	// server's, and signalling it would kill go run and orphan the server.
@@ -315,15 +316,15 @@ func (h *server) serve(ctx context.Context, ln, adminLn net.Listener, stdout io.
 
 // serveAdmin serves the admin handler on ln, says where, and warns when
 // its API asks for no token. It returns what stops it.
-func (h *server) serveAdmin(ln net.Listener, stdout io.Writer, tokenAsked bool) (stop func()) {
-	admin := h.httpServer(h.admin)
+func (s *server) serveAdmin(ln net.Listener, stdout io.Writer, tokenAsked bool) (stop func()) {
+	admin := s.httpServer(s.admin)
 	fmt.Fprintf(stdout, "admin endpoints (/metrics, /healthz, /readyz) on %s\n", displayURL(ln.Addr()))
 	fmt.Fprintf(stdout, "dashboard on %s/admin/\n", displayURL(ln.Addr()))
 	if !tokenAsked {
-		h.log.Warn(h.prog+": the admin API (/admin/principals/…) is served WITHOUT a token: the admin listener is loopback-only, so only this machine reaches it, and it answers only requests for 127.0.0.1, [::1] or localhost from no web page or its own; give -admin-token-file or admin.token_sha256 to ask for one",
+		s.log.Warn(s.prog+": the admin API (/admin/principals/…) is served WITHOUT a token: the admin listener is loopback-only, so only this machine reaches it, and it answers only requests for 127.0.0.1, [::1] or localhost from no web page or its own; give -admin-token-file or admin.token_sha256 to ask for one",
 			"admin_addr", ln.Addr().String())
 	} else {
-		h.log.Info(h.prog+": the admin API (/admin/principals/…) asks for a bearer token", "admin_addr", ln.Addr().String())
+		s.log.Info(s.prog+": the admin API (/admin/principals/…) asks for a bearer token", "admin_addr", ln.Addr().String())
 	}
 	served := make(chan error, 1)
 	go func() { served <- admin.Serve(ln) }()
@@ -333,16 +334,16 @@ func (h *server) serveAdmin(ln net.Listener, stdout io.Writer, tokenAsked bool) 
 	}
 }
 
-// httpServer is an HTTP server of h's bounds for handler, logging to h's
-// logger.
-func (h *server) httpServer(handler http.Handler) *http.Server {
+// httpServer is an HTTP server of the bounds above for handler, logging
+// to s's logger.
+func (s *server) httpServer(handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 }
 

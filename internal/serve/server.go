@@ -55,17 +55,11 @@ type deps struct {
 	logger *slog.Logger
 	// resolver serves the data; nil: a freshly seeded graph.Resolver.
 	resolver *graph.Resolver
-	// schema, when set, is served instead of resolver's (Options.Schema);
-	// it needs noDemo.
+	// schema, when set, is served instead of resolver's: what
+	// opts.Schema built. It needs opts.NoDemo.
 	schema graphql.ExecutableSchema
-	// noDemo leaves out the REST demo routes, the GraphiQL page and
-	// demo_latency (Options.NoDemo).
-	noDemo bool
-	// wrapGraphQL, when set, wraps /graphql's handler outside the limiter
-	// (Options.WrapGraphQL).
-	wrapGraphQL func(http.Handler) http.Handler
-	// program opens the log lines; "": "server" (Options.Program).
-	program string
+	// opts are the binary's Options; the zero value: the example server's.
+	opts Options
 	// queueTimer times a queued critical request's wait (lanes[].queue);
 	// nil: time.NewTimer. Tests inject one that never fires, so a request
 	// that answers while every slot is held was never queued.
@@ -140,14 +134,11 @@ type server struct {
 // and /readyz, which draw on none. cleanup releases what the server owns
 // (not d.store); call it after the HTTP server has shut down.
 func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) {
-	s = &server{d: d, log: d.logger, prog: d.program, schema: d.schema, res: d.resolver, cfg: cfg}
+	s = &server{d: d, log: d.logger, prog: d.opts.program(), schema: d.schema, res: d.resolver, cfg: cfg}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if s.prog == "" {
-		s.prog = "server"
-	}
-	if s.schema != nil && !d.noDemo {
+	if s.schema != nil && !d.opts.NoDemo {
 		return nil, nil, errors.New("a schema of its own needs the demo parts left out: they serve the demo schema's data")
 	}
 	if err := s.checkDemo(cfg); err != nil {
@@ -191,13 +182,16 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 		clock = limiter.SystemClock{}
 	}
 	readiness := newReadiness(d.ping, timeout, clock, s.log, s.prog)
-	publish, err := s.buildAdmin(readiness, clock)
+	shared, sharedSizes, err := s.buildAdmin(readiness, clock)
 	if err != nil {
 		s.lim.Close()
 		return nil, nil, err
 	}
 	s.Handler = s.publicRoutes(readiness)
-	stopPublishing := publish()
+	stopPublishing := func() {}
+	if shared != nil {
+		stopPublishing = s.publish(shared, sharedSizes, clock)
+	}
 	closeLimiter := s.watchDataLoss()
 	return s, func() error { stopPublishing(); return closeLimiter() }, nil
 }
@@ -205,7 +199,7 @@ func newServer(cfg config, d deps) (s *server, cleanup func() error, err error) 
 // checkDemo refuses, without the demo parts, a configuration that sets
 // demo_latency: nothing would honour it.
 func (s *server) checkDemo(cfg config) error {
-	if s.d.noDemo && cfg.DemoLatency != 0 {
+	if s.d.opts.NoDemo && cfg.DemoLatency != 0 {
 		return &budget.ConfigError{Path: []string{"demo_latency"}, Err: errors.New("this server has no demo resolvers to slow: remove the key")}
 	}
 	return nil
@@ -266,9 +260,10 @@ func (s *server) buildGraphQL(cfg config) (err error) {
 
 // buildAdmin builds the admin listener's handler into s.admin: the
 // probes, /metrics and package admin's routes. With Redis, every
-// process's top spenders and list sizes meet there; publish starts the
-// goroutines that publish this process's and returns what stops them.
-func (s *server) buildAdmin(readiness *readiness, clock limiter.Clock) (publish func() (stop func()), err error) {
+// process's top spenders and list sizes meet there, in shared and
+// sharedSizes (nil without Redis), which s.publish publishes to, and
+// /admin/top and /admin/list-sizes answer for all.
+func (s *server) buildAdmin(readiness *readiness, clock limiter.Clock) (shared *redisspenders.Shared, sharedSizes *redislistsizes.Shared, err error) {
 	admin := http.NewServeMux()
 	admin.HandleFunc("GET /healthz", healthz)
 	admin.Handle("GET /readyz", readiness)
@@ -277,22 +272,18 @@ func (s *server) buildAdmin(readiness *readiness, clock limiter.Clock) (publish 
 		TokenSHA256: s.d.adminTokenSHA256, NoToken: s.d.adminTokenSHA256 == "", Logger: s.log, Spenders: s.spend, Timeline: s.recent, Operations: s.ops, Stats: s.stats, Clock: clock,
 		ListSizes: s.sizes,
 	}
-	publish = func() func() { return func() {} }
 	if s.d.spendersShared != nil {
-		shared, err := redisspenders.New(redisspenders.Config{Client: s.d.spendersShared, Tracker: s.spend})
-		if err != nil {
-			return nil, err
+		if shared, err = redisspenders.New(redisspenders.Config{Client: s.d.spendersShared, Tracker: s.spend}); err != nil {
+			return nil, nil, err
 		}
-		sharedSizes, err := redislistsizes.New(redislistsizes.Config{Client: s.d.spendersShared, Recorder: s.sizes})
-		if err != nil {
-			return nil, err
+		if sharedSizes, err = redislistsizes.New(redislistsizes.Config{Client: s.d.spendersShared, Recorder: s.sizes}); err != nil {
+			return nil, nil, err
 		}
 		adminCfg.SharedSpenders, adminCfg.SharedListSizes = shared, sharedSizes
-		publish = func() func() { return s.publish(shared, sharedSizes, clock) }
 	}
 	principals, err := adminapi.New(s.lim, adminCfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	admin.Handle("/admin/", principals)
 	s.admin = admin
@@ -303,7 +294,7 @@ func (s *server) buildAdmin(readiness *readiness, clock limiter.Clock) (publish 
 		// its name to 127.0.0.1.
 		s.admin = adminapi.LocalOnly(admin)
 	}
-	return publish, nil
+	return shared, sharedSizes, nil
 }
 
 // publish publishes this process's top spenders and list sizes to Redis,
@@ -330,11 +321,11 @@ func (s *server) publicRoutes(readiness *readiness) http.Handler {
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("GET /readyz", readiness)
 	var gql http.Handler = &s.gql
-	if s.d.wrapGraphQL != nil {
-		gql = s.d.wrapGraphQL(gql)
+	if s.d.opts.WrapGraphQL != nil {
+		gql = s.d.opts.WrapGraphQL(gql)
 	}
 	mux.Handle("/graphql", streamsOutliveWriteTimeout(gql))
-	if !s.d.noDemo {
+	if !s.d.opts.NoDemo {
 		s.mountDemo(mux)
 	}
 	return mux
