@@ -396,6 +396,7 @@ func TestParseErrors(t *testing.T) {
 		{"settle_interval without unit", "split_budget: {settle_interval: 100}", "split_budget.settle_interval: 100 is not a duration; write a Go duration"},
 		{"route cost not a count", `rest: {routes: {"GET /x": cheap}}`, `rest.routes["GET /x"]: "cheap" is not a whole number`},
 		{"section not a mapping", "graphql: 5", "line 1: graphql: 5 is not a mapping"},
+		{"plan not a mapping", "plans:\n  free: [1]", "line 2: plans.free: a list is not a mapping"},
 		{"list not a list", "trusted_proxies: 10.0.0.0/8", `trusted_proxies: "10.0.0.0/8" is not a list`},
 		{"list item not a string", "trusted_proxies: [[1]]", "trusted_proxies[0]: a list is not a string"},
 		{"bool not a bool", "plans: {free: {burst: 1, rate: 1, per: 1h, split_budget: maybe}}", `plans.free.split_budget: "maybe" is not true or false`},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -75,12 +76,22 @@ func explain(doc *yaml.Node, msg string) error {
 	return errors.New(msg)
 }
 
+// The names the YAML decoder gives this package's types, which follow the
+// package's name: a secret is written as a string, every other one (a
+// section) as a mapping.
+var (
+	secretType = reflect.TypeFor[secret]().String()
+	ownTypesOf = strings.TrimSuffix(reflect.TypeFor[config]().String(), "config")
+)
+
 // expected says what a value of the Go type named typ is written as,
 // where n cannot be one.
 func expected(typ string, n *yaml.Node) string {
 	switch {
-	case typ == "string" || typ == "main.secret":
+	case typ == "string" || typ == secretType:
 		return "a string"
+	case strings.HasPrefix(typ, ownTypesOf):
+		return "a mapping"
 	case n.Kind != yaml.ScalarNode && !strings.HasPrefix(typ, "[]") && !strings.HasPrefix(typ, "map[") && strings.Contains(typ, "."):
 		// A name the library gives a string (budget.Mode), or a section.
 		return "a " + typ
