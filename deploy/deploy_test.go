@@ -33,7 +33,7 @@ const (
 	dashboardFile = "grafana/costguard.json"
 )
 
-// The example server's start-up lines (examples/server/main.go).
+// The example server's start-up lines (internal/serve/main.go).
 var (
 	startLine = regexp.MustCompile(`^costguard example server on (http://\S+) `)
 	adminLine = regexp.MustCompile(`^admin endpoints \(/metrics, /healthz, /readyz\) on (http://\S+)$`)

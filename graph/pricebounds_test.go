@@ -66,7 +66,7 @@ var generousOptions = []complexity.Option{
 	complexity.WithBreakdownLimit(100_000),
 }
 
-// The example server's caps (examples/server's built-in graphql defaults).
+// The example server's caps (its built-in graphql defaults, internal/serve/config.go).
 var serverOptions = []complexity.Option{
 	complexity.WithDefaultListSize(10),
 	complexity.WithMaxDepth(10),
