@@ -296,16 +296,28 @@ func (s *settings) checkSchema(schema *ast.Schema) error {
 	return err
 }
 
-// addSchema remembers the schema extension e of l prices, so that Reload
-// can check new options against it, and e, so that Reload can prepare it.
+// addSchema remembers e, an extension of l on a server, so that Reload can
+// check new options against its schema and prepare it. Extensions are held
+// weakly: a server dropped (a schema reloaded, say) no longer constrains
+// what Reload accepts.
 func (l *Limiter) addSchema(e *costExtension) {
 	l.schemasMu.Lock()
 	defer l.schemasMu.Unlock()
-	if !slices.Contains(l.schemas, e.schema) {
-		l.schemas = append(l.schemas, e.schema)
-	}
 	l.exts = slices.DeleteFunc(l.exts, func(p weak.Pointer[costExtension]) bool { return p.Value() == nil })
 	l.exts = append(l.exts, weak.Make(e))
+}
+
+// extensions are the extensions of l still on a server.
+func (l *Limiter) extensions() []*costExtension {
+	l.schemasMu.Lock()
+	defer l.schemasMu.Unlock()
+	exts := make([]*costExtension, 0, len(l.exts))
+	for _, p := range l.exts {
+		if e := p.Value(); e != nil {
+			exts = append(exts, e)
+		}
+	}
+	return exts
 }
 
 // prepare builds, for every extension of l still on a server, the
@@ -316,15 +328,7 @@ func (l *Limiter) prepare(s *settings) {
 	if s.trusted == nil {
 		return // an analyzer alone is cheap to build on first use
 	}
-	l.schemasMu.Lock()
-	exts := make([]*costExtension, 0, len(l.exts))
-	for _, p := range l.exts {
-		if e := p.Value(); e != nil {
-			exts = append(exts, e)
-		}
-	}
-	l.schemasMu.Unlock()
-	for _, e := range exts {
+	for _, e := range l.extensions() {
 		if _, err := e.boundFor(&e.priced, s); err != nil {
 			l.log.Error("middleware: cannot compile the trusted documents after a reload", "err", err)
 		}
@@ -333,10 +337,13 @@ func (l *Limiter) prepare(s *settings) {
 
 // checkSchemas checks s against every schema an extension of l prices.
 func (l *Limiter) checkSchemas(s *settings) error {
-	l.schemasMu.Lock()
-	defer l.schemasMu.Unlock()
-	for _, schema := range l.schemas {
-		if err := s.checkSchema(schema); err != nil {
+	var checked []*ast.Schema
+	for _, e := range l.extensions() {
+		if slices.Contains(checked, e.schema) {
+			continue
+		}
+		checked = append(checked, e.schema)
+		if err := s.checkSchema(e.schema); err != nil {
 			return err
 		}
 	}

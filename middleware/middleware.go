@@ -10,7 +10,6 @@ import (
 	"time"
 	"weak"
 
-	"github.com/vektah/gqlparser/v2/ast"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/costguard/costguard/budget"
@@ -545,14 +544,12 @@ type Limiter struct {
 	fallbackWarn logevery.Gate
 	// screened remembers the queries that passed the document bounds.
 	screened *screenCache
-	// schemas are those the Extensions of this Limiter price, for Reload
-	// to check new options and field limits against.
-	schemasMu sync.Mutex
-	schemas   []*ast.Schema
 	// exts are the Extensions of this Limiter on servers, held weakly (a
-	// server dropped takes its extension with it), so that Reload compiles
+	// server dropped takes its extension with it), so that Reload checks
+	// new options and field limits against their schemas and compiles
 	// their trusted documents' plans before a request needs them.
-	exts []weak.Pointer[costExtension]
+	schemasMu sync.Mutex
+	exts      []weak.Pointer[costExtension]
 }
 
 // systemTimer is time.NewTimer as a limiter.Timer.

@@ -3,10 +3,16 @@ package middleware_test
 import (
 	"errors"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/identity"
@@ -313,4 +319,35 @@ func TestAPIKeysThenKeyLookup(t *testing.T) {
 	if got := plan(aliceKey); got != "anon" {
 		t.Errorf("after the policy dropped it: plan %q, want the lookup's anon", got)
 	}
+}
+
+// Reload checks field limits against the schemas of the servers a Limiter
+// is on, and only those still in use: a server dropped for another (an
+// upstream's schema fetched again) does not keep refusing what the new
+// schema allows.
+func TestReloadChecksOnlyServersInUse(t *testing.T) {
+	cfg := testConfig(t, newClock())
+	lim := newLimiter(t, cfg)
+	withFields := func(sdl string) http.Handler {
+		schema := gqlparser.MustLoadSchema(&ast.Source{Name: "s.graphqls", Input: sdl})
+		return lim.Handler(handler.New(&graphql.ExecutableSchemaMock{SchemaFunc: func() *ast.Schema { return schema }}))
+	}
+	old := withFields(`type Query { a: Int }`)
+	current := withFields(`type Query { a: Int b: Int }`)
+	policy := cfg.Policy
+	policy.FieldLimits = map[string]budget.FieldLimit{"Query.b": {Limit: 1, Per: time.Second}}
+	if err := lim.Reload(policy); err == nil {
+		t.Errorf("Query.b limited while a server without it is in use: accepted")
+	}
+	runtime.KeepAlive(old)
+	old = nil
+	for i := 0; i < 10; i++ {
+		runtime.GC()
+		if err := lim.Reload(policy); err == nil {
+			break
+		} else if i == 9 {
+			t.Errorf("Query.b limited once the server without it is dropped: %v", err)
+		}
+	}
+	runtime.KeepAlive(current)
 }
