@@ -47,11 +47,12 @@ type Options struct {
 	// status 2.
 	Flags func(fs *flag.FlagSet) (check func() error)
 	// Schema, when set, builds the schema served on /graphql in place of
-	// the demo one, once at start: after the flags are parsed and checked
-	// and the configuration is read, before the budget store is opened.
-	// ctx is Run's; logger is the process's. An error stops the start.
-	// The configuration's field limits and trusted documents are checked
-	// against its Schema().
+	// the demo one: at start, after the flags are parsed and checked and
+	// the configuration is read, before the budget store is opened (an
+	// error stops the start); and again on each reload (SIGHUP), before
+	// the -config file is re-read (an error keeps the running schema).
+	// ctx is Run's; logger is the process's. The configuration's field
+	// limits and trusted documents are checked against its Schema().
 	Schema func(ctx context.Context, logger *slog.Logger) (graphql.ExecutableSchema, error)
 	// NoDemo leaves the demo parts out: the REST routes under /api/, the
 	// GraphiQL page on /, and demo_latency, which the configuration may

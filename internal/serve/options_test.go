@@ -15,8 +15,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/stretchr/testify/assert"
@@ -226,4 +228,41 @@ func TestMainExitStatus(t *testing.T) {
 			assert.Equal(t, "Usage of "+tt.wantName+":", lines[1], "the flag set's usage")
 		}
 	}
+}
+
+// A reload builds the binary's schema again, with or without a -config
+// file, and serves it from the next request on; a schema that fails to
+// build keeps the one running.
+func TestReloadBuildsTheSchemaAgain(t *testing.T) {
+	var builds atomic.Int64
+	fail := errors.New("the upstream is away")
+	opts := Options{
+		Program: "hello-proxy",
+		Banner:  "costguard hello proxy",
+		NoDemo:  true,
+		Schema: func(context.Context, *slog.Logger) (graphql.ExecutableSchema, error) {
+			switch builds.Add(1) {
+			case 1:
+				return helloSchema("one"), nil
+			case 2:
+				return nil, fail
+			}
+			return helloSchema("three"), nil
+		},
+	}
+	reload := make(chan os.Signal)
+	srv := startRunWith(t, reload, opts, "-addr", "127.0.0.1:0")
+	hello := func() string {
+		_, body := call(t, "POST", srv.url+"/graphql", "", `{"query":"{ hello }"}`)
+		return string(gqlData(t, body))
+	}
+	assert.JSONEq(t, `{"hello":"one"}`, hello())
+	reload <- syscall.SIGHUP
+	require.Eventually(t, func() bool { return strings.Contains(srv.stderr.String(), "schema reload refused") }, 5*time.Second, 10*time.Millisecond)
+	assert.Contains(t, srv.stderr.String(), fail.Error())
+	assert.JSONEq(t, `{"hello":"one"}`, hello(), "a schema that failed to build replaced the running one")
+	reload <- syscall.SIGHUP
+	require.Eventually(t, func() bool { return strings.Contains(srv.stderr.String(), "schema reloaded") }, 5*time.Second, 10*time.Millisecond)
+	assert.JSONEq(t, `{"hello":"three"}`, hello())
+	assert.NotContains(t, srv.stderr.String(), "no -config file", "a binary with a schema to reload has something to re-read")
 }

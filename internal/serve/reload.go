@@ -22,13 +22,40 @@ func (s *server) watchReloads(ctx context.Context, reload <-chan os.Signal, path
 		case <-ctx.Done():
 			return
 		case <-reload:
+			if s.d.opts.Schema != nil {
+				_ = s.reloadSchema(ctx) // logged
+			}
 			if path == "" {
-				s.log.WarnContext(ctx, s.prog+": reload asked, but there is no -config file to re-read; the built-in defaults stay")
+				if s.d.opts.Schema == nil {
+					s.log.WarnContext(ctx, s.prog+": reload asked, but there is no -config file to re-read; the built-in defaults stay")
+				}
 				continue
 			}
 			_ = s.reload(path) // logged
 		}
 	}
+}
+
+// reloadSchema builds the binary's schema again (Options.Schema: a file
+// re-read, an upstream introspected again) and serves it from the next
+// request on, once the running configuration's field limits and trusted
+// documents hold on it. A schema that cannot be built or checked changes
+// nothing. The outcome is logged, and returned for tests.
+func (s *server) reloadSchema(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, err := s.d.opts.Schema(ctx, s.log)
+	if err == nil {
+		err = s.lim.CheckSchema(next.Schema())
+	}
+	if err != nil {
+		s.log.Warn(s.prog+": schema reload refused; the running schema stays", "err", err)
+		return err
+	}
+	s.schema = next
+	s.gql.set(s.graphQL(s.cfg))
+	s.log.Info(s.prog + ": schema reloaded")
+	return nil
 }
 
 // reload re-reads the file at path and swaps in, atomically, the file's

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+)
+
+// DefaultMaxBatch is how many operations one batched request may hold
+// unless -max-batch says otherwise.
+const DefaultMaxBatch = 10
+
+// batching answers a POST whose JSON body is an array of operations (as
+// Apollo Client's BatchHttpLink sends them): each element is served by
+// next as a request of its own, with the client's headers and address, so
+// each is identified, bounded, priced and charged as a lone POST would be,
+// and the answers come back in order in one array, with status 200. Its
+// rate-limit headers are those of the last answer (the budget after every
+// operation of the batch); Retry-After, when an operation was refused, is
+// the longest any answer asked for. Every other request goes to next as
+// it came.
+type batching struct {
+	next         http.Handler
+	maxOps       int   // operations in one batch; more is refused 400
+	maxBodyBytes int64 // a body longer than this goes to next, which refuses it
+}
+
+// ServeHTTP implements http.Handler.
+func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.Body == nil || !isJSON(r.Header.Get("Content-Type")) {
+		b.next.ServeHTTP(w, r)
+		return
+	}
+	head, err := io.ReadAll(io.LimitReader(r.Body, b.maxBodyBytes+1))
+	if err != nil || int64(len(head)) > b.maxBodyBytes || !isArray(head) {
+		// Not a batch, or too long to be one: next reads (and bounds) the
+		// body as it came, from what was read and what was not.
+		r.Body = replay{Reader: io.MultiReader(bytes.NewReader(head), r.Body), Closer: r.Body}
+		b.next.ServeHTTP(w, r)
+		return
+	}
+	var ops []json.RawMessage
+	if err := json.Unmarshal(head, &ops); err != nil {
+		refuseBatch(w, "the request body is not a JSON array of operations: "+err.Error())
+		return
+	}
+	switch {
+	case len(ops) == 0:
+		refuseBatch(w, "the batch holds no operation")
+		return
+	case len(ops) > b.maxOps:
+		refuseBatch(w, "the batch holds "+strconv.Itoa(len(ops))+" operations, more than the "+strconv.Itoa(b.maxOps)+" a batch may hold")
+		return
+	}
+	var out bytes.Buffer
+	out.WriteByte('[')
+	var last http.Header
+	retryAfter := 0
+	for i, op := range ops {
+		sub := r.Clone(r.Context())
+		sub.Body = io.NopCloser(bytes.NewReader(op))
+		sub.ContentLength = int64(len(op))
+		sub.Header.Set("Content-Length", strconv.Itoa(len(op)))
+		rec := &answer{header: make(http.Header)}
+		b.next.ServeHTTP(rec, sub)
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		if body := bytes.TrimSpace(rec.body.Bytes()); json.Valid(body) && len(body) > 0 && body[0] == '{' {
+			out.Write(body)
+		} else {
+			// Not a GraphQL answer (a plain-text refusal): carried as an
+			// error of its own, with the status it came with.
+			b, _ := json.Marshal(map[string]any{"errors": []any{map[string]any{
+				"message":    string(body),
+				"extensions": map[string]any{"status": rec.code()},
+			}}})
+			out.Write(b)
+		}
+		if s, err := strconv.Atoi(rec.header.Get("Retry-After")); err == nil {
+			retryAfter = max(retryAfter, s)
+		}
+		last = rec.header
+	}
+	out.WriteByte(']')
+	for k, v := range last {
+		if k != "Content-Length" && k != "Retry-After" {
+			w.Header()[k] = v
+		}
+	}
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(out.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out.Bytes())
+}
+
+// isJSON reports whether a Content-Type is JSON's: the only one a batch
+// is sent as.
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
+
+// isArray reports whether a JSON body's first token opens an array.
+func isArray(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '['
+}
+
+// refuseBatch answers 400 with a GraphQL error coded BAD_BATCH.
+func refuseBatch(w http.ResponseWriter, msg string) {
+	b, _ := json.Marshal(map[string]any{"errors": []any{map[string]any{
+		"message": msg, "extensions": map[string]any{"code": "BAD_BATCH"},
+	}}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(b)
+}
+
+// replay is a request body read from Reader and closed through Closer.
+type replay struct {
+	io.Reader
+	io.Closer
+}
+
+// answer records one operation's answer within a batch.
+type answer struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (a *answer) Header() http.Header { return a.header }
+func (a *answer) WriteHeader(status int) {
+	if a.status == 0 {
+		a.status = status
+	}
+}
+func (a *answer) Write(p []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	return a.body.Write(p)
+}
+
+// code is the answer's status.
+func (a *answer) code() int {
+	if a.status == 0 {
+		return http.StatusOK
+	}
+	return a.status
+}
