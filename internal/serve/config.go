@@ -195,14 +195,31 @@ func defaultConfig() config {
 	}
 }
 
+// noDemoConfig is defaultConfig without what names the demo's API and
+// data: the demo API key (a key anyone reading the README knows), the
+// REST demo routes' costs and limits, the checkout lane of the demo's
+// createIssue, and the demo's degradable features. The defaults of a
+// binary without the demo parts (Options.NoDemo), under its file too.
+func noDemoConfig() config {
+	cfg := defaultConfig()
+	cfg.APIKeys = map[string]identity.APIKey{}
+	cfg.REST = middleware.RESTOptions{}
+	cfg.Lanes = slices.DeleteFunc(cfg.Lanes, func(l middleware.Lane) bool { return l.Name == "checkout" })
+	cfg.Degradation = nil
+	return cfg
+}
+
 // maxConfigBytes bounds what loadConfig reads: a configuration is small.
 const maxConfigBytes = 1 << 20
 
 // loadConfig reads the file at path over the defaults; path "" means the
 // defaults alone. Every error wraps errConfig and names the file.
-func loadConfig(path string) (config, error) {
+func loadConfig(path string) (config, error) { return loadConfigOver(path, defaultConfig) }
+
+// loadConfigOver is loadConfig over the given defaults.
+func loadConfigOver(path string, defaults func() config) (config, error) {
 	if path == "" {
-		cfg := defaultConfig()
+		cfg := defaults()
 		if err := cfg.validate(); err != nil {
 			return config{}, fmt.Errorf("%w: built-in defaults: %w", errConfig, err)
 		}
@@ -230,7 +247,7 @@ func loadConfig(path string) (config, error) {
 	if err == nil {
 		var cfg config
 		var doc *yaml.Node
-		if cfg, doc, err = decodeConfig(data); err == nil {
+		if cfg, doc, err = decodeConfigOver(data, defaults); err == nil {
 			cfg.file, cfg.doc = path, doc
 			return cfg, nil
 		}
@@ -265,7 +282,12 @@ func parseConfig(data []byte) (config, error) {
 
 // decodeConfig is parseConfig, returning the document too.
 func decodeConfig(data []byte) (config, *yaml.Node, error) {
-	cfg := defaultConfig()
+	return decodeConfigOver(data, defaultConfig)
+}
+
+// decodeConfigOver is decodeConfig over the given defaults.
+func decodeConfigOver(data []byte, defaults func() config) (config, *yaml.Node, error) {
+	cfg := defaults()
 
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node

@@ -66,6 +66,15 @@ type Options struct {
 	WrapGraphQL func(http.Handler) http.Handler
 }
 
+// defaults is the configuration a file is read over: the example's,
+// without its demo parts when o leaves them out.
+func (o Options) defaults() config {
+	if o.NoDemo {
+		return noDemoConfig()
+	}
+	return defaultConfig()
+}
+
 // program is o.Program, its default filled in.
 func (o Options) program() string {
 	if o.Program == "" {
@@ -194,7 +203,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reload <-
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(f.cfgPath)
+	cfg, err := loadConfigOver(f.cfgPath, opts.defaults)
 	if err != nil {
 		return err
 	}

@@ -266,3 +266,30 @@ func TestReloadBuildsTheSchemaAgain(t *testing.T) {
 	assert.JSONEq(t, `{"hello":"three"}`, hello())
 	assert.NotContains(t, srv.stderr.String(), "no -config file", "a binary with a schema to reload has something to re-read")
 }
+
+// Without the demo parts, the defaults hold nothing of the demo: its API
+// key (which every reader of the README knows) is unknown, with or without
+// a file, and no lane names the demo's mutation.
+func TestNoDemoDefaultsHoldNoDemoKey(t *testing.T) {
+	var answers seen
+	for _, file := range []string{"", "graphql: {max_depth: 10}\n"} {
+		args := []string{"-addr", "127.0.0.1:0", "-greeting", "hi"}
+		if file != "" {
+			path := filepath.Join(t.TempDir(), "costguard.yaml")
+			writeConfig(t, path, file)
+			args = append(args, "-config", path)
+		}
+		srv := startRunWith(t, nil, helloOptions(&answers), args...)
+		resp, _ := call(t, "POST", srv.url+"/graphql", demoAPIKey, `{"query":"{ hello }"}`)
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the demo key, file %q", file)
+		resp, _ = call(t, "POST", srv.url+"/graphql", "", `{"query":"{ hello }"}`)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "anonymous, file %q", file)
+	}
+	for _, l := range noDemoConfig().Lanes {
+		assert.Empty(t, l.Match.GraphQL, "lane %s names fields of the demo schema", l.Name)
+	}
+	// The example server keeps its demo key.
+	srv := startRun(t, "-addr", "127.0.0.1:0")
+	resp, _ := call(t, "POST", srv.url+"/graphql", demoAPIKey, `{"query":"{ __typename }"}`)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}

@@ -73,7 +73,7 @@ func (s *server) reload(path string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
-	next, err := loadConfig(path)
+	next, err := loadConfigOver(path, s.d.opts.defaults)
 	if err == nil {
 		var kept []string
 		if err = s.checkDemo(next); err == nil {
