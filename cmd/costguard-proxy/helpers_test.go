@@ -34,7 +34,7 @@ type nodeUpstream struct {
 // on a free loopback port, and stops it when the test ends. Without node
 // or the packages (npm ci in testdata/upstreams) the test is skipped, and
 // fails under CI=true.
-func startUpstream(t *testing.T, script string, env ...string) nodeUpstream {
+func startUpstream(t testing.TB, script string, env ...string) nodeUpstream {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -99,7 +99,7 @@ func (u nodeUpstream) hits(t *testing.T) int {
 
 // testWriter logs what a child process writes, line by line.
 type testWriter struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 }
 
@@ -152,7 +152,7 @@ var proxyBanner = regexp.MustCompile(`^costguard-proxy on (http://\S+) \(budgets
 
 // startProxy runs costguard-proxy with args (a loopback -addr and no admin
 // listener are added) until the test ends.
-func startProxy(t *testing.T, args ...string) *proxy {
+func startProxy(t testing.TB, args ...string) *proxy {
 	t.Helper()
 	p, err := runProxy(t, args...)
 	if err != nil {
@@ -163,7 +163,7 @@ func startProxy(t *testing.T, args ...string) *proxy {
 
 // runProxy is startProxy returning Run's error when it stops before
 // listening.
-func runProxy(t *testing.T, args ...string) (*proxy, error) {
+func runProxy(t testing.TB, args ...string) (*proxy, error) {
 	t.Helper()
 	args = append([]string{"-addr", "127.0.0.1:0", "-admin-addr", ""}, args...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -215,7 +215,7 @@ func (b *lockedBuffer) String() string {
 
 // writeFile writes content to name in a temporary directory and returns
 // its path.
-func writeFile(t *testing.T, name, content string) string {
+func writeFile(t testing.TB, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
