@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -30,15 +31,27 @@ type batching struct {
 
 // ServeHTTP implements http.Handler.
 func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.Body == nil || !isJSON(r.Header.Get("Content-Type")) {
+	if r.Method != http.MethodPost || r.Body == nil || !isJSON(r.Header.Get("Content-Type")) ||
+		r.ContentLength > b.maxBodyBytes {
+		// Not a batch, or declared too long to be one: next refuses it
+		// without this handler reading it.
 		b.next.ServeHTTP(w, r)
 		return
 	}
-	head, err := io.ReadAll(io.LimitReader(r.Body, b.maxBodyBytes+1))
-	if err != nil || int64(len(head)) > b.maxBodyBytes || !isArray(head) {
-		// Not a batch, or too long to be one: next reads (and bounds) the
-		// body as it came, from what was read and what was not.
-		r.Body = replay{Reader: io.MultiReader(bytes.NewReader(head), r.Body), Closer: r.Body}
+	// Only a body that opens an array is read here. Any other goes to
+	// next having lost no more than its first bytes to this handler, so
+	// that the limiter alone bounds what a lone POST holds in memory.
+	body := bufio.NewReaderSize(r.Body, arrayPeekBytes)
+	if !opensArray(body) {
+		r.Body = replay{Reader: body, Closer: r.Body}
+		b.next.ServeHTTP(w, r)
+		return
+	}
+	head, err := io.ReadAll(io.LimitReader(body, b.maxBodyBytes+1))
+	if err != nil || int64(len(head)) > b.maxBodyBytes {
+		// Too long to be a batch: next reads (and bounds) the body as it
+		// came, from what was read and what was not.
+		r.Body = replay{Reader: io.MultiReader(bytes.NewReader(head), body), Closer: r.Body}
 		b.next.ServeHTTP(w, r)
 		return
 	}
@@ -107,10 +120,29 @@ func isJSON(contentType string) bool {
 	return err == nil && mt == "application/json"
 }
 
-// isArray reports whether a JSON body's first token opens an array.
-func isArray(b []byte) bool {
-	b = bytes.TrimLeft(b, " \t\r\n")
-	return len(b) > 0 && b[0] == '['
+// arrayPeekBytes is how far into a body a batch's opening bracket is
+// looked for: a body that opens with more white space than this is not
+// taken for a batch.
+const arrayPeekBytes = 512
+
+// opensArray reports whether a JSON body's first token, within its first
+// arrayPeekBytes, opens an array. It reads at most arrayPeekBytes of the
+// body, which body keeps to be read again.
+func opensArray(body *bufio.Reader) bool {
+	for n := 1; n <= arrayPeekBytes; n++ {
+		p, err := body.Peek(n)
+		if err != nil {
+			return false
+		}
+		switch p[n-1] {
+		case ' ', '\t', '\r', '\n':
+		case '[':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // refuseBatch answers 400 with a GraphQL error coded BAD_BATCH.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"reflect"
 	"strconv"
@@ -275,4 +276,54 @@ func mustRequest(t *testing.T, method, url string, body io.Reader) *http.Request
 func costJSON(c *middleware.Cost) string {
 	b, _ := json.Marshal(c)
 	return string(b)
+}
+
+// What is not a batch goes to the limiter unread but for its first
+// bytes, whole: the limiter, not the batching, bounds how much of it is
+// read and held in memory.
+func TestBatchReadsNoMoreThanABatchNeeds(t *testing.T) {
+	lone := `{"query": "{ x }"` + strings.Repeat(" ", 1<<20) + "}"
+	array := "[" + strings.Repeat(" ", 4096) + "]"
+	for _, tc := range []struct {
+		name     string
+		body     string
+		declared bool
+	}{
+		{"a lone POST", lone, true},
+		{"a lone POST of undeclared length", lone, false},
+		{"an array declared longer than a batch may be", array, true},
+	} {
+		body := &countingReader{r: strings.NewReader(tc.body)}
+		var readBefore int
+		var got []byte
+		h := batching{maxOps: DefaultMaxBatch, maxBodyBytes: 1024, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			readBefore = body.n
+			got, _ = io.ReadAll(r.Body)
+		})}
+		req := httptest.NewRequest(http.MethodPost, "/graphql", body)
+		req.Header.Set("Content-Type", "application/json")
+		req.ContentLength = -1
+		if tc.declared {
+			req.ContentLength = int64(len(tc.body))
+		}
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if readBefore > arrayPeekBytes {
+			t.Errorf("%s: %d bytes read before the limiter saw the request", tc.name, readBefore)
+		}
+		if string(got) != tc.body {
+			t.Errorf("%s: the limiter read %d bytes, not the %d sent", tc.name, len(got), len(tc.body))
+		}
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
