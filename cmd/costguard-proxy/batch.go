@@ -16,9 +16,10 @@ const DefaultMaxBatch = 10
 
 // batching answers a POST whose JSON body is an array of operations (as
 // Apollo Client's BatchHttpLink sends them): each element is served by
-// next as a request of its own, with the client's headers and address, so
-// each is identified, bounded, priced and charged as a lone POST would be,
-// and the answers come back in order in one array, with status 200. Its
+// next as a request of its own, with the client's headers and address
+// (but an Accept of JSON), so each is identified, bounded, priced and
+// charged as a lone POST would be, and the answers come back in order in
+// one array, with status 200. Its
 // rate-limit headers are those of the last answer (the budget after every
 // operation of the batch); Retry-After, when an operation was refused, is
 // the longest any answer asked for. Every other request goes to next as
@@ -39,7 +40,7 @@ func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Only a body that opens an array is read here. Any other goes to
-	// next having lost no more than its first bytes to this handler, so
+	// next with no more than its first bytes read (and kept) here, so
 	// that the limiter alone bounds what a lone POST holds in memory.
 	body := bufio.NewReaderSize(r.Body, arrayPeekBytes)
 	if !opensArray(body) {
@@ -77,6 +78,10 @@ func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sub.Body = io.NopCloser(bytes.NewReader(op))
 		sub.ContentLength = int64(len(op))
 		sub.Header.Set("Content-Length", strconv.Itoa(len(op)))
+		// The array is JSON, so is each answer in it: never a stream
+		// (text/event-stream, multipart/mixed) whatever the batch's
+		// Accept asked for.
+		sub.Header.Set("Accept", "application/json")
 		rec := &answer{header: make(http.Header)}
 		b.next.ServeHTTP(rec, sub)
 		if i > 0 {

@@ -221,6 +221,29 @@ func TestBatchLeavesOtherRequestsAlone(t *testing.T) {
 	}
 }
 
+// A batch is answered in JSON whatever its Accept asks for: an element
+// is never streamed as Server-Sent Events into the array.
+func TestBatchAnswersJSONWhateverTheAccept(t *testing.T) {
+	up := startUpstream(t, "yoga.js")
+	p := startBatchProxy(t, up, batchConfig)
+	op := query(`{ user(login: "alice") { login } }`, nil)
+	for _, accept := range []string{"text/event-stream", "multipart/mixed", "application/graphql-response+json", "application/json"} {
+		got := postBatch(t, p.URL+"/graphql", batchOf(op, op), "Accept", accept)
+		if got.status != http.StatusOK || len(got.ops) != 2 {
+			t.Errorf("Accept %s: %d %s, want 200 and 2 answers", accept, got.status, got.body)
+			continue
+		}
+		for i, a := range got.ops {
+			if string(a.Data) != `{"user":{"login":"alice"}}` || len(a.Errors) != 0 {
+				t.Errorf("Accept %s, operation %d: %s", accept, i, a.body)
+			}
+		}
+		if cc := got.header.Get("Cache-Control"); cc != "" {
+			t.Errorf("Accept %s: Cache-Control %q, a stream's header on a JSON answer", accept, cc)
+		}
+	}
+}
+
 // A batch body over the batch bound is refused by the limiter as a lone
 // POST over max_body_bytes is, 413 REQUEST_TOO_LARGE, declared or not;
 // within the bound, each operation is bounded by max_body_bytes alone.
