@@ -74,6 +74,11 @@ func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var last http.Header
 	retryAfter := 0
 	for i, op := range ops {
+		if r.Context().Err() != nil {
+			// The client is gone: its later operations would be charged
+			// and forwarded for an answer nobody reads.
+			return
+		}
 		sub := r.Clone(r.Context())
 		sub.Body = io.NopCloser(bytes.NewReader(op))
 		sub.ContentLength = int64(len(op))

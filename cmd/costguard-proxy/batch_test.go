@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -349,4 +350,23 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += n
 	return n, err
+}
+
+// A batch whose client has gone is not served further: its later
+// operations are neither charged nor forwarded.
+func TestBatchStopsWhenItsClientLeaves(t *testing.T) {
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	served := 0
+	h := batching{maxOps: DefaultMaxBatch, maxBodyBytes: maxBatchBytes, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served++
+		leave() // while its first operation runs
+		_, _ = w.Write([]byte(`{"data":{}}`))
+	})}
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/graphql", strings.NewReader(batchOf(batchOps[:3]...)))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	if served != 1 {
+		t.Errorf("%d operations served, want 1: the client left during the first", served)
+	}
 }
