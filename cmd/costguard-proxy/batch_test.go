@@ -38,8 +38,9 @@ var batchOps = []string{
 	query(`mutation { createIssue(repo: "Repo:beta", title: "batched") { title } }`, nil),
 }
 
-// startBatchProxy starts a proxy in front of up with batchConfig and args.
-func startBatchProxy(t *testing.T, up nodeUpstream, config string, args ...string) *proxy {
+// startProxyInFront starts a proxy in front of up with the configuration
+// config and args.
+func startProxyInFront(t *testing.T, up nodeUpstream, config string, args ...string) *proxy {
 	t.Helper()
 	return startProxy(t, append([]string{"-upstream", up.URL, "-schema", upstreamsDir + "/schema.graphql",
 		"-config", writeFile(t, "costguard.yaml", config)}, args...)...)
@@ -89,7 +90,7 @@ var rateLimitHeaders = []string{
 // headers are the last operation's.
 func TestBatchChargesEachOperationAsALonePOST(t *testing.T) {
 	up := startUpstream(t, "yoga.js")
-	batched := postBatch(t, startBatchProxy(t, up, batchConfig).URL+"/graphql", batchOf(batchOps...))
+	batched := postBatch(t, startProxyInFront(t, up, batchConfig).URL+"/graphql", batchOf(batchOps...))
 	if batched.status != http.StatusOK || len(batched.ops) != len(batchOps) {
 		t.Fatalf("batch: %d %s, want 200 and %d answers", batched.status, batched.body, len(batchOps))
 	}
@@ -103,7 +104,7 @@ func TestBatchChargesEachOperationAsALonePOST(t *testing.T) {
 		t.Errorf("the upstream executed %d operations, want %d (all but the invalid one)", hits, len(batchOps)-1)
 	}
 
-	alone := startBatchProxy(t, up, batchConfig)
+	alone := startProxyInFront(t, up, batchConfig)
 	var last *gqlAnswer
 	for i, op := range batchOps {
 		last = postGraphQL(t, alone.URL+"/graphql", op)
@@ -130,7 +131,7 @@ func TestBatchChargesEachOperationAsALonePOST(t *testing.T) {
 // answered 200, with the longest Retry-After of its refusals.
 func TestBatchBudgetRunsOutMidBatch(t *testing.T) {
 	up := startUpstream(t, "yoga.js")
-	p := startBatchProxy(t, up, `
+	p := startProxyInFront(t, up, `
 plans:
   anon: {burst: 25, rate: 25, per: 24h, refund_unused: false}
 anonymous_plan: anon
@@ -167,7 +168,7 @@ anonymous_plan: anon
 // any of it reaches the upstream.
 func TestBatchRefusedWhole(t *testing.T) {
 	up := startUpstream(t, "yoga.js")
-	p := startBatchProxy(t, up, batchConfig, "-max-batch", "3")
+	p := startProxyInFront(t, up, batchConfig, "-max-batch", "3")
 	op := batchOps[0]
 	for _, tc := range []struct{ name, body string }{
 		{"over -max-batch", batchOf(op, op, op, op)},
@@ -194,7 +195,7 @@ func TestBatchRefusedWhole(t *testing.T) {
 // sent as another media type is answered as without batching.
 func TestBatchLeavesOtherRequestsAlone(t *testing.T) {
 	up := startUpstream(t, "yoga.js")
-	p := startBatchProxy(t, up, batchConfig)
+	p := startProxyInFront(t, up, batchConfig)
 	op := `{ user(login: "alice") { login } }`
 	want := `{"user":{"login":"alice"}}`
 
@@ -226,7 +227,7 @@ func TestBatchLeavesOtherRequestsAlone(t *testing.T) {
 // is never streamed as Server-Sent Events into the array.
 func TestBatchAnswersJSONWhateverTheAccept(t *testing.T) {
 	up := startUpstream(t, "yoga.js")
-	p := startBatchProxy(t, up, batchConfig)
+	p := startProxyInFront(t, up, batchConfig)
 	op := query(`{ user(login: "alice") { login } }`, nil)
 	for _, accept := range []string{"text/event-stream", "multipart/mixed", "application/graphql-response+json", "application/json"} {
 		got := postBatch(t, p.URL+"/graphql", batchOf(op, op), "Accept", accept)
@@ -250,7 +251,7 @@ func TestBatchAnswersJSONWhateverTheAccept(t *testing.T) {
 // within the bound, each operation is bounded by max_body_bytes alone.
 func TestBatchBodyBounds(t *testing.T) {
 	up := startUpstream(t, "yoga.js")
-	p := startBatchProxy(t, up, batchConfig)
+	p := startProxyInFront(t, up, batchConfig)
 	op := query(`{ user(login: "alice") { login } }`, nil)
 	big := `{"query": "{ user(login: \"alice\") { login } }` + strings.Repeat(" ", 5000) + `"}` // over max_body_bytes
 
