@@ -19,11 +19,10 @@ const DefaultMaxBatch = 10
 // next as a request of its own, with the client's headers and address
 // (but an Accept of JSON), so each is identified, bounded, priced and
 // charged as a lone POST would be, and the answers come back in order in
-// one array, with status 200. Its
-// rate-limit headers are those of the last answer (the budget after every
-// operation of the batch); Retry-After, when an operation was refused, is
-// the longest any answer asked for. Every other request goes to next as
-// it came.
+// one array, with status 200. Its rate-limit headers are those of the
+// last answer (the budget after every operation of the batch);
+// Retry-After, when an operation was refused, is the longest any answer
+// asked for. Every other request goes to next as it came.
 type batching struct {
 	next         http.Handler
 	maxOps       int   // operations in one batch; more is refused 400
