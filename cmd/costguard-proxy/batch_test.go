@@ -42,7 +42,7 @@ var batchOps = []string{
 // config and args.
 func startProxyInFront(t *testing.T, up nodeUpstream, config string, args ...string) *proxy {
 	t.Helper()
-	return startProxy(t, append([]string{"-upstream", up.URL, "-schema", upstreamsDir + "/schema.graphql",
+	return startProxy(t, append([]string{"-upstream", up.URL, "-schema", upstreamSchema,
 		"-config", writeFile(t, "costguard.yaml", config)}, args...)...)
 }
 

@@ -117,7 +117,6 @@ func checkSignature(t *testing.T, secret []byte, headers map[string]string, befo
 // The proxy refuses to start when its flags would let a client's header
 // pass for its own, or sign with a secret too short to be one.
 func TestPrincipalFlagsRefusedAtStart(t *testing.T) {
-	schema := upstreamsDir + "/schema.graphql"
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -128,7 +127,7 @@ func TestPrincipalFlagsRefusedAtStart(t *testing.T) {
 		{[]string{"-principal-secret-file", writeFile(t, "short", "fifteen bytes!!\n")}, "the secret must be at least 16 bytes"},
 		{[]string{"-principal-secret-file", writeFile(t, "spaces", strings.Repeat(" ", 20))}, "the secret must be at least 16 bytes"},
 	} {
-		args := append([]string{"-upstream", "http://127.0.0.1:1/graphql", "-schema", schema}, tc.args...)
+		args := append([]string{"-upstream", "http://127.0.0.1:1/graphql", "-schema", upstreamSchema}, tc.args...)
 		p, err := runProxy(t, args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("costguard-proxy %s: %v (%s), want an error saying %q", strings.Join(tc.args, " "), err, p.stderr.String(), tc.want)

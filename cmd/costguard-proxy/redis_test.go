@@ -45,8 +45,8 @@ func TestRedisTwoProxiesShareABudget(t *testing.T) {
 	up := startUpstream(t, "yoga.js")
 	config := writeFile(t, "costguard.yaml", sharedBudgetConfig)
 	proxies := []*proxy{
-		startProxy(t, "-upstream", up.URL, "-schema", upstreamsDir+"/schema.graphql", "-config", config, "-redis", rs.Addr()),
-		startProxy(t, "-upstream", up.URL, "-schema", upstreamsDir+"/schema.graphql", "-config", config, "-redis", rs.Addr()),
+		startProxy(t, "-upstream", up.URL, "-schema", upstreamSchema, "-config", config, "-redis", rs.Addr()),
+		startProxy(t, "-upstream", up.URL, "-schema", upstreamSchema, "-config", config, "-redis", rs.Addr()),
 	}
 	body := query(sharedBudgetQuery, nil)
 
