@@ -259,7 +259,7 @@ func TestBatchBodyBounds(t *testing.T) {
 	if lone.status != http.StatusRequestEntityTooLarge || lone.code() != middleware.CodeRequestTooLarge {
 		t.Fatalf("lone POST over max_body_bytes: %d %s", lone.status, lone.body)
 	}
-	huge := "[" + op + strings.Repeat(" ", maxBatchBytes) + "]"
+	huge := "[" + op + strings.Repeat(" ", defaultMaxBatchBytes) + "]"
 	for _, declared := range []bool{true, false} {
 		var body io.Reader = strings.NewReader(huge)
 		if !declared {
@@ -359,7 +359,7 @@ func TestBatchStopsWhenItsClientLeaves(t *testing.T) {
 	ctx, leave := context.WithCancel(context.Background())
 	defer leave()
 	served := 0
-	h := batching{maxOps: DefaultMaxBatch, maxBodyBytes: maxBatchBytes, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := batching{maxOps: DefaultMaxBatch, maxBodyBytes: defaultMaxBatchBytes, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served++
 		leave() // while its first operation runs
 		_, _ = w.Write([]byte(`{"data":{}}`))

@@ -32,24 +32,35 @@ func BenchmarkProxy(b *testing.B) {
 	defer plain.Close()
 	p := startProxy(b, "-upstream", up.URL, "-schema", upstreamSchema, "-config", writeFile(b, "costguard.yaml", benchConfig))
 	body := query(deepQuery, nil)
-	for _, bc := range []struct{ name, url string }{
+	paths := []struct{ name, url string }{
 		{"direct", up.URL},
 		{"reverseproxy", plain.URL + "/graphql"},
 		{"costguard-proxy", p.URL + "/graphql"},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-			defer client.CloseIdleConnections()
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	defer client.CloseIdleConnections()
+	roundTrip := func(b *testing.B, url string) {
+		resp, err := client.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), `"alpha"`) {
+			b.Fatalf("%d %s", resp.StatusCode, out)
+		}
+	}
+	// Node compiles yoga's hot paths as they run: every path is warmed
+	// before any is timed, so the first timed is not the slowest.
+	for range 1000 {
+		for _, path := range paths {
+			roundTrip(b, path.url)
+		}
+	}
+	for _, path := range paths {
+		b.Run(path.name, func(b *testing.B) {
 			for b.Loop() {
-				resp, err := client.Post(bc.url, "application/json", strings.NewReader(body))
-				if err != nil {
-					b.Fatal(err)
-				}
-				out, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), `"alpha"`) {
-					b.Fatalf("%d %s", resp.StatusCode, out)
-				}
+				roundTrip(b, path.url)
 			}
 		})
 	}

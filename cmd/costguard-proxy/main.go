@@ -50,6 +50,7 @@ type proxyFlags struct {
 	forwardHeaders       string
 	secretFile           string
 	maxBatch             int
+	maxBatchBytes        int64
 	maxResponseBytes     int64
 	timeout              time.Duration
 
@@ -65,14 +66,15 @@ func options(pf *proxyFlags) serve.Options {
 		Flags:   pf.register,
 		Schema:  pf.schema,
 		WrapGraphQL: func(h http.Handler) http.Handler {
-			return batching{next: upstream.Capture(h), maxOps: pf.maxBatch, maxBodyBytes: maxBatchBytes}
+			return batching{next: upstream.Capture(h), maxOps: pf.maxBatch, maxBodyBytes: pf.maxBatchBytes}
 		},
 	}
 }
 
-// maxBatchBytes bounds the body of a batch: each of its operations is
-// bounded again, as a lone POST, by the configuration's max_body_bytes.
-const maxBatchBytes = 8 << 20
+// defaultMaxBatchBytes is -max-batch-bytes's default: a batch body is
+// read whole before its operations reach the limiter (which bounds each
+// again by max_body_bytes), so it is bounded as a lone POST is by default.
+const defaultMaxBatchBytes = 1 << 20
 
 // register adds the proxy's flags to fs and returns their check.
 func (pf *proxyFlags) register(fs *flag.FlagSet) func() error {
@@ -84,6 +86,7 @@ func (pf *proxyFlags) register(fs *flag.FlagSet) func() error {
 		"comma-separated client request `headers` forwarded to the upstream (\"\": none); the proxy's own X-Costguard-* headers are always its own")
 	fs.StringVar(&pf.secretFile, "principal-secret-file", "", "sign the "+HeaderPrincipal+" and "+HeaderPlan+" headers sent upstream with the secret in this `file` ("+HeaderSignature+", docs/proxy.md)")
 	fs.IntVar(&pf.maxBatch, "max-batch", DefaultMaxBatch, "the most `operations` one batched POST may hold, each priced and charged as a lone POST")
+	fs.Int64Var(&pf.maxBatchBytes, "max-batch-bytes", defaultMaxBatchBytes, "the largest batched POST body read, in `bytes`; a larger one goes to the limiter as a lone POST (and is refused past max_body_bytes)")
 	fs.Int64Var(&pf.maxResponseBytes, "max-response-bytes", upstream.DefaultMaxResponseBytes, "the largest upstream response or subscription event read, in `bytes`; larger ones answer 502")
 	fs.DurationVar(&pf.timeout, "upstream-timeout", upstream.DefaultTimeout, "how long a query or mutation may take upstream, answer included")
 	return pf.check
@@ -100,6 +103,8 @@ func (pf *proxyFlags) check() error {
 		return errors.New("-schema and -introspect exclude each other")
 	case pf.maxBatch < 1:
 		return fmt.Errorf("-max-batch %d: it must be at least 1", pf.maxBatch)
+	case pf.maxBatchBytes < 1:
+		return fmt.Errorf("-max-batch-bytes %d: it must be positive", pf.maxBatchBytes)
 	case pf.maxResponseBytes < 1:
 		return fmt.Errorf("-max-response-bytes %d: it must be positive", pf.maxResponseBytes)
 	case pf.timeout <= 0:

@@ -24,9 +24,11 @@ const (
 	// HeaderPlan is that principal's plan.
 	HeaderPlan = "X-Costguard-Plan"
 	// HeaderSignature, with -principal-secret-file, signs the two:
-	// "t=UNIX,v1=HEX", HEX the HMAC-SHA256 under the secret of
-	// "UNIX.PRINCIPAL.PLAN". An upstream reachable other than through the
-	// proxy checks it (and that UNIX is recent) before trusting them.
+	// "t=UNIX,v1=HEX", HEX the HMAC-SHA256 under the secret of UNIX,
+	// PRINCIPAL and PLAN on lines of their own (joined by "\n", which no
+	// header value holds, so no two triples sign alike). An upstream
+	// reachable other than through the proxy checks it (and that UNIX is
+	// recent) before trusting them.
 	HeaderSignature = "X-Costguard-Signature"
 )
 
@@ -52,6 +54,6 @@ func principalHeaders(secret []byte, now func() time.Time) func(context.Context)
 func signPrincipal(secret []byte, unix int64, principal, plan string) string {
 	t := strconv.FormatInt(unix, 10)
 	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(t + "." + principal + "." + plan))
+	mac.Write([]byte(t + "\n" + principal + "\n" + plan))
 	return "t=" + t + ",v1=" + hex.EncodeToString(mac.Sum(nil))
 }

@@ -108,7 +108,7 @@ func checkSignature(t *testing.T, secret []byte, headers map[string]string, befo
 		t.Errorf("%s signed at %d, not between %d and %d", HeaderSignature, unix, before, after)
 	}
 	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(strconv.FormatInt(unix, 10) + "." + headers[upPrincipal] + "." + headers[upPlan]))
+	h.Write([]byte(strconv.FormatInt(unix, 10) + "\n" + headers[upPrincipal] + "\n" + headers[upPlan]))
 	if want := hex.EncodeToString(h.Sum(nil)); strings.TrimPrefix(mac, "v1=") != want {
 		t.Errorf("%s %q does not verify for %q and %q: want v1=%s", HeaderSignature, sig, headers[upPrincipal], headers[upPlan], want)
 	}

@@ -16,7 +16,7 @@ type exchange struct {
 }
 
 // RelayedHeaders are the upstream's response headers the client's answer
-// carries: a session the upstream opens (Set-Cookie) and the challenge of
+// carries: the cookies the upstream sets (Set-Cookie) and the challenge of
 // its 401 (WWW-Authenticate). The rest of the upstream's headers are its
 // own business: the answer's are the limiter's and gqlgen's.
 var RelayedHeaders = []string{"Set-Cookie", "WWW-Authenticate"}
