@@ -142,10 +142,14 @@ func (u nodeUpstream) lastHeaders(t *testing.T) map[string]string {
 // (serve.Run, as main runs it).
 type proxy struct {
 	URL    string // http://127.0.0.1:PORT
+	Admin  string // the admin listener's URL; "" without one
 	stderr *lockedBuffer
 	reload chan os.Signal
 	stop   func() error
 }
+
+// adminLine names the admin listener, when there is one.
+var adminLine = regexp.MustCompile(`^admin endpoints \(.*\) on (http://\S+)$`)
 
 // proxyBanner is the proxy's start-up line.
 var proxyBanner = regexp.MustCompile(`^costguard-proxy on (http://\S+) \(budgets: .*\)$`)
@@ -191,6 +195,11 @@ func runProxy(t testing.TB, args ...string) (*proxy, error) {
 		t.Fatalf("unexpected first line %q", lines.Text())
 	}
 	p.URL = m[1]
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "pid ") {
+		if a := adminLine.FindStringSubmatch(lines.Text()); a != nil {
+			p.Admin = a[1]
+		}
+	}
 	go func() { _, _ = io.Copy(io.Discard, outR) }()
 	return p, nil
 }

@@ -235,11 +235,19 @@ func overWebSocket(t *testing.T, up nodeUpstream, p *proxy, proto string) {
 	if len(events) != 2 {
 		t.Fatalf("%d events, want 2", len(events))
 	}
+	// Each event pays its own actual cost: the budget goes down with each.
+	left := int64(-1)
 	for i, e := range events {
 		var a gqlAnswer
 		if err := json.Unmarshal(e, &a); err != nil || !strings.Contains(string(a.Data), `"issueAdded"`) || a.Extensions.Cost == nil {
 			t.Errorf("event %d: %s (%v)", i, e, err)
+			continue
 		}
+		now := *a.Extensions.Cost.ThrottleStatus.CurrentlyAvailable
+		if left >= 0 && now >= left {
+			t.Errorf("event %d: %d points left, %d after the event before: the event was not charged", i, now, left)
+		}
+		left = now
 	}
 }
 
@@ -354,4 +362,37 @@ func resolveUpstream(ctx context.Context, upstreamURL string) *graphql.Response 
 func readSDL() (string, error) {
 	b, err := os.ReadFile(upstreamSchema)
 	return string(b), err
+}
+
+// The admin listener serves what the example server's does: the metrics
+// count the proxy's decisions, the admin API knows its principals.
+func TestAdminListener(t *testing.T) {
+	up := startUpstream(t, "yoga.js")
+	p := startProxy(t, "-upstream", up.URL, "-schema", upstreamSchema, "-config", writeFile(t, "costguard.yaml", testConfig),
+		"-admin-addr", "127.0.0.1:0")
+	if p.Admin == "" {
+		t.Fatal("no admin listener line")
+	}
+	postGraphQL(t, p.URL+"/graphql", query(labelsQuery, nil), "Authorization", "Bearer alice-key")
+	get := func(path string) string {
+		resp, err := http.Get(p.Admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	if m := get("/metrics"); !strings.Contains(m, `costguard_decisions_total{`) {
+		t.Errorf("/metrics counts no decision")
+	}
+	if a := get("/admin/principals/alice"); !strings.Contains(a, `"free"`) {
+		t.Errorf("/admin/principals/alice: %s", a)
+	}
+	if d := get("/admin/"); !strings.Contains(d, "<html") {
+		t.Errorf("/admin/ is no dashboard")
+	}
 }
