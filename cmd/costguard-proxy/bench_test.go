@@ -1,13 +1,18 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // benchConfig is a plan no benchmark run exhausts.
@@ -63,5 +68,94 @@ func BenchmarkProxy(b *testing.B) {
 				roundTrip(b, path.url)
 			}
 		})
+	}
+}
+
+// largeQuery selects 40 × 25 labels (1,000 objects, about 40 KB of JSON):
+// an operation whose upstream time dominates.
+var largeQuery = func() string {
+	var q strings.Builder
+	q.WriteString("{")
+	for i := range 40 {
+		fmt.Fprintf(&q, " l%d: labels { name color }", i)
+	}
+	q.WriteString(" }")
+	return q.String()
+}()
+
+// BenchmarkProxyLoad is the proxy's latency and throughput under load, in
+// front of graphql-yoga, against calling yoga directly. The load
+// generator is this benchmark: clients goroutines, each sending its next
+// request (a small query, or largeQuery) as soon as its last is answered,
+// over keep-alive connections, b.N requests in all. Proxy, upstream and
+// load share the machine. Each run reports the latency's p50 and p99 (µs)
+// and the throughput (requests per second):
+//
+//	go test -run '^$' -bench ProxyLoad -benchtime 4000x -count 5 ./cmd/costguard-proxy
+func BenchmarkProxyLoad(b *testing.B) {
+	up := startUpstream(b, "yoga.js")
+	p := startProxy(b, "-upstream", up.URL, "-schema", upstreamSchema, "-config", writeFile(b, "costguard.yaml", benchConfig))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	queries := []struct{ name, body string }{
+		{"small", query(deepQuery, nil)},
+		{"large", query(largeQuery, nil)},
+	}
+	paths := []struct{ name, url string }{
+		{"direct", up.URL},
+		{"costguard-proxy", p.URL + "/graphql"},
+	}
+	roundTrip := func(b *testing.B, url, body string) {
+		resp, err := client.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Errorf("status %d", resp.StatusCode)
+		}
+	}
+	for range 500 { // Node compiles yoga's hot paths as they run
+		for _, q := range queries {
+			for _, path := range paths {
+				roundTrip(b, path.url, q.body)
+			}
+		}
+	}
+	for _, q := range queries {
+		for _, clients := range []int{1, 32} {
+			for _, path := range paths {
+				b.Run(fmt.Sprintf("%s/clients=%d/%s", q.name, clients, path.name), func(b *testing.B) {
+					latencies := make([]time.Duration, b.N)
+					var next atomic.Int64
+					var wg sync.WaitGroup
+					b.ResetTimer()
+					start := time.Now()
+					for range clients {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+								t0 := time.Now()
+								roundTrip(b, path.url, q.body)
+								latencies[i] = time.Since(t0)
+							}
+						}()
+					}
+					wg.Wait()
+					elapsed := time.Since(start)
+					b.StopTimer()
+					slices.Sort(latencies)
+					at := func(q float64) float64 {
+						return float64(latencies[min(len(latencies)-1, int(q*float64(len(latencies))))].Microseconds())
+					}
+					b.ReportMetric(at(0.50), "p50-µs")
+					b.ReportMetric(at(0.99), "p99-µs")
+					b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+				})
+			}
+		}
 	}
 }
