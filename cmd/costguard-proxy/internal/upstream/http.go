@@ -134,22 +134,20 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 // errors or both. data is kept as the upstream wrote it; numbers in errors
 // and extensions keep their digits (json.Number).
 func decodeResponse(raw []byte) (*graphql.Response, error) {
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &members); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
+	data, errs, ext, err := responseMembers(raw)
+	if err != nil {
+		return nil, err
 	}
-	data, hasData := members["data"]
-	errs, hasErrors := members["errors"]
-	if !hasData && !hasErrors {
+	if data == nil && errs == nil {
 		return nil, errors.New("neither data nor errors")
 	}
 	resp := &graphql.Response{Data: data}
-	if hasErrors && !isNull(errs) {
+	if errs != nil && !isNull(errs) {
 		if err := decodeNumbers(errs, &resp.Errors); err != nil {
 			return nil, fmt.Errorf("errors: %w", err)
 		}
 	}
-	if ext, ok := members["extensions"]; ok && !isNull(ext) {
+	if ext != nil && !isNull(ext) {
 		if err := decodeNumbers(ext, &resp.Extensions); err != nil {
 			return nil, fmt.Errorf("extensions: %w", err)
 		}
