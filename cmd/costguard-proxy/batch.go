@@ -68,6 +68,12 @@ func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuseBatch(w, "the batch holds "+strconv.Itoa(len(ops))+" operations, more than the "+strconv.Itoa(b.maxOps)+" a batch may hold")
 		return
 	}
+	b.serveBatch(w, r, ops)
+}
+
+// serveBatch serves each of ops as a request of its own, like r, and
+// answers the array of their answers.
+func (b batching) serveBatch(w http.ResponseWriter, r *http.Request, ops []json.RawMessage) {
 	var out bytes.Buffer
 	out.WriteByte('[')
 	var last http.Header
@@ -78,30 +84,11 @@ func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// and forwarded for an answer nobody reads.
 			return
 		}
-		sub := r.Clone(r.Context())
-		sub.Body = io.NopCloser(bytes.NewReader(op))
-		sub.ContentLength = int64(len(op))
-		sub.Header.Set("Content-Length", strconv.Itoa(len(op)))
-		// The array is JSON, so is each answer in it: never a stream
-		// (text/event-stream, multipart/mixed) whatever the batch's
-		// Accept asked for.
-		sub.Header.Set("Accept", "application/json")
-		rec := &answer{header: make(http.Header)}
-		b.next.ServeHTTP(rec, sub)
+		rec := b.serveOne(r, op)
 		if i > 0 {
 			out.WriteByte(',')
 		}
-		if body := bytes.TrimSpace(rec.body.Bytes()); json.Valid(body) && len(body) > 0 && body[0] == '{' {
-			out.Write(body)
-		} else {
-			// Not a GraphQL answer (a plain-text refusal): carried as an
-			// error of its own, with the status it came with.
-			b, _ := json.Marshal(map[string]any{"errors": []any{map[string]any{
-				"message":    string(body),
-				"extensions": map[string]any{"status": rec.code()},
-			}}})
-			out.Write(b)
-		}
+		rec.appendTo(&out)
 		if s, err := strconv.Atoi(rec.header.Get("Retry-After")); err == nil {
 			retryAfter = max(retryAfter, s)
 		}
@@ -120,6 +107,37 @@ func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.Itoa(out.Len()))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out.Bytes())
+}
+
+// serveOne serves op, one operation of the batch r, as a POST of its own
+// with r's headers, and returns its answer.
+func (b batching) serveOne(r *http.Request, op json.RawMessage) *answer {
+	sub := r.Clone(r.Context())
+	sub.Body = io.NopCloser(bytes.NewReader(op))
+	sub.ContentLength = int64(len(op))
+	sub.Header.Set("Content-Length", strconv.Itoa(len(op)))
+	// The array is JSON, so is each answer in it: never a stream
+	// (text/event-stream, multipart/mixed) whatever the batch's Accept
+	// asked for.
+	sub.Header.Set("Accept", "application/json")
+	rec := &answer{header: make(http.Header)}
+	b.next.ServeHTTP(rec, sub)
+	return rec
+}
+
+// appendTo appends the answer to out as an element of the batch's array:
+// its body when it is a GraphQL answer; otherwise (a plain-text refusal)
+// an error of its own, with the status it came with.
+func (a *answer) appendTo(out *bytes.Buffer) {
+	if body := bytes.TrimSpace(a.body.Bytes()); json.Valid(body) && len(body) > 0 && body[0] == '{' {
+		out.Write(body)
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"errors": []any{map[string]any{
+		"message":    string(bytes.TrimSpace(a.body.Bytes())),
+		"extensions": map[string]any{"status": a.code()},
+	}}})
+	out.Write(b)
 }
 
 // isJSON reports whether a Content-Type is JSON's: the only one a batch
