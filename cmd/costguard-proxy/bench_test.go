@@ -84,7 +84,8 @@ var largeQuery = func() string {
 }()
 
 // BenchmarkProxyLoad is the proxy's latency and throughput under load, in
-// front of graphql-yoga, against calling yoga directly. The load
+// front of graphql-yoga, against calling yoga directly and through a
+// plain reverse proxy (httputil.ReverseProxy: the hop alone). The load
 // generator is this benchmark: clients goroutines, each sending its next
 // request (a small query, or largeQuery) as soon as its last is answered,
 // over keep-alive connections, b.N requests in all. Proxy, upstream and
@@ -101,8 +102,12 @@ func BenchmarkProxyLoad(b *testing.B) {
 		{"small", query(deepQuery, nil)},
 		{"large", query(largeQuery, nil)},
 	}
+	target, _ := url.Parse(up.URL)
+	plain := httptest.NewServer(httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host}))
+	defer plain.Close()
 	paths := []struct{ name, url string }{
 		{"direct", up.URL},
+		{"reverseproxy", plain.URL + "/graphql"},
 		{"costguard-proxy", p.URL + "/graphql"},
 	}
 	roundTrip := func(b *testing.B, url, body string) {
