@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/costguard/costguard/cmd/costguard-proxy/internal/upstream"
 )
 
 // benchConfig is a plan no benchmark run exhausts.
@@ -33,7 +35,7 @@ anonymous_plan: anon
 func BenchmarkProxy(b *testing.B) {
 	up := startUpstream(b, "yoga.js")
 	target, _ := url.Parse(up.URL)
-	plain := httptest.NewServer(httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host}))
+	plain := httptest.NewServer(reverseProxy(target))
 	defer plain.Close()
 	p := startProxy(b, "-upstream", up.URL, "-schema", upstreamSchema, "-config", writeFile(b, "costguard.yaml", benchConfig))
 	body := query(deepQuery, nil)
@@ -103,7 +105,7 @@ func BenchmarkProxyLoad(b *testing.B) {
 		{"large", query(largeQuery, nil)},
 	}
 	target, _ := url.Parse(up.URL)
-	plain := httptest.NewServer(httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host}))
+	plain := httptest.NewServer(reverseProxy(target))
 	defer plain.Close()
 	paths := []struct{ name, url string }{
 		{"direct", up.URL},
@@ -163,4 +165,12 @@ func BenchmarkProxyLoad(b *testing.B) {
 			}
 		}
 	}
+}
+
+// reverseProxy forwards to target's host and does nothing else, with as
+// many connections kept open to it as costguard-proxy keeps.
+func reverseProxy(target *url.URL) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	rp.Transport = upstream.NewClient(upstream.DefaultTimeout).Transport
+	return rp
 }

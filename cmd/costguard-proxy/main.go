@@ -133,10 +133,7 @@ func (pf *proxyFlags) check() error {
 // schema builds the forwarding schema: the SDL from -schema or from the
 // upstream's introspection, and the forwarder to -upstream.
 func (pf *proxyFlags) schema(ctx context.Context, log *slog.Logger) (graphql.ExecutableSchema, error) {
-	client := &http.Client{
-		Timeout:       pf.timeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	client := upstream.NewClient(pf.timeout)
 	var sdl string
 	if pf.introspect {
 		var err error

@@ -184,16 +184,21 @@ func parseURL(raw string, schemes ...string) (*url.URL, error) {
 	return u, nil
 }
 
-// defaultClient bounds every phase: a dead upstream fails the operation
-// within DefaultTimeout rather than holding the client's request.
-func defaultClient() *http.Client {
+// defaultClient is Config.Client's default: NewClient(DefaultTimeout).
+func defaultClient() *http.Client { return NewClient(DefaultTimeout) }
+
+// NewClient is a client for the upstream that bounds every phase, so that
+// a dead upstream fails an operation within timeout rather than holding
+// the client's request, keeps connections to it open for the requests in
+// flight at once, and follows no redirect.
+func NewClient(timeout time.Duration) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	t.ResponseHeaderTimeout = DefaultTimeout
+	t.ResponseHeaderTimeout = timeout
 	t.MaxIdleConnsPerHost = 64 // every request goes to one host: Go's 2 would dial anew under load
 	return &http.Client{
 		Transport: t,
-		Timeout:   DefaultTimeout,
+		Timeout:   timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
