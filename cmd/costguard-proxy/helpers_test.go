@@ -80,22 +80,36 @@ func startUpstream(t testing.TB, script string, env ...string) nodeUpstream {
 	return nodeUpstream{}
 }
 
-// hits is what the upstream counted: the operations it executed.
-func (u nodeUpstream) hits(t *testing.T) int {
+// upstreamHits is the upstream's /hits report.
+type upstreamHits struct {
+	// Operations is what the upstream executed, over HTTP and WebSocket.
+	Operations int `json:"operations"`
+	// LastHeaders and LastUpgradeHeaders are the headers of the last HTTP
+	// request and of the last WebSocket upgrade it got (lower-case names).
+	LastHeaders        map[string]string `json:"lastHeaders"`
+	LastUpgradeHeaders map[string]string `json:"lastUpgradeHeaders"`
+}
+
+// report is the upstream's /hits.
+func (u nodeUpstream) report(t *testing.T) upstreamHits {
 	t.Helper()
 	resp, err := http.Get(strings.TrimSuffix(u.URL, "/graphql") + "/hits")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var h struct {
-		Operations int `json:"operations"`
-	}
+	var h upstreamHits
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
 		t.Fatal(err)
 	}
-	return h.Operations
+	return h
 }
+
+// hits is what the upstream counted: the operations it executed.
+func (u nodeUpstream) hits(t *testing.T) int { return u.report(t).Operations }
+
+// lastHeaders are the headers of the last HTTP request the upstream got.
+func (u nodeUpstream) lastHeaders(t *testing.T) map[string]string { return u.report(t).LastHeaders }
 
 // testWriter logs what a child process writes, line by line.
 type testWriter struct {
@@ -118,24 +132,6 @@ func (u nodeUpstream) reset(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-}
-
-// lastHeaders are the headers of the last HTTP request the upstream got
-// (lower-case names).
-func (u nodeUpstream) lastHeaders(t *testing.T) map[string]string {
-	t.Helper()
-	resp, err := http.Get(strings.TrimSuffix(u.URL, "/graphql") + "/hits")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var h struct {
-		LastHeaders map[string]string `json:"lastHeaders"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
-		t.Fatal(err)
-	}
-	return h.LastHeaders
 }
 
 // proxy is a costguard-proxy the test runs in its own process's body

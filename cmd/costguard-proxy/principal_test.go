@@ -197,7 +197,7 @@ func TestPrincipalOnWebSocketUpgrade(t *testing.T) {
 		if len(events) != 2 {
 			t.Errorf("%s: %d events, want 2: %s", tc.name, len(events), events)
 		}
-		got := lastUpgradeHeaders(t, up)
+		got := up.report(t).LastUpgradeHeaders
 		if got[upPrincipal] != tc.principal || got[upPlan] != tc.plan {
 			t.Errorf("%s: the upstream's upgrade had %s %q and %s %q, want %q and %q",
 				tc.name, HeaderPrincipal, got[upPrincipal], HeaderPlan, got[upPlan], tc.principal, tc.plan)
@@ -261,22 +261,4 @@ func subscribeOverWebSocket(t *testing.T, base string, header http.Header, initP
 			t.Fatalf("the proxy's socket sent %s %s", m.Type, m.Payload)
 		}
 	}
-}
-
-// lastUpgradeHeaders are the headers of the last WebSocket upgrade the
-// upstream got (lower-case names).
-func lastUpgradeHeaders(t *testing.T, u nodeUpstream) map[string]string {
-	t.Helper()
-	resp, err := http.Get(strings.TrimSuffix(u.URL, "/graphql") + "/hits")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var h struct {
-		LastUpgradeHeaders map[string]string `json:"lastUpgradeHeaders"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
-		t.Fatal(err)
-	}
-	return h.LastUpgradeHeaders
 }
