@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
@@ -273,6 +276,54 @@ func TestNotExecutedGivesThePriceBack(t *testing.T) {
 				t.Errorf("actual cost %d, want none", *c.ActualQueryCost)
 			case tc.actual >= 0 && (c.ActualQueryCost == nil || *c.ActualQueryCost != tc.actual):
 				t.Errorf("actual cost %v, want %d", c.ActualQueryCost, tc.actual)
+			}
+		})
+	}
+}
+
+// A subscription whose executor never started it (ErrNotExecuted before
+// any event: a proxy whose upstream could not be reached) gives its
+// subscribe's price back but InvalidCost, as an operation does.
+func TestSubscriptionNotExecutedGivesThePriceBack(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       error
+		remaining string
+	}{
+		{"not executed", fmt.Errorf("upstream unavailable: %w", middleware.ErrNotExecuted), "98"}, // 100 − 1 − 1
+		{"failed", errors.New("upstream unavailable: timed out"), "89"},                           // 100 − 10 − 1
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			schema := gqlparser.MustLoadSchema(&ast.Source{Name: "s.graphqls", Input: `
+type Query { a: Int }
+type Subscription { issues(first: Int): [Issue!]! }
+type Issue { title: String! }`})
+			es := &graphql.ExecutableSchemaMock{
+				SchemaFunc: func() *ast.Schema { return schema },
+				ExecFunc: func(ctx context.Context) graphql.ResponseHandler {
+					if graphql.GetOperationContext(ctx).Operation.Operation == ast.Query {
+						return graphql.OneShot(&graphql.Response{Data: []byte(`{"a":1}`)})
+					}
+					return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{{Message: tc.err.Error(), Err: tc.err}}})
+				},
+			}
+			srv := handler.New(es)
+			srv.AddTransport(transport.SSE{})
+			srv.AddTransport(transport.POST{})
+			h := newLimiter(t, withRefunds(testConfig(t, newClock()))).Handler(srv)
+
+			req := httptest.NewRequest(http.MethodPost, "/graphql", strings.NewReader(`{"query":"subscription { issues(first: 10) { title } }"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("Authorization", "Bearer "+aliceKey)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req) // the stream ends after the error
+			if !strings.Contains(w.Body.String(), "upstream unavailable") {
+				t.Fatalf("the stream: %d %s", w.Code, w.Body.String())
+			}
+			w, _ = query(t, h, `{ a }`, bearer(aliceKey))
+			if got := w.Header().Get(middleware.HeaderXRateLimitRemaining); got != tc.remaining {
+				t.Errorf("X-RateLimit-Remaining %s after the subscription and a query, want %s", got, tc.remaining)
 			}
 		})
 	}

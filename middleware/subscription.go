@@ -103,7 +103,9 @@ type subscription struct {
 
 	// admitted: its price was debited, so its events are charged one by
 	// one. ended: an event could not be paid, so no more are sent.
-	admitted, ended atomic.Bool
+	// priceFinal: an event was charged, or the price given back, so the
+	// subscribe's price is not given back (again).
+	admitted, ended, priceFinal atomic.Bool
 
 	mu   sync.Mutex
 	held bool // it holds a slot
@@ -185,8 +187,18 @@ func (s *subscription) stream(h graphql.ResponseHandler) graphql.ResponseHandler
 // event and pays nothing.
 func (e *costExtension) chargeEvent(ctx context.Context, st *requestState, opCtx *graphql.OperationContext, resp *graphql.Response) *graphql.Response {
 	if len(resp.Data) == 0 || string(resp.Data) == "null" {
+		if notExecuted(resp.Errors) && st.sub.priceFinal.CompareAndSwap(false, true) {
+			// The executor never started it (a proxy's upstream could not
+			// be reached): the subscribe pays InvalidCost, as an operation
+			// that did not run does.
+			st.mu.Lock()
+			o, price := st.outcome, st.cost
+			st.mu.Unlock()
+			e.refundUnexecuted(ctx, st, o, price)
+		}
 		return resp
 	}
+	st.sub.priceFinal.Store(true)
 	l := e.l
 	st.mu.Lock()
 	costPlan, price, ln := st.costPlan, st.cost, st.lane

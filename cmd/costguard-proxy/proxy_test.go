@@ -275,6 +275,27 @@ func TestUpstreamFailuresAnswered(t *testing.T) {
 	if !strings.Contains(a.Errors[0].Message, "upstream unavailable") || strings.Contains(string(a.body), "127.0.0.1") {
 		t.Errorf("upstream down: message %q", a.Errors[0].Message)
 	}
+
+	// A subscription that cannot open its upstream socket gets its price
+	// (22) back but 1 too, and so does a query after it: 999 − 1 − 1 left.
+	dear := `subscription { issueAdded(repo: "Repo:alpha") { title repo { issues(first: 20) { title } } } }`
+	req, _ := http.NewRequest(http.MethodPost, down.URL+"/graphql", strings.NewReader(query(dear, nil)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer alice-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(stream), upstream.CodeUnavailable) {
+		t.Errorf("subscription, upstream down: %s", stream)
+	}
+	a = postGraphQL(t, down.URL+"/graphql", query(labelsQuery, nil), "Authorization", "Bearer alice-key")
+	if got := a.header.Get(middleware.HeaderXRateLimitRemaining); got != "997" {
+		t.Errorf("after the subscription and a query: %s left, want 997", got)
+	}
 }
 
 // -introspect reads the schema from the upstream, and an upstream with
