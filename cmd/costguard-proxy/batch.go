@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime"
 	"net/http"
 	"strconv"
+
+	"github.com/costguard/costguard/middleware"
 )
 
 // DefaultMaxBatch is how many operations one batched request may hold
@@ -23,10 +26,41 @@ const DefaultMaxBatch = 10
 // last answer (the budget after every operation of the batch);
 // Retry-After, when an operation was refused, is the longest any answer
 // asked for. Every other request goes to next as it came.
+//
+// A batch refused whole (BAD_BATCH) is answered through refused, when set:
+// the limiter's REST wrapper (lim.REST), which identifies, sheds and
+// charges it as a REST request before the refusal is written, so that a
+// client cannot have batches decoded for nothing.
 type batching struct {
 	next         http.Handler
-	maxOps       int   // operations in one batch; more is refused 400
-	maxBodyBytes int64 // a body longer than this goes to next, which refuses it
+	refused      http.Handler // answers a refused batch; nil: refuseBatch alone
+	maxOps       int          // operations in one batch; more is refused 400
+	maxBodyBytes int64        // a body longer than this goes to next, which refuses it
+}
+
+// newBatching is batching in front of next, its refusals charged through
+// lim's REST wrapper.
+func newBatching(next http.Handler, lim *middleware.Limiter, maxOps int, maxBodyBytes int64) batching {
+	return batching{next: next, refused: lim.REST(http.HandlerFunc(answerRefusal)), maxOps: maxOps, maxBodyBytes: maxBodyBytes}
+}
+
+// batchRefusal keys, in a refused batch's context, why it was refused.
+type batchRefusal struct{}
+
+// refuse answers r, a batch refused whole, with msg.
+func (b batching) refuse(w http.ResponseWriter, r *http.Request, msg string) {
+	if b.refused == nil {
+		refuseBatch(w, msg)
+		return
+	}
+	r.Body = http.NoBody // read already: the refusal reads nothing
+	b.refused.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), batchRefusal{}, msg)))
+}
+
+// answerRefusal writes the refusal batching.refuse put in r's context.
+func answerRefusal(w http.ResponseWriter, r *http.Request) {
+	msg, _ := r.Context().Value(batchRefusal{}).(string)
+	refuseBatch(w, msg)
 }
 
 // ServeHTTP implements http.Handler.
@@ -57,15 +91,15 @@ func (b batching) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var ops []json.RawMessage
 	if err := json.Unmarshal(head, &ops); err != nil {
-		refuseBatch(w, "the request body is not a JSON array of operations: "+err.Error())
+		b.refuse(w, r, "the request body is not a JSON array of operations: "+err.Error())
 		return
 	}
 	switch {
 	case len(ops) == 0:
-		refuseBatch(w, "the batch holds no operation")
+		b.refuse(w, r, "the batch holds no operation")
 		return
 	case len(ops) > b.maxOps:
-		refuseBatch(w, "the batch holds "+strconv.Itoa(len(ops))+" operations, more than the "+strconv.Itoa(b.maxOps)+" a batch may hold")
+		b.refuse(w, r, "the batch holds "+strconv.Itoa(len(ops))+" operations, more than the "+strconv.Itoa(b.maxOps)+" a batch may hold")
 		return
 	}
 	b.serveBatch(w, r, ops)

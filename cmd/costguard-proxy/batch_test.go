@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -369,5 +370,30 @@ func TestBatchStopsWhenItsClientLeaves(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), req)
 	if served != 1 {
 		t.Errorf("%d operations served, want 1: the client left during the first", served)
+	}
+}
+
+// A batch refused whole is charged as a REST request (rest.default_cost,
+// 1 point) through the same door as every request: a client cannot have
+// batches decoded for nothing, and one whose budget is spent is refused
+// 429 before its batch is judged.
+func TestRefusedBatchesArePaidFor(t *testing.T) {
+	up := startUpstream(t, "yoga.js")
+	p := startProxyInFront(t, up, "plans:\n  anon: {burst: 3, rate: 3, per: 24h}\nanonymous_plan: anon\n")
+	var statuses []int
+	for range 4 {
+		req := mustRequest(t, http.MethodPost, p.URL+"/graphql", strings.NewReader(`[{"query": "{ labels { name } }"}, ]`))
+		req.Header.Set("Content-Type", "application/json")
+		a := doGraphQL(t, req)
+		statuses = append(statuses, a.status)
+		if a.status == http.StatusBadRequest && a.code() != "BAD_BATCH" {
+			t.Errorf("a malformed batch: %s", a.body)
+		}
+	}
+	if want := []int{400, 400, 400, 429}; !slices.Equal(statuses, want) {
+		t.Errorf("four malformed batches on a budget of 3: %v, want %v", statuses, want)
+	}
+	if hits := up.hits(t); hits != 0 {
+		t.Errorf("the upstream executed %d operations", hits)
 	}
 }

@@ -38,6 +38,7 @@ import (
 
 	"github.com/costguard/costguard/cmd/costguard-proxy/internal/upstream"
 	"github.com/costguard/costguard/internal/serve"
+	"github.com/costguard/costguard/middleware"
 )
 
 func main() { serve.Main(options(&proxyFlags{})) }
@@ -65,16 +66,18 @@ func options(pf *proxyFlags) serve.Options {
 		NoDemo:  true,
 		Flags:   pf.register,
 		Schema:  pf.schema,
-		WrapGraphQL: func(h http.Handler) http.Handler {
-			return batching{next: upstream.Capture(h), maxOps: pf.maxBatch, maxBodyBytes: pf.maxBatchBytes}
+		WrapGraphQL: func(h http.Handler, lim *middleware.Limiter) http.Handler {
+			return newBatching(upstream.Capture(h), lim, pf.maxBatch, pf.maxBatchBytes)
 		},
 	}
 }
 
-// defaultMaxBatchBytes is -max-batch-bytes's default: a batch body is
-// read whole before its operations reach the limiter (which bounds each
-// again by max_body_bytes), so it is bounded as a lone POST is by default.
-const defaultMaxBatchBytes = 1 << 20
+// defaultMaxBatchBytes is -max-batch-bytes's default. A batch body is
+// read whole before its operations reach the limiter, which bounds each
+// again by max_body_bytes: by default no more is read ahead of the
+// limiter than the bodies it leaves out of max_body_bytes_in_flight
+// (64 KiB and less).
+const defaultMaxBatchBytes = 64 << 10
 
 // register adds the proxy's flags to fs and returns their check.
 func (pf *proxyFlags) register(fs *flag.FlagSet) func() error {

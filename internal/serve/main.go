@@ -29,6 +29,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/costguard/costguard/limiter/redisstore"
+	"github.com/costguard/costguard/middleware"
 )
 
 // Options are what set one binary built on this package apart from
@@ -63,7 +64,9 @@ type Options struct {
 	// the limiter: it sees each request before the limiter does and each
 	// status and header the limiter writes. A ResponseWriter it passes on
 	// in place of its own must still hijack (WebSocket) and flush (SSE).
-	WrapGraphQL func(http.Handler) http.Handler
+	// lim is the server's limiter, for what the wrapper answers itself
+	// (lim.REST charges it as a REST request).
+	WrapGraphQL func(next http.Handler, lim *middleware.Limiter) http.Handler
 }
 
 // defaults is the configuration a file is read over: the example's,

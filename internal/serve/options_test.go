@@ -52,7 +52,7 @@ type seen struct {
 	rateLimit []string // the RateLimit header of each answer
 }
 
-func (s *seen) wrap(h http.Handler) http.Handler {
+func (s *seen) wrap(h http.Handler, _ *middleware.Limiter) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		h.ServeHTTP(rec, r)

@@ -322,7 +322,7 @@ func (s *server) publicRoutes(readiness *readiness) http.Handler {
 	mux.Handle("GET /readyz", readiness)
 	var gql http.Handler = &s.gql
 	if s.d.opts.WrapGraphQL != nil {
-		gql = s.d.opts.WrapGraphQL(gql)
+		gql = s.d.opts.WrapGraphQL(gql, s.lim)
 	}
 	mux.Handle("/graphql", streamsOutliveWriteTimeout(gql))
 	if !s.d.opts.NoDemo {
