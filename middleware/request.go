@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -209,8 +210,8 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		// text in place of the query member, or before the others.
 		lit, _ := json.Marshal(tr.doc.Body)
 		out := make([]byte, 0, len(body)+len(lit)+10)
-		if env.queryAt.valueEnd > 0 {
-			out = append(append(append(out, body[:env.queryAt.valueStart]...), lit...), body[env.queryAt.valueEnd:]...)
+		if env.queryAt.End > 0 {
+			out = append(append(append(out, body[:env.queryAt.Start]...), lit...), body[env.queryAt.End:]...)
 		} else {
 			open := bytes.IndexByte(body, '{') + 1
 			out = append(append(append(out, body[:open]...), `"query":`...), lit...)
@@ -238,48 +239,45 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 		return body, nil
 	}
 	out := make([]byte, 0, len(body))
-	out = append(out, body[:env.varsStart]...)
-	out = appendKept(out, body, env.vars, keep)
-	return append(out, body[env.varsEnd:]...), nil
+	out = append(out, body[:env.varsAt.Start]...)
+	out = appendKept(out, env.variables, env.vars, keep)
+	return append(out, body[env.varsAt.End:]...), nil
 }
 
 // envelope is what scanEnvelope found of a JSON request body.
 type envelope struct {
-	query     []byte   // the query's string literal
-	queryAt   member   // the query member, when there is one
-	vars      []member // members of the variables object
-	varsStart int      // offsets of the variables object, '{' to '}'
-	varsEnd   int
-	docID     []byte // documentId's value (trusted documents)
-	ext       []byte // the extensions object
+	query     []byte            // the query's string literal
+	queryAt   jsontext.Member   // the query member, when there is one
+	vars      []jsontext.Member // members of the variables object, by offsets into it
+	variables []byte            // the variables object
+	varsAt    jsontext.Member   // its member
+	docID     []byte            // documentId's value (trusted documents)
+	ext       []byte            // the extensions object
 }
+
+// countedMembers are the members whose values GraphQLOptions bound.
+var countedMembers = [][]byte{[]byte("variables"), []byte("extensions")}
 
 // scanEnvelope checks body, a JSON request, as gqlgen will decode it (one
 // object; each member it reads at most once, spelled as it expects, of
-// the type it expects) and measures its variables and extensions, in one
-// walk that decodes nothing but member names.
+// the type it expects) and bounds its variables and extensions, in one
+// walk that decodes nothing but member names and stops at the first bound
+// passed.
 func scanEnvelope(body []byte, st *requestState) (envelope, *refusal) {
-	var env envelope
-	if !jsontext.Valid(body) {
-		return env, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not valid JSON")
-	}
-	s := jsonScanner{b: body}
-	s.space()
-	if s.peek() != '{' {
-		return env, refuse(http.StatusBadRequest, CodeInvalidRequest, "the request body is not a JSON object")
-	}
 	var (
-		seen   [4]bool // of requestMembers
-		budget = st.set.newJSONBudget()
+		env  envelope
+		buf  [6]jsontext.Member
+		seen [4]bool // of requestMembers
 	)
-	s.open()
-	for m := (member{}); s.next(&m, false); {
-		name := body[m.keyStart+1 : m.nameEnd-1] // compared in place, unless it holds an escape
-		if m.name != "" {
-			name = []byte(m.name)
-		}
+	lim := jsontext.Limits{Count: countedMembers, MaxValues: st.set.gql.MaxVariableValues, MaxDepth: st.set.gql.MaxVariablesDepth}
+	members, status := jsontext.Members(body, buf[:0], lim)
+	if ref := membersRefusal(status, members, lim, "the request body"); ref != nil {
+		return env, ref
+	}
+	for _, m := range members {
+		name := m.Key()
 		if string(name) == "documentId" && st.set.trusted != nil {
-			env.docID = body[m.valueStart:m.valueEnd]
+			env.docID = body[m.Start:m.End]
 			continue
 		}
 		canonical, at := "", 0
@@ -297,39 +295,58 @@ func scanEnvelope(body []byte, st *requestState) (envelope, *refusal) {
 				echo.Cut(string(name)), strings.Join(requestMembers, ", "))
 		}
 		seen[at] = true
-		v := body[m.valueStart:m.valueEnd]
-		switch canonical {
-		case "query", "operationName":
-			if v[0] != '"' && !isNull(v) {
-				return env, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be a string", canonical)
-			}
-			if canonical == "query" {
-				env.queryAt = m
-				if v[0] == '"' {
-					env.query = v
-				}
-			}
-		case "variables", "extensions":
-			if v[0] != '{' && !isNull(v) {
-				return env, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be an object", canonical)
-			}
-			if ref := budget.measure(canonical, v); ref != nil {
-				return env, ref
-			}
-			if canonical == "extensions" && v[0] == '{' {
-				env.ext = v
-			}
-			if canonical == "variables" && v[0] == '{' {
-				vs := jsonScanner{b: body, i: m.valueStart}
-				vs.open()
-				for vm := (member{}); vs.next(&vm, true); {
-					env.vars = append(env.vars, vm)
-				}
-				env.varsStart, env.varsEnd = m.valueStart, m.valueEnd
-			}
+		if ref := env.take(canonical, m, body[m.Start:m.End]); ref != nil {
+			return env, ref
 		}
 	}
 	return env, nil
+}
+
+// take keeps what the envelope needs of its member canonical, m, whose
+// value is v, after checking v's type.
+func (env *envelope) take(canonical string, m jsontext.Member, v []byte) *refusal {
+	switch canonical {
+	case "query", "operationName":
+		if v[0] != '"' && !isNull(v) {
+			return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be a string", canonical)
+		}
+		if canonical == "query" {
+			env.queryAt = m
+			if v[0] == '"' {
+				env.query = v
+			}
+		}
+	case "variables", "extensions":
+		if v[0] != '{' && !isNull(v) {
+			return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be an object", canonical)
+		}
+		switch {
+		case v[0] != '{':
+		case canonical == "extensions":
+			env.ext = v
+		default:
+			env.vars, _ = jsontext.Members(v, nil, jsontext.Limits{Count: [][]byte{}})
+			env.variables, env.varsAt = v, m
+		}
+	}
+	return nil
+}
+
+// membersRefusal is the refusal of what jsontext.Members found of the
+// JSON object what names, or nil.
+func membersRefusal(status jsontext.Status, members []jsontext.Member, lim jsontext.Limits, what string) *refusal {
+	switch status {
+	case jsontext.Invalid:
+		return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s is not valid JSON", what)
+	case jsontext.NotObject:
+		return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s is not a JSON object", what)
+	case jsontext.TooDeep:
+		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "%s nest deeper than %d levels",
+			members[len(members)-1].Name, lim.MaxDepth)
+	case jsontext.TooMany:
+		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "variables and extensions hold more than the limit of values")
+	}
+	return nil
 }
 
 // screenQuery applies the document bounds to the query whose JSON string
@@ -410,9 +427,9 @@ func jsonString(v []byte) string {
 	return string(jsontext.AppendUnquoted(make([]byte, 0, len(v)), v))
 }
 
-// appendKept appends to out an object of the members of src that keep
-// marks.
-func appendKept(out, src []byte, members []member, keep []bool) []byte {
+// appendKept appends to out an object of the members of the object src
+// that keep marks.
+func appendKept(out, src []byte, members []jsontext.Member, keep []bool) []byte {
 	out = append(out, '{')
 	first := true
 	for i, m := range members {
@@ -423,7 +440,7 @@ func appendKept(out, src []byte, members []member, keep []bool) []byte {
 			out = append(out, ',')
 		}
 		first = false
-		out = append(out, src[m.keyStart:m.valueEnd]...)
+		out = append(out, src[m.KeyStart:m.End]...)
 	}
 	return append(out, '}')
 }
@@ -436,11 +453,11 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		apq, hasAPQ := "", false
 		if ext := bytes.TrimSpace([]byte(q.Get("extensions"))); len(ext) > 0 && jsontext.Valid(ext) && ext[0] == '{' {
 			// Bounded before it is decoded, as below with the variables.
-			budget := st.set.newJSONBudget()
-			if ref := budget.measure("extensions", ext); ref != nil {
+			env, ref := getEnvelope(q, st, "extensions")
+			if ref != nil {
 				return ref
 			}
-			apq, hasAPQ = persistedHashJSON(ext)
+			apq, hasAPQ = persistedHashJSON(env.ext)
 		}
 		tr, ref := l.applyTrusted(q.Get("query"), q.Get("documentId"), q.Has("documentId"), apq, hasAPQ, st)
 		if ref != nil {
@@ -465,45 +482,41 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 		return &refusal{status: http.StatusNotAcceptable, free: true,
 			gqlErr: gqlerror.Errorf("GET requests only allow query operations")}
 	}
-	budget := st.set.newJSONBudget()
-	for _, name := range []string{"variables", "extensions"} {
-		v := q.Get(name)
-		if v == "" {
-			continue
-		}
-		b := []byte(v)
-		if !jsontext.Valid(b) {
-			return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s is not valid JSON", name)
-		}
-		b = bytes.TrimSpace(b)
-		if b[0] != '{' && !isNull(b) {
-			return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s must be an object", name)
-		}
-		if ref := budget.measure(name, b); ref != nil {
-			return ref
-		}
-		if name != "variables" || b[0] != '{' {
-			continue
-		}
-		s := jsonScanner{b: b}
-		var vars []member
-		s.open()
-		for m := (member{}); s.next(&m, true); {
-			vars = append(vars, m)
-		}
-		var screened screenedQuery
-		screened.dollars, screened.unreadable = dollarNames(q.Get("query"))
-		// No document (one named by its hash) or a trusted one: keep them
-		// all (bounded above).
-		screened.unreadable = screened.unreadable || q.Get("query") == "" || st.trustedDoc != nil
-		keep := screened.keep(vars)
-		if keep == nil {
-			continue
-		}
-		q.Set(name, string(appendKept(nil, b, vars, keep)))
+	env, ref := getEnvelope(q, st, "variables", "extensions")
+	if ref != nil || env.vars == nil {
+		return ref
+	}
+	var screened screenedQuery
+	screened.dollars, screened.unreadable = dollarNames(q.Get("query"))
+	// No document (one named by its hash) or a trusted one: keep them all
+	// (bounded above).
+	screened.unreadable = screened.unreadable || q.Get("query") == "" || st.trustedDoc != nil
+	if keep := screened.keep(env.vars); keep != nil {
+		q.Set("variables", string(appendKept(nil, env.variables, env.vars, keep)))
 		r.URL.RawQuery = q.Encode()
 	}
 	return nil
+}
+
+// getEnvelope screens the parameters names of a GET request (variables,
+// extensions) as the members of a POST body: each valid JSON, an object or
+// null, their values bounded together.
+func getEnvelope(q url.Values, st *requestState, names ...string) (envelope, *refusal) {
+	body := []byte{'{'}
+	for _, name := range names {
+		v := bytes.TrimSpace([]byte(q.Get(name)))
+		if len(v) == 0 {
+			continue
+		}
+		if !jsontext.Valid(v) {
+			return envelope{}, refuse(http.StatusBadRequest, CodeInvalidRequest, "%s is not valid JSON", name)
+		}
+		if len(body) > 1 {
+			body = append(body, ',')
+		}
+		body = append(append(append(append(body, '"'), name...), '"', ':'), v...)
+	}
+	return scanEnvelope(append(body, '}'), st)
 }
 
 // checkDocument applies the document bounds to query and marks st checked
@@ -606,20 +619,6 @@ type jsonBudget struct {
 	depth  int
 }
 
-// measure counts the values in v (valid JSON); every scalar, array and
-// object counts one, the top-level object included.
-func (b *jsonBudget) measure(name string, v []byte) *refusal {
-	s := jsonScanner{b: v}
-	depth, ok := s.count(&b.values, b.depth)
-	switch {
-	case !ok && depth > b.depth:
-		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "%s nest deeper than %d levels", name, b.depth)
-	case !ok:
-		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "variables and extensions hold more than the limit of values")
-	}
-	return nil
-}
-
 // measureDecoded counts the values of v, as gqlgen decoded it from a
 // WebSocket message (which the wrapper never sees), against the same
 // budget as measure: every scalar, array and object counts one.
@@ -661,178 +660,4 @@ func (b *jsonBudget) measureDecoded(name string, v map[string]any) *refusal {
 		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "%s nest deeper than %d levels", name, b.depth)
 	}
 	return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "variables and extensions hold more than the limit of values")
-}
-
-// jsonScanner walks JSON that jsontext.Valid accepted, so it only needs to find
-// where things start and end.
-type jsonScanner struct {
-	b []byte
-	i int
-}
-
-// member is one name/value pair of an object, by offsets into the scanned
-// bytes: keyStart at the name's opening quote, value at its first and one
-// past its last byte.
-type member struct {
-	name                                    string
-	keyStart, nameEnd, valueStart, valueEnd int
-}
-
-func (s *jsonScanner) peek() byte {
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-func (s *jsonScanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// str skips a string starting at its opening quote.
-func (s *jsonScanner) str() {
-	s.i++
-	for s.i < len(s.b) {
-		s.i = jsontext.PlainEnd(s.b, s.i)
-		if s.i >= len(s.b) {
-			return
-		}
-		switch s.b[s.i] {
-		case '\\':
-			s.i += 2
-		case '"':
-			s.i++
-			return
-		default:
-			s.i++
-		}
-	}
-}
-
-// open moves past the '{' of the object at s.i (after space), whose
-// members next then reads.
-func (s *jsonScanner) open() {
-	s.space()
-	s.i++
-}
-
-// next reads the next member of the object open at s.i into m, reporting
-// false (and leaving s.i after the '}') when there is none. Its name is
-// decoded into m.name when decode is set or it holds an escape; else
-// m.name is "" and nameEnd marks it in the bytes.
-func (s *jsonScanner) next(m *member, decode bool) bool {
-	s.space()
-	if s.i >= len(s.b) || s.peek() == '}' {
-		s.i++
-		return false
-	}
-	if s.peek() == ',' {
-		s.i++
-		s.space()
-	}
-	*m = member{keyStart: s.i}
-	s.str()
-	m.nameEnd = s.i
-	raw := s.b[m.keyStart:s.i]
-	switch {
-	case bytes.IndexByte(raw, '\\') >= 0:
-		var name string // a variable of its own: m stays on the caller's stack
-		_ = json.Unmarshal(raw, &name)
-		m.name = name
-	case decode:
-		m.name = string(raw[1 : len(raw)-1])
-	}
-	s.space()
-	s.i++ // ':'
-	s.space()
-	m.valueStart = s.i
-	s.skip()
-	m.valueEnd = s.i
-	return true
-}
-
-func isDelimiter(c byte) bool {
-	switch c {
-	case ',', '}', ']', ' ', '\t', '\n', '\r':
-		return true
-	}
-	return false
-}
-
-// skip moves past one value.
-func (s *jsonScanner) skip() {
-	var left int = -1 // no value limit
-	s.count(&left, -1)
-}
-
-// count moves past one value, taking one from *left for it and for every
-// value inside it (a negative *left is no limit), and returns its nesting
-// depth. It stops early, returning false, when *left would go below zero or
-// the depth would pass maxDepth (negative: no limit); the depth returned
-// then is maxDepth+1 for the latter.
-func (s *jsonScanner) count(left *int, maxDepth int) (depth int, ok bool) {
-	open := 0 // depth of the containers we are in
-	deepest := 0
-	for {
-		s.space()
-		if s.i >= len(s.b) {
-			return deepest, true
-		}
-		c := s.b[s.i]
-		switch c {
-		case '{', '[':
-			if *left == 0 {
-				return deepest, false
-			}
-			if *left > 0 {
-				*left--
-			}
-			open++
-			deepest = max(deepest, open)
-			if maxDepth >= 0 && open > maxDepth {
-				return open, false
-			}
-			s.i++
-			continue
-		case '}', ']':
-			open--
-			s.i++
-		case ',', ':':
-			s.i++
-			continue
-		case '"':
-			// A string: a value, or a key when ':' follows.
-			s.str()
-			s.space()
-			if s.peek() == ':' {
-				continue
-			}
-			if *left == 0 {
-				return deepest, false
-			}
-			if *left > 0 {
-				*left--
-			}
-		default: // number, true, false, null
-			for s.i < len(s.b) && !isDelimiter(s.b[s.i]) {
-				s.i++
-			}
-			if *left == 0 {
-				return deepest, false
-			}
-			if *left > 0 {
-				*left--
-			}
-		}
-		if open == 0 {
-			return deepest, true
-		}
-	}
 }

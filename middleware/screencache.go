@@ -11,6 +11,7 @@ import (
 	"github.com/vektah/gqlparser/v2/lexer"
 
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/internal/jsontext"
 )
 
 // Bounds of the screened-query cache: most APIs serve a few hundred
@@ -42,14 +43,14 @@ type screenedQuery struct {
 
 // keep returns which of vars the document can read, or nil to keep them
 // all.
-func (q *screenedQuery) keep(vars []member) []bool {
+func (q *screenedQuery) keep(vars []jsontext.Member) []bool {
 	if len(vars) == 0 || q.unreadable {
 		return nil
 	}
 	keep := make([]bool, len(vars))
 	dropped := false
-	for i, m := range vars {
-		_, keep[i] = slices.BinarySearch(q.dollars, m.name)
+	for i := range vars {
+		_, keep[i] = slices.BinarySearch(q.dollars, string(vars[i].Key()))
 		dropped = dropped || !keep[i]
 	}
 	if !dropped {

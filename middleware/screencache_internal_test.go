@@ -13,6 +13,7 @@ import (
 
 	"github.com/costguard/costguard/budget"
 	"github.com/costguard/costguard/complexity"
+	"github.com/costguard/costguard/internal/jsontext"
 	"github.com/costguard/costguard/limiter"
 )
 
@@ -69,7 +70,7 @@ func TestScreenCacheBounds(t *testing.T) {
 // An entry knows which variables its document reads, and keeps them all
 // when the lexer cannot read it.
 func TestScreenedQueryKeep(t *testing.T) {
-	vars := []member{{name: "a"}, {name: "b"}, {name: "c"}}
+	vars := []jsontext.Member{{Name: []byte("a")}, {Name: []byte("b")}, {Name: []byte("c")}}
 	for _, tc := range []struct {
 		literal string
 		want    []bool

@@ -1,12 +1,13 @@
-// Package jsontext is the byte-level JSON scanning shared by the request
-// path: finding where a string's plain run ends, eight bytes at a time,
-// decoding a string's escapes, and
-// checking a document's syntax exactly as encoding/json's Valid does,
-// without its byte-by-byte state machine (a request body is checked on
-// every request, before anything is charged).
+// Package jsontext is the one byte-level JSON walk of the request path:
+// checking a document's syntax exactly as encoding/json's Valid does and
+// finding an object's members with their values counted, in one pass
+// without a decoder (a request body is walked on every request, before
+// anything is charged); finding where a string's plain run ends, eight
+// bytes at a time; and decoding a string's escapes.
 package jsontext
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"unicode/utf16"
@@ -76,17 +77,160 @@ func IsHex(c byte) bool {
 // characters (invalid UTF-8 included), and nesting at most MaxDepth deep.
 // It allocates only past 64 levels of nesting.
 func Valid(b []byte) bool {
+	return walk(b, nil) == Object
+}
+
+// Member is one member of a JSON object, by offsets into the bytes
+// walked.
+type Member struct {
+	// Name is the member's name as written, without its quotes: escapes
+	// are left as they are (Key decodes them).
+	Name []byte
+	// KeyStart is the index of the name's opening quote; Start and End
+	// bound the value, from its first byte to one past its last.
+	KeyStart, Start, End int
+	// Values counts the values of a counted member (Limits.Count), the
+	// value itself and every value inside it; Depth is how deep its
+	// arrays and objects nest: 0 for a scalar, 1 for [1], 2 for [[1]].
+	Values, Depth int
+}
+
+// Key returns the member's name decoded as encoding/json decodes it: Name
+// itself unless it holds an escape or invalid UTF-8.
+func (m *Member) Key() []byte {
+	if bytes.IndexByte(m.Name, '\\') < 0 && utf8.Valid(m.Name) {
+		return m.Name
+	}
+	return AppendUnquoted(nil, m.Name)
+}
+
+// Limits bound the members Members counts.
+type Limits struct {
+	// Count names the members whose values are counted and bounded, as
+	// written; nil counts every member.
+	Count [][]byte
+	// MaxValues bounds the values of the counted members together, and
+	// MaxDepth the nesting of each; zero is no bound.
+	MaxValues, MaxDepth int
+}
+
+// Status is what Members found.
+type Status uint8
+
+const (
+	// Object: the bytes are one valid JSON object; every member is
+	// returned. (Valid's walk also ends so for any other valid value.)
+	Object Status = iota
+	// Invalid: the bytes are not valid JSON.
+	Invalid
+	// NotObject: the bytes are valid JSON, but not an object.
+	NotObject
+	// TooMany: the counted members hold more values than MaxValues; the
+	// walk stopped inside the last member returned.
+	TooMany
+	// TooDeep: the last member returned, a counted one, nests deeper than
+	// MaxDepth; the walk stopped there.
+	TooDeep
+)
+
+// Members checks b as Valid does and, when it is an object, appends its
+// members to dst in order, counting the values of those lim counts. The
+// walk stops as soon as a bound is passed, so refusing a body of a million
+// values costs the values up to the bound, not the million.
+func Members(b []byte, dst []Member, lim Limits) ([]Member, Status) {
+	if i := space(b, 0); i >= len(b) || b[i] != '{' {
+		if Valid(b) {
+			return dst, NotObject
+		}
+		return dst, Invalid
+	}
+	m := members{lim: lim}
+	status := walk(b, &m)
+	dst = append(dst, m.first[:min(m.n, len(m.first))]...)
+	return append(dst, m.more...), status
+}
+
+// members is what walk records for Members: the members of the outermost
+// object and the values inside them. The first few are kept in place, so
+// that a caller's buffer for them need not escape to the heap.
+type members struct {
+	first   [8]Member
+	more    []Member // the members after the first eight
+	n       int
+	lim     Limits
+	counted bool // the member being walked is counted
+	values  int  // values counted so far, in every counted member
+}
+
+// member records a member whose name's quote is at keyStart, whose name
+// ends at nameEnd and whose value starts at start.
+func (m *members) member(b []byte, keyStart, nameEnd, start int) {
+	name := b[keyStart+1 : nameEnd-1]
+	rec := Member{Name: name, KeyStart: keyStart, Start: start}
+	if m.n < len(m.first) {
+		m.first[m.n] = rec
+	} else {
+		m.more = append(m.more, rec)
+	}
+	m.n++
+	m.counted = m.lim.Count == nil
+	for _, c := range m.lim.Count {
+		m.counted = m.counted || string(c) == string(name)
+	}
+}
+
+// current is the member being walked.
+func (m *members) current() *Member {
+	if m.n <= len(m.first) {
+		return &m.first[m.n-1]
+	}
+	return &m.more[m.n-len(m.first)-1]
+}
+
+// value counts a value starting inside the current member at nesting
+// depth (the outermost object is 1), and reports a bound it passes.
+func (m *members) value(depth int, container bool) Status {
+	if !m.counted {
+		return Object
+	}
+	cur := m.current()
+	cur.Values++
+	m.values++
+	if container {
+		cur.Depth = max(cur.Depth, depth)
+	}
+	switch {
+	case m.lim.MaxValues > 0 && m.values > m.lim.MaxValues:
+		return TooMany
+	case m.lim.MaxDepth > 0 && cur.Depth > m.lim.MaxDepth:
+		return TooDeep
+	}
+	return Object
+}
+
+// end records where the current member's value ends.
+func (m *members) end(i int) { m.current().End = i }
+
+// walk checks b's syntax, telling rec (unless nil: Valid) of the members
+// of the outermost object and of the values inside them.
+func walk(b []byte, rec *members) Status {
 	var open containers
 	i := space(b, 0)
 	for {
 		// A value starts at i.
 		if i >= len(b) {
-			return false
+			return Invalid
 		}
-		switch c := b[i]; c {
+		c := b[i]
+		if rec != nil && open.depth > 0 {
+			if s := rec.value(open.depth, c == '{' || c == '['); s != Object {
+				return s
+			}
+		}
+		switch c {
 		case '{', '[':
 			if !open.push(c == '{') {
-				return false
+				return Invalid
 			}
 			i = space(b, i+1)
 			if i < len(b) && b[i] == closing(c == '{') {
@@ -95,60 +239,91 @@ func Valid(b []byte) bool {
 				break // an empty container is a whole value
 			}
 			if c == '{' {
-				if i = key(b, i); i < 0 {
-					return false
+				if i = key(b, i, open.depth, rec); i < 0 {
+					return Invalid
 				}
 			}
 			continue
 		case '"':
-			if i = str(b, i); i < 0 {
-				return false
-			}
+			i = str(b, i)
 		case 't':
-			if i = literal(b, i, "true"); i < 0 {
-				return false
-			}
+			i = literal(b, i, "true")
 		case 'f':
-			if i = literal(b, i, "false"); i < 0 {
-				return false
-			}
+			i = literal(b, i, "false")
 		case 'n':
-			if i = literal(b, i, "null"); i < 0 {
-				return false
-			}
+			i = literal(b, i, "null")
 		default:
-			if i = number(b, i); i < 0 {
-				return false
-			}
+			i = number(b, i)
+		}
+		if i < 0 {
+			return Invalid
 		}
 		// A value ended at i: close what it completes, up to the next value.
-	next:
-		for {
-			i = space(b, i)
-			if open.depth == 0 {
-				return i == len(b)
+		if i = closeValue(b, i, &open, rec); i < 0 {
+			return Invalid
+		}
+		if open.depth == 0 {
+			if i == len(b) {
+				return Object
 			}
-			if i >= len(b) {
-				return false
-			}
-			inObject := open.top()
-			switch b[i] {
-			case ',':
-				i = space(b, i+1)
-				if inObject {
-					if i = key(b, i); i < 0 {
-						return false
-					}
-				}
-				break next
-			case closing(inObject):
-				open.pop()
-				i++
-			default:
-				return false
-			}
+			return Invalid
 		}
 	}
+}
+
+// closeValue moves past what the value ending at i completes: the containers it
+// closes and the comma (and name) before the next value, which it returns
+// the start of; at the end of the outermost value it returns where the
+// space after it ends. -1: a syntax error.
+func closeValue(b []byte, i int, open *containers, rec *members) int {
+	for {
+		if rec != nil && open.depth == 1 {
+			rec.end(i)
+		}
+		i = space(b, i)
+		if open.depth == 0 {
+			return i
+		}
+		if i >= len(b) {
+			return -1
+		}
+		inObject := open.top()
+		switch b[i] {
+		case ',':
+			i = space(b, i+1)
+			if inObject {
+				return key(b, i, open.depth, rec)
+			}
+			return i
+		case closing(inObject):
+			open.pop()
+			i++
+		default:
+			return -1
+		}
+	}
+}
+
+// key reads an object member's name and its colon from i, returning where
+// the member's value starts, or -1; a member of the outermost object
+// (depth 1) is recorded in rec.
+func key(b []byte, i, depth int, rec *members) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	nameEnd := str(b, i)
+	if nameEnd < 0 {
+		return -1
+	}
+	j := space(b, nameEnd)
+	if j >= len(b) || b[j] != ':' {
+		return -1
+	}
+	start := space(b, j+1)
+	if rec != nil && depth == 1 {
+		rec.member(b, i, nameEnd, start)
+	}
+	return start
 }
 
 // containers is the stack of the arrays and objects open around a value,
@@ -212,22 +387,6 @@ func space(b []byte, i int) int {
 		}
 	}
 	return i
-}
-
-// key reads an object member's name and its colon from i, returning where
-// the member's value starts, or -1.
-func key(b []byte, i int) int {
-	if i >= len(b) || b[i] != '"' {
-		return -1
-	}
-	if i = str(b, i); i < 0 {
-		return -1
-	}
-	i = space(b, i)
-	if i >= len(b) || b[i] != ':' {
-		return -1
-	}
-	return space(b, i+1)
 }
 
 // str reads the string whose opening quote is at i, returning the index

@@ -1,7 +1,9 @@
 package jsontext
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,4 +125,162 @@ func BenchmarkValid(b *testing.B) {
 			}
 		})
 	}
+}
+
+// membersCases are objects whose members Members must find as
+// encoding/json decodes them.
+var membersCases = []string{
+	`{}`, ` { "a" : 1 } `, `{"a":1,"b":"x","a":[1,{"c":null}]}`, `{"q\"x":{"y":[[[]]]}}`, `{"\u0061":{}}`,
+	`{"variables":{"a":[1,2,3],"b":{"c":{"d":1}}},"query":"{ x }"}`, `[1]`, `"a"`, `{"a":1`, `{"a":1}x`,
+}
+
+func FuzzMembers(f *testing.F) {
+	for _, c := range append(membersCases, validCases...) {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, status := Members(b, nil, Limits{})
+		var v any
+		err := json.Unmarshal(b, &v)
+		_, isObject := v.(map[string]any)
+		switch {
+		case err != nil:
+			if status != Invalid {
+				t.Fatalf("Members(%q): %v, encoding/json says invalid: %v", b, status, err)
+			}
+			return
+		case !isObject:
+			if status != NotObject {
+				t.Fatalf("Members(%q): %v, want NotObject", b, status)
+			}
+			return
+		case status != Object:
+			t.Fatalf("Members(%q): %v, want Object", b, status)
+		}
+		want := decodedMembers(t, b)
+		if len(got) != len(want) {
+			t.Fatalf("Members(%q): %d members, encoding/json reads %d", b, len(got), len(want))
+		}
+		for i, m := range got {
+			w := want[i]
+			if string(m.Key()) != w.name || string(b[m.Start:m.End]) != string(w.raw) || b[m.KeyStart] != '"' {
+				t.Fatalf("Members(%q)[%d] = %q: %q, want %q: %q", b, i, m.Key(), b[m.Start:m.End], w.name, w.raw)
+			}
+			if values, depth := countTokens(t, w.raw); m.Values != values || m.Depth != depth {
+				t.Fatalf("Members(%q)[%d]: %d values %d deep, want %d and %d", b, i, m.Values, m.Depth, values, depth)
+			}
+		}
+	})
+}
+
+type decodedMember struct {
+	name string
+	raw  json.RawMessage
+}
+
+// decodedMembers reads the members of the object b in order, by
+// encoding/json's tokens.
+func decodedMembers(t *testing.T, b []byte) []decodedMember {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if _, err := dec.Token(); err != nil {
+		t.Fatal(err)
+	}
+	var out []decodedMember
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, decodedMember{name: tok.(string), raw: raw})
+	}
+	return out
+}
+
+// countTokens counts the values of raw as written (a duplicated name's
+// too), itself included, and how deep its containers nest, from
+// encoding/json's tokens.
+func countTokens(t *testing.T, raw []byte) (values, deepest int) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var inObject []bool // of the open containers
+	wantKey := false
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return values, deepest
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantKey {
+			wantKey = false // a name: not a value
+			continue
+		}
+		switch tok {
+		case json.Delim('}'), json.Delim(']'):
+			inObject = inObject[:len(inObject)-1]
+		case json.Delim('{'), json.Delim('['):
+			values++
+			inObject = append(inObject, tok == json.Delim('{'))
+			deepest = max(deepest, len(inObject))
+		default:
+			values++
+		}
+		wantKey = len(inObject) > 0 && inObject[len(inObject)-1] && dec.More()
+	}
+}
+
+func TestMembersLimits(t *testing.T) {
+	body := []byte(`{"query":"{ a b c }","variables":{"x":[1,2,3]},"extensions":{"e":[[[1]]]},"other":[1,2,3,4,5,6,7,8,9]}`)
+	counted := [][]byte{[]byte("variables"), []byte("extensions")}
+	for _, c := range []struct {
+		lim     Limits
+		status  Status
+		members int // returned; the last is where the walk stopped
+	}{
+		{Limits{Count: counted}, Object, 4},
+		{Limits{Count: counted, MaxValues: 10, MaxDepth: 4}, Object, 4}, // 5 + 5 values; 4 deep
+		{Limits{Count: counted, MaxValues: 9}, TooMany, 3},
+		{Limits{Count: counted, MaxValues: 4}, TooMany, 2},
+		{Limits{Count: counted, MaxDepth: 3}, TooDeep, 3},
+		{Limits{MaxValues: 11}, TooMany, 4}, // every member counted: the query's 1 too
+	} {
+		got, status := Members(body, nil, c.lim)
+		if status != c.status || len(got) != c.members {
+			t.Errorf("%+v: %v with %d members, want %v with %d", c.lim, status, len(got), c.status, c.members)
+		}
+	}
+	got, _ := Members(body, nil, Limits{Count: counted})
+	if v, e := got[1], got[2]; v.Values != 5 || v.Depth != 2 || e.Values != 5 || e.Depth != 4 || got[0].Values != 0 {
+		t.Errorf("counts %+v %+v %+v", got[0], v, e)
+	}
+}
+
+// BenchmarkMembers walks a GraphQL request body once for its members,
+// against Valid alone on the same body.
+//
+//	go test ./internal/jsontext -run '^$' -bench Members -benchmem
+func BenchmarkMembers(b *testing.B) {
+	body := []byte(`{"query":"query($login: String!) { user(login: $login) { repos(first: 10) { name issues(first: 5) { title } } } }","variables":{"login":"octocat"}}`)
+	lim := Limits{Count: [][]byte{[]byte("variables"), []byte("extensions")}, MaxValues: 10_000, MaxDepth: 16}
+	var buf [4]Member
+	b.Run("members", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, s := Members(body, buf[:0], lim); s != Object {
+				b.Fatal(s)
+			}
+		}
+	})
+	b.Run("valid", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if !Valid(body) {
+				b.Fatal("invalid")
+			}
+		}
+	})
 }
