@@ -172,7 +172,7 @@ func TestWorstCaseRefusals(t *testing.T) {
 
 // worstQueries read every kind of variable fuzzSDL prices: conditions,
 // slicing arguments (nullable or not, handed down, of a convention, a
-// list's length) and argument costs.
+// list's length, a path into an input object) and argument costs.
 var worstQueries = []string{
 	`query($n: Int, $m: Int!, $a: Boolean!, $b: Boolean!) { items(first: $m) @include(if: $a) { id related(first: $n) { id } } featured @skip(if: $b) { id } page(size: $n) { items(first: $m) { id } meta { tags { label } } } }`,
 	`query($n: Int, $l: Int, $c: Boolean!) { conn(first: $n, last: $l) { edges { node { id owner @include(if: $c) { items(first: $n) { id } } } } nodes { id } } }`,
@@ -180,12 +180,14 @@ var worstQueries = []string{
 	`mutation($ids: [ID!]!, $k: Boolean!) { buy(ids: $ids) { id owner @skip(if: $k) { name } } }`,
 	`query($n: Int, $s: Boolean!, $min: Int) { search(first: $n, filter: {min: $min, level: HIGH}) { ... on Item @skip(if: $s) { price level } ... on User { friends { name } } } }`,
 	`query($n: Int!, $p: Int, $i: Boolean!) { page(size: $p) @include(if: $i) { items(first: $n) { related(first: $n) { id } } } money }`,
+	`query($n: Int, $pp: Int) { paged(input: {window: {first: $n}}) { id } scenes(filter: {per_page: $pp}) { scenes { id } } }`,
 }
 
 // TestWorstCaseBoundsConcretePrices holds the worst case against concrete
 // pricing: for random variable values within the bounds (random
-// conditions, slicing values from 0 to the maximum breadth, or null where
-// the type allows), the concrete price is never above the worst case.
+// conditions, slicing values from 0 to the maximum breadth, -1 for every
+// item, or null where the type allows), the concrete price is never above
+// the worst case.
 func TestWorstCaseBoundsConcretePrices(t *testing.T) {
 	schema := loadSchema(t, fuzzSDL)
 	rng := rand.New(rand.NewPCG(7, 61))
@@ -227,8 +229,9 @@ func TestWorstCaseBoundsConcretePrices(t *testing.T) {
 }
 
 // randomValues gives each variable of op a random value: a Boolean, an
-// Int from 0 to bound, a list of up to bound IDs; a nullable one is
-// sometimes null or absent.
+// Int from 0 to bound or now and then -1 (a page size asking for every
+// item), a list of up to bound IDs; a nullable one is sometimes null or
+// absent.
 func randomValues(rng *rand.Rand, op *ast.OperationDefinition, bound int) map[string]any {
 	vars := map[string]any{}
 	for _, def := range op.VariableDefinitions {
@@ -250,6 +253,8 @@ func randomValues(rng *rand.Rand, op *ast.OperationDefinition, bound int) map[st
 			vars[def.Variable] = ids
 		case def.Type.NamedType == "Boolean":
 			vars[def.Variable] = rng.IntN(2) == 1
+		case rng.IntN(8) == 0:
+			vars[def.Variable] = int64(-1)
 		default:
 			vars[def.Variable] = int64(rng.IntN(bound + 1))
 		}

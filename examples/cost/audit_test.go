@@ -331,3 +331,52 @@ func TestAuditInProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditTrustedDocuments audits the trusted-documents manifests a
+// server loads: the example server's own (Apollo's format) against its
+// schema and plans, and a flat object of hash to document keyed as
+// GraphQL over HTTP's documentId ("sha256:<hex>") or by the bare hex, as
+// GraphQL Codegen's client preset writes it.
+func TestAuditTrustedDocuments(t *testing.T) {
+	const schema, plans = "../../graph/schema.graphqls", "../server/costguard.yaml"
+	r := runCost(t, "", "audit", "-schema", schema, "-max-breadth", "100", "-plans", plans, "-json", "../server/trusted-documents.json")
+	lines := auditLines(t, r.stdout)
+	if r.code != 0 || len(lines) != 3 {
+		t.Fatalf("exit %d, %d results; stderr %q", r.code, len(lines), r.stderr)
+	}
+	// Repos: 100 repositories (first: $n at the maximum breadth), each 1
+	// + 5 issues: 600, and the user 1.
+	for i, want := range []struct {
+		op      string
+		maxCost float64
+		anon    bool
+	}{{"User", 1, true}, {"Repos", 601, false}, {"CreateIssue", 11, true}} {
+		v := lines[i]
+		if v["operation"] != want.op || v["maxCost"] != want.maxCost {
+			t.Errorf("result %d: %v; want %s at %v", i, v, want.op, want.maxCost)
+			continue
+		}
+		anon := v["plans"].([]any)[0].(map[string]any)
+		if anon["plan"] != "anon" || anon["fits"] != want.anon {
+			t.Errorf("%s on the anon plan: %v; want fits %v", want.op, anon, want.anon)
+		}
+	}
+
+	users := `query Users($login: String!) { user(login: $login) { repos(first: 7) { name } } }`
+	me := `{ rateLimit { remaining } }`
+	hash := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	flat, err := json.Marshal(map[string]string{"sha256:" + hash(users): users, hash(me): me})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := writeFiles(t, map[string]string{"trusted.json": string(flat)})
+	r = runCost(t, "", "audit", "-schema", schema, "-json", filepath.Join(dir, "trusted.json"))
+	got := map[string]any{}
+	for _, v := range auditLines(t, r.stdout) {
+		got[filepath.Base(v["document"].(string))] = v["maxCost"]
+	}
+	want := map[string]any{"trusted.json#Users": float64(8), "trusted.json#" + hash(me): float64(0)}
+	if r.code != 0 || !reflect.DeepEqual(got, want) {
+		t.Errorf("flat manifest: exit %d, %v; want %v (stderr %q)", r.code, got, want, r.stderr)
+	}
+}
