@@ -465,3 +465,58 @@ func TestViewKeepsOtherPolicies(t *testing.T) {
 		t.Errorf("the route's policy: %+v", route)
 	}
 }
+
+// closeCounter is a request body that counts its Close calls.
+type closeCounter struct {
+	io.Reader
+	closed int
+}
+
+func (b *closeCounter) Close() error {
+	b.closed++
+	return nil
+}
+
+// countClose replaces req's body with one that counts its Close calls.
+func countClose(req *http.Request) *closeCounter {
+	b := &closeCounter{Reader: req.Body}
+	req.Body = b
+	return b
+}
+
+// A request the Transport does not send (an earlier refusal holds it past
+// MaxWait, or its context ends while it waits) has its body closed, as an
+// http.RoundTripper must.
+func TestBodyClosedWhenNotSent(t *testing.T) {
+	overloaded := reply{status: 503, header: map[string]string{"Retry-After": "5"},
+		body: `{"errors":[{"message":"overloaded","extensions":{"code":"OVERLOADED","retryAfterSeconds":5}}]}`}
+	tr, srv, clk, c := newFake([]reply{overloaded}, 0)
+	drive(t, clk, do(c, gqlRequest(t, mutationDoc, "Open")), 0)
+
+	tr.MaxWait = 2 * time.Second
+	req := gqlRequest(t, queryDoc, "Repos")
+	body := countClose(req)
+	if r, _ := drive(t, clk, do(c, req), 0); !errors.Is(r.err, ErrRetryAfter) {
+		t.Fatalf("got %v, want ErrRetryAfter", r.err)
+	}
+	if body.closed == 0 {
+		t.Error("the body of a request failed with ErrRetryAfter was not closed")
+	}
+
+	tr.MaxWait = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	req = gqlRequest(t, queryDoc, "Repos").WithContext(ctx)
+	body = countClose(req)
+	done := do(c, req)
+	<-clk.sleeping
+	cancel()
+	if r := <-done; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", r.err)
+	}
+	if body.closed == 0 {
+		t.Error("the body of a request cancelled while it waited was not closed")
+	}
+	if n := len(srv.sends()); n != 1 {
+		t.Errorf("%d sends, want only the first", n)
+	}
+}
