@@ -520,3 +520,35 @@ func TestBodyClosedWhenNotSent(t *testing.T) {
 		t.Errorf("%d sends, want only the first", n)
 	}
 }
+
+// The body's signals are read under either GraphQL media type: the price
+// and the bucket of a 200's extensions.cost, and a refusal's code and
+// retryAfterSeconds in a 400 or a 429 (here without Retry-After, so that
+// only the body gives the wait).
+func TestSignalsUnderEitherMediaType(t *testing.T) {
+	rateLimited := `{"errors":[{"message":"rate limited","extensions":{"code":"RATE_LIMITED","cost":11,"retryAfterSeconds":4}}]}`
+	for _, ctype := range []string{"application/json", "application/json; charset=utf-8", "application/graphql-response+json"} {
+		tr, _, clk, c := newFake([]reply{{status: 200, ctype: ctype, body: costBody(20, 100, 10, 1)}}, 0)
+		drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 0)
+		if v := tr.View(); v.Prices["Repos"] != 20 || len(v.Policies) != 1 || v.Policies[0].Remaining != 10 || v.Policies[0].Limit != 100 {
+			t.Errorf("%s, 200: View() = %+v, want Repos at 20 and 10 of 100 left", ctype, v)
+		}
+
+		never := reply{status: 400, ctype: ctype, header: map[string]string{"Retry-After": "1"},
+			body: `{"errors":[{"message":"too expensive","extensions":{"code":"MAX_COST_EXCEEDED","cost":5000}}]}`}
+		_, srv, clk, c := newFake([]reply{never, ok200}, 0)
+		if r, waits := drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 0); r.err != nil || r.resp.StatusCode != 400 || len(waits) > 0 || len(srv.sends()) != 1 {
+			t.Errorf("%s, 400 MAX_COST_EXCEEDED: got %v, %v after %d sends and waits %v; want the 400, sent once", ctype, r.resp, r.err, len(srv.sends()), waits)
+		}
+
+		for _, status := range []int{400, 429} {
+			later := reply{status: status, ctype: ctype, body: rateLimited}
+			_, srv, clk, c := newFake([]reply{later, ok200}, 0)
+			r, _ := drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 10)
+			sent := srv.sends()
+			if r.err != nil || r.resp.StatusCode != 200 || len(sent) != 2 || sent[1].Sub(sent[0]) != 4*time.Second {
+				t.Errorf("%s, %d RATE_LIMITED: got %v, %v after sends %v; want the retry's 200, 4s (retryAfterSeconds) after", ctype, status, r.resp, r.err, sent)
+			}
+		}
+	}
+}
