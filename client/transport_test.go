@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,29 @@ func TestDefaults(t *testing.T) {
 	tr = Transport{MaxRetries: -1, RetryBudget: -1}
 	if tr.maxRetries() != 0 || tr.retryBudget() != 0 {
 		t.Errorf("negative MaxRetries and RetryBudget give %d and %g, want none", tr.maxRetries(), tr.retryBudget())
+	}
+}
+
+// docs/clients.md states the defaults the code has.
+func TestDocumentedDefaults(t *testing.T) {
+	doc, err := os.ReadFile("../docs/clients.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("| `MaxWait` | %d s |", int(defaultMaxWait/time.Second)),
+		fmt.Sprintf("| `MaxRetries` | %d (negative: none) |", defaultMaxRetries),
+		fmt.Sprintf("| `RetryBudget` | %g | retries earned per request, across requests (at most %d saved) |", defaultRetryBudget, maxRetryTokens),
+		fmt.Sprintf("MaxWait %d s, MaxRetries %d, RetryBudget %g", int(defaultMaxWait/time.Second), defaultMaxRetries, defaultRetryBudget),
+		fmt.Sprintf("bodies up to %d MiB", maxBodyBytes>>20),
+		"lengthens every wait by up to a fifth",
+	} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/clients.md no longer says %q", want)
+		}
+	}
+	if jitterShare != 0.2 {
+		t.Errorf("jitterShare = %g; the docs say a fifth", jitterShare)
 	}
 }
 
