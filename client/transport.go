@@ -98,6 +98,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req
 	for attempt := 0; ; attempt++ {
 		if err := t.waitTurn(ctx, price, deadline); err != nil {
+			closeBody(out) // a RoundTripper closes the body, sent or not
 			return nil, err
 		}
 		resp, s, err := t.send(out, op, price)
@@ -251,6 +252,13 @@ func again(req *http.Request) (*http.Request, error) {
 		next.Body = body
 	}
 	return next, nil
+}
+
+// closeBody closes the body of a request that will not be sent.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
 }
 
 // discard reads what is left of a refusal's body, so that its connection

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,29 @@ func TestDefaults(t *testing.T) {
 	tr = Transport{MaxRetries: -1, RetryBudget: -1}
 	if tr.maxRetries() != 0 || tr.retryBudget() != 0 {
 		t.Errorf("negative MaxRetries and RetryBudget give %d and %g, want none", tr.maxRetries(), tr.retryBudget())
+	}
+}
+
+// docs/clients.md states the defaults the code has.
+func TestDocumentedDefaults(t *testing.T) {
+	doc, err := os.ReadFile("../docs/clients.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("| `MaxWait` | %d s |", int(defaultMaxWait/time.Second)),
+		fmt.Sprintf("| `MaxRetries` | %d (negative: none) |", defaultMaxRetries),
+		fmt.Sprintf("| `RetryBudget` | %g | retries earned per request, across requests (at most %d saved) |", defaultRetryBudget, maxRetryTokens),
+		fmt.Sprintf("MaxWait %d s, MaxRetries %d, RetryBudget %g", int(defaultMaxWait/time.Second), defaultMaxRetries, defaultRetryBudget),
+		fmt.Sprintf("bodies up to %d MiB", maxBodyBytes>>20),
+		"lengthens every wait by up to a fifth",
+	} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/clients.md no longer says %q", want)
+		}
+	}
+	if jitterShare != 0.2 {
+		t.Errorf("jitterShare = %g; the docs say a fifth", jitterShare)
 	}
 }
 
@@ -463,5 +487,92 @@ func TestViewKeepsOtherPolicies(t *testing.T) {
 	}
 	if route.Name != "POST /api/login" || route.Remaining != 4 || route.Limit != 5 || !route.Reset.Equal(clk.Now().Add(180*time.Second)) {
 		t.Errorf("the route's policy: %+v", route)
+	}
+}
+
+// closeCounter is a request body that counts its Close calls.
+type closeCounter struct {
+	io.Reader
+	closed int
+}
+
+func (b *closeCounter) Close() error {
+	b.closed++
+	return nil
+}
+
+// countClose replaces req's body with one that counts its Close calls.
+func countClose(req *http.Request) *closeCounter {
+	b := &closeCounter{Reader: req.Body}
+	req.Body = b
+	return b
+}
+
+// A request the Transport does not send (an earlier refusal holds it past
+// MaxWait, or its context ends while it waits) has its body closed, as an
+// http.RoundTripper must.
+func TestBodyClosedWhenNotSent(t *testing.T) {
+	overloaded := reply{status: 503, header: map[string]string{"Retry-After": "5"},
+		body: `{"errors":[{"message":"overloaded","extensions":{"code":"OVERLOADED","retryAfterSeconds":5}}]}`}
+	tr, srv, clk, c := newFake([]reply{overloaded}, 0)
+	drive(t, clk, do(c, gqlRequest(t, mutationDoc, "Open")), 0)
+
+	tr.MaxWait = 2 * time.Second
+	req := gqlRequest(t, queryDoc, "Repos")
+	body := countClose(req)
+	if r, _ := drive(t, clk, do(c, req), 0); !errors.Is(r.err, ErrRetryAfter) {
+		t.Fatalf("got %v, want ErrRetryAfter", r.err)
+	}
+	if body.closed == 0 {
+		t.Error("the body of a request failed with ErrRetryAfter was not closed")
+	}
+
+	tr.MaxWait = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	req = gqlRequest(t, queryDoc, "Repos").WithContext(ctx)
+	body = countClose(req)
+	done := do(c, req)
+	<-clk.sleeping
+	cancel()
+	if r := <-done; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", r.err)
+	}
+	if body.closed == 0 {
+		t.Error("the body of a request cancelled while it waited was not closed")
+	}
+	if n := len(srv.sends()); n != 1 {
+		t.Errorf("%d sends, want only the first", n)
+	}
+}
+
+// The body's signals are read under either GraphQL media type: the price
+// and the bucket of a 200's extensions.cost, and a refusal's code and
+// retryAfterSeconds in a 400 or a 429 (here without Retry-After, so that
+// only the body gives the wait).
+func TestSignalsUnderEitherMediaType(t *testing.T) {
+	rateLimited := `{"errors":[{"message":"rate limited","extensions":{"code":"RATE_LIMITED","cost":11,"retryAfterSeconds":4}}]}`
+	for _, ctype := range []string{"application/json", "application/json; charset=utf-8", "application/graphql-response+json"} {
+		tr, _, clk, c := newFake([]reply{{status: 200, ctype: ctype, body: costBody(20, 100, 10, 1)}}, 0)
+		drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 0)
+		if v := tr.View(); v.Prices["Repos"] != 20 || len(v.Policies) != 1 || v.Policies[0].Remaining != 10 || v.Policies[0].Limit != 100 {
+			t.Errorf("%s, 200: View() = %+v, want Repos at 20 and 10 of 100 left", ctype, v)
+		}
+
+		never := reply{status: 400, ctype: ctype, header: map[string]string{"Retry-After": "1"},
+			body: `{"errors":[{"message":"too expensive","extensions":{"code":"MAX_COST_EXCEEDED","cost":5000}}]}`}
+		_, srv, clk, c := newFake([]reply{never, ok200}, 0)
+		if r, waits := drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 0); r.err != nil || r.resp.StatusCode != 400 || len(waits) > 0 || len(srv.sends()) != 1 {
+			t.Errorf("%s, 400 MAX_COST_EXCEEDED: got %v, %v after %d sends and waits %v; want the 400, sent once", ctype, r.resp, r.err, len(srv.sends()), waits)
+		}
+
+		for _, status := range []int{400, 429} {
+			later := reply{status: status, ctype: ctype, body: rateLimited}
+			_, srv, clk, c := newFake([]reply{later, ok200}, 0)
+			r, _ := drive(t, clk, do(c, gqlRequest(t, queryDoc, "Repos")), 10)
+			sent := srv.sends()
+			if r.err != nil || r.resp.StatusCode != 200 || len(sent) != 2 || sent[1].Sub(sent[0]) != 4*time.Second {
+				t.Errorf("%s, %d RATE_LIMITED: got %v, %v after sends %v; want the retry's 200, 4s (retryAfterSeconds) after", ctype, status, r.resp, r.err, sent)
+			}
+		}
 	}
 }
