@@ -31,7 +31,7 @@ anonymous_plan: anon
 // and the rate-limit headers added). Their ratio is what pricing and
 // budgeting add to a forwarding proxy:
 //
-//	go test -run '^$' -bench Proxy -benchtime 3000x -count 5 ./cmd/costguard-proxy
+//	go test -run '^$' -bench 'Proxy$' -benchtime 3000x -count 5 ./cmd/costguard-proxy
 func BenchmarkProxy(b *testing.B) {
 	up := startUpstream(b, "yoga.js")
 	target, _ := url.Parse(up.URL)
@@ -94,7 +94,7 @@ var largeQuery = func() string {
 // load share the machine. Each run reports the latency's p50 and p99 (µs)
 // and the throughput (requests per second):
 //
-//	go test -run '^$' -bench ProxyLoad -benchtime 4000x -count 5 ./cmd/costguard-proxy
+//	go test -run '^$' -bench ProxyLoad -benchtime 1500x -count 5 ./cmd/costguard-proxy
 func BenchmarkProxyLoad(b *testing.B) {
 	up := startUpstream(b, "yoga.js")
 	p := startProxy(b, "-upstream", up.URL, "-schema", upstreamSchema, "-config", writeFile(b, "costguard.yaml", benchConfig))

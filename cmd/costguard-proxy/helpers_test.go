@@ -165,13 +165,19 @@ func startProxy(t testing.TB, args ...string) *proxy {
 // listening.
 func runProxy(t testing.TB, args ...string) (*proxy, error) {
 	t.Helper()
+	return runProxyWith(t, options(&proxyFlags{}), args...)
+}
+
+// runProxyWith is runProxy with opts in place of the proxy's options.
+func runProxyWith(t testing.TB, opts serve.Options, args ...string) (*proxy, error) {
+	t.Helper()
 	args = append([]string{"-addr", "127.0.0.1:0", "-admin-addr", ""}, args...)
 	ctx, cancel := context.WithCancel(context.Background())
 	outR, outW := io.Pipe()
 	p := &proxy{stderr: &lockedBuffer{}, reload: make(chan os.Signal, 1)}
 	done := make(chan error, 1)
 	go func() {
-		err := serve.Run(ctx, args, outW, p.stderr, p.reload, options(&proxyFlags{}))
+		err := serve.Run(ctx, args, outW, p.stderr, p.reload, opts)
 		outW.CloseWithError(io.EOF)
 		done <- err
 	}()

@@ -69,6 +69,7 @@ func options(pf *proxyFlags) serve.Options {
 		WrapGraphQL: func(h http.Handler, lim *middleware.Limiter) http.Handler {
 			return newBatching(upstream.Capture(h), lim, pf.maxBatch, pf.maxBatchBytes)
 		},
+		POST: upstream.POST{}, // the upstream's data written as it came, not encoded again
 	}
 }
 

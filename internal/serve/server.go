@@ -438,7 +438,11 @@ func (s *server) graphQL(cfg config) http.Handler {
 	})
 	gql.AddTransport(transport.SSE{})
 	gql.AddTransport(transport.GET{})
-	gql.AddTransport(transport.POST{})
+	if s.d.opts.POST != nil {
+		gql.AddTransport(s.d.opts.POST)
+	} else {
+		gql.AddTransport(transport.POST{})
+	}
 	gql.AddTransport(transport.MultipartForm{}) // attachFile's uploads: streamed, bounded by max_upload_bytes
 	gql.SetQueryCache(s.cache)                  // bounded by bytes too: documents can be a megabyte each
 	// The Extension refuses longer documents before gqlgen parses them; the

@@ -74,6 +74,7 @@ func (f *Forwarder) execute(ctx context.Context, opCtx *graphql.OperationContext
 	if resp.StatusCode != http.StatusOK {
 		setStatus(ctx, resp.StatusCode)
 	}
+	noteChecked(ctx, out.Data)
 	return deliver(ctx, out)
 }
 
