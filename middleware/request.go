@@ -266,10 +266,14 @@ var countedMembers = [][]byte{[]byte("variables"), []byte("extensions")}
 func scanEnvelope(body []byte, st *requestState) (envelope, *refusal) {
 	var (
 		env  envelope
-		buf  [6]jsontext.Member
-		seen [4]bool // of requestMembers
+		buf  [8]jsontext.Member // more are a member given twice, refused
+		seen [4]bool            // of requestMembers
 	)
-	lim := jsontext.Limits{Count: countedMembers, MaxValues: st.set.gql.MaxVariableValues, MaxDepth: st.set.gql.MaxVariablesDepth}
+	lim := jsontext.Limits{Keep: keepRequestMember, MaxMembers: len(buf), Count: countedMembers,
+		MaxValues: st.set.gql.MaxVariableValues, MaxDepth: st.set.gql.MaxVariablesDepth}
+	if st.set.trusted != nil {
+		lim.Keep = keepTrustedRequestMember
+	}
 	members, status := jsontext.Members(body, buf[:0], lim)
 	if ref := membersRefusal(status, members, lim, "the request body"); ref != nil {
 		return env, ref
@@ -332,6 +336,40 @@ func (env *envelope) take(canonical string, m jsontext.Member, v []byte) *refusa
 	return nil
 }
 
+// keepRequestMember reports whether the member of a request body named
+// name (as written) is one gqlgen decodes, in any spelling encoding/json
+// would match: the screen reads those and refuses the misspelled, and
+// skips the rest without keeping them, however many a body repeats.
+func keepRequestMember(name []byte) bool { return isRequestMember(name, false) }
+
+// keepTrustedRequestMember is keepRequestMember, and documentId.
+func keepTrustedRequestMember(name []byte) bool { return isRequestMember(name, true) }
+
+func isRequestMember(name []byte, documentID bool) bool {
+	switch string(name) { // the usual spellings, without folding case
+	case "query", "operationName", "variables", "extensions":
+		return true
+	case "documentId":
+		return documentID
+	}
+	var buf [96]byte // longer than any spelling of a member's name, each character escaped
+	if bytes.IndexByte(name, '\\') >= 0 || !utf8.Valid(name) {
+		if len(name) > len(buf) {
+			return false
+		}
+		name = jsontext.AppendUnquoted(buf[:0], name)
+	}
+	if documentID && string(name) == "documentId" {
+		return true
+	}
+	for i := range requestMemberBytes {
+		if bytes.EqualFold(name, requestMemberBytes[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // membersRefusal is the refusal of what jsontext.Members found of the
 // JSON object what names, or nil.
 func membersRefusal(status jsontext.Status, members []jsontext.Member, lim jsontext.Limits, what string) *refusal {
@@ -345,6 +383,9 @@ func membersRefusal(status jsontext.Status, members []jsontext.Member, lim jsont
 			members[len(members)-1].Name, lim.MaxDepth)
 	case jsontext.TooMany:
 		return refuse(http.StatusBadRequest, CodeVariablesTooLarge, "variables and extensions hold more than the limit of values")
+	case jsontext.TooManyMembers:
+		return refuse(http.StatusBadRequest, CodeInvalidRequest, "%s repeats its members; expected each of %s at most once",
+			what, strings.Join(requestMembers, ", "))
 	}
 	return nil
 }

@@ -78,6 +78,38 @@ func TestRequestStateSizeClass(t *testing.T) {
 	}
 }
 
+// A body that repeats members gqlgen skips costs the screen no memory that
+// grows with them, and one that repeats a request member is refused
+// whatever its spelling: the walk keeps only the request's members, at
+// most eight.
+func TestEnvelopeKeepsOnlyRequestMembers(t *testing.T) {
+	l, err := New(Dependencies{}, Policy{
+		Plans:         map[string]budget.Plan{"anon": {Burst: 1000, Rate: 1000, Per: time.Second}},
+		AnonymousPlan: "anon",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st := &requestState{set: l.current()}
+	junk := []byte(`{"query":"{ a }",` + strings.Repeat(`"junk":1,`, 100_000) + `"variables":{"x":1}}`)
+	if env, ref := scanEnvelope(junk, st); ref != nil || string(env.query) != `"{ a }"` || len(env.vars) != 1 {
+		t.Fatalf("junk members: %+v %+v", env, ref)
+	}
+	if allocs := testing.AllocsPerRun(5, func() { scanEnvelope(junk, st) }); allocs > 2 {
+		t.Errorf("a body of 100,000 skipped members: %.0f allocations, want at most 2", allocs)
+	}
+	for _, body := range []string{
+		`{"query":"{ a }"` + strings.Repeat(`,"Query":"{ a }"`, 9) + `}`,
+		`{"query":"{ a }"` + strings.Repeat(`,"qu\u0065ry":"{ a }"`, 9) + `}`,
+		`{"query":"{ a }","operationName":null,"variables":{},"extensions":{},"Query":"{ b }"}`,
+	} {
+		if _, ref := scanEnvelope([]byte(body), st); ref == nil || ref.code != CodeInvalidRequest {
+			t.Errorf("%.60s…: %+v, want %s", body, ref, CodeInvalidRequest)
+		}
+	}
+}
+
 // BenchmarkEnvelopeDecode weighs the screen's walk of a JSON request body
 // (scanEnvelope: one walk by jsontext.Members, member names only, values
 // counted in place up to the bound) against decoding its envelope with

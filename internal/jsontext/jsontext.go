@@ -104,10 +104,16 @@ func (m *Member) Key() []byte {
 	return AppendUnquoted(nil, m.Name)
 }
 
-// Limits bound the members Members counts.
+// Limits choose the members Members returns and bound those it counts.
 type Limits struct {
-	// Count names the members whose values are counted and bounded, as
-	// written; nil counts every member.
+	// Keep chooses the members returned by their names as written
+	// (escapes undecoded); nil returns every member. Memory then grows
+	// with the members kept, not with those a body repeats.
+	Keep func(name []byte) bool
+	// MaxMembers bounds the members kept; zero is no bound.
+	MaxMembers int
+	// Count names the kept members whose values are counted and bounded,
+	// as written; nil counts every kept member.
 	Count [][]byte
 	// MaxValues bounds the values of the counted members together, and
 	// MaxDepth the nesting of each; zero is no bound.
@@ -131,6 +137,9 @@ const (
 	// TooDeep: the last member returned, a counted one, nests deeper than
 	// MaxDepth; the walk stopped there.
 	TooDeep
+	// TooManyMembers: more members were kept than MaxMembers; the walk
+	// stopped at the first one past it, which is not returned.
+	TooManyMembers
 )
 
 // Members checks b as Valid does and, when it is an object, appends its
@@ -158,14 +167,25 @@ type members struct {
 	more    []Member // the members after the first eight
 	n       int
 	lim     Limits
-	counted bool // the member being walked is counted
-	values  int  // values counted so far, in every counted member
+	kept    bool   // the member being walked is kept
+	counted bool   // the member being walked is counted
+	stop    Status // why member stopped the walk
+	values  int    // values counted so far, in every counted member
 }
 
 // member records a member whose name's quote is at keyStart, whose name
-// ends at nameEnd and whose value starts at start.
-func (m *members) member(b []byte, keyStart, nameEnd, start int) {
+// ends at nameEnd and whose value starts at start, if it is kept; past
+// MaxMembers it reports TooManyMembers.
+func (m *members) member(b []byte, keyStart, nameEnd, start int) Status {
 	name := b[keyStart+1 : nameEnd-1]
+	m.kept = m.lim.Keep == nil || m.lim.Keep(name)
+	m.counted = false
+	if !m.kept {
+		return Object
+	}
+	if m.lim.MaxMembers > 0 && m.n == m.lim.MaxMembers {
+		return TooManyMembers
+	}
 	rec := Member{Name: name, KeyStart: keyStart, Start: start}
 	if m.n < len(m.first) {
 		m.first[m.n] = rec
@@ -177,6 +197,7 @@ func (m *members) member(b []byte, keyStart, nameEnd, start int) {
 	for _, c := range m.lim.Count {
 		m.counted = m.counted || string(c) == string(name)
 	}
+	return Object
 }
 
 // current is the member being walked.
@@ -208,8 +229,12 @@ func (m *members) value(depth int, container bool) Status {
 	return Object
 }
 
-// end records where the current member's value ends.
-func (m *members) end(i int) { m.current().End = i }
+// end records where the current member's value ends, if it is kept.
+func (m *members) end(i int) {
+	if m.kept {
+		m.current().End = i
+	}
+}
 
 // walk checks b's syntax, telling rec (unless nil: Valid) of the members
 // of the outermost object and of the values inside them.
@@ -240,7 +265,7 @@ func walk(b []byte, rec *members) Status {
 			}
 			if c == '{' {
 				if i = key(b, i, open.depth, rec); i < 0 {
-					return Invalid
+					return rec.stopped()
 				}
 			}
 			continue
@@ -260,7 +285,7 @@ func walk(b []byte, rec *members) Status {
 		}
 		// A value ended at i: close what it completes, up to the next value.
 		if i = closeValue(b, i, &open, rec); i < 0 {
-			return Invalid
+			return rec.stopped()
 		}
 		if open.depth == 0 {
 			if i == len(b) {
@@ -305,8 +330,8 @@ func closeValue(b []byte, i int, open *containers, rec *members) int {
 }
 
 // key reads an object member's name and its colon from i, returning where
-// the member's value starts, or -1; a member of the outermost object
-// (depth 1) is recorded in rec.
+// the member's value starts, or -1: a syntax error, or a member of the
+// outermost object (depth 1) that rec, recording it, refused (rec.stop).
 func key(b []byte, i, depth int, rec *members) int {
 	if i >= len(b) || b[i] != '"' {
 		return -1
@@ -321,9 +346,20 @@ func key(b []byte, i, depth int, rec *members) int {
 	}
 	start := space(b, j+1)
 	if rec != nil && depth == 1 {
-		rec.member(b, i, nameEnd, start)
+		if rec.stop = rec.member(b, i, nameEnd, start); rec.stop != Object {
+			return -1
+		}
 	}
 	return start
+}
+
+// stopped is the status of a walk that stopped at a -1: what rec refused,
+// else a syntax error.
+func (m *members) stopped() Status {
+	if m != nil && m.stop != Object {
+		return m.stop
+	}
+	return Invalid
 }
 
 // containers is the stack of the arrays and objects open around a value,

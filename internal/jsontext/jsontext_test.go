@@ -140,13 +140,12 @@ func FuzzMembers(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, status := Members(b, nil, Limits{})
-		var v any
-		err := json.Unmarshal(b, &v)
-		_, isObject := v.(map[string]any)
+		valid := json.Valid(b)
+		isObject := valid && bytes.TrimLeft(b, " \t\r\n")[0] == '{'
 		switch {
-		case err != nil:
+		case !valid:
 			if status != Invalid {
-				t.Fatalf("Members(%q): %v, encoding/json says invalid: %v", b, status, err)
+				t.Fatalf("Members(%q): %v, encoding/json says invalid", b, status)
 			}
 			return
 		case !isObject:
@@ -170,7 +169,34 @@ func FuzzMembers(f *testing.F) {
 				t.Fatalf("Members(%q)[%d]: %d values %d deep, want %d and %d", b, i, m.Values, m.Depth, values, depth)
 			}
 		}
+		checkKept(t, b, got)
 	})
+}
+
+// checkKept holds Members with a Keep and a MaxMembers against all, the
+// members of the valid object b that Members returned without them.
+func checkKept(t *testing.T, b []byte, all []Member) {
+	evenLength := func(name []byte) bool { return len(name)%2 == 0 }
+	got, status := Members(b, nil, Limits{Keep: evenLength, MaxMembers: 3})
+	var kept []Member
+	for _, m := range all {
+		if evenLength(m.Name) {
+			kept = append(kept, m)
+		}
+	}
+	wantStatus := Object
+	if len(kept) > 3 {
+		kept, wantStatus = kept[:3], TooManyMembers
+	}
+	if status != wantStatus || len(got) != len(kept) {
+		t.Fatalf("Members(%q) keeping even names, at most 3: %v with %d, want %v with %d", b, status, len(got), wantStatus, len(kept))
+	}
+	for i := range got {
+		g, k := got[i], kept[i]
+		if string(g.Name) != string(k.Name) || g.KeyStart != k.KeyStart || g.Start != k.Start || g.End != k.End {
+			t.Fatalf("Members(%q) keeping even names: [%d] = %+v, want %+v", b, i, g, k)
+		}
+	}
 }
 
 type decodedMember struct {
@@ -252,6 +278,17 @@ func TestMembersLimits(t *testing.T) {
 		if status != c.status || len(got) != c.members {
 			t.Errorf("%+v: %v with %d members, want %v with %d", c.lim, status, len(got), c.status, c.members)
 		}
+	}
+	keepVars := func(name []byte) bool { return string(name) != "other" }
+	if got, status := Members(body, nil, Limits{Keep: keepVars, Count: counted}); status != Object || len(got) != 3 {
+		t.Errorf("keeping all but other: %v with %d members, want all 3 others", status, len(got))
+	}
+	if got, status := Members(body, nil, Limits{Keep: keepVars, MaxMembers: 2}); status != TooManyMembers || len(got) != 2 {
+		t.Errorf("keeping at most 2: %v with %d members, want TooManyMembers with 2", status, len(got))
+	}
+	repeated := []byte(`{` + strings.Repeat(`"junk":1,`, 1000) + `"query":"{ a }"}`)
+	if got, status := Members(repeated, nil, Limits{Keep: func(name []byte) bool { return string(name) == "query" }}); status != Object || len(got) != 1 {
+		t.Errorf("a thousand junk members skipped: %v with %d members, want the query alone", status, len(got))
 	}
 	got, _ := Members(body, nil, Limits{Count: counted})
 	if v, e := got[1], got[2]; v.Values != 5 || v.Depth != 2 || e.Values != 5 || e.Depth != 4 || got[0].Values != 0 {

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/costguard/costguard/internal/jsontext"
@@ -17,7 +18,7 @@ var errNotObject = errors.New("not a JSON object")
 // megabytes, and its data is only handed on, never decoded here.
 func responseMembers(raw []byte) (data, errs, ext []byte, err error) {
 	var buf [4]jsontext.Member
-	members, status := jsontext.Members(raw, buf[:0], jsontext.Limits{Count: [][]byte{}})
+	members, status := jsontext.Members(raw, buf[:0], jsontext.Limits{Keep: keepResponseMember, Count: [][]byte{}})
 	if status != jsontext.Object {
 		return nil, nil, nil, errNotObject
 	}
@@ -33,4 +34,15 @@ func responseMembers(raw []byte) (data, errs, ext []byte, err error) {
 		}
 	}
 	return data, errs, ext, nil
+}
+
+// keepResponseMember keeps the members responseMembers reads (a name with
+// an escape is decoded to tell), so that a response's other members cost
+// no memory however many it has.
+func keepResponseMember(name []byte) bool {
+	switch string(name) {
+	case "data", "errors", "extensions":
+		return true
+	}
+	return bytes.IndexByte(name, '\\') >= 0
 }
