@@ -234,25 +234,25 @@ func (l *Limiter) screenJSONParams(body []byte, st *requestState) ([]byte, *refu
 	if ref != nil {
 		return nil, ref
 	}
-	keep := screened.keep(env.vars)
-	if keep == nil {
+	var buf [8]jsontext.Member
+	read, others := screened.readVariables(env.variables, buf[:0])
+	if !others {
 		return body, nil
 	}
 	out := make([]byte, 0, len(body))
 	out = append(out, body[:env.varsAt.Start]...)
-	out = appendKept(out, env.variables, env.vars, keep)
+	out = appendObject(out, env.variables, read)
 	return append(out, body[env.varsAt.End:]...), nil
 }
 
 // envelope is what scanEnvelope found of a JSON request body.
 type envelope struct {
-	query     []byte            // the query's string literal
-	queryAt   jsontext.Member   // the query member, when there is one
-	vars      []jsontext.Member // members of the variables object, by offsets into it
-	variables []byte            // the variables object
-	varsAt    jsontext.Member   // its member
-	docID     []byte            // documentId's value (trusted documents)
-	ext       []byte            // the extensions object
+	query     []byte          // the query's string literal
+	queryAt   jsontext.Member // the query member, when there is one
+	variables []byte          // the variables object
+	varsAt    jsontext.Member // its member
+	docID     []byte          // documentId's value (trusted documents)
+	ext       []byte          // the extensions object
 }
 
 // countedMembers are the members whose values GraphQLOptions bound.
@@ -329,7 +329,6 @@ func (env *envelope) take(canonical string, m jsontext.Member, v []byte) *refusa
 		case canonical == "extensions":
 			env.ext = v
 		default:
-			env.vars, _ = jsontext.Members(v, nil, jsontext.Limits{Count: [][]byte{}})
 			env.variables, env.varsAt = v, m
 		}
 	}
@@ -468,19 +467,14 @@ func jsonString(v []byte) string {
 	return string(jsontext.AppendUnquoted(make([]byte, 0, len(v)), v))
 }
 
-// appendKept appends to out an object of the members of the object src
-// that keep marks.
-func appendKept(out, src []byte, members []jsontext.Member, keep []bool) []byte {
+// appendObject appends to out an object of members, members of the
+// object src.
+func appendObject(out, src []byte, members []jsontext.Member) []byte {
 	out = append(out, '{')
-	first := true
 	for i, m := range members {
-		if !keep[i] {
-			continue
-		}
-		if !first {
+		if i > 0 {
 			out = append(out, ',')
 		}
-		first = false
 		out = append(out, src[m.KeyStart:m.End]...)
 	}
 	return append(out, '}')
@@ -524,7 +518,7 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 			gqlErr: gqlerror.Errorf("GET requests only allow query operations")}
 	}
 	env, ref := getEnvelope(q, st, "variables", "extensions")
-	if ref != nil || env.vars == nil {
+	if ref != nil || env.variables == nil {
 		return ref
 	}
 	var screened screenedQuery
@@ -532,8 +526,9 @@ func (l *Limiter) screenGETParams(r *http.Request, st *requestState) *refusal {
 	// No document (one named by its hash) or a trusted one: keep them all
 	// (bounded above).
 	screened.unreadable = screened.unreadable || q.Get("query") == "" || st.trustedDoc != nil
-	if keep := screened.keep(env.vars); keep != nil {
-		q.Set("variables", string(appendKept(nil, env.variables, env.vars, keep)))
+	var buf [8]jsontext.Member
+	if read, others := screened.readVariables(env.variables, buf[:0]); others {
+		q.Set("variables", string(appendObject(nil, env.variables, read)))
 		r.URL.RawQuery = q.Encode()
 	}
 	return nil

@@ -41,22 +41,39 @@ type screenedQuery struct {
 	bytes      int64
 }
 
-// keep returns which of vars the document can read, or nil to keep them
-// all.
-func (q *screenedQuery) keep(vars []jsontext.Member) []bool {
-	if len(vars) == 0 || q.unreadable {
-		return nil
+// readVariables returns the members of vars, a request's variables
+// object (nil: none), that the document can read, in buf when they fit,
+// and whether vars holds any other, which the caller drops. Memory grows
+// with the variables the document names, never with those a body sends:
+// an object of more members than the document has names is walked again,
+// keeping only the named ones.
+func (q *screenedQuery) readVariables(vars []byte, buf []jsontext.Member) (read []jsontext.Member, others bool) {
+	if vars == nil || q.unreadable {
+		return nil, false
 	}
-	keep := make([]bool, len(vars))
-	dropped := false
-	for i := range vars {
-		_, keep[i] = slices.BinarySearch(q.dollars, string(vars[i].Key()))
-		dropped = dropped || !keep[i]
+	if len(q.dollars) == 0 {
+		return nil, len(bytes.TrimSpace(vars[1:len(vars)-1])) > 0
 	}
-	if !dropped {
-		return nil
+	none := [][]byte{} // the values are counted by then
+	read, status := jsontext.Members(vars, buf, jsontext.Limits{Count: none, MaxMembers: len(q.dollars)})
+	if status == jsontext.Object {
+		for i := range read {
+			others = others || !q.reads(read[i].Name)
+		}
+		if !others {
+			return read, false
+		}
 	}
-	return keep
+	read, _ = jsontext.Members(vars, buf[:0], jsontext.Limits{Count: none, Keep: q.reads})
+	return read, true
+}
+
+// reads reports whether the document names the variable whose name is
+// written name (escapes undecoded).
+func (q *screenedQuery) reads(name []byte) bool {
+	m := jsontext.Member{Name: name}
+	_, ok := slices.BinarySearch(q.dollars, string(m.Key()))
+	return ok
 }
 
 // queryLiteral returns a query's JSON string literal as a cache key and

@@ -69,23 +69,50 @@ func TestScreenCacheBounds(t *testing.T) {
 
 // An entry knows which variables its document reads, and keeps them all
 // when the lexer cannot read it.
-func TestScreenedQueryKeep(t *testing.T) {
-	vars := []jsontext.Member{{Name: []byte("a")}, {Name: []byte("b")}, {Name: []byte("c")}}
+func TestScreenedQueryReadVariables(t *testing.T) {
+	vars := []byte(`{"a":1, "b":[2], "c":{"d":3}}`)
 	for _, tc := range []struct {
 		literal string
-		want    []bool
+		want    string // the object kept; "" for all of them
 	}{
-		{`"query($a: Int, $c: Int) { x(a: $a, c: $c) }"`, []bool{true, false, true}},
-		{`"query($\u0062: Int) { x }"`, []bool{false, true, false}},
-		{`"query($a: Int, $b: Int, $c: Int) { x }"`, nil},
-		{`"{ x }"`, []bool{false, false, false}},
-		{`"{ x(s: \"unterminated) }"`, nil},
+		{`"query($a: Int, $c: Int) { x(a: $a, c: $c) }"`, `{"a":1,"c":{"d":3}}`},
+		{`"query($\u0062: Int) { x }"`, `{"b":[2]}`},
+		{`"query($a: Int, $b: Int, $c: Int) { x }"`, ""},
+		{`"query($a: Int, $b: Int, $c: Int, $e: Int) { x }"`, ""},
+		{`"query($a: Int) { x }"`, `{"a":1}`},
+		{`"{ x }"`, `{}`},
+		{`"{ x(s: \"unterminated) }"`, ""},
 	} {
 		key, query, shared := queryLiteral([]byte(tc.literal))
-		got := newScreenedQuery(key, query, shared, complexity.DocumentLimits{}).keep(vars)
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("%s: keep %v, want %v", tc.literal, got, tc.want)
+		read, others := newScreenedQuery(key, query, shared, complexity.DocumentLimits{}).readVariables(vars, nil)
+		got := ""
+		if others {
+			got = string(appendObject(nil, vars, read))
 		}
+		if got != tc.want {
+			t.Errorf("%s: kept %q, want %q", tc.literal, got, tc.want)
+		}
+	}
+}
+
+// The variables a document does not name cost no memory that grows with
+// them: 10,000 of them beside the one it reads leave one member kept.
+func TestUnreadVariablesKeptNowhere(t *testing.T) {
+	var vars strings.Builder
+	vars.WriteString(`{"a":1`)
+	for i := range 10_000 {
+		fmt.Fprintf(&vars, `,"v%d":%d`, i, i)
+	}
+	vars.WriteString(`}`)
+	key, query, shared := queryLiteral([]byte(`"query($a: Int) { x(a: $a) }"`))
+	q := newScreenedQuery(key, query, shared, complexity.DocumentLimits{})
+	var buf [8]jsontext.Member
+	b := []byte(vars.String())
+	if read, others := q.readVariables(b, buf[:0]); !others || len(read) != 1 || string(read[0].Name) != "a" {
+		t.Fatalf("read %d members (others %v), want a alone", len(read), others)
+	}
+	if allocs := testing.AllocsPerRun(5, func() { q.readVariables(b, buf[:0]) }); allocs > 2 {
+		t.Errorf("10,000 unread variables: %.0f allocations, want at most 2", allocs)
 	}
 }
 
