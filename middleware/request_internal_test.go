@@ -78,20 +78,26 @@ func TestRequestStateSizeClass(t *testing.T) {
 	}
 }
 
-// A body that repeats members gqlgen skips costs the screen no memory that
-// grows with them, and one that repeats a request member is refused
-// whatever its spelling: the walk keeps only the request's members, at
-// most eight.
-func TestEnvelopeKeepsOnlyRequestMembers(t *testing.T) {
+// screenState is the state the screen reads of a request, under a
+// limiter with default options, closed when tb ends.
+func screenState(tb testing.TB) *requestState {
 	l, err := New(Dependencies{}, Policy{
 		Plans:         map[string]budget.Plan{"anon": {Burst: 1000, Rate: 1000, Per: time.Second}},
 		AnonymousPlan: "anon",
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer l.Close()
-	st := &requestState{set: l.current()}
+	tb.Cleanup(func() { l.Close() })
+	return &requestState{set: l.current()}
+}
+
+// A body that repeats members gqlgen skips costs the screen no memory that
+// grows with them, and one that repeats a request member is refused
+// whatever its spelling: the walk keeps only the request's members, at
+// most eight.
+func TestEnvelopeKeepsOnlyRequestMembers(t *testing.T) {
+	st := screenState(t)
 	junk := []byte(`{"query":"{ a }",` + strings.Repeat(`"junk":1,`, 100_000) + `"variables":{"x":1}}`)
 	if env, ref := scanEnvelope(junk, st); ref != nil || string(env.query) != `"{ a }"` || string(env.variables) != `{"x":1}` {
 		t.Fatalf("junk members: %+v %+v", env, ref)
@@ -120,15 +126,7 @@ func TestEnvelopeKeepsOnlyRequestMembers(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkEnvelopeDecode -benchmem ./middleware/
 func BenchmarkEnvelopeDecode(b *testing.B) {
-	l, err := New(Dependencies{}, Policy{
-		Plans:         map[string]budget.Plan{"anon": {Burst: 1000, Rate: 1000, Per: time.Second}},
-		AnonymousPlan: "anon",
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	st := &requestState{set: l.current()}
+	st := screenState(b)
 	for _, body := range []struct{ name, json string }{
 		{"hostile", `{"query":"{ __typename }","variables":{"x":[` + strings.Repeat("1,", 480_000) + `1]}}`},
 		{"readme", `{"query":"query($login: String!) { user(login: $login) { repos(first: 10) { name issues(first: 5) { title } } } }","variables":{"login":"octocat"}}`},
